@@ -1,0 +1,40 @@
+// A fixed pool of worker threads with a blocking parallel_for. One pool per Context; not reentrant.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dc {
+
+class ThreadPool {
+ public:
+  // n_threads <= 0 picks the number of hardware threads. The calling thread works too.
+  explicit ThreadPool(int n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Splits [0, n) into contiguous chunks of at least `min_chunk` and calls fn(begin, end) on them
+  // from all threads; returns when every chunk is done. fn must not call parallel_for.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+
+ private:
+  void worker_loop(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_chunk_ = 1, next_ = 0;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace dc
