@@ -38,3 +38,17 @@ class ThreadPool {
 };
 
 }  // namespace dc
+
+namespace dc {
+
+// pool->parallel_for(n, fn, min_chunk), or fn(0, n) on the calling thread when pool is null.
+inline void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                         int64_t min_chunk = 1) {
+  if (pool != nullptr) {
+    pool->parallel_for(n, fn, min_chunk);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+}  // namespace dc

@@ -1,0 +1,51 @@
+// Model: a loaded Dream / DiffuCoder checkpoint and its forward pass, written once against the ops API.
+// Inference uses it directly; training (later) shares the same forward.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/status.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/weights.h"
+
+namespace dc {
+
+// Receives named intermediates of the forward ("embd", "L3.attn_norm", "L3.q", ..., "output_norm")
+// with their row-major shape. For debugging: finds the first layer that diverges from a reference.
+using ForwardObserver =
+    std::function<void(const std::string& name, const float* data, const std::vector<int64_t>& shape)>;
+
+class Model {
+ public:
+  // Opens the checkpoint directory (config.json + safetensors, memory-mapped) and checks every tensor
+  // against the config. Weights stay in their stored dtype.
+  static Result<std::unique_ptr<Model>> load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
+  // batch.out_rows to logits[n_out, n_vocab], f32. Checks the batch (ids, positions, rows in range)
+  // and returns invalid_argument naming the bad field. Thread-safe for concurrent calls.
+  Status forward(const Context& ctx, const ForwardBatch& batch, float* logits,
+                 const ForwardObserver* observer = nullptr) const;
+
+ private:
+  Model(Checkpoint checkpoint, ModelConfig config, ModelWeights weights)
+      : checkpoint_(std::move(checkpoint)), config_(std::move(config)), weights_(std::move(weights)) {}
+
+  Status check_batch(const ForwardBatch& batch) const;
+
+  Checkpoint checkpoint_;  // owns the mapped files that weights_ points into
+  ModelConfig config_;
+  ModelWeights weights_;
+};
+
+}  // namespace dc

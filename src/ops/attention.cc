@@ -1,0 +1,20 @@
+// attention front-end: checks the head layout, then dispatches on the context's device.
+#include "ops/attention.h"
+
+#include "core/check.h"
+#include "ops/cpu/kernels.h"
+
+namespace dc {
+
+void attention(const Context& ctx, const AttentionShape& shape, const float* q, const float* k, const float* v,
+               const uint8_t* valid, float* out) {
+  DC_CHECK(q && k && v && out, "attention: null operand");
+  DC_CHECK(shape.n_head > 0 && shape.n_head_kv > 0 && shape.n_head % shape.n_head_kv == 0,
+           "attention: n_head must be a multiple of n_head_kv");
+  DC_CHECK(shape.head_dim > 0 && shape.n_batch >= 0 && shape.n_seq >= 0, "attention: bad sizes");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::attention(ctx.pool, shape, q, k, v, valid, out);
+  }
+}
+
+}  // namespace dc

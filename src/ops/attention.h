@@ -1,0 +1,22 @@
+// Bidirectional multi-head attention with grouped KV heads and a padding mask (no causal mask).
+#pragma once
+
+#include <cstdint>
+
+#include "core/context.h"
+
+namespace dc {
+
+struct AttentionShape {
+  int64_t n_batch = 0, n_seq = 0;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;  // query head h uses KV head h / (n_head / n_head_kv)
+};
+
+// out[B, L, n_head, head_dim] = softmax(q·kᵀ / sqrt(head_dim)) · v per head, where query i of row b
+// attends key j iff valid[b, i] && valid[b, j] (valid == nullptr: every pair). A query with no key to
+// attend gets a zero output. q: [B, L, n_head, head_dim]; k, v: [B, L, n_head_kv, head_dim].
+// Never materialises an L×L matrix: one score row per thread.
+void attention(const Context& ctx, const AttentionShape& shape, const float* q, const float* k, const float* v,
+               const uint8_t* valid, float* out);
+
+}  // namespace dc

@@ -1,0 +1,68 @@
+// Front-ends of the element-wise ops: check arguments, then dispatch on the context's device.
+#include "ops/elementwise.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+#include "ops/cpu/kernels.h"
+
+namespace dc {
+
+void rms_norm(const Context& ctx, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
+  DC_CHECK(x && w && y && n >= 0 && d > 0 && eps > 0, "rms_norm: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::rms_norm(ctx.pool, x, w, n, d, eps, y);
+  }
+}
+
+void rope_tables(const int32_t* positions, int64_t n, int64_t head_dim, double theta, float* cos, float* sin) {
+  DC_CHECK(positions && cos && sin && head_dim % 2 == 0, "rope_tables: bad arguments");
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv_freq(half);
+  const float base = static_cast<float>(theta);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[i] = 1.0f / std::pow(base, exponent);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const float pos = static_cast<float>(positions[r]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];
+      cos[r * half + i] = std::cos(angle);
+      sin[r * half + i] = std::sin(angle);
+    }
+  }
+}
+
+void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
+                const float* sin) {
+  DC_CHECK(x && cos && sin && head_dim % 2 == 0 && n_heads > 0, "rope_apply: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::rope_apply(ctx.pool, x, n, n_heads, head_dim, cos, sin);
+  }
+}
+
+void swiglu(const Context& ctx, const float* gate, const float* up, int64_t count, float* out) {
+  DC_CHECK(gate && up && out && count >= 0, "swiglu: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::swiglu(ctx.pool, gate, up, count, out);
+  }
+}
+
+void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
+  DC_CHECK(y && x && count >= 0, "add_inplace: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::add_inplace(ctx.pool, y, x, count);
+  }
+}
+
+void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out) {
+  DC_CHECK(!table.empty() && ids && out, "embedding: bad arguments");
+  for (int64_t i = 0; i < n; ++i) DC_CHECK(ids[i] >= 0 && ids[i] < table.rows, "embedding: id out of range");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::embedding(ctx.pool, table, ids, n, out);
+  }
+}
+
+}  // namespace dc

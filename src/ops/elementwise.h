@@ -1,0 +1,33 @@
+// Row-wise and element-wise ops of the Dream forward: RMSNorm, RoPE, SwiGLU, residual add, embedding.
+// All activations are f32 row-major; each op overwrites its output unless it says "in place".
+#pragma once
+
+#include <cstdint>
+
+#include "core/context.h"
+#include "ops/weight.h"
+
+namespace dc {
+
+// y[n, d] = x[n, d] * rsqrt(mean(x²) + eps) * w[d]. y may alias x.
+void rms_norm(const Context& ctx, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
+
+// RoPE tables for rotate-half RoPE: cos/sin[n, head_dim/2] for angles pos · inv_freq[i],
+// inv_freq[i] = 1 / theta^(2i / head_dim), computed in f32 as the reference does.
+void rope_tables(const int32_t* positions, int64_t n, int64_t head_dim, double theta, float* cos, float* sin);
+
+// In place on x[n, n_heads, head_dim]: x' = x·cos + rotate_half(x)·sin, rotate_half(x) = [-x₂, x₁]
+// where x₁ = x[:head_dim/2], x₂ = x[head_dim/2:]; cos/sin from rope_tables for the same n rows.
+void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
+                const float* sin);
+
+// out[n, f] = silu(gate[n, f]) * up[n, f]. out may alias gate or up.
+void swiglu(const Context& ctx, const float* gate, const float* up, int64_t count, float* out);
+
+// y[count] += x[count].
+void add_inplace(const Context& ctx, float* y, const float* x, int64_t count);
+
+// out[n, table.cols] = table[ids[i]] as f32. Precondition: 0 <= ids[i] < table.rows.
+void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out);
+
+}  // namespace dc
