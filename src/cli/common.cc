@@ -1,0 +1,52 @@
+// Helpers shared by the subcommands.
+#include "cli/common.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace dc::cli {
+
+int report(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot open '" + path + "': " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return io_error("cannot read '" + path + "'");
+  return ss.str();
+}
+
+Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option) {
+  std::vector<int32_t> ids;
+  std::string item;
+  auto flush = [&]() -> Status {
+    if (item.empty()) return Status();
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || v < 0 || v > INT32_MAX)
+      return invalid_argument(option + ": '" + item + "' is not a token id (a non-negative integer)");
+    ids.push_back(static_cast<int32_t>(v));
+    item.clear();
+    return Status();
+  };
+  for (char ch : text) {
+    if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t' || ch == '[' || ch == ']') {
+      DC_RETURN_IF_ERROR(flush());
+    } else {
+      item.push_back(ch);
+    }
+  }
+  DC_RETURN_IF_ERROR(flush());
+  if (ids.empty()) return invalid_argument(option + ": no token ids given");
+  return ids;
+}
+
+}  // namespace dc::cli

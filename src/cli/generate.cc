@@ -1,0 +1,218 @@
+// `diffucoder generate`: prompts in (text, file, ids or JSONL), completions out (text or JSON lines),
+// with progress on stderr and, with --visual, the canvas redrawn as it unmasks.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "engine/engine.h"
+#include "tokenizer/chat.h"
+
+namespace dc::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir, tokenizer_path;
+  std::string prompt, prompt_file, prompt_ids, prompts_jsonl;
+  bool chat = false, json = false, visual = false, quiet = false;
+  int64_t max_new_tokens = 256;
+  int64_t max_length = 0;  // 0 = unset
+  int steps = 0;           // 0 = max_new_tokens
+  std::string alg = "entropy";
+  float temperature = 0.0f, top_p = 1.0f, alg_temp = 0.0f, eps = 1e-3f;
+  int64_t top_k = 50;
+  uint64_t seed = 0;
+  int num_return_sequences = 1;
+  int threads = 0;
+};
+
+// One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
+// optionally with "chat": true|false (default: --chat).
+Result<std::vector<int32_t>> jsonl_prompt(const Engine& engine, const std::string& line, size_t line_no, bool chat) {
+  const std::string where = "--prompts-jsonl line " + std::to_string(line_no);
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
+  if (j.contains("chat")) {
+    if (!j["chat"].is_boolean()) return invalid_argument(where + ": \"chat\" must be true or false");
+    chat = j["chat"].get<bool>();
+  }
+  if (j.contains("prompt_ids")) {
+    if (!j["prompt_ids"].is_array()) return invalid_argument(where + ": \"prompt_ids\" must be an array of ids");
+    std::vector<int32_t> ids;
+    for (const auto& v : j["prompt_ids"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+        return invalid_argument(where + ": \"prompt_ids\" holds a non-id value " + v.dump());
+      ids.push_back(v.get<int32_t>());
+    }
+    return ids;
+  }
+  if (j.contains("messages")) {
+    if (!j["messages"].is_array()) return invalid_argument(where + ": \"messages\" must be an array");
+    std::vector<ChatMessage> messages;
+    for (const auto& m : j["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+          !m["content"].is_string())
+        return invalid_argument(where + ": each message needs string \"role\" and \"content\"");
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    DC_ASSIGN_OR_RETURN(std::string text, format_chat(messages));
+    auto ids = engine.encode_prompt(text, false);
+    if (!ids.ok()) return ids.status().with_context(where);
+    return ids;
+  }
+  if (j.contains("prompt")) {
+    if (!j["prompt"].is_string()) return invalid_argument(where + ": \"prompt\" must be a string");
+    auto ids = engine.encode_prompt(j["prompt"].get<std::string>(), chat);
+    if (!ids.ok()) return ids.status().with_context(where);
+    return ids;
+  }
+  return invalid_argument(where + ": needs \"prompt\", \"prompt_ids\" or \"messages\"");
+}
+
+Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, const GenerateArgs& a) {
+  const int given = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty() + !a.prompts_jsonl.empty();
+  if (given != 1)
+    return invalid_argument("give exactly one of --prompt, --prompt-file, --prompt-ids, --prompts-jsonl");
+  std::vector<std::vector<int32_t>> prompts;
+  if (!a.prompt_ids.empty()) {
+    DC_ASSIGN_OR_RETURN(auto ids, parse_id_list(a.prompt_ids, "--prompt-ids"));
+    prompts.push_back(std::move(ids));
+  } else if (!a.prompts_jsonl.empty()) {
+    DC_ASSIGN_OR_RETURN(std::string text, read_text_file(a.prompts_jsonl));
+    std::istringstream in(text);
+    std::string line;
+    for (size_t no = 1; std::getline(in, line); ++no) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      DC_ASSIGN_OR_RETURN(auto ids, jsonl_prompt(engine, line, no, a.chat));
+      prompts.push_back(std::move(ids));
+    }
+    if (prompts.empty()) return invalid_argument("--prompts-jsonl " + a.prompts_jsonl + " holds no prompts");
+  } else {
+    std::string text = a.prompt;
+    if (!a.prompt_file.empty()) {
+      DC_ASSIGN_OR_RETURN(text, read_text_file(a.prompt_file));
+    }
+    DC_ASSIGN_OR_RETURN(auto ids, engine.encode_prompt(text, a.chat));
+    if (ids.empty()) return invalid_argument("the prompt encodes to no tokens");
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
+}
+
+Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) {
+  SamplingParams p = engine.default_params();
+  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(a.alg));
+  if (a.max_length > 0) {
+    p.max_length = a.max_length;
+  } else {
+    p.max_new_tokens = a.max_new_tokens;
+  }
+  // No --steps: one step per new token, or the reference default 512 with --max-length.
+  p.steps = a.steps != 0 ? a.steps : (a.max_length > 0 ? 512 : static_cast<int>(a.max_new_tokens));
+  p.temperature = a.temperature;
+  p.top_p = a.top_p;
+  p.top_k = a.top_k;
+  p.alg_temp = a.alg_temp;
+  p.eps = a.eps;
+  p.seed = a.seed;
+  p.num_return_sequences = a.num_return_sequences;
+  DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
+  return p;
+}
+
+int run_generate(const GenerateArgs& a) {
+  const auto t_load = std::chrono::steady_clock::now();
+  auto engine_r = Engine::load({a.model_dir, a.tokenizer_path, a.threads});
+  if (!engine_r.ok()) return report(engine_r.status());
+  Engine& engine = **engine_r;
+  const double load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+  auto params = make_params(engine, a);
+  if (!params.ok()) return report(params.status());
+  auto prompts = collect_prompts(engine, a);
+  if (!prompts.ok()) return report(prompts.status());
+
+  Progress progress(engine, *params, a.quiet, a.visual);
+  GenerateHooks hooks;
+  hooks.on_step = [&](const StepInfo& s) { progress.on_step(s); return true; };
+  auto out = engine.generate(*prompts, *params, hooks);
+  progress.finish();
+  if (!out.ok()) return report(out.status());
+
+  for (int64_t r = 0; r < out->n_rows; ++r) {
+    const auto& gen = out->generated[r];
+    const std::vector<int32_t> kept = truncate_at_stop(gen, engine.stop_ids());
+    std::string text;
+    if (engine.tokenizer() != nullptr) {
+      auto t = engine.completion_text(gen);
+      if (!t.ok()) return report(t.status());
+      text = *t;
+    }
+    if (a.json) {
+      const double secs = out->timings.total_ms / 1000.0;
+      nlohmann::json j = {
+          {"index", r},
+          {"prompt_index", r / params->num_return_sequences},
+          {"text", text},
+          {"token_ids", gen},
+          {"completion_tokens", kept.size()},
+          {"prompt_tokens", out->prompt_lengths[r]},
+          {"timings",
+           {{"load_ms", load_ms}, {"total_ms", out->timings.total_ms}, {"forward_ms", out->timings.forward_ms},
+            {"sampling_ms", out->timings.sampling_ms}, {"steps", out->timings.steps_run},
+            {"tokens_per_second", secs > 0 ? out->n_rows * gen.size() / secs : 0.0}}}};
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      if (out->n_rows > 1) std::printf("=== completion %lld ===\n", static_cast<long long>(r));
+      if (engine.tokenizer() != nullptr) {
+        std::printf("%s\n", text.c_str());
+      } else {
+        for (size_t i = 0; i < kept.size(); ++i) std::printf("%s%d", i ? "," : "", kept[i]);
+        std::printf("\n");
+      }
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Diffusion-generate completions for one or more prompts");
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--tokenizer", a->tokenizer_path, "tokenizer.json (default: the model's)");
+  cmd->add_option("--prompt", a->prompt, "Prompt text");
+  cmd->add_option("--prompt-file", a->prompt_file, "File holding the prompt text");
+  cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt token ids, e.g. 1,2,3");
+  cmd->add_option("--prompts-jsonl", a->prompts_jsonl,
+                  "JSONL file, one prompt a line: {\"prompt\"|\"prompt_ids\"|\"messages\", \"chat\"?}; decoded as one batch");
+  cmd->add_flag("--chat", a->chat, "Wrap the prompt in the Instruct chat format");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--max-length", a->max_length, "Total length (prompt + new); overrides --max-new-tokens");
+  cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
+  cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Nucleus filter, 1 = off")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Top-k filter, 0 = off")->capture_default_str();
+  cmd->add_option("--alg-temp", a->alg_temp, "> 0: sample positions from softmax(confidence/alg_temp)")
+      ->capture_default_str();
+  cmd->add_option("--eps", a->eps, "Final diffusion time")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--num-return-sequences", a->num_return_sequences, "Completions per prompt")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print one JSON object per completion");
+  cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  return [a] { return run_generate(*a); };
+}
+
+}  // namespace dc::cli

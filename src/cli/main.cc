@@ -1,0 +1,26 @@
+// diffucoder: one binary with subcommands (generate, tokenize, inspect). Exit codes: 0 ok, 1 runtime
+// error (bad model, bad input), 2 usage error.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"diffucoder: run DiffuCoder / Dream masked-diffusion code models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "diffucoder 0.1.0");
+  std::map<std::string, dc::cli::RunFn> commands;
+  commands["generate"] = dc::cli::add_generate_command(app);
+  commands["tokenize"] = dc::cli::add_tokenize_command(app);
+  commands["inspect"] = dc::cli::add_inspect_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  for (const auto* sub : app.get_subcommands()) return commands.at(sub->get_name())();
+  return 2;
+}

@@ -1,0 +1,65 @@
+// `diffucoder tokenize`: text → JSON array of ids, or with --decode, ids → text.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dc::cli {
+namespace {
+
+struct TokenizeArgs {
+  std::string model_dir, tokenizer_path, text, text_file;
+  bool decode = false, skip_special = false;
+};
+
+int run_tokenize(const TokenizeArgs& a) {
+  if (a.model_dir.empty() == a.tokenizer_path.empty())
+    return report(invalid_argument("give exactly one of --model DIR or --tokenizer FILE"));
+  if (a.text.empty() == a.text_file.empty())
+    return report(invalid_argument("give exactly one of --text or --text-file"));
+  const std::string path = !a.tokenizer_path.empty()
+                               ? a.tokenizer_path
+                               : (std::filesystem::path(a.model_dir) / "tokenizer.json").string();
+  auto tok = Tokenizer::from_file(path);
+  if (!tok.ok()) return report(tok.status());
+  std::string text = a.text;
+  if (!a.text_file.empty()) {
+    auto t = read_text_file(a.text_file);
+    if (!t.ok()) return report(t.status());
+    text = *t;
+  }
+  if (a.decode) {
+    auto ids = parse_id_list(text, a.text_file.empty() ? "--text" : "--text-file");
+    if (!ids.ok()) return report(ids.status());
+    auto out = tok->decode(*ids, a.skip_special);
+    if (!out.ok()) return report(out.status());
+    std::printf("%s\n", out->c_str());
+    return 0;
+  }
+  auto ids = tok->encode(text);
+  if (!ids.ok()) return report(ids.status());
+  std::printf("%s\n", nlohmann::json(*ids).dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_tokenize_command(CLI::App& app) {
+  auto a = std::make_shared<TokenizeArgs>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids (JSON array), or decode ids to text");
+  cmd->add_option("--model", a->model_dir, "Checkpoint directory holding tokenizer.json");
+  cmd->add_option("--tokenizer", a->tokenizer_path, "A tokenizer.json file");
+  cmd->add_option("--text", a->text, "The text (with --decode: ids such as 1,2,3 or [1, 2, 3])");
+  cmd->add_option("--text-file", a->text_file, "File holding the text (or the ids, with --decode)");
+  cmd->add_flag("--decode", a->decode, "Decode ids to text");
+  cmd->add_flag("--skip-special-tokens", a->skip_special, "With --decode: leave special tokens out");
+  return [a] { return run_tokenize(*a); };
+}
+
+}  // namespace dc::cli

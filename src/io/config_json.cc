@@ -1,0 +1,302 @@
+// config.json / generation_config.json: typed field readers whose errors name the field and the
+// file, then the architecture validation of ModelConfig.
+#include "io/config_json.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/mapped_file.h"
+
+namespace dc {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+// Reads typed fields of one JSON object; every error names `path` and the field.
+class FieldReader {
+ public:
+  FieldReader(const Json& root, const std::string& path) : root_(root), path_(path) {}
+
+  const Json* find(const char* key) const {
+    auto it = root_.find(key);
+    return it == root_.end() ? nullptr : &*it;
+  }
+
+  Status type_error(const char* key, const char* expected, const Json& got) const {
+    std::string shown = got.dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    return invalid_argument(path_ + ": field \"" + key + "\" must be " + expected + ", got " + got.type_name() +
+                            " " + shown + "; fix the file");
+  }
+
+  Status value_error(const char* key, const std::string& problem) const {
+    return invalid_argument(path_ + ": field \"" + key + "\" " + problem);
+  }
+
+  // Valid input asking for a feature the engine does not implement.
+  Status unsupported(const char* key, const std::string& problem) const {
+    return unimplemented(path_ + ": field \"" + key + "\" " + problem);
+  }
+
+  // An integer field; absent leaves *out. With `null_value`, null stores it; otherwise null is an error.
+  Status get_int(const char* key, int64_t* out, const int64_t* null_value = nullptr) const {
+    const Json* j = find(key);
+    if (j == nullptr) return Status::ok_status();
+    if (j->is_null() && null_value != nullptr) {
+      *out = *null_value;
+      return Status::ok_status();
+    }
+    return to_int(key, *j, out);
+  }
+
+  // A token id: integer, null (-> -1) or a list of integers (-> the first, -1 when empty).
+  Status get_token_id(const char* key, int64_t* out) const {
+    const Json* j = find(key);
+    if (j == nullptr) return Status::ok_status();
+    if (j->is_null() || (j->is_array() && j->empty())) {
+      *out = -1;
+      return Status::ok_status();
+    }
+    if (j->is_array()) {
+      for (const Json& e : *j) {
+        if (!e.is_number_integer()) return type_error(key, "an integer, null or a list of integers", *j);
+      }
+      return to_int(key, j->front(), out);
+    }
+    if (!j->is_number_integer()) return type_error(key, "an integer, null or a list of integers", *j);
+    return to_int(key, *j, out);
+  }
+
+  // A number (integer or floating point); null stores `null_value` when given.
+  Status get_double(const char* key, double* out, const double* null_value = nullptr) const {
+    const Json* j = find(key);
+    if (j == nullptr) return Status::ok_status();
+    if (j->is_null() && null_value != nullptr) {
+      *out = *null_value;
+      return Status::ok_status();
+    }
+    if (!j->is_number()) return type_error(key, "a number", *j);
+    *out = j->get<double>();
+    return Status::ok_status();
+  }
+
+  Status get_bool(const char* key, bool* out) const {
+    const Json* j = find(key);
+    if (j == nullptr) return Status::ok_status();
+    if (!j->is_boolean()) return type_error(key, "true or false", *j);
+    *out = j->get<bool>();
+    return Status::ok_status();
+  }
+
+  // A string field; null leaves *out when `allow_null`.
+  Status get_string(const char* key, std::string* out, bool allow_null = false) const {
+    const Json* j = find(key);
+    if (j == nullptr || (allow_null && j->is_null())) return Status::ok_status();
+    if (!j->is_string()) return type_error(key, allow_null ? "a string or null" : "a string", *j);
+    *out = j->get<std::string>();
+    return Status::ok_status();
+  }
+
+ private:
+  Status to_int(const char* key, const Json& j, int64_t* out) const {
+    if (!j.is_number_integer()) return type_error(key, "an integer", j);
+    if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return value_error(key, "is too large for a 64-bit integer");
+    }
+    *out = j.get<int64_t>();
+    return Status::ok_status();
+  }
+
+  const Json& root_;
+  const std::string& path_;
+};
+
+Status parse_object(std::string_view text, const std::string& path, Json* out) {
+  try {
+    *out = Json::parse(text.begin(), text.end());
+  } catch (const std::exception& e) {
+    return parse_error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!out->is_object()) {
+    return parse_error(path + ": must hold a JSON object {...}, got " + std::string(out->type_name()));
+  }
+  return Status::ok_status();
+}
+
+// Fields the engine does not store but must refuse when they ask for something it does not implement.
+Status check_unsupported_features(const FieldReader& r) {
+  if (const Json* j = r.find("rope_scaling"); j != nullptr && !j->is_null()) {
+    if (!j->is_object()) return r.type_error("rope_scaling", "null or an object", *j);
+    const Json* type = nullptr;
+    if (auto it = j->find("rope_type"); it != j->end()) type = &*it;
+    else if (auto it2 = j->find("type"); it2 != j->end()) type = &*it2;
+    if (type == nullptr || !type->is_string()) {
+      return r.value_error("rope_scaling", "must have a string \"rope_type\" (or \"type\")");
+    }
+    if (type->get<std::string>() != "default") {
+      return r.unsupported("rope_scaling", "has type \"" + type->get<std::string>() +
+                                               "\", which is not supported (only null or \"default\" RoPE)");
+    }
+  }
+  bool flag = false;
+  DC_RETURN_IF_ERROR(r.get_bool("use_sliding_window", &flag));
+  if (flag) return r.unsupported("use_sliding_window", "is true: sliding-window attention is not supported");
+  flag = false;
+  DC_RETURN_IF_ERROR(r.get_bool("use_mrope", &flag));
+  if (flag) return r.unsupported("use_mrope", "is true: multimodal RoPE is not supported");
+  int64_t ignored_int = 0;
+  const int64_t kNull = -1;
+  DC_RETURN_IF_ERROR(r.get_int("sliding_window", &ignored_int, &kNull));
+  double ignored_double = 0;
+  DC_RETURN_IF_ERROR(r.get_double("attention_dropout", &ignored_double));
+  if (const Json* j = r.find("architectures"); j != nullptr && !j->is_null()) {
+    const bool ok = j->is_array() && std::all_of(j->begin(), j->end(), [](const Json& e) { return e.is_string(); });
+    if (!ok) return r.type_error("architectures", "a list of strings", *j);
+  }
+  return Status::ok_status();
+}
+
+Status check_token_id(const FieldReader& r, const char* key, int64_t id, int64_t n_vocab) {
+  if (id < -1 || id >= n_vocab) {
+    return r.value_error(key, "is " + std::to_string(id) + ", outside [0, vocab_size = " + std::to_string(n_vocab) +
+                                  "); use null for none");
+  }
+  return Status::ok_status();
+}
+
+Status validate(const FieldReader& r, const ModelConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", c.n_vocab},          {"hidden_size", c.n_embd},          {"intermediate_size", c.n_ff},
+      {"num_hidden_layers", c.n_layer},   {"num_attention_heads", c.n_head}, {"num_key_value_heads", c.n_head_kv},
+      {"head_dim", c.head_dim},           {"max_position_embeddings", c.max_position_embeddings}};
+  for (const auto& [key, v] : sizes) {
+    if (v <= 0) return r.value_error(key, "must be positive, got " + std::to_string(v));
+  }
+  if (c.n_head % c.n_head_kv != 0) {
+    return r.value_error("num_key_value_heads", "(" + std::to_string(c.n_head_kv) +
+                                                    ") must divide num_attention_heads (" +
+                                                    std::to_string(c.n_head) + ")");
+  }
+  if (c.head_dim % 2 != 0) {
+    return r.value_error("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  }
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps)) {
+    return r.value_error("rms_norm_eps", "must be a finite number > 0, got " + format_number(c.rms_norm_eps));
+  }
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) {
+    return r.value_error("rope_theta", "must be a finite number > 0, got " + format_number(c.rope_theta));
+  }
+  DC_RETURN_IF_ERROR(check_token_id(r, "mask_token_id", c.mask_token_id, c.n_vocab));
+  DC_RETURN_IF_ERROR(check_token_id(r, "pad_token_id", c.pad_token_id, c.n_vocab));
+  DC_RETURN_IF_ERROR(check_token_id(r, "bos_token_id", c.bos_token_id, c.n_vocab));
+  DC_RETURN_IF_ERROR(check_token_id(r, "eos_token_id", c.eos_token_id, c.n_vocab));
+  return Status::ok_status();
+}
+
+Status fill_model_config(const FieldReader& r, ModelConfig* c) {
+  DC_RETURN_IF_ERROR(r.get_string("model_type", &c->model_type));
+  DC_RETURN_IF_ERROR(r.get_string("torch_dtype", &c->torch_dtype, /*allow_null=*/true));
+  if (r.find("torch_dtype") == nullptr) DC_RETURN_IF_ERROR(r.get_string("dtype", &c->torch_dtype, true));
+  DC_RETURN_IF_ERROR(r.get_string("hidden_act", &c->hidden_act));
+  if (c->hidden_act != "silu") {
+    return r.unsupported("hidden_act", "is \"" + c->hidden_act + "\"; only \"silu\" is supported");
+  }
+  DC_RETURN_IF_ERROR(r.get_int("vocab_size", &c->n_vocab));
+  DC_RETURN_IF_ERROR(r.get_int("hidden_size", &c->n_embd));
+  DC_RETURN_IF_ERROR(r.get_int("intermediate_size", &c->n_ff));
+  DC_RETURN_IF_ERROR(r.get_int("num_hidden_layers", &c->n_layer));
+  DC_RETURN_IF_ERROR(r.get_int("num_attention_heads", &c->n_head));
+  const int64_t n_head = c->n_head;  // Qwen2Config: num_key_value_heads null -> num_attention_heads
+  DC_RETURN_IF_ERROR(r.get_int("num_key_value_heads", &c->n_head_kv, &n_head));
+  if (const Json* j = r.find("head_dim"); j != nullptr && !j->is_null()) {
+    DC_RETURN_IF_ERROR(r.get_int("head_dim", &c->head_dim));  // validate() checks it is positive
+  } else {
+    if (c->n_head <= 0) {
+      return r.value_error("num_attention_heads", "must be positive, got " + std::to_string(c->n_head));
+    }
+    if (c->n_embd % c->n_head != 0) {
+      return r.value_error("hidden_size", "(" + std::to_string(c->n_embd) +
+                                              ") must be divisible by num_attention_heads (" +
+                                              std::to_string(c->n_head) + ") when head_dim is not given");
+    }
+    c->head_dim = c->n_embd / c->n_head;
+  }
+  DC_RETURN_IF_ERROR(r.get_int("max_position_embeddings", &c->max_position_embeddings));
+  DC_RETURN_IF_ERROR(r.get_double("rope_theta", &c->rope_theta));
+  DC_RETURN_IF_ERROR(r.get_double("rms_norm_eps", &c->rms_norm_eps));
+  DC_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", &c->tie_word_embeddings));
+  DC_RETURN_IF_ERROR(r.get_token_id("mask_token_id", &c->mask_token_id));
+  DC_RETURN_IF_ERROR(r.get_token_id("pad_token_id", &c->pad_token_id));
+  DC_RETURN_IF_ERROR(r.get_token_id("bos_token_id", &c->bos_token_id));
+  DC_RETURN_IF_ERROR(r.get_token_id("eos_token_id", &c->eos_token_id));
+  DC_RETURN_IF_ERROR(check_unsupported_features(r));
+  return validate(r, *c);
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(std::string_view json_text, const std::string& path) {
+  Json root;
+  DC_RETURN_IF_ERROR(parse_object(json_text, path, &root));
+  FieldReader reader(root, path);
+  ModelConfig config;
+  DC_RETURN_IF_ERROR(fill_model_config(reader, &config));
+  return config;
+}
+
+Result<ModelConfig> load_model_config(const std::string& path) {
+  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_model_config(text, path);
+}
+
+Result<GenerationConfigFile> parse_generation_config(std::string_view json_text, const std::string& path) {
+  Json root;
+  DC_RETURN_IF_ERROR(parse_object(json_text, path, &root));
+  FieldReader r(root, path);
+  GenerationConfigFile g;
+  g.present = true;
+  const double kUnsetDouble = -1;
+  const int64_t kUnsetInt = -1;
+  DC_RETURN_IF_ERROR(r.get_string("alg", &g.alg, /*allow_null=*/true));
+  const std::pair<const char*, double*> doubles[] = {
+      {"temperature", &g.temperature}, {"top_p", &g.top_p}, {"eps", &g.eps}, {"alg_temp", &g.alg_temp}};
+  for (const auto& [key, out] : doubles) {
+    DC_RETURN_IF_ERROR(r.get_double(key, out, &kUnsetDouble));
+    if (r.find(key) != nullptr && !r.find(key)->is_null() && !(*out >= 0)) {
+      return r.value_error(key, "must be >= 0 or null, got " + format_number(*out));
+    }
+  }
+  if (g.top_p > 1) return r.value_error("top_p", "must be in [0, 1] or null, got " + format_number(g.top_p));
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"top_k", &g.top_k}, {"steps", &g.steps}, {"max_new_tokens", &g.max_new_tokens}, {"max_length", &g.max_length}};
+  for (const auto& [key, out] : ints) {
+    DC_RETURN_IF_ERROR(r.get_int(key, out, &kUnsetInt));
+    if (r.find(key) != nullptr && !r.find(key)->is_null() && *out < 0) {
+      return r.value_error(key, "must be >= 0 or null, got " + std::to_string(*out));
+    }
+  }
+  const std::pair<const char*, int64_t*> ids[] = {{"mask_token_id", &g.mask_token_id},
+                                                  {"pad_token_id", &g.pad_token_id},
+                                                  {"bos_token_id", &g.bos_token_id},
+                                                  {"eos_token_id", &g.eos_token_id}};
+  for (const auto& [key, out] : ids) {
+    DC_RETURN_IF_ERROR(r.get_token_id(key, out));
+    if (*out < -1) return r.value_error(key, "must be a token id >= 0 or null, got " + std::to_string(*out));
+  }
+  return g;
+}
+
+Result<GenerationConfigFile> load_generation_config(const std::string& path) {
+  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_generation_config(text, path);
+}
+
+}  // namespace dc

@@ -1,0 +1,112 @@
+// POSIX mmap of a whole file, and reading a small text file into a string.
+#include "io/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace dc {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+Status open_error(const std::string& what, const std::string& path, int err) {
+  std::string msg = "cannot " + what + " '" + path + "': " + errno_text(err);
+  if (err == ENOENT) return not_found(msg + " (check the path)");
+  if (err == EACCES) return io_error(msg + " (check the file permissions)");
+  return io_error(msg);
+}
+
+// Opens `path` read-only and checks that it is a regular file; returns the fd and its size.
+Status open_regular_file(const std::string& path, int* fd_out, size_t* size_out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return open_error("open", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return open_error("stat", path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument("'" + path + "' is not a regular file (a directory or device?); pass a file path");
+  }
+  *fd_out = fd;
+  *size_out = static_cast<size_t>(st.st_size);
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = -1;
+  size_t size = 0;
+  DC_RETURN_IF_ERROR(open_regular_file(path, &fd, &size));
+  MappedFile file;
+  file.path_ = path;
+  if (size == 0) {
+    ::close(fd);
+    return file;
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return open_error("mmap", path, err);
+  file.data_ = static_cast<const uint8_t*>(p);
+  file.size_ = size;
+  return file;
+}
+
+MappedFile::~MappedFile() { reset(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    path_ = std::move(other.path_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::reset() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  int fd = -1;
+  size_t size = 0;
+  DC_RETURN_IF_ERROR(open_regular_file(path, &fd, &size));
+  std::string text;
+  text.resize(size);
+  size_t done = 0;
+  while (true) {
+    if (done == text.size()) text.resize(text.size() + 4096);  // the file may have grown
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return open_error("read", path, err);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(done);
+  return text;
+}
+
+}  // namespace dc

@@ -1,0 +1,44 @@
+// MappedFile: a whole file mapped read-only into memory (RAII; the mapping lives as long as the
+// object), plus a small helper that reads a text file into a string.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace dc {
+
+class MappedFile {
+ public:
+  // Maps the regular file at `path` read-only and private. A zero-length file gives size() == 0 and
+  // data() == nullptr (nothing is mapped). Errors (missing file, a directory, mmap failure) name the
+  // path and the errno text. The file descriptor is closed before returning; the mapping stays.
+  static Result<MappedFile> open(const std::string& path);
+
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  // The mapped bytes; stable for the lifetime of the mapping, including across moves.
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void reset();
+
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Reads the whole file at `path` (config.json and the like). Errors name the path and errno text;
+// a missing file gives kNotFound.
+Result<std::string> read_text_file(const std::string& path);
+
+}  // namespace dc

@@ -1,0 +1,296 @@
+// Temperature, top-p, top-k and softmax over one row; a lazily sorted prefix avoids sorting the vocab.
+#include "sampler/filters.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "core/check.h"
+
+namespace dc {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// exp(x) for x <= 0 (x = logit − max) within 2 ulp of the correctly rounded value, branch-free so that
+// loops over the vocabulary vectorise (libm's expf does not). exp(x) = 2^k · exp(r), |r| <= ln2/2, with
+// Cephes' degree-6 polynomial. Below −87 the result is clamped to about 1e-38 instead of a denormal
+// or 0: negligible next to the max term (1). −inf gives that tiny value too, so callers must not rely
+// on −inf → 0 here (the survivor softmax uses exp_or_zero).
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  // Round to nearest with the 1.5·2^23 trick (std::floor and std::max keep GCC from vectorising).
+  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  return p * std::bit_cast<float>(bits);
+}
+
+// exp(x) for x <= 0 with exp(−inf) = 0 exactly (a filtered or banned token has probability 0).
+inline float exp_or_zero(float x) { return x == -std::numeric_limits<float>::infinity() ? 0.0f : exp_nonpositive(x); }
+
+// Strict total order "a comes before b": larger logit first, equal logits by lower id.
+struct Before {
+  const float* x;
+  bool operator()(int32_t a, int32_t b) const { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+};
+
+// order[0..sorted()) holds the best ids under Before, in order. Grows on demand: the first request
+// with a small count uses one heap pass over the row; later ones partition the remaining ids.
+// Precondition: no NaN in x (Before must be a strict weak order).
+class SortedPrefix {
+ public:
+  SortedPrefix(const float* x, int64_t n, std::vector<int32_t>& order) : x_(x), n_(n), order_(order) {}
+
+  int64_t sorted() const { return sorted_; }
+  int32_t operator[](int64_t i) const { return order_[static_cast<size_t>(i)]; }
+
+  // Makes at least min(m, n) entries sorted (grows geometrically to amortise repeated requests).
+  void ensure(int64_t m) {
+    m = std::min(m, n_);
+    if (m <= sorted_) return;
+    const int64_t target = std::min(n_, std::max({m, 2 * sorted_, int64_t{64}}));
+    const Before before{x_};
+    if (!full_ && sorted_ == 0 && target * 8 <= n_) {
+      heap_select(target);
+      return;
+    }
+    if (!full_) build_full();
+    auto first = order_.begin() + sorted_;
+    auto mid = order_.begin() + target;
+    if (target < n_) std::nth_element(first, mid, order_.end(), before);
+    std::sort(first, mid, before);
+    sorted_ = target;
+  }
+
+ private:
+  // The `target` best ids with a bounded heap whose front is the worst kept id. Scanning ids upwards,
+  // a later id beats an earlier one only with a strictly larger logit.
+  void heap_select(int64_t target) {
+    const Before before{x_};
+    order_.resize(static_cast<size_t>(target));
+    for (int64_t i = 0; i < target; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::make_heap(order_.begin(), order_.end(), before);
+    for (int64_t i = target; i < n_; ++i) {
+      if (x_[i] > x_[order_.front()]) {
+        std::pop_heap(order_.begin(), order_.end(), before);
+        order_.back() = static_cast<int32_t>(i);
+        std::push_heap(order_.begin(), order_.end(), before);
+      }
+    }
+    std::sort_heap(order_.begin(), order_.end(), before);
+    sorted_ = target;
+  }
+
+  // Appends every id not yet in the sorted prefix (those after its last entry).
+  void build_full() {
+    if (sorted_ == 0) {
+      order_.resize(static_cast<size_t>(n_));
+      std::iota(order_.begin(), order_.end(), 0);
+    } else {
+      const Before before{x_};
+      const int32_t pivot = order_[static_cast<size_t>(sorted_ - 1)];
+      order_.resize(static_cast<size_t>(sorted_));
+      order_.reserve(static_cast<size_t>(n_));
+      for (int64_t i = 0; i < n_; ++i) {
+        if (before(pivot, static_cast<int32_t>(i))) order_.push_back(static_cast<int32_t>(i));
+      }
+      DC_CHECK(static_cast<int64_t>(order_.size()) == n_, "sorted prefix lost ids");
+    }
+    full_ = true;
+  }
+
+  const float* x_;
+  int64_t n_;
+  std::vector<int32_t>& order_;
+  int64_t sorted_ = 0;
+  bool full_ = false;
+};
+
+// Σ exp(x_i − max) over all n entries: f32 terms computed a block at a time (a loop the compiler
+// vectorises), summed in f64 over 16 independent lanes, lanes added in a fixed order: deterministic.
+double sum_exp(const float* x, int64_t n, float max) {
+  constexpr int64_t kBlock = 512, kLanes = 16;
+  float terms[kBlock];
+  double lanes[kLanes] = {};
+  double tail = 0.0;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    for (int64_t j = 0; j < len; ++j) terms[j] = exp_nonpositive(x[start + j] - max);
+    int64_t j = 0;
+    for (; j + kLanes <= len; j += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += terms[j + l];
+    }
+    for (; j < len; ++j) tail += terms[j];
+  }
+  double z = tail;
+  for (double lane : lanes) z += lane;
+  return z;
+}
+
+// Number of leading entries of the sorted order that survive top-p then top-k (see the header).
+// top_p_on / top_k_on say which filters are active; k is already min(top_k, n).
+int64_t surviving_prefix(const float* x, int64_t n, bool top_p_on, float top_p, bool top_k_on, int64_t k,
+                         SortedPrefix& prefix) {
+  prefix.ensure(top_k_on ? k : 64);
+  const float max = x[prefix[0]];
+  const double z = top_p_on ? sum_exp(x, n, max) : 1.0;
+  double cum = 0.0;  // c[i−1] of the reference: mass of the sorted tokens before i
+  int64_t i = 0;
+  for (; i < n; ++i) {
+    if (i >= prefix.sorted()) prefix.ensure(i + 1);
+    const int32_t id = prefix[i];
+    if (top_k_on && i >= k && x[id] < x[prefix[k - 1]]) break;
+    if (top_p_on && i > 0 && static_cast<float>(cum) > top_p) break;
+    if (top_p_on) cum += static_cast<float>(exp_or_zero(x[id] - max) / z);
+  }
+  return i;
+}
+
+}  // namespace
+
+void apply_temperature(float* logits, int64_t n_vocab, float temperature) {
+  if (!(temperature > 0.0f)) return;
+  for (int64_t i = 0; i < n_vocab; ++i) logits[i] /= temperature;
+}
+
+void top_p_filter(float* logits, int64_t n_vocab, float top_p, FilterScratch& scratch) {
+  if (!(top_p < 1.0f) || n_vocab <= 1) return;
+  SortedPrefix prefix(logits, n_vocab, scratch.order);
+  const int64_t kept = surviving_prefix(logits, n_vocab, true, top_p, false, 0, prefix);
+  if (kept >= n_vocab) return;
+  const Before before{logits};
+  const int32_t pivot = prefix[kept - 1];
+  for (int64_t i = 0; i < n_vocab; ++i) {
+    if (before(pivot, static_cast<int32_t>(i))) logits[i] = -kInf;
+  }
+}
+
+void top_k_filter(float* logits, int64_t n_vocab, int64_t top_k, FilterScratch& scratch) {
+  if (top_k <= 0 || top_k >= n_vocab) return;
+  scratch.values.assign(logits, logits + n_vocab);
+  auto nth = scratch.values.begin() + (top_k - 1);
+  std::nth_element(scratch.values.begin(), nth, scratch.values.end(), std::greater<float>());
+  const float threshold = *nth;
+  for (int64_t i = 0; i < n_vocab; ++i) {
+    if (logits[i] < threshold) logits[i] = -kInf;
+  }
+}
+
+void softmax_in_place(float* x, int64_t n) {
+  const float max = *std::max_element(x, x + n);
+  double z = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = exp_or_zero(x[i] - max);
+    z += x[i];
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] / z);
+}
+
+Status filtered_distribution(float* logits, int64_t n_vocab, const FilterConfig& config, FilterScratch& scratch) {
+  DC_CHECK(n_vocab >= 1, "filtered_distribution needs n_vocab >= 1");
+  // Temperature and the finiteness check in one pass: !(v < inf) catches NaN and +inf.
+  bool bad = false;
+  float max = -kInf;
+  if (config.temperature > 0.0f) {
+    const float t = config.temperature;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      const float v = logits[i] / t;
+      logits[i] = v;
+      bad |= !(v < kInf);
+      max = std::max(max, v);
+    }
+  } else {
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      bad |= !(logits[i] < kInf);
+      max = std::max(max, logits[i]);
+    }
+  }
+  if (bad) {
+    int64_t at = 0;
+    while (at < n_vocab && logits[at] < kInf) ++at;
+    return invalid_argument("logits: token " + std::to_string(at) + " has a NaN or +inf logit" +
+                            (config.temperature > 0.0f ? " after dividing by temperature" : "") +
+                            " (a broken model output, a logits_hook bug, or a temperature too close to 0)");
+  }
+  if (max == -kInf) return invalid_argument("logits: every token has logit -inf, nothing can be sampled");
+
+  const bool top_p_on = config.top_p < 1.0f && n_vocab > 1;
+  const bool top_k_on = config.top_k > 0 && config.top_k < n_vocab;
+  scratch.ids.clear();
+  if (!top_p_on && !top_k_on) {
+    scratch.ids.resize(static_cast<size_t>(n_vocab));
+    std::iota(scratch.ids.begin(), scratch.ids.end(), 0);
+  } else {
+    SortedPrefix prefix(logits, n_vocab, scratch.order);
+    const int64_t kept = surviving_prefix(logits, n_vocab, top_p_on, config.top_p, top_k_on, config.top_k, prefix);
+    scratch.ids.resize(static_cast<size_t>(kept));
+    for (int64_t i = 0; i < kept; ++i) scratch.ids[static_cast<size_t>(i)] = prefix[i];
+  }
+  // Softmax over the survivors (the max survives every filter).
+  const size_t m = scratch.ids.size();
+  scratch.probs.resize(m);
+  double z = 0.0;
+  for (size_t i = 0; i < m; ++i) {
+    const float e = exp_or_zero(logits[scratch.ids[i]] - max);
+    scratch.probs[i] = e;
+    z += e;
+  }
+  for (size_t i = 0; i < m; ++i) scratch.probs[i] = static_cast<float>(scratch.probs[i] / z);
+  return Status::ok_status();
+}
+
+Result<TokenSample> sample_token(float* logits, int64_t n_vocab, const FilterConfig& config, ConfidenceKind kind,
+                                 Rng& rng, FilterScratch& scratch) {
+  DC_RETURN_IF_ERROR(filtered_distribution(logits, n_vocab, config, scratch));
+  const std::vector<int32_t>& ids = scratch.ids;
+  const std::vector<float>& probs = scratch.probs;
+  size_t chosen = 0;
+  if (config.temperature > 0.0f) {
+    chosen = static_cast<size_t>(sample_categorical(probs, rng));
+  } else {
+    for (size_t i = 1; i < ids.size(); ++i) {
+      if (probs[i] > probs[chosen] || (probs[i] == probs[chosen] && ids[i] < ids[chosen])) chosen = i;
+    }
+  }
+  TokenSample out;
+  out.token = ids[chosen];
+  switch (kind) {
+    case ConfidenceKind::kProbability:
+      out.confidence = probs[chosen];
+      break;
+    case ConfidenceKind::kMargin: {
+      float top1 = 0.0f, top2 = 0.0f;
+      for (float p : probs) {
+        if (p > top1) {
+          top2 = top1;
+          top1 = p;
+        } else if (p > top2) {
+          top2 = p;
+        }
+      }
+      out.confidence = top1 - top2;
+      break;
+    }
+    case ConfidenceKind::kNegEntropy: {
+      double sum = 0.0;
+      for (float p : probs) sum += static_cast<double>(p) * std::log(static_cast<double>(p) + 1e-10);
+      out.confidence = static_cast<float>(sum);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace dc

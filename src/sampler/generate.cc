@@ -1,0 +1,402 @@
+// generate(): Dream's `_sample` step loop over a left-padded canvas, with per-position RNG streams so the
+// output is a function of (inputs, seed) only, and with the hooks of spec §3.6 plus a custom policy.
+#include "sampler/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "sampler/filters.h"
+#include "sampler/rng.h"
+#include "sampler/schedule.h"
+
+namespace dc {
+namespace {
+
+constexpr std::string_view kCancelledPrefix = "cancelled: ";
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+ConfidenceKind confidence_kind(Algorithm alg) {
+  switch (alg) {
+    case Algorithm::kTopkMargin: return ConfidenceKind::kMargin;
+    case Algorithm::kEntropy: return ConfidenceKind::kNegEntropy;
+    default: return ConfidenceKind::kProbability;  // maskgit_plus, and origin under a custom policy
+  }
+}
+
+std::string where(int step, int64_t row, int64_t position) {
+  return "step " + std::to_string(step) + " row " + std::to_string(row) + " position " + std::to_string(position);
+}
+
+// The padded canvas and the ForwardBatch side arrays (empty when no row needs padding).
+struct Canvas {
+  int64_t n_rows = 0, n_seq = 0, prompt_width = 0;
+  std::vector<int32_t> tokens;     // [n_rows, n_seq]
+  std::vector<uint8_t> valid;      // [n_rows, n_seq] 1 = real (prompt or generated), 0 = left pad
+  std::vector<int32_t> positions;  // [n_rows, n_seq] cumsum(valid) − 1, pads at 1
+  std::vector<int64_t> prompt_lengths, pad_counts;  // [n_rows]
+};
+
+Result<Canvas> build_canvas(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                            int64_t n_vocab) {
+  if (prompts.empty()) return invalid_argument("prompts: no prompt given");
+  Canvas c;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t j = 0; j < prompts[i].size(); ++j) {
+      const int32_t id = prompts[i][j];
+      if (id < 0 || id >= n_vocab) {
+        return invalid_argument("prompts[" + std::to_string(i) + "][" + std::to_string(j) + "]: token id " +
+                                std::to_string(id) + " is outside [0, " + std::to_string(n_vocab) + ")");
+      }
+    }
+    c.prompt_width = std::max<int64_t>(c.prompt_width, static_cast<int64_t>(prompts[i].size()));
+  }
+  DC_ASSIGN_OR_RETURN(c.n_seq, canvas_length(params, c.prompt_width));
+  const int64_t repeats = params.num_return_sequences;
+  c.n_rows = static_cast<int64_t>(prompts.size()) * repeats;
+  c.tokens.assign(static_cast<size_t>(c.n_rows * c.n_seq), params.mask_token_id);
+  bool padded = false;
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(b / repeats)];
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    const int64_t pads = c.prompt_width - len;
+    int32_t* row = c.tokens.data() + b * c.n_seq;
+    std::fill(row, row + pads, params.pad_token_id);
+    std::copy(prompt.begin(), prompt.end(), row + pads);
+    c.prompt_lengths.push_back(len);
+    c.pad_counts.push_back(pads);
+    padded |= pads > 0;
+  }
+  if (padded) {
+    c.valid.assign(c.tokens.size(), 1);
+    c.positions.assign(c.tokens.size(), 0);
+    for (int64_t b = 0; b < c.n_rows; ++b) {
+      const int64_t pads = c.pad_counts[static_cast<size_t>(b)];
+      for (int64_t i = 0; i < c.n_seq; ++i) {
+        const size_t at = static_cast<size_t>(b * c.n_seq + i);
+        c.valid[at] = i >= pads ? 1 : 0;
+        c.positions[at] = static_cast<int32_t>(i >= pads ? i - pads : 1);
+      }
+    }
+  }
+  return c;
+}
+
+// Positions of one step, row-major, with per-row offsets.
+struct PositionSet {
+  std::vector<MaskedPosition> positions;
+  std::vector<int64_t> row_begin;  // [n_rows + 1]
+};
+
+PositionSet masked_positions(const Canvas& c, int32_t mask_id) {
+  PositionSet set;
+  set.row_begin.reserve(static_cast<size_t>(c.n_rows + 1));
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+    const int32_t* row = c.tokens.data() + b * c.n_seq;
+    for (int64_t i = 0; i < c.n_seq; ++i) {
+      if (row[i] == mask_id) set.positions.push_back({b, i});
+    }
+  }
+  set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+  return set;
+}
+
+// Origin: keep the positions whose u ~ U[0,1) (own stream per position) is below p.
+PositionSet origin_transfers(const PositionSet& masked, int64_t n_rows, float p, uint64_t seed, int step) {
+  PositionSet set;
+  for (int64_t b = 0; b < n_rows; ++b) {
+    set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+    for (int64_t e = masked.row_begin[b]; e < masked.row_begin[b + 1]; ++e) {
+      const MaskedPosition& mp = masked.positions[static_cast<size_t>(e)];
+      Rng rng = Rng::for_stream(seed, RngPurpose::kTransfer, step, mp.row, mp.position);
+      if (rng.uniform_float() < p) set.positions.push_back(mp);
+    }
+  }
+  set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+  return set;
+}
+
+// Per-step working memory, reused across steps.
+struct StepBuffers {
+  std::vector<int64_t> out_rows;    // [n_out] flat canvas indices asked of the model
+  std::vector<int64_t> out_of;      // [n] which out row each sampled position reads
+  std::vector<float> logits;        // [n, n_vocab] one row per sampled position
+  std::vector<float> dedup_logits;  // [n_out, n_vocab] when positions share a row (j = 0 and 1)
+  std::vector<int32_t> proposed;    // [n]
+  std::vector<float> confidence;    // [n]
+};
+
+// Asks the model for the shifted logits of every position in `set` (row j − 1 for position j).
+Status forward_rows(const LogitsFn& logits_fn, int64_t n_vocab, const Canvas& c, const PositionSet& set,
+                    StepBuffers& buf) {
+  const size_t n = set.positions.size();
+  buf.out_rows.clear();
+  buf.out_of.resize(n);
+  for (size_t e = 0; e < n; ++e) {
+    const MaskedPosition& mp = set.positions[e];
+    const int64_t src = mp.row * c.n_seq + std::max<int64_t>(mp.position - 1, 0);
+    if (buf.out_rows.empty() || buf.out_rows.back() != src) buf.out_rows.push_back(src);  // sorted input
+    buf.out_of[e] = static_cast<int64_t>(buf.out_rows.size()) - 1;
+  }
+  const size_t n_out = buf.out_rows.size();
+  const size_t v = static_cast<size_t>(n_vocab);
+  buf.logits.resize(n * v);
+  const bool dedup = n_out != n;
+  if (dedup) buf.dedup_logits.resize(n_out * v);
+  ForwardBatch batch;
+  batch.n_batch = c.n_rows;
+  batch.n_seq = c.n_seq;
+  batch.tokens = c.tokens.data();
+  batch.positions = c.positions.empty() ? nullptr : c.positions.data();
+  batch.valid = c.valid.empty() ? nullptr : c.valid.data();
+  batch.out_rows = buf.out_rows.data();
+  batch.n_out = static_cast<int64_t>(n_out);
+  DC_RETURN_IF_ERROR(logits_fn(batch, dedup ? buf.dedup_logits.data() : buf.logits.data()));
+  if (dedup) {
+    for (size_t e = 0; e < n; ++e) {
+      std::memcpy(buf.logits.data() + e * v, buf.dedup_logits.data() + static_cast<size_t>(buf.out_of[e]) * v,
+                  v * sizeof(float));
+    }
+  }
+  return Status::ok_status();
+}
+
+// Draws a token and its confidence for every position of `set`, in parallel when a pool is given.
+Status sample_positions(const PositionSet& set, int64_t n_vocab, const SamplingParams& params, int step,
+                        ThreadPool* pool, StepBuffers& buf) {
+  const int64_t n = static_cast<int64_t>(set.positions.size());
+  buf.proposed.resize(static_cast<size_t>(n));
+  buf.confidence.resize(static_cast<size_t>(n));
+  const FilterConfig config{params.temperature, params.top_p, params.top_k};
+  const ConfidenceKind kind = confidence_kind(params.alg);
+  std::vector<Status> errors(static_cast<size_t>(n));
+  auto run = [&](int64_t begin, int64_t end) {
+    FilterScratch scratch;
+    for (int64_t e = begin; e < end; ++e) {
+      const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
+      Rng rng = Rng::for_stream(params.seed, RngPurpose::kToken, step, mp.row, mp.position);
+      Result<TokenSample> r = sample_token(buf.logits.data() + e * n_vocab, n_vocab, config, kind, rng, scratch);
+      if (!r.ok()) {
+        errors[static_cast<size_t>(e)] = r.status();
+        continue;
+      }
+      buf.proposed[static_cast<size_t>(e)] = r->token;
+      buf.confidence[static_cast<size_t>(e)] = r->confidence;
+    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(n, run, 1);
+  } else {
+    run(0, n);
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    if (!errors[static_cast<size_t>(e)].ok()) {
+      const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
+      return errors[static_cast<size_t>(e)].with_context(where(step, mp.row, mp.position));
+    }
+  }
+  return Status::ok_status();
+}
+
+// The k entries of [begin, end) with the largest confidence, ties → lowest position; O(n).
+void select_top_k(const std::vector<float>& confidence, int64_t begin, int64_t end, int64_t k,
+                  std::vector<int64_t>& chosen) {
+  std::vector<int64_t> idx(static_cast<size_t>(end - begin));
+  for (int64_t e = begin; e < end; ++e) idx[static_cast<size_t>(e - begin)] = e;
+  // Entries of a row are in ascending position order, so the entry index breaks ties by position.
+  auto before = [&](int64_t a, int64_t b) {
+    const float ca = confidence[static_cast<size_t>(a)], cb = confidence[static_cast<size_t>(b)];
+    return ca > cb || (ca == cb && a < b);
+  };
+  if (k < static_cast<int64_t>(idx.size())) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
+  chosen.insert(chosen.end(), idx.begin(), idx.begin() + k);
+}
+
+// Maps a policy's answer for `row` to entries of [begin, end); errors name unmask_policy.
+Status policy_entries(const std::vector<int64_t>& answer, const PositionSet& set, int64_t begin, int64_t end,
+                      int step, int64_t row, std::vector<int64_t>& chosen) {
+  const size_t first_new = chosen.size();
+  for (int64_t pos : answer) {
+    auto lo = set.positions.begin() + begin, hi = set.positions.begin() + end;
+    auto it = std::lower_bound(lo, hi, pos, [](const MaskedPosition& a, int64_t p) { return a.position < p; });
+    if (it == hi || it->position != pos) {
+      return invalid_argument("unmask_policy: at step " + std::to_string(step) + " row " + std::to_string(row) +
+                              " it returned position " + std::to_string(pos) +
+                              ", which is not a masked position of that row");
+    }
+    chosen.push_back(it - set.positions.begin());
+  }
+  std::sort(chosen.begin() + static_cast<std::ptrdiff_t>(first_new), chosen.end());
+  auto dup = std::adjacent_find(chosen.begin() + static_cast<std::ptrdiff_t>(first_new), chosen.end());
+  if (dup != chosen.end()) {
+    return invalid_argument("unmask_policy: at step " + std::to_string(step) + " row " + std::to_string(row) +
+                            " it returned position " + std::to_string(set.positions[*dup].position) + " twice");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+bool is_cancelled(const Status& status) {
+  return status.code() == StatusCode::kInternal && status.message().rfind(kCancelledPrefix, 0) == 0;
+}
+
+Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
+                                const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                                const GenerateHooks& hooks) {
+  const Clock::time_point t_start = Clock::now();
+  if (!logits_fn) return invalid_argument("logits_fn: empty function");
+  DC_RETURN_IF_ERROR(validate(params, n_vocab));
+  DC_ASSIGN_OR_RETURN(Canvas c, build_canvas(prompts, params, n_vocab));
+
+  GenerateOutput out;
+  const int n_steps = params.steps;
+  const std::vector<float> times = timesteps(n_steps, params.eps);
+  const bool origin_direct = params.alg == Algorithm::kOrigin && !hooks.unmask_policy;
+  auto check_canvas = [&](int step) -> Status {
+    for (size_t at = 0; at < c.tokens.size(); ++at) {
+      if (c.tokens[at] < 0 || c.tokens[at] >= n_vocab) {
+        return invalid_argument("tokens_hook: at step " + std::to_string(step) + " it wrote token id " +
+                                std::to_string(c.tokens[at]) + " at row " + std::to_string(at / c.n_seq) +
+                                " position " + std::to_string(at % c.n_seq) + ", outside [0, " +
+                                std::to_string(n_vocab) + ")");
+      }
+    }
+    return Status::ok_status();
+  };
+  auto call_tokens_hook = [&](int step) -> Status {
+    if (!hooks.tokens_hook) return Status::ok_status();
+    hooks.tokens_hook(TokensHookArgs{step, n_steps, c.n_rows, c.n_seq, std::span<int32_t>(c.tokens)});
+    return check_canvas(step);
+  };
+  DC_RETURN_IF_ERROR(call_tokens_hook(-1));
+
+  StepBuffers buf;
+  std::vector<int64_t> chosen;
+  std::vector<MaskedPosition> committed;
+  for (int step = 0; step < n_steps; ++step) {
+    const bool last = step == n_steps - 1;
+    const float t = times[static_cast<size_t>(step)], s = times[static_cast<size_t>(step) + 1];
+    const PositionSet masked = masked_positions(c, params.mask_token_id);
+    const PositionSet to_sample =
+        origin_direct
+            ? origin_transfers(masked, c.n_rows, origin_transfer_probability(t, s, last), params.seed, step)
+            : masked;
+    const size_t n = to_sample.positions.size();
+    // The confidence algorithms' count k depends only on the masked counts, so a step that commits
+    // nothing (k = 0, e.g. step 0 of 256 tokens / 256 steps) needs no forward either.
+    int64_t k = 0;
+    if (!origin_direct) {
+      const float avg_masked = static_cast<float>(masked.positions.size()) / static_cast<float>(c.n_rows);
+      k = transfer_count(avg_masked, t, s, last);
+    }
+    const bool sample = n > 0 && (origin_direct || hooks.unmask_policy || last || k > 0);
+
+    // Forward, logits hook, sampling.
+    if (sample) {
+      const Clock::time_point t_fwd = Clock::now();
+      Status st = forward_rows(logits_fn, n_vocab, c, to_sample, buf);
+      out.timings.forward_ms += ms_since(t_fwd);
+      if (!st.ok()) return st.with_context("logits_fn at step " + std::to_string(step));
+    }
+    const Clock::time_point t_smp = Clock::now();
+    if (sample) {
+      if (hooks.logits_hook) {
+        hooks.logits_hook(LogitsHookArgs{step, n_steps, c.n_rows, c.n_seq, n_vocab, std::span<const int32_t>(c.tokens),
+                                         std::span<const MaskedPosition>(to_sample.positions),
+                                         std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
+      }
+      DC_RETURN_IF_ERROR(sample_positions(to_sample, n_vocab, params, step, hooks.pool, buf));
+    }
+
+    // Which sampled positions commit.
+    chosen.clear();
+    if (origin_direct) {
+      for (size_t e = 0; e < n; ++e) chosen.push_back(static_cast<int64_t>(e));
+    } else if (sample) {
+      for (int64_t b = 0; b < c.n_rows; ++b) {
+        const int64_t begin = to_sample.row_begin[b], end = to_sample.row_begin[b + 1];
+        const int64_t n_row = end - begin;
+        // min(k, own): never re-mask (the reference's batch-average k can exceed a row's masked count);
+        // the last step takes all of the row's own (equal to int(average) when rows agree).
+        const int64_t k_row = last ? n_row : std::min(k, n_row);
+        if (n_row == 0) continue;
+        if (hooks.unmask_policy) {
+          std::vector<int64_t> row_positions(static_cast<size_t>(n_row));
+          for (int64_t e = begin; e < end; ++e) row_positions[e - begin] = to_sample.positions[e].position;
+          PolicyInput input{step,
+                            n_steps,
+                            b,
+                            std::span<const int32_t>(c.tokens.data() + b * c.n_seq, c.n_seq),
+                            row_positions,
+                            std::span<const float>(buf.confidence.data() + begin, n_row),
+                            std::span<const int32_t>(buf.proposed.data() + begin, n_row),
+                            k_row};
+          DC_RETURN_IF_ERROR(policy_entries(hooks.unmask_policy(input), to_sample, begin, end, step, b, chosen));
+        } else if (k_row <= 0) {
+          continue;
+        } else if (params.alg_temp > 0.0f) {
+          std::vector<float> log_weights(static_cast<size_t>(n_row));
+          for (int64_t e = begin; e < end; ++e) log_weights[e - begin] = buf.confidence[e] / params.alg_temp;
+          Rng rng = Rng::for_stream(params.seed, RngPurpose::kSelect, step, b, -1);
+          for (int64_t i : sample_without_replacement(log_weights, k_row, rng)) chosen.push_back(begin + i);
+        } else {
+          select_top_k(buf.confidence, begin, end, k_row, chosen);
+        }
+      }
+      std::sort(chosen.begin(), chosen.end());
+    }
+
+    // Commit.
+    committed.clear();
+    std::vector<int64_t> counts(static_cast<size_t>(c.n_rows), 0);
+    for (int64_t e : chosen) {
+      const MaskedPosition& mp = to_sample.positions[static_cast<size_t>(e)];
+      const int32_t token = buf.proposed[static_cast<size_t>(e)];
+      c.tokens[static_cast<size_t>(mp.row * c.n_seq + mp.position)] = token;
+      if (token != params.mask_token_id) {
+        committed.push_back(mp);
+        ++counts[static_cast<size_t>(mp.row)];
+      }
+    }
+    out.timings.sampling_ms += ms_since(t_smp);
+    out.committed_counts.push_back(std::move(counts));
+
+    DC_RETURN_IF_ERROR(call_tokens_hook(step));
+    if (params.output_history) out.history.push_back(c.tokens);
+    out.timings.steps_run = step + 1;
+    if (hooks.on_step) {
+      const StepInfo info{step, n_steps, c.n_rows, c.n_seq, std::span<const int32_t>(c.tokens),
+                          std::span<const MaskedPosition>(committed), std::span<const int64_t>(c.prompt_lengths),
+                          std::span<const int64_t>(c.pad_counts)};
+      if (!hooks.on_step(info)) {
+        return Status(StatusCode::kInternal, std::string(kCancelledPrefix) + "on_step returned false after step " +
+                                                 std::to_string(step) + " of " + std::to_string(n_steps));
+      }
+    }
+  }
+
+  out.n_rows = c.n_rows;
+  out.n_seq = c.n_seq;
+  out.prompt_width = c.prompt_width;
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    const auto row = c.tokens.begin() + b * c.n_seq;
+    out.sequences.emplace_back(row, row + c.n_seq);
+    out.generated.emplace_back(row + c.prompt_width, row + c.n_seq);
+  }
+  out.prompt_lengths = std::move(c.prompt_lengths);
+  out.pad_counts = std::move(c.pad_counts);
+  out.timings.total_ms = ms_since(t_start);
+  return out;
+}
+
+}  // namespace dc

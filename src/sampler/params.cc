@@ -1,0 +1,108 @@
+// SamplingParams: algorithm names, validation with field-naming messages, the canvas-length rules,
+// and post-processing of generated ids.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "sampler/generate.h"
+
+namespace dc {
+namespace {
+
+std::string str(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+Result<Algorithm> parse_algorithm(std::string_view name) {
+  for (Algorithm alg : {Algorithm::kOrigin, Algorithm::kMaskgitPlus, Algorithm::kTopkMargin, Algorithm::kEntropy}) {
+    if (name == algorithm_name(alg)) return alg;
+  }
+  return invalid_argument("alg: unknown algorithm '" + std::string(name) +
+                          "'; valid names are origin, maskgit_plus, topk_margin, entropy");
+}
+
+const char* algorithm_name(Algorithm alg) {
+  switch (alg) {
+    case Algorithm::kOrigin: return "origin";
+    case Algorithm::kMaskgitPlus: return "maskgit_plus";
+    case Algorithm::kTopkMargin: return "topk_margin";
+    case Algorithm::kEntropy: return "entropy";
+  }
+  return "unknown";
+}
+
+Status validate(const SamplingParams& p, int64_t n_vocab) {
+  if (n_vocab < 1) return invalid_argument("n_vocab: must be >= 1 (got " + std::to_string(n_vocab) + ")");
+  if (p.steps < 1) return invalid_argument("steps: must be >= 1 (got " + std::to_string(p.steps) + ")");
+  if (!(p.eps > 0.0f && p.eps < 1.0f)) {
+    return invalid_argument("eps: must be in (0, 1) (got " + str(p.eps) + "); the reference uses 1e-3");
+  }
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+    return invalid_argument("temperature: must be finite and >= 0 (got " + str(p.temperature) + "); 0 = greedy");
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return invalid_argument("top_p: must be in (0, 1] (got " + str(p.top_p) + "); 1 disables top-p");
+  }
+  if (!(p.alg_temp >= 0.0f) || !std::isfinite(p.alg_temp)) {
+    return invalid_argument("alg_temp: must be finite and >= 0 (got " + str(p.alg_temp) + "); 0 = deterministic top-k");
+  }
+  if (p.num_return_sequences < 1) {
+    return invalid_argument("num_return_sequences: must be >= 1 (got " + std::to_string(p.num_return_sequences) + ")");
+  }
+  if (p.max_new_tokens && *p.max_new_tokens < 1) {
+    return invalid_argument("max_new_tokens: must be >= 1 (got " + std::to_string(*p.max_new_tokens) + ")");
+  }
+  if (p.max_length && *p.max_length < 1) {
+    return invalid_argument("max_length: must be >= 1 (got " + std::to_string(*p.max_length) + ")");
+  }
+  if (p.max_position_embeddings < 0) {
+    return invalid_argument("max_position_embeddings: must be >= 0 (got " + std::to_string(p.max_position_embeddings) +
+                            "); 0 = no cap");
+  }
+  if (p.mask_token_id < 0 || p.mask_token_id >= n_vocab) {
+    return invalid_argument("mask_token_id: " + std::to_string(p.mask_token_id) + " is outside [0, " +
+                            std::to_string(n_vocab) + ")");
+  }
+  if (p.pad_token_id < 0 || p.pad_token_id >= n_vocab) {
+    return invalid_argument("pad_token_id: " + std::to_string(p.pad_token_id) + " is outside [0, " +
+                            std::to_string(n_vocab) + ")");
+  }
+  if (p.pad_token_id == p.mask_token_id) {
+    return invalid_argument("pad_token_id: must differ from mask_token_id (" + std::to_string(p.mask_token_id) +
+                            "), or left pads would be generated over");
+  }
+  return Status::ok_status();
+}
+
+Result<int64_t> canvas_length(const SamplingParams& p, int64_t prompt_width) {
+  int64_t total = 0;
+  const char* field = "max_new_tokens";
+  if (p.max_new_tokens) {
+    total = prompt_width + *p.max_new_tokens;
+  } else if (p.max_length) {
+    total = *p.max_length;
+    field = "max_length";
+  } else {
+    total = prompt_width + 20;
+    if (p.max_position_embeddings > 0) total = std::min(total, p.max_position_embeddings);
+    field = "max_position_embeddings";
+  }
+  if (total <= prompt_width) {
+    return invalid_argument(std::string(field) + ": the canvas length " + std::to_string(total) +
+                            " must exceed the prompt length " + std::to_string(prompt_width) +
+                            "; set max_new_tokens");
+  }
+  return total;
+}
+
+std::vector<int32_t> truncate_at_stop(const std::vector<int32_t>& generated, const std::vector<int32_t>& stop_ids) {
+  auto it = std::find_first_of(generated.begin(), generated.end(), stop_ids.begin(), stop_ids.end());
+  return std::vector<int32_t>(generated.begin(), it);
+}
+
+}  // namespace dc

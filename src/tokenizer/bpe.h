@@ -1,0 +1,55 @@
+// Byte-level BPE model: turns the raw bytes of one pre-tokenized word into vocabulary ids by
+// applying merges in rank order (lowest rank first, leftmost first on ties), as Hugging Face does.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/flat_map.h"
+
+namespace dc {
+
+class BpeWordCache;
+
+class BpeModel {
+ public:
+  struct Merge {
+    int32_t left = 0;    // id of the left token
+    int32_t right = 0;   // id of the right token
+    int32_t merged = 0;  // id of their concatenation
+  };
+
+  // byte_ids[b] is the id of the one-byte token for byte b (all 256 must exist).
+  // merges are in rank order (index = rank); for a repeated pair the later rank wins, as in HF.
+  // word_ids maps whole words (raw bytes) to ids; when ignore_merges is set, a word found there is
+  // emitted as that single id without running the merges. Empty unless ignore_merges.
+  BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<Merge>& merges,
+           std::unordered_map<std::string, int32_t> word_ids, bool ignore_merges);
+  BpeModel(BpeModel&&) noexcept;
+  BpeModel& operator=(BpeModel&&) noexcept;
+  ~BpeModel();
+
+  // Appends the ids of `word` (raw bytes, not byte-level text; may be any bytes) to `out`.
+  // Thread-safe: results are memoised in an internal cache shared by all callers.
+  void encode_word(std::string_view word, std::vector<int32_t>* out) const;
+
+ private:
+  struct Rank {
+    int32_t rank;
+    int32_t merged;
+  };
+  void run_merges(std::string_view word, std::vector<int32_t>* out) const;
+
+  std::array<int32_t, 256> byte_ids_{};
+  PairMap<Rank> ranks_;  // (left id, right id) -> rank and merged id
+  std::unordered_map<std::string, int32_t> word_ids_;
+  bool ignore_merges_ = false;
+  std::unique_ptr<BpeWordCache> cache_;
+};
+
+}  // namespace dc

@@ -1,0 +1,146 @@
+// Model::forward against the PyTorch reference logits on every tiny fixture checkpoint (f32, bf16,
+// single file and sharded, three GQA ratios, odd lengths, left-padded batches, explicit positions).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fixtures.h"
+#include "model/transformer.h"
+
+namespace dc {
+namespace {
+
+using dc::testing::flatten;
+
+struct Case {
+  std::vector<int32_t> tokens, positions;
+  std::vector<uint8_t> valid;
+  int64_t B = 0, L = 0;
+};
+
+Case make_case(const nlohmann::json& c) {
+  Case k;
+  k.B = c["shape"][0].get<int64_t>();
+  k.L = c["shape"][1].get<int64_t>();
+  k.tokens = flatten<int32_t>(c["input_ids"]);
+  if (!c["position_ids"].is_null()) k.positions = flatten<int32_t>(c["position_ids"]);
+  if (!c["attention_mask"].is_null()) k.valid = flatten<uint8_t>(c["attention_mask"]);
+  return k;
+}
+
+ForwardBatch batch_of(const Case& k, const std::vector<int64_t>& rows) {
+  ForwardBatch b;
+  b.n_batch = k.B;
+  b.n_seq = k.L;
+  b.tokens = k.tokens.data();
+  b.positions = k.positions.empty() ? nullptr : k.positions.data();
+  b.valid = k.valid.empty() ? nullptr : k.valid.data();
+  b.out_rows = rows.data();
+  b.n_out = static_cast<int64_t>(rows.size());
+  return b;
+}
+
+TEST(ForwardParity, AllFixtureModelsMatchReference) {
+  const auto manifest = dc::testing::load_manifest();
+  ThreadPool pool(2);
+  Context ctx{Device::kCpu, &pool};
+  int n_cases = 0;
+  for (const auto& m : manifest["models"]) {
+    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
+    const int64_t V = (*model)->config().n_vocab;
+    for (const auto& c : fwd["cases"]) {
+      const Case k = make_case(c);
+      std::vector<int64_t> rows;  // real rows only: pad rows may hold any finite value
+      for (int64_t r = 0; r < k.B * k.L; ++r)
+        if (k.valid.empty() || k.valid[r]) rows.push_back(r);
+      std::vector<float> logits(rows.size() * V);
+      ASSERT_TRUE((*model)->forward(ctx, batch_of(k, rows), logits.data()).ok());
+      const auto ref = dc::testing::load_f32(dir + "/reference/" + c["logits_file"].get<std::string>());
+      ASSERT_EQ(ref.size(), static_cast<size_t>(k.B * k.L * V));
+      double diff2 = 0, ref2 = 0, max_abs = 0;
+      for (size_t i = 0; i < rows.size(); ++i)
+        for (int64_t v = 0; v < V; ++v) {
+          const double want = ref[rows[i] * V + v], got = logits[i * V + v];
+          ASSERT_TRUE(std::isfinite(got)) << "row " << rows[i] << " vocab " << v;
+          diff2 += (got - want) * (got - want);
+          ref2 += want * want;
+          max_abs = std::max(max_abs, std::abs(got - want));
+        }
+      const double rel = std::sqrt(diff2 / ref2);
+      std::printf("  %s/%s: rel %.2e max_abs %.2e\n", m["name"].get<std::string>().c_str(), c["name"].get<std::string>().c_str(), rel, max_abs);
+      EXPECT_LE(rel, 1e-5) << m["name"] << "/" << c["name"] << ": max |Δ| " << max_abs;
+      ++n_cases;
+    }
+  }
+  EXPECT_GE(n_cases, 15);
+}
+
+TEST(ForwardParity, PadRowsAreFiniteAndThreadCountDoesNotChangeLogits) {
+  const auto manifest = dc::testing::load_manifest();
+  ASSERT_FALSE(manifest["models"].empty());
+  const std::string dir = dc::testing::fixtures_dir() + "/" + manifest["models"][1]["dir"].get<std::string>();
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
+  for (const auto& c : fwd["cases"]) {
+    if (c["attention_mask"].is_null()) continue;
+    const Case k = make_case(c);
+    std::vector<int64_t> rows(k.B * k.L);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+    const int64_t V = (*model)->config().n_vocab;
+    std::vector<float> one(rows.size() * V), three(rows.size() * V);
+    ThreadPool p1(1), p3(3);
+    ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &p1}, batch_of(k, rows), one.data()).ok());
+    ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &p3}, batch_of(k, rows), three.data()).ok());
+    for (size_t i = 0; i < one.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(one[i])) << "index " << i;
+      ASSERT_EQ(one[i], three[i]) << "index " << i;
+    }
+  }
+}
+
+TEST(ForwardParity, ObserverSeesEveryLayer) {
+  const auto manifest = dc::testing::load_manifest();
+  ASSERT_FALSE(manifest["models"].empty());
+  auto model = Model::load(dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>());
+  ASSERT_TRUE(model.ok());
+  std::vector<int32_t> tokens = {1, 2, 3};
+  std::vector<int64_t> rows = {2};
+  ForwardBatch b{1, 3, tokens.data(), nullptr, nullptr, rows.data(), 1};
+  std::vector<float> logits((*model)->config().n_vocab);
+  std::vector<std::string> names;
+  ForwardObserver obs = [&](const std::string& name, const float*, const std::vector<int64_t>& shape) {
+    names.push_back(name);
+  };
+  ThreadPool pool(1);
+  ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &pool}, b, logits.data(), &obs).ok());
+  EXPECT_EQ(names.front(), "embd");
+  EXPECT_EQ(names.back(), "output_norm");
+  const int64_t n_layer = (*model)->config().n_layer;
+  EXPECT_NE(std::find(names.begin(), names.end(), "L" + std::to_string(n_layer - 1) + ".out"), names.end());
+}
+
+TEST(ForwardParity, BadBatchIsRejectedWithTheField) {
+  const auto manifest = dc::testing::load_manifest();
+  ASSERT_FALSE(manifest["models"].empty());
+  auto model = Model::load(dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>());
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(1);
+  std::vector<int32_t> tokens = {1, 999999, 3};
+  std::vector<int64_t> rows = {0};
+  std::vector<float> logits((*model)->config().n_vocab);
+  ForwardBatch b{1, 3, tokens.data(), nullptr, nullptr, rows.data(), 1};
+  Status s = (*model)->forward(Context{Device::kCpu, &pool}, b, logits.data());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("999999"), std::string::npos) << s.message();
+  tokens[1] = 2;
+  rows[0] = 3;
+  s = (*model)->forward(Context{Device::kCpu, &pool}, b, logits.data());
+  EXPECT_NE(s.message().find("out_rows"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace dc
