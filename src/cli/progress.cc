@@ -1,6 +1,7 @@
 // Progress and the live canvas view (ANSI redraw on a terminal, one frame per step otherwise).
 #include "cli/progress.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <unistd.h>
@@ -30,7 +31,9 @@ std::string Progress::render_row(const StepInfo& s, int64_t row) const {
     }
     run.clear();
   };
+  const int32_t n_known = engine_.tokenizer() ? engine_.tokenizer()->vocab_size() : INT32_MAX;
   for (int64_t i = begin; i < s.n_seq; ++i) {
+    if (tokens[i] >= n_known) continue;  // an embedding row with no token: decodes to nothing
     if (tokens[i] == mask_id_) {
       flush();
       out += "\u2591";

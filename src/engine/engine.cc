@@ -83,7 +83,12 @@ std::vector<int32_t> Engine::stop_ids() const {
 
 Result<std::string> Engine::completion_text(const std::vector<int32_t>& generated) const {
   if (tokenizer_ == nullptr) return not_found("no tokenizer: cannot decode the completion to text");
-  return tokenizer_->decode(truncate_at_stop(generated, stop_ids()));
+  // The embedding has more rows than the tokenizer has tokens (152064 vs 151668 for DiffuCoder) and
+  // the model can pick an unused row; Hugging Face's decode drops such ids, and so do we.
+  std::vector<int32_t> ids;
+  for (int32_t id : truncate_at_stop(generated, stop_ids()))
+    if (id < tokenizer_->vocab_size()) ids.push_back(id);
+  return tokenizer_->decode(ids);
 }
 
 }  // namespace dc

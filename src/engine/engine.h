@@ -52,8 +52,9 @@ class Engine {
   // <|dlm_pad|> and <|im_end|>; otherwise (Base) at the eos token.
   std::vector<int32_t> stop_ids() const;
 
-  // The post-processed text of one generated row: cut at stop_ids(), decoded without skipping special
-  // tokens (as the reference's README does). Errors when there is no tokenizer.
+  // The post-processed text of one generated row: cut at stop_ids(), ids the tokenizer does not know
+  // dropped (as Hugging Face's decode does), decoded without skipping special tokens (as the
+  // reference's README does). Errors when there is no tokenizer.
   Result<std::string> completion_text(const std::vector<int32_t>& generated) const;
 
  private:

@@ -129,6 +129,10 @@ void BpeModel::run_merges(std::string_view word, std::vector<int32_t>* out) cons
     push_pair(top.pos);
   }
   for (int32_t i = 0; i >= 0; i = symbols[i].next) out->push_back(symbols[i].id);
+  if (symbols.capacity() > (1u << 16)) {  // do not keep the scratch of a huge word per thread
+    std::vector<Symbol>().swap(symbols);
+    std::vector<Candidate>().swap(heap);
+  }
 }
 
 }  // namespace dc

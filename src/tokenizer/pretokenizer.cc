@@ -84,8 +84,7 @@ RegexSplitter::~RegexSplitter() = default;
 
 Result<RegexSplitter> RegexSplitter::create(std::string_view pattern, bool literal) {
   const std::string translated = literal ? std::string(pattern) : translate_pattern_for_pcre2(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP;
-  if (literal) options |= PCRE2_LITERAL;
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;  // LITERAL excludes UCP
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   auto impl = std::make_unique<Impl>();

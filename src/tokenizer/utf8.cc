@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include <utf8proc.h>
 
@@ -47,7 +48,7 @@ std::optional<size_t> find_invalid(std::string_view text) {
     // ASCII fast path, 8 bytes at a time.
     while (i + 8 <= text.size()) {
       uint64_t w;
-      __builtin_memcpy(&w, text.data() + i, 8);
+      std::memcpy(&w, text.data() + i, 8);
       if (w & 0x8080808080808080ull) break;
       i += 8;
     }

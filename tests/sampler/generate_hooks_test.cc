@@ -107,7 +107,7 @@ TEST(Hooks, OnStepFalseCancels) {
   EXPECT_TRUE(is_cancelled(out.status()));
   EXPECT_NE(out.status().message().find("cancelled"), std::string::npos);
   EXPECT_EQ(seen, 3);
-  EXPECT_EQ(model.batches().size(), 3u);
+  EXPECT_EQ(model.batches().size(), 2u);  // step 0 has k = 0 and runs no forward
   EXPECT_FALSE(is_cancelled(invalid_argument("x")));
 }
 
@@ -217,7 +217,7 @@ TEST(Generate, AlgTempSamplesPositions) {
 }
 
 TEST(Errors, LogitsFnFailureAndNonFiniteLogits) {
-  const SamplingParams p = small_params(4, 4);
+  const SamplingParams p = small_params(4, 2);  // k = 1 at step 0
   LogitsFn failing = [](const ForwardBatch&, float*) { return io_error("device lost"); };
   Result<GenerateOutput> out = generate(failing, kVocab, {{1}}, p);
   ASSERT_FALSE(out.ok());

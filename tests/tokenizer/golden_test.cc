@@ -69,7 +69,8 @@ TEST(TokenizerGolden, AddedTokenFlagsMatchHuggingFace) {
 TEST(TokenizerGolden, DecodeOfEncodeIsNfcText) {
   const Tokenizer& tok = diffucoder_tokenizer();
   for (const char* file : {"edge_cases.json", "python_corpus.json"}) {
-    for (const auto& e : load_golden(file)["entries"]) {
+    const auto golden = load_golden(file);
+    for (const auto& e : golden["entries"]) {
       const std::string text = e["text"].get<std::string>();
       const std::string nfc = e.contains("nfc") ? e["nfc"].get<std::string>() : text;
       auto ids = tok.encode(text);
@@ -77,7 +78,9 @@ TEST(TokenizerGolden, DecodeOfEncodeIsNfcText) {
       auto decoded = tok.decode(*ids);
       ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
       EXPECT_EQ(*decoded, nfc) << file << " " << e["name"];
-      if (e.contains("decoded")) EXPECT_EQ(*decoded, e["decoded"].get<std::string>()) << e["name"];
+      if (e.contains("decoded")) {
+        EXPECT_EQ(*decoded, e["decoded"].get<std::string>()) << e["name"];
+      }
     }
   }
 }

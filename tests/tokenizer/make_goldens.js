@@ -35,6 +35,7 @@ function make_added_flags_variant(base) {
     ['<|ls|>', { lstrip: true, special: true }], ['<|rs|>', { rstrip: true }], ['<|lrs|>', { lstrip: true, rstrip: true }],
     ['Hello', {}], ['world', { single_word: true }], ['A\u030Angstr', { normalized: true }],
     ['<|lm|>', { special: true }], ['<|lm|>x', { special: true }], ['ab', { single_word: true, lstrip: true, rstrip: true, normalized: true }],
+    ['\u00c5\u00c5', {}],  // all in the byte alphabet: HF decodes it as bytes C5 C5, i.e. two U+FFFD
   ];
   const added = base.added_tokens.map((t) => ({ ...t }));
   let next = Math.max(...added.map((t) => t.id)) + 1;
@@ -52,7 +53,7 @@ function added_flags_texts() {
   return [
     'x <|ls|>y', 'x  \t<|ls|>  y', 'x<|rs|>   y', 'x<|rs|>\n\ny', ' \n <|lrs|> \n z', '<|ls|><|ls|>', '  <|rs|>  <|ls|>  ',
     'Hello there', 'SayHello!', 'world', 'a world b', 'helloworld', 'world_x', 'world.', '(world)', 'world2',
-    'Ångstr\u00f6m', 'A\u030Angstrom', 'x<|lm|>y <|lm|>xy <|lm|', 'ab', 'xab ab  ab. ab', '  ab  ', 'ab_ab', 'é ab é',
+    'Ångstr\u00f6m', 'A\u030Angstrom', 'x<|lm|>y <|lm|>xy <|lm|', 'ab', 'xab ab  ab. ab', '  ab  ', 'ab_ab', 'é ab é', 'x\u00c5\u00c5y',
   ].map((text, i) => ({ name: `added_flags_${i}`, text }));
 }
 

@@ -54,16 +54,16 @@ TEST(Tokenizer, LegacyMergeStringsEqualPairs) {
 
 TEST(Tokenizer, IgnoreMergesEmitsWholeVocabWords) {
   auto j = tiny_tokenizer_json();
-  j["model"]["vocab"]["xyz"] = 263;  // reachable only as a whole word
-  j["added_tokens"][0]["id"] = 264;
-  j["added_tokens"][1]["id"] = 265;
+  j["model"]["vocab"]["xyz"] = 261;  // reachable only as a whole word
+  j["added_tokens"][0]["id"] = 262;  // the next ids after the vocab, as HF assigns them
+  j["added_tokens"][1]["id"] = 263;
   auto plain = load_json(j);
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(encode_or_die(*plain, "xyz"), (std::vector<int32_t>{'x', 'y', 'z'}));
   j["model"]["ignore_merges"] = true;
   auto ignoring = load_json(j);
   ASSERT_TRUE(ignoring.ok()) << ignoring.status().to_string();
-  EXPECT_EQ(encode_or_die(*ignoring, "xyz"), (std::vector<int32_t>{263}));
+  EXPECT_EQ(encode_or_die(*ignoring, "xyz"), (std::vector<int32_t>{261}));
   EXPECT_EQ(encode_or_die(*ignoring, "hello"), (std::vector<int32_t>{259}));
 }
 
@@ -210,11 +210,14 @@ TEST(Tokenizer, ReportsUnsupportedOrBrokenFields) {
 
 TEST(Tokenizer, AddedTokenInVocabKeepsVocabId) {
   auto j = tiny_tokenizer_json();
-  j["added_tokens"].push_back({{"id", 259}, {"content", "hello"}, {"special", false}});
+  j["model"]["vocab"]["xyz"] = 261;  // no merge reaches it
+  j["added_tokens"][0]["id"] = 262;  // the next ids after the vocab, as HF assigns them
+  j["added_tokens"][1]["id"] = 263;
+  j["added_tokens"].push_back({{"id", 261}, {"content", "xyz"}, {"special", false}});
   auto tok = load_json(j);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  // Split out as an added token even inside a word, where BPE alone would give h e l l o pieces.
-  EXPECT_EQ(encode_or_die(*tok, "xhellox"), (std::vector<int32_t>{'x', 259, 'x'}));
+  EXPECT_EQ(encode_or_die(*tok, "axyzb"), (std::vector<int32_t>{'a', 261, 'b'}));
+  EXPECT_EQ(tok->vocab_size(), 264);
 }
 
 TEST(Tokenizer, EncodesLongWhitespaceRuns) {

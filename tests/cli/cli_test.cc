@@ -1,0 +1,183 @@
+// The diffucoder binary end to end on the tiny fixture checkpoints: generate (text, --json, --visual,
+// JSONL batches), tokenize, inspect, and bad input (clear message naming the culprit, non-zero exit).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "fixtures.h"
+
+namespace dc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the binary with `args` (shell words), capturing stdout and stderr.
+RunResult run(const std::string& args) {
+  static int counter = 0;
+  const fs::path err_path = fs::temp_directory_path() / ("dc_cli_err_" + std::to_string(getpid()) + "_" +
+                                                         std::to_string(counter++));
+  const std::string cmd = std::string(DC_BINARY_PATH) + " " + args + " 2>" + err_path.string();
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  r.err = ss.str();
+  fs::remove(err_path);
+  return r;
+}
+
+std::string vocab_model() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
+std::string small_model() { return dc::testing::fixtures_dir() + "/tiny-gqa1"; }
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("dc_cli_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(Cli, GenerateJsonIsValidAndComplete) {
+  auto r = run("generate --model " + vocab_model() + " --prompt 'def add(a, b):' --max-new-tokens 12 --steps 6 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["text"].is_string());
+  ASSERT_TRUE(j["token_ids"].is_array());
+  EXPECT_EQ(j["token_ids"].size(), 12u);
+  EXPECT_EQ(j["timings"]["steps"].get<int>(), 6);
+  EXPECT_GT(j["timings"]["total_ms"].get<double>(), 0.0);
+  EXPECT_NE(r.err.find("step 6/6"), std::string::npos) << "progress on stderr: " << r.err;
+}
+
+TEST(Cli, GenerateIsDeterministicForASeed) {
+  const std::string args = "generate --model " + vocab_model() +
+                           " --prompt 'x = 1' --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 7 --json --quiet";
+  auto a = run(args), b = run(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
+  EXPECT_TRUE(a.err.empty()) << "--quiet prints nothing: " << a.err;
+}
+
+TEST(Cli, VisualDrawsTheCanvasUnmasking) {
+  auto r = run("generate --model " + vocab_model() + " --chat --prompt 'hi' --max-new-tokens 6 --steps 3 --visual");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--- step 1/3 ---"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--- step 3/3 ---"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\u2591"), std::string::npos) << "masks drawn before the last step: " << r.err;
+}
+
+TEST(Cli, JsonlBatchWithIdsTextAndMessages) {
+  const fs::path dir = temp_dir("jsonl");
+  std::ofstream(dir / "p.jsonl") << "{\"prompt\": \"import os\"}\n"
+                                 << "{\"prompt_ids\": [1, 2, 3, 4, 5, 6]}\n"
+                                 << "{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}\n";
+  auto r = run("generate --model " + vocab_model() + " --prompts-jsonl " + (dir / "p.jsonl").string() +
+               " --max-new-tokens 5 --num-return-sequences 2 --json --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["index"].get<int>(), n);
+    EXPECT_EQ(j["prompt_index"].get<int>(), n / 2);
+    EXPECT_EQ(j["token_ids"].size(), 5u);
+    ++n;
+  }
+  EXPECT_EQ(n, 6);
+  fs::remove_all(dir);
+}
+
+TEST(Cli, PromptIdsWithoutTokenizerPrintIds) {
+  auto r = run("generate --model " + small_model() + " --prompt-ids 5,6,7 --max-new-tokens 4 --alg maskgit_plus --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(','), std::string::npos) << r.out;
+}
+
+TEST(Cli, TokenizeRoundTrip) {
+  auto enc = run("tokenize --model " + vocab_model() + " --text 'def f(x):\n    return x<|mask|>'");
+  ASSERT_EQ(enc.exit_code, 0) << enc.err;
+  auto ids = nlohmann::json::parse(enc.out);
+  ASSERT_TRUE(ids.is_array());
+  EXPECT_EQ(ids.back().get<int>(), 151666);
+  auto dec = run("tokenize --model " + vocab_model() + " --decode --text '" + ids.dump() + "'");
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  EXPECT_EQ(dec.out, "def f(x):\n    return x<|mask|>\n");
+}
+
+TEST(Cli, InspectCountsParameters) {
+  auto r = run("inspect --model " + small_model() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& c = j["config"];
+  const int64_t E = c["hidden_size"], F = c["intermediate_size"], V = c["vocab_size"], L = c["num_hidden_layers"];
+  const int64_t q = c["num_attention_heads"].get<int64_t>() * c["head_dim"].get<int64_t>();
+  const int64_t kv = c["num_key_value_heads"].get<int64_t>() * c["head_dim"].get<int64_t>();
+  const int64_t per_layer = 2 * E + (E * q + q) + 2 * (E * kv + kv) + q * E + 3 * E * F;
+  EXPECT_EQ(j["parameters"].get<int64_t>(), 2 * V * E + E + L * per_layer);
+}
+
+struct BadCase {
+  std::string args;
+  std::string expect_in_error;
+};
+
+TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
+  const fs::path dir = temp_dir("bad");
+  // A checkpoint whose config.json disagrees with its tensors, and one with a corrupt safetensors header.
+  fs::copy(small_model(), dir / "wrong_shape", fs::copy_options::recursive);
+  {
+    auto cfg = dc::testing::load_json((dir / "wrong_shape" / "config.json").string());
+    cfg["intermediate_size"] = cfg["intermediate_size"].get<int>() + 1;
+    std::ofstream(dir / "wrong_shape" / "config.json") << cfg.dump();
+  }
+  fs::copy(small_model(), dir / "corrupt", fs::copy_options::recursive);
+  fs::resize_file(dir / "corrupt" / "model.safetensors", 20);
+  fs::copy(small_model(), dir / "bad_config", fs::copy_options::recursive);
+  std::ofstream(dir / "bad_config" / "config.json") << "{\"hidden_size\": \"big\"}";
+  const std::string ok_model = " --model " + small_model() + " --prompt-ids 1,2,3 ";
+  const std::vector<BadCase> cases = {
+      {"generate --model /nonexistent/dir --prompt-ids 1", "/nonexistent/dir"},
+      {"generate --model " + (dir / "wrong_shape").string() + " --prompt-ids 1", "mlp.gate_proj.weight"},
+      {"generate --model " + (dir / "corrupt").string() + " --prompt-ids 1", "model.safetensors"},
+      {"generate --model " + (dir / "bad_config").string() + " --prompt-ids 1", "hidden_size"},
+      {"generate" + ok_model + "--max-new-tokens 10000000", "max_position_embeddings"},
+      {"generate" + ok_model + "--top-p 1.5", "top_p"},
+      {"generate" + ok_model + "--temperature -1", "temperature"},
+      {"generate" + ok_model + "--steps -3", "steps"},
+      {"generate" + ok_model + "--alg fastest", "fastest"},
+      {"generate --model " + small_model() + " --prompt-ids 1,x,3", "'x'"},
+      {"generate --model " + small_model() + " --prompt-ids 1,99999", "99999"},
+      {"generate --model " + small_model() + " --prompt 'text needs a tokenizer'", "tokenizer"},
+      {"generate --model " + small_model(), "--prompt"},
+      {"tokenize --tokenizer /nonexistent.json --text a", "/nonexistent.json"},
+      {"tokenize --model " + vocab_model() + " --decode --text 999999999", "999999999"},
+  };
+  for (const auto& c : cases) {
+    auto r = run(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.exit_code, -1) << "crashed: " << c.args;
+    EXPECT_NE(r.err.find(c.expect_in_error), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dc
