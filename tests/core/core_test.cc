@@ -1,0 +1,76 @@
+// Status / Result propagation, dtype conversions (bf16 and f16 round-to-nearest-even, specials) and
+// the thread pool (every index visited exactly once, any thread count).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+
+namespace dc {
+namespace {
+
+Result<int> half_of(int x) {
+  if (x % 2 != 0) return invalid_argument("x: " + std::to_string(x) + " is odd");
+  return x / 2;
+}
+
+Result<int> quarter_of(int x) {
+  DC_ASSIGN_OR_RETURN(int h, half_of(x));
+  DC_ASSIGN_OR_RETURN(int q, half_of(h));
+  return q;
+}
+
+TEST(Status, PropagatesFirstError) {
+  EXPECT_EQ(*quarter_of(8), 2);
+  auto r = quarter_of(6);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "x: 3 is odd");
+  EXPECT_EQ(r.status().with_context("loading").to_string(), "invalid argument: loading: x: 3 is odd");
+  EXPECT_TRUE(Status().with_context("ignored").ok());
+}
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties go to the even mantissa (1.0).
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(-INFINITY)), -INFINITY);
+}
+
+TEST(DType, F16RoundTripAndSpecials) {
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, 0.333251953125f})
+    EXPECT_EQ(f16_to_f32(f32_to_f16(v)), v) << v;
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds to +inf
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie → even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  std::vector<uint16_t> h = {0x3c00, 0xc000};
+  float out[2];
+  convert_to_f32(DType::kF16, h.data(), out, 2);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+}
+
+TEST(ThreadPool, VisitsEveryIndexOnce) {
+  for (int threads : {1, 2, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      for (int rep = 0; rep < 3; ++rep)
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 3) << "threads " << threads << " index " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dc
