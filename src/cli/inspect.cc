@@ -41,7 +41,7 @@ int run_inspect(const InspectArgs& args) {
     total += n;
   });
   std::map<std::string, int64_t> dtypes;
-  for (const auto& [name, t] : (*model)->checkpoint().tensors()) dtypes[dtype_name(t.dtype)] += 1;
+  for (const auto& [name, t] : (*model)->checkpoint()->tensors()) dtypes[dtype_name(t.dtype)] += 1;
 
   nlohmann::json j;
   j["model_dir"] = args.model_dir;
@@ -56,8 +56,8 @@ int run_inspect(const InspectArgs& args) {
   j["parameters"] = total;
   j["parameter_groups"] = groups;
   j["tensor_dtypes"] = dtypes;
-  j["weight_bytes"] = (*model)->checkpoint().total_bytes();
-  j["files"] = (*model)->checkpoint().files().size();
+  j["weight_bytes"] = (*model)->checkpoint()->total_bytes();
+  j["files"] = (*model)->checkpoint()->files().size();
   if (args.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -73,8 +73,8 @@ int run_inspect(const InspectArgs& args) {
   std::printf("parameters   %lld (%.3f B)\n", (long long)total, total / 1e9);
   for (const auto& [g, n] : groups)
     std::printf("  %-11s %14lld  %5.1f%%\n", g.c_str(), (long long)n, 100.0 * n / total);
-  std::printf("weights      %.3f GB in %zu file(s);", (*model)->checkpoint().total_bytes() / 1e9,
-              (*model)->checkpoint().files().size());
+  std::printf("weights      %.3f GB in %zu file(s);", (*model)->checkpoint()->total_bytes() / 1e9,
+              (*model)->checkpoint()->files().size());
   for (const auto& [d, n] : dtypes) std::printf(" %s x%lld", d.c_str(), (long long)n);
   std::printf("\n");
   return 0;

@@ -11,10 +11,16 @@
 namespace dc {
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
-  DC_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir));
-  ModelConfig config = checkpoint.config();
-  DC_ASSIGN_OR_RETURN(ModelWeights weights, bind_weights(checkpoint, config));
-  return std::unique_ptr<Model>(new Model(std::move(checkpoint), std::move(config), std::move(weights)));
+  DC_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open(dir));
+  auto checkpoint = std::make_shared<const Checkpoint>(std::move(opened));
+  ModelConfig config = checkpoint->config();
+  DC_ASSIGN_OR_RETURN(ModelWeights weights, bind_weights(*checkpoint, config));
+  return std::unique_ptr<Model>(new Model(std::move(checkpoint), nullptr, std::move(config), std::move(weights)));
+}
+
+std::unique_ptr<Model> Model::from_weights(ModelConfig config, ModelWeights weights,
+                                           std::shared_ptr<const void> storage) {
+  return std::unique_ptr<Model>(new Model(nullptr, std::move(storage), std::move(config), std::move(weights)));
 }
 
 Status Model::check_batch(const ForwardBatch& b) const {

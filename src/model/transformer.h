@@ -27,8 +27,15 @@ class Model {
   // against the config. Weights stay in their stored dtype.
   static Result<std::unique_ptr<Model>> load(const std::string& dir);
 
+  // A model over weights that already live in memory (synthetic benchmark models, converted
+  // weights); `storage` owns the memory the views point into and is kept alive by the model.
+  // Precondition: `weights` matches `config` (e.g. filled through visit_weights).
+  static std::unique_ptr<Model> from_weights(ModelConfig config, ModelWeights weights,
+                                             std::shared_ptr<const void> storage);
+
   const ModelConfig& config() const { return config_; }
-  const Checkpoint& checkpoint() const { return checkpoint_; }
+  // The checkpoint the weights were loaded from; nullptr for from_weights models.
+  const Checkpoint* checkpoint() const { return checkpoint_.get(); }
   const ModelWeights& weights() const { return weights_; }
 
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
@@ -38,12 +45,17 @@ class Model {
                  const ForwardObserver* observer = nullptr) const;
 
  private:
-  Model(Checkpoint checkpoint, ModelConfig config, ModelWeights weights)
-      : checkpoint_(std::move(checkpoint)), config_(std::move(config)), weights_(std::move(weights)) {}
+  Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,
+        ModelWeights weights)
+      : checkpoint_(std::move(checkpoint)),
+        storage_(std::move(storage)),
+        config_(std::move(config)),
+        weights_(std::move(weights)) {}
 
   Status check_batch(const ForwardBatch& batch) const;
 
-  Checkpoint checkpoint_;  // owns the mapped files that weights_ points into
+  std::shared_ptr<const Checkpoint> checkpoint_;  // owns the mapped files weights_ points into, or null
+  std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights), or null
   ModelConfig config_;
   ModelWeights weights_;
 };
