@@ -15,5 +15,6 @@ using RunFn = std::function<int()>;
 RunFn add_generate_command(CLI::App& app);
 RunFn add_tokenize_command(CLI::App& app);
 RunFn add_inspect_command(CLI::App& app);
+RunFn add_bench_command(CLI::App& app);
 
 }  // namespace dc::cli

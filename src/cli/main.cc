@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   commands["generate"] = dc::cli::add_generate_command(app);
   commands["tokenize"] = dc::cli::add_tokenize_command(app);
   commands["inspect"] = dc::cli::add_inspect_command(app);
+  commands["bench"] = dc::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -25,6 +25,10 @@ class Engine {
  public:
   // Loads and checks the checkpoint and, when present, the tokenizer. Errors name the file.
   static Result<std::unique_ptr<Engine>> load(const EngineOptions& options);
+  // An engine over a model already in memory (e.g. a synthetic benchmark model); no tokenizer.
+  static std::unique_ptr<Engine> from_model(std::unique_ptr<Model> model, int n_threads) {
+    return std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
+  }
 
   const Model& model() const { return *model_; }
   const ModelConfig& config() const { return model_->config(); }

@@ -1,0 +1,200 @@
+// `diffucoder bench`: times generation on a checkpoint or on a synthetic model of a named shape and
+// prints load time, ms per step (median, p10, p90), tokens/s, peak RSS, achieved GFLOP/s and that as
+// a fraction of the bf16 GEMM peak measured in the same run. Progress on stderr.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "model/synthetic.h"
+#include "ops/matmul.h"
+
+namespace dc::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string model_dir, shape;
+  int64_t prompt_len = 64, new_tokens = 256;
+  int steps = 256, batch = 1, threads = 0, max_steps = 0;
+  std::string alg = "entropy";
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+  bool json = false, no_peak = false;
+};
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Peak resident set size of this process in bytes (VmHWM).
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+// FLOPs of one forward: the GEMMs of every layer over the computed rows, attention, and lm_head on the
+// rows whose logits are wanted.
+double forward_flops(const ModelConfig& c, const ForwardBatch& b) {
+  const double T = static_cast<double>(b.n_batch * b.n_seq), L = static_cast<double>(b.n_seq);
+  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
+  const double per_token = 2.0 * (E * q + 2 * E * kv + q * E + 3 * E * F);
+  const double attention = 4.0 * T * L * q;  // q·kᵀ and p·v
+  return c.n_layer * (T * per_token + attention) + 2.0 * b.n_out * E * c.n_vocab;
+}
+
+// The best bf16-weight GEMM rate of matmul_nt on this machine: a 512 × 4096 × 4096 product, best of 3.
+double measure_gemm_peak_gflops(const Context& ctx) {
+  const int64_t n = 512, k = 4096, m = 4096;
+  std::vector<float> x(n * k, 0.01f), y(n * m);
+  std::vector<uint16_t> w(m * k, f32_to_bf16(0.01f));
+  const WeightView view{DType::kBF16, w.data(), m, k};
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t = Clock::now();
+    matmul_nt(ctx, x.data(), n, view, nullptr, y.data());
+    best = std::max(best, 2.0 * n * k * m / (ms_since(t) * 1e6));
+  }
+  return best;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * (v.size() - 1) + 0.5)];
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.model_dir.empty() == a.shape.empty()) return report(invalid_argument("give exactly one of --model DIR or --shape NAME"));
+  if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
+    return report(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
+  const auto t_load = Clock::now();
+  std::unique_ptr<Engine> engine;
+  if (!a.shape.empty()) {
+    auto config = synthetic_config(a.shape);
+    if (!config.ok()) return report(config.status());
+    std::fprintf(stderr, "bench: building a random bf16 %s model...\n", a.shape.c_str());
+    ThreadPool fill_pool(a.threads);
+    engine = Engine::from_model(make_synthetic_model(*config, a.seed, &fill_pool), a.threads);
+  } else {
+    auto loaded = Engine::load({a.model_dir, "", a.threads});
+    if (!loaded.ok()) return report(loaded.status());
+    engine = std::move(*loaded);
+  }
+  const double load_ms = ms_since(t_load);
+  const ModelConfig& c = engine->config();
+
+  SamplingParams p = engine->default_params();
+  auto alg = parse_algorithm(a.alg);
+  if (!alg.ok()) return report(alg.status());
+  p.alg = *alg;
+  p.steps = a.steps;
+  p.max_new_tokens = a.new_tokens;
+  p.temperature = a.temperature;
+  p.seed = a.seed;
+
+  std::mt19937 gen(static_cast<uint32_t>(a.seed));
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
+  std::vector<std::vector<int32_t>> prompts(a.batch, std::vector<int32_t>(a.prompt_len));
+  for (auto& prompt : prompts)
+    for (auto& t : prompt) {
+      do t = id(gen); while (t == p.mask_token_id);
+    }
+
+  Context ctx{Device::kCpu, &engine->pool()};
+  const double peak = a.no_peak ? 0.0 : measure_gemm_peak_gflops(ctx);
+
+  // Time each step (from on_step to on_step) and each forward with its FLOPs.
+  std::vector<double> step_ms;
+  double flops = 0, forward_ms = 0;
+  auto t_step = Clock::now();
+  GenerateHooks hooks;
+  hooks.on_step = [&](const StepInfo& s) {
+    step_ms.push_back(ms_since(t_step));
+    t_step = Clock::now();
+    if (s.step % 16 == 15 || s.step + 1 == s.n_steps)
+      std::fprintf(stderr, "bench: step %d/%d, %.1f ms/step\n", s.step + 1, s.n_steps, step_ms.back());
+    return a.max_steps <= 0 || s.step + 1 < a.max_steps;
+  };
+  const LogitsFn inner = engine->logits_fn();
+  const LogitsFn timed = [&](const ForwardBatch& b, float* logits) {
+    const auto t = Clock::now();
+    Status s = inner(b, logits);
+    forward_ms += ms_since(t);
+    flops += forward_flops(c, b);
+    return s;
+  };
+  hooks.pool = &engine->pool();
+  const auto t_gen = Clock::now();
+  t_step = t_gen;
+  auto out = generate(timed, c.n_vocab, prompts, p, hooks);
+  const double gen_ms = ms_since(t_gen);
+  if (!out.ok() && !is_cancelled(out.status())) return report(out.status());
+  const bool complete = out.ok();
+  const int steps_run = static_cast<int>(step_ms.size());
+  const double median = percentile(step_ms, 0.5);
+  // With --max-steps the run stops early: the end-to-end time is extrapolated from the mean step.
+  const double total_ms = complete ? gen_ms : gen_ms / std::max(1, steps_run) * a.steps;
+  const double tokens_per_s = a.batch * a.new_tokens / (total_ms / 1e3);
+  const double gflops = forward_ms > 0 ? flops / (forward_ms * 1e6) : 0.0;
+
+  nlohmann::json j = {
+      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
+      {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
+      {"alg", a.alg}, {"load_ms", load_ms}, {"steps_run", steps_run}, {"complete", complete},
+      {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
+      {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
+      {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
+      {"fraction_of_peak", peak > 0 ? gflops / peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()}};
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("| metric | value |\n|---|---|\n");
+  std::printf("| model | %s (%lld layers, hidden %lld) |\n", j["model"].get<std::string>().c_str(), (long long)c.n_layer,
+              (long long)c.n_embd);
+  std::printf("| setting | prompt %lld, new %lld, steps %d, batch %d, alg %s, threads %d |\n", (long long)a.prompt_len,
+              (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), engine->pool().n_threads());
+  std::printf("| load | %.0f ms |\n", load_ms);
+  std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", median,
+              percentile(step_ms, 0.1), percentile(step_ms, 0.9), steps_run);
+  std::printf("| end to end | %.2f s%s |\n", total_ms / 1e3, complete ? "" : " (extrapolated)");
+  std::printf("| tokens/s | %.2f |\n", tokens_per_s);
+  std::printf("| forward GFLOP/s | %.1f (%.0f%% of the %.1f GFLOP/s bf16 GEMM peak) |\n", gflops,
+              peak > 0 ? 100 * gflops / peak : 0.0, peak);
+  std::printf("| peak RSS | %.2f GB |\n", peak_rss_bytes() / 1e9);
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmark generation on a checkpoint or a synthetic model");
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory");
+  cmd->add_option("--shape", a->shape, "Synthetic model: diffucoder-7b | qwen2.5-0.5b | tiny (random bf16)");
+  cmd->add_option("--prompt-len", a->prompt_len, "Prompt tokens (random ids)")->capture_default_str();
+  cmd->add_option("--new-tokens", a->new_tokens, "Generated tokens")->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Diffusion steps")->capture_default_str();
+  cmd->add_option("--max-steps", a->max_steps, "Stop after N steps and extrapolate (0 = run all)");
+  cmd->add_option("--batch", a->batch, "Prompts decoded together")->capture_default_str();
+  cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the weights and prompts")->capture_default_str();
+  cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
+  cmd->add_flag("--json", a->json, "Print JSON");
+  return [a] { return run_bench(*a); };
+}
+
+}  // namespace dc::cli
