@@ -30,6 +30,9 @@ struct BenchArgs {
   float temperature = 0.0f;
   uint64_t seed = 0;
   bool json = false, no_peak = false;
+  int64_t block_length = 0;
+  std::string cache = "none";
+  float threshold = 0.0f, factor = 0.0f;
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -43,10 +46,10 @@ int64_t peak_rss_bytes() {
   return 0;
 }
 
-// FLOPs of one forward: the GEMMs of every layer over the computed rows, attention, and lm_head on the
-// rows whose logits are wanted.
+// FLOPs of one forward: the GEMMs of every layer over the computed positions (the window with a KV
+// cache), their attention over all L keys, and lm_head on the rows whose logits are wanted.
 double forward_flops(const ModelConfig& c, const ForwardBatch& b) {
-  const double T = static_cast<double>(b.n_batch * b.n_seq), L = static_cast<double>(b.n_seq);
+  const double T = static_cast<double>(b.n_computed()), L = static_cast<double>(b.n_seq);
   const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
   const double per_token = 2.0 * (E * q + 2 * E * kv + q * E + 3 * E * F);
   const double attention = 4.0 * T * L * q;  // q·kᵀ and p·v
@@ -102,6 +105,13 @@ int run_bench(const BenchArgs& a) {
   p.max_new_tokens = a.new_tokens;
   p.temperature = a.temperature;
   p.seed = a.seed;
+  p.block_length = a.block_length;
+  auto cache = parse_cache_mode(a.cache);
+  if (!cache.ok()) return report(cache.status());
+  p.cache = *cache;
+  p.threshold = a.threshold;
+  p.factor = a.factor;
+  if (Status s = validate(p, c.n_vocab); !s.ok()) return report(s);
 
   std::mt19937 gen(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
@@ -151,7 +161,8 @@ int run_bench(const BenchArgs& a) {
   nlohmann::json j = {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
-      {"alg", a.alg}, {"load_ms", load_ms}, {"steps_run", steps_run}, {"complete", complete},
+      {"alg", a.alg}, {"cache", a.cache}, {"block_length", a.block_length}, {"threshold", a.threshold},
+      {"factor", a.factor}, {"load_ms", load_ms}, {"steps_run", steps_run}, {"complete", complete},
       {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
       {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
       {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
@@ -165,6 +176,8 @@ int run_bench(const BenchArgs& a) {
               (long long)c.n_embd);
   std::printf("| setting | prompt %lld, new %lld, steps %d, batch %d, alg %s, threads %d |\n", (long long)a.prompt_len,
               (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), engine->pool().n_threads());
+  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", a.cache.c_str(),
+              (long long)a.block_length, a.threshold, a.factor);
   std::printf("| load | %.0f ms |\n", load_ms);
   std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", median,
               percentile(step_ms, 0.1), percentile(step_ms, 0.9), steps_run);
@@ -192,6 +205,10 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the weights and prompts")->capture_default_str();
+  cmd->add_option("--cache", a->cache, "none | prefix | dual")->capture_default_str();
+  cmd->add_option("--block-length", a->block_length, "Block decoding (0 = off)")->capture_default_str();
+  cmd->add_option("--threshold", a->threshold, "Confidence-threshold parallel decoding (0 = off)");
+  cmd->add_option("--factor", a->factor, "Factor-rule parallel decoding (0 = off)");
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
   cmd->add_flag("--json", a->json, "Print JSON");
   return [a] { return run_bench(*a); };

@@ -16,5 +16,6 @@ RunFn add_generate_command(CLI::App& app);
 RunFn add_tokenize_command(CLI::App& app);
 RunFn add_inspect_command(CLI::App& app);
 RunFn add_bench_command(CLI::App& app);
+RunFn add_convert_command(CLI::App& app);
 
 }  // namespace dc::cli

@@ -31,6 +31,9 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int num_return_sequences = 1;
   int threads = 0;
+  int64_t block_length = 0;
+  std::string cache = "none";
+  float threshold = 0.0f, factor = 0.0f;
 };
 
 // One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
@@ -123,6 +126,10 @@ Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) 
   p.eps = a.eps;
   p.seed = a.seed;
   p.num_return_sequences = a.num_return_sequences;
+  p.block_length = a.block_length;
+  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
+  p.threshold = a.threshold;
+  p.factor = a.factor;
   DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
   return p;
 }
@@ -209,6 +216,11 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
   cmd->add_option("--num-return-sequences", a->num_return_sequences, "Completions per prompt")->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--block-length", a->block_length, "Decode in blocks of N tokens left to right (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
+  cmd->add_option("--threshold", a->threshold, "Commit every block position with confidence >= X (0 = off)");
+  cmd->add_option("--factor", a->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
   cmd->add_flag("--json", a->json, "Print one JSON object per completion");
   cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

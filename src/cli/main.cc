@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   commands["tokenize"] = dc::cli::add_tokenize_command(app);
   commands["inspect"] = dc::cli::add_inspect_command(app);
   commands["bench"] = dc::cli::add_bench_command(app);
+  commands["convert"] = dc::cli::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

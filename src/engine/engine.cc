@@ -1,8 +1,11 @@
 // Engine: loading, prompt checks and post-processing around Model::forward and generate().
 #include "engine/engine.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 
+#include "model/kv_cache.h"
 #include "tokenizer/chat.h"
 
 namespace dc {
@@ -23,7 +26,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
                               " (tokenizer and checkpoint do not belong together)");
     tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   }
-  return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
+  engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
+  engine->ctx_.matmul_precision = options.matmul_precision;
+  return engine;
 }
 
 SamplingParams Engine::default_params() const {
@@ -35,8 +41,39 @@ SamplingParams Engine::default_params() const {
   return p;
 }
 
+int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const {
+  const ModelConfig& c = config();
+  return KvCache::bytes_for(c.n_layer, n_rows, n_seq, c.n_head_kv * c.head_dim);
+}
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+  return buf;
+}
+
+Status kv_cache_too_large(int64_t bytes, int64_t limit, int64_t n_rows, int64_t n_seq) {
+  return out_of_range("KV cache: " + std::to_string(n_rows) + " rows × " + std::to_string(n_seq) +
+                      " positions need " + gib(bytes) + " of keys and values, more than the limit of " + gib(limit) +
+                      " (EngineOptions::max_kv_cache_bytes); use cache none, fewer rows or fewer new tokens");
+}
+
+}  // namespace
+
 LogitsFn Engine::logits_fn() {
-  return [this](const ForwardBatch& batch, float* logits) { return model_->forward(ctx_, batch, logits); };
+  auto cache = std::make_shared<KvCache>();  // this function's own cache (one generation at a time)
+  return [this, cache](const ForwardBatch& batch, float* logits) -> Status {
+    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model_->forward(ctx_, batch, logits);
+    if (batch.cache_op == CacheOp::kRefresh) {
+      const int64_t bytes = kv_cache_bytes(batch.n_batch, batch.n_seq);
+      if (bytes > max_kv_cache_bytes_) return kv_cache_too_large(bytes, max_kv_cache_bytes_, batch.n_batch, batch.n_seq);
+    }
+    ForwardBatch with_cache = batch;
+    with_cache.cache = cache.get();
+    return model_->forward(ctx_, with_cache, logits);
+  };
 }
 
 Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool chat) const {
@@ -65,6 +102,11 @@ Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>&
                         std::to_string(length) + " positions, more than the model's context of " +
                         std::to_string(c.max_position_embeddings) +
                         " (max_position_embeddings); shorten the prompt or lower --max-new-tokens");
+  if (params.cache != CacheMode::kNone) {
+    const int64_t rows = static_cast<int64_t>(prompts.size()) * params.num_return_sequences;
+    const int64_t bytes = kv_cache_bytes(rows, length);
+    if (bytes > max_kv_cache_bytes_) return kv_cache_too_large(bytes, max_kv_cache_bytes_, rows, length);
+  }
   if (hooks.pool == nullptr) hooks.pool = &pool_;
   return dc::generate(logits_fn(), c.n_vocab, prompts, params, hooks);
 }

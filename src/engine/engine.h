@@ -19,6 +19,13 @@ struct EngineOptions {
   std::string model_dir;       // a Hugging Face checkpoint directory
   std::string tokenizer_path;  // "" = model_dir/tokenizer.json when it exists (else no tokenizer)
   int n_threads = 0;           // <= 0: all hardware threads
+  // The largest KV cache (SamplingParams::cache prefix / dual) a generation may allocate:
+  // 2 · n_layer · rows · positions · n_head_kv · head_dim · 4 bytes. Larger requests are refused.
+  static constexpr int64_t kDefaultMaxKvCacheBytes = int64_t{8} << 30;
+  int64_t max_kv_cache_bytes = kDefaultMaxKvCacheBytes;
+  // What the matmuls feed to bf16 weights (core/context.h): kF32 is the reference's arithmetic; kBF16
+  // rounds activations to bf16 for ~2x faster GEMMs (~3e-3 relative logit error).
+  MatmulPrecision matmul_precision = MatmulPrecision::kF32;
 };
 
 class Engine {
@@ -35,20 +42,30 @@ class Engine {
   // nullptr when the checkpoint has no tokenizer.json and none was given.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   ThreadPool& pool() { return pool_; }
+  // The matmul precision of every later forward (EngineOptions::matmul_precision).
+  void set_matmul_precision(MatmulPrecision precision) { ctx_.matmul_precision = precision; }
+  MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
 
   // The reference's effective defaults (sampler/generate.h) with this model's mask / pad ids and
   // context length. generation_config.json is NOT applied, as in the reference (spec §3.2).
   SamplingParams default_params() const;
 
-  // The model as the sampler sees it. Valid while the Engine lives.
+  // The model as the sampler sees it. Valid while the Engine lives. Each call makes a new function with
+  // its own KV cache (empty until the first CacheOp::kRefresh forward sizes it; refused with out_of_range
+  // when larger than max_kv_cache_bytes), used by every batch whose cache_op is not kNone and whose
+  // cache is null: use one function per generation, from one thread at a time.
   LogitsFn logits_fn();
+
+  // Bytes of the KV cache a generation of `n_rows` canvases of `n_seq` positions needs with cache on.
+  int64_t kv_cache_bytes(int64_t n_rows, int64_t n_seq) const;
 
   // Encodes a prompt; with `chat`, wraps it in the Instruct format first (tokenizer/chat.h).
   // Errors when there is no tokenizer or the text is not valid UTF-8.
   Result<std::vector<int32_t>> encode_prompt(const std::string& text, bool chat) const;
 
-  // Checks the prompts against the vocabulary and the context length, then runs the sampler with the
-  // engine's thread pool. Errors name the prompt index.
+  // Checks the prompts against the vocabulary and the context length (and, with a KV cache, the cache
+  // size against max_kv_cache_bytes), then runs the sampler with the engine's thread pool and a fresh
+  // logits_fn() (so a fresh KV cache per call). Errors name the prompt index.
   Result<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                   GenerateHooks hooks = {});
 
@@ -71,6 +88,7 @@ class Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   ThreadPool pool_;
   Context ctx_;
+  int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
 };
 
 }  // namespace dc

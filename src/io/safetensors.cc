@@ -29,14 +29,16 @@ Status parse_dtype(const std::string& s, const std::string& where, DType* out) {
   if (s == "F32") { *out = DType::kF32; return Status::ok_status(); }
   if (s == "F16") { *out = DType::kF16; return Status::ok_status(); }
   if (s == "BF16") { *out = DType::kBF16; return Status::ok_status(); }
-  static const std::set<std::string> kKnown = {"BOOL", "U8",  "I8",  "I16",     "U16",     "I32",
-                                               "U32",  "I64", "U64", "F64",     "F8_E4M3", "F8_E5M2",
-                                               "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+  if (s == "I8") { *out = DType::kI8; return Status::ok_status(); }   // quantized weight codes
+  if (s == "U8") { *out = DType::kU8; return Status::ok_status(); }   // packed 4-bit codes
+  static const std::set<std::string> kKnown = {"BOOL", "I16",     "U16",     "I32",     "U32",     "I64",
+                                               "U64",  "F64",     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
+                                               "F6_E3M2", "F4", "C64"};
   if (kKnown.count(s)) {
-    return unimplemented(where + " has dtype " + s + ", which is not supported (only F32, F16 and BF16); " +
+    return unimplemented(where + " has dtype " + s + ", which is not supported (only F32, F16, BF16, I8 and U8); " +
                          "convert the checkpoint to one of those");
   }
-  return parse_error(where + " has unknown dtype \"" + s + "\" (expected F32, F16 or BF16)");
+  return parse_error(where + " has unknown dtype \"" + s + "\" (expected F32, F16, BF16, I8 or U8)");
 }
 
 // product(shape) * dtype_size(dtype) into *out (0 when a dim is 0); false when it overflows 64 bits.

@@ -39,11 +39,11 @@ struct ParsedSafetensors {
 };
 
 // Parses and validates the safetensors bytes [bytes, bytes + size): header length sane, the header a
-// JSON object without duplicate keys, every entry an object with a supported dtype (F32, F16, BF16;
-// other safetensors dtypes give kUnimplemented naming the tensor), a shape of non-negative integers
-// and data_offsets [begin, end] inside the buffer with end - begin == elements * dtype size, no two
-// tensors overlapping, and __metadata__ a map of strings. TensorInfo::data points into `bytes`, so the
-// caller keeps them alive. `path` is only used in messages. Thread-safe (no shared state).
+// JSON object without duplicate keys, every entry an object with a supported dtype (F32, F16, BF16, and
+// I8 / U8 for quantized weight codes; other safetensors dtypes give kUnimplemented naming the tensor),
+// a shape of non-negative integers and data_offsets [begin, end] inside the buffer with end - begin ==
+// elements * dtype size, no two tensors overlapping, and __metadata__ a map of strings.
+// TensorInfo::data points into `bytes`, so the caller keeps them alive. `path` is only used in messages. Thread-safe (no shared state).
 Result<ParsedSafetensors> parse_safetensors(const uint8_t* bytes, size_t size, const std::string& path);
 
 // A memory-mapped, validated safetensors file. Movable, not copyable.

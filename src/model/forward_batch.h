@@ -1,10 +1,24 @@
-// ForwardBatch: what one forward pass of the model reads (tokens, positions, padding) and which
-// rows of logits it must produce. Shared by the model, the sampler and (later) the trainer.
+// ForwardBatch: what one forward pass of the model reads (tokens, positions, padding), which positions
+// it computes (a window, with a KV cache), and which rows of logits it must produce. Shared by the
+// model, the sampler and (later) the trainer.
 #pragma once
 
 #include <cstdint>
 
 namespace dc {
+
+class KvCache;
+
+// What a forward does with a KvCache (Fast-dLLM block decoding, spec §6).
+enum class CacheOp {
+  kNone,     // no cache: every position is computed, attending every position (the window must be all)
+  kRefresh,  // a full pass (the window must be all) that also stores the K (after RoPE) and V of every
+             // position of every layer in `cache`, sizing it on first use; its logits equal kNone's
+  kUse,      // computes only the window's positions; their K/V overwrite the cache at those positions and
+             // the window's queries attend the K/V of ALL positions read from the cache (the positions
+             // outside the window keep the K/V of the last refresh: the approximation). Needs a cache
+             // filled by a refresh of the same shape
+};
 
 struct ForwardBatch {
   int64_t n_batch = 0;
@@ -14,8 +28,20 @@ struct ForwardBatch {
   const uint8_t* valid = nullptr;      // [n_batch, n_seq] 1 = real token, 0 = padding; nullptr = all real
                                        // (query i attends key j iff valid[i] && valid[j]; rows with no
                                        // valid key get a zero attention output)
-  const int64_t* out_rows = nullptr;   // [n_out] flat indices b * n_seq + i whose logits are wanted
+  const int64_t* out_rows = nullptr;   // [n_out] flat indices b * n_seq + i whose logits are wanted; with a
+                                       // window, window_begin <= i < window_end
   int64_t n_out = 0;
+  // Positions [window_begin, window_end) of every row are computed (window_end -1 = n_seq). A window
+  // smaller than the sequence needs cache_op kUse.
+  int64_t window_begin = 0;
+  int64_t window_end = -1;
+  CacheOp cache_op = CacheOp::kNone;
+  KvCache* cache = nullptr;  // not owned; required unless cache_op is kNone. The sampler leaves it null
+                             // and the LogitsFn (e.g. Engine::logits_fn) supplies its own cache
+
+  int64_t window_stop() const { return window_end < 0 ? n_seq : window_end; }
+  // Positions computed by this forward over all rows: n_batch · (window_stop − window_begin).
+  int64_t n_computed() const { return n_batch * (window_stop() - window_begin); }
 };
 
 }  // namespace dc

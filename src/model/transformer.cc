@@ -1,10 +1,13 @@
 // The Dream forward pass (spec §2): embeddings, n_layer pre-norm blocks of bidirectional GQA attention
-// with RoPE and q/k/v biases plus a SwiGLU MLP, final RMSNorm, lm_head on the requested rows only.
+// with RoPE and q/k/v biases plus a SwiGLU MLP, final RMSNorm, lm_head on the requested rows only;
+// optionally over a window of positions with the other positions' K/V from a KvCache (spec §6).
 #include "model/transformer.h"
 
 #include <vector>
 
+#include "model/kv_cache.h"
 #include "ops/attention.h"
+#include "ops/attention_window.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 
@@ -36,51 +39,95 @@ Status Model::check_batch(const ForwardBatch& b) const {
       return invalid_argument("position id " + std::to_string(b.positions[i]) + " at index " + std::to_string(i) +
                               " is negative");
   }
-  for (int64_t r = 0; r < b.n_out; ++r)
+  const int64_t wb = b.window_begin, we = b.window_stop();
+  if (wb < 0 || we > b.n_seq || wb >= we)
+    return invalid_argument("forward: window [" + std::to_string(wb) + ", " + std::to_string(we) +
+                            ") is empty or outside the sequence of " + std::to_string(b.n_seq) + " positions");
+  const bool full = wb == 0 && we == b.n_seq;
+  if (!full && b.cache_op != CacheOp::kUse)
+    return invalid_argument("forward: a window smaller than the sequence needs cache_op kUse");
+  if (b.cache_op != CacheOp::kNone && b.cache == nullptr)
+    return invalid_argument("forward: cache_op needs a cache (ForwardBatch::cache is null)");
+  if (b.cache_op == CacheOp::kUse) {
+    const int64_t kv_dim = config_.n_head_kv * config_.head_dim;
+    if (!b.cache->filled() || !b.cache->matches(config_.n_layer, b.n_batch, b.n_seq, kv_dim))
+      return invalid_argument("forward: cache_op kUse needs a cache filled by a kRefresh forward of the same "
+                              "batch shape (" + std::to_string(b.n_batch) + " × " + std::to_string(b.n_seq) + ")");
+  }
+  for (int64_t r = 0; r < b.n_out; ++r) {
     if (b.out_rows[r] < 0 || b.out_rows[r] >= n)
       return invalid_argument("out_rows[" + std::to_string(r) + "] = " + std::to_string(b.out_rows[r]) +
                               " is outside the batch of " + std::to_string(n) + " rows");
+    const int64_t i = b.out_rows[r] % b.n_seq;
+    if (i < wb || i >= we)
+      return invalid_argument("out_rows[" + std::to_string(r) + "] = " + std::to_string(b.out_rows[r]) +
+                              " (position " + std::to_string(i) + ") is outside the window [" + std::to_string(wb) +
+                              ", " + std::to_string(we) + ")");
+  }
   return Status();
 }
 
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer) const {
   DC_RETURN_IF_ERROR(check_batch(b));
   const ModelConfig& c = config_;
-  const int64_t T = b.n_batch * b.n_seq, E = c.n_embd, D = c.head_dim, F = c.n_ff;
+  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_stop() - wb;
+  const int64_t T = b.n_batch * W, E = c.n_embd, D = c.head_dim, F = c.n_ff;  // T: computed positions
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const bool full = W == L;  // every position computed: attention over the window's own K/V
+  KvCache* cache = b.cache_op == CacheOp::kNone ? nullptr : b.cache;
+  const bool refresh = b.cache_op == CacheOp::kRefresh;
+  if (refresh) DC_RETURN_IF_ERROR(cache->reset(c.n_layer, b.n_batch, L, kv_dim));
   auto observe = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
     if (observer != nullptr) (*observer)(name, data, shape);
   };
 
-  std::vector<int32_t> positions(T);  // [T]
-  for (int64_t i = 0; i < T; ++i)
-    positions[i] = b.positions != nullptr ? b.positions[i] : static_cast<int32_t>(i % b.n_seq);
+  // The window's tokens and RoPE positions, row-major [n_batch, W].
+  std::vector<int32_t> tokens(T), positions(T);  // [T]
+  for (int64_t r = 0; r < b.n_batch; ++r)
+    for (int64_t i = 0; i < W; ++i) {
+      const int64_t at = r * L + wb + i;
+      tokens[r * W + i] = b.tokens[at];
+      positions[r * W + i] = b.positions != nullptr ? b.positions[at] : static_cast<int32_t>(wb + i);
+    }
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
 
-  std::vector<float> h(T * E), a(T * E);                       // [T, E] residual stream, normed input
-  std::vector<float> q(T * q_dim), k(T * kv_dim), v(T * kv_dim);  // [T, H*D], [T, Hkv*D]
-  std::vector<float> attn(T * q_dim);                           // [T, H*D]
-  std::vector<float> gate(T * F), up(T * F);                    // [T, F]
-  const AttentionShape shape{b.n_batch, b.n_seq, c.n_head, c.n_head_kv, D};
+  std::vector<float> h(T * E), a(T * E);                           // [T, E] residual stream, normed input
+  std::vector<float> q(T * q_dim), attn(T * q_dim);                // [T, H*D]
+  std::vector<float> k_own(refresh ? 0 : T * kv_dim), v_own(refresh ? 0 : T * kv_dim);  // [T, Hkv*D]
+  std::vector<float> gate(T * F), up(T * F);                       // [T, F]
+  const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
 
-  embedding(ctx, weights_.tok_embd, b.tokens, T, h.data());
+  embedding(ctx, weights_.tok_embd, tokens.data(), T, h.data());
   observe("embd", h.data(), {T, E});
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = weights_.layers[il];
     const std::string p = "L" + std::to_string(il) + ".";
+    // A refresh computes K/V straight into the cache (same [n_batch, L, kv_dim] layout).
+    float* k = refresh ? cache->k(il) : k_own.data();
+    float* v = refresh ? cache->v(il) : v_own.data();
     rms_norm(ctx, h.data(), l.attn_norm.data(), T, E, eps, a.data());
     observe(p + "attn_norm", a.data(), {T, E});
     matmul_nt(ctx, a.data(), T, l.wq, l.bq.data(), q.data());
-    matmul_nt(ctx, a.data(), T, l.wk, l.bk.data(), k.data());
-    matmul_nt(ctx, a.data(), T, l.wv, l.bv.data(), v.data());
+    matmul_nt(ctx, a.data(), T, l.wk, l.bk.data(), k);
+    matmul_nt(ctx, a.data(), T, l.wv, l.bv.data(), v);
     rope_apply(ctx, q.data(), T, c.n_head, D, cos.data(), sin.data());
-    rope_apply(ctx, k.data(), T, c.n_head_kv, D, cos.data(), sin.data());
+    rope_apply(ctx, k, T, c.n_head_kv, D, cos.data(), sin.data());
     observe(p + "q", q.data(), {T, q_dim});
-    observe(p + "k", k.data(), {T, kv_dim});
-    observe(p + "v", v.data(), {T, kv_dim});
-    attention(ctx, shape, q.data(), k.data(), v.data(), b.valid, attn.data());
+    observe(p + "k", k, {T, kv_dim});
+    observe(p + "v", v, {T, kv_dim});
+    if (b.cache_op == CacheOp::kUse) {  // the window's fresh K/V replace the cached ones
+      for (int64_t r = 0; r < b.n_batch; ++r) {
+        std::copy_n(k + r * W * kv_dim, W * kv_dim, cache->k(il) + (r * L + wb) * kv_dim);
+        std::copy_n(v + r * W * kv_dim, W * kv_dim, cache->v(il) + (r * L + wb) * kv_dim);
+      }
+    }
+    if (full) {
+      attention(ctx, shape, q.data(), k, v, b.valid, attn.data());
+    } else {
+      attention_window(ctx, shape, wb, W, q.data(), cache->k(il), cache->v(il), b.valid, attn.data());
+    }
     observe(p + "attn", attn.data(), {T, q_dim});
     matmul_nt(ctx, attn.data(), T, l.wo, nullptr, a.data());
     add_inplace(ctx, h.data(), a.data(), T * E);
@@ -94,10 +141,13 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
     add_inplace(ctx, h.data(), a.data(), T * E);
     observe(p + "out", h.data(), {T, E});
   }
+  if (refresh) cache->set_filled(true);
   if (b.n_out == 0) return Status();
   std::vector<float> rows(b.n_out * E);  // [n_out, E]: only the rows whose logits are wanted
-  for (int64_t r = 0; r < b.n_out; ++r)
-    std::copy_n(h.data() + b.out_rows[r] * E, E, rows.data() + r * E);
+  for (int64_t r = 0; r < b.n_out; ++r) {
+    const int64_t row = b.out_rows[r] / L, i = b.out_rows[r] % L;
+    std::copy_n(h.data() + (row * W + i - wb) * E, E, rows.data() + r * E);
+  }
   rms_norm(ctx, rows.data(), weights_.output_norm.data(), b.n_out, E, eps, rows.data());
   observe("output_norm", rows.data(), {b.n_out, E});
   matmul_nt(ctx, rows.data(), b.n_out, weights_.output, nullptr, logits);

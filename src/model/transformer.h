@@ -12,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
+#include "model/kv_cache.h"
 #include "model/weights.h"
 
 namespace dc {
@@ -39,8 +40,11 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
 
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
-  // batch.out_rows to logits[n_out, n_vocab], f32. Checks the batch (ids, positions, rows in range)
-  // and returns invalid_argument naming the bad field. Thread-safe for concurrent calls.
+  // batch.out_rows to logits[n_out, n_vocab], f32. With batch.cache_op kRefresh it also stores every
+  // layer's K/V in batch.cache; with kUse it computes only the positions of batch.window (see CacheOp in
+  // forward_batch.h). Checks the batch (ids, positions, rows in range and in the window, window and cache
+  // consistent) and returns invalid_argument naming the bad field. Thread-safe for concurrent calls that
+  // do not share a cache.
   Status forward(const Context& ctx, const ForwardBatch& batch, float* logits,
                  const ForwardObserver* observer = nullptr) const;
 

@@ -49,8 +49,11 @@ struct WeightSlot {
 void visit_weights(const ModelConfig& config, ModelWeights& weights, const std::function<void(const WeightSlot&)>& fn);
 
 // Checks every expected tensor for presence, dtype (F32/F16/BF16) and shape, then binds the views.
-// Errors name the tensor, the file and the expected vs found shape. The checkpoint must outlive the
-// result (views point into its mapped files).
+// A checkpoint written by `diffucoder convert` (config.json with a "quantization" block, see
+// model/quantize.h) may hold a matrix as codes + "<name>.scale" (+ "<name>.min"): their dtypes and
+// shapes are checked against the block and the view gets that WeightQuant. Errors name the tensor, the
+// file and the expected vs found dtype / shape. The checkpoint must outlive the result (views point
+// into its mapped files).
 Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfig& config);
 
 }  // namespace dc

@@ -13,7 +13,9 @@ void attention(const Context& ctx, const AttentionShape& shape, const float* q, 
            "attention: n_head must be a multiple of n_head_kv");
   DC_CHECK(shape.head_dim > 0 && shape.n_batch >= 0 && shape.n_seq >= 0, "attention: bad sizes");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::attention(ctx.pool, shape, q, k, v, valid, out);
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::attention(ctx.pool, shape, q, k, v, valid, out);
+      return cpu::attention_fast(ctx.pool, shape, q, k, v, valid, out);
   }
 }
 

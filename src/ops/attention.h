@@ -15,7 +15,8 @@ struct AttentionShape {
 // out[B, L, n_head, head_dim] = softmax(q·kᵀ / sqrt(head_dim)) · v per head, where query i of row b
 // attends key j iff valid[b, i] && valid[b, j] (valid == nullptr: every pair). A query with no key to
 // attend gets a zero output. q: [B, L, n_head, head_dim]; k, v: [B, L, n_head_kv, head_dim].
-// Never materialises an L×L matrix: one score row per thread.
+// Never materialises an L×L matrix: the reference kernel keeps one score row per thread, the fast one
+// (default; ctx.reference_kernels picks the reference) blocks of 64 keys × the query rows of a head group.
 void attention(const Context& ctx, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);
 

@@ -1,4 +1,5 @@
-// Front-ends of the element-wise ops: check arguments, then dispatch on the context's device.
+// Front-ends of the element-wise ops: check arguments, then dispatch on the context's device (and to the
+// reference kernels when the context asks for them).
 #include "ops/elementwise.h"
 
 #include <cmath>
@@ -12,7 +13,9 @@ namespace dc {
 void rms_norm(const Context& ctx, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
   DC_CHECK(x && w && y && n >= 0 && d > 0 && eps > 0, "rms_norm: bad arguments");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::rms_norm(ctx.pool, x, w, n, d, eps, y);
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::rms_norm(ctx.pool, x, w, n, d, eps, y);
+      return cpu::rms_norm_fast(ctx.pool, x, w, n, d, eps, y);
   }
 }
 
@@ -39,21 +42,27 @@ void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_
                 const float* sin) {
   DC_CHECK(x && cos && sin && head_dim % 2 == 0 && n_heads > 0, "rope_apply: bad arguments");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::rope_apply(ctx.pool, x, n, n_heads, head_dim, cos, sin);
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::rope_apply(ctx.pool, x, n, n_heads, head_dim, cos, sin);
+      return cpu::rope_apply_fast(ctx.pool, x, n, n_heads, head_dim, cos, sin);
   }
 }
 
 void swiglu(const Context& ctx, const float* gate, const float* up, int64_t count, float* out) {
   DC_CHECK(gate && up && out && count >= 0, "swiglu: bad arguments");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::swiglu(ctx.pool, gate, up, count, out);
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::swiglu(ctx.pool, gate, up, count, out);
+      return cpu::swiglu_fast(ctx.pool, gate, up, count, out);
   }
 }
 
 void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
   DC_CHECK(y && x && count >= 0, "add_inplace: bad arguments");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::add_inplace(ctx.pool, y, x, count);
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::add_inplace(ctx.pool, y, x, count);
+      return cpu::add_inplace_fast(ctx.pool, y, x, count);
   }
 }
 

@@ -1,10 +1,12 @@
 // generate(): Dream's `_sample` step loop over a left-padded canvas, with per-position RNG streams so the
-// output is a function of (inputs, seed) only, and with the hooks of spec §3.6 plus a custom policy.
+// output is a function of (inputs, seed) only, and with the hooks of spec §3.6 plus a custom policy;
+// optionally Fast-dLLM block decoding with KV-cache forwards and threshold / factor decoding (spec §6).
 #include "sampler/generate.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "core/check.h"
@@ -96,13 +98,14 @@ struct PositionSet {
   std::vector<int64_t> row_begin;  // [n_rows + 1]
 };
 
-PositionSet masked_positions(const Canvas& c, int32_t mask_id) {
+// The masked positions of [begin, end) in every row.
+PositionSet masked_positions(const Canvas& c, int32_t mask_id, int64_t begin, int64_t end) {
   PositionSet set;
   set.row_begin.reserve(static_cast<size_t>(c.n_rows + 1));
   for (int64_t b = 0; b < c.n_rows; ++b) {
     set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
     const int32_t* row = c.tokens.data() + b * c.n_seq;
-    for (int64_t i = 0; i < c.n_seq; ++i) {
+    for (int64_t i = begin; i < end; ++i) {
       if (row[i] == mask_id) set.positions.push_back({b, i});
     }
   }
@@ -135,9 +138,15 @@ struct StepBuffers {
   std::vector<float> confidence;    // [n]
 };
 
+// What one forward computes: the cache op and the window of positions.
+struct ForwardPlan {
+  CacheOp op = CacheOp::kNone;
+  int64_t window_begin = 0, window_end = -1;
+};
+
 // Asks the model for the shifted logits of every position in `set` (row j − 1 for position j).
 Status forward_rows(const LogitsFn& logits_fn, int64_t n_vocab, const Canvas& c, const PositionSet& set,
-                    StepBuffers& buf) {
+                    const ForwardPlan& plan, StepBuffers& buf, GenerateTimings& timings) {
   const size_t n = set.positions.size();
   buf.out_rows.clear();
   buf.out_of.resize(n);
@@ -160,6 +169,12 @@ Status forward_rows(const LogitsFn& logits_fn, int64_t n_vocab, const Canvas& c,
   batch.valid = c.valid.empty() ? nullptr : c.valid.data();
   batch.out_rows = buf.out_rows.data();
   batch.n_out = static_cast<int64_t>(n_out);
+  batch.cache_op = plan.op;
+  batch.window_begin = plan.window_begin;
+  batch.window_end = plan.window_end;
+  ++timings.forwards;
+  if (plan.op == CacheOp::kRefresh) ++timings.cache_refreshes;
+  timings.positions_computed += batch.n_computed();
   DC_RETURN_IF_ERROR(logits_fn(batch, dedup ? buf.dedup_logits.data() : buf.logits.data()));
   if (dedup) {
     for (size_t e = 0; e < n; ++e) {
@@ -171,13 +186,12 @@ Status forward_rows(const LogitsFn& logits_fn, int64_t n_vocab, const Canvas& c,
 }
 
 // Draws a token and its confidence for every position of `set`, in parallel when a pool is given.
-Status sample_positions(const PositionSet& set, int64_t n_vocab, const SamplingParams& params, int step,
-                        ThreadPool* pool, StepBuffers& buf) {
+Status sample_positions(const PositionSet& set, int64_t n_vocab, const SamplingParams& params, ConfidenceKind kind,
+                        int step, ThreadPool* pool, StepBuffers& buf) {
   const int64_t n = static_cast<int64_t>(set.positions.size());
   buf.proposed.resize(static_cast<size_t>(n));
   buf.confidence.resize(static_cast<size_t>(n));
   const FilterConfig config{params.temperature, params.top_p, params.top_k};
-  const ConfidenceKind kind = confidence_kind(params.alg);
   std::vector<Status> errors(static_cast<size_t>(n));
   auto run = [&](int64_t begin, int64_t end) {
     FilterScratch scratch;
@@ -221,6 +235,57 @@ void select_top_k(const std::vector<float>& confidence, int64_t begin, int64_t e
   chosen.insert(chosen.end(), idx.begin(), idx.begin() + k);
 }
 
+// Parallel decoding (threshold / factor, spec §6): how many of the confidences [begin, end) of one row
+// to commit, at least 1 when there is any. Threshold: those >= threshold. Factor: with c_1 >= c_2 >= …,
+// the largest n with (n + 1)·(1 − c_n) < factor (a prefix: the left side grows with n).
+int64_t parallel_count(const std::vector<float>& confidence, int64_t begin, int64_t end, const SamplingParams& p,
+                       std::vector<float>& scratch) {
+  if (end <= begin) return 0;
+  int64_t n = 0;
+  if (p.threshold > 0.0f) {
+    for (int64_t e = begin; e < end; ++e) n += confidence[static_cast<size_t>(e)] >= p.threshold ? 1 : 0;
+  } else {
+    scratch.assign(confidence.begin() + begin, confidence.begin() + end);
+    std::sort(scratch.begin(), scratch.end(), std::greater<float>());
+    while (n < end - begin &&
+           static_cast<double>(n + 2) * (1.0 - static_cast<double>(scratch[static_cast<size_t>(n)])) <
+               static_cast<double>(p.factor)) {
+      ++n;  // c_{n+1} = scratch[n] passes: (n + 2)(1 − c_{n+1}) < factor
+    }
+  }
+  return std::max<int64_t>(n, 1);
+}
+
+// One region decoded with its own step budget: the whole canvas (reference decoding) or a block.
+struct Block {
+  int64_t begin = 0, end = 0;  // positions [begin, end) of every row
+  int n_steps = 0;             // fixed steps; with parallel decoding the cap end − begin
+};
+
+// The blocks of spec §6 (the rules at generate() in generate.h).
+Result<std::vector<Block>> plan_blocks(const SamplingParams& p, const Canvas& c) {
+  const bool parallel = parallel_decoding(p);
+  if (p.block_length <= 0 && p.cache == CacheMode::kNone && !parallel) return std::vector<Block>{{0, c.n_seq, p.steps}};
+  const int64_t new_tokens = c.n_seq - c.prompt_width;
+  const int64_t length = p.block_length > 0 ? p.block_length : new_tokens;
+  const int64_t n_blocks = (new_tokens + length - 1) / length;
+  if (!parallel && p.steps < n_blocks) {
+    return invalid_argument("steps: block decoding needs at least one step per block: " + std::to_string(new_tokens) +
+                            " new tokens in blocks of " + std::to_string(length) + " make " + std::to_string(n_blocks) +
+                            " blocks, but steps is " + std::to_string(p.steps));
+  }
+  std::vector<Block> blocks;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    Block b;
+    b.begin = c.prompt_width + i * length;
+    b.end = std::min(b.begin + length, c.n_seq);
+    b.n_steps = parallel ? static_cast<int>(b.end - b.begin)
+                         : static_cast<int>(p.steps / n_blocks + (i < p.steps % n_blocks ? 1 : 0));
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
 // Maps a policy's answer for `row` to entries of [begin, end); errors name unmask_policy.
 Status policy_entries(const std::vector<int64_t>& answer, const PositionSet& set, int64_t begin, int64_t end,
                       int step, int64_t row, std::vector<int64_t>& chosen) {
@@ -257,11 +322,14 @@ Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
   if (!logits_fn) return invalid_argument("logits_fn: empty function");
   DC_RETURN_IF_ERROR(validate(params, n_vocab));
   DC_ASSIGN_OR_RETURN(Canvas c, build_canvas(prompts, params, n_vocab));
+  DC_ASSIGN_OR_RETURN(const std::vector<Block> blocks, plan_blocks(params, c));
 
   GenerateOutput out;
-  const int n_steps = params.steps;
-  const std::vector<float> times = timesteps(n_steps, params.eps);
-  const bool origin_direct = params.alg == Algorithm::kOrigin && !hooks.unmask_policy;
+  const bool parallel = parallel_decoding(params);
+  const int n_blocks = static_cast<int>(blocks.size());
+  const int n_steps = parallel ? static_cast<int>(c.n_seq - c.prompt_width) : params.steps;
+  const bool origin_direct = params.alg == Algorithm::kOrigin && !hooks.unmask_policy && !parallel;
+  const ConfidenceKind kind = parallel ? ConfidenceKind::kProbability : confidence_kind(params.alg);
   auto check_canvas = [&](int step) -> Status {
     for (size_t at = 0; at < c.tokens.size(); ++at) {
       if (c.tokens[at] < 0 || c.tokens[at] >= n_vocab) {
@@ -283,104 +351,134 @@ Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
   StepBuffers buf;
   std::vector<int64_t> chosen;
   std::vector<MaskedPosition> committed;
-  for (int step = 0; step < n_steps; ++step) {
-    const bool last = step == n_steps - 1;
-    const float t = times[static_cast<size_t>(step)], s = times[static_cast<size_t>(step) + 1];
-    const PositionSet masked = masked_positions(c, params.mask_token_id);
-    const PositionSet to_sample =
-        origin_direct
-            ? origin_transfers(masked, c.n_rows, origin_transfer_probability(t, s, last), params.seed, step)
-            : masked;
-    const size_t n = to_sample.positions.size();
-    // The confidence algorithms' count k depends only on the masked counts, so a step that commits
-    // nothing (k = 0, e.g. step 0 of 256 tokens / 256 steps) needs no forward either.
-    int64_t k = 0;
-    if (!origin_direct) {
-      const float avg_masked = static_cast<float>(masked.positions.size()) / static_cast<float>(c.n_rows);
-      k = transfer_count(avg_masked, t, s, last);
-    }
-    const bool sample = n > 0 && (origin_direct || hooks.unmask_policy || last || k > 0);
-
-    // Forward, logits hook, sampling.
-    if (sample) {
-      const Clock::time_point t_fwd = Clock::now();
-      Status st = forward_rows(logits_fn, n_vocab, c, to_sample, buf);
-      out.timings.forward_ms += ms_since(t_fwd);
-      if (!st.ok()) return st.with_context("logits_fn at step " + std::to_string(step));
-    }
-    const Clock::time_point t_smp = Clock::now();
-    if (sample) {
-      if (hooks.logits_hook) {
-        hooks.logits_hook(LogitsHookArgs{step, n_steps, c.n_rows, c.n_seq, n_vocab, std::span<const int32_t>(c.tokens),
-                                         std::span<const MaskedPosition>(to_sample.positions),
-                                         std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
+  std::vector<float> sort_scratch;
+  int step = 0;
+  for (int block = 0; block < n_blocks; ++block) {
+    const Block& blk = blocks[static_cast<size_t>(block)];
+    const std::vector<float> times = parallel ? std::vector<float>() : timesteps(blk.n_steps, params.eps);
+    bool refresh_pending = params.cache != CacheMode::kNone;  // the block's first forward refreshes the cache
+    for (int i = 0; i < blk.n_steps; ++i, ++step) {
+      const PositionSet masked = masked_positions(c, params.mask_token_id, blk.begin, blk.end);
+      if (parallel && masked.positions.empty()) break;  // every row finished the block
+      const bool last = !parallel && i == blk.n_steps - 1;
+      const float t = parallel ? 1.0f : times[static_cast<size_t>(i)];
+      const float s = parallel ? 0.0f : times[static_cast<size_t>(i) + 1];
+      const PositionSet to_sample =
+          origin_direct
+              ? origin_transfers(masked, c.n_rows, origin_transfer_probability(t, s, last), params.seed, step)
+              : masked;
+      const size_t n = to_sample.positions.size();
+      // The confidence algorithms' count k depends only on the masked counts, so a step that commits
+      // nothing (k = 0, e.g. step 0 of 256 tokens / 256 steps) needs no forward either.
+      int64_t k = 0;
+      if (!origin_direct && !parallel) {
+        const float avg_masked = static_cast<float>(masked.positions.size()) / static_cast<float>(c.n_rows);
+        k = transfer_count(avg_masked, t, s, last);
       }
-      DC_RETURN_IF_ERROR(sample_positions(to_sample, n_vocab, params, step, hooks.pool, buf));
-    }
+      const bool sample = n > 0 && (origin_direct || parallel || hooks.unmask_policy || last || k > 0);
 
-    // Which sampled positions commit.
-    chosen.clear();
-    if (origin_direct) {
-      for (size_t e = 0; e < n; ++e) chosen.push_back(static_cast<int64_t>(e));
-    } else if (sample) {
-      for (int64_t b = 0; b < c.n_rows; ++b) {
-        const int64_t begin = to_sample.row_begin[b], end = to_sample.row_begin[b + 1];
-        const int64_t n_row = end - begin;
-        // min(k, own): never re-mask (the reference's batch-average k can exceed a row's masked count);
-        // the last step takes all of the row's own (equal to int(average) when rows agree).
-        const int64_t k_row = last ? n_row : std::min(k, n_row);
-        if (n_row == 0) continue;
-        if (hooks.unmask_policy) {
-          std::vector<int64_t> row_positions(static_cast<size_t>(n_row));
-          for (int64_t e = begin; e < end; ++e) row_positions[e - begin] = to_sample.positions[e].position;
-          PolicyInput input{step,
-                            n_steps,
-                            b,
-                            std::span<const int32_t>(c.tokens.data() + b * c.n_seq, c.n_seq),
-                            row_positions,
-                            std::span<const float>(buf.confidence.data() + begin, n_row),
-                            std::span<const int32_t>(buf.proposed.data() + begin, n_row),
-                            k_row};
-          DC_RETURN_IF_ERROR(policy_entries(hooks.unmask_policy(input), to_sample, begin, end, step, b, chosen));
-        } else if (k_row <= 0) {
-          continue;
-        } else if (params.alg_temp > 0.0f) {
-          std::vector<float> log_weights(static_cast<size_t>(n_row));
-          for (int64_t e = begin; e < end; ++e) log_weights[e - begin] = buf.confidence[e] / params.alg_temp;
-          Rng rng = Rng::for_stream(params.seed, RngPurpose::kSelect, step, b, -1);
-          for (int64_t i : sample_without_replacement(log_weights, k_row, rng)) chosen.push_back(begin + i);
-        } else {
-          select_top_k(buf.confidence, begin, end, k_row, chosen);
+      // Forward, logits hook, sampling.
+      if (sample) {
+        ForwardPlan plan;
+        if (params.cache != CacheMode::kNone) {
+          if (refresh_pending) {
+            plan.op = CacheOp::kRefresh;
+          } else {
+            plan.op = CacheOp::kUse;
+            plan.window_begin = std::max<int64_t>(blk.begin - 1, 0);
+            plan.window_end = params.cache == CacheMode::kDual ? blk.end : c.n_seq;
+          }
+        }
+        const Clock::time_point t_fwd = Clock::now();
+        Status st = forward_rows(logits_fn, n_vocab, c, to_sample, plan, buf, out.timings);
+        out.timings.forward_ms += ms_since(t_fwd);
+        if (!st.ok()) return st.with_context("logits_fn at step " + std::to_string(step));
+        refresh_pending = false;
+      }
+      const Clock::time_point t_smp = Clock::now();
+      if (sample) {
+        if (hooks.logits_hook) {
+          hooks.logits_hook(LogitsHookArgs{step, n_steps, c.n_rows, c.n_seq, n_vocab,
+                                           std::span<const int32_t>(c.tokens),
+                                           std::span<const MaskedPosition>(to_sample.positions),
+                                           std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
+        }
+        DC_RETURN_IF_ERROR(sample_positions(to_sample, n_vocab, params, kind, step, hooks.pool, buf));
+      }
+
+      // Which sampled positions commit.
+      chosen.clear();
+      if (origin_direct) {
+        for (size_t e = 0; e < n; ++e) chosen.push_back(static_cast<int64_t>(e));
+      } else if (sample) {
+        for (int64_t b = 0; b < c.n_rows; ++b) {
+          const int64_t begin = to_sample.row_begin[b], end = to_sample.row_begin[b + 1];
+          const int64_t n_row = end - begin;
+          if (n_row == 0) continue;  // (parallel decoding: this row finished the block and waits)
+          // min(k, own): never re-mask (the reference's batch-average k can exceed a row's masked count);
+          // the last step takes all of the row's own (equal to int(average) when rows agree).
+          const int64_t k_row = parallel ? parallel_count(buf.confidence, begin, end, params, sort_scratch)
+                                : last   ? n_row
+                                         : std::min(k, n_row);
+          if (hooks.unmask_policy) {
+            std::vector<int64_t> row_positions(static_cast<size_t>(n_row));
+            for (int64_t e = begin; e < end; ++e) row_positions[e - begin] = to_sample.positions[e].position;
+            PolicyInput input{step,
+                              n_steps,
+                              b,
+                              std::span<const int32_t>(c.tokens.data() + b * c.n_seq, c.n_seq),
+                              row_positions,
+                              std::span<const float>(buf.confidence.data() + begin, n_row),
+                              std::span<const int32_t>(buf.proposed.data() + begin, n_row),
+                              k_row};
+            DC_RETURN_IF_ERROR(policy_entries(hooks.unmask_policy(input), to_sample, begin, end, step, b, chosen));
+          } else if (k_row <= 0) {
+            continue;
+          } else if (params.alg_temp > 0.0f && !parallel) {
+            std::vector<float> log_weights(static_cast<size_t>(n_row));
+            for (int64_t e = begin; e < end; ++e) log_weights[e - begin] = buf.confidence[e] / params.alg_temp;
+            Rng rng = Rng::for_stream(params.seed, RngPurpose::kSelect, step, b, -1);
+            for (int64_t idx : sample_without_replacement(log_weights, k_row, rng)) chosen.push_back(begin + idx);
+          } else {
+            select_top_k(buf.confidence, begin, end, k_row, chosen);
+          }
+        }
+        std::sort(chosen.begin(), chosen.end());
+      }
+
+      // Commit.
+      committed.clear();
+      std::vector<int64_t> counts(static_cast<size_t>(c.n_rows), 0);
+      for (int64_t e : chosen) {
+        const MaskedPosition& mp = to_sample.positions[static_cast<size_t>(e)];
+        const int32_t token = buf.proposed[static_cast<size_t>(e)];
+        c.tokens[static_cast<size_t>(mp.row * c.n_seq + mp.position)] = token;
+        if (token != params.mask_token_id) {
+          committed.push_back(mp);
+          ++counts[static_cast<size_t>(mp.row)];
         }
       }
-      std::sort(chosen.begin(), chosen.end());
-    }
+      out.timings.sampling_ms += ms_since(t_smp);
+      out.committed_counts.push_back(std::move(counts));
 
-    // Commit.
-    committed.clear();
-    std::vector<int64_t> counts(static_cast<size_t>(c.n_rows), 0);
-    for (int64_t e : chosen) {
-      const MaskedPosition& mp = to_sample.positions[static_cast<size_t>(e)];
-      const int32_t token = buf.proposed[static_cast<size_t>(e)];
-      c.tokens[static_cast<size_t>(mp.row * c.n_seq + mp.position)] = token;
-      if (token != params.mask_token_id) {
-        committed.push_back(mp);
-        ++counts[static_cast<size_t>(mp.row)];
-      }
-    }
-    out.timings.sampling_ms += ms_since(t_smp);
-    out.committed_counts.push_back(std::move(counts));
-
-    DC_RETURN_IF_ERROR(call_tokens_hook(step));
-    if (params.output_history) out.history.push_back(c.tokens);
-    out.timings.steps_run = step + 1;
-    if (hooks.on_step) {
-      const StepInfo info{step, n_steps, c.n_rows, c.n_seq, std::span<const int32_t>(c.tokens),
-                          std::span<const MaskedPosition>(committed), std::span<const int64_t>(c.prompt_lengths),
-                          std::span<const int64_t>(c.pad_counts)};
-      if (!hooks.on_step(info)) {
-        return Status(StatusCode::kInternal, std::string(kCancelledPrefix) + "on_step returned false after step " +
-                                                 std::to_string(step) + " of " + std::to_string(n_steps));
+      DC_RETURN_IF_ERROR(call_tokens_hook(step));
+      if (params.output_history) out.history.push_back(c.tokens);
+      out.timings.steps_run = step + 1;
+      if (hooks.on_step) {
+        const StepInfo info{step,
+                            n_steps,
+                            c.n_rows,
+                            c.n_seq,
+                            std::span<const int32_t>(c.tokens),
+                            std::span<const MaskedPosition>(committed),
+                            std::span<const int64_t>(c.prompt_lengths),
+                            std::span<const int64_t>(c.pad_counts),
+                            block,
+                            n_blocks};
+        if (!hooks.on_step(info)) {
+          return Status(StatusCode::kInternal, std::string(kCancelledPrefix) + "on_step returned false after step " +
+                                                   std::to_string(step) + " of " + std::to_string(n_steps));
+        }
       }
     }
   }

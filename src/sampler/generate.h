@@ -32,6 +32,19 @@ enum class Algorithm {
 Result<Algorithm> parse_algorithm(std::string_view name);
 const char* algorithm_name(Algorithm alg);
 
+// Which keys / values the steps of a block recompute (Fast-dLLM's approximate KV cache, spec §6).
+enum class CacheMode {
+  kNone,    // every forward computes every position (exact w.r.t. the model)
+  kPrefix,  // the block's first forward computes every position and caches K/V; its later steps compute
+            // [block_begin − 1, n_seq) with the K/V of the positions before from the cache
+  kDual,    // as kPrefix, but later steps compute only [block_begin − 1, block_end); the K/V of the prefix
+            // and of the masked suffix come from the cache
+};
+
+// Parses "none", "prefix" or "dual"; the error lists the valid names.
+Result<CacheMode> parse_cache_mode(std::string_view name);
+const char* cache_mode_name(CacheMode mode);
+
 // The reference's EFFECTIVE defaults (spec §3.2: from_model_config picks up transformers' legacy
 // top_k = 50 and temperature = 1.0). Token ids default to DiffuCoder's config.json.
 struct SamplingParams {
@@ -53,7 +66,24 @@ struct SamplingParams {
   bool output_history = false;   // keep a copy of the canvas after every step
   int32_t mask_token_id = 151666;
   int32_t pad_token_id = 151643;  // left padding of shorter prompts
+
+  // Fast-dLLM block decoding, approximate KV cache and parallel decoding (spec §6; the exact rules are
+  // at generate() and in README "Block decoding, KV cache and parallel decoding"). All off by default.
+  int64_t block_length = 0;  // >= 0. > 0: the new tokens are decoded left to right in blocks of this many
+                             // (Fast-dLLM: 32). 0: the reference's whole-canvas decoding, unless `cache`
+                             // or threshold / factor is on: then one block holds all new tokens
+  CacheMode cache = CacheMode::kNone;
+  float threshold = 0.0f;    // > 0: each step commits every masked position of the block whose
+                             // confidence (probability of its token) is >= threshold, at least the most
+                             // confident one; blocks then run until they have no mask (`steps` unused).
+                             // <= 0: off
+  float factor = 0.0f;       // > 0: each step commits the largest n with (n + 1)·(1 − c_n) < factor, c_n
+                             // the n-th largest confidence of the block's masked positions, at least 1.
+                             // <= 0: off. At most one of threshold and factor may be on
 };
+
+// True when threshold or factor decoding is on (blocks then run until no mask is left; steps is unused).
+inline bool parallel_decoding(const SamplingParams& p) { return p.threshold > 0.0f || p.factor > 0.0f; }
 
 // Rejects out-of-range parameters with a message naming the field (e.g. "top_p: must be in (0, 1] ...").
 Status validate(const SamplingParams& params, int64_t n_vocab);
@@ -86,6 +116,8 @@ struct StepInfo {
                                               // mask id are not listed (the position stays masked)
   std::span<const int64_t> prompt_lengths;    // [n_rows] real prompt tokens
   std::span<const int64_t> pad_counts;        // [n_rows] left pads
+  int block = 0;                              // the block being decoded (0 without block decoding)
+  int n_blocks = 1;
 };
 
 // logits_hook's view: the shifted logits about to be sampled, one row per position, editable in place.
@@ -140,6 +172,9 @@ struct GenerateTimings {
   double forward_ms = 0.0;   // inside logits_fn
   double sampling_ms = 0.0;  // logits hook, filters, sampling, selection, commits
   int steps_run = 0;
+  int forwards = 0;                // calls of logits_fn
+  int cache_refreshes = 0;         // of which full passes that refreshed the KV cache
+  int64_t positions_computed = 0;  // Σ over forwards of rows × window width (ForwardBatch::n_computed)
 };
 
 struct GenerateOutput {
@@ -155,7 +190,7 @@ struct GenerateOutput {
   GenerateTimings timings;
 };
 
-// Runs params.steps diffusion steps over prompts[i] + mask × new tokens and returns the canvases.
+// Runs the diffusion steps over prompts[i] + mask × new tokens and returns the canvases.
 // Per step: the masked positions are recomputed; logits_fn is asked only for the rows the sampled
 // positions need (index j − 1 for position j, deduplicated); tokens are drawn per spec §3.5 (filters.h); then
 //   origin: each masked position unmasks iff u < 1 − s/t (u ~ U[0,1) per position; all on the last step);
@@ -173,6 +208,32 @@ struct GenerateOutput {
 // origin computes logits only for the positions that unmask, and a step that commits nothing (origin
 // drew no position, or k = 0 with no unmask_policy) skips the forward (logits_hook is then not called;
 // the reference runs the model every step). Neither changes any result.
+//
+// Block decoding (Fast-dLLM, spec §6), on when block_length > 0, cache != none, or threshold / factor > 0.
+// With P the padded prompt width and G = n_seq − P new tokens, block b covers [P + b·BL, min(P + (b+1)·BL,
+// n_seq)) with BL = block_length (0: BL = G), the same positions in every row; blocks are decoded left to
+// right, and a step's candidates are only the current block's masked positions (masks elsewhere, e.g.
+// in a prompt, are never decoded).
+//   fixed steps (threshold and factor off): with n_blocks = ⌈G / BL⌉ (steps >= n_blocks), block b gets
+//     steps / n_blocks steps, plus one for the first steps mod n_blocks blocks. Inside a block of S steps
+//     the reference schedule runs on the block: times linspace(1, eps, S + 1), k = transfer_count(batch-
+//     average masked count of the block, t_i, s_i, i = S − 1), each row commits its min(k, own) most
+//     confident block positions (all its own on the block's last step); origin, alg_temp and
+//     unmask_policy work as above, on the block.
+//   threshold / factor: confidence = probability of each position's token (maskgit_plus, whatever alg
+//     is); per step each row commits its block positions with confidence >= threshold, or (factor) its n
+//     most confident with n the largest such that (n + 1)(1 − c_n) < factor, at least one (the most
+//     confident; ties → lowest position; alg_temp is not used); unmask_policy, when set, gets that n as k.
+//     A row whose block has no mask waits; the block ends when no row has a mask in it (at most its
+//     length in steps).
+//   cache: the first forward of each block is kRefresh (a full pass that stores K/V: exact, and it is
+//     also that step's forward); later forwards of the block are kUse over [block_begin − 1, n_seq)
+//     (prefix) or [block_begin − 1, block_end) (dual); position block_begin − 1 is included because
+//     position j is sampled from row j − 1. A step that runs no forward (k = 0) moves the refresh to the
+//     block's next step. logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op
+//     and window and compute every position (then the result is exact).
+// Step numbers (hooks, RNG streams, history) count across blocks; n_steps is params.steps with fixed
+// steps and G (an upper bound) with threshold / factor.
 // Errors: invalid params/prompts, logits_fn errors, non-finite logits, an invalid unmask_policy answer,
 // tokens_hook writing an out-of-range id, and cancellation by on_step (is_cancelled() is true).
 Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,

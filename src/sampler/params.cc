@@ -36,6 +36,22 @@ const char* algorithm_name(Algorithm alg) {
   return "unknown";
 }
 
+Result<CacheMode> parse_cache_mode(std::string_view name) {
+  for (CacheMode mode : {CacheMode::kNone, CacheMode::kPrefix, CacheMode::kDual}) {
+    if (name == cache_mode_name(mode)) return mode;
+  }
+  return invalid_argument("cache: unknown cache mode '" + std::string(name) + "'; valid names are none, prefix, dual");
+}
+
+const char* cache_mode_name(CacheMode mode) {
+  switch (mode) {
+    case CacheMode::kNone: return "none";
+    case CacheMode::kPrefix: return "prefix";
+    case CacheMode::kDual: return "dual";
+  }
+  return "unknown";
+}
+
 Status validate(const SamplingParams& p, int64_t n_vocab) {
   if (n_vocab < 1) return invalid_argument("n_vocab: must be >= 1 (got " + std::to_string(n_vocab) + ")");
   if (p.steps < 1) return invalid_argument("steps: must be >= 1 (got " + std::to_string(p.steps) + ")");
@@ -71,6 +87,20 @@ Status validate(const SamplingParams& p, int64_t n_vocab) {
   if (p.pad_token_id < 0 || p.pad_token_id >= n_vocab) {
     return invalid_argument("pad_token_id: " + std::to_string(p.pad_token_id) + " is outside [0, " +
                             std::to_string(n_vocab) + ")");
+  }
+  if (p.block_length < 0) {
+    return invalid_argument("block_length: must be >= 0 (got " + std::to_string(p.block_length) +
+                            "); 0 = no block decoding, Fast-dLLM uses 32");
+  }
+  if (!std::isfinite(p.threshold)) {
+    return invalid_argument("threshold: must be finite (got " + str(p.threshold) + "); <= 0 = off, Fast-dLLM uses 0.9");
+  }
+  if (!std::isfinite(p.factor)) {
+    return invalid_argument("factor: must be finite (got " + str(p.factor) + "); <= 0 = off");
+  }
+  if (p.threshold > 0.0f && p.factor > 0.0f) {
+    return invalid_argument("threshold and factor: at most one of them may be on (got threshold " + str(p.threshold) +
+                            ", factor " + str(p.factor) + ")");
   }
   if (p.pad_token_id == p.mask_token_id) {
     return invalid_argument("pad_token_id: must differ from mask_token_id (" + std::to_string(p.mask_token_id) +

@@ -1,5 +1,5 @@
 // libFuzzer target for the safetensors header parser and the config.json / generation_config.json
-// parsers (not part of the CMake build). Build and run:
+// parsers. Built and run by scripts/fuzz.sh; by hand:
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc tests/fuzz/safetensors_fuzz.cc \
 //       src/io/safetensors.cc src/io/config_json.cc src/io/mapped_file.cc src/core/*.cc -o safetensors_fuzz
 //   ./safetensors_fuzz -max_total_time=60

@@ -40,15 +40,17 @@ ForwardBatch batch_of(const Case& k, const std::vector<int64_t>& rows) {
   return b;
 }
 
-TEST(ForwardParity, AllFixtureModelsMatchReference) {
+// Runs every fixture case through Model::forward with `ctx` and expects the relative L2 error of the logits
+// against the PyTorch reference, sqrt(Σ(got - want)² / Σ want²), to be at most `tol`; returns the largest.
+double check_all_fixtures(const Context& ctx, double tol, const char* label) {
   const auto manifest = dc::testing::load_manifest();
-  ThreadPool pool(2);
-  Context ctx{Device::kCpu, &pool};
   int n_cases = 0;
+  double worst = 0;
   for (const auto& m : manifest["models"]) {
     const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
     auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+    if (!model.ok()) return worst;
     const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
     const int64_t V = (*model)->config().n_vocab;
     for (const auto& c : fwd["cases"]) {
@@ -57,25 +59,51 @@ TEST(ForwardParity, AllFixtureModelsMatchReference) {
       for (int64_t r = 0; r < k.B * k.L; ++r)
         if (k.valid.empty() || k.valid[r]) rows.push_back(r);
       std::vector<float> logits(rows.size() * V);
-      ASSERT_TRUE((*model)->forward(ctx, batch_of(k, rows), logits.data()).ok());
+      EXPECT_TRUE((*model)->forward(ctx, batch_of(k, rows), logits.data()).ok());
       const auto ref = dc::testing::load_f32(dir + "/reference/" + c["logits_file"].get<std::string>());
-      ASSERT_EQ(ref.size(), static_cast<size_t>(k.B * k.L * V));
+      EXPECT_EQ(ref.size(), static_cast<size_t>(k.B * k.L * V));
+      if (ref.size() != static_cast<size_t>(k.B * k.L * V)) return worst;
       double diff2 = 0, ref2 = 0, max_abs = 0;
       for (size_t i = 0; i < rows.size(); ++i)
         for (int64_t v = 0; v < V; ++v) {
           const double want = ref[rows[i] * V + v], got = logits[i * V + v];
-          ASSERT_TRUE(std::isfinite(got)) << "row " << rows[i] << " vocab " << v;
+          EXPECT_TRUE(std::isfinite(got)) << "row " << rows[i] << " vocab " << v;
+          if (!std::isfinite(got)) return worst;
           diff2 += (got - want) * (got - want);
           ref2 += want * want;
           max_abs = std::max(max_abs, std::abs(got - want));
         }
       const double rel = std::sqrt(diff2 / ref2);
-      std::printf("  %s/%s: rel %.2e max_abs %.2e\n", m["name"].get<std::string>().c_str(), c["name"].get<std::string>().c_str(), rel, max_abs);
-      EXPECT_LE(rel, 1e-5) << m["name"] << "/" << c["name"] << ": max |Δ| " << max_abs;
+      worst = std::max(worst, rel);
+      std::printf("  [%s] %s/%s: rel %.2e max_abs %.2e\n", label, m["name"].get<std::string>().c_str(),
+                  c["name"].get<std::string>().c_str(), rel, max_abs);
+      EXPECT_LE(rel, tol) << label << " " << m["name"] << "/" << c["name"] << ": max |Δ| " << max_abs;
       ++n_cases;
     }
   }
   EXPECT_GE(n_cases, 15);
+  return worst;
+}
+
+// The reference kernels and the fast kernels at their default precision (f32 activations) both match
+// the f32 PyTorch reference to 1e-5.
+TEST(ForwardParity, AllFixtureModelsMatchReference) {
+  ThreadPool pool(2);
+  Context reference{Device::kCpu, &pool};
+  reference.reference_kernels = true;
+  check_all_fixtures(reference, 1e-5, "reference kernels");
+  Context fast{Device::kCpu, &pool};
+  check_all_fixtures(fast, 1e-5, "fast kernels");
+}
+
+// Fast kernels with bf16-rounded activations (MatmulPrecision::kBF16; only the bf16-weight fixtures
+// change): the logits stay within 1e-2 relative L2 of the f32 reference (measured: 3.0e-3 to 3.8e-3).
+TEST(ForwardParity, Bf16ActivationsStayWithinLooseTolerance) {
+  ThreadPool pool(2);
+  Context ctx{Device::kCpu, &pool};
+  ctx.matmul_precision = MatmulPrecision::kBF16;
+  const double worst = check_all_fixtures(ctx, 1e-2, "fast kernels, bf16 activations");
+  EXPECT_GT(worst, 0.0);
 }
 
 TEST(ForwardParity, PadRowsAreFiniteAndThreadCountDoesNotChangeLogits) {

@@ -454,3 +454,141 @@ def diffusion_generate(model, prompts, max_new_tokens=None, steps=512, eps=1e-3,
         if history is not None:
             history.append(x.clone())
     return GenerateOutput(x, history, counts, pad_out, tok_idx)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fast-dLLM block decoding, exact variant (spec §6 with cache "none": full recompute every step)
+
+BlockOutput = namedtuple("BlockOutput", "sequences history counts blocks")
+
+
+def block_plan(prompt_width, max_new_tokens, steps, block_length, parallel):
+    """[(begin, end, n_steps)] per block: blocks of block_length (0 = one block) after the padded prompt;
+    fixed steps are split evenly, the first `steps mod n_blocks` blocks get one more; with parallel decoding
+    n_steps is the block length (a cap)."""
+    G = max_new_tokens
+    BL = block_length if block_length and block_length > 0 else G
+    n_blocks = (G + BL - 1) // BL
+    if not parallel and steps < n_blocks:
+        raise ValueError("steps %d < %d blocks" % (steps, n_blocks))
+    plan = []
+    for b in range(n_blocks):
+        lo = prompt_width + b * BL
+        hi = min(lo + BL, prompt_width + G)
+        n = (hi - lo) if parallel else steps // n_blocks + (1 if b < steps % n_blocks else 0)
+        plan.append((lo, hi, n))
+    return plan
+
+
+def parallel_count(conf_sorted_desc, threshold=None, factor=None):
+    """How many of a row's block confidences (sorted descending) to commit: threshold -> those >= threshold;
+    factor -> the largest n with (n + 1) * (1 - c_n) < factor; at least 1."""
+    n = 0
+    if threshold is not None and threshold > 0:
+        n = int((conf_sorted_desc >= threshold).sum())
+    else:
+        vals = conf_sorted_desc.tolist()
+        while n < len(vals) and (n + 2) * (1.0 - vals[n]) < factor:
+            n += 1
+    return max(n, 1)
+
+
+def block_generate(model, prompts, max_new_tokens, steps, block_length, eps=1e-3, alg="entropy", temperature=0.0,
+                   top_p=None, top_k=None, alg_temp=None, threshold=None, factor=None, pad_token_id=None,
+                   mask_token_id=None, generator=None, step_callback=None):
+    """Block-wise decoding (Fast-dLLM) with a full forward every step, i.e. the engine's `cache none`.
+
+    The generated region is decoded left to right in blocks (block_plan); a step's candidates are only the
+    current block's masked positions. Fixed steps: inside a block of S steps the reference schedule runs on
+    the block (timesteps linspace(1, eps, S + 1), k from the batch-average masked count of the block, all
+    on the block's last step), selection as in diffusion_generate. threshold / factor (parallel decoding):
+    confidence = probability of the token (maskgit_plus, whatever alg is); each row with masks in the block
+    commits parallel_count() of its most confident block positions (ties -> lowest position); the block
+    ends when no row has a mask in it. Returns BlockOutput(sequences [B, N], history (canvas after each
+    step), counts (per step, per row committed count), blocks (the plan)).
+    step_callback(info) gets the keys of diffusion_generate's callback plus `block`, `parallel_n` (per row
+    n, parallel decoding only).
+    """
+    pad_token_id = model.pad_token_id if pad_token_id is None else pad_token_id
+    mask_token_id = model.mask_token_id if mask_token_id is None else mask_token_id
+    parallel = (threshold is not None and threshold > 0) or (factor is not None and factor > 0)
+    input_ids, pad_mask = left_pad(prompts, pad_token_id)
+    B, P = input_ids.shape
+    N = P + max_new_tokens
+    x = F.pad(input_ids, (0, max_new_tokens), value=int(mask_token_id))
+    am, tok_idx = None, None
+    if bool((pad_mask == 0).any()):
+        pad_out = F.pad(pad_mask, (0, max_new_tokens), value=1)
+        tok_idx = (pad_out.long().cumsum(-1) - 1).masked_fill(pad_out == 0, 1)
+        am = pair_mask(pad_out)
+    plan = block_plan(P, max_new_tokens, steps, block_length, parallel)
+    history, counts = [], []
+    step = 0
+    for blk, (lo, hi, S) in enumerate(plan):
+        ts = None if parallel else torch.linspace(1, eps, S + 1)
+        in_block = torch.zeros((B, N), dtype=torch.bool)
+        in_block[:, lo:hi] = True
+        for i in range(S):
+            x_before = x.clone()
+            mask_index = (x == mask_token_id) & in_block
+            if parallel and not bool(mask_index.any()):
+                break
+            logits = shift_logits(forward(model, x, am, tok_idx))
+            mask_logits = logits[mask_index]
+            info = dict(step=step, block=blk, x=x_before, mask_index=mask_index, logits=logits,
+                        mask_logits=mask_logits, transfer_index=None, full_confidence=None)
+            row_counts = [0] * B
+            if parallel:
+                confidence, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, generator=generator)
+                full_confidence = torch.full(x.shape, float("-inf"), dtype=logits.dtype)
+                full_confidence[mask_index] = confidence
+                x_ = torch.full_like(x, int(mask_token_id))
+                x_[mask_index] = x0.clone()
+                ns = []
+                for b in range(B):
+                    nb = int(mask_index[b].sum())
+                    if nb == 0:
+                        ns.append(0)
+                        continue
+                    c = torch.sort(full_confidence[b][mask_index[b]], descending=True).values
+                    n = parallel_count(c, threshold, factor)
+                    ns.append(n)
+                    idx = select_most_confident(full_confidence[b], n)
+                    x[b, idx] = x_[b, idx]
+                    row_counts[b] = n
+                info.update(x0=x0, confidence=confidence, k=None, full_confidence=full_confidence, parallel_n=ns)
+            else:
+                t, s = ts[i], ts[i + 1]
+                if alg == "maskgit_plus":
+                    confidence, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, generator=generator)
+                elif alg == "topk_margin":
+                    confidence, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, margin_confidence=True,
+                                                   generator=generator)
+                elif alg == "entropy":
+                    confidence, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, neg_entropy=True,
+                                                   generator=generator)
+                else:
+                    raise RuntimeError("block_generate: unsupported alg %r" % alg)
+                k = transfer_count(int(mask_index.sum()), B, t, s, i == S - 1)
+                full_confidence = torch.full(x.shape, float("-inf"), dtype=logits.dtype)
+                full_confidence[mask_index] = confidence
+                transfer_index = None
+                if k > 0:
+                    if alg_temp is None or alg_temp == 0:
+                        transfer_index = torch.stack([select_most_confident(full_confidence[b], k) for b in range(B)])
+                    else:
+                        w = torch.softmax(full_confidence / alg_temp, dim=-1)
+                        transfer_index = torch.multinomial(w, num_samples=k, generator=generator)
+                    x_ = torch.full_like(x, int(mask_token_id))
+                    x_[mask_index] = x0.clone()
+                    rows = torch.arange(B).unsqueeze(1).expand_as(transfer_index)
+                    x[rows, transfer_index] = x_[rows, transfer_index]
+                    row_counts = [k] * B
+                info.update(x0=x0, confidence=confidence, k=k, full_confidence=full_confidence,
+                            transfer_index=transfer_index, t=t, s=s)
+            if step_callback is not None:
+                step_callback(info)
+            history.append(x.clone())
+            counts.append(row_counts)
+            step += 1
+    return BlockOutput(x, history, counts, plan)

@@ -10,6 +10,7 @@ Layout (see README.md for the JSON schemas):
     DIR/<model>/reference/forward.json    forward cases; logits as raw little-endian float32 files
     DIR/<model>/reference/<case>.f32
     DIR/<model>/reference/generate.json   diffusion_generate cases (T = 0, deterministic)
+    DIR/<model>/reference/generate_block.json   block_generate cases (Fast-dLLM blocks, threshold, factor)
 
 If DIR/.complete exists and its stamp matches the current sources and arguments, nothing is rewritten
 (unless --force). Every generate case is checked to be robust against float32 rounding differences:
@@ -370,6 +371,125 @@ def write_generate(model, name, ref_dir):
 
 
 # --------------------------------------------------------------------------------------------------
+# block decoding cases (Fast-dLLM, exact variant: the engine's `cache none`)
+
+
+class ParallelRobustnessCheck:
+    """step_callback for dream_ref.block_generate with threshold / factor (T = 0): raises Fragile when a
+    confidence is near the threshold, a factor margin (n + 1)(1 - c_n) is near the factor, the n-th and
+    (n+1)-th confidence of a row nearly tie, or a committed position's top-2 logits nearly tie."""
+
+    def __init__(self, params, mask_id):
+        self.p = params
+        self.mask_id = mask_id
+        self.max_committed = 0
+        self.steps = 0
+
+    def __call__(self, info):
+        p = self.p
+        mask_index = info["mask_index"]
+        fc = info["full_confidence"]
+        filt, _ = R.filtered_probs(info["mask_logits"], 0.0, p["top_p"], p["top_k"])
+        top2 = torch.topk(filt, 2, dim=-1).values
+        gaps = (top2[:, 0] - top2[:, 1]).tolist()
+        rows = mask_index.nonzero().tolist()
+        self.steps += 1
+        for b, n in enumerate(info["parallel_n"]):
+            if n == 0:
+                continue
+            self.max_committed = max(self.max_committed, n)
+            c = torch.sort(fc[b][mask_index[b]], descending=True).values.tolist()
+            if p["threshold"] is not None:
+                for v in c:
+                    if abs(v - p["threshold"]) < TOL_CONF:
+                        raise Fragile("confidence %.6g near the threshold at step %d" % (v, info["step"]))
+            else:
+                for j, v in enumerate(c):
+                    if abs((j + 2) * (1.0 - v) - p["factor"]) < TOL_CONF:
+                        raise Fragile("factor margin near the factor at step %d" % info["step"])
+            if n < len(c) and c[n - 1] - c[n] < TOL_CONF:
+                raise Fragile("confidence near-tie at the cut at step %d" % info["step"])
+            chosen = set(R.select_most_confident(fc[b], n).tolist())
+            for r, (rb, pos) in enumerate(rows):
+                if rb == b and pos in chosen:
+                    if gaps[r] < TOL_LOGIT:
+                        raise Fragile("argmax near-tie at step %d" % info["step"])
+                    if int(info["x0"][r]) == self.mask_id:
+                        raise Fragile("mask id committed")
+
+
+def block_params(alg, new, steps, block_length, threshold=None, factor=None, top_p=None, top_k=None):
+    p = gen_params(alg, new, steps, top_p, top_k)
+    p.update({"block_length": block_length, "threshold": threshold, "factor": factor})
+    return p
+
+
+def block_case_specs(big):
+    if big:
+        return [("b1_entropy_bl8_16x16", (0,), block_params("entropy", 16, 16, 8)),
+                ("b1_threshold0.021_bl8_16", (0,), block_params("maskgit_plus", 16, 16, 8, threshold=0.021))]
+    return [
+        ("b1_entropy_bl8_16x16", (7,), block_params("entropy", 16, 16, 8)),
+        ("b3_maskgit_plus_bl8_16x16", (9, 4, 6), block_params("maskgit_plus", 16, 16, 8)),
+        ("b1_topk_margin_bl4_16x8", (7,), block_params("topk_margin", 16, 8, 4)),
+        ("b1_entropy_bl5_16x7", (7,), block_params("entropy", 16, 7, 5)),  # blocks 5,5,5,1; steps 2,2,2,1
+        ("b3_entropy_p0.8_k20_bl8_16x8", (9, 4, 6), block_params("entropy", 16, 8, 8, top_p=0.8, top_k=20)),
+        ("b1_threshold0.2_bl8_16", (7,), block_params("entropy", 16, 16, 8, threshold=0.2)),
+        ("b3_threshold0.25_bl8_16", (9, 4, 6), block_params("maskgit_plus", 16, 16, 8, threshold=0.25)),
+        ("b1_factor3_bl8_16", (7,), block_params("entropy", 16, 16, 8, factor=3.0)),
+        ("b2_factor2.6_bl16_16", (8, 5), block_params("maskgit_plus", 16, 16, 16, factor=2.6)),
+    ]
+
+
+def write_generate_block(model, name, ref_dir):
+    big = model.vocab_size > 100000
+    cases = []
+    for case_name, lens, params in block_case_specs(big):
+        last = "no attempt"
+        parallel = params["threshold"] is not None or params["factor"] is not None
+        for attempt in range(len(TEXT_PROMPTS) if big else MAX_ATTEMPTS):
+            if big:
+                order = [(i + attempt) % len(TEXT_PROMPTS) for i in lens]
+                prompts = [list(TEXT_PROMPTS[i][1]) for i in order]
+            else:
+                rng = np.random.Generator(np.random.PCG64(seed_of(name, "block", case_name, attempt)))
+                prompts = [draw_ids(rng, model, n) for n in lens]
+            chk = (ParallelRobustnessCheck(params, model.mask_token_id) if parallel
+                   else RobustnessCheck(params, model.mask_token_id))
+            try:
+                out = R.block_generate(model, prompts, params["max_new_tokens"], params["steps"],
+                                       params["block_length"], eps=params["eps"], alg=params["alg"],
+                                       temperature=params["temperature"], top_p=params["top_p"],
+                                       top_k=params["top_k"], threshold=params["threshold"],
+                                       factor=params["factor"], pad_token_id=model.pad_token_id,
+                                       mask_token_id=model.mask_token_id, step_callback=chk)
+            except Fragile as e:
+                last = str(e)
+                continue
+            assert not bool((out.sequences[:, -params["max_new_tokens"]:] == model.mask_token_id).any()), "masks left"
+            c = {"name": case_name, "prompts": prompts, "params": params,
+                 "max_length": int(out.sequences.shape[1]), "sequences": out.sequences.tolist(),
+                 "history": [h.tolist() for h in out.history], "counts": out.counts,
+                 "blocks": [list(b) for b in out.blocks], "attempt": attempt}
+            if parallel:
+                c["max_committed_per_step"] = chk.max_committed
+            cases.append(c)
+            break
+        if not cases or cases[-1]["name"] != case_name:
+            raise SystemExit("make_fixtures: %s/%s: no robust block case found (last: %s)" % (name, case_name, last))
+    doc = {
+        "format_version": FORMAT_VERSION,
+        "model": name,
+        "precision": "float32",
+        "decoder": "dream_ref.block_generate (Fast-dLLM blocks, full forward every step = the engine's cache none)",
+        "counts": "per step, per row: positions committed",
+        "cases": cases,
+    }
+    dump_json(os.path.join(ref_dir, "generate_block.json"), doc)
+    return len(cases)
+
+
+# --------------------------------------------------------------------------------------------------
 
 
 def stamp(args):
@@ -427,6 +547,7 @@ def main(argv=None):
         model = R.load(mdir)
         n_fwd = write_forward(model, name, ref_dir)
         n_gen, retries = write_generate(model, name, ref_dir)
+        n_block = write_generate_block(model, name, ref_dir)
         cfg = model.config
         manifest["models"].append({
             "name": name,
@@ -451,9 +572,11 @@ def main(argv=None):
             "generate": name + "/reference/generate.json",
             "forward_cases": n_fwd,
             "generate_cases": n_gen,
+            "generate_block": name + "/reference/generate_block.json",
+            "generate_block_cases": n_block,
         })
-        log("make_fixtures: %-15s %d forward, %d generate cases (%d re-draws) in %.1fs"
-            % (name, n_fwd, n_gen, retries, time.time() - t1))
+        log("make_fixtures: %-15s %d forward, %d generate, %d block cases (%d re-draws) in %.1fs"
+            % (name, n_fwd, n_gen, n_block, retries, time.time() - t1))
     dump_json(os.path.join(out, "manifest.json"), manifest)
     st.atomic_write_bytes(complete, [(want + "\n").encode()])
     log("make_fixtures: wrote %s in %.1fs" % (out, time.time() - t0))

@@ -1,5 +1,6 @@
 // Test doubles for the sampler: a LogitsFn built from a per-row function of (batch, row, index) that
-// records every ForwardBatch it receives, plus a small hash for pseudo-random but deterministic logits.
+// records every ForwardBatch it receives (cache ops and windows are recorded, not applied: the fake always
+// computes exact logits), plus a small hash for pseudo-random but deterministic logits.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,8 @@ struct RecordedBatch {
   std::vector<uint8_t> valid;      // empty when the batch had nullptr
   std::vector<int64_t> out_rows;
   bool has_positions = false, has_valid = false;
+  CacheOp cache_op = CacheOp::kNone;
+  int64_t window_begin = 0, window_end = 0;  // window_end resolved (never -1)
 };
 
 // fn(batch, b, i, logits[n_vocab]) writes the model output for canvas row b, index i.
@@ -45,6 +48,9 @@ class FakeModel {
       if (r.has_positions) r.positions.assign(batch.positions, batch.positions + n);
       if (r.has_valid) r.valid.assign(batch.valid, batch.valid + n);
       r.out_rows.assign(batch.out_rows, batch.out_rows + batch.n_out);
+      r.cache_op = batch.cache_op;
+      r.window_begin = batch.window_begin;
+      r.window_end = batch.window_stop();
       state->batches.push_back(std::move(r));
       for (int64_t o = 0; o < batch.n_out; ++o) {
         const int64_t flat = batch.out_rows[o];

@@ -1,14 +1,18 @@
 // CPU kernels: raw pointers and sizes, no checks (the op front-ends in ops/ check).
+// Two sets: the reference kernels (plain loops, the test oracle) and the fast kernels (AVX-512, picked
+// at run time; each falls back to its reference kernel on a CPU without the instructions it needs).
 #pragma once
 
 #include <cstdint>
 
+#include "core/context.h"
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/weight.h"
 
 namespace dc::cpu {
 
+// Reference kernels.
 void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
 void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
@@ -18,5 +22,24 @@ void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);
+
+// Run-time CPU features (cached after the first call).
+bool cpu_has_avx512();       // AVX-512 F, BW, VL, DQ (+ FMA, F16C)
+bool cpu_has_avx512_bf16();  // the above plus AVX512_BF16 (vdpbf16ps)
+// Tests only: while on, both report false, so the fast kernels take their portable fallbacks.
+void force_portable_kernels_for_testing(bool on);
+
+// Fast kernels: same contracts as the reference kernels above (see the op headers), same results up to
+// summation order, except matmul_nt_fast with MatmulPrecision::kBF16 over bf16 weights (activations
+// rounded to bf16). Results do not depend on the number of threads.
+void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
+                    MatmulPrecision precision);
+void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
+void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
+                     const float* sin);
+void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
+void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count);
+void attention_fast(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
+                    const uint8_t* valid, float* out);
 
 }  // namespace dc::cpu

@@ -1,0 +1,233 @@
+// gemm_bench: GFLOP/s of matmul_nt (y[n, m] = x[n, k] · Wᵀ, W bf16 [m, k]) for the reference kernel, the
+// fast kernel in f32 and bf16 activation precision, and oneDNN (when built with it; run with
+// OMP_WAIT_POLICY=passive so its spinning OpenMP threads do not slow the other columns), at the
+// Qwen2.5-0.5B and 7B projection shapes and n in {1, 32, 128, 320, 512}; each rate is the best of runs.
+// Usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME] [--no-reference]
+//                   [--time S] [--cpu-time] [--attention] [--cold]
+// --cold: weights cycled through 256 MB of copies, so they come from memory as in a real forward.
+// --attention: the attention op instead (reference vs fast, GFLOP/s).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "ops/attention.h"
+#include "ops/matmul.h"
+#include "ops/peak.h"
+
+#ifdef DC_BENCH_WITH_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace {
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int64_t m, k;  // W [m, k]
+};
+
+constexpr Shape kShapes[] = {
+    {"0.5b", "q/o   896x896", 896, 896},     {"0.5b", "k/v   128x896", 128, 896},
+    {"0.5b", "gate 4864x896", 4864, 896},    {"0.5b", "down 896x4864", 896, 4864},
+    {"0.5b", "lm 151936x896", 151936, 896},  {"7b", "q/o 3584x3584", 3584, 3584},
+    {"7b", "k/v  512x3584", 512, 3584},      {"7b", "gate 18944x3584", 18944, 3584},
+    {"7b", "down 3584x18944", 3584, 18944},  {"7b", "lm 151936x3584", 151936, 3584},
+};
+
+// --cpu-time: time calls by the process's CPU time divided by the thread count instead of the wall
+// clock; on a machine shared with other jobs this removes the time the threads were descheduled (idle
+// pool threads accrue no CPU time, so load imbalance is hidden: use it for kernel tuning only).
+bool g_cpu_time = false;
+int g_threads = 1;
+
+double now_seconds() {
+  if (!g_cpu_time)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (ts.tv_sec + 1e-9 * ts.tv_nsec) / g_threads;
+}
+
+// Best seconds per call of fn over runs lasting at least min_time in total (at least 2 runs, 1 if slow).
+double best_seconds(const std::function<void()>& fn, double min_time) {
+  double best = 1e30, total = 0;
+  for (int rep = 0; rep < 1000; ++rep) {
+    const double t0 = now_seconds();
+    fn();
+    const double s = now_seconds() - t0;
+    best = std::min(best, s);
+    total += s;
+    if ((rep >= 1 && total >= min_time) || total > 5 * min_time + 2) break;
+  }
+  return best;
+}
+
+#ifdef DC_BENCH_WITH_DNNL
+// oneDNN matmul, x f32 reordered to bf16 per call (timed), f32 output. prepacked = false: W bf16 [m, k]
+// read in place as a [k, m] matrix with strides (1, k), as the engine stores it. prepacked = true:
+// W reordered once (untimed) into the layout oneDNN picks: its best case, at the price of a copy.
+struct DnnlMatmul {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::memory x_f32, x_bf16, y;
+  std::vector<dnnl::memory> w;  // one per copy of W (--cold), used in turn
+  size_t call = 0;
+  dnnl::reorder to_bf16;
+  dnnl::matmul mm;
+  DnnlMatmul(float* x, int64_t n, const uint16_t* wdata, int64_t copies, int64_t m, int64_t k, float* out,
+             bool prepacked) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    dnnl::memory::desc xd({n, k}, dt::f32, tag::ab), xbd({n, k}, dt::bf16, tag::ab);
+    dnnl::memory::desc wd({k, m}, dt::bf16, dnnl::memory::dims{1, k}), yd({n, m}, dt::f32, tag::ab);
+    dnnl::memory::desc w_any({k, m}, dt::bf16, tag::any);
+    x_f32 = dnnl::memory(xd, eng, x);
+    x_bf16 = dnnl::memory(xbd, eng);
+    y = dnnl::memory(yd, eng, out);
+    to_bf16 = dnnl::reorder(x_f32, x_bf16);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(xbd, prepacked ? w_any : wd, yd), eng);
+    mm = dnnl::matmul(pd);
+    for (int64_t c = 0; c < copies; ++c) {
+      dnnl::memory w_user(wd, eng, const_cast<uint16_t*>(wdata + c * m * k));
+      if (!prepacked) {
+        w.push_back(w_user);
+        continue;
+      }
+      w.emplace_back(pd.weights_desc(), eng);
+      dnnl::reorder(w_user, w.back()).execute(strm, w_user, w.back());
+      strm.wait();
+    }
+  }
+  void run() {
+    to_bf16.execute(strm, x_f32, x_bf16);
+    mm.execute(strm, {{DNNL_ARG_SRC, x_bf16}, {DNNL_ARG_WEIGHTS, w[call++ % w.size()]}, {DNNL_ARG_DST, y}});
+    strm.wait();
+  }
+};
+#endif
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::strtoll(p, nullptr, 10));
+    p = std::strchr(p, ',');
+    if (!p) break;
+    ++p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0;
+  std::string model = "all", only;
+  std::vector<int64_t> ns = {1, 32, 128, 320, 512};
+  bool reference = true, attention_only = false, cold = false;
+  double min_time = 0.3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--model" && i + 1 < argc) model = argv[++i];
+    else if (a == "--n" && i + 1 < argc) ns = parse_list(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--no-reference") reference = false;
+    else if (a == "--cpu-time") g_cpu_time = true;
+    else if (a == "--attention") attention_only = true;
+    else if (a == "--cold") cold = true;
+    else if (a == "--time" && i + 1 < argc) min_time = std::atof(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME]\n"
+                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold]\n");
+      return 2;
+    }
+  }
+  dc::ThreadPool pool(threads);
+  g_threads = pool.n_threads();
+  const double peak = dc::measure_bf16_gemm_peak_gflops(&pool);
+  std::printf("threads %d, measured bf16 GEMM peak %.1f GFLOP/s (best of ~1 s of runs)\n", pool.n_threads(), peak);
+
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  if (attention_only) {
+    // Bidirectional attention over one row of L positions: 4·L²·n_head·head_dim flops.
+    const dc::AttentionShape shapes[] = {{1, 320, 14, 2, 64}, {1, 320, 28, 4, 128}, {1, 1024, 14, 2, 64}};
+    std::printf("%-22s %9s %9s\n", "attention B,L,H/Hkv,D", "ref", "fast");
+    for (const auto& a : shapes) {
+      const int64_t rows = a.n_batch * a.n_seq;
+      std::vector<float> q(rows * a.n_head * a.head_dim), k(rows * a.n_head_kv * a.head_dim);
+      std::vector<float> v(k.size()), out(q.size());
+      for (auto* vec : {&q, &k, &v})
+        for (auto& e : *vec) e = dist(gen);
+      const double gflop = 4.0 * a.n_batch * a.n_seq * a.n_seq * a.n_head * a.head_dim * 1e-9;
+      dc::Context ref_ctx{dc::Device::kCpu, &pool};
+      ref_ctx.reference_kernels = true;
+      dc::Context fast_ctx{dc::Device::kCpu, &pool};
+      auto rate = [&](const dc::Context& ctx) {
+        auto call = [&] { dc::attention(ctx, a, q.data(), k.data(), v.data(), nullptr, out.data()); };
+        return gflop / best_seconds(call, min_time);
+      };
+      char name[64];
+      std::snprintf(name, sizeof name, "%ld,%ld,%ld/%ld,%ld", long(a.n_batch), long(a.n_seq), long(a.n_head),
+                    long(a.n_head_kv), long(a.head_dim));
+      std::printf("%-22s %9.1f %9.1f\n", name, reference ? rate(ref_ctx) : NAN, rate(fast_ctx));
+    }
+    return 0;
+  }
+  std::printf("%-16s %5s %9s %9s %9s %7s", "shape [m x k]", "n", "ref", "fast f32", "fast bf16", "bf16 %");
+#ifdef DC_BENCH_WITH_DNNL
+  std::printf(" %9s %9s", "oneDNN", "prepacked");
+#endif
+  std::printf("   (GFLOP/s, best of runs)\n");
+  for (const Shape& s : kShapes) {
+    if (model != "all" && model != s.model) continue;
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
+    // --cold: enough copies of W (cycled through, one per call) that it is never in cache, as in a
+    // forward where each layer's weights come from memory.
+    const int64_t copies = cold ? std::max<int64_t>(1, (256 << 20) / (s.m * s.k * 2)) : 1;
+    std::vector<uint16_t> w(s.m * s.k * copies);
+    for (int64_t i = 0; i < s.m * s.k; ++i) w[i] = dc::f32_to_bf16(dist(gen) * 0.05f);
+    for (int64_t c = 1; c < copies; ++c) std::copy_n(w.data(), s.m * s.k, w.data() + c * s.m * s.k);
+    int64_t call = 0;
+    auto view_of_next = [&] {
+      return dc::WeightView{dc::DType::kBF16, w.data() + (call++ % copies) * s.m * s.k, s.m, s.k};
+    };
+    for (int64_t n : ns) {
+      std::vector<float> x(n * s.k), y(n * s.m);
+      for (auto& v : x) v = dist(gen);
+      const double gflop = 2.0 * n * s.m * s.k * 1e-9;
+      auto rate = [&](const dc::Context& ctx) {
+        auto call = [&] { dc::matmul_nt(ctx, x.data(), n, view_of_next(), nullptr, y.data()); };
+        return gflop / best_seconds(call, min_time);
+      };
+      dc::Context ref_ctx{dc::Device::kCpu, &pool};
+      ref_ctx.reference_kernels = true;
+      dc::Context f32_ctx{dc::Device::kCpu, &pool};
+      dc::Context bf16_ctx{dc::Device::kCpu, &pool};
+      bf16_ctx.matmul_precision = dc::MatmulPrecision::kBF16;
+      const double r_ref = reference ? rate(ref_ctx) : NAN;
+      const double r_f32 = rate(f32_ctx);
+      const double r_bf16 = rate(bf16_ctx);
+      std::printf("%-16s %5ld %9.1f %9.1f %9.1f %6.0f%%", s.name, static_cast<long>(n), r_ref, r_f32, r_bf16,
+                  100 * r_bf16 / peak);
+#ifdef DC_BENCH_WITH_DNNL
+      for (bool prepacked : {false, true}) {
+        DnnlMatmul dnnl_mm(x.data(), n, w.data(), copies, s.m, s.k, y.data(), prepacked);
+        std::printf(" %9.1f", gflop / best_seconds([&] { dnnl_mm.run(); }, min_time));
+      }
+#endif
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

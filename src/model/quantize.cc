@@ -1,0 +1,453 @@
+// q8 / q4 quantization of weight rows, the config.json "quantization" block, and convert_checkpoint.
+#include "model/quantize.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/checkpoint.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
+
+namespace dc {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// The next f16 value below / above h (finite h).
+uint16_t f16_step_down(uint16_t h) {
+  if (h == 0x0000) return 0x8001;
+  return (h & 0x8000) ? h + 1 : h - 1;
+}
+uint16_t f16_step_up(uint16_t h) {
+  if (h == 0x8000) return 0x0001;
+  return (h & 0x8000) ? h - 1 : h + 1;
+}
+// The largest f16 <= v / the smallest f16 >= v.
+uint16_t f16_round_down(float v) {
+  const uint16_t h = f32_to_f16(v);
+  return f16_to_f32(h) > v ? f16_step_down(h) : h;
+}
+uint16_t f16_round_up(float v) {
+  const uint16_t h = f32_to_f16(v);
+  return f16_to_f32(h) < v ? f16_step_up(h) : h;
+}
+
+constexpr float kMaxQ4Value = 60000.0f;  // q4 mins and scales are f16 (largest finite 65504)
+
+// One row of q8. False when the row holds a non-finite value.
+bool quantize_row_q8(const float* w, int64_t cols, int8_t* q, float* scale) {
+  float amax = 0;
+  bool finite = true;
+  for (int64_t c = 0; c < cols; ++c) {
+    const float a = std::abs(w[c]);
+    finite &= a <= std::numeric_limits<float>::max();  // false for NaN and inf
+    amax = std::max(amax, a);
+  }
+  if (!finite) return false;
+  const float s = amax / 127.0f;
+  *scale = s;
+  for (int64_t c = 0; c < cols; ++c) {
+    const float r = s > 0 ? std::nearbyint(w[c] / s) : 0.0f;
+    q[c] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  return true;
+}
+
+// One row of q4. False when the row holds a non-finite value or one too large for f16 scales.
+bool quantize_row_q4(const float* w, int64_t cols, int64_t group, Q4Variant variant, uint8_t* packed,
+                     uint16_t* scales, uint16_t* mins) {
+  std::vector<uint8_t> q(group);
+  for (int64_t g = 0; g * group < cols; ++g) {
+    const float* v = w + g * group;
+    float lo = v[0], hi = v[0], big = v[0];
+    for (int64_t c = 0; c < group; ++c) {
+      if (!(std::abs(v[c]) <= kMaxQ4Value)) return false;  // also NaN and inf
+      lo = std::min(lo, v[c]);
+      hi = std::max(hi, v[c]);
+      if (std::abs(v[c]) > std::abs(big)) big = v[c];
+    }
+    float s, mn;
+    if (variant == Q4Variant::kMin) {
+      const uint16_t mn16 = f16_round_down(lo);
+      mn = f16_to_f32(mn16);
+      const uint16_t s16 = f16_round_up((hi - mn) / 15.0f);
+      s = f16_to_f32(s16);
+      scales[g] = s16;
+      mins[g] = mn16;
+    } else {
+      const uint16_t s16 = f32_to_f16(big / -8.0f);
+      s = f16_to_f32(s16);
+      mn = -8.0f * s;
+      scales[g] = s16;
+      mins[g] = f32_to_f16(mn);
+    }
+    for (int64_t c = 0; c < group; ++c) {
+      const float r = s != 0 ? std::nearbyint((v[c] - mn) / s) : 0.0f;
+      q[c] = static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
+    }
+    for (int64_t c = 0; c < group; c += 2) packed[(g * group + c) / 2] = static_cast<uint8_t>(q[c] | (q[c + 1] << 4));
+  }
+  return true;
+}
+
+// Makes a rename inside `dir` durable; file systems that cannot fsync a directory are ignored.
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+// ---- the config block ------------------------------------------------------------------------------
+
+const char* quant_format_name(WeightQuant format) {
+  switch (format) {
+    case WeightQuant::kQ8: return "q8";
+    case WeightQuant::kQ4: return "q4";
+    case WeightQuant::kNone: return "none";
+  }
+  return "?";
+}
+
+std::string quant_scale_name(const std::string& name) { return name + ".scale"; }
+std::string quant_min_name(const std::string& name) { return name + ".min"; }
+
+Result<QuantizationConfig> parse_quantization_config(std::string_view text, const std::string& path) {
+  Json j;
+  try {
+    j = Json::parse(text.begin(), text.end());
+  } catch (const std::exception& e) {
+    return parse_error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  QuantizationConfig q;
+  if (!j.is_object()) return parse_error(path + ": must hold a JSON object");
+  auto it = j.find("quantization");
+  if (it == j.end() || it->is_null()) return q;
+  const std::string where = path + ": \"quantization\"";
+  if (!it->is_object())
+    return parse_error(where + " must be an object {\"format\": \"q8\" | \"q4\", \"group_size\": N}");
+  auto format = it->find("format");
+  if (format == it->end() || !format->is_string())
+    return parse_error(where + ".format must be the string \"q8\" or \"q4\"");
+  if (*format == "q8") {
+    q.format = WeightQuant::kQ8;
+  } else if (*format == "q4") {
+    q.format = WeightQuant::kQ4;
+  } else {
+    return unimplemented(where + ".format is \"" + format->get<std::string>() +
+                         "\"; this engine reads \"q8\" and \"q4\" (written by `diffucoder convert`)");
+  }
+  auto group = it->find("group_size");
+  if (q.format == WeightQuant::kQ4) {
+    if (group == it->end() || !group->is_number_integer() || group->get<int64_t>() < 2 || group->get<int64_t>() % 2)
+      return parse_error(where + ".group_size must be an even integer >= 2 for q4");
+    q.group_size = group->get<int64_t>();
+  } else if (group != it->end() && !group->is_null() && !(group->is_number_integer() && group->get<int64_t>() == 0)) {
+    return parse_error(where + ".group_size must be 0 (one scale per row) for q8");
+  }
+  return q;
+}
+
+Result<QuantizationConfig> load_quantization_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_quantization_config(text, path);
+}
+
+// ---- quantizing matrices ---------------------------------------------------------------------------
+
+Status check_quantize_options(const QuantizeOptions& o) {
+  if (o.format != WeightQuant::kQ8 && o.format != WeightQuant::kQ4)
+    return invalid_argument("--weights must be q8 or q4");
+  if (o.format == WeightQuant::kQ4 && (o.group_size <= 0 || o.group_size % 32 != 0 || o.group_size > 4096))
+    return invalid_argument("--group-size " + std::to_string(o.group_size) +
+                            " is not supported; use a positive multiple of 32 up to 4096 (default 32)");
+  return Status();
+}
+
+Result<QuantizedMatrix> quantize_matrix(const WeightView& dense, const QuantizeOptions& o, const std::string& name,
+                                        ThreadPool* pool) {
+  DC_RETURN_IF_ERROR(check_quantize_options(o));
+  if (dense.quantized() || !is_float_dtype(dense.dtype))
+    return invalid_argument("tensor '" + name + "' is " + dtype_name(dense.dtype) + ", not a float tensor to quantize");
+  const int64_t rows = dense.rows, cols = dense.cols;
+  const bool q4 = o.format == WeightQuant::kQ4;
+  if (q4 && cols % o.group_size != 0)
+    return invalid_argument("tensor '" + name + "' has " + std::to_string(cols) +
+                            " columns, not a multiple of the q4 group size " + std::to_string(o.group_size));
+  QuantizedMatrix m;
+  const int64_t n_groups = q4 ? cols / o.group_size : 0;
+  m.codes.resize(q4 ? rows * cols / 2 : rows * cols);
+  if (q4) {
+    m.scales_f16.resize(rows * n_groups);
+    m.mins_f16.resize(rows * n_groups);
+  } else {
+    m.scales_f32.resize(rows);
+  }
+  std::atomic<int64_t> bad_row{-1};
+  parallel_for(pool, rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(cols);
+    for (int64_t r = r0; r < r1 && bad_row.load(std::memory_order_relaxed) < 0; ++r) {
+      dense.row_to_f32(r, row.data());
+      const bool ok = q4 ? quantize_row_q4(row.data(), cols, o.group_size, o.q4_variant, m.codes.data() + r * cols / 2,
+                                           m.scales_f16.data() + r * n_groups, m.mins_f16.data() + r * n_groups)
+                         : quantize_row_q8(row.data(), cols, reinterpret_cast<int8_t*>(m.codes.data()) + r * cols,
+                                           m.scales_f32.data() + r);
+      if (!ok) bad_row.store(r);
+    }
+  }, 16);
+  if (bad_row.load() >= 0)
+    return invalid_argument("tensor '" + name + "' row " + std::to_string(bad_row.load()) +
+                            " holds a non-finite value" + (q4 ? " or one beyond ±60000 (too large for the f16 scales of q4)" : "") +
+                            "; cannot quantize it");
+  m.view.rows = rows;
+  m.view.cols = cols;
+  m.view.data = m.codes.data();
+  m.view.quant = o.format;
+  if (q4) {
+    m.view.dtype = DType::kU8;
+    m.view.scales = m.scales_f16.data();
+    m.view.mins = m.mins_f16.data();
+    m.view.group_size = o.group_size;
+  } else {
+    m.view.dtype = DType::kI8;
+    m.view.scales = m.scales_f32.data();
+  }
+  return m;
+}
+
+bool should_quantize(const std::string& name, int64_t cols, const QuantizeOptions& o) {
+  if (name == "model.embed_tokens.weight" && !o.embeddings) return false;
+  return o.format == WeightQuant::kQ8 || (o.format == WeightQuant::kQ4 && cols % o.group_size == 0);
+}
+
+Result<QuantizedWeights> quantize_weights(const ModelConfig& config, const ModelWeights& dense,
+                                          const QuantizeOptions& options, ThreadPool* pool) {
+  auto held = std::make_shared<std::vector<QuantizedMatrix>>();
+  ModelWeights out = dense;
+  Status status;
+  visit_weights(config, out, [&](const WeightSlot& slot) {
+    if (!status.ok() || slot.matrix == nullptr || !should_quantize(slot.name, slot.matrix->cols, options)) return;
+    auto q = quantize_matrix(*slot.matrix, options, slot.name, pool);
+    if (!q.ok()) {
+      status = q.status();
+      return;
+    }
+    held->push_back(std::move(q).value());
+    *slot.matrix = held->back().view;  // the codes' buffers do not move when `held` grows
+  });
+  if (!status.ok()) return status;
+  if (config.tie_word_embeddings) out.output = out.tok_embd;
+  return QuantizedWeights{std::move(out), std::move(held)};
+}
+
+// ---- convert ---------------------------------------------------------------------------------------
+
+namespace {
+
+// One source tensor and what convert writes for it.
+struct Item {
+  const TensorInfo* src = nullptr;
+  bool quantize = false;
+  size_t out_bytes = 0;
+};
+
+size_t quantized_bytes(int64_t rows, int64_t cols, const QuantizeOptions& o) {
+  if (o.format == WeightQuant::kQ8) return static_cast<size_t>(rows * cols + 4 * rows);
+  return static_cast<size_t>(rows * cols / 2 + 4 * rows * (cols / o.group_size));
+}
+
+bool is_weight_file(const fs::path& p) {
+  static const std::set<std::string> kExt = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"};
+  const std::string name = p.filename().string();
+  return kExt.count(p.extension().string()) > 0 || name.find(".safetensors") != std::string::npos ||
+         name == "pytorch_model.bin.index.json" || name == "config.json";  // (also stale *.safetensors.tmp.*)
+}
+
+// Writes `text` to `path` (inside the temporary directory, which is renamed as a whole at the end).
+Status write_text(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return io_error("cannot create " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return io_error("cannot write " + path + " (disk full?)");
+  return Status();
+}
+
+Status write_config(const std::string& model_dir, const std::string& dir, const QuantizeOptions& o) {
+  const std::string src = (fs::path(model_dir) / "config.json").string();
+  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(src));
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const std::exception& e) {
+    return parse_error(src + ": not valid JSON (" + e.what() + ")");
+  }
+  j["quantization"] = {{"format", quant_format_name(o.format)},
+                       {"group_size", o.format == WeightQuant::kQ4 ? o.group_size : 0},
+                       {"quantized_by", "diffucoder"}};
+  return write_text((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
+}
+
+Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std::string& tmp, ThreadPool* pool) {
+  const ModelConfig& config = ckpt.config();
+  // Which tensors are matrices of the model (and so candidates for quantization).
+  std::map<std::string, std::vector<int64_t>> matrices;
+  ModelWeights scratch;
+  visit_weights(config, scratch, [&](const WeightSlot& slot) {
+    if (slot.matrix != nullptr) matrices[slot.name] = slot.shape;
+  });
+  std::vector<Item> items;
+  for (const auto& [name, t] : ckpt.tensors()) {
+    Item item{&t, false, t.n_bytes};
+    auto m = matrices.find(name);
+    if (m != matrices.end() && should_quantize(name, m->second[1], opt.quantize)) {
+      item.quantize = true;
+      item.out_bytes = quantized_bytes(m->second[0], m->second[1], opt.quantize);
+    }
+    items.push_back(item);
+  }
+  // Shards: consecutive items up to shard_bytes each.
+  std::vector<std::vector<size_t>> shards(1);
+  size_t in_shard = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (in_shard > 0 && in_shard + items[i].out_bytes > opt.shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += items[i].out_bytes;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Json weight_map = Json::object();
+  size_t total_size = 0;
+  int64_t done = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char shard_name[64];
+    if (shards.size() == 1) {
+      std::snprintf(shard_name, sizeof shard_name, "model.safetensors");
+    } else {
+      std::snprintf(shard_name, sizeof shard_name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    }
+    std::vector<QuantizedMatrix> held;
+    held.reserve(shards[s].size());
+    std::vector<TensorToWrite> tensors;
+    for (size_t i : shards[s]) {
+      const TensorInfo& t = *items[i].src;
+      const char* action = "copy";
+      if (items[i].quantize) {
+        const WeightView dense{t.dtype, t.data, t.shape[0], t.shape[1]};
+        auto q = quantize_matrix(dense, opt.quantize, t.name, pool);
+        if (!q.ok()) return q.status().with_context("converting " + t.file);
+        held.push_back(std::move(q).value());
+        const QuantizedMatrix& m = held.back();
+        const bool q4 = opt.quantize.format == WeightQuant::kQ4;
+        const int64_t rows = t.shape[0], cols = t.shape[1];
+        if (q4) {
+          tensors.push_back({t.name, DType::kU8, {rows, cols / 2}, m.codes.data()});
+          tensors.push_back({quant_scale_name(t.name), DType::kF16, {rows, cols / opt.quantize.group_size},
+                             m.scales_f16.data()});
+          tensors.push_back({quant_min_name(t.name), DType::kF16, {rows, cols / opt.quantize.group_size},
+                             m.mins_f16.data()});
+        } else {
+          tensors.push_back({t.name, DType::kI8, {rows, cols}, m.codes.data()});
+          tensors.push_back({quant_scale_name(t.name), DType::kF32, {rows}, m.scales_f32.data()});
+        }
+        action = quant_format_name(opt.quantize.format);
+      } else {
+        tensors.push_back({t.name, t.dtype, t.shape, t.data});
+      }
+      ++done;
+      if (opt.on_tensor) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        opt.on_tensor({done, static_cast<int64_t>(items.size()), t.name, action, t.n_bytes, items[i].out_bytes, secs});
+      }
+    }
+    for (const TensorToWrite& t : tensors) weight_map[t.name] = shard_name;
+    for (size_t i : shards[s]) total_size += items[i].out_bytes;
+    DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / shard_name).string(), tensors,
+                                         {{"format", "pt"}, {"quantization", quant_format_name(opt.quantize.format)}}));
+  }
+  if (shards.size() > 1) {
+    const Json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
+    DC_RETURN_IF_ERROR(write_text((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
+  }
+  // The small files: generation config, tokenizer, chat template, license, ...
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(opt.model_dir, ec)) {
+    if (!e.is_regular_file() || is_weight_file(e.path())) continue;
+    fs::copy_file(e.path(), fs::path(tmp) / e.path().filename(), ec);
+    if (ec) return io_error("cannot copy " + e.path().string() + " to " + tmp + ": " + ec.message());
+  }
+  if (ec) return io_error("cannot list " + opt.model_dir + ": " + ec.message());
+  return write_config(opt.model_dir, tmp, opt.quantize);  // last: a directory without it does not load
+}
+
+}  // namespace
+
+Status convert_checkpoint(const ConvertOptions& opt, ThreadPool* pool) {
+  DC_RETURN_IF_ERROR(check_quantize_options(opt.quantize));
+  if (opt.out_dir.empty()) return invalid_argument("--out must name the directory to write");
+  std::error_code ec;
+  const fs::path out = fs::path(opt.out_dir).lexically_normal();
+  if (fs::exists(out, ec) && !opt.force)
+    return invalid_argument("output directory '" + opt.out_dir + "' already exists; pass --force to replace it");
+  if (fs::exists(opt.model_dir, ec) && fs::exists(out, ec) && fs::equivalent(opt.model_dir, out, ec))
+    return invalid_argument("--out '" + opt.out_dir + "' is the model directory itself; choose another directory");
+  DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(opt.model_dir));
+  DC_ASSIGN_OR_RETURN(QuantizationConfig existing, load_quantization_config(opt.model_dir));
+  if (existing.format != WeightQuant::kNone)
+    return invalid_argument(opt.model_dir + " is already quantized (" + quant_format_name(existing.format) +
+                            "); convert the original bf16 checkpoint");
+  {  // every tensor of the model present with the shape config.json implies
+    auto bound = bind_weights(ckpt, ckpt.config());
+    if (!bound.ok()) return bound.status();
+  }
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  const std::string tmp = out.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    return io_error("cannot create '" + tmp + "': " + (ec ? ec.message() : std::string("it exists")));
+  Status status = convert_into(opt, ckpt, tmp, pool);
+  if (status.ok() && fs::exists(out, ec)) {  // --force: move the old directory away, then replace it
+    const std::string old = out.string() + ".old." + std::to_string(::getpid());
+    fs::rename(out, old, ec);
+    if (ec) {
+      status = io_error("cannot move the existing '" + out.string() + "' aside: " + ec.message());
+    } else {
+      fs::rename(tmp, out, ec);
+      if (ec) {
+        status = io_error("cannot rename '" + tmp + "' to '" + out.string() + "': " + ec.message());
+        fs::rename(old, out, ec);
+      } else {
+        fs::remove_all(old, ec);
+      }
+    }
+  } else if (status.ok()) {
+    fs::rename(tmp, out, ec);
+    if (ec) status = io_error("cannot rename '" + tmp + "' to '" + out.string() + "': " + ec.message());
+  }
+  if (!status.ok()) {
+    fs::remove_all(tmp, ec);
+    return status;
+  }
+  fsync_dir(parent.string());
+  return Status();
+}
+
+}  // namespace dc

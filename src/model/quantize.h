@@ -1,0 +1,112 @@
+// Weight quantization (q8 / q4, formats in ops/weight.h and README.md "Quantized weights"), the
+// "quantization" block of a converted checkpoint's config.json, and writing a converted checkpoint
+// (`diffucoder convert`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/weight.h"
+
+namespace dc {
+
+// The "quantization" object of config.json: {"format": "q8" | "q4", "group_size": G,
+// "quantized_by": "diffucoder"}. q8 has one scale per row (group_size 0); q4 needs an even G ≥ 2.
+struct QuantizationConfig {
+  WeightQuant format = WeightQuant::kNone;  // kNone: no "quantization" object (a dense checkpoint)
+  int64_t group_size = 0;
+};
+
+// Reads the "quantization" object of the config.json text (absent or null: format kNone). Errors name
+// `path` and the field: format other than "q8" / "q4", group_size missing, not an integer or not valid.
+Result<QuantizationConfig> parse_quantization_config(std::string_view config_json_text, const std::string& path);
+// Reads dir/config.json and parses it as parse_quantization_config does.
+Result<QuantizationConfig> load_quantization_config(const std::string& dir);
+
+const char* quant_format_name(WeightQuant format);  // "q8", "q4", "none"
+
+// The names of a quantized tensor's companions: "<name>.scale", "<name>.min" (q4 only).
+std::string quant_scale_name(const std::string& name);
+std::string quant_min_name(const std::string& name);
+
+// How q4 places its 16 levels in a group: kMin: [min, max] of the group (scale = (max − min)/15, min
+// stored); kSymmetric: codes −8..7 around zero, scale = (the value of largest magnitude)/−8, stored as
+// min = −8·scale (the same format on disk). kMin is the more accurate (README.md) and the default.
+enum class Q4Variant { kMin, kSymmetric };
+
+struct QuantizeOptions {
+  WeightQuant format = WeightQuant::kQ8;
+  int64_t group_size = 32;            // q4: columns per scale; a positive multiple of 32
+  bool embeddings = true;             // also quantize model.embed_tokens.weight
+  Q4Variant q4_variant = Q4Variant::kMin;
+};
+
+// Checks format (q8 / q4) and, for q4, group_size (a positive multiple of 32, at most 4096); errors
+// name the option.
+Status check_quantize_options(const QuantizeOptions& options);
+
+// A quantized matrix and the memory its view points into. Movable; the view stays valid across moves.
+struct QuantizedMatrix {
+  std::vector<uint8_t> codes;     // q8: int8 [rows, cols]; q4: packed [rows, cols/2]
+  std::vector<float> scales_f32;  // q8: [rows]
+  std::vector<uint16_t> scales_f16, mins_f16;  // q4: f16 bits [rows, cols/group_size]
+  WeightView view;
+};
+
+// Rounds every row of `dense` (a float weight, F32 / F16 / BF16) as `options` says:
+//   q8: s = max|w_row| / 127, q = round(w / s) in [−127, 127]; |w − s·q| ≤ s/2.
+//   q4 (kMin): per group, min rounded down and scale rounded up to f16 so that every value lies in
+//      [min, min + 15·scale]; q = round((w − min) / scale) in [0, 15]; |w − (scale·q + min)| ≤ scale/2.
+// A row or group of zeros gets scale 0. Non-finite values, or values too large for f16 scales, give
+// invalid_argument naming `name` and the row. q4 needs cols % group_size == 0. Threads over rows.
+Result<QuantizedMatrix> quantize_matrix(const WeightView& dense, const QuantizeOptions& options,
+                                        const std::string& name, ThreadPool* pool);
+
+// Whether `convert` quantizes the matrix `name` of shape [rows, cols] (q4 needs cols % G == 0; the
+// embeddings only with options.embeddings); otherwise it is kept as stored.
+bool should_quantize(const std::string& name, int64_t cols, const QuantizeOptions& options);
+
+// Quantizes the matrices of in-memory dense weights as convert would (for tests and benchmarks). The
+// result's views point into `storage`, which the caller keeps alive (e.g. Model::from_weights).
+struct QuantizedWeights {
+  ModelWeights weights;
+  std::shared_ptr<const void> storage;
+};
+Result<QuantizedWeights> quantize_weights(const ModelConfig& config, const ModelWeights& dense,
+                                          const QuantizeOptions& options, ThreadPool* pool);
+
+// One tensor of a conversion, reported after it is done.
+struct ConvertProgress {
+  int64_t index = 0, count = 0;   // 1-based index among count tensors
+  std::string name;
+  std::string action;             // "q8", "q4" or "copy"
+  size_t in_bytes = 0, out_bytes = 0;
+  double seconds = 0;             // since the conversion started
+};
+
+struct ConvertOptions {
+  std::string model_dir, out_dir;
+  QuantizeOptions quantize;
+  bool force = false;                            // replace an existing out_dir
+  size_t shard_bytes = size_t{2} << 30;          // more output than this: model-0000i-of-0000N shards
+  std::function<void(const ConvertProgress&)> on_tensor;  // optional
+};
+
+// Writes a quantized copy of the checkpoint in model_dir to out_dir: config.json with a
+// "quantization" object, the other small files copied (generation_config.json, tokenizer files; not
+// other weight files), and safetensors holding every matrix should_quantize() accepts as
+// `<name>` codes + `<name>.scale` (+ `<name>.min`), every other tensor as stored. Everything goes to
+// `<out_dir>.tmp.<pid>`, which is renamed to out_dir at the end (and removed on failure). Refuses an
+// existing out_dir unless force, an already quantized model, and tensors whose shape disagrees with
+// config.json; errors name the file or tensor.
+Status convert_checkpoint(const ConvertOptions& options, ThreadPool* pool);
+
+}  // namespace dc

@@ -1,0 +1,28 @@
+// attention_window front-end: checks the head layout and the window, then dispatches on the device.
+#include "ops/attention_window.h"
+
+#include "core/check.h"
+
+namespace dc {
+
+namespace cpu {
+// Declared here rather than in ops/cpu/kernels.h so that this op could be added without touching the
+// kernels header; defined in ops/cpu/attention_window.cc.
+void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
+}  // namespace cpu
+
+void attention_window(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
+  DC_CHECK(q && k && v && out, "attention_window: null operand");
+  DC_CHECK(shape.n_head > 0 && shape.n_head_kv > 0 && shape.n_head % shape.n_head_kv == 0,
+           "attention_window: n_head must be a multiple of n_head_kv");
+  DC_CHECK(shape.head_dim > 0 && shape.n_batch >= 0 && shape.n_seq >= 0, "attention_window: bad sizes");
+  DC_CHECK(window_begin >= 0 && window_len >= 0 && window_begin + window_len <= shape.n_seq,
+           "attention_window: the window must lie inside [0, n_seq)");
+  switch (ctx.device) {
+    case Device::kCpu: return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
+  }
+}
+
+}  // namespace dc

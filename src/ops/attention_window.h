@@ -1,0 +1,22 @@
+// Bidirectional GQA attention for a window of queries over every key of the sequence (the KV-cache
+// forward: the window's queries, the whole sequence's keys and values from the cache).
+#pragma once
+
+#include <cstdint>
+
+#include "core/context.h"
+#include "ops/attention.h"
+
+namespace dc {
+
+// out[B, W, n_head, head_dim] = softmax(q·kᵀ / sqrt(head_dim)) · v per head for the W = window_len
+// queries at absolute positions [window_begin, window_begin + W) of each row, over all L = shape.n_seq
+// keys: query i (absolute position window_begin + i) of row b attends key j iff valid[b, window_begin + i]
+// && valid[b, j] (valid: [B, L], nullptr = every pair) — the padding rule of attention(). A query with
+// no key to attend gets a zero output. q: [B, W, n_head, head_dim]; k, v: [B, L, n_head_kv, head_dim].
+// With window_begin = 0 and W = L this computes exactly what attention() computes (same per-row
+// arithmetic). Precondition: 0 <= window_begin, window_begin + W <= L. Never materialises W×L.
+void attention_window(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
+
+}  // namespace dc

@@ -1,0 +1,61 @@
+// CPU attention of a window of queries over all L keys: one (batch, head, query) row at a time, scores
+// in a per-thread buffer of length L, exact softmax (max-subtracted), f32 throughout. The per-row
+// arithmetic is that of cpu::attention, so a full window reproduces it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+
+namespace dc::cpu {
+
+void attention_window(ThreadPool* pool, const AttentionShape& s, int64_t window_begin, int64_t window_len,
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
+  const int64_t B = s.n_batch, L = s.n_seq, H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim;
+  const int64_t W = window_len;
+  const int64_t group = H / Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t q_stride = H * D, kv_stride = Hkv * D;  // between consecutive positions
+  // Work items: (b, h, i) flattened with the window index i fastest.
+  parallel_for(pool, B * H * W, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(L);
+    std::vector<float> acc(D);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item % W, h = (item / W) % H, b = item / (W * H);
+      const int64_t hk = h / group;
+      float* o = out + (b * W + i) * q_stride + h * D;
+      const uint8_t* row_valid = valid ? valid + b * L : nullptr;
+      if (row_valid && !row_valid[window_begin + i]) {
+        std::fill(o, o + D, 0.0f);
+        continue;
+      }
+      const float* qi = q + (b * W + i) * q_stride + h * D;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < L; ++j) {
+        if (row_valid && !row_valid[j]) continue;
+        const float* kj = k + (b * L + j) * kv_stride + hk * D;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t t = 0; t < D; ++t) dot += qi[t] * kj[t];
+        scores[j] = dot * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float sum = 0;
+      for (int64_t j = 0; j < L; ++j) {
+        if (row_valid && !row_valid[j]) continue;
+        const float p = std::exp(scores[j] - max_score);
+        sum += p;
+        const float* vj = v + (b * L + j) * kv_stride + hk * D;
+#pragma omp simd
+        for (int64_t t = 0; t < D; ++t) acc[t] += p * vj[t];
+      }
+      const float inv = 1.0f / sum;  // sum >= 1: the query itself is a valid key
+      for (int64_t t = 0; t < D; ++t) o[t] = acc[t] * inv;
+    }
+  }, 8);
+}
+
+}  // namespace dc::cpu

@@ -1,0 +1,454 @@
+// Fast CPU matmul_nt, y[n, m] = x[n, k] · Wᵀ (+ bias), AVX-512 with f32 accumulation.
+// Larger n: W is packed one panel (64 rows of W × kc of k) at a time into a per-thread buffer laid out
+// for broadcast micro-kernels (6 rows of x × 64 columns of y = 24 accumulator registers); the panel is
+// reused by every row of x, and packing prefetches the next block of W. Small n (see kSmallN): dot
+// products straight over the rows of W (no packing; W streamed once, prefetched). bf16 precision: x
+// rounded to bf16 once per call, vdpbf16ps over bf16 pairs of k. f32 precision: W widened to f32,
+// vfmadd231ps. Threads take (rows × panels) tasks from a counter; each output is summed in the same
+// order whatever the thread count.
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/scratch.h"
+#include "ops/cpu/simd_avx512.h"
+
+// GCC 12's AVX-512 headers build some intrinsics on _mm*_undefined_*(), which -Wuninitialized flags
+// once they are inlined into target("avx512...") functions: false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace dc::cpu {
+namespace {
+
+using simd::mask16;
+using simd::mask32;
+
+constexpr int kMr = 6;              // rows of x per micro-tile
+constexpr int kNv = 4;              // 16-lane vectors of y columns per micro-tile
+constexpr int64_t kPanel = 64;      // columns of y (rows of W) per packed panel = kNv · 16
+// k per packed panel: 512 pairs (bf16) or 512 values (f32) × 64 columns × 4 B = 128 KiB, streamed from
+// L2. Measured on Zen 5 (bf16 kc 256 ... 4096): 1024 is 2-5% faster than 256 (fewer C-tile reloads).
+constexpr int64_t kKcBf16 = 1024;
+constexpr int64_t kKcF32 = 512;
+// The dot-product kernels (no packing) take n <= kSmallN, or n <= kSmallNShortK when k <= kShortK (16
+// rows of W then stay in L1 while every group of 8 rows of x goes over them). Measured crossovers with
+// the packed kernel on Zen 5: n ~ 9-12 for k >= 3584, n > 32 for k = 896.
+constexpr int64_t kSmallN = 8;
+constexpr int64_t kSmallNShortK = 32;
+constexpr int64_t kShortK = 1024;
+// The dot-product kernels prefetch each W row kPrefetch bytes ahead (to L1) and the same place in the
+// next group of rows (to L2): measured 2x at n = 4 over the in-row prefetch alone, weights from memory.
+constexpr int64_t kPrefetch = 512;
+constexpr int64_t kConvRows = 32;     // rows of x per conversion block (bf16 precision)
+constexpr int64_t kMaxRowBlock = 512;  // rows of x per task: the C tile (512 × 64 × 4 B) stays in L2
+constexpr int64_t kMinRowBlock = 96;   // when rows are split for parallelism: packing stays < ~10%
+
+enum class Init { kZero, kBias, kLoad };  // what the accumulators start from
+
+// ---- packing: panel[p][64] of W rows j0..j0+63 (rows >= nj are zero) ----
+
+// bf16 pairs: dst[p * 64 + c] = (w[c, k0 + 2p], w[c, k0 + 2p + 1]) for p < ceil(kc / 2); an odd kc
+// pads the last pair with 0. w: row c at w + c * ldw. `next` (or null): the first element of the block
+// packed next (same row stride), prefetched into L2 meanwhile.
+DC_TARGET_AVX512 void pack_pairs_bf16(const uint16_t* w, int64_t ldw, int64_t nj, int64_t k0, int64_t kc,
+                                      const uint16_t* next, uint32_t* dst) {
+  const int64_t kp = (kc + 1) / 2;
+  for (int v = 0; v < kNv; ++v) {
+    for (int64_t pp = 0; pp < kp; pp += 16) {  // 16 rows × 16 pairs per transpose
+      const __mmask32 m = mask32(kc - 2 * pp);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t row = 16 * v + i;
+        if (next) _mm_prefetch(reinterpret_cast<const char*>(next + row * ldw + 2 * pp), _MM_HINT_T1);
+        r[i] = row < nj ? _mm512_maskz_loadu_epi16(m, w + row * ldw + k0 + 2 * pp) : _mm512_setzero_si512();
+      }
+      simd::transpose16x16_epi32(r);
+      const int64_t np = std::min<int64_t>(16, kp - pp);
+      for (int64_t t = 0; t < np; ++t) _mm512_store_si512(dst + (pp + t) * kPanel + 16 * v, r[t]);
+    }
+  }
+}
+
+// 16 weights of one row as f32 (lanes beyond the mask are 0).
+template <DType kW>
+DC_TARGET_AVX512 DC_INLINE __m512 load_w16(const void* base, int64_t index, __mmask16 m) {
+  if constexpr (kW == DType::kF32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(base) + index);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(base) + index);
+    if constexpr (kW == DType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// f32: dst[t * 64 + c] = w[c, k0 + t] for t < kc. w: row c at element c * ldw of the stored dtype;
+// `next` as for pack_pairs_bf16.
+template <DType kW>
+DC_TARGET_AVX512 void pack_f32(const void* w, int64_t ldw, int64_t nj, int64_t k0, int64_t kc, const void* next,
+                               float* dst) {
+  constexpr int64_t kSize = kW == DType::kF32 ? 4 : 2;
+  for (int v = 0; v < kNv; ++v) {
+    for (int64_t kk = 0; kk < kc; kk += 16) {
+      const __mmask16 m = mask16(kc - kk);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t row = 16 * v + i;
+        if (next && (kk * kSize) % 64 == 0)
+          _mm_prefetch(static_cast<const char*>(next) + (row * ldw + kk) * kSize, _MM_HINT_T1);
+        r[i] = row < nj ? _mm512_castps_si512(load_w16<kW>(w, row * ldw + k0 + kk, m)) : _mm512_setzero_si512();
+      }
+      simd::transpose16x16_epi32(r);
+      const int64_t nt = std::min<int64_t>(16, kc - kk);
+      for (int64_t t = 0; t < nt; ++t) _mm512_store_si512(dst + (kk + t) * kPanel + 16 * v, r[t]);
+    }
+  }
+}
+
+// ---- micro-kernels: c[MR, 64] (first `cols` columns stored, row stride ldc) ----
+
+template <int MR>
+DC_TARGET_AVX512 DC_INLINE void init_acc(__m512 (&acc)[MR][kNv], const __mmask16 (&mk)[kNv], Init init,
+                                         const float* bias, const float* c, int64_t ldc) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) {
+      if (init == Init::kLoad) acc[r][v] = _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v);
+      else if (init == Init::kBias) acc[r][v] = _mm512_maskz_loadu_ps(mk[v], bias + 16 * v);
+      else acc[r][v] = _mm512_setzero_ps();
+    }
+}
+
+template <int MR>
+DC_TARGET_AVX512 DC_INLINE void store_acc(const __m512 (&acc)[MR][kNv], const __mmask16 (&mk)[kNv], float* c,
+                                          int64_t ldc) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);
+}
+
+// c = init + a · b, a: [MR, kp] bf16 pairs (row stride lda pairs), b: [kp, 64] packed pairs.
+template <int MR>
+DC_TARGET_AVX512_BF16 void micro_bf16(int64_t kp, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
+                                      int64_t ldc, int64_t cols, Init init, const float* bias) {
+  __mmask16 mk[kNv];
+  for (int v = 0; v < kNv; ++v) mk[v] = mask16(cols - 16 * v);
+  __m512 acc[MR][kNv];
+  init_acc<MR>(acc, mk, init, bias, c, ldc);
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh bv[kNv];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + p * kPanel + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * lda + p]));
+#pragma GCC unroll 4
+      for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
+    }
+  }
+  store_acc<MR>(acc, mk, c, ldc);
+}
+
+// c = init + a · b, a: [MR, kc] f32 (row stride lda), b: [kc, 64] packed f32.
+template <int MR>
+DC_TARGET_AVX512 void micro_f32(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                                int64_t cols, Init init, const float* bias) {
+  __mmask16 mk[kNv];
+  for (int v = 0; v < kNv; ++v) mk[v] = mask16(cols - 16 * v);
+  __m512 acc[MR][kNv];
+  init_acc<MR>(acc, mk, init, bias, c, ldc);
+  for (int64_t t = 0; t < kc; ++t) {
+    __m512 bv[kNv];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) bv[v] = _mm512_load_ps(b + t * kPanel + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r * lda + t]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+    }
+  }
+  store_acc<MR>(acc, mk, c, ldc);
+}
+
+// ---- small n: y[i, j] = Σ_t x[i, t] w[j, t] over whole rows, MR rows of x × NR rows of W ----
+
+DC_TARGET_AVX512 DC_INLINE float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+template <int MR, int NR>
+DC_TARGET_AVX512_BF16 void dot_bf16(int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                                    const float* bias, float* y, int64_t ldy) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < k; t += 32) {
+    const __mmask32 m = mask32(k - t);
+    __m512bh wv[NR], xv[MR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const char* at = reinterpret_cast<const char*>(w + j * ldw + t);
+      _mm_prefetch(at + kPrefetch, _MM_HINT_T0);        // this row, a few iterations ahead
+      _mm_prefetch(at + NR * ldw * 2, _MM_HINT_T1);     // the same place in the next group of rows
+      wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + j * ldw + t);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) xv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, x + r * ldx + t);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv[r], wv[j]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) y[r * ldy + j] = hsum(acc[r][j]) + (bias ? bias[j] : 0.0f);
+}
+
+template <DType kW, int MR, int NR>
+DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+                              const float* bias, float* y, int64_t ldy) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < k; t += 16) {
+    const __mmask16 m = mask16(k - t);
+    __m512 wv[NR], xv[MR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      constexpr int64_t kSize = kW == DType::kF32 ? 4 : 2;
+      const char* at = static_cast<const char*>(w) + (j * ldw + t) * kSize;
+      _mm_prefetch(at + kPrefetch, _MM_HINT_T0);
+      _mm_prefetch(at + NR * ldw * kSize, _MM_HINT_T1);
+      wv[j] = load_w16<kW>(w, j * ldw + t, m);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_maskz_loadu_ps(m, x + r * ldx + t);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_fmadd_ps(xv[r], wv[j], acc[r][j]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) y[r * ldy + j] = hsum(acc[r][j]) + (bias ? bias[j] : 0.0f);
+}
+
+// ---- drivers ----
+
+// Rows [i0, i1) of x to bf16 (round to nearest even), zero-padded to ldxb columns.
+DC_TARGET_AVX512_BF16 void convert_rows_bf16(const float* x, int64_t k, int64_t i0, int64_t i1, uint16_t* xb,
+                                             int64_t ldxb) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* src = x + i * k;
+    uint16_t* dst = xb + i * ldxb;
+    for (int64_t t = 0; t < ldxb; t += 32) {
+      const __m512 lo = _mm512_maskz_loadu_ps(mask16(k - t), src + t);
+      const __m512 hi = _mm512_maskz_loadu_ps(mask16(k - t - 16), src + t + 16);
+      const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_mask_storeu_epi16(dst + t, mask32(ldxb - t), packed);
+    }
+  }
+}
+
+
+struct Job {
+  const float* x;        // [n, k]
+  uint16_t* xb;          // [n, ldxb] x rounded to bf16 (bf16 precision only), zero-padded to even k
+  int64_t ldxb;
+  // Per block of kConvRows rows of xb: 0 = not converted, 1 = being converted, 2 = ready. The tasks
+  // convert the blocks they need themselves (whoever comes first), so no extra pass over the pool.
+  std::atomic<uint8_t>* conv_state;
+  int64_t n, m, k;
+  const WeightView* w;   // [m, k]
+  const float* bias;     // [m] or null
+  float* y;              // [n, m]
+  bool bf16;
+};
+
+template <int MR>
+void run_micro(const Job& j, int64_t i, int64_t j0, int64_t cols, int64_t k0, int64_t kc, const void* panel,
+               Init init) {
+  float* c = j.y + i * j.m + j0;
+  const float* bias = j.bias ? j.bias + j0 : nullptr;
+  if (j.bf16) {
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(j.xb + i * j.ldxb + k0);
+    micro_bf16<MR>((kc + 1) / 2, a, j.ldxb / 2, static_cast<const uint32_t*>(panel), c, j.m, cols, init, bias);
+  } else {
+    micro_f32<MR>(kc, j.x + i * j.k + k0, j.k, static_cast<const float*>(panel), c, j.m, cols, init, bias);
+  }
+}
+
+// Packs rows [j0, j0 + nj) × columns [k0, k0 + kc) of W; prefetches the block at (next_j0, next_k0)
+// unless next_j0 < 0.
+void pack_panel(const Job& j, int64_t j0, int64_t nj, int64_t k0, int64_t kc, int64_t next_j0, int64_t next_k0,
+                void* panel) {
+  const WeightView& w = *j.w;
+  const int64_t size = static_cast<int64_t>(dtype_size(w.dtype));
+  const char* rows = static_cast<const char*>(w.data) + j0 * w.cols * size;
+  const char* next = next_j0 < 0 ? nullptr : static_cast<const char*>(w.data) + (next_j0 * w.cols + next_k0) * size;
+  if (j.bf16)
+    return pack_pairs_bf16(reinterpret_cast<const uint16_t*>(rows), w.cols, nj, k0, kc,
+                           reinterpret_cast<const uint16_t*>(next), static_cast<uint32_t*>(panel));
+  float* dst = static_cast<float*>(panel);
+  if (w.dtype == DType::kBF16) return pack_f32<DType::kBF16>(rows, w.cols, nj, k0, kc, next, dst);
+  if (w.dtype == DType::kF16) return pack_f32<DType::kF16>(rows, w.cols, nj, k0, kc, next, dst);
+  return pack_f32<DType::kF32>(rows, w.cols, nj, k0, kc, next, dst);
+}
+
+// Makes rows [i0, i1) of j.xb ready: converts the blocks no other thread has claimed, then waits for
+// the ones being converted elsewhere (a few microseconds of work each).
+void ensure_converted(const Job& j, int64_t i0, int64_t i1) {
+  const int64_t b0 = i0 / kConvRows, b1 = (i1 + kConvRows - 1) / kConvRows;
+  for (int64_t b = b0; b < b1; ++b) {
+    uint8_t expected = 0;
+    if (j.conv_state[b].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      convert_rows_bf16(j.x, j.k, b * kConvRows, std::min(j.n, (b + 1) * kConvRows), j.xb, j.ldxb);
+      j.conv_state[b].store(2, std::memory_order_release);
+    }
+  }
+  for (int64_t b = b0; b < b1; ++b)
+    for (int spins = 0; j.conv_state[b].load(std::memory_order_acquire) != 2; ++spins)
+      if (spins > 1000) std::this_thread::yield();
+}
+
+// Rows [i0, i1) × panels [p0, p1) of y: per panel, per k block, pack once and sweep all rows.
+void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
+  if (j.bf16) ensure_converted(j, i0, i1);
+  thread_local ScratchBuffer scratch;
+  const int64_t kc_max = j.bf16 ? kKcBf16 : kKcF32;
+  void* panel = scratch.get<uint32_t>((j.bf16 ? kc_max / 2 : kc_max) * kPanel);  // pairs or f32: 128 KiB
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t j0 = p * kPanel, cols = std::min(kPanel, j.m - j0);
+    for (int64_t k0 = 0; k0 < j.k; k0 += kc_max) {
+      const int64_t kc = std::min(kc_max, j.k - k0);
+      int64_t next_j0 = j0, next_k0 = k0 + kc;  // the block packed after this one, if any
+      if (next_k0 >= j.k) next_j0 = j0 + kPanel < j.m ? j0 + kPanel : -1, next_k0 = 0;  // maybe another task's
+      pack_panel(j, j0, cols, k0, kc, next_j0, next_k0, panel);
+      const Init init = k0 > 0 ? Init::kLoad : (j.bias ? Init::kBias : Init::kZero);
+      int64_t i = i0;
+      for (; i + kMr <= i1; i += kMr) run_micro<kMr>(j, i, j0, cols, k0, kc, panel, init);
+      switch (i1 - i) {
+        case 5: run_micro<5>(j, i, j0, cols, k0, kc, panel, init); break;
+        case 4: run_micro<4>(j, i, j0, cols, k0, kc, panel, init); break;
+        case 3: run_micro<3>(j, i, j0, cols, k0, kc, panel, init); break;
+        case 2: run_micro<2>(j, i, j0, cols, k0, kc, panel, init); break;
+        case 1: run_micro<1>(j, i, j0, cols, k0, kc, panel, init); break;
+        default: break;
+      }
+    }
+  }
+}
+
+// Rows [i0, i0 + MR) of y × rows [r, r + NR) of W.
+template <int MR, int NR>
+void run_dot(const Job& j, int64_t i0, int64_t r) {
+  const float* bias = j.bias ? j.bias + r : nullptr;
+  const WeightView& w = *j.w;
+  const char* wr = static_cast<const char*>(w.data) + r * w.cols * dtype_size(w.dtype);
+  float* y = j.y + i0 * j.m + r;
+  if (j.bf16)
+    return dot_bf16<MR, NR>(j.k, j.xb + i0 * j.ldxb, j.ldxb, reinterpret_cast<const uint16_t*>(wr), w.cols, bias, y,
+                            j.m);
+  const float* x = j.x + i0 * j.k;
+  if (w.dtype == DType::kBF16) return dot_f32<DType::kBF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
+  if (w.dtype == DType::kF16) return dot_f32<DType::kF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
+  return dot_f32<DType::kF32, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
+}
+
+template <int MR>
+void dot_rows(const Job& j, int64_t i0, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  constexpr int kNr = MR <= 2 ? 8 : MR <= 5 ? 4 : MR <= 7 ? 3 : 2;  // MR · kNr <= 21 accumulators
+  for (; r + kNr <= r1; r += kNr) run_dot<MR, kNr>(j, i0, r);
+  for (; r < r1; ++r) run_dot<MR, 1>(j, i0, r);
+}
+
+// All n rows of y × rows [r0, r1) of W: per 16 rows of W (kept in L1/L2), the rows of x
+// in groups of up to 8.
+void dot_task(const Job& j, int64_t r0, int64_t r1) {
+  for (int64_t c0 = r0; c0 < r1; c0 += 16) {
+    const int64_t c1 = std::min(r1, c0 + 16);
+    for (int64_t i0 = 0; i0 < j.n; i0 += 8) {
+      switch (std::min<int64_t>(8, j.n - i0)) {
+        case 1: dot_rows<1>(j, i0, c0, c1); break;
+        case 2: dot_rows<2>(j, i0, c0, c1); break;
+        case 3: dot_rows<3>(j, i0, c0, c1); break;
+        case 4: dot_rows<4>(j, i0, c0, c1); break;
+        case 5: dot_rows<5>(j, i0, c0, c1); break;
+        case 6: dot_rows<6>(j, i0, c0, c1); break;
+        case 7: dot_rows<7>(j, i0, c0, c1); break;
+        default: dot_rows<8>(j, i0, c0, c1); break;
+      }
+    }
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
+                    MatmulPrecision precision) {
+  if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y);
+  if (n == 0) return;
+  const int64_t m = w.rows, k = w.cols;
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false};
+  job.bf16 = precision == MatmulPrecision::kBF16 && w.dtype == DType::kBF16 && cpu_has_avx512_bf16();
+  const int64_t threads = pool ? pool->n_threads() : 1;
+  const bool tiny = n * m * k < (int64_t{1} << 18);  // not worth waking the pool
+  ThreadPool* p = tiny ? nullptr : pool;
+
+  const bool dot = n <= kSmallN || (n <= kSmallNShortK && k <= kShortK);
+  thread_local ScratchBuffer x_scratch;
+  std::vector<std::atomic<uint8_t>> conv_state(job.bf16 ? ceil_div(n, kConvRows) : 0);
+  if (job.bf16) {
+    job.ldxb = (k + 31) / 32 * 32;  // whole 32-lane stores; the pad is zero
+    job.xb = x_scratch.get<uint16_t>(n * job.ldxb);
+    job.conv_state = conv_state.data();
+    if (dot) convert_rows_bf16(x, k, 0, n, job.xb, job.ldxb);
+  }
+
+  // Tasks are handed out through an atomic counter (one pool chunk per thread), so they can be finer
+  // than the pool's own chunks: ~16 per thread keeps the threads' finishing times within a few percent.
+  const int64_t target = (p && threads > 1) ? 16 * threads : 1;
+  auto run_tasks = [&](int64_t n_tasks, const std::function<void(int64_t)>& task) {
+    std::atomic<int64_t> next{0};
+    parallel_for(p, std::min(threads, n_tasks), [&](int64_t, int64_t) {
+      for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) task(t);
+    });
+  };
+  if (dot) {
+    const int64_t units = ceil_div(m, 16);  // W rows in groups of 16
+    const int64_t n_tasks = std::min(units, target);
+    run_tasks(n_tasks, [&](int64_t t) {
+      dot_task(job, std::min(m, units * t / n_tasks * 16), std::min(m, units * (t + 1) / n_tasks * 16));
+    });
+    return;
+  }
+  // Tasks: row blocks × groups of panels. Rows are split only where there are too few panels for the
+  // threads, and into blocks of at least kMinRowBlock rows (each row block packs its panels again).
+  const int64_t panels = ceil_div(m, kPanel);
+  const int64_t col_tasks = std::min(panels, target);
+  int64_t row_blocks = ceil_div(n, kMaxRowBlock);
+  if (panels < 4 * threads)
+    row_blocks = std::max(row_blocks, std::min(ceil_div(4 * threads, panels), ceil_div(n, kMinRowBlock)));
+  const int64_t row_block = ceil_div(ceil_div(n, row_blocks), kMr) * kMr;
+  row_blocks = ceil_div(n, row_block);
+  run_tasks(row_blocks * col_tasks, [&](int64_t t) {
+    const int64_t ct = t / row_blocks, rb = t % row_blocks;
+    packed_task(job, rb * row_block, std::min(n, (rb + 1) * row_block), panels * ct / col_tasks,
+                panels * (ct + 1) / col_tasks);
+  });
+}
+
+}  // namespace dc::cpu

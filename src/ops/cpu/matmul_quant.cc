@@ -1,0 +1,453 @@
+// matmul_nt over q8 / q4 weights. Three kernels (see ops/cpu/quant.h): the reference (dequantize a row,
+// dot in double), a portable one (dequantize 32 rows to f32, 4×4 FMA tiles) and the AVX-512 VNNI one.
+//
+// The VNNI kernel writes every weight as w = s·u + mn with an unsigned byte code u (q8: u = q + 128,
+// mn = −128·s; q4: u = the nibble, mn = the stored min) and rounds x per row and 32-column block b to
+// int8: x ≈ sx_b · xq. Then  Σ_b∈block w·x = s·sx_b·Σ u·xq + mn·(sx_b·Σ xq):  the u8×s8 sums are exact
+// int32 (vpdpbusd); the two f32 terms are added per block (q8: the int32 sum starts at −128·Σ xq, so it
+// is Σ q·xq, and the row scale s is applied once at the end). A panel of 32 weight rows is repacked per
+// thread, one chunk of blocks at a time, so that one 64-byte vector holds 4 consecutive codes of 16 rows
+// (lane = weight row): one broadcast of 4 bytes of x then feeds 16 rows at once.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/quant.h"
+#include "ops/cpu/scratch.h"
+#include "ops/cpu/simd_avx512.h"
+
+// GCC 12's AVX-512 headers build some intrinsics on _mm*_undefined_*(), which -Wuninitialized flags
+// once they are inlined into target("avx512...") functions: false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace dc::cpu {
+namespace {
+
+// ---- reference ------------------------------------------------------------------------------------
+
+void matmul_reference(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y) {
+  const int64_t m = w.rows, k = w.cols;
+  parallel_for(pool, m, [&](int64_t j0, int64_t j1) {
+    std::vector<float> row(k);
+    for (int64_t j = j0; j < j1; ++j) {
+      w.row_to_f32(j, row.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float* xi = x + i * k;
+        double acc = bias != nullptr ? bias[j] : 0.0;
+        for (int64_t t = 0; t < k; ++t) acc += static_cast<double>(xi[t]) * row[t];
+        y[i * m + j] = static_cast<float>(acc);
+      }
+    }
+  }, 8);
+}
+
+// ---- portable: dequantize 32 rows, f32 tiles ------------------------------------------------------
+
+constexpr int64_t kDequantRows = 32;
+
+// out[a][b] = x row a · w row b for 4 x rows (stride ldx) and 4 w rows (stride k).
+inline void tile4x4(const float* x, int64_t ldx, const float* w, int64_t k, float* out /*[4][4]*/) {
+  const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+  const float *w0 = w, *w1 = w + k, *w2 = w + 2 * k, *w3 = w + 3 * k;
+  float a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+  float a20 = 0, a21 = 0, a22 = 0, a23 = 0, a30 = 0, a31 = 0, a32 = 0, a33 = 0;
+#pragma omp simd reduction(+ : a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, a31, a32, a33)
+  for (int64_t t = 0; t < k; ++t) {
+    const float b0 = w0[t], b1 = w1[t], b2 = w2[t], b3 = w3[t];
+    a00 += x0[t] * b0; a01 += x0[t] * b1; a02 += x0[t] * b2; a03 += x0[t] * b3;
+    a10 += x1[t] * b0; a11 += x1[t] * b1; a12 += x1[t] * b2; a13 += x1[t] * b3;
+    a20 += x2[t] * b0; a21 += x2[t] * b1; a22 += x2[t] * b2; a23 += x2[t] * b3;
+    a30 += x3[t] * b0; a31 += x3[t] * b1; a32 += x3[t] * b2; a33 += x3[t] * b3;
+  }
+  const float r[16] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, a31, a32, a33};
+  std::copy(r, r + 16, out);
+}
+
+inline float dot(const float* a, const float* b, int64_t k) {
+  float acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < k; ++t) acc += a[t] * b[t];
+  return acc;
+}
+
+void matmul_dequant_f32(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias,
+                        float* y) {
+  const int64_t m = w.rows, k = w.cols;
+  const int64_t n_blocks = (m + kDequantRows - 1) / kDequantRows;
+  parallel_for(pool, n_blocks, [&](int64_t b_begin, int64_t b_end) {
+    static thread_local ScratchBuffer scratch;
+    float* wf = scratch.get<float>(kDequantRows * k);
+    for (int64_t blk = b_begin; blk < b_end; ++blk) {
+      const int64_t j0 = blk * kDequantRows, nj = std::min(kDequantRows, m - j0);
+      for (int64_t r = 0; r < nj; ++r) w.row_to_f32(j0 + r, wf + r * k);
+      const int64_t nj4 = nj & ~int64_t{3}, n4 = n & ~int64_t{3};
+      float tile[16];
+      for (int64_t i = 0; i < n4; i += 4) {
+        for (int64_t j = 0; j < nj4; j += 4) {
+          tile4x4(x + i * k, k, wf + j * k, k, tile);
+          for (int a = 0; a < 4; ++a)
+            for (int b = 0; b < 4; ++b) y[(i + a) * m + j0 + j + b] = tile[a * 4 + b];
+        }
+        for (int64_t j = nj4; j < nj; ++j)
+          for (int a = 0; a < 4; ++a) y[(i + a) * m + j0 + j] = dot(x + (i + a) * k, wf + j * k, k);
+      }
+      for (int64_t i = n4; i < n; ++i)
+        for (int64_t j = 0; j < nj; ++j) y[i * m + j0 + j] = dot(x + i * k, wf + j * k, k);
+      if (bias != nullptr)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < nj; ++j) y[i * m + j0 + j] += bias[j0 + j];
+    }
+  });
+}
+
+// ---- AVX-512 VNNI ---------------------------------------------------------------------------------
+
+#define DC_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+
+constexpr int64_t kBlock = 32;         // columns per x scale and per int32 partial sum
+constexpr int64_t kPanelRows = 32;     // weight rows per task: two vectors of 16 lanes
+constexpr int64_t kBlockCodeBytes = 8 * 2 * 64;  // 8 steps of 4 columns × 2 vectors × 64 bytes
+// Blocks repacked at a time (32 KiB of codes) and rows of x per register tile (2·kTileRows int32 plus
+// 2·kTileRows f32 accumulators): the best of {16, 32, 64} × {4, 6} measured at the 7B shapes.
+constexpr int64_t kChunkBlocks = 32;
+constexpr int kTileRows = 6;
+constexpr int64_t kPrefetchChunks = 2;  // how far ahead the rows of W are prefetched (1-3 measure alike)
+
+// x rounded to int8 per row and block (see the file comment).
+struct QuantizedX {
+  const int8_t* q = nullptr;       // [n, nb * 32]; kQ4: each block's columns as 0,2,..,30,1,3,..,31
+  const float* scale = nullptr;    // [n, nb]  sx
+  const float* sum = nullptr;      // [n, nb]  sx · Σ xq        (kQ4)
+  const int32_t* isum = nullptr;   // [n, nb]  −128 · Σ xq      (kQ8)
+  int64_t nb = 0;
+};
+
+using simd::mask16;
+
+DC_TARGET_VNNI void quantize_x_rows(const float* x, int64_t k, int64_t i0, int64_t i1, bool q4, int8_t* q,
+                                    float* scale, float* sum, int32_t* isum, int64_t nb) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* xi = x + i * k;
+    int8_t* qi = q + i * nb * kBlock;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c = k - b * kBlock;
+      __m512 a0 = _mm512_maskz_loadu_ps(mask16(c), xi + b * kBlock);
+      __m512 a1 = _mm512_maskz_loadu_ps(mask16(c - 16), xi + b * kBlock + 16);
+      if (q4) {
+        const __m512 e = _mm512_permutex2var_ps(a0, even, a1), o = _mm512_permutex2var_ps(a0, odd, a1);
+        a0 = e;
+        a1 = o;
+      }
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1)));
+      const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a0, inv));  // round to nearest even
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, inv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + b * kBlock), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + b * kBlock + 16), _mm512_cvtsepi32_epi8(q1));
+      const int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      scale[i * nb + b] = amax / 127.0f;
+      if (q4) {
+        sum[i * nb + b] = amax / 127.0f * static_cast<float>(total);
+      } else {
+        isum[i * nb + b] = -128 * total;
+      }
+    }
+  }
+}
+
+// 16 bytes at p, the bytes at and after p + count read as zero.
+DC_TARGET_VNNI inline __m128i load16(const uint8_t* p, int64_t count) {
+  if (count >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm_maskz_loadu_epi8(mask16(count), p);
+}
+
+DC_TARGET_VNNI inline __m512i load4x16(const uint8_t* const* rows, int64_t offset, int64_t count) {
+  __m512i v = _mm512_castsi128_si512(load16(rows[0] + offset, count));
+  v = _mm512_inserti32x4(v, load16(rows[1] + offset, count), 1);
+  v = _mm512_inserti32x4(v, load16(rows[2] + offset, count), 2);
+  return _mm512_inserti32x4(v, load16(rows[3] + offset, count), 3);
+}
+
+// In: r[a] holds rows 4a..4a+3 (one per 128-bit lane), 4 steps of 4 bytes each. Out: r[t] holds step t
+// of rows 0..15 (lane l = row l).
+DC_TARGET_VNNI inline void transpose_rows_to_steps(__m512i r[4]) {
+  const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int a = 0; a < 4; ++a) r[a] = _mm512_permutexvar_epi32(tr, r[a]);  // 128-bit lane t: step t
+  const __m512i x0 = _mm512_shuffle_i32x4(r[0], r[1], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i x1 = _mm512_shuffle_i32x4(r[0], r[1], _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i y0 = _mm512_shuffle_i32x4(r[2], r[3], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i y1 = _mm512_shuffle_i32x4(r[2], r[3], _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0));
+  r[1] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1));
+  r[2] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0));
+  r[3] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// The 16 rows of vector v of the panel at j0 (rows past the end repeat the last row).
+struct PanelRows {
+  const uint8_t* ptr[16];
+  int64_t index[16];
+};
+
+PanelRows panel_rows(const WeightView& w, int64_t j0, int v) {
+  const int64_t row_bytes = w.quant == WeightQuant::kQ4 ? w.cols / 2 : w.cols;
+  PanelRows p;
+  for (int l = 0; l < 16; ++l) {
+    p.index[l] = std::min(j0 + 16 * v + l, w.rows - 1);
+    p.ptr[l] = static_cast<const uint8_t*>(w.data) + p.index[l] * row_bytes;
+  }
+  return p;
+}
+
+// Prefetches (into L2) what pack_codes and pack_group_table will read for blocks [b0, b1) of the panel,
+// so that the next chunk's rows stream in while this one is multiplied (the rows are k/2 or k bytes
+// apart: left alone, their loads stall one cache miss at a time).
+DC_TARGET_VNNI void prefetch_chunk(const WeightView& w, const PanelRows rows[2], int64_t b0, int64_t b1) {
+  const bool q4 = w.quant == WeightQuant::kQ4;
+  const int64_t bytes_per_block = q4 ? 16 : kBlock, row_bytes = q4 ? w.cols / 2 : w.cols;
+  const int64_t begin = b0 * bytes_per_block, end = std::min(b1 * bytes_per_block, row_bytes);
+  const int64_t n_groups = q4 ? w.cols / w.group_size : 0, bpg = q4 ? w.group_size / kBlock : 1;
+  for (int v = 0; v < 2; ++v)
+    for (int l = 0; l < 16; ++l) {
+      for (int64_t at = begin & ~int64_t{63}; at < end; at += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[v].ptr[l] + at), _MM_HINT_T1);
+      if (q4) {
+        const int64_t g = rows[v].index[l] * n_groups + b0 / bpg;
+        _mm_prefetch(reinterpret_cast<const char*>(static_cast<const uint16_t*>(w.scales) + g), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(static_cast<const uint16_t*>(w.mins) + g), _MM_HINT_T1);
+      }
+    }
+}
+
+// Repacks the codes of the panel at j0, blocks [b0, b1), into codes[b - b0][step 0..7][vector 0..1][64
+// bytes]: lane l of a vector holds 4 codes of row 16·vector + l (kQ8: u = q + 128; kQ4: the nibbles).
+DC_TARGET_VNNI void pack_codes(const WeightView& w, const PanelRows rows[2], int64_t b0, int64_t b1, uint8_t* codes) {
+  const int64_t k = w.cols;
+  const bool q4 = w.quant == WeightQuant::kQ4;
+  const __m512i low4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int v = 0; v < 2; ++v) {
+    for (int64_t b = b0; b < b1; ++b) {
+      __m512i lo[4], hi[4];
+      for (int a = 0; a < 4; ++a) {
+        if (q4) {
+          const __m512i p = load4x16(rows[v].ptr + 4 * a, b * 16, 16);
+          lo[a] = _mm512_and_si512(p, low4);
+          hi[a] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
+        } else {
+          lo[a] = _mm512_xor_si512(load4x16(rows[v].ptr + 4 * a, b * kBlock, k - b * kBlock), flip);
+          hi[a] = _mm512_xor_si512(load4x16(rows[v].ptr + 4 * a, b * kBlock + 16, k - b * kBlock - 16), flip);
+        }
+      }
+      transpose_rows_to_steps(lo);
+      transpose_rows_to_steps(hi);
+      uint8_t* out = codes + (b - b0) * kBlockCodeBytes + v * 64;
+      for (int t = 0; t < 4; ++t) {
+        _mm512_store_si512(out + t * 128, lo[t]);
+        _mm512_store_si512(out + (t + 4) * 128, hi[t]);
+      }
+    }
+  }
+}
+
+// kQ4: the scales and mins of groups [g0, g1) of the panel as f32 vectors: out[g - g0][vector][16].
+DC_TARGET_VNNI void pack_group_table(const uint16_t* table, int64_t n_groups, const PanelRows rows[2], int64_t g0,
+                                     int64_t g1, float* out) {
+  for (int v = 0; v < 2; ++v) {
+    for (int64_t gt = g0; gt < g1; gt += 16) {
+      const int64_t count = std::min<int64_t>(16, g1 - gt);
+      __m512i r[16];
+      for (int l = 0; l < 16; ++l) {
+        const __m256i h = _mm256_maskz_loadu_epi16(mask16(count), table + rows[v].index[l] * n_groups + gt);
+        r[l] = _mm512_castps_si512(_mm512_cvtph_ps(h));
+      }
+      simd::transpose16x16_epi32(r);  // r[i] lane l: row l, group gt + i
+      for (int64_t i = 0; i < count; ++i)
+        _mm512_store_si512(out + ((gt - g0 + i) * 2 + v) * 16, r[i]);
+    }
+  }
+}
+
+// y rows [i0, i0 + R), columns [j0, j0 + 32) masked by `keep`, over blocks [b0, b0 + n_blocks) of a
+// repacked panel. first: start from zero (else add to y); last: finish (kQ8: row scales) and add the bias.
+// kQ4: sc / mn[g][vector][16] per group g = b / blocks_per_group − g0. kQ8: sc[vector][16] row scales.
+template <int R, bool kQ8>
+DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int64_t n_blocks, const uint8_t* codes,
+                               const float* sc, const float* mn, int64_t blocks_per_group, int64_t g0, bool first,
+                               bool last, const float* bias, float* y, int64_t m, int64_t j0,
+                               const __mmask16 keep[2]) {
+  __m512 f[R][2];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 2; ++v) f[r][v] = _mm512_setzero_ps();
+  const int64_t row_stride = xq.nb * kBlock;
+  for (int64_t bb = 0; bb < n_blocks; ++bb) {
+    const int64_t b = b0 + bb;
+    const uint8_t* cb = codes + bb * kBlockCodeBytes;
+    const int8_t* xb = xq.q + i0 * row_stride + b * kBlock;
+    __m512i acc[R][2];
+    for (int r = 0; r < R; ++r) {
+      // kQ8 codes are q + 128: start from −128·Σ xq so the block sum is exactly Σ q·xq.
+      acc[r][0] = acc[r][1] = kQ8 ? _mm512_set1_epi32(xq.isum[(i0 + r) * xq.nb + b]) : _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i w0 = _mm512_load_si512(cb + s * 128), w1 = _mm512_load_si512(cb + s * 128 + 64);
+      for (int r = 0; r < R; ++r) {
+        int32_t x4;
+        std::memcpy(&x4, xb + r * row_stride + 4 * s, 4);
+        const __m512i xv = _mm512_set1_epi32(x4);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, xv);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xv);
+      }
+    }
+    if constexpr (kQ8) {
+      for (int r = 0; r < R; ++r) {
+        const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nb + b]);
+        f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), sx, f[r][0]);
+        f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), sx, f[r][1]);
+      }
+    } else {
+      const float* sg = sc + (b / blocks_per_group - g0) * 32;
+      const float* mg = mn + (b / blocks_per_group - g0) * 32;
+      const __m512 s0 = _mm512_load_ps(sg), s1 = _mm512_load_ps(sg + 16);
+      const __m512 m0 = _mm512_load_ps(mg), m1 = _mm512_load_ps(mg + 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nb + b]);
+        const __m512 xs = _mm512_set1_ps(xq.sum[(i0 + r) * xq.nb + b]);
+        f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_mul_ps(s0, sx), f[r][0]);
+        f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_mul_ps(s1, sx), f[r][1]);
+        f[r][0] = _mm512_fmadd_ps(m0, xs, f[r][0]);
+        f[r][1] = _mm512_fmadd_ps(m1, xs, f[r][1]);
+      }
+    }
+  }
+  for (int v = 0; v < 2; ++v) {
+    const __m512 bv = last && bias != nullptr ? _mm512_maskz_loadu_ps(keep[v], bias + j0 + 16 * v) : _mm512_setzero_ps();
+    const __m512 rs = kQ8 ? _mm512_load_ps(sc + 16 * v) : _mm512_set1_ps(1.0f);
+    for (int r = 0; r < R; ++r) {
+      float* yr = y + (i0 + r) * m + j0 + 16 * v;
+      __m512 out = f[r][v];
+      if (!first) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(keep[v], yr));
+      if (last) out = _mm512_fmadd_ps(out, rs, bv);
+      _mm512_mask_storeu_ps(yr, keep[v], out);
+    }
+  }
+}
+
+// All rows of x against one repacked chunk of a panel, kTileRows rows at a time.
+template <bool kQ8>
+DC_TARGET_VNNI void panel_rows_all_x(const QuantizedX& xq, int64_t n, int64_t b0, int64_t n_blocks, const uint8_t* codes,
+                                     const float* sc, const float* mn, int64_t bpg, int64_t g0, bool first, bool last,
+                                     const float* bias, float* y, int64_t m, int64_t j0, const __mmask16 keep[2]) {
+  int64_t i = 0;
+  for (; i + kTileRows <= n; i += kTileRows)
+    panel_tile<kTileRows, kQ8>(xq, i, b0, n_blocks, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+  for (; i + 2 <= n; i += 2)
+    panel_tile<2, kQ8>(xq, i, b0, n_blocks, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+  if (i < n) panel_tile<1, kQ8>(xq, i, b0, n_blocks, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+}
+
+DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias,
+                                float* y) {
+  const int64_t m = w.rows, k = w.cols;
+  const int64_t nb = (k + kBlock - 1) / kBlock;
+  const bool q4 = w.quant == WeightQuant::kQ4;
+  static thread_local ScratchBuffer x_scratch;
+  const size_t q_bytes = static_cast<size_t>(n * nb * kBlock + 63) & ~size_t{63};
+  char* xbuf = x_scratch.get<char>(q_bytes + 2 * n * nb * sizeof(float));
+  auto* xq_codes = reinterpret_cast<int8_t*>(xbuf);
+  auto* x_scale = reinterpret_cast<float*>(xbuf + q_bytes);
+  float* x_sum = x_scale + n * nb;
+  auto* x_isum = reinterpret_cast<int32_t*>(x_sum);
+  parallel_for(pool, n, [&](int64_t i0, int64_t i1) {
+    quantize_x_rows(x, k, i0, i1, q4, xq_codes, x_scale, x_sum, x_isum, nb);
+  }, 4);
+  const QuantizedX xq{xq_codes, x_scale, x_sum, x_isum, nb};
+
+  const int64_t n_panels = (m + kPanelRows - 1) / kPanelRows;
+  const int64_t bpg = q4 ? w.group_size / kBlock : 1, n_groups = q4 ? k / w.group_size : 1;
+  parallel_for(pool, n_panels, [&](int64_t p_begin, int64_t p_end) {
+    static thread_local ScratchBuffer panel_scratch;
+    auto* codes = panel_scratch.get<uint8_t>(kChunkBlocks * (kBlockCodeBytes + 2 * 32 * sizeof(float)));
+    auto* sc = reinterpret_cast<float*>(codes + kChunkBlocks * kBlockCodeBytes);
+    float* mn = sc + kChunkBlocks * 32;
+    // Chunk s of this task is chunk s % n_chunks of panel p_begin + s / n_chunks; the chunk
+    // kPrefetchChunks ahead is prefetched before each chunk is packed.
+    const int64_t n_chunks = (nb + kChunkBlocks - 1) / kChunkBlocks, n_steps = (p_end - p_begin) * n_chunks;
+    auto prefetch_step = [&](int64_t step) {
+      if (step >= n_steps) return;
+      const int64_t pj = (p_begin + step / n_chunks) * kPanelRows, c = step % n_chunks * kChunkBlocks;
+      const PanelRows r[2] = {panel_rows(w, pj, 0), panel_rows(w, pj, 1)};
+      prefetch_chunk(w, r, c, std::min(nb, c + kChunkBlocks));
+    };
+    for (int64_t step = 0; step < kPrefetchChunks; ++step) prefetch_step(step);
+    int64_t step = 0;
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t j0 = p * kPanelRows;
+      const __mmask16 keep[2] = {mask16(m - j0), mask16(m - j0 - 16)};
+      const PanelRows rows[2] = {panel_rows(w, j0, 0), panel_rows(w, j0, 1)};
+      if (!q4) {
+        const auto* s32 = static_cast<const float*>(w.scales);
+        for (int v = 0; v < 2; ++v)
+          for (int l = 0; l < 16; ++l) sc[v * 16 + l] = s32[rows[v].index[l]];
+      }
+      for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks, ++step) {
+        const int64_t c1 = std::min(nb, c0 + kChunkBlocks);
+        prefetch_step(step + kPrefetchChunks);
+        pack_codes(w, rows, c0, c1, codes);
+        const bool first = c0 == 0, last = c1 == nb;
+        if (q4) {
+          const int64_t g0 = c0 / bpg, g1 = (c1 + bpg - 1) / bpg;
+          pack_group_table(static_cast<const uint16_t*>(w.scales), n_groups, rows, g0, g1, sc);
+          pack_group_table(static_cast<const uint16_t*>(w.mins), n_groups, rows, g0, g1, mn);
+          panel_rows_all_x<false>(xq, n, c0, c1 - c0, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+        } else {
+          panel_rows_all_x<true>(xq, n, c0, c1 - c0, codes, sc, mn, 1, 0, first, last, bias, y, m, j0, keep);
+        }
+      }
+    }
+  });
+}
+
+bool detect_vnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+}  // namespace
+
+bool cpu_has_avx512_vnni() {
+  static const bool has = detect_vnni();
+  return has && cpu_has_avx512();  // cpu_has_avx512() honours force_portable_kernels_for_testing
+}
+
+void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
+                     QuantKernel kernel) {
+  if (n <= 0) return;
+  const bool vnni_ok = cpu_has_avx512_vnni() && (w.quant == WeightQuant::kQ8 || w.group_size % kBlock == 0);
+  if (kernel == QuantKernel::kAuto) kernel = vnni_ok ? QuantKernel::kInt8Vnni : QuantKernel::kDequantF32;
+  switch (kernel) {
+    case QuantKernel::kReference:
+      matmul_reference(pool, x, n, w, bias, y);
+      return;
+    case QuantKernel::kInt8Vnni:
+      if (vnni_ok) {
+        matmul_vnni(pool, x, n, w, bias, y);
+        return;
+      }
+      [[fallthrough]];
+    case QuantKernel::kAuto:
+    case QuantKernel::kDequantF32:
+      matmul_dequant_f32(pool, x, n, w, bias, y);
+      return;
+  }
+}
+
+}  // namespace dc::cpu

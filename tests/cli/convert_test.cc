@@ -1,0 +1,128 @@
+// `diffucoder convert` end to end: q8 / q4 copies of a tiny fixture that generate, inspect and leave no
+// temporary directory; progress on stderr; errors (existing output, missing model, bad options).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "fixtures.h"
+
+namespace dc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the binary with `args` (shell words), capturing stdout and stderr.
+RunResult run(const std::string& args) {
+  static int counter = 0;
+  const fs::path err_path =
+      fs::temp_directory_path() / ("dc_convert_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  const std::string cmd = std::string(DC_BINARY_PATH) + " " + args + " 2>" + err_path.string();
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  r.err = ss.str();
+  fs::remove(err_path);
+  return r;
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("dc_convert_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+bool has_tmp_leftover(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+  return false;
+}
+
+const std::string kVocabModel = dc::testing::fixtures_dir() + "/tiny-vocab";
+const std::string kSmallModel = dc::testing::fixtures_dir() + "/tiny-gqa1";
+
+TEST(Convert, QuantizedCopiesGenerateAndInspect) {
+  const fs::path dir = temp_dir("ok");
+  for (const char* format : {"q8", "q4"}) {
+    const fs::path out = dir / format;
+    auto r = run("convert --model " + kVocabModel + " --out " + out.string() + " --weights " + format);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("/27]"), std::string::npos) << "progress per tensor on stderr: " << r.err;
+    EXPECT_NE(r.err.find("MB/s"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("wrote " + out.string()), std::string::npos) << r.err;
+    EXPECT_FALSE(has_tmp_leftover(dir));
+    for (const char* file : {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors"})
+      EXPECT_TRUE(fs::exists(out / file)) << file;
+    const auto config = dc::testing::load_json((out / "config.json").string());
+    EXPECT_EQ(config["quantization"]["format"], format);
+    EXPECT_EQ(config["quantization"]["quantized_by"], "diffucoder");
+    EXPECT_EQ(config["hidden_size"], dc::testing::load_json(kVocabModel + "/config.json")["hidden_size"]);
+
+    auto gen = run("generate --model " + out.string() + " --prompt 'def add(a, b):' --max-new-tokens 8 --steps 4 --json --quiet");
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    EXPECT_EQ(nlohmann::json::parse(gen.out)["token_ids"].size(), 8u);
+    auto inspect = run("inspect --model " + out.string() + " --json");
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    const auto dtypes = nlohmann::json::parse(inspect.out)["tensor_dtypes"];
+    EXPECT_TRUE(dtypes.contains(std::string(format) == "q8" ? "I8" : "U8")) << dtypes.dump();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Convert, ErrorsNameTheProblem) {
+  const fs::path dir = temp_dir("bad");
+  fs::create_directories(dir / "exists");
+  struct Case {
+    std::string args, expect_in_error;
+    int exit_code;
+  };
+  const std::string out = " --out " + (dir / "new").string();
+  const std::vector<Case> cases = {
+      {"convert --model " + kSmallModel + " --out " + (dir / "exists").string() + " --weights q8", "--force", 1},
+      {"convert --model /nonexistent/model" + out + " --weights q8", "/nonexistent/model", 1},
+      {"convert --model " + kSmallModel + out + " --weights q3", "--weights", 2},
+      {"convert --model " + kSmallModel + out + " --weights q4 --group-size 20", "--group-size", 1},
+      {"convert --model " + kSmallModel + out, "--weights", 2},
+  };
+  for (const Case& c : cases) {
+    auto r = run(c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect_in_error), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "new"));
+  EXPECT_FALSE(has_tmp_leftover(dir));
+  EXPECT_TRUE(fs::is_empty(dir / "exists"));
+  // --force replaces the existing directory.
+  auto r = run("convert --model " + kSmallModel + " --out " + (dir / "exists").string() + " --weights q8 --force --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "exists" / "model.safetensors"));
+  EXPECT_FALSE(has_tmp_leftover(dir));
+  // A quantized checkpoint is not converted again.
+  r = run("convert --model " + (dir / "exists").string() + out + " --weights q4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("already quantized"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dc

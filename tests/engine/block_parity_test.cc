@@ -1,0 +1,261 @@
+// Block decoding through the Engine (Fast-dLLM, spec §6): cache none against the PyTorch reference's
+// block decoder (token-identical, every step's canvas and commit counts), the cached modes' refresh
+// forwards against full passes (bit-identical), the prefix / dual drift from cache none on the tiny
+// fixtures (printed, not asserted), and the KV-cache size limit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/engine.h"
+#include "fixtures.h"
+#include "model/kv_cache.h"
+
+namespace dc {
+namespace {
+
+SamplingParams block_params_of(const Engine& engine, const nlohmann::json& p) {
+  SamplingParams s = engine.default_params();
+  s.alg = parse_algorithm(p["alg"].get<std::string>()).value();
+  s.steps = p["steps"].get<int>();
+  s.max_new_tokens = p["max_new_tokens"].get<int64_t>();
+  s.eps = p["eps"].get<float>();
+  s.temperature = p["temperature"].get<float>();
+  s.top_p = p["top_p"].is_null() ? 1.0f : p["top_p"].get<float>();
+  s.top_k = p["top_k"].is_null() ? 0 : p["top_k"].get<int64_t>();
+  s.block_length = p["block_length"].get<int64_t>();
+  s.threshold = p["threshold"].is_null() ? 0.0f : p["threshold"].get<float>();
+  s.factor = p["factor"].is_null() ? 0.0f : p["factor"].get<float>();
+  return s;
+}
+
+struct BlockCase {
+  std::string model_dir, name;
+  std::vector<std::vector<int32_t>> prompts;
+  nlohmann::json json;
+};
+
+std::vector<BlockCase> block_cases() {
+  std::vector<BlockCase> cases;
+  const auto manifest = dc::testing::load_manifest();
+  for (const auto& m : manifest["models"]) {
+    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
+    const auto doc = dc::testing::load_json(dir + "/reference/generate_block.json");
+    for (const auto& c : doc["cases"])
+      cases.push_back({dir, m["name"].get<std::string>() + "/" + c["name"].get<std::string>(),
+                       c["prompts"].get<std::vector<std::vector<int32_t>>>(), c});
+  }
+  return cases;
+}
+
+TEST(BlockParity, CacheNoneIsTokenIdenticalToTheReferenceBlockDecoder) {
+  int n_cases = 0, n_parallel = 0;
+  for (const BlockCase& bc : block_cases()) {
+    auto engine = Engine::load({bc.model_dir, "", 2});
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    SamplingParams params = block_params_of(**engine, bc.json["params"]);
+    params.output_history = true;
+    auto out = (*engine)->generate(bc.prompts, params);
+    ASSERT_TRUE(out.ok()) << bc.name << ": " << out.status().to_string();
+    EXPECT_EQ(out->sequences, bc.json["sequences"].get<std::vector<std::vector<int32_t>>>()) << bc.name;
+    const auto history = bc.json["history"].get<std::vector<std::vector<std::vector<int32_t>>>>();
+    const auto counts = bc.json["counts"].get<std::vector<std::vector<int64_t>>>();
+    ASSERT_EQ(out->history.size(), history.size()) << bc.name << ": steps run";
+    ASSERT_EQ(out->committed_counts.size(), counts.size()) << bc.name;
+    for (size_t s = 0; s < history.size(); ++s) {
+      std::vector<int32_t> want;
+      for (const auto& row : history[s]) want.insert(want.end(), row.begin(), row.end());
+      ASSERT_EQ(out->history[s], want) << bc.name << " canvas after step " << s;
+      EXPECT_EQ(out->committed_counts[s], counts[s]) << bc.name << " step " << s;
+    }
+    ++n_cases;
+    n_parallel += params.threshold > 0.0f || params.factor > 0.0f;
+  }
+  EXPECT_GE(n_cases, 25);
+  EXPECT_GE(n_parallel, 12);
+}
+
+// Never commit the mask id (an approximate cache may make the tiny models predict it): no mask is left.
+void suppress_mask(GenerateHooks& hooks, int32_t mask_id) {
+  hooks.logits_hook = [mask_id](const LogitsHookArgs& a) {
+    for (size_t r = 0; r < a.positions.size(); ++r)
+      a.logits[r * static_cast<size_t>(a.n_vocab) + static_cast<size_t>(mask_id)] = -std::numeric_limits<float>::infinity();
+  };
+}
+
+TEST(BlockParity, RefreshForwardsAreFullPassesBitForBit) {
+  // Every forward of a cached run is checked against a plain full forward of the same canvas: kRefresh
+  // must be bit-identical (that step IS a full pass); kUse differs by the approximation (printed).
+  for (CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
+    int refreshes = 0, uses = 0;
+    double worst_use = 0;
+    for (const BlockCase& bc : block_cases()) {
+      auto engine = Engine::load({bc.model_dir, "", 2});
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      Engine& e = **engine;
+      SamplingParams params = block_params_of(e, bc.json["params"]);
+      params.cache = mode;
+      const Context ctx{Device::kCpu, &e.pool()};
+      const int64_t V = e.config().n_vocab;
+      const LogitsFn inner = e.logits_fn();
+      std::vector<float> plain;
+      const LogitsFn checked = [&](const ForwardBatch& batch, float* logits) -> Status {
+        DC_RETURN_IF_ERROR(inner(batch, logits));
+        ForwardBatch full = batch;
+        full.cache_op = CacheOp::kNone;
+        full.cache = nullptr;
+        full.window_begin = 0;
+        full.window_end = -1;
+        plain.assign(static_cast<size_t>(batch.n_out * V), 0.0f);
+        DC_RETURN_IF_ERROR(e.model().forward(ctx, full, plain.data()));
+        if (batch.cache_op == CacheOp::kRefresh) {
+          ++refreshes;
+          for (size_t i = 0; i < plain.size(); ++i)
+            if (logits[i] != plain[i]) {
+              ADD_FAILURE() << bc.name << " " << cache_mode_name(mode) << ": refresh logit " << i << " = " << logits[i]
+                            << ", full pass " << plain[i];
+              break;
+            }
+        } else {
+          EXPECT_EQ(batch.cache_op, CacheOp::kUse);
+          ++uses;
+          double diff = 0, ref = 1e-30;
+          for (size_t i = 0; i < plain.size(); ++i) {
+            diff = std::max(diff, static_cast<double>(std::abs(logits[i] - plain[i])));
+            ref = std::max(ref, static_cast<double>(std::abs(plain[i])));
+          }
+          worst_use = std::max(worst_use, diff / ref);
+        }
+        return Status::ok_status();
+      };
+      GenerateHooks hooks;
+      hooks.pool = &e.pool();
+      suppress_mask(hooks, params.mask_token_id);
+      auto out = generate(checked, e.config().n_vocab, bc.prompts, params, hooks);
+      ASSERT_TRUE(out.ok()) << bc.name << ": " << out.status().to_string();
+    }
+    std::printf("  cache %s: %d refresh forwards bit-identical to full passes; %d cached forwards, worst "
+                "max|Δlogit| / max|logit| %.3g\n",
+                cache_mode_name(mode), refreshes, uses, worst_use);
+    EXPECT_GT(refreshes, 0);
+    EXPECT_GT(uses, 0);
+  }
+}
+
+TEST(BlockParity, PrefixAndDualDriftFromCacheNone) {
+  // Runs every reference block case with cache none, prefix and dual (mask id suppressed in all three):
+  // generation must complete with no mask left, and every step up to the first forward (the first
+  // block's refresh) must be identical; the fraction of generated tokens that differ is printed.
+  struct Tally {
+    int64_t tokens = 0, differ = 0, forwards = 0, positions = 0;
+  };
+  Tally none_tally, tally[2];
+  for (const BlockCase& bc : block_cases()) {
+    auto engine = Engine::load({bc.model_dir, "", 2});
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    Engine& e = **engine;
+    SamplingParams params = block_params_of(e, bc.json["params"]);
+    params.output_history = true;
+    GenerateHooks hooks;
+    suppress_mask(hooks, params.mask_token_id);
+    auto none = e.generate(bc.prompts, params, hooks);
+    ASSERT_TRUE(none.ok()) << bc.name << ": " << none.status().to_string();
+    none_tally.forwards += none->timings.forwards;
+    none_tally.positions += none->timings.positions_computed;
+    size_t first_forward = 0;  // the first step that committed something ran the first forward
+    while (first_forward < none->committed_counts.size()) {
+      int64_t sum = 0;
+      for (int64_t n : none->committed_counts[first_forward]) sum += n;
+      if (sum > 0) break;
+      ++first_forward;
+    }
+    for (int m = 0; m < 2; ++m) {
+      params.cache = m == 0 ? CacheMode::kPrefix : CacheMode::kDual;
+      auto cached = e.generate(bc.prompts, params, hooks);
+      ASSERT_TRUE(cached.ok()) << bc.name << ": " << cached.status().to_string();
+      for (size_t r = 0; r < cached->generated.size(); ++r)
+        for (size_t i = 0; i < cached->generated[r].size(); ++i) {
+          ASSERT_NE(cached->generated[r][i], params.mask_token_id) << bc.name << " row " << r << " position " << i;
+          ++tally[m].tokens;
+          tally[m].differ += cached->generated[r][i] != none->generated[r][i];
+        }
+      ASSERT_GT(cached->history.size(), first_forward);
+      for (size_t s = 0; s <= first_forward; ++s)
+        EXPECT_EQ(cached->history[s], none->history[s]) << bc.name << " " << cache_mode_name(params.cache) << " step " << s;
+      EXPECT_GT(cached->timings.cache_refreshes, 0);
+      tally[m].forwards += cached->timings.forwards;
+      tally[m].positions += cached->timings.positions_computed;
+    }
+  }
+  std::printf("  cache none: %ld forwards, %ld positions computed\n", static_cast<long>(none_tally.forwards),
+              static_cast<long>(none_tally.positions));
+  for (int m = 0; m < 2; ++m)
+    std::printf("  cache %-6s: %ld of %ld generated tokens (%.1f%%) differ from cache none; %ld forwards, %ld "
+                "positions computed (%.2fx fewer)\n",
+                m == 0 ? "prefix" : "dual", static_cast<long>(tally[m].differ), static_cast<long>(tally[m].tokens),
+                100.0 * static_cast<double>(tally[m].differ) / static_cast<double>(std::max<int64_t>(tally[m].tokens, 1)),
+                static_cast<long>(tally[m].forwards), static_cast<long>(tally[m].positions),
+                static_cast<double>(none_tally.positions) / static_cast<double>(std::max<int64_t>(tally[m].positions, 1)));
+}
+
+TEST(BlockParity, OneLayerModelsDecodeIdenticallyWithEveryCacheMode) {
+  // With one layer a position's K/V depend only on its own token. During a block only the block's tokens
+  // change, and the cached forwards recompute the block, so prefix and dual are exact: the generations
+  // must equal cache none token for token (up to f32 rounding between the window and full attention).
+  // This checks the cache plumbing end to end (refresh timing, windows, K/V placement, padding).
+  int n_runs = 0;
+  for (const BlockCase& bc : block_cases()) {
+    auto loaded = Model::load(bc.model_dir);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    std::shared_ptr<const Model> base(std::move(*loaded));
+    ModelConfig config = base->config();
+    config.n_layer = 1;
+    ModelWeights weights = base->weights();
+    weights.layers.resize(1);
+    std::unique_ptr<Engine> engine = Engine::from_model(Model::from_weights(config, std::move(weights), base), 2);
+    SamplingParams params = block_params_of(*engine, bc.json["params"]);
+    GenerateHooks hooks;
+    suppress_mask(hooks, params.mask_token_id);
+    auto none = engine->generate(bc.prompts, params, hooks);
+    ASSERT_TRUE(none.ok()) << bc.name << ": " << none.status().to_string();
+    for (CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
+      params.cache = mode;
+      auto cached = engine->generate(bc.prompts, params, hooks);
+      ASSERT_TRUE(cached.ok()) << bc.name << ": " << cached.status().to_string();
+      EXPECT_EQ(cached->sequences, none->sequences) << bc.name << " (1 layer), cache " << cache_mode_name(mode);
+      EXPECT_EQ(cached->committed_counts, none->committed_counts) << bc.name << " (1 layer), cache " << cache_mode_name(mode);
+      ++n_runs;
+    }
+  }
+  EXPECT_GE(n_runs, 50);
+}
+
+TEST(BlockParity, KvCacheLargerThanTheLimitIsRefused) {
+  const auto manifest = dc::testing::load_manifest();
+  ASSERT_FALSE(manifest["models"].empty());
+  EngineOptions options{dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>(), "", 1};
+  options.max_kv_cache_bytes = 1000;
+  auto engine = Engine::load(options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  SamplingParams p = (*engine)->default_params();
+  p.max_new_tokens = 8;
+  p.steps = 8;
+  p.block_length = 4;
+  p.alg = Algorithm::kEntropy;
+  p.temperature = 0.0f;
+  ASSERT_TRUE((*engine)->generate({{1, 2, 3}}, p).ok());  // cache none needs no cache
+  p.cache = CacheMode::kDual;
+  auto out = (*engine)->generate({{1, 2, 3}}, p);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(out.status().message().find("max_kv_cache_bytes"), std::string::npos) << out.status().message();
+  // The same limit holds for a logits_fn() driven directly (e.g. by the benchmark).
+  auto direct = generate((*engine)->logits_fn(), (*engine)->config().n_vocab, {{1, 2, 3}}, p);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_NE(direct.status().message().find("KV cache"), std::string::npos) << direct.status().message();
+  const ModelConfig& c = (*engine)->config();
+  EXPECT_EQ((*engine)->kv_cache_bytes(2, 10), 2 * c.n_layer * 2 * 10 * c.n_head_kv * c.head_dim * 4);
+}
+
+}  // namespace
+}  // namespace dc

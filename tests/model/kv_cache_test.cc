@@ -1,0 +1,210 @@
+// Model::forward with a KV cache (spec §6) on the fixture checkpoints: a refresh is the plain forward
+// (bit-identical logits), kUse over the whole sequence is the plain forward, kUse over a window with a
+// freshly refreshed cache and unchanged tokens reproduces the window's rows, a one-layer model is exact
+// under kUse even after the window's tokens change (its other positions' K/V cannot change), and bad
+// window / cache combinations are rejected.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "fixtures.h"
+#include "model/kv_cache.h"
+#include "model/transformer.h"
+
+namespace dc {
+namespace {
+
+struct Canvas {
+  int64_t B = 0, L = 0;
+  std::vector<int32_t> tokens, positions;
+  std::vector<uint8_t> valid;
+};
+
+// Row 0: a full row; row 1 (when B = 2): 3 left pads, positions as the sampler builds them.
+Canvas make_canvas(const ModelConfig& c, int64_t B, int64_t L, uint32_t seed) {
+  Canvas k;
+  k.B = B;
+  k.L = L;
+  for (int64_t i = 0; i < B * L; ++i)
+    k.tokens.push_back(static_cast<int32_t>((seed * 7919u + static_cast<uint32_t>(i) * 104729u) % 300u));
+  if (B > 1) {
+    k.valid.assign(B * L, 1);
+    k.positions.resize(B * L);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t pads = b == 1 ? 3 : 0;
+      for (int64_t i = 0; i < L; ++i) {
+        k.valid[b * L + i] = i >= pads;
+        k.positions[b * L + i] = static_cast<int32_t>(i >= pads ? i - pads : 1);
+        if (i < pads) k.tokens[b * L + i] = static_cast<int32_t>(c.pad_token_id);
+      }
+    }
+  }
+  return k;
+}
+
+ForwardBatch batch_of(const Canvas& k, const std::vector<int64_t>& rows, CacheOp op, KvCache* cache,
+                      int64_t wb = 0, int64_t we = -1) {
+  ForwardBatch b;
+  b.n_batch = k.B;
+  b.n_seq = k.L;
+  b.tokens = k.tokens.data();
+  b.positions = k.positions.empty() ? nullptr : k.positions.data();
+  b.valid = k.valid.empty() ? nullptr : k.valid.data();
+  b.out_rows = rows.data();
+  b.n_out = static_cast<int64_t>(rows.size());
+  b.cache_op = op;
+  b.cache = cache;
+  b.window_begin = wb;
+  b.window_end = we;
+  return b;
+}
+
+// The real rows of [wb, we) of every batch row.
+std::vector<int64_t> window_rows(const Canvas& k, int64_t wb, int64_t we) {
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < k.B; ++b)
+    for (int64_t i = wb; i < we; ++i)
+      if (k.valid.empty() || k.valid[b * k.L + i]) rows.push_back(b * k.L + i);
+  return rows;
+}
+
+std::vector<std::unique_ptr<Model>> fixture_models() {
+  std::vector<std::unique_ptr<Model>> models;
+  const auto manifest = dc::testing::load_manifest();
+  for (const auto& m : manifest["models"]) {
+    auto model = Model::load(dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>());
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+    if (model.ok()) models.push_back(std::move(*model));
+  }
+  EXPECT_FALSE(models.empty());
+  return models;
+}
+
+// max |a − b| / max |b|.
+double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, ref = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+    ref = std::max(ref, static_cast<double>(std::abs(b[i])));
+  }
+  return diff / ref;
+}
+
+TEST(KvCache, RefreshAndFullWindowUseEqualThePlainForwardBitForBit) {
+  ThreadPool pool(2);
+  const Context ctx{Device::kCpu, &pool};
+  for (const auto& model : fixture_models()) {
+    const ModelConfig& c = model->config();
+    for (int64_t B : {1, 2}) {
+      const Canvas k = make_canvas(c, B, 11, 3);
+      const std::vector<int64_t> rows = window_rows(k, 0, k.L);
+      const size_t n = rows.size() * static_cast<size_t>(c.n_vocab);
+      std::vector<float> plain(n), refreshed(n), used(n);
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kNone, nullptr), plain.data()).ok());
+      KvCache cache;
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kRefresh, &cache), refreshed.data()).ok());
+      EXPECT_TRUE(cache.filled());
+      EXPECT_EQ(cache.bytes(), KvCache::bytes_for(c.n_layer, B, k.L, c.n_head_kv * c.head_dim));
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, 0, k.L), used.data()).ok());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(refreshed[i], plain[i]) << "refresh, B " << B << " index " << i;
+        ASSERT_EQ(used[i], plain[i]) << "kUse over the whole sequence, B " << B << " index " << i;
+      }
+    }
+  }
+}
+
+TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
+  ThreadPool pool(2);
+  const Context ctx{Device::kCpu, &pool};
+  for (const auto& model : fixture_models()) {
+    const ModelConfig& c = model->config();
+    for (int64_t B : {1, 2}) {
+      const Canvas k = make_canvas(c, B, 12, 5);
+      const std::vector<int64_t> all = window_rows(k, 0, k.L);
+      std::vector<float> full(all.size() * c.n_vocab);
+      KvCache cache;
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
+      for (auto [wb, we] : {std::pair<int64_t, int64_t>{4, 9}, {0, 3}, {7, 12}, {5, 6}}) {
+        const std::vector<int64_t> rows = window_rows(k, wb, we);
+        std::vector<float> got(rows.size() * c.n_vocab), want;
+        for (int64_t r : rows) {
+          const size_t at = static_cast<size_t>(std::find(all.begin(), all.end(), r) - all.begin());
+          want.insert(want.end(), full.begin() + at * c.n_vocab, full.begin() + (at + 1) * c.n_vocab);
+        }
+        // Same tokens → the window's fresh K/V equal the cached ones, so the cache stays valid.
+        ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
+        const double rel = rel_max_diff(got, want);
+        EXPECT_LE(rel, 1e-6) << "B " << B << " window [" << wb << ", " << we << ")";
+      }
+    }
+  }
+}
+
+TEST(KvCache, OneLayerModelIsExactWhenOnlyWindowTokensChange) {
+  // With one layer the K/V of a position depend only on its own token: after the window's tokens change,
+  // kUse (window recomputed, the rest from the cache) must equal the full forward of the new canvas.
+  // With two layers it must not (the approximation), which shows the test can tell.
+  ThreadPool pool(2);
+  const Context ctx{Device::kCpu, &pool};
+  auto loaded = fixture_models();
+  ASSERT_FALSE(loaded.empty());
+  std::shared_ptr<const Model> base(std::move(loaded[1]));  // tiny-gqa2 (3 layers, GQA 2)
+  for (int64_t n_layer : {1, 2}) {
+    ModelConfig config = base->config();
+    config.n_layer = n_layer;
+    ModelWeights weights = base->weights();
+    weights.layers.resize(static_cast<size_t>(n_layer));
+    std::unique_ptr<Model> model = Model::from_weights(config, std::move(weights), base);
+    for (int64_t B : {1, 2}) {
+      Canvas k = make_canvas(config, B, 12, 9);
+      const int64_t wb = 5, we = 9;
+      const std::vector<int64_t> rows = window_rows(k, wb, we);
+      KvCache cache;
+      std::vector<float> scratch(window_rows(k, 0, k.L).size() * config.n_vocab);
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, window_rows(k, 0, k.L), CacheOp::kRefresh, &cache), scratch.data()).ok());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = wb; i < we; ++i) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
+      std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
+      const double rel = rel_max_diff(got, want);
+      std::printf("  %ld layer(s), B %ld: kUse after changing the window's tokens: rel max diff %.2e\n",
+                  static_cast<long>(n_layer), static_cast<long>(B), rel);
+      if (n_layer == 1) {
+        EXPECT_LE(rel, 1e-6) << "B " << B;
+      } else {
+        EXPECT_GT(rel, 1e-4) << "B " << B << ": the approximation should be visible with two layers";
+      }
+    }
+  }
+}
+
+TEST(KvCache, BadWindowsAndCachesAreRejected) {
+  ThreadPool pool(1);
+  const Context ctx{Device::kCpu, &pool};
+  auto models = fixture_models();
+  ASSERT_FALSE(models.empty());
+  const Model& model = *models[0];
+  const Canvas k = make_canvas(model.config(), 1, 8, 1);
+  std::vector<int64_t> rows = {4};
+  std::vector<float> logits(model.config().n_vocab * 8);
+  auto message = [&](const ForwardBatch& b) { return model.forward(ctx, b, logits.data()).message(); };
+  KvCache cache;
+  EXPECT_NE(message(batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("kRefresh"), std::string::npos);
+  EXPECT_NE(message(batch_of(k, rows, CacheOp::kNone, nullptr, 2, 6)).find("kUse"), std::string::npos);
+  EXPECT_NE(message(batch_of(k, rows, CacheOp::kRefresh, nullptr)).find("cache"), std::string::npos);
+  EXPECT_NE(message(batch_of(k, rows, CacheOp::kNone, nullptr, 3, 3)).find("window"), std::string::npos);
+  EXPECT_NE(message(batch_of(k, rows, CacheOp::kNone, nullptr, 0, 9)).find("window"), std::string::npos);
+  ASSERT_TRUE(model.forward(ctx, batch_of(k, rows, CacheOp::kRefresh, &cache), logits.data()).ok());
+  rows = {1};
+  EXPECT_NE(message(batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("outside the window"), std::string::npos);
+  const Canvas longer = make_canvas(model.config(), 1, 9, 1);
+  rows = {4};
+  EXPECT_NE(message(batch_of(longer, rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
+  EXPECT_TRUE(model.forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
+}
+
+}  // namespace
+}  // namespace dc

@@ -1,0 +1,256 @@
+// The fast CPU kernels against the reference kernels (Context::reference_kernels) on random inputs with
+// odd sizes and tails, with 1 and 3 threads. Tolerances, relative to the largest reference magnitude:
+// f32 paths 1e-5; matmul with bf16-rounded activations 1e-2 (and 1e-5 against the reference run on the
+// same rounded activations). The fast kernels must not depend on the thread count (bitwise).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "ops/attention.h"
+#include "ops/cpu/kernels.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/peak.h"
+
+namespace dc {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// max |got - want| <= rel_tol * max |want|; prints the worst index, both values and the tolerance.
+void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel_tol,
+                  const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  double max_ref = 1e-30, worst = 0;
+  size_t worst_i = 0;
+  for (float w : want) max_ref = std::max(max_ref, std::abs(static_cast<double>(w)));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " index " << i;
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (d > worst) worst = d, worst_i = i;
+  }
+  EXPECT_LE(worst, rel_tol * max_ref) << what << ": index " << worst_i << " got " << got[worst_i] << " want "
+                                      << want[worst_i] << " tol " << rel_tol * max_ref;
+}
+
+struct Weight {
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  WeightView view;
+};
+
+Weight make_weight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  Weight w;
+  w.f32 = random_vec(rows * cols, seed, 0.5f);
+  if (dtype == DType::kF32) {
+    w.view = {dtype, w.f32.data(), rows, cols};
+    return w;
+  }
+  w.half.resize(w.f32.size());
+  for (size_t i = 0; i < w.f32.size(); ++i)
+    w.half[i] = dtype == DType::kBF16 ? f32_to_bf16(w.f32[i]) : f32_to_f16(w.f32[i]);
+  w.view = {dtype, w.half.data(), rows, cols};
+  return w;
+}
+
+class FastKernelsTest : public ::testing::TestWithParam<int> {
+ protected:
+  FastKernelsTest() : pool_(GetParam()), one_(1) {
+    fast_.pool = &pool_;
+    ref_.pool = &pool_;
+    ref_.reference_kernels = true;
+    bf16_.pool = &pool_;
+    bf16_.matmul_precision = MatmulPrecision::kBF16;
+    fast1_.pool = &one_;
+    bf16_1_.pool = &one_;
+    bf16_1_.matmul_precision = MatmulPrecision::kBF16;
+  }
+  ThreadPool pool_, one_;
+  Context fast_, ref_, bf16_, fast1_, bf16_1_;  // *1_: the same on one thread (thread-count invariance)
+};
+
+using Mnk = std::tuple<int64_t, int64_t, int64_t>;
+// Tails in every direction: n around the 6-row micro-tile and the dot-product path (n <= 8, or <= 32 for
+// k <= 1024, in groups of 8 rows), m around the 64-column panel and 16-lane vectors, k around 16/32-element
+// vectors, odd k, several k blocks, n > 512.
+// The larger ones (>= 2^18 multiply-adds) run on the pool: small-n tasks over W rows, packed tasks over
+// rows × panels, conversion blocks shared between tasks.
+const Mnk kMatmulShapes[] = {{1, 1, 1},     {1, 17, 33},    {2, 70, 31},    {3, 64, 64},    {4, 129, 200},
+                             {5, 7, 3},     {6, 64, 16},    {7, 65, 257},   {13, 70, 128},  {31, 130, 513},
+                             {64, 200, 96}, {37, 96, 1030}, {100, 1, 40},   {521, 72, 40},  {1, 2001, 301},
+                             {3, 700, 200}, {4, 64, 2100},  {45, 130, 2050}, {12, 70, 1500}, {20, 600, 900}};
+
+TEST_P(FastKernelsTest, MatmulF32PathMatchesReferenceForEveryDtype) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (auto [n, m, k] : kMatmulShapes) {
+      const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(7 + n + m + k));
+      const auto x = random_vec(n * k, static_cast<uint32_t>(11 + k));
+      const auto bias = random_vec(m, 5);
+      for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+        std::vector<float> want(n * m, NAN), got(n * m, NAN), got1(n * m, NAN);
+        matmul_nt(ref_, x.data(), n, w.view, b, want.data());
+        matmul_nt(fast_, x.data(), n, w.view, b, got.data());
+        matmul_nt(fast1_, x.data(), n, w.view, b, got1.data());
+        const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " m=" +
+                                 std::to_string(m) + " k=" + std::to_string(k) + (b ? " bias" : "");
+        expect_close(want, got, 1e-5, what);
+        ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
+      }
+    }
+  }
+}
+
+TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
+  for (auto [n, m, k] : kMatmulShapes) {
+    const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(3 + n + m + k));
+    const auto x = random_vec(n * k, static_cast<uint32_t>(17 + k));
+    auto x_rounded = x;
+    for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
+    const auto bias = random_vec(m, 6);
+    std::vector<float> want(n * m), want_rounded(n * m), got(n * m), got1(n * m);
+    matmul_nt(ref_, x.data(), n, w.view, bias.data(), want.data());
+    matmul_nt(ref_, x_rounded.data(), n, w.view, bias.data(), want_rounded.data());
+    matmul_nt(bf16_, x.data(), n, w.view, bias.data(), got.data());
+    matmul_nt(bf16_1_, x.data(), n, w.view, bias.data(), got1.data());
+    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    expect_close(want, got, 1e-2, "bf16 activations vs exact, " + what);
+    expect_close(want_rounded, got, 1e-5, "bf16 activations vs reference on rounded x, " + what);
+    ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
+  }
+}
+
+TEST_P(FastKernelsTest, MatmulBf16PrecisionLeavesF16AndF32WeightsExact) {
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    const Weight w = make_weight(dtype, 70, 45, 2);
+    const auto x = random_vec(9 * 45, 3);
+    std::vector<float> want(9 * 70), got(9 * 70);
+    matmul_nt(ref_, x.data(), 9, w.view, nullptr, want.data());
+    matmul_nt(bf16_, x.data(), 9, w.view, nullptr, got.data());
+    expect_close(want, got, 1e-5, dtype_name(dtype));
+  }
+}
+
+// On a CPU without AVX-512 (simulated) every fast kernel runs its reference kernel: identical results.
+TEST_P(FastKernelsTest, PortableFallbackIsTheReference) {
+  const Weight w = make_weight(DType::kBF16, 33, 70, 4);
+  const auto x = random_vec(10 * 70, 5), g = random_vec(10 * 70, 6), norm = random_vec(70, 7);
+  const AttentionShape s{1, 10, 2, 1, 35};
+  auto run = [&](const Context& ctx) {
+    std::vector<float> y(10 * 33), n(10 * 70), sw(10 * 70), att(10 * 70), add = x;
+    matmul_nt(ctx, x.data(), 10, w.view, nullptr, y.data());
+    rms_norm(ctx, x.data(), norm.data(), 10, 70, 1e-6f, n.data());
+    swiglu(ctx, g.data(), x.data(), 10 * 70, sw.data());
+    add_inplace(ctx, add.data(), g.data(), 10 * 70);
+    attention(ctx, s, x.data(), g.data(), g.data(), nullptr, att.data());  // q [10, 2·35], k = v [10, 35]
+    return std::vector<std::vector<float>>{y, n, sw, add, att};
+  };
+  const auto want = run(ref_);
+  cpu::force_portable_kernels_for_testing(true);
+  const auto got = run(bf16_);
+  cpu::force_portable_kernels_for_testing(false);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(want[i], got[i]) << "op " << i;
+}
+
+TEST_P(FastKernelsTest, RmsNorm) {
+  for (int64_t d : {1, 15, 16, 37, 899}) {
+    const int64_t n = d == 899 ? 70 : 23;  // 70 × 899: enough work for the pool
+    const auto x = random_vec(n * d, 1, 3.0f), w = random_vec(d, 2);
+    std::vector<float> want(n * d), got(n * d), in_place = x;
+    rms_norm(ref_, x.data(), w.data(), n, d, 1e-6f, want.data());
+    rms_norm(fast_, x.data(), w.data(), n, d, 1e-6f, got.data());
+    rms_norm(fast_, in_place.data(), w.data(), n, d, 1e-6f, in_place.data());
+    expect_close(want, got, 1e-6, "rms_norm d=" + std::to_string(d));
+    EXPECT_EQ(got, in_place);
+  }
+}
+
+TEST_P(FastKernelsTest, Rope) {
+  for (int64_t D : {2, 8, 34, 64, 128}) {
+    const int64_t n = D == 128 ? 101 : 41, heads = 3;  // 101 × 3 × 128: enough work for the pool
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i * 37 % 5000);
+    std::vector<float> cos(n * D / 2), sin(n * D / 2);
+    rope_tables(pos.data(), n, D, 1e6, cos.data(), sin.data());
+    auto want = random_vec(n * heads * D, 3), got = want;
+    rope_apply(ref_, want.data(), n, heads, D, cos.data(), sin.data());
+    rope_apply(fast_, got.data(), n, heads, D, cos.data(), sin.data());
+    expect_close(want, got, 1e-6, "rope D=" + std::to_string(D));
+  }
+}
+
+TEST_P(FastKernelsTest, SwigluAndAdd) {
+  for (int64_t count : {1, 15, 17, 1000, 70001}) {
+    auto g = random_vec(count, 4, 4.0f);
+    if (count > 4) g[0] = 100.0f, g[1] = -100.0f, g[2] = 88.0f, g[3] = -90.0f;  // exp over/underflow
+    const auto u = random_vec(count, 5), y0 = random_vec(count, 6);
+    std::vector<float> want(count), got(count), in_place = g;
+    swiglu(ref_, g.data(), u.data(), count, want.data());
+    swiglu(fast_, g.data(), u.data(), count, got.data());
+    swiglu(fast_, in_place.data(), u.data(), count, in_place.data());
+    expect_close(want, got, 1e-6, "swiglu count=" + std::to_string(count));
+    EXPECT_EQ(got, in_place);
+    auto y_want = y0, y_got = y0;
+    add_inplace(ref_, y_want.data(), want.data(), count);
+    add_inplace(fast_, y_got.data(), want.data(), count);
+    EXPECT_EQ(y_want, y_got);
+  }
+}
+
+struct AttnCase {
+  AttentionShape shape;
+  int pattern;  // 0: no mask; 1: left padding (row b has 2b pads); 2: random holes, one row all invalid
+};
+
+TEST_P(FastKernelsTest, AttentionMatchesReference) {
+  const AttnCase cases[] = {
+      {{2, 7, 6, 2, 8}, 1},    {{1, 5, 8, 2, 4}, 0},     {{1, 130, 14, 2, 64}, 0}, {{3, 70, 4, 4, 128}, 1},
+      {{2, 65, 6, 3, 80}, 2},  {{1, 1, 2, 1, 16}, 0},    {{2, 200, 7, 1, 34}, 2},  {{1, 64, 28, 4, 128}, 1},
+  };
+  for (const auto& c : cases) {
+    const AttentionShape& s = c.shape;
+    const int64_t B = s.n_batch, L = s.n_seq;
+    const auto q = random_vec(B * L * s.n_head * s.head_dim, 1, 2.0f);
+    const auto k = random_vec(B * L * s.n_head_kv * s.head_dim, 2, 2.0f);
+    const auto v = random_vec(B * L * s.n_head_kv * s.head_dim, 3);
+    std::vector<uint8_t> valid(B * L, 1);
+    std::mt19937 gen(9);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < L; ++i) {
+        if (c.pattern == 1) valid[b * L + i] = i >= 2 * b;
+        if (c.pattern == 2) valid[b * L + i] = b == 1 ? 0 : (gen() % 4 != 0);
+      }
+    const uint8_t* mask = c.pattern == 0 ? nullptr : valid.data();
+    std::vector<float> want(q.size(), NAN), got(q.size(), NAN), got1(q.size(), NAN);
+    attention(ref_, s, q.data(), k.data(), v.data(), mask, want.data());
+    attention(fast_, s, q.data(), k.data(), v.data(), mask, got.data());
+    attention(fast1_, s, q.data(), k.data(), v.data(), mask, got1.data());
+    const std::string what = "attention B=" + std::to_string(B) + " L=" + std::to_string(L) + " H=" +
+                             std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " D=" +
+                             std::to_string(s.head_dim) + " pattern " + std::to_string(c.pattern);
+    expect_close(want, got, 1e-5, what);
+    ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
+    attention(bf16_, s, q.data(), k.data(), v.data(), mask, got1.data());  // attention stays f32
+    ASSERT_EQ(got, got1) << what << ": MatmulPrecision::kBF16 changed attention";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, FastKernelsTest, ::testing::Values(1, 3));
+
+TEST(Bf16GemmPeak, MeasuresAPositiveRate) {
+  ThreadPool pool(1);
+  const double gflops = measure_bf16_gemm_peak_gflops(&pool);
+  EXPECT_GT(gflops, 0.1);
+  EXPECT_LT(gflops, 1e6);
+}
+
+}  // namespace
+}  // namespace dc
