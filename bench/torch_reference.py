@@ -9,6 +9,7 @@ step (every step of the reference costs the same: one full forward over prompt +
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -87,7 +88,8 @@ def main():
     out = dict(shape=a.shape, dtype=a.dtype, threads=a.threads, torch=torch.__version__, prompt_len=a.prompt_len,
                new_tokens=a.new_tokens, steps=a.steps, alg=a.alg, load_ms=load_ms, steps_run=len(step_ms),
                complete=complete, ms_per_step_median=median, total_ms=total_ms,
-               tokens_per_second=a.new_tokens / (total_ms / 1e3))
+               tokens_per_second=a.new_tokens / (total_ms / 1e3),
+               peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     if a.json:
         print(json.dumps(out, indent=2))
     else:

@@ -15,7 +15,8 @@
 #include "cli/common.h"
 #include "engine/engine.h"
 #include "model/synthetic.h"
-#include "ops/matmul.h"
+#include "model/quantize.h"
+#include "ops/peak.h"
 
 namespace dc::cli {
 namespace {
@@ -33,6 +34,8 @@ struct BenchArgs {
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
+  std::string weights = "bf16", precision = "f32";
+  int64_t group_size = 32;
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -56,21 +59,6 @@ double forward_flops(const ModelConfig& c, const ForwardBatch& b) {
   return c.n_layer * (T * per_token + attention) + 2.0 * b.n_out * E * c.n_vocab;
 }
 
-// The best bf16-weight GEMM rate of matmul_nt on this machine: a 512 × 4096 × 4096 product, best of 3.
-double measure_gemm_peak_gflops(const Context& ctx) {
-  const int64_t n = 512, k = 4096, m = 4096;
-  std::vector<float> x(n * k, 0.01f), y(n * m);
-  std::vector<uint16_t> w(m * k, f32_to_bf16(0.01f));
-  const WeightView view{DType::kBF16, w.data(), m, k};
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t = Clock::now();
-    matmul_nt(ctx, x.data(), n, view, nullptr, y.data());
-    best = std::max(best, 2.0 * n * k * m / (ms_since(t) * 1e6));
-  }
-  return best;
-}
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -81,19 +69,34 @@ int run_bench(const BenchArgs& a) {
   if (a.model_dir.empty() == a.shape.empty()) return report(invalid_argument("give exactly one of --model DIR or --shape NAME"));
   if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
     return report(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  QuantizeOptions quantize;
+  quantize.group_size = a.group_size;
+  if (a.weights == "q8" || a.weights == "q4") {
+    quantize.format = a.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
+    if (!a.model_dir.empty())
+      return report(invalid_argument("--weights " + a.weights + " applies to --shape models; quantize a checkpoint "
+                                     "once with `diffucoder convert --weights " + a.weights + "` and bench that"));
+  } else if (a.weights != "bf16") {
+    return report(invalid_argument("--weights '" + a.weights + "' is not one of bf16, q8, q4"));
+  }
   const auto t_load = Clock::now();
   std::unique_ptr<Engine> engine;
   if (!a.shape.empty()) {
     auto config = synthetic_config(a.shape);
     if (!config.ok()) return report(config.status());
-    std::fprintf(stderr, "bench: building a random bf16 %s model...\n", a.shape.c_str());
+    std::fprintf(stderr, "bench: building a random %s %s model...\n", a.weights.c_str(), a.shape.c_str());
     ThreadPool fill_pool(a.threads);
-    engine = Engine::from_model(make_synthetic_model(*config, a.seed, &fill_pool), a.threads);
+    auto model = make_synthetic_model(*config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &quantize);
+    if (!model.ok()) return report(model.status());
+    engine = Engine::from_model(std::move(*model), a.threads);
   } else {
     auto loaded = Engine::load({a.model_dir, "", a.threads});
     if (!loaded.ok()) return report(loaded.status());
     engine = std::move(*loaded);
   }
+  engine->set_matmul_precision(*precision);
   const double load_ms = ms_since(t_load);
   const ModelConfig& c = engine->config();
 
@@ -121,8 +124,8 @@ int run_bench(const BenchArgs& a) {
       do t = id(gen); while (t == p.mask_token_id);
     }
 
-  Context ctx{Device::kCpu, &engine->pool()};
-  const double peak = a.no_peak ? 0.0 : measure_gemm_peak_gflops(ctx);
+  if (!a.no_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
+  const double peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&engine->pool());
 
   // Time each step (from on_step to on_step) and each forward with its FLOPs.
   std::vector<double> step_ms;
@@ -162,11 +165,13 @@ int run_bench(const BenchArgs& a) {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
       {"alg", a.alg}, {"cache", a.cache}, {"block_length", a.block_length}, {"threshold", a.threshold},
-      {"factor", a.factor}, {"load_ms", load_ms}, {"steps_run", steps_run}, {"complete", complete},
+      {"factor", a.factor}, {"weights", a.weights}, {"precision", a.precision}, {"load_ms", load_ms}, {"steps_run", steps_run}, {"complete", complete},
       {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
       {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
       {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
-      {"fraction_of_peak", peak > 0 ? gflops / peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()}};
+      {"fraction_of_peak", peak > 0 ? gflops / peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()},
+      // The generated ids per row (complete runs): drift between cache modes is measured from these.
+      {"generated", complete ? nlohmann::json(out->generated) : nlohmann::json::array()}};
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -178,6 +183,7 @@ int run_bench(const BenchArgs& a) {
               (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), engine->pool().n_threads());
   std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", a.cache.c_str(),
               (long long)a.block_length, a.threshold, a.factor);
+  std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(), a.precision.c_str());
   std::printf("| load | %.0f ms |\n", load_ms);
   std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", median,
               percentile(step_ms, 0.1), percentile(step_ms, 0.9), steps_run);
@@ -209,6 +215,10 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--block-length", a->block_length, "Block decoding (0 = off)")->capture_default_str();
   cmd->add_option("--threshold", a->threshold, "Confidence-threshold parallel decoding (0 = off)");
   cmd->add_option("--factor", a->factor, "Factor-rule parallel decoding (0 = off)");
+  cmd->add_option("--weights", a->weights, "Synthetic weights: bf16 | q8 | q4")->capture_default_str();
+  cmd->add_option("--group-size", a->group_size, "q4 columns per scale")->capture_default_str();
+  cmd->add_option("--precision", a->precision, "Matmul activations: f32 (reference) | bf16 (~2x faster)")
+      ->capture_default_str();
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
   cmd->add_flag("--json", a->json, "Print JSON");
   return [a] { return run_bench(*a); };

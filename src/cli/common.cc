@@ -49,4 +49,10 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::s
   return ids;
 }
 
+Result<MatmulPrecision> parse_matmul_precision(const std::string& name) {
+  if (name == "f32") return MatmulPrecision::kF32;
+  if (name == "bf16") return MatmulPrecision::kBF16;
+  return invalid_argument("--precision '" + name + "' is not one of f32 (the reference's arithmetic), bf16");
+}
+
 }  // namespace dc::cli

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/context.h"
 #include "core/status.h"
 
 namespace dc::cli {
@@ -16,5 +17,8 @@ Result<std::string> read_text_file(const std::string& path);
 
 // "1,2,3" or "[1, 2, 3]" → ids; errors name the offending entry and the option.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option);
+
+// "f32" or "bf16" (--precision); the error names the option and the valid values.
+Result<MatmulPrecision> parse_matmul_precision(const std::string& name);
 
 }  // namespace dc::cli

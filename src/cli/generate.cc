@@ -34,6 +34,7 @@ struct GenerateArgs {
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
+  std::string precision = "f32";
 };
 
 // One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
@@ -136,7 +137,11 @@ Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) 
 
 int run_generate(const GenerateArgs& a) {
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine_r = Engine::load({a.model_dir, a.tokenizer_path, a.threads});
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  EngineOptions options{a.model_dir, a.tokenizer_path, a.threads};
+  options.matmul_precision = *precision;
+  auto engine_r = Engine::load(options);
   if (!engine_r.ok()) return report(engine_r.status());
   Engine& engine = **engine_r;
   const double load_ms =
@@ -221,6 +226,8 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
   cmd->add_option("--threshold", a->threshold, "Commit every block position with confidence >= X (0 = off)");
   cmd->add_option("--factor", a->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
+  cmd->add_option("--precision", a->precision, "Matmul activations: f32 (reference) | bf16 (~2x faster)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object per completion");
   cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

@@ -22,6 +22,7 @@ float uniform(uint64_t key, float stddev) {
 
 struct SyntheticStorage {
   std::vector<std::unique_ptr<uint16_t[]>> matrices;
+  std::vector<QuantizedMatrix> quantized;
 };
 
 }  // namespace
@@ -51,11 +52,15 @@ Result<ModelConfig> synthetic_config(const std::string& shape) {
   return c;
 }
 
-std::unique_ptr<Model> make_synthetic_model(const ModelConfig& config, uint64_t seed, ThreadPool* pool) {
+Result<std::unique_ptr<Model>> make_synthetic_model(const ModelConfig& config, uint64_t seed, ThreadPool* pool,
+                                                    const QuantizeOptions* quantize) {
+  if (quantize != nullptr) DC_RETURN_IF_ERROR(check_quantize_options(*quantize));
   auto storage = std::make_shared<SyntheticStorage>();
   ModelWeights weights;
   uint64_t tensor_index = 0;
+  Status status;
   visit_weights(config, weights, [&](const WeightSlot& slot) {
+    if (!status.ok()) return;
     const uint64_t tensor_key = mix(seed ^ (++tensor_index << 32));
     if (slot.vector != nullptr) {  // norms: 1; biases: small
       const bool is_norm = slot.name.find("norm") != std::string::npos;
@@ -73,8 +78,19 @@ std::unique_ptr<Model> make_synthetic_model(const ModelConfig& config, uint64_t 
           p[r * cols + j] = f32_to_bf16(uniform(tensor_key + static_cast<uint64_t>(r * cols + j), 0.02f));
     }, 64);
     *slot.matrix = WeightView{DType::kBF16, p, rows, cols};
+    if (quantize != nullptr && should_quantize(slot.name, cols, *quantize)) {
+      auto q = quantize_matrix(*slot.matrix, *quantize, slot.name, pool);
+      if (!q.ok()) {
+        status = q.status();
+        return;
+      }
+      storage->quantized.push_back(std::move(*q));
+      *slot.matrix = storage->quantized.back().view;  // the view survives the vector's moves
+      return;
+    }
     storage->matrices.push_back(std::move(data));
   });
+  DC_RETURN_IF_ERROR(status);
   if (config.tie_word_embeddings) weights.output = weights.tok_embd;
   return Model::from_weights(config, std::move(weights), std::move(storage));
 }

@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/quantize.h"
 #include "model/transformer.h"
 
 namespace dc {
@@ -19,6 +20,9 @@ std::vector<std::string> synthetic_shape_names();
 
 // A model of `config` whose matrices are random bf16 (uniform, std 0.02), norm weights 1 and biases
 // small random, filled in parallel on `pool` from `seed`. Memory: 2 bytes per matrix parameter.
-std::unique_ptr<Model> make_synthetic_model(const ModelConfig& config, uint64_t seed, ThreadPool* pool);
+// With `quantize`, each matrix convert would quantize is quantized right after it is drawn and its bf16
+// copy dropped, so the peak memory is that of the quantized model plus one bf16 matrix.
+Result<std::unique_ptr<Model>> make_synthetic_model(const ModelConfig& config, uint64_t seed, ThreadPool* pool,
+                                                    const QuantizeOptions* quantize = nullptr);
 
 }  // namespace dc

@@ -139,6 +139,36 @@ struct BadCase {
   std::string expect_in_error;
 };
 
+// bench on the tiny synthetic shape in every weight format and matmul precision: a complete run whose
+// JSON reports the settings, one timing per step and a forward rate.
+TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
+  for (const std::string weights : {"bf16", "q8", "q4"})
+    for (const std::string precision : {"f32", "bf16"}) {
+      const std::string args = "bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --threads 2"
+                               " --weights " + weights + " --precision " + precision;
+      auto r = run(args);
+      ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+      auto j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["weights"], weights);
+      EXPECT_EQ(j["precision"], precision);
+      EXPECT_EQ(j["steps_run"], 4);
+      EXPECT_TRUE(j["complete"].get<bool>());
+      EXPECT_GT(j["achieved_gflops"].get<double>(), 0.0) << args;
+      EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0) << args;
+    }
+  // Block decoding with the dual cache: fewer positions per forward, same JSON.
+  auto r = run("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --cache dual "
+               "--block-length 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["cache"], "dual");
+}
+
+TEST(Cli, GenerateWithBf16Precision) {
+  auto r = run("generate --model " + small_model() + " --prompt-ids 1,2,3 --max-new-tokens 8 --precision bf16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 8u) << r.out;
+}
+
 TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
   const fs::path dir = temp_dir("bad");
   // A checkpoint whose config.json disagrees with its tensors, and one with a corrupt safetensors header.
@@ -169,6 +199,12 @@ TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
       {"generate --model " + small_model(), "--prompt"},
       {"tokenize --tokenizer /nonexistent.json --text a", "/nonexistent.json"},
       {"tokenize --model " + vocab_model() + " --decode --text 999999999", "999999999"},
+      {"generate" + ok_model + "--precision f16", "--precision 'f16'"},
+      {"bench --shape tiny --weights q3", "--weights 'q3'"},
+      {"bench --shape tiny --precision half", "--precision 'half'"},
+      {"bench --shape huge", "--shape 'huge'"},
+      {"bench --model " + small_model() + " --weights q8", "diffucoder convert"},
+      {"bench --shape tiny --weights q4 --group-size 33", "--group-size 33"},
   };
   for (const auto& c : cases) {
     auto r = run(c.args);
