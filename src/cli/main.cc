@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   commands["inspect"] = dc::cli::add_inspect_command(app);
   commands["bench"] = dc::cli::add_bench_command(app);
   commands["convert"] = dc::cli::add_convert_command(app);
+  commands["serve"] = dc::cli::add_serve_command(app);
+  commands["train"] = dc::cli::add_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

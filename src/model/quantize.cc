@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -101,14 +102,6 @@ bool quantize_row_q4(const float* w, int64_t cols, int64_t group, Q4Variant vari
     for (int64_t c = 0; c < group; c += 2) packed[(g * group + c) / 2] = static_cast<uint8_t>(q[c] | (q[c + 1] << 4));
   }
   return true;
-}
-
-// Makes a rename inside `dir` durable; file systems that cannot fsync a directory are ignored.
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 }  // namespace
@@ -279,14 +272,6 @@ bool is_weight_file(const fs::path& p) {
          name == "pytorch_model.bin.index.json" || name == "config.json";  // (also stale *.safetensors.tmp.*)
 }
 
-// Writes `text` to `path` (inside the temporary directory, which is renamed as a whole at the end).
-Status write_text(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return io_error("cannot create " + path + ": " + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) return io_error("cannot write " + path + " (disk full?)");
-  return Status();
-}
 
 Status write_config(const std::string& model_dir, const std::string& dir, const QuantizeOptions& o) {
   const std::string src = (fs::path(model_dir) / "config.json").string();
@@ -300,7 +285,7 @@ Status write_config(const std::string& model_dir, const std::string& dir, const 
   j["quantization"] = {{"format", quant_format_name(o.format)},
                        {"group_size", o.format == WeightQuant::kQ4 ? o.group_size : 0},
                        {"quantized_by", "diffucoder"}};
-  return write_text((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
+  return write_text_file((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
 }
 
 Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std::string& tmp, ThreadPool* pool) {
@@ -384,7 +369,7 @@ Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std
   }
   if (shards.size() > 1) {
     const Json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
-    DC_RETURN_IF_ERROR(write_text((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
+    DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
   }
   // The small files: generation config, tokenizer, chat template, license, ...
   std::error_code ec;
@@ -417,37 +402,9 @@ Status convert_checkpoint(const ConvertOptions& opt, ThreadPool* pool) {
     auto bound = bind_weights(ckpt, ckpt.config());
     if (!bound.ok()) return bound.status();
   }
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(parent, ec);
-  const std::string tmp = out.string() + ".tmp." + std::to_string(::getpid());
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec))
-    return io_error("cannot create '" + tmp + "': " + (ec ? ec.message() : std::string("it exists")));
-  Status status = convert_into(opt, ckpt, tmp, pool);
-  if (status.ok() && fs::exists(out, ec)) {  // --force: move the old directory away, then replace it
-    const std::string old = out.string() + ".old." + std::to_string(::getpid());
-    fs::rename(out, old, ec);
-    if (ec) {
-      status = io_error("cannot move the existing '" + out.string() + "' aside: " + ec.message());
-    } else {
-      fs::rename(tmp, out, ec);
-      if (ec) {
-        status = io_error("cannot rename '" + tmp + "' to '" + out.string() + "': " + ec.message());
-        fs::rename(old, out, ec);
-      } else {
-        fs::remove_all(old, ec);
-      }
-    }
-  } else if (status.ok()) {
-    fs::rename(tmp, out, ec);
-    if (ec) status = io_error("cannot rename '" + tmp + "' to '" + out.string() + "': " + ec.message());
-  }
-  if (!status.ok()) {
-    fs::remove_all(tmp, ec);
-    return status;
-  }
-  fsync_dir(parent.string());
-  return Status();
+  // Everything goes to a temporary directory renamed into place at the end (io/atomic_dir.h).
+  return write_dir_atomically(opt.out_dir, opt.force,
+                              [&](const std::string& tmp) { return convert_into(opt, ckpt, tmp, pool); });
 }
 
 }  // namespace dc

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "model/activations.h"
 #include "model/kv_cache.h"
 #include "ops/attention.h"
 #include "ops/attention_window.h"
@@ -67,8 +68,11 @@ Status Model::check_batch(const ForwardBatch& b) const {
   return Status();
 }
 
-Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer) const {
+Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
+                      Activations* train) const {
   DC_RETURN_IF_ERROR(check_batch(b));
+  if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))
+    return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
   const ModelConfig& c = config_;
   const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_stop() - wb;
   const int64_t T = b.n_batch * W, E = c.n_embd, D = c.head_dim, F = c.n_ff;  // T: computed positions
@@ -92,11 +96,20 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
     }
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
+  if (train != nullptr) {  // training mode: the forward writes the activations backward needs into *train
+    train->resize(c.n_layer, T, E, q_dim, kv_dim, F, D / 2, b.n_out);
+    train->n_batch = b.n_batch, train->n_seq = L;
+    train->tokens = tokens, train->cos = cos, train->sin = sin;
+    if (b.valid != nullptr) train->valid.assign(b.valid, b.valid + T);
+    else train->valid.clear();
+    train->out_rows.assign(b.out_rows, b.out_rows + b.n_out);
+  }
 
   std::vector<float> h(T * E), a(T * E);                           // [T, E] residual stream, normed input
-  std::vector<float> q(T * q_dim), attn(T * q_dim);                // [T, H*D]
-  std::vector<float> k_own(refresh ? 0 : T * kv_dim), v_own(refresh ? 0 : T * kv_dim);  // [T, Hkv*D]
-  std::vector<float> gate(T * F), up(T * F);                       // [T, F]
+  const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
+  std::vector<float> q(Ts * q_dim), attn(Ts * q_dim);              // [T, H*D]
+  std::vector<float> k_own(refresh ? 0 : Ts * kv_dim), v_own(refresh ? 0 : Ts * kv_dim);  // [T, Hkv*D]
+  std::vector<float> gate(Ts * F), up(Ts * F);                     // [T, F]
   const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
 
   embedding(ctx, weights_.tok_embd, tokens.data(), T, h.data());
@@ -105,16 +118,20 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
     const LayerWeights& l = weights_.layers[il];
     const std::string p = "L" + std::to_string(il) + ".";
     // A refresh computes K/V straight into the cache (same [n_batch, L, kv_dim] layout).
-    float* k = refresh ? cache->k(il) : k_own.data();
-    float* v = refresh ? cache->v(il) : v_own.data();
-    rms_norm(ctx, h.data(), l.attn_norm.data(), T, E, eps, a.data());
-    observe(p + "attn_norm", a.data(), {T, E});
-    matmul_nt(ctx, a.data(), T, l.wq, l.bq.data(), q.data());
-    matmul_nt(ctx, a.data(), T, l.wk, l.bk.data(), k);
-    matmul_nt(ctx, a.data(), T, l.wv, l.bv.data(), v);
-    rope_apply(ctx, q.data(), T, c.n_head, D, cos.data(), sin.data());
+    LayerActivations* act = train ? &train->layers[il] : nullptr;
+    float* k = refresh ? cache->k(il) : act ? act->k.data() : k_own.data();
+    float* v = refresh ? cache->v(il) : act ? act->v.data() : v_own.data();
+    float* qp = act ? act->q.data() : q.data();
+    float* a1 = act ? act->a1.data() : a.data();
+    if (act) std::copy(h.begin(), h.end(), act->x.begin());
+    rms_norm(ctx, h.data(), l.attn_norm.data(), T, E, eps, a1);
+    observe(p + "attn_norm", a1, {T, E});
+    matmul_nt(ctx, a1, T, l.wq, l.bq.data(), qp);
+    matmul_nt(ctx, a1, T, l.wk, l.bk.data(), k);
+    matmul_nt(ctx, a1, T, l.wv, l.bv.data(), v);
+    rope_apply(ctx, qp, T, c.n_head, D, cos.data(), sin.data());
     rope_apply(ctx, k, T, c.n_head_kv, D, cos.data(), sin.data());
-    observe(p + "q", q.data(), {T, q_dim});
+    observe(p + "q", qp, {T, q_dim});
     observe(p + "k", k, {T, kv_dim});
     observe(p + "v", v, {T, kv_dim});
     if (b.cache_op == CacheOp::kUse) {  // the window's fresh K/V replace the cached ones
@@ -123,21 +140,27 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
         std::copy_n(v + r * W * kv_dim, W * kv_dim, cache->v(il) + (r * L + wb) * kv_dim);
       }
     }
+    float* attn_out = act ? act->attn.data() : attn.data();
     if (full) {
-      attention(ctx, shape, q.data(), k, v, b.valid, attn.data());
+      attention(ctx, shape, qp, k, v, b.valid, attn_out);
     } else {
-      attention_window(ctx, shape, wb, W, q.data(), cache->k(il), cache->v(il), b.valid, attn.data());
+      attention_window(ctx, shape, wb, W, qp, cache->k(il), cache->v(il), b.valid, attn_out);
     }
-    observe(p + "attn", attn.data(), {T, q_dim});
-    matmul_nt(ctx, attn.data(), T, l.wo, nullptr, a.data());
+    observe(p + "attn", attn_out, {T, q_dim});
+    matmul_nt(ctx, attn_out, T, l.wo, nullptr, a.data());
     add_inplace(ctx, h.data(), a.data(), T * E);
     observe(p + "attn_residual", h.data(), {T, E});
-    rms_norm(ctx, h.data(), l.ffn_norm.data(), T, E, eps, a.data());
-    observe(p + "ffn_norm", a.data(), {T, E});
-    matmul_nt(ctx, a.data(), T, l.w_gate, nullptr, gate.data());
-    matmul_nt(ctx, a.data(), T, l.w_up, nullptr, up.data());
-    swiglu(ctx, gate.data(), up.data(), T * F, gate.data());
-    matmul_nt(ctx, gate.data(), T, l.w_down, nullptr, a.data());
+    if (act) std::copy(h.begin(), h.end(), act->h_mid.begin());
+    float* a2 = act ? act->a2.data() : a.data();
+    float* gp = act ? act->gate.data() : gate.data();
+    float* up_p = act ? act->up.data() : up.data();
+    float* mlp = act ? act->act.data() : gate.data();  // silu(gate)·up (in place on gate when not training)
+    rms_norm(ctx, h.data(), l.ffn_norm.data(), T, E, eps, a2);
+    observe(p + "ffn_norm", a2, {T, E});
+    matmul_nt(ctx, a2, T, l.w_gate, nullptr, gp);
+    matmul_nt(ctx, a2, T, l.w_up, nullptr, up_p);
+    swiglu(ctx, gp, up_p, T * F, mlp);
+    matmul_nt(ctx, mlp, T, l.w_down, nullptr, a.data());
     add_inplace(ctx, h.data(), a.data(), T * E);
     observe(p + "out", h.data(), {T, E});
   }
@@ -148,7 +171,9 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
     const int64_t row = b.out_rows[r] / L, i = b.out_rows[r] % L;
     std::copy_n(h.data() + (row * W + i - wb) * E, E, rows.data() + r * E);
   }
+  if (train) std::copy(rows.begin(), rows.end(), train->final_x.begin());
   rms_norm(ctx, rows.data(), weights_.output_norm.data(), b.n_out, E, eps, rows.data());
+  if (train) std::copy(rows.begin(), rows.end(), train->final_norm.begin());
   observe("output_norm", rows.data(), {b.n_out, E});
   matmul_nt(ctx, rows.data(), b.n_out, weights_.output, nullptr, logits);
   return Status();

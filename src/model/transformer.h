@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
@@ -45,8 +46,18 @@ class Model {
   // forward_batch.h). Checks the batch (ids, positions, rows in range and in the window, window and cache
   // consistent) and returns invalid_argument naming the bad field. Thread-safe for concurrent calls that
   // do not share a cache.
+  //
+  // Training mode (train != nullptr; the whole sequence, no cache): also writes into *train the
+  // activations backward() needs (model/activations.h). Same results as without.
   Status forward(const Context& ctx, const ForwardBatch& batch, float* logits,
-                 const ForwardObserver* observer = nullptr) const;
+                 const ForwardObserver* observer = nullptr, Activations* train = nullptr) const;
+
+  // Backward of a training-mode forward (model/transformer_backward.cc): given dlogits[n_out, n_vocab]
+  // = ∂loss/∂logits of the rows batch.out_rows, ADDS ∂loss/∂w of every weight into `grads` (the caller
+  // zeroes it; its views must point into writable f32 buffers shaped like the weights, e.g.
+  // ModelParams::weights(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
+  // gradient lands in grads.tok_embd. Not thread-safe against other calls writing the same grads.
+  Status backward(const Context& ctx, const Activations& acts, const float* dlogits, ModelWeights& grads) const;
 
  private:
   Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,

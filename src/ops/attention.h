@@ -20,4 +20,14 @@ struct AttentionShape {
 void attention(const Context& ctx, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);
 
+// Attention backward (training). Inputs as the forward's, plus its output `out` and dout (both
+// [B, L, n_head, head_dim]). Overwrites dq ([B, L, n_head, head_dim]), dk and dv ([B, L, n_head_kv,
+// head_dim]). Per query row with P = softmax(S), S = q·kᵀ/√D over the keys it attends:
+//   dP = dout·vᵀ   dS = P ⊙ (dP − rowsum(dout ⊙ out))   dq = dS·k/√D   dk += dSᵀ·q/√D   dv += Pᵀ·dout
+// (summed over the query heads sharing a KV head). Rows with no valid key (padding) get zero gradients.
+// Recomputes P (nothing but the forward output is saved); threaded over (batch, KV head).
+void attention_backward(const Context& ctx, const AttentionShape& shape, const float* q, const float* k,
+                        const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
+                        float* dk, float* dv);
+
 }  // namespace dc

@@ -30,4 +30,28 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count);
 // out[n, table.cols] = table[ids[i]] as f32. Precondition: 0 <= ids[i] < table.rows.
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 
+// ---- Backward passes (training). Each adds into gradient buffers the caller zeroed unless it says
+// "overwrites"; inputs are the forward's inputs (saved activations).
+
+// RMSNorm backward. With r = rsqrt(mean(x²) + eps), y = x·r·w:
+//   dx_i += r·w_i·dy_i − x_i · r³/d · Σ_t w_t·dy_t·x_t        dw_i += Σ_rows dy_i·x_i·r
+// x, dy, dx: [n, d]; w, dw: [d]. dx may be nullptr (not needed), dw too.
+void rms_norm_backward(const Context& ctx, const float* x, const float* w, const float* dy, int64_t n, int64_t d,
+                       float eps, float* dx, float* dw);
+
+// RoPE backward, in place on dx[n, n_heads, head_dim] (overwrites: dy in, dx out). The forward is a
+// rotation by the angle θ in each (x₁, x₂) pair, so the backward rotates by −θ:
+//   dx₁ = dy₁·cos + dy₂·sin        dx₂ = dy₂·cos − dy₁·sin
+void rope_backward(const Context& ctx, float* dx, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
+                   const float* sin);
+
+// SwiGLU backward (overwrites dgate and dup; either may alias dout). With s = sigmoid(g):
+//   dgate = dout·up·s·(1 + g·(1 − s))        dup = dout·g·s
+void swiglu_backward(const Context& ctx, const float* gate, const float* up, const float* dout, int64_t count,
+                     float* dgate, float* dup);
+
+// Embedding backward: dtable[ids[i]] += dy[i] for each of the n rows. dy: [n, cols]; dtable: [rows, cols].
+void embedding_backward(const Context& ctx, const int32_t* ids, int64_t n, const float* dy, int64_t cols,
+                        float* dtable);
+
 }  // namespace dc

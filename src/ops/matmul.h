@@ -16,4 +16,11 @@ namespace dc {
 // weights take ops/cpu/quant.h: with AVX-512 VNNI, x is rounded to int8 per 32-column block.
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
 
+// Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
+//   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
+// Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). Both products
+// run through matmul_nt (the fast kernel unless ctx.reference_kernels) on transposed copies in f32.
+void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
+                        float* dx, float* dw, float* dbias);
+
 }  // namespace dc

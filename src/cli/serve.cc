@@ -1,0 +1,102 @@
+// `diffucoder serve`: the OpenAI-compatible HTTP server over one loaded model (server/http.h). Runs until
+// SIGINT / SIGTERM.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "server/http.h"
+
+namespace dc::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "f32";
+  int port = 8080, threads = 0, http_threads = 128;
+  server::RequestLimits limits;
+  server::SchedulerOptions scheduler;
+  size_t max_body_bytes = size_t{1} << 20;
+};
+
+server::HttpServer* g_server = nullptr;
+
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+int run_serve(const ServeArgs& a) {
+  EngineOptions eo;
+  eo.model_dir = a.model_dir;
+  eo.tokenizer_path = a.tokenizer_path;
+  eo.n_threads = a.threads;
+  Result<MatmulPrecision> precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  eo.matmul_precision = *precision;
+  Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
+  if (!engine.ok()) return report(engine.status());
+  if ((*engine)->tokenizer() == nullptr)
+    return report(not_found("serve: the model directory has no tokenizer.json; pass --tokenizer FILE"));
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.model_name = a.model_name.empty() ? std::filesystem::path(a.model_dir).filename().string() : a.model_name;
+  if (so.model_name.empty()) so.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
+  so.max_body_bytes = a.max_body_bytes;
+  so.http_threads = a.http_threads;
+  so.limits = a.limits;
+  so.scheduler = a.scheduler;
+  server::HttpServer srv(**engine, so);
+  if (Status st = srv.bind(); !st.ok()) return report(st);
+  g_server = &srv;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::fprintf(stderr, "serve: %s on http://%s:%d (max batch %d rows, queue %d)\n", so.model_name.c_str(),
+               a.host.c_str(), srv.port(), a.scheduler.max_batch_rows, a.scheduler.max_queue);
+  std::fflush(stderr);
+  srv.run();
+  g_server = nullptr;
+  std::fprintf(stderr, "serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--tokenizer", a->tokenizer_path, "tokenizer.json (default: the model's)");
+  cmd->add_option("--model-name", a->model_name, "The model id clients see (default: the directory's name)");
+  cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->port, "Port (0 = any free port, printed on stderr)")->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--threads", a->threads, "CPU threads of the engine (0 = all)")->capture_default_str();
+  cmd->add_option("--precision", a->precision, "Matmul activations: f32 | bf16")->capture_default_str();
+  cmd->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-batch", a->scheduler.max_batch_rows, "Canvas rows decoded together (1 = one at a time)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-batch-positions", a->scheduler.max_batch_positions, "Rows x canvas length of a batch")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--max-queue", a->scheduler.max_queue, "Requests waiting; more get 503")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-queue-seconds", a->scheduler.max_queue_seconds, "Queue time limit; then 503")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--max-body-bytes", a->max_body_bytes, "Request body limit; larger get 413")->capture_default_str();
+  cmd->add_option("--max-tokens", a->limits.max_tokens, "Largest max_tokens / steps a request may ask")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--default-max-tokens", a->limits.default_max_tokens, "max_tokens when a request has none")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--max-prompt-tokens", a->limits.max_prompt_tokens, "Longest prompt (tokens)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--max-n", a->limits.max_n, "Largest n per request")->capture_default_str()->check(CLI::Range(1, 1024));
+  return [a] { return run_serve(*a); };
+}
+
+}  // namespace dc::cli

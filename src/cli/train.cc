@@ -1,0 +1,108 @@
+// `diffucoder train --model DIR --data FILE --out DIR [...]`: masked-diffusion fine-tuning on CPU
+// (src/train/); a progress line per step on stderr, metrics.jsonl, loss.svg and checkpoints in --out.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "train/trainer.h"
+
+namespace dc::cli {
+namespace {
+
+struct TrainArgs {
+  train::TrainOptions opt;
+  std::string schedule = "cosine", loss_norm = "tokens";
+  int threads = 0;
+  bool quiet = false;
+  int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
+};
+
+int run_train(TrainArgs& a) {
+  auto schedule = train::parse_lr_schedule(a.schedule);
+  if (!schedule.ok()) return report(schedule.status());
+  a.opt.lr.schedule = *schedule;
+  a.opt.lr.total_steps = a.opt.steps;
+  a.opt.masking.norm = a.loss_norm == "sequences" ? train::LossNorm::kSequences : train::LossNorm::kTokens;
+  ThreadPool pool(a.threads);
+  Context ctx;
+  ctx.pool = &pool;
+  auto trainer = train::Trainer::create(a.opt, ctx);
+  if (!trainer.ok()) return report(trainer.status());
+  train::Trainer& t = **trainer;
+  if (!a.quiet)
+    std::fprintf(stderr, "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld\n",
+                 t.dataset().sequences.size(), (long long)a.opt.seq_len, (long long)t.dataset().n_skipped,
+                 (long long)t.dataset().n_truncated, (long long)a.opt.steps, (long long)t.steps_done());
+  double seconds = 0;
+  int64_t tokens = 0, done_here = 0;
+  while (t.steps_done() < a.opt.steps) {
+    auto s = t.step();
+    if (!s.ok()) return report(s.status());
+    seconds += s->seconds, tokens += s->tokens, ++done_here;
+    if (!a.quiet) {
+      const double eta = seconds / done_here * (a.opt.steps - s->step);
+      std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.3e  |g| %.3e  %.0f tok/s  ETA %.0f s\n",
+                   (long long)s->step, (long long)a.opt.steps, s->loss, s->lr, s->grad_norm,
+                   s->seconds > 0 ? s->tokens / s->seconds : 0.0, eta);
+    }
+    if (a.exit_after > 0 && s->step == a.exit_after) std::_Exit(137);
+  }
+  const Status saved = t.save();
+  if (!saved.ok()) return report(saved);
+  std::printf("{\"steps\": %lld, \"final_loss\": %.6f, \"tokens_per_s\": %.1f, \"out\": \"%s\"}\n",
+              (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().loss,
+              seconds > 0 ? tokens / seconds : 0.0, a.opt.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_train_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  train::TrainOptions& o = a->opt;
+  CLI::App* cmd = app.add_subcommand("train", "Masked-diffusion fine-tuning (SFT or continued pre-training) on CPU");
+  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory to start from")->required();
+  cmd->add_option("--data", o.data_path, "JSONL ({\"prompt\",\"completion\"} or {\"messages\"}) or a plain text file")
+      ->required();
+  cmd->add_option("--out", o.out_dir, "Output directory (checkpoints, metrics.jsonl, loss.svg)")->required();
+  cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o.seq_len, "Canvas length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", o.lr.lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lr-schedule", a->schedule, "constant, linear or cosine")->capture_default_str()
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
+  cmd->add_option("--warmup-steps", o.lr.warmup_steps, "Linear warmup steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--min-lr-ratio", o.lr.min_lr_ratio, "Final rate / peak rate (linear, cosine)")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--beta1", o.adam.beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--beta2", o.adam.beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--adam-eps", o.adam.eps, "AdamW eps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--weight-decay", o.adam.weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-grad-norm", o.max_grad_norm, "Global gradient-norm clip (0: none)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o.seed, "Seed of the data order and the masks")->capture_default_str();
+  cmd->add_option("--t-eps", o.masking.eps, "Mask ratio t ~ U(eps, 1)")->capture_default_str()->check(CLI::Range(1e-9, 0.999));
+  cmd->add_option("--loss-norm", a->loss_norm, "tokens: ÷ maskable tokens of the batch; sequences: LLaDA's ÷ answer length, mean over the batch")
+      ->capture_default_str()->check(CLI::IsMember({"tokens", "sequences"}));
+  cmd->add_option("--pad-id", o.pad_token_id, "Canvas fill token (-1: <|dlm_pad|>, else config pad_token_id)")
+      ->capture_default_str();
+  cmd->add_flag("--instruct-template", o.instruct_template,
+                "Wrap {\"prompt\"} in the DiffuCoder-Instruct chat format and end completions with <|im_end|>");
+  cmd->add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");
+  cmd->add_flag("--force", o.force, "Start over even if --out holds checkpoints");
+  cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str();
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")
+      ->group("");
+  return [a] { return run_train(*a); };
+}
+
+}  // namespace dc::cli

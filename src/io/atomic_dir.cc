@@ -1,0 +1,74 @@
+// write_dir_atomically: temporary directory + rename, with the parent fsynced.
+#include "io/atomic_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace dc {
+namespace fs = std::filesystem;
+namespace {
+
+// Makes a rename inside `dir` durable; file systems that cannot fsync a directory are ignored.
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+Status write_text_file(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return io_error("cannot create " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return io_error("cannot write " + path + " (disk full?)");
+  return Status();
+}
+
+Status write_dir_atomically(const std::string& out_dir, bool replace,
+                            const std::function<Status(const std::string& tmp_dir)>& fill) {
+  std::error_code ec;
+  const fs::path out = fs::path(out_dir).lexically_normal();
+  if (fs::exists(out, ec) && !replace)
+    return invalid_argument("output directory '" + out_dir + "' already exists; pass --force to replace it");
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  const std::string tmp = out.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    return io_error("cannot create '" + tmp + "': " + (ec ? ec.message() : std::string("it exists")));
+  Status status = fill(tmp);
+  if (status.ok()) fsync_dir(tmp);
+  if (status.ok() && fs::exists(out, ec)) {  // replace: move the old directory away, then rename
+    const std::string old = out.string() + ".old." + std::to_string(::getpid());
+    fs::rename(out, old, ec);
+    if (ec) {
+      status = io_error("cannot move the existing '" + out.string() + "' aside: " + ec.message());
+    } else {
+      fs::rename(tmp, out, ec);
+      if (ec) {
+        status = io_error("cannot rename '" + tmp + "' to '" + out.string() + "': " + ec.message());
+        fs::rename(old, out, ec);
+      } else {
+        fs::remove_all(old, ec);
+      }
+    }
+  } else if (status.ok()) {
+    fs::rename(tmp, out, ec);
+    if (ec) status = io_error("cannot rename '" + tmp + "' to '" + out.string() + "': " + ec.message());
+  }
+  if (!status.ok()) {
+    fs::remove_all(tmp, ec);
+    return status;
+  }
+  fsync_dir(parent.string());
+  return Status();
+}
+
+}  // namespace dc

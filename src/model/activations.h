@@ -1,0 +1,48 @@
+// Activations: what Model::forward saves in training mode for Model::backward (llm.c style: the
+// forward writes straight into these buffers instead of its scratch). All f32, row-major.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dc {
+
+struct LayerActivations {
+  std::vector<float> x;      // [T, E]      residual stream entering the layer
+  std::vector<float> a1;     // [T, E]      attn_norm(x)
+  std::vector<float> q;      // [T, H*D]    after RoPE
+  std::vector<float> k;      // [T, Hkv*D]  after RoPE
+  std::vector<float> v;      // [T, Hkv*D]
+  std::vector<float> attn;   // [T, H*D]    attention output (before o_proj)
+  std::vector<float> h_mid;  // [T, E]      x + o_proj(attn)
+  std::vector<float> a2;     // [T, E]      ffn_norm(h_mid)
+  std::vector<float> gate;   // [T, F]      a2·W_gateᵀ (before SiLU)
+  std::vector<float> up;     // [T, F]      a2·W_upᵀ
+  std::vector<float> act;    // [T, F]      silu(gate)·up
+};
+
+struct Activations {
+  int64_t n_batch = 0, n_seq = 0;
+  std::vector<int32_t> tokens;     // [T] T = n_batch · n_seq
+  std::vector<uint8_t> valid;      // [T] or empty (every position valid)
+  std::vector<float> cos, sin;     // [T, D/2] RoPE tables
+  std::vector<LayerActivations> layers;
+  std::vector<int64_t> out_rows;   // [n_out] flat rows whose logits were computed
+  std::vector<float> final_x;      // [n_out, E] residual stream of those rows before the final norm
+  std::vector<float> final_norm;   // [n_out, E] output_norm(final_x), the lm_head input
+
+  // Sizes every buffer for a batch of T positions and n_out logits rows (keeps capacity across steps).
+  void resize(int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t F, int64_t half_dim,
+              int64_t n_out) {
+    layers.resize(n_layer);
+    for (LayerActivations& l : layers) {
+      l.x.resize(T * E), l.a1.resize(T * E), l.q.resize(T * q_dim), l.k.resize(T * kv_dim);
+      l.v.resize(T * kv_dim), l.attn.resize(T * q_dim), l.h_mid.resize(T * E), l.a2.resize(T * E);
+      l.gate.resize(T * F), l.up.resize(T * F), l.act.resize(T * F);
+    }
+    tokens.resize(T), cos.resize(T * half_dim), sin.resize(T * half_dim);
+    out_rows.resize(n_out), final_x.resize(n_out * E), final_norm.resize(n_out * E);
+  }
+};
+
+}  // namespace dc

@@ -1,0 +1,77 @@
+// Model::backward: the Dream forward of transformer.cc run in reverse over the saved Activations
+// (llm.c style). dh is the gradient of the residual stream; each block's backward adds into it.
+#include <algorithm>
+#include <vector>
+
+#include "model/transformer.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+
+namespace dc {
+namespace {
+
+float* grad_of(const WeightView& w) { return const_cast<float*>(static_cast<const float*>(w.data)); }
+
+}  // namespace
+
+Status Model::backward(const Context& ctx, const Activations& acts, const float* dlogits, ModelWeights& grads) const {
+  const ModelConfig& c = config_;
+  const int64_t B = acts.n_batch, L = acts.n_seq, T = B * L, E = c.n_embd, D = c.head_dim, F = c.n_ff;
+  const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
+  const int64_t n_out = static_cast<int64_t>(acts.out_rows.size());
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (T == 0 || static_cast<int64_t>(acts.layers.size()) != c.n_layer)
+    return invalid_argument("backward: the activations do not come from a training-mode forward of this model");
+  if (grads.layers.size() != weights_.layers.size() || grads.tok_embd.dtype != DType::kF32 ||
+      grads.output.dtype != DType::kF32)
+    return invalid_argument("backward: grads must be f32 buffers shaped like the weights (ModelParams)");
+  for (const WeightView* w : {&weights_.tok_embd, &weights_.output})
+    if (w->quantized()) return invalid_argument("backward: quantized weights cannot be trained");
+  const uint8_t* valid = acts.valid.empty() ? nullptr : acts.valid.data();
+
+  std::vector<float> dh(T * E, 0.0f);  // [T, E] ∂loss/∂(residual stream)
+  {  // lm_head and the final norm, on the n_out rows only
+    std::vector<float> dnorm(n_out * E, 0.0f), dx(n_out * E, 0.0f);
+    matmul_nt_backward(ctx, acts.final_norm.data(), n_out, weights_.output, dlogits, dnorm.data(),
+                       grad_of(grads.output), nullptr);
+    rms_norm_backward(ctx, acts.final_x.data(), weights_.output_norm.data(), dnorm.data(), n_out, E, eps, dx.data(),
+                      grads.output_norm.data());
+    for (int64_t r = 0; r < n_out; ++r) {  // rows may repeat: add in order
+      float* dst = dh.data() + acts.out_rows[r] * E;
+      for (int64_t t = 0; t < E; ++t) dst[t] += dx[r * E + t];
+    }
+  }
+  std::vector<float> dbig1(T * F), dbig2(T * F), da(T * E);  // [T, F] x2, [T, E]
+  std::vector<float> dq(T * q_dim), dk(T * kv_dim), dv(T * kv_dim), dattn(T * q_dim);
+  const AttentionShape shape{B, L, c.n_head, c.n_head_kv, D};
+  for (int64_t il = c.n_layer - 1; il >= 0; --il) {
+    const LayerWeights& l = weights_.layers[il];
+    LayerWeights& g = grads.layers[il];
+    const LayerActivations& a = acts.layers[il];
+    // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
+    std::fill(dbig1.begin(), dbig1.end(), 0.0f);
+    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), grad_of(g.w_down), nullptr);
+    swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1.data(), T * F, dbig1.data(), dbig2.data());
+    std::fill(da.begin(), da.end(), 0.0f);
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), grad_of(g.w_gate), nullptr);
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), grad_of(g.w_up), nullptr);
+    rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da.data(), T, E, eps, dh.data(), g.ffn_norm.data());
+    // Attention: h_mid = x + attn·W_oᵀ
+    std::fill(dattn.begin(), dattn.end(), 0.0f);
+    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), grad_of(g.wo), nullptr);
+    attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn.data(), dq.data(),
+                       dk.data(), dv.data());
+    rope_backward(ctx, dq.data(), T, c.n_head, D, acts.cos.data(), acts.sin.data());
+    rope_backward(ctx, dk.data(), T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
+    std::fill(da.begin(), da.end(), 0.0f);
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), grad_of(g.wq), g.bq.data());
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), grad_of(g.wk), g.bk.data());
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), grad_of(g.wv), g.bv.data());
+    rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da.data(), T, E, eps, dh.data(), g.attn_norm.data());
+  }
+  embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grad_of(grads.tok_embd));
+  return Status();
+}
+
+}  // namespace dc

@@ -1,0 +1,93 @@
+// Front-ends of the backward ops and the fused cross-entropy: check the arguments once, dispatch to
+// the CPU kernels (ops/cpu/backward_kernels.h). matmul_nt_backward reuses matmul_nt on transposed copies.
+#include <vector>
+
+#include "core/check.h"
+#include "ops/attention.h"
+#include "ops/cpu/backward_kernels.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+
+namespace dc {
+
+void rms_norm_backward(const Context& ctx, const float* x, const float* w, const float* dy, int64_t n, int64_t d,
+                       float eps, float* dx, float* dw) {
+  DC_CHECK(x != nullptr && w != nullptr && dy != nullptr && n >= 0 && d > 0, "rms_norm_backward: bad arguments");
+  cpu::rms_norm_backward(ctx.pool, x, w, dy, n, d, eps, dx, dw);
+}
+
+void rope_backward(const Context& ctx, float* dx, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
+                   const float* sin) {
+  DC_CHECK(dx != nullptr && cos != nullptr && sin != nullptr && head_dim % 2 == 0, "rope_backward: bad arguments");
+  cpu::rope_backward(ctx.pool, dx, n, n_heads, head_dim, cos, sin);
+}
+
+void swiglu_backward(const Context& ctx, const float* gate, const float* up, const float* dout, int64_t count,
+                     float* dgate, float* dup) {
+  DC_CHECK(gate && up && dout && dgate && dup && count >= 0, "swiglu_backward: bad arguments");
+  cpu::swiglu_backward(ctx.pool, gate, up, dout, count, dgate, dup);
+}
+
+void embedding_backward(const Context& ctx, const int32_t* ids, int64_t n, const float* dy, int64_t cols,
+                        float* dtable) {
+  DC_CHECK(ids && dy && dtable && n >= 0 && cols > 0, "embedding_backward: bad arguments");
+  cpu::embedding_backward(ctx.pool, ids, n, dy, cols, dtable);
+}
+
+void attention_backward(const Context& ctx, const AttentionShape& s, const float* q, const float* k, const float* v,
+                        const uint8_t* valid, const float* out, const float* dout, float* dq, float* dk,
+                        float* dv) {
+  DC_CHECK(q && k && v && out && dout && dq && dk && dv, "attention_backward: null operand");
+  DC_CHECK(s.n_batch > 0 && s.n_seq > 0 && s.head_dim > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0,
+           "attention_backward: bad shape");
+  cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
+}
+
+void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
+                        float* dx, float* dw, float* dbias) {
+  DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
+  const int64_t out = w.rows, in = w.cols;
+  if (n == 0) return;
+  std::vector<float> dyt(out * n);  // [out, n]
+  cpu::transpose(ctx.pool, dy, n, out, dyt.data());
+  if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
+    std::vector<float> wt(in * out), row(in), tmp(n * in);
+    if (w.dtype == DType::kF32) {
+      cpu::transpose(ctx.pool, static_cast<const float*>(w.data), out, in, wt.data());
+    } else {
+      std::vector<float> dense(out * in);
+      for (int64_t r = 0; r < out; ++r) w.row_to_f32(r, dense.data() + r * in);
+      cpu::transpose(ctx.pool, dense.data(), out, in, wt.data());
+    }
+    matmul_nt(ctx, dy, n, WeightView{DType::kF32, wt.data(), in, out}, nullptr, tmp.data());
+    parallel_for(ctx.pool, n * in, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
+    }, 4096);
+  }
+  if (dw != nullptr) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
+    std::vector<float> xt(in * n), tmp(out * in);
+    cpu::transpose(ctx.pool, x, n, in, xt.data());
+    matmul_nt(ctx, dyt.data(), out, WeightView{DType::kF32, xt.data(), in, n}, nullptr, tmp.data());
+    parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dw[i] += tmp[i];
+    }, 4096);
+  }
+  if (dbias != nullptr) {
+    parallel_for(ctx.pool, out, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += dyt[o * n + i];
+        dbias[o] += static_cast<float>(s);
+      }
+    }, 16);
+  }
+}
+
+double cross_entropy(const Context& ctx, const float* logits, const int32_t* targets, const float* weights,
+                     int64_t n, int64_t n_vocab, float* dlogits, float* ce) {
+  DC_CHECK(logits && targets && weights && n >= 0 && n_vocab > 0, "cross_entropy: bad arguments");
+  return cpu::cross_entropy(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
+}
+
+}  // namespace dc

@@ -1,0 +1,28 @@
+// CPU kernels of the backward passes and the fused cross-entropy: raw pointers and sizes, no checks
+// (the front-ends in ops/backward.cc check). Plain loops with f32 math, threaded; contracts in the op headers.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+
+namespace dc::cpu {
+
+void rms_norm_backward(ThreadPool* pool, const float* x, const float* w, const float* dy, int64_t n, int64_t d,
+                       float eps, float* dx, float* dw);
+void rope_backward(ThreadPool* pool, float* dx, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
+                   const float* sin);
+void swiglu_backward(ThreadPool* pool, const float* gate, const float* up, const float* dout, int64_t count,
+                     float* dgate, float* dup);
+void embedding_backward(ThreadPool* pool, const int32_t* ids, int64_t n, const float* dy, int64_t cols,
+                        float* dtable);
+void attention_backward(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k,
+                        const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
+                        float* dk, float* dv);
+double cross_entropy(ThreadPool* pool, const float* logits, const int32_t* targets, const float* weights, int64_t n,
+                     int64_t n_vocab, float* dlogits, float* ce);
+// y[cols, rows] = x[rows, cols]ᵀ (f32), threaded over blocks.
+void transpose(ThreadPool* pool, const float* x, int64_t rows, int64_t cols, float* y);
+
+}  // namespace dc::cpu

@@ -1,0 +1,587 @@
+// Decoder: Dream's `_sample` step loop over a left-padded canvas, one step per call, with per-position RNG
+// streams so the output is a function of (inputs, seed) only, the hooks of spec §3.6 plus a custom policy,
+// and Fast-dLLM block decoding with KV-cache forwards and threshold / factor decoding (spec §6).
+#include "sampler/decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "sampler/filters.h"
+#include "sampler/rng.h"
+#include "sampler/schedule.h"
+
+namespace dc {
+namespace {
+
+constexpr std::string_view kCancelledPrefix = "cancelled: ";
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+ConfidenceKind confidence_kind(Algorithm alg) {
+  switch (alg) {
+    case Algorithm::kTopkMargin: return ConfidenceKind::kMargin;
+    case Algorithm::kEntropy: return ConfidenceKind::kNegEntropy;
+    default: return ConfidenceKind::kProbability;  // maskgit_plus, and origin under a custom policy
+  }
+}
+
+std::string where(int step, int64_t row, int64_t position) {
+  return "step " + std::to_string(step) + " row " + std::to_string(row) + " position " + std::to_string(position);
+}
+
+// The padded canvas and the ForwardBatch side arrays (empty when no row needs padding).
+struct Canvas {
+  int64_t n_rows = 0, n_seq = 0, prompt_width = 0;
+  std::vector<int32_t> tokens;     // [n_rows, n_seq]
+  std::vector<uint8_t> valid;      // [n_rows, n_seq] 1 = real (prompt or generated), 0 = left pad
+  std::vector<int32_t> positions;  // [n_rows, n_seq] cumsum(valid) − 1, pads at 1
+  std::vector<int64_t> prompt_lengths, pad_counts;  // [n_rows]
+};
+
+Result<Canvas> build_canvas(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                            int64_t n_vocab) {
+  if (prompts.empty()) return invalid_argument("prompts: no prompt given");
+  Canvas c;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t j = 0; j < prompts[i].size(); ++j) {
+      const int32_t id = prompts[i][j];
+      if (id < 0 || id >= n_vocab) {
+        return invalid_argument("prompts[" + std::to_string(i) + "][" + std::to_string(j) + "]: token id " +
+                                std::to_string(id) + " is outside [0, " + std::to_string(n_vocab) + ")");
+      }
+    }
+    c.prompt_width = std::max<int64_t>(c.prompt_width, static_cast<int64_t>(prompts[i].size()));
+  }
+  DC_ASSIGN_OR_RETURN(c.n_seq, canvas_length(params, c.prompt_width));
+  const int64_t repeats = params.num_return_sequences;
+  c.n_rows = static_cast<int64_t>(prompts.size()) * repeats;
+  c.tokens.assign(static_cast<size_t>(c.n_rows * c.n_seq), params.mask_token_id);
+  bool padded = false;
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(b / repeats)];
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    const int64_t pads = c.prompt_width - len;
+    int32_t* row = c.tokens.data() + b * c.n_seq;
+    std::fill(row, row + pads, params.pad_token_id);
+    std::copy(prompt.begin(), prompt.end(), row + pads);
+    c.prompt_lengths.push_back(len);
+    c.pad_counts.push_back(pads);
+    padded |= pads > 0;
+  }
+  if (padded) {
+    c.valid.assign(c.tokens.size(), 1);
+    c.positions.assign(c.tokens.size(), 0);
+    for (int64_t b = 0; b < c.n_rows; ++b) {
+      const int64_t pads = c.pad_counts[static_cast<size_t>(b)];
+      for (int64_t i = 0; i < c.n_seq; ++i) {
+        const size_t at = static_cast<size_t>(b * c.n_seq + i);
+        c.valid[at] = i >= pads ? 1 : 0;
+        c.positions[at] = static_cast<int32_t>(i >= pads ? i - pads : 1);
+      }
+    }
+  }
+  return c;
+}
+
+// Positions of one step, row-major, with per-row offsets.
+struct PositionSet {
+  std::vector<MaskedPosition> positions;
+  std::vector<int64_t> row_begin;  // [n_rows + 1]
+};
+
+// The masked positions of [begin, end) in every row.
+PositionSet masked_positions(const Canvas& c, int32_t mask_id, int64_t begin, int64_t end) {
+  PositionSet set;
+  set.row_begin.reserve(static_cast<size_t>(c.n_rows + 1));
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+    const int32_t* row = c.tokens.data() + b * c.n_seq;
+    for (int64_t i = begin; i < end; ++i) {
+      if (row[i] == mask_id) set.positions.push_back({b, i});
+    }
+  }
+  set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+  return set;
+}
+
+// Origin: keep the positions whose u ~ U[0,1) (own stream per position) is below p.
+PositionSet origin_transfers(const PositionSet& masked, int64_t n_rows, float p, uint64_t seed, int step) {
+  PositionSet set;
+  for (int64_t b = 0; b < n_rows; ++b) {
+    set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+    for (int64_t e = masked.row_begin[b]; e < masked.row_begin[b + 1]; ++e) {
+      const MaskedPosition& mp = masked.positions[static_cast<size_t>(e)];
+      Rng rng = Rng::for_stream(seed, RngPurpose::kTransfer, step, mp.row, mp.position);
+      if (rng.uniform_float() < p) set.positions.push_back(mp);
+    }
+  }
+  set.row_begin.push_back(static_cast<int64_t>(set.positions.size()));
+  return set;
+}
+
+// Per-step working memory, reused across steps.
+struct StepBuffers {
+  std::vector<int64_t> out_rows;    // [n_out] flat canvas indices asked of the model
+  std::vector<int64_t> out_of;      // [n] which out row each sampled position reads
+  std::vector<float> logits;        // [n, n_vocab] one row per sampled position
+  std::vector<float> dedup_logits;  // [n_out, n_vocab] when positions share a row (j = 0 and 1)
+  std::vector<int32_t> proposed;    // [n]
+  std::vector<float> confidence;    // [n]
+};
+
+// What one forward computes: the cache op and the window of positions.
+struct ForwardPlan {
+  CacheOp op = CacheOp::kNone;
+  int64_t window_begin = 0, window_end = -1;
+};
+
+// Draws a token and its confidence for every position of `set`, in parallel when a pool is given.
+Status sample_positions(const PositionSet& set, int64_t n_vocab, const SamplingParams& params, ConfidenceKind kind,
+                        int step, ThreadPool* pool, StepBuffers& buf) {
+  const int64_t n = static_cast<int64_t>(set.positions.size());
+  buf.proposed.resize(static_cast<size_t>(n));
+  buf.confidence.resize(static_cast<size_t>(n));
+  const FilterConfig config{params.temperature, params.top_p, params.top_k};
+  std::vector<Status> errors(static_cast<size_t>(n));
+  auto run = [&](int64_t begin, int64_t end) {
+    FilterScratch scratch;
+    for (int64_t e = begin; e < end; ++e) {
+      const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
+      Rng rng = Rng::for_stream(params.seed, RngPurpose::kToken, step, mp.row, mp.position);
+      Result<TokenSample> r = sample_token(buf.logits.data() + e * n_vocab, n_vocab, config, kind, rng, scratch);
+      if (!r.ok()) {
+        errors[static_cast<size_t>(e)] = r.status();
+        continue;
+      }
+      buf.proposed[static_cast<size_t>(e)] = r->token;
+      buf.confidence[static_cast<size_t>(e)] = r->confidence;
+    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(n, run, 1);
+  } else {
+    run(0, n);
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    if (!errors[static_cast<size_t>(e)].ok()) {
+      const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
+      return errors[static_cast<size_t>(e)].with_context(where(step, mp.row, mp.position));
+    }
+  }
+  return Status::ok_status();
+}
+
+// The k entries of [begin, end) with the largest confidence, ties → lowest position; O(n).
+void select_top_k(const std::vector<float>& confidence, int64_t begin, int64_t end, int64_t k,
+                  std::vector<int64_t>& chosen) {
+  std::vector<int64_t> idx(static_cast<size_t>(end - begin));
+  for (int64_t e = begin; e < end; ++e) idx[static_cast<size_t>(e - begin)] = e;
+  // Entries of a row are in ascending position order, so the entry index breaks ties by position.
+  auto before = [&](int64_t a, int64_t b) {
+    const float ca = confidence[static_cast<size_t>(a)], cb = confidence[static_cast<size_t>(b)];
+    return ca > cb || (ca == cb && a < b);
+  };
+  if (k < static_cast<int64_t>(idx.size())) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
+  chosen.insert(chosen.end(), idx.begin(), idx.begin() + k);
+}
+
+// Parallel decoding (threshold / factor, spec §6): how many of the confidences [begin, end) of one row
+// to commit, at least 1 when there is any. Threshold: those >= threshold. Factor: with c_1 >= c_2 >= …,
+// the largest n with (n + 1)·(1 − c_n) < factor (a prefix: the left side grows with n).
+int64_t parallel_count(const std::vector<float>& confidence, int64_t begin, int64_t end, const SamplingParams& p,
+                       std::vector<float>& scratch) {
+  if (end <= begin) return 0;
+  int64_t n = 0;
+  if (p.threshold > 0.0f) {
+    for (int64_t e = begin; e < end; ++e) n += confidence[static_cast<size_t>(e)] >= p.threshold ? 1 : 0;
+  } else {
+    scratch.assign(confidence.begin() + begin, confidence.begin() + end);
+    std::sort(scratch.begin(), scratch.end(), std::greater<float>());
+    while (n < end - begin &&
+           static_cast<double>(n + 2) * (1.0 - static_cast<double>(scratch[static_cast<size_t>(n)])) <
+               static_cast<double>(p.factor)) {
+      ++n;  // c_{n+1} = scratch[n] passes: (n + 2)(1 − c_{n+1}) < factor
+    }
+  }
+  return std::max<int64_t>(n, 1);
+}
+
+// One region decoded with its own step budget: the whole canvas (reference decoding) or a block.
+struct Block {
+  int64_t begin = 0, end = 0;  // positions [begin, end) of every row
+  int n_steps = 0;             // fixed steps; with parallel decoding the cap end − begin
+};
+
+// The blocks of spec §6 (the rules at generate() in generate.h).
+Result<std::vector<Block>> plan_blocks(const SamplingParams& p, const Canvas& c) {
+  const bool parallel = parallel_decoding(p);
+  if (p.block_length <= 0 && p.cache == CacheMode::kNone && !parallel) return std::vector<Block>{{0, c.n_seq, p.steps}};
+  const int64_t new_tokens = c.n_seq - c.prompt_width;
+  const int64_t length = p.block_length > 0 ? p.block_length : new_tokens;
+  const int64_t n_blocks = (new_tokens + length - 1) / length;
+  if (!parallel && p.steps < n_blocks) {
+    return invalid_argument("steps: block decoding needs at least one step per block: " + std::to_string(new_tokens) +
+                            " new tokens in blocks of " + std::to_string(length) + " make " + std::to_string(n_blocks) +
+                            " blocks, but steps is " + std::to_string(p.steps));
+  }
+  std::vector<Block> blocks;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    Block b;
+    b.begin = c.prompt_width + i * length;
+    b.end = std::min(b.begin + length, c.n_seq);
+    b.n_steps = parallel ? static_cast<int>(b.end - b.begin)
+                         : static_cast<int>(p.steps / n_blocks + (i < p.steps % n_blocks ? 1 : 0));
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+// Maps a policy's answer for `row` to entries of [begin, end); errors name unmask_policy.
+Status policy_entries(const std::vector<int64_t>& answer, const PositionSet& set, int64_t begin, int64_t end,
+                      int step, int64_t row, std::vector<int64_t>& chosen) {
+  const size_t first_new = chosen.size();
+  for (int64_t pos : answer) {
+    auto lo = set.positions.begin() + begin, hi = set.positions.begin() + end;
+    auto it = std::lower_bound(lo, hi, pos, [](const MaskedPosition& a, int64_t p) { return a.position < p; });
+    if (it == hi || it->position != pos) {
+      return invalid_argument("unmask_policy: at step " + std::to_string(step) + " row " + std::to_string(row) +
+                              " it returned position " + std::to_string(pos) +
+                              ", which is not a masked position of that row");
+    }
+    chosen.push_back(it - set.positions.begin());
+  }
+  std::sort(chosen.begin() + static_cast<std::ptrdiff_t>(first_new), chosen.end());
+  auto dup = std::adjacent_find(chosen.begin() + static_cast<std::ptrdiff_t>(first_new), chosen.end());
+  if (dup != chosen.end()) {
+    return invalid_argument("unmask_policy: at step " + std::to_string(step) + " row " + std::to_string(row) +
+                            " it returned position " + std::to_string(set.positions[*dup].position) + " twice");
+  }
+  return Status::ok_status();
+}
+
+
+}  // namespace
+
+bool is_cancelled(const Status& status) {
+  return status.code() == StatusCode::kInternal && status.message().rfind(kCancelledPrefix, 0) == 0;
+}
+
+struct Decoder::State {
+  int64_t n_vocab = 0;
+  SamplingParams params;
+  GenerateHooks hooks;
+  Canvas c;
+  std::vector<Block> blocks;
+  bool parallel = false, origin_direct = false;
+  int n_steps = 0;
+  ConfidenceKind kind = ConfidenceKind::kProbability;
+  GenerateOutput out;  // timings, history, committed counts; the canvas goes in at finish()
+
+  // Position in the plan.
+  int block = 0, i = 0, step = 0;
+  std::vector<float> times;       // the current block's linspace(1, eps, S + 1); empty with parallel
+  bool block_started = false;     // times computed and refresh_pending set for `block`
+  bool refresh_pending = false;   // the block's first forward refreshes the cache
+
+  // The prepared step.
+  bool prepared = false, finished = false;
+  bool last = false, sample = false;
+  int64_t k = 0;
+  PositionSet to_sample;
+  ForwardPlan plan;
+  StepBuffers buf;
+  std::vector<int64_t> chosen;
+  std::vector<MaskedPosition> committed;
+  std::vector<float> sort_scratch;
+
+  Status check_canvas(int at_step) const {
+    for (size_t at = 0; at < c.tokens.size(); ++at) {
+      if (c.tokens[at] < 0 || c.tokens[at] >= n_vocab) {
+        return invalid_argument("tokens_hook: at step " + std::to_string(at_step) + " it wrote token id " +
+                                std::to_string(c.tokens[at]) + " at row " + std::to_string(at / c.n_seq) +
+                                " position " + std::to_string(at % c.n_seq) + ", outside [0, " +
+                                std::to_string(n_vocab) + ")");
+      }
+    }
+    return Status::ok_status();
+  }
+  Status call_tokens_hook(int at_step) {
+    if (!hooks.tokens_hook) return Status::ok_status();
+    hooks.tokens_hook(TokensHookArgs{at_step, n_steps, c.n_rows, c.n_seq, std::span<int32_t>(c.tokens)});
+    return check_canvas(at_step);
+  }
+};
+
+Decoder::Decoder(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
+Decoder::~Decoder() = default;
+
+Result<Decoder> Decoder::start(int64_t n_vocab, const std::vector<std::vector<int32_t>>& prompts,
+                               const SamplingParams& params, const GenerateHooks& hooks) {
+  DC_RETURN_IF_ERROR(validate(params, n_vocab));
+  auto s = std::make_unique<State>();
+  s->n_vocab = n_vocab;
+  s->params = params;
+  s->hooks = hooks;
+  DC_ASSIGN_OR_RETURN(s->c, build_canvas(prompts, params, n_vocab));
+  DC_ASSIGN_OR_RETURN(s->blocks, plan_blocks(params, s->c));
+  s->parallel = parallel_decoding(params);
+  s->n_steps = s->parallel ? static_cast<int>(s->c.n_seq - s->c.prompt_width) : params.steps;
+  s->origin_direct = params.alg == Algorithm::kOrigin && !hooks.unmask_policy && !s->parallel;
+  s->kind = s->parallel ? ConfidenceKind::kProbability : confidence_kind(params.alg);
+  DC_RETURN_IF_ERROR(s->call_tokens_hook(-1));
+  return Decoder(std::move(s));
+}
+
+void Decoder::prepare() {
+  State& s = *s_;
+  if (s.prepared || s.finished) return;
+  const SamplingParams& params = s.params;
+  const Canvas& c = s.c;
+  PositionSet masked;
+  for (;;) {
+    if (s.block >= static_cast<int>(s.blocks.size())) {
+      s.finished = true;
+      return;
+    }
+    const Block& blk = s.blocks[static_cast<size_t>(s.block)];
+    if (!s.block_started) {
+      s.times = s.parallel ? std::vector<float>() : timesteps(blk.n_steps, params.eps);
+      s.refresh_pending = params.cache != CacheMode::kNone;
+      s.block_started = true;
+    }
+    if (s.i < blk.n_steps) {
+      masked = masked_positions(c, params.mask_token_id, blk.begin, blk.end);
+      if (!(s.parallel && masked.positions.empty())) break;  // else every row finished the block
+    }
+    ++s.block;
+    s.i = 0;
+    s.block_started = false;
+  }
+  const Block& blk = s.blocks[static_cast<size_t>(s.block)];
+  const int i = s.i;
+  s.last = !s.parallel && i == blk.n_steps - 1;
+  const float t = s.parallel ? 1.0f : s.times[static_cast<size_t>(i)];
+  const float sv = s.parallel ? 0.0f : s.times[static_cast<size_t>(i) + 1];
+  s.to_sample = s.origin_direct ? origin_transfers(masked, c.n_rows, origin_transfer_probability(t, sv, s.last),
+                                                   params.seed, s.step)
+                                : std::move(masked);
+  const size_t n = s.to_sample.positions.size();
+  // The confidence algorithms' count k depends only on the masked counts, so a step that commits
+  // nothing (k = 0, e.g. step 0 of 256 tokens / 256 steps) needs no forward either.
+  s.k = 0;
+  if (!s.origin_direct && !s.parallel) {
+    const float avg_masked = static_cast<float>(s.to_sample.positions.size()) / static_cast<float>(c.n_rows);
+    s.k = transfer_count(avg_masked, t, sv, s.last);
+  }
+  s.sample = n > 0 && (s.origin_direct || s.parallel || s.hooks.unmask_policy || s.last || s.k > 0);
+  s.plan = ForwardPlan{};
+  StepBuffers& buf = s.buf;
+  buf.out_rows.clear();
+  if (s.sample) {
+    if (params.cache != CacheMode::kNone) {
+      if (s.refresh_pending) {
+        s.plan.op = CacheOp::kRefresh;
+      } else {
+        s.plan.op = CacheOp::kUse;
+        s.plan.window_begin = std::max<int64_t>(blk.begin - 1, 0);
+        s.plan.window_end = params.cache == CacheMode::kDual ? blk.end : c.n_seq;
+      }
+    }
+    // The shifted logits of every sampled position: row j − 1 for position j (j = 0 uses its own row).
+    buf.out_of.resize(n);
+    for (size_t e = 0; e < n; ++e) {
+      const MaskedPosition& mp = s.to_sample.positions[e];
+      const int64_t src = mp.row * c.n_seq + std::max<int64_t>(mp.position - 1, 0);
+      if (buf.out_rows.empty() || buf.out_rows.back() != src) buf.out_rows.push_back(src);  // sorted input
+      buf.out_of[e] = static_cast<int64_t>(buf.out_rows.size()) - 1;
+    }
+    const size_t v = static_cast<size_t>(s.n_vocab);
+    buf.logits.resize(n * v);
+    if (buf.out_rows.size() != n) buf.dedup_logits.resize(buf.out_rows.size() * v);
+  }
+  s.prepared = true;
+}
+
+bool Decoder::done() const { return s_->finished; }
+bool Decoder::needs_forward() const { return s_->prepared && s_->sample; }
+
+ForwardBatch Decoder::forward_batch() const {
+  const State& s = *s_;
+  ForwardBatch batch;
+  batch.n_batch = s.c.n_rows;
+  batch.n_seq = s.c.n_seq;
+  batch.tokens = s.c.tokens.data();
+  batch.positions = s.c.positions.empty() ? nullptr : s.c.positions.data();
+  batch.valid = s.c.valid.empty() ? nullptr : s.c.valid.data();
+  batch.out_rows = s.buf.out_rows.data();
+  batch.n_out = static_cast<int64_t>(s.buf.out_rows.size());
+  batch.cache_op = s.plan.op;
+  batch.window_begin = s.plan.window_begin;
+  batch.window_end = s.plan.window_end;
+  return batch;
+}
+
+std::span<float> Decoder::logits_buffer() {
+  StepBuffers& buf = s_->buf;
+  const size_t size = buf.out_rows.size() * static_cast<size_t>(s_->n_vocab);
+  return buf.out_rows.size() != s_->to_sample.positions.size() ? std::span<float>(buf.dedup_logits.data(), size)
+                                                                : std::span<float>(buf.logits.data(), size);
+}
+
+void Decoder::set_pool(ThreadPool* pool) { s_->hooks.pool = pool; }
+
+void Decoder::record_forward(double ms, int64_t positions_computed) {
+  GenerateTimings& t = s_->out.timings;
+  t.forward_ms += ms;
+  ++t.forwards;
+  if (s_->plan.op == CacheOp::kRefresh) ++t.cache_refreshes;
+  t.positions_computed += positions_computed;
+}
+
+Status Decoder::step() {
+  DC_CHECK(s_->prepared && !s_->finished, "Decoder::step: call prepare() first, and not after done()");
+  State& s = *s_;
+  const SamplingParams& params = s.params;
+  Canvas& c = s.c;
+  StepBuffers& buf = s.buf;
+  const PositionSet& to_sample = s.to_sample;
+  const size_t n = to_sample.positions.size();
+  const int step = s.step;
+  const int64_t n_vocab = s.n_vocab;
+  const Clock::time_point t_smp = Clock::now();
+  if (s.sample) {
+    s.refresh_pending = false;
+    if (buf.out_rows.size() != n) {  // positions shared a row (j = 0 and 1): expand
+      const size_t v = static_cast<size_t>(n_vocab);
+      for (size_t e = 0; e < n; ++e) {
+        std::memcpy(buf.logits.data() + e * v, buf.dedup_logits.data() + static_cast<size_t>(buf.out_of[e]) * v,
+                    v * sizeof(float));
+      }
+    }
+    if (s.hooks.logits_hook) {
+      s.hooks.logits_hook(LogitsHookArgs{step, s.n_steps, c.n_rows, c.n_seq, n_vocab,
+                                         std::span<const int32_t>(c.tokens),
+                                         std::span<const MaskedPosition>(to_sample.positions),
+                                         std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
+    }
+    DC_RETURN_IF_ERROR(sample_positions(to_sample, n_vocab, params, s.kind, step, s.hooks.pool, buf));
+  }
+
+  // Which sampled positions commit.
+  std::vector<int64_t>& chosen = s.chosen;
+  chosen.clear();
+  if (s.origin_direct) {
+    for (size_t e = 0; e < n; ++e) chosen.push_back(static_cast<int64_t>(e));
+  } else if (s.sample) {
+    for (int64_t b = 0; b < c.n_rows; ++b) {
+      const int64_t begin = to_sample.row_begin[b], end = to_sample.row_begin[b + 1];
+      const int64_t n_row = end - begin;
+      if (n_row == 0) continue;  // (parallel decoding: this row finished the block and waits)
+      // min(k, own): never re-mask (the reference's batch-average k can exceed a row's masked count);
+      // the last step takes all of the row's own (equal to int(average) when rows agree).
+      const int64_t k_row = s.parallel ? parallel_count(buf.confidence, begin, end, params, s.sort_scratch)
+                            : s.last   ? n_row
+                                       : std::min(s.k, n_row);
+      if (s.hooks.unmask_policy) {
+        std::vector<int64_t> row_positions(static_cast<size_t>(n_row));
+        for (int64_t e = begin; e < end; ++e) row_positions[e - begin] = to_sample.positions[e].position;
+        PolicyInput input{step,
+                          s.n_steps,
+                          b,
+                          std::span<const int32_t>(c.tokens.data() + b * c.n_seq, c.n_seq),
+                          row_positions,
+                          std::span<const float>(buf.confidence.data() + begin, n_row),
+                          std::span<const int32_t>(buf.proposed.data() + begin, n_row),
+                          k_row};
+        DC_RETURN_IF_ERROR(policy_entries(s.hooks.unmask_policy(input), to_sample, begin, end, step, b, chosen));
+      } else if (k_row <= 0) {
+        continue;
+      } else if (params.alg_temp > 0.0f && !s.parallel) {
+        std::vector<float> log_weights(static_cast<size_t>(n_row));
+        for (int64_t e = begin; e < end; ++e) log_weights[e - begin] = buf.confidence[e] / params.alg_temp;
+        Rng rng = Rng::for_stream(params.seed, RngPurpose::kSelect, step, b, -1);
+        for (int64_t idx : sample_without_replacement(log_weights, k_row, rng)) chosen.push_back(begin + idx);
+      } else {
+        select_top_k(buf.confidence, begin, end, k_row, chosen);
+      }
+    }
+    std::sort(chosen.begin(), chosen.end());
+  }
+
+  // Commit.
+  s.committed.clear();
+  std::vector<int64_t> counts(static_cast<size_t>(c.n_rows), 0);
+  for (int64_t e : chosen) {
+    const MaskedPosition& mp = to_sample.positions[static_cast<size_t>(e)];
+    const int32_t token = buf.proposed[static_cast<size_t>(e)];
+    c.tokens[static_cast<size_t>(mp.row * c.n_seq + mp.position)] = token;
+    if (token != params.mask_token_id) {
+      s.committed.push_back(mp);
+      ++counts[static_cast<size_t>(mp.row)];
+    }
+  }
+  s.out.timings.sampling_ms += ms_since(t_smp);
+  s.out.committed_counts.push_back(std::move(counts));
+  s.prepared = false;
+  ++s.i;
+  ++s.step;
+
+  DC_RETURN_IF_ERROR(s.call_tokens_hook(step));
+  if (params.output_history) s.out.history.push_back(c.tokens);
+  s.out.timings.steps_run = step + 1;
+  if (s.hooks.on_step) {
+    const StepInfo info{step,
+                        s.n_steps,
+                        c.n_rows,
+                        c.n_seq,
+                        std::span<const int32_t>(c.tokens),
+                        std::span<const MaskedPosition>(s.committed),
+                        std::span<const int64_t>(c.prompt_lengths),
+                        std::span<const int64_t>(c.pad_counts),
+                        s.block,
+                        static_cast<int>(s.blocks.size())};
+    if (!s.hooks.on_step(info)) {
+      return Status(StatusCode::kInternal, std::string(kCancelledPrefix) + "on_step returned false after step " +
+                                               std::to_string(step) + " of " + std::to_string(s.n_steps));
+    }
+  }
+  return Status::ok_status();
+}
+
+std::span<const int32_t> Decoder::canvas() const { return s_->c.tokens; }
+int64_t Decoder::n_rows() const { return s_->c.n_rows; }
+int64_t Decoder::n_seq() const { return s_->c.n_seq; }
+int64_t Decoder::prompt_width() const { return s_->c.prompt_width; }
+int Decoder::steps_done() const { return s_->step; }
+int Decoder::n_steps() const { return s_->n_steps; }
+const GenerateTimings& Decoder::timings() const { return s_->out.timings; }
+
+GenerateOutput Decoder::finish() {
+  State& s = *s_;
+  GenerateOutput out = std::move(s.out);
+  Canvas& c = s.c;
+  out.n_rows = c.n_rows;
+  out.n_seq = c.n_seq;
+  out.prompt_width = c.prompt_width;
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    const auto row = c.tokens.begin() + b * c.n_seq;
+    out.sequences.emplace_back(row, row + c.n_seq);
+    out.generated.emplace_back(row + c.prompt_width, row + c.n_seq);
+  }
+  out.prompt_lengths = std::move(c.prompt_lengths);
+  out.pad_counts = std::move(c.pad_counts);
+  return out;
+}
+
+}  // namespace dc

@@ -1,0 +1,69 @@
+// Decoder: one generation's decoding state (its canvas, params, block plan, RNG streams and step counter),
+// advanced one step at a time given the logits it asks for. generate() is a loop over it, and the server
+// advances many Decoders together from one batched forward, so there is one implementation of the rules.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "model/forward_batch.h"
+#include "sampler/generate.h"
+
+namespace dc {
+
+class ThreadPool;
+
+class Decoder {
+ public:
+  // Validates params and prompts, builds the left-padded canvas and the block plan, and calls
+  // tokens_hook(step −1). Errors as generate()'s. `hooks` is copied; hooks.pool is used by step().
+  static Result<Decoder> start(int64_t n_vocab, const std::vector<std::vector<int32_t>>& prompts,
+                               const SamplingParams& params, const GenerateHooks& hooks = {});
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
+  ~Decoder();
+
+  // Moves to the next step that has work (skipping finished blocks). After prepare(), done() tells whether
+  // every step has run; otherwise needs_forward() tells whether step() wants logits. Idempotent until step().
+  void prepare();
+  bool done() const;
+  bool needs_forward() const;  // precondition: prepare() was called and !done()
+
+  // The forward the prepared step needs, over this decoder's own canvas ([n_rows, n_seq], its own padding,
+  // out_rows deduplicated and ascending, the cache op and window). Pointers are valid until step().
+  ForwardBatch forward_batch() const;
+  // Where the forward's logits go: [forward_batch().n_out, n_vocab], filled by the caller before step().
+  std::span<float> logits_buffer();
+  // The pool that parallelises step()'s sampling (replaces hooks.pool; nullptr = serial). Results do not
+  // depend on it. A caller that steps several decoders in parallel passes nullptr.
+  void set_pool(ThreadPool* pool);
+  // Records a forward's cost in timings() (forward_ms, forwards, cache_refreshes, positions_computed).
+  void record_forward(double ms, int64_t positions_computed);
+
+  // Samples, selects and commits the prepared step (reading logits_buffer() when needs_forward()), then
+  // calls tokens_hook and on_step. Errors: non-finite logits, a bad unmask_policy answer or tokens_hook
+  // write, and cancellation by on_step (is_cancelled()). After an error the decoder must not be stepped.
+  Status step();
+
+  // The live canvas [n_rows, n_seq] (left pads, prompt, generated / masks).
+  std::span<const int32_t> canvas() const;
+  int64_t n_rows() const;
+  int64_t n_seq() const;
+  int64_t prompt_width() const;
+  int steps_done() const;  // steps run so far
+  int n_steps() const;     // params.steps (fixed steps) or the new-token count (threshold / factor)
+  const GenerateTimings& timings() const;
+
+  // The result once done(); moves the canvas out (the decoder is then spent).
+  GenerateOutput finish();
+
+ private:
+  struct State;
+  explicit Decoder(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace dc

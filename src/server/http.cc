@@ -1,0 +1,483 @@
+// HttpServer: cpp-httplib routes around the Scheduler. Completions are tokenized and checked here, queued as
+// Jobs, and answered as one JSON object or as server-sent events (text final from the left, optional canvas
+// events); a client that goes away cancels its job so its rows leave the batch.
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "engine/engine.h"
+#include "server/web_ui.h"
+#include "tokenizer/chat.h"
+
+namespace dc::server {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s%016llx%06llx", prefix, static_cast<unsigned long long>(salt),
+                static_cast<unsigned long long>(counter.fetch_add(1)));
+  return buf;
+}
+
+// The connection of a request: httplib 0.11 does not expose the socket, so find the fd whose peer and local
+// ports match (done once per request). -1 when not found.
+int find_connection_fd(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t pl = sizeof(peer), ll = sizeof(local);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    auto port_of = [](const sockaddr_storage& a) {
+      if (a.ss_family == AF_INET) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
+      if (a.ss_family == AF_INET6) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
+      return -1;
+    };
+    if (port_of(peer) == req.remote_port && port_of(local) == req.local_port) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True when the peer closed the connection (EOF or error); a request it pipelined counts as alive.
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
+  char c;
+  return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.http_status, e.to_json()); }
+
+ApiError overloaded(const std::string& message) {
+  ApiError e;
+  e.http_status = 503;
+  e.type = "server_error";
+  e.code = "server_overloaded";
+  e.message = message;
+  return e;
+}
+
+// httplib listens with a backlog of 5, too few for many clients connecting at once (the kernel then drops
+// connections); Linux lets a second listen() on the bound socket raise it.
+class Listener : public httplib::Server {
+ public:
+  void raise_backlog(int n) { ::listen(svr_sock_, n); }
+};
+
+// The text of a row's final prefix (unmasked from the left), cut at stop ids; `stopped` when a stop id is in it.
+struct RowText {
+  std::string text;
+  int64_t tokens = 0;
+  bool stopped = false;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Engine& engine;
+  ServerOptions options;
+  Metrics& metrics;
+  Listener http;
+  std::unique_ptr<Scheduler> scheduler;
+  std::vector<int32_t> stop_ids;
+  int32_t mask_id = 0;
+
+  Impl(Engine& e, ServerOptions o, Metrics& m) : engine(e), options(std::move(o)), metrics(m) {}
+
+  RowText row_text(const std::vector<int32_t>& generated) const {
+    RowText r;
+    std::vector<int32_t> ids;
+    for (int32_t t : generated) {
+      if (t == mask_id) break;
+      if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
+        r.stopped = true;
+        break;
+      }
+      ids.push_back(t);
+    }
+    r.tokens = static_cast<int64_t>(ids.size());
+    Result<std::string> text = engine.completion_text(ids);
+    if (text.ok()) r.text = std::move(*text);
+    return r;
+  }
+
+  // Per-token text for the canvas view (null for masks).
+  json canvas_rows(const JobSnapshot& s) const {
+    json rows = json::array();
+    const Tokenizer* tok = engine.tokenizer();
+    for (const auto& row : s.rows) {
+      json pieces = json::array();
+      for (int32_t t : row) {
+        if (t == mask_id) {
+          pieces.push_back(nullptr);
+        } else if (t < tok->vocab_size()) {
+          Result<std::string> piece = tok->decode({t});
+          pieces.push_back(piece.ok() ? *piece : std::string());
+        } else {
+          pieces.push_back("");
+        }
+      }
+      rows.push_back(std::move(pieces));
+    }
+    return rows;
+  }
+
+  Result<std::vector<int32_t>> prompt_ids(const ApiRequest& r) const {
+    std::vector<int32_t> ids;
+    if (r.endpoint == Endpoint::kChatCompletions) {
+      DC_ASSIGN_OR_RETURN(std::string text, format_chat(r.messages));
+      Result<std::vector<int32_t>> enc = engine.encode_prompt(text, false);
+      if (!enc.ok()) return invalid_argument("messages: " + enc.status().message());
+      ids = std::move(*enc);
+    } else if (r.has_prompt_ids) {
+      ids = r.prompt_ids;
+      for (int32_t id : ids)
+        if (id >= engine.config().n_vocab)
+          return invalid_argument("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                  std::to_string(engine.config().n_vocab) + ")");
+    } else {
+      Result<std::vector<int32_t>> enc = engine.encode_prompt(r.prompt, false);
+      if (!enc.ok()) return invalid_argument("prompt: " + enc.status().message());
+      ids = std::move(*enc);
+    }
+    const std::string field = r.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+    if (ids.empty()) return invalid_argument(field + ": the prompt is empty (no tokens)");
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n > options.limits.max_prompt_tokens)
+      return invalid_argument(field + ": the prompt has " + std::to_string(n) + " tokens, more than the limit of " +
+                              std::to_string(options.limits.max_prompt_tokens));
+    const int64_t total = n + r.params.max_new_tokens.value_or(0);
+    if (total > engine.config().max_position_embeddings)
+      return invalid_argument("max_tokens: the prompt (" + std::to_string(n) + " tokens) plus max_tokens make " +
+                              std::to_string(total) + " positions, more than the model's context of " +
+                              std::to_string(engine.config().max_position_embeddings));
+    return ids;
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    Result<ApiRequest> parsed = parse_request(endpoint, req.body, engine.default_params(), options.limits);
+    if (!parsed.ok()) return send_error(res, api_error(parsed.status()));
+    ApiRequest r = std::move(*parsed);
+    Result<std::vector<int32_t>> ids = prompt_ids(r);
+    if (!ids.ok()) return send_error(res, api_error(ids.status()));
+    const int64_t prompt_tokens = static_cast<int64_t>(ids->size());
+    auto job = std::make_shared<Job>(std::move(*ids), r.params, stop_ids, r.stream);
+    switch (scheduler->submit(job)) {
+      case SubmitResult::kOk: break;
+      case SubmitResult::kQueueFull:
+        metrics.on_rejected();
+        return send_error(res, overloaded("the request queue is full; retry later"));
+      case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
+      case SubmitResult::kTooLarge: {
+        ApiError e;
+        e.param = "n";
+        e.message = "n × (prompt + max_tokens) exceeds the server's batch limits (--max-batch " +
+                    std::to_string(options.scheduler.max_batch_rows) + " rows, " +
+                    std::to_string(options.scheduler.max_batch_positions) + " positions)";
+        return send_error(res, e);
+      }
+    }
+    const int fd = find_connection_fd(req);
+    // Wait in the queue (watching the client), so that a queue timeout is still a 503.
+    while (!job->wait_admitted(100ms)) {
+      if (peer_closed(fd)) {
+        job->cancel();
+        metrics.on_disconnect();
+        res.status = 499;  // nobody reads it
+        return;
+      }
+    }
+    ResponseMeta meta{random_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_now(),
+                      r.model.empty() ? options.model_name : r.model};
+    JobResult early;
+    if (job->wait(0ms, nullptr, &early) && !early.status.ok()) {
+      if (early.queue_timeout) {
+        metrics.on_rejected();
+        return send_error(res, overloaded(early.status.message()));
+      }
+      return send_error(res, api_error(early.status));
+    }
+    if (r.stream) return stream(res, std::move(r), job, meta, prompt_tokens);
+
+    JobResult result;
+    while (!job->wait(200ms, nullptr, &result)) {
+      if (peer_closed(fd)) {
+        job->cancel();
+        metrics.on_disconnect();
+        res.status = 499;
+        return;
+      }
+    }
+    if (!result.status.ok()) return send_error(res, api_error(result.status));
+    std::vector<Choice> choices;
+    for (const auto& gen : result.generated) {
+      RowText t = row_text(gen);
+      Choice c;
+      c.completion_tokens = t.tokens;
+      c.finish_reason = t.stopped ? "stop" : "length";
+      const size_t at = find_stop(t.text, r.stop);
+      if (at != std::string::npos) {
+        t.text.resize(at);
+        c.finish_reason = "stop";
+      }
+      c.text = std::move(t.text);
+      choices.push_back(std::move(c));
+    }
+    const json ext = {{"steps", result.timings.steps_run},
+                      {"forwards", result.timings.forwards},
+                      {"queue_ms", result.queue_ms},
+                      {"run_ms", result.run_ms},
+                      {"stopped_early", result.stopped_early}};
+    send_json(res, 200, response_json(endpoint, meta, choices, prompt_tokens, ext));
+  }
+
+  struct StreamState {
+    ApiRequest request;
+    std::shared_ptr<Job> job;
+    ResponseMeta meta;
+    int64_t prompt_tokens = 0;
+    std::vector<std::string> sent;      // text sent per choice
+    std::vector<std::string> finished;  // finish_reason per choice ("" = running)
+    std::vector<int64_t> tokens;        // completion tokens per choice
+    bool started = false, done = false;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+  };
+
+  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
+    auto st = std::make_shared<StreamState>();
+    const size_t n = static_cast<size_t>(r.n);
+    st->request = std::move(r);
+    st->job = std::move(job);
+    st->meta = std::move(meta);
+    st->prompt_tokens = prompt_tokens;
+    st->sent.assign(n, "");
+    st->finished.assign(n, "");
+    st->tokens.assign(n, 0);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
+        [this, st](bool success) {
+          if (!st->done) {  // the client went away mid-stream: free the rows
+            st->job->cancel();
+            metrics.on_disconnect();
+          }
+        });
+  }
+
+  // Writes what is new; false stops the response (client gone).
+  bool stream_some(StreamState& st, httplib::DataSink& sink) {
+    const ApiRequest& r = st.request;
+    std::string out;
+    if (!st.started) {
+      st.started = true;
+      if (r.endpoint == Endpoint::kChatCompletions)
+        for (int i = 0; i < r.n; ++i) out += sse_event(chunk_json(r.endpoint, st.meta, i, "", true, ""));
+    }
+    std::vector<JobSnapshot> snaps;
+    JobResult result;
+    const bool finished = st.job->wait(out.empty() ? 250ms : 0ms, &snaps, &result);
+    if (r.stream_canvas) {
+      for (const JobSnapshot& s : snaps)
+        out += sse_event(json{{"step", s.step}, {"n_steps", s.n_steps}, {"rows", canvas_rows(s)}}, "canvas");
+    }
+    auto advance = [&](size_t i, const std::vector<int32_t>& gen, bool final) {
+      if (!st.finished[i].empty()) return;
+      RowText t = row_text(gen);
+      st.tokens[i] = t.tokens;
+      std::string reason = t.stopped ? "stop" : final ? "length" : "";
+      size_t cut = find_stop(t.text, r.stop);
+      if (cut != std::string::npos) {
+        reason = "stop";
+      } else {
+        cut = reason.empty() ? streamable_prefix(t.text, r.stop) : t.text.size();
+      }
+      if (cut > st.sent[i].size() && t.text.compare(0, st.sent[i].size(), st.sent[i]) == 0) {
+        const std::string delta = t.text.substr(st.sent[i].size(), cut - st.sent[i].size());
+        out += sse_event(chunk_json(r.endpoint, st.meta, static_cast<int>(i), delta, false, ""));
+        st.sent[i] = t.text.substr(0, cut);
+      }
+      if (!reason.empty()) {
+        st.finished[i] = reason;
+        out += sse_event(chunk_json(r.endpoint, st.meta, static_cast<int>(i), "", false, reason));
+      }
+    };
+    if (!snaps.empty()) {
+      const JobSnapshot& last = snaps.back();
+      for (size_t i = 0; i < last.rows.size() && i < st.finished.size(); ++i) advance(i, last.rows[i], false);
+    }
+    bool all_finished = std::all_of(st.finished.begin(), st.finished.end(), [](const std::string& s) { return !s.empty(); });
+    if (finished) {
+      if (!result.status.ok() && !all_finished) {
+        out += sse_event(api_error(result.status).to_json());
+      } else {
+        for (size_t i = 0; i < result.generated.size() && i < st.finished.size(); ++i)
+          advance(i, result.generated[i], true);
+      }
+      all_finished = true;
+    }
+    if (all_finished) {
+      st.job->cancel();  // stop strings may end every choice before the job does: free the rows
+      if (r.include_usage) {
+        int64_t total = 0;
+        for (int64_t t : st.tokens) total += t;
+        out += sse_event(usage_chunk_json(r.endpoint, st.meta, st.prompt_tokens, total));
+      }
+      out += "data: [DONE]\n\n";
+      st.done = true;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (out.empty() && now - st.last_write > 1s) out = ": keep-alive\n\n";  // finds a client that went away
+    if (!out.empty()) {
+      st.last_write = now;
+      if (!sink.write(out.data(), out.size())) {
+        st.done = false;
+        return false;
+      }
+    }
+    if (st.done) sink.done();
+    return true;
+  }
+
+  void routes() {
+    http.set_payload_max_length(options.max_body_bytes);
+    http.set_read_timeout(options.io_timeout_s, 0);
+    http.set_keep_alive_max_count(1 << 20);  // clients (and the OpenAI libraries) reuse connections
+    http.set_keep_alive_timeout(5);  // also bounds how long stop() waits for idle connections
+    http.set_write_timeout(options.io_timeout_s, 0);
+    const int threads = options.http_threads;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+      metrics.on_request();
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.on_response(res.status); });
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;  // our own error objects
+      ApiError e;
+      e.http_status = res.status;
+      if (res.status == 404) {
+        e.type = "not_found_error";
+        e.message = "no route " + req.method + " " + req.path;
+      } else if (res.status == 413) {
+        e.message = "body: larger than the server's limit (--max-body-bytes)";
+        e.param = "body";
+      } else {
+        e.message = "bad request (HTTP " + std::to_string(res.status) + ")";
+      }
+      send_error(res, e);
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      ApiError e;
+      e.http_status = 500;
+      e.type = "server_error";
+      e.message = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& ex) {
+        e.message = std::string("internal error: ") + ex.what();
+      } catch (...) {
+      }
+      send_error(res, e);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) {
+      completions(q, s, Endpoint::kCompletions);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& s) {
+      completions(q, s, Endpoint::kChatCompletions);
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& s) {
+      send_json(s, 200,
+                json{{"object", "list"},
+                     {"data", json::array({json{{"id", options.model_name},
+                                                {"object", "model"},
+                                                {"created", 0},
+                                                {"owned_by", "diffucoder.cpp"}}})}});
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
+      send_json(s, 200, json{{"status", "ok"}, {"queue_depth", metrics.queue_depth()}, {"active_rows", metrics.active_rows()}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& s) {
+      s.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+    http.Get("/", [this](const httplib::Request&, httplib::Response& s) {
+      s.set_content(std::string(web_page()), "text/html; charset=utf-8");
+    });
+  }
+};
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options) {
+  if (options.model_name.empty()) options.model_name = "diffucoder";
+  impl_ = std::make_unique<Impl>(engine, std::move(options), metrics_);
+  impl_->stop_ids = engine.stop_ids();
+  impl_->mask_id = static_cast<int32_t>(engine.config().mask_token_id);
+  impl_->scheduler = std::make_unique<Scheduler>(engine.logits_fn(), engine.config().n_vocab, &engine.pool(),
+                                                 impl_->options.scheduler, &metrics_);
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() {
+  stop();
+  impl_->scheduler->stop();
+}
+
+Status HttpServer::bind() {
+  const std::string& host = impl_->options.host;
+  if (impl_->options.port == 0) {
+    port_ = impl_->http.bind_to_any_port(host);
+    if (port_ <= 0) return io_error("serve: cannot bind " + host + " to a free port");
+  } else {
+    if (!impl_->http.bind_to_port(host, impl_->options.port))
+      return io_error("serve: cannot bind " + host + ":" + std::to_string(impl_->options.port) +
+                      " (in use, or not an address of this machine)");
+    port_ = impl_->options.port;
+  }
+  impl_->http.raise_backlog(SOMAXCONN);
+  return Status::ok_status();
+}
+
+void HttpServer::run() { impl_->http.listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (impl_->http.is_running()) impl_->http.stop();
+}
+
+}  // namespace dc::server

@@ -1,0 +1,55 @@
+// The HTTP server: routes (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics, / the web
+// page), limits, SSE streaming and disconnect handling. Handlers only parse, tokenize, validate and queue;
+// the Scheduler's engine thread owns the model.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/openai.h"
+#include "server/scheduler.h"
+
+namespace dc {
+class Engine;
+}
+
+namespace dc::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                      // 0 = any free port (see HttpServer::port())
+  std::string model_name;               // the id of /v1/models and of responses ("" = the model dir's name)
+  size_t max_body_bytes = size_t{1} << 20;  // larger bodies get 413
+  int http_threads = 128;               // connections served at once (each waiting request holds one)
+  int io_timeout_s = 10;                // a client that sends or reads nothing this long is dropped
+  RequestLimits limits;
+  SchedulerOptions scheduler;
+};
+
+class HttpServer {
+ public:
+  // `engine` must outlive the server and have a tokenizer. Starts the engine thread.
+  HttpServer(Engine& engine, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port (port 0: a free one). Errors name the address.
+  Status bind();
+  int port() const { return port_; }
+  // Serves until stop() (from another thread or a signal handler's thread). Precondition: bind() succeeded.
+  void run();
+  void stop();
+
+  const Metrics& metrics() const { return metrics_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Metrics metrics_;
+  int port_ = 0;
+};
+
+}  // namespace dc::server

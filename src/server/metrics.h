@@ -1,0 +1,47 @@
+// Server metrics: counters and gauges updated by the HTTP handlers and the engine thread, rendered in the
+// Prometheus text format for GET /metrics. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace dc::server {
+
+class Metrics {
+ public:
+  // HTTP side.
+  void on_request() { requests_.fetch_add(1); }
+  void on_response(int http_status);  // counts 2xx / 4xx / 5xx
+  void on_rejected() { rejected_.fetch_add(1); }  // queue full or queue timeout (503)
+  void on_disconnect() { disconnects_.fetch_add(1); }
+
+  // Engine side: one batched step of `rows` rows that committed `tokens` tokens.
+  void on_step(double seconds, double forward_seconds, int64_t rows, int64_t tokens);
+  void on_job_done(double queue_seconds, double run_seconds);
+  void set_queue_depth(int64_t n) { queue_depth_.store(n); }
+  void set_active_rows(int64_t n) { active_rows_.store(n); }
+
+  int64_t queue_depth() const { return queue_depth_.load(); }
+  int64_t active_rows() const { return active_rows_.load(); }
+  int64_t steps() const { return steps_.load(); }
+  // Tokens committed per second over the last 10 s.
+  double tokens_per_second() const;
+
+  // The Prometheus text exposition (version 0.0.4).
+  std::string render() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, rejected_{0},
+      disconnects_{0}, steps_{0}, rows_stepped_{0}, tokens_{0}, jobs_done_{0}, queue_depth_{0}, active_rows_{0};
+  mutable std::mutex mu_;
+  double step_seconds_ = 0.0, forward_seconds_ = 0.0, queue_seconds_ = 0.0, run_seconds_ = 0.0;
+  std::deque<std::pair<Clock::time_point, int64_t>> recent_;  // (time, tokens) of the last 10 s of steps
+};
+
+}  // namespace dc::server

@@ -1,0 +1,127 @@
+// The engine thread and continuous batching: jobs (one prompt × n rows, own SamplingParams) wait in a bounded
+// queue, join the running batch at step boundaries, are advanced together by ONE forward per step over all
+// their rows (left-padded to the longest canvas), and leave when done, cancelled or stopped.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "sampler/generate.h"
+#include "server/metrics.h"
+
+namespace dc {
+class ThreadPool;
+}
+
+namespace dc::server {
+
+// The generated region of every row of a job after a step: [n_rows][max_new_tokens], mask id where masked.
+struct JobSnapshot {
+  int step = 0;     // steps run so far
+  int n_steps = 0;
+  std::vector<std::vector<int32_t>> rows;
+};
+
+struct JobResult {
+  Status status;                                 // ok, or why the job failed
+  bool queue_timeout = false;                    // waited longer than max_queue_seconds (→ 503)
+  bool stopped_early = false;                    // every row had a stop id in its final prefix
+  std::vector<std::vector<int32_t>> generated;   // [n_rows][max_new_tokens] (masks left when stopped early)
+  GenerateTimings timings;
+  double queue_ms = 0.0, run_ms = 0.0;
+};
+
+// One request's generation, shared by the HTTP handler (submit, wait, cancel) and the engine thread.
+class Job {
+ public:
+  // `stop_ids`: when every row's final prefix (unmasked from the left) holds one, the job ends early with
+  // the same post-processed text. `publish_steps`: a snapshot after every step (for streaming).
+  Job(std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> stop_ids, bool publish_steps)
+      : prompt_(std::move(prompt)), params_(std::move(params)), stop_ids_(std::move(stop_ids)),
+        publish_steps_(publish_steps) {}
+
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  const SamplingParams& params() const { return params_; }
+  int64_t n_rows() const { return params_.num_return_sequences; }
+
+  // Any thread: the engine drops the job at the next step boundary (its row leaves the batch).
+  void cancel();
+  bool cancelled() const;
+
+  // Blocks until the job left the queue (admitted or finished) or `timeout` passed; true when it did.
+  bool wait_admitted(std::chrono::milliseconds timeout);
+  // Blocks until news or `timeout`: moves the snapshots published since the last call into *steps (may be
+  // nullptr) and returns true once the job has finished, with the result in *result.
+  bool wait(std::chrono::milliseconds timeout, std::vector<JobSnapshot>* steps, JobResult* result);
+
+ private:
+  friend class Scheduler;
+  void set_admitted();
+  void publish(JobSnapshot snapshot);
+  void finish(JobResult result);
+
+  const std::vector<int32_t> prompt_;
+  const SamplingParams params_;
+  const std::vector<int32_t> stop_ids_;
+  const bool publish_steps_;
+  std::chrono::steady_clock::time_point submitted_, admitted_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool cancelled_ = false, admitted_flag_ = false, finished_ = false;
+  std::deque<JobSnapshot> snapshots_;
+  JobResult result_;
+};
+
+struct SchedulerOptions {
+  int max_batch_rows = 16;            // rows decoded together (one job's n rows count n); 1 = one at a time
+  int64_t max_batch_positions = 1 << 16;  // rows × longest canvas of a batch
+  int max_queue = 256;                // jobs waiting; more are refused (503)
+  double max_queue_seconds = 120.0;   // a job waiting longer fails with queue_timeout (503)
+  int max_snapshots = 4096;           // unread snapshots kept per job (a slow client skips older ones)
+};
+
+enum class SubmitResult { kOk, kQueueFull, kTooLarge, kStopped };
+
+class Scheduler {
+ public:
+  // `logits_fn` is called only from the engine thread; `pool` (may be null) parallelises sampling.
+  Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, SchedulerOptions options, Metrics* metrics);
+  ~Scheduler();  // stops the engine thread; unfinished jobs finish with an error
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a job. kTooLarge: its rows or canvas alone exceed the batch limits; kQueueFull: max_queue waiting.
+  SubmitResult submit(const std::shared_ptr<Job>& job);
+  void stop();
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Active;
+  void run();
+  bool admit(std::vector<Active>& active);
+  void step_batch(std::vector<Active>& active);
+
+  LogitsFn logits_fn_;
+  const int64_t n_vocab_;
+  ThreadPool* pool_;
+  const SchedulerOptions options_;
+  Metrics* metrics_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::vector<float> logits_;  // [n_out, n_vocab] of the last batched forward; engine thread only
+  std::thread thread_;
+};
+
+}  // namespace dc::server

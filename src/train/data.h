@@ -1,0 +1,49 @@
+// Training data: JSONL of {"prompt", "completion"} or chat {"messages": [...]}, or plain text for
+// continued pre-training; tokenised onto fixed-length canvases; a deterministic order from a seed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/tokenizer.h"
+#include "train/masked_diffusion.h"
+
+namespace dc::train {
+
+struct DataOptions {
+  int64_t seq_len = 256;     // canvas length L
+  int32_t pad_token_id = 0;  // fills SFT canvases (DiffuCoder-Instruct: <|dlm_pad|>); scored like completion
+  bool instruct_template = false;  // {"prompt"} wrapped by format_instruct_prompt, completion + "<|im_end|>"
+};
+
+struct Dataset {
+  std::vector<TrainSequence> sequences;
+  int64_t n_skipped = 0;    // examples whose prompt fills the whole canvas
+  int64_t n_truncated = 0;  // examples whose completion was cut at the canvas end
+};
+
+// Reads `path`: a file ending in .jsonl / .json is JSON lines, each {"prompt": s, "completion": s} or
+// {"messages": [{"role", "content"}, ...]} whose last message is the assistant's answer (the earlier
+// ones form the prompt through the Qwen chat layout of tokenizer/chat.h, the answer gets "<|im_end|>");
+// canvas = prompt ‖ completion ‖ pad… (prompt: loss_mask 0; completion and pad fill: 1). Any other file
+// is plain text: tokenised whole and packed into canvases of seq_len tokens, every token scored (the
+// last partial canvas is dropped). Errors name the file and line (bad JSON, missing field, no example).
+Result<Dataset> load_dataset(const std::string& path, const Tokenizer& tokenizer, const DataOptions& options);
+
+// The example order: epoch e is a Fisher–Yates permutation of [0, n) drawn from hash_counters(seed, e, i).
+// sample_at(cursor) = the example index of the cursor-th sample overall (epoch = cursor / n).
+class DataOrder {
+ public:
+  DataOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+  int64_t sample_at(int64_t cursor);
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+}  // namespace dc::train

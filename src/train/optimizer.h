@@ -1,0 +1,53 @@
+// AdamW (decoupled weight decay, PyTorch torch.optim.AdamW semantics), global-norm gradient clipping
+// and learning-rate schedules (Hugging Face transformers' get_scheduler semantics).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/params.h"
+
+namespace dc::train {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decay_vectors = false;  // false: no decay for norm weights and biases (Hugging Face Trainer's rule)
+};
+
+// One AdamW step t (1-based) on n values, exactly as torch.optim.AdamW (single-tensor path) does:
+//   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
+//   p ← p − lr/(1−β1^t) · m / (√v / √(1−β2^t) + eps)
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr, double beta1,
+                  double beta2, double eps, double weight_decay);
+
+// adamw_update over every tensor of params (matching tensors of grads / m / v), threaded over tensors
+// chunks. Matrices get opt.weight_decay; norm weights and biases only if opt.decay_vectors.
+void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v, int64_t t, double lr,
+                const AdamWOptions& opt, ThreadPool* pool);
+
+// √(Σ g²) over every gradient (double accumulation, fixed order).
+double global_grad_norm(const ModelParams& grads);
+// torch.nn.utils.clip_grad_norm_: if max_norm > 0, scales every gradient by min(1, max_norm / (norm + 1e-6)).
+// Returns the norm before clipping.
+double clip_grad_norm(ModelParams& grads, double max_norm);
+
+enum class LrSchedule { kConstant, kLinear, kCosine };
+Result<LrSchedule> parse_lr_schedule(const std::string& name);  // "constant", "linear", "cosine"
+
+struct LrOptions {
+  LrSchedule schedule = LrSchedule::kCosine;
+  double lr = 1e-5;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  double min_lr_ratio = 0.0;  // the rate decays to lr·min_lr_ratio (cosine_with_min_lr; linear too)
+};
+
+// The learning rate of optimizer step `step` (0-based): lr·step/warmup while step < warmup (HF's
+// warmup, so step 0 has rate 0), then constant, or decayed over [warmup, total) linearly or by half a
+// cosine from lr to lr·min_lr_ratio (HF cosine_with_min_lr with min_lr_rate).
+double learning_rate(const LrOptions& o, int64_t step);
+
+}  // namespace dc::train

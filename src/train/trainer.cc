@@ -1,0 +1,242 @@
+// Trainer: setup (model, tokenizer, data, resume), the optimizer step, metrics and checkpoints.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/atomic_dir.h"
+#include "io/checkpoint.h"
+#include "ops/loss.h"
+#include "tokenizer/tokenizer.h"
+#include "train/rng.h"
+
+namespace dc::train {
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                              ModelParams& grads, Activations& acts) {
+  const int64_t n_out = static_cast<int64_t>(batch.out_rows.size()), V = model.config().n_vocab;
+  ForwardBatch fb;
+  fb.n_batch = batch.n_batch;
+  fb.n_seq = batch.n_seq;
+  fb.tokens = batch.tokens.data();
+  fb.valid = batch.valid.empty() ? nullptr : batch.valid.data();
+  fb.positions = batch.positions.empty() ? nullptr : batch.positions.data();
+  fb.out_rows = batch.out_rows.data();
+  fb.n_out = n_out;
+  std::vector<float> logits(n_out * V);  // [n_out, V], becomes dlogits
+  DC_RETURN_IF_ERROR(model.forward(ctx, fb, logits.data(), nullptr, &acts));
+  if (n_out == 0) return 0.0;
+  const double loss =
+      cross_entropy(ctx, logits.data(), batch.targets.data(), batch.weights.data(), n_out, V, logits.data());
+  if (grad_scale != 1.0f)
+    for (float& g : logits) g *= grad_scale;
+  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.weights()));
+  return loss;
+}
+
+namespace {
+
+std::string options_fingerprint(const TrainOptions& o) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "data=" << o.data_path << " seq_len=" << o.seq_len << " batch=" << o.batch_size << " accum=" << o.grad_accum
+     << " steps=" << o.steps << " lr=" << o.lr.lr << " sched=" << static_cast<int>(o.lr.schedule)
+     << " warmup=" << o.lr.warmup_steps << " min_lr=" << o.lr.min_lr_ratio << " b1=" << o.adam.beta1
+     << " b2=" << o.adam.beta2 << " eps=" << o.adam.eps << " wd=" << o.adam.weight_decay
+     << " clip=" << o.max_grad_norm << " seed=" << o.seed << " t_eps=" << o.masking.eps
+     << " norm=" << static_cast<int>(o.masking.norm) << " pad=" << o.pad_token_id
+     << " instruct=" << o.instruct_template;
+  return os.str();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& o, const Context& ctx) {
+  ModelConfig config;
+  {
+    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
+    config = ckpt.config();
+  }
+  const std::string tok_path = (fs::path(o.model_dir) / "tokenizer.json").string();
+  DC_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_file(tok_path));
+  DataOptions d;
+  d.seq_len = o.seq_len;
+  d.instruct_template = o.instruct_template;
+  if (o.pad_token_id >= 0) {
+    d.pad_token_id = o.pad_token_id;
+  } else {
+    const auto dlm_pad = tokenizer.token_to_id("<|dlm_pad|>");
+    d.pad_token_id = dlm_pad ? *dlm_pad : static_cast<int32_t>(config.pad_token_id);
+  }
+  if (d.pad_token_id < 0 || d.pad_token_id >= config.n_vocab)
+    return invalid_argument("pad token id " + std::to_string(d.pad_token_id) + " is outside the vocabulary");
+  DC_ASSIGN_OR_RETURN(Dataset data, load_dataset(o.data_path, tokenizer, d));
+  return create_with_data(o, ctx, std::move(data));
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o, const Context& ctx, Dataset data) {
+  if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
+    return invalid_argument("--batch-size, --grad-accum and --steps must be at least 1");
+  if (o.out_dir.empty()) return invalid_argument("--out must name the output directory");
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->opt_ = o;
+  t->ctx_ = ctx;
+  std::error_code ec;
+  const std::string latest = fs::exists(o.out_dir, ec) ? find_latest_checkpoint(o.out_dir) : std::string();
+  if (!latest.empty() && !o.resume && !o.force)
+    return invalid_argument("--out '" + o.out_dir + "' already holds " + latest +
+                            "; pass --resume to continue it or --force to start over");
+  const std::string weights_dir = o.resume && !latest.empty() ? latest : o.model_dir;
+  {
+    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(weights_dir));
+    t->config_ = ckpt.config();
+    DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, t->config_));
+    DC_ASSIGN_OR_RETURN(t->params_, ModelParams::from_weights(t->config_, bound));
+  }  // the mapped stored weights are released: training uses the f32 copies
+  t->grads_ = ModelParams::zeros(t->config_);
+  t->m_ = ModelParams::zeros(t->config_);
+  t->v_ = ModelParams::zeros(t->config_);
+  t->state_.seed = o.seed;
+  t->state_.options = options_fingerprint(o);
+  if (o.resume && !latest.empty()) {
+    TrainState saved;
+    DC_RETURN_IF_ERROR(load_train_state(latest, t->m_, t->v_, saved));
+    if (saved.options != t->state_.options)
+      return invalid_argument("--resume: the options differ from those of " + latest + "\n  saved: " + saved.options +
+                              "\n  now:   " + t->state_.options);
+    t->state_ = saved;
+  }
+
+  for (const TrainSequence& seq : data.sequences)
+    if (static_cast<int64_t>(seq.tokens.size()) != o.seq_len)
+      return invalid_argument("training data: a sequence of " + std::to_string(seq.tokens.size()) +
+                              " tokens; --seq-len is " + std::to_string(o.seq_len));
+  if (data.sequences.empty()) return invalid_argument("training data: no sequences");
+  t->data_ = std::move(data);
+  t->order_ = std::make_unique<DataOrder>(static_cast<int64_t>(t->data_.sequences.size()), o.seed);
+  t->opt_.masking.mask_token_id = static_cast<int32_t>(t->config_.mask_token_id);
+  if (t->config_.mask_token_id < 0 || t->config_.mask_token_id >= t->config_.n_vocab)
+    return invalid_argument("config.json mask_token_id is outside the vocabulary");
+
+  fs::create_directories(o.out_dir, ec);
+  if (ec) return io_error("cannot create " + o.out_dir + ": " + ec.message());
+  // metrics.jsonl: keep the lines of the steps already done (a resumed run continues the same curve).
+  const std::string metrics = (fs::path(o.out_dir) / "metrics.jsonl").string();
+  std::string kept;
+  if (t->state_.step > 0) {
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line)) {
+      try {
+        const Json j = Json::parse(line);
+        if (j.at("step").get<int64_t>() > t->state_.step) continue;
+        StepStats s;
+        s.step = j.at("step"), s.loss = j.at("loss"), s.lr = j.at("lr"), s.grad_norm = j.at("grad_norm");
+        s.tokens = j.at("tokens"), s.seconds = j.at("seconds");
+        t->history_.push_back(s);
+        kept += line + "\n";
+      } catch (const std::exception&) {
+        continue;  // a line cut by a kill
+      }
+    }
+  }
+  DC_RETURN_IF_ERROR(write_text_file(metrics, kept));
+  return t;
+}
+
+Status Trainer::write_metrics_line(const StepStats& s) {
+  const Json j = {{"step", s.step},           {"loss", s.loss},       {"lr", s.lr},
+                  {"grad_norm", s.grad_norm}, {"tokens", s.tokens},   {"seconds", s.seconds},
+                  {"tokens_per_s", s.seconds > 0 ? s.tokens / s.seconds : 0.0}};
+  const std::string path = (fs::path(opt_.out_dir) / "metrics.jsonl").string();
+  std::ofstream out(path, std::ios::app);
+  out << j.dump() << "\n";
+  out.flush();
+  if (!out) return io_error("cannot append to " + path);
+  return Status();
+}
+
+Result<StepStats> Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::unique_ptr<Model> model = Model::from_weights(config_, params_.weights(), nullptr);
+  grads_.zero();
+  StepStats s;
+  const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
+  for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
+    std::vector<TrainSequence> seqs;
+    for (int64_t i = 0; i < opt_.batch_size; ++i) seqs.push_back(data_.sequences[order_->sample_at(state_.cursor++)]);
+    const uint64_t key = hash_counters(state_.seed, 0x6d61736b, static_cast<uint64_t>(state_.step * opt_.grad_accum + micro));
+    DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, config_.n_vocab));
+    DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model, batch, scale, grads_, acts_));
+    s.loss += loss / static_cast<double>(opt_.grad_accum);
+    s.tokens += batch.n_batch * batch.n_seq;
+  }
+  s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm);
+  s.lr = learning_rate(opt_.lr, state_.step);
+  adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam, ctx_.pool);
+  s.step = ++state_.step;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  history_.push_back(s);
+  DC_RETURN_IF_ERROR(write_metrics_line(s));
+  if (opt_.save_every > 0 && state_.step % opt_.save_every == 0 && state_.step < opt_.steps) DC_RETURN_IF_ERROR(save());
+  return s;
+}
+
+Status Trainer::save() {
+  const std::string dir = (fs::path(opt_.out_dir) / checkpoint_name(state_.step)).string();
+  DC_RETURN_IF_ERROR(save_train_checkpoint(dir, opt_.model_dir, params_, m_, v_, state_));
+  const std::string svg = (fs::path(opt_.out_dir) / "loss.svg").string();
+  DC_RETURN_IF_ERROR(write_text_file(svg + ".tmp", loss_plot_svg(history_)));
+  std::error_code ec;
+  fs::rename(svg + ".tmp", svg, ec);
+  if (ec) return io_error("cannot rename " + svg + ".tmp: " + ec.message());
+  return Status();
+}
+
+std::string loss_plot_svg(const std::vector<StepStats>& h) {
+  constexpr double kW = 640, kH = 360, kPad = 48;
+  double lo = 1e300, hi = -1e300;
+  for (const auto& s : h) lo = std::min(lo, s.loss), hi = std::max(hi, s.loss);
+  if (h.empty()) lo = 0, hi = 1;
+  if (hi - lo < 1e-12) hi = lo + 1;
+  const double n = std::max<double>(1, h.empty() ? 1 : h.back().step);
+  auto x = [&](double step) { return kPad + (kW - 2 * kPad) * step / n; };
+  auto y = [&](double loss) { return kH - kPad - (kH - 2 * kPad) * (loss - lo) / (hi - lo); };
+  std::ostringstream os;
+  os.precision(6);
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH << "\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << kW / 2 << "\" y=\"20\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"14\">"
+     << "masked-diffusion training loss</text>\n"
+     << "<line x1=\"" << kPad << "\" y1=\"" << kH - kPad << "\" x2=\"" << kW - kPad << "\" y2=\"" << kH - kPad
+     << "\" stroke=\"black\"/>\n<line x1=\"" << kPad << "\" y1=\"" << kPad << "\" x2=\"" << kPad << "\" y2=\""
+     << kH - kPad << "\" stroke=\"black\"/>\n"
+     << "<text x=\"4\" y=\"" << kPad << "\" font-family=\"sans-serif\" font-size=\"11\">" << hi << "</text>\n"
+     << "<text x=\"4\" y=\"" << kH - kPad << "\" font-family=\"sans-serif\" font-size=\"11\">" << lo << "</text>\n"
+     << "<text x=\"" << kW - kPad << "\" y=\"" << kH - kPad + 16 << "\" text-anchor=\"end\" font-family=\"sans-serif\" "
+     << "font-size=\"11\">step " << static_cast<int64_t>(n) << "</text>\n";
+  auto polyline = [&](const std::vector<double>& values, const char* colour) {
+    os << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.5\" points=\"";
+    for (size_t i = 0; i < values.size(); ++i) os << x(static_cast<double>(h[i].step)) << "," << y(values[i]) << " ";
+    os << "\"/>\n";
+  };
+  std::vector<double> raw, avg;
+  double window = 0;
+  for (size_t i = 0; i < h.size(); ++i) {
+    raw.push_back(h[i].loss);
+    window += h[i].loss;
+    if (i >= 10) window -= h[i - 10].loss;
+    avg.push_back(window / static_cast<double>(std::min<size_t>(i + 1, 10)));
+  }
+  polyline(raw, "#9ecae1");
+  polyline(avg, "#08519c");
+  os << "</svg>\n";
+  return os.str();
+}
+
+}  // namespace dc::train

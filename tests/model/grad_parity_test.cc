@@ -1,0 +1,121 @@
+// Model::backward against PyTorch autograd on tests/reference/dream_ref.py (fixtures from
+// make_grad_fixtures.py): the masked-diffusion loss and every parameter gradient of a tiny random
+// checkpoint, for a plain and a left-padded batch; plus training mode leaving the forward unchanged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "fixtures.h"
+#include "io/safetensors.h"
+#include "model/params.h"
+#include "model/transformer.h"
+#include "ops/loss.h"
+
+namespace dc {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = DC_GRAD_FIXTURES_DIR;
+
+struct Case {
+  std::vector<int32_t> noisy, positions;
+  std::vector<uint8_t> valid;
+  std::vector<int64_t> rows;
+  std::vector<int32_t> targets;
+  std::vector<float> weights;
+  ForwardBatch batch() const {
+    ForwardBatch b;
+    b.tokens = noisy.data();
+    b.positions = positions.empty() ? nullptr : positions.data();
+    b.valid = valid.empty() ? nullptr : valid.data();
+    b.out_rows = rows.data();
+    b.n_out = static_cast<int64_t>(rows.size());
+    return b;
+  }
+};
+
+// The loss terms written out from the fixture's mask and t (independently of src/train).
+Case make_case(const nlohmann::json& c, int32_t mask_id) {
+  Case k;
+  const int64_t B = c["n_batch"], L = c["n_seq"];
+  const auto tokens = c["tokens"].get<std::vector<int32_t>>();
+  const auto loss_mask = c["loss_mask"].get<std::vector<int>>();
+  const auto mask = c["mask"].get<std::vector<int>>();
+  const auto t = c["t"].get<std::vector<double>>();
+  if (!c["valid"].is_null()) {
+    for (int v : c["valid"].get<std::vector<int>>()) k.valid.push_back(static_cast<uint8_t>(v));
+    k.positions = c["positions"].get<std::vector<int32_t>>();
+  }
+  double total = 0;
+  std::vector<double> n_b(B, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < L; ++j) n_b[b] += loss_mask[b * L + j], total += loss_mask[b * L + j];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < L; ++j) {
+      const bool m = mask[b * L + j] != 0;
+      k.noisy.push_back(m ? mask_id : tokens[b * L + j]);
+      if (!m) continue;
+      k.rows.push_back(b * L + (j > 0 ? j - 1 : 0));
+      k.targets.push_back(tokens[b * L + j]);
+      const double z = c["norm"] == "tokens" ? total : B * n_b[b];
+      k.weights.push_back(static_cast<float>(1.0 / (t[b] * z)));
+    }
+  return k;
+}
+
+double rel_diff(const float* got, const float* want, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; ++i) d += (got[i] - want[i]) * double(got[i] - want[i]), r += double(want[i]) * want[i];
+  return std::sqrt(d) / std::max(std::sqrt(r), 1e-30);
+}
+
+class GradParity : public ::testing::TestWithParam<int> {};
+
+TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
+  ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
+  auto loaded = Model::load((kDir / "tiny-train").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const ModelConfig& cfg = (*loaded)->config();
+  auto params = ModelParams::from_weights(cfg, (*loaded)->weights());
+  ASSERT_TRUE(params.ok()) << params.status().message();
+  const auto model = Model::from_weights(cfg, params->weights(), nullptr);
+  ThreadPool pool(GetParam());
+  Context ctx;
+  ctx.pool = &pool;
+  const auto cases = testing::load_json((kDir / "grad_cases.json").string());
+  ASSERT_EQ(cases.size(), 2u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const Case k = make_case(c, static_cast<int32_t>(cfg.mask_token_id));
+    ForwardBatch fb = k.batch();
+    fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
+    const int64_t V = cfg.n_vocab, n_out = fb.n_out;
+    std::vector<float> logits(n_out * V), plain(n_out * V);
+    Activations acts;
+    ASSERT_TRUE(model->forward(ctx, fb, logits.data(), nullptr, &acts).ok());
+    ASSERT_TRUE(model->forward(ctx, fb, plain.data()).ok());
+    for (int64_t i = 0; i < n_out * V; ++i) ASSERT_EQ(logits[i], plain[i]) << "training mode changed logit " << i;
+    const double loss = cross_entropy(ctx, logits.data(), k.targets.data(), k.weights.data(), n_out, V, logits.data());
+    EXPECT_NEAR(loss, c["loss"].get<double>(), 1e-5 * c["loss"].get<double>());
+    ModelParams grads = ModelParams::zeros(cfg);
+    ASSERT_TRUE(model->backward(ctx, acts, logits.data(), grads.weights()).ok());
+    auto ref = SafetensorsFile::open((kDir / (c["name"].get<std::string>() + ".grads.safetensors")).string());
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    int checked = 0;
+    for (const auto& t : grads.tensors()) {
+      const TensorInfo* r = ref->find(t.name);
+      ASSERT_NE(r, nullptr) << t.name;
+      ASSERT_EQ(r->shape, t.shape) << t.name;
+      const double d = rel_diff(t.data, static_cast<const float*>(r->data), t.size);
+      EXPECT_LE(d, 1e-4) << t.name << ": |Δ|/|ref| = " << d;
+      ++checked;
+    }
+    EXPECT_EQ(checked, static_cast<int>(ref->tensors().size()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, GradParity, ::testing::Values(1, 2));
+
+}  // namespace
+}  // namespace dc

@@ -1,0 +1,254 @@
+// Every backward op against central differences of a double-precision reference of its forward:
+// for L = Σ c·y (random c), the op's gradients must match dL/dinput computed numerically.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+
+namespace dc {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec random_vec(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  Vec v(n);
+  for (auto& x : v) x = static_cast<float>(dist(gen));  // values exactly representable in f32
+  return v;
+}
+std::vector<float> to_f32(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Central differences of f at x, step h.
+Vec numeric_grad(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-6) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double up = f(x);
+    x[i] = x0 - h;
+    const double down = f(x);
+    x[i] = x0;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+void expect_grad(const Vec& want, const float* got, double rel_tol, const char* what) {
+  double max_ref = 1e-30;
+  for (double w : want) max_ref = std::max(max_ref, std::abs(w));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel_tol * max_ref) << what << " index " << i << " tol " << rel_tol * max_ref;
+}
+
+class BackwardTest : public ::testing::TestWithParam<int> {  // param: threads (1 = no pool)
+ protected:
+  void SetUp() override {
+    if (GetParam() > 1) pool_ = std::make_unique<ThreadPool>(GetParam());
+    ctx_.pool = pool_.get();
+  }
+  std::unique_ptr<ThreadPool> pool_;
+  Context ctx_;
+};
+
+Vec rms_ref(const Vec& x, const Vec& w, int64_t n, int64_t d, double eps) {
+  Vec y(x.size());
+  for (int64_t i = 0; i < n; ++i) {
+    double ss = 0;
+    for (int64_t t = 0; t < d; ++t) ss += x[i * d + t] * x[i * d + t];
+    const double r = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t t = 0; t < d; ++t) y[i * d + t] = x[i * d + t] * r * w[t];
+  }
+  return y;
+}
+
+TEST_P(BackwardTest, RmsNorm) {
+  const int64_t n = 5, d = 24;
+  const double eps = 1e-6;
+  const Vec x = random_vec(n * d, 1), w = random_vec(d, 2), c = random_vec(n * d, 3);
+  const Vec want_dx = numeric_grad([&](const Vec& xx) { return dot(c, rms_ref(xx, w, n, d, eps)); }, x);
+  const Vec want_dw = numeric_grad([&](const Vec& ww) { return dot(c, rms_ref(x, ww, n, d, eps)); }, w);
+  std::vector<float> dx(n * d, 0.5f), dw(d, 0.25f);  // backward adds: start from non-zero buffers
+  rms_norm_backward(ctx_, to_f32(x).data(), to_f32(w).data(), to_f32(c).data(), n, d, static_cast<float>(eps),
+                    dx.data(), dw.data());
+  for (auto& v : dx) v -= 0.5f;
+  for (auto& v : dw) v -= 0.25f;
+  expect_grad(want_dx, dx.data(), 1e-5, "dx");
+  expect_grad(want_dw, dw.data(), 1e-5, "dw");
+}
+
+TEST_P(BackwardTest, Rope) {
+  const int64_t n = 4, heads = 3, hd = 8;
+  std::vector<int32_t> pos = {0, 5, 1, 17};
+  std::vector<float> cos(n * hd / 2), sin(n * hd / 2);
+  rope_tables(pos.data(), n, hd, 10000.0, cos.data(), sin.data());
+  const Vec x = random_vec(n * heads * hd, 4), c = random_vec(x.size(), 5);
+  auto f = [&](const Vec& xx) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t t = 0; t < hd / 2; ++t) {
+          const int64_t o = (i * heads + h) * hd;
+          const double x1 = xx[o + t], x2 = xx[o + t + hd / 2], co = cos[i * hd / 2 + t], si = sin[i * hd / 2 + t];
+          s += c[o + t] * (x1 * co - x2 * si) + c[o + t + hd / 2] * (x2 * co + x1 * si);
+        }
+    return s;
+  };
+  const Vec want = numeric_grad(f, x);
+  std::vector<float> g = to_f32(c);
+  rope_backward(ctx_, g.data(), n, heads, hd, cos.data(), sin.data());
+  expect_grad(want, g.data(), 1e-5, "dx");
+}
+
+TEST_P(BackwardTest, SwiGlu) {
+  const int64_t n = 64;
+  const Vec g = random_vec(n, 6, 2.0), u = random_vec(n, 7), c = random_vec(n, 8);
+  auto f = [&](const Vec& gg, const Vec& uu) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += c[i] * gg[i] / (1 + std::exp(-gg[i])) * uu[i];
+    return s;
+  };
+  const Vec want_dg = numeric_grad([&](const Vec& gg) { return f(gg, u); }, g);
+  const Vec want_du = numeric_grad([&](const Vec& uu) { return f(g, uu); }, u);
+  std::vector<float> dg(n), du(n);
+  swiglu_backward(ctx_, to_f32(g).data(), to_f32(u).data(), to_f32(c).data(), n, dg.data(), du.data());
+  expect_grad(want_dg, dg.data(), 1e-5, "dgate");
+  expect_grad(want_du, du.data(), 1e-5, "dup");
+}
+
+TEST_P(BackwardTest, Embedding) {
+  const int64_t rows = 7, cols = 5;
+  const std::vector<int32_t> ids = {3, 0, 3, 6, 3};  // repeated ids accumulate
+  const Vec table = random_vec(rows * cols, 9), c = random_vec(ids.size() * cols, 10);
+  auto f = [&](const Vec& t) {
+    double s = 0;
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t k = 0; k < cols; ++k) s += c[i * cols + k] * t[ids[i] * cols + k];
+    return s;
+  };
+  const Vec want = numeric_grad(f, table);
+  std::vector<float> dt(rows * cols, 0.0f);
+  embedding_backward(ctx_, ids.data(), static_cast<int64_t>(ids.size()), to_f32(c).data(), cols, dt.data());
+  expect_grad(want, dt.data(), 1e-6, "dtable");
+}
+
+TEST_P(BackwardTest, MatmulNt) {
+  const int64_t n = 6, in = 40, out = 9;
+  const Vec x = random_vec(n * in, 11), w = random_vec(out * in, 12, 0.5), b = random_vec(out, 13),
+            c = random_vec(n * out, 14);
+  auto f = [&](const Vec& xx, const Vec& ww, const Vec& bb) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        double y = bb[o];
+        for (int64_t k = 0; k < in; ++k) y += xx[i * in + k] * ww[o * in + k];
+        s += c[i * out + o] * y;
+      }
+    return s;
+  };
+  const Vec want_dx = numeric_grad([&](const Vec& v) { return f(v, w, b); }, x);
+  const Vec want_dw = numeric_grad([&](const Vec& v) { return f(x, v, b); }, w);
+  const Vec want_db = numeric_grad([&](const Vec& v) { return f(x, w, v); }, b);
+  const std::vector<float> wf = to_f32(w);
+  for (bool reference : {false, true}) {
+    Context ctx = ctx_;
+    ctx.reference_kernels = reference;
+    std::vector<float> dx(n * in, 0.0f), dw(out * in, 0.0f), db(out, 0.0f);
+    matmul_nt_backward(ctx, to_f32(x).data(), n, WeightView{DType::kF32, wf.data(), out, in}, to_f32(c).data(),
+                       dx.data(), dw.data(), db.data());
+    expect_grad(want_dx, dx.data(), 1e-5, "dx");
+    expect_grad(want_dw, dw.data(), 1e-5, "dw");
+    expect_grad(want_db, db.data(), 1e-5, "db");
+  }
+}
+
+// Double reference of ops/attention.h (valid mask, GQA, zero rows for padding).
+Vec attention_ref(const AttentionShape& s, const Vec& q, const Vec& k, const Vec& v, const uint8_t* valid) {
+  const int64_t B = s.n_batch, L = s.n_seq, H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim;
+  Vec out(B * L * H * D, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        if (valid && !valid[b * L + i]) continue;
+        const int64_t hk = h / (H / Hkv);
+        Vec sc(L, -1e300);
+        double mx = -1e300;
+        for (int64_t j = 0; j < L; ++j) {
+          if (valid && !valid[b * L + j]) continue;
+          double d = 0;
+          for (int64_t t = 0; t < D; ++t) d += q[((b * L + i) * H + h) * D + t] * k[((b * L + j) * Hkv + hk) * D + t];
+          sc[j] = d / std::sqrt(static_cast<double>(D));
+          mx = std::max(mx, sc[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < L; ++j)
+          if (!(valid && !valid[b * L + j])) sum += std::exp(sc[j] - mx);
+        for (int64_t j = 0; j < L; ++j) {
+          if (valid && !valid[b * L + j]) continue;
+          const double p = std::exp(sc[j] - mx) / sum;
+          for (int64_t t = 0; t < D; ++t) out[((b * L + i) * H + h) * D + t] += p * v[((b * L + j) * Hkv + hk) * D + t];
+        }
+      }
+  return out;
+}
+
+TEST_P(BackwardTest, AttentionWithPaddingAndGqa) {
+  const AttentionShape s{2, 5, 4, 2, 8};
+  const std::vector<uint8_t> valid = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1};  // row 0 left-padded by 2
+  const int64_t nq = s.n_batch * s.n_seq * s.n_head * s.head_dim, nkv = s.n_batch * s.n_seq * s.n_head_kv * s.head_dim;
+  const Vec q = random_vec(nq, 15), k = random_vec(nkv, 16), v = random_vec(nkv, 17), c = random_vec(nq, 18);
+  for (const uint8_t* mask : {static_cast<const uint8_t*>(nullptr), valid.data()}) {
+    const Vec want_dq = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, x, k, v, mask)); }, q);
+    const Vec want_dk = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, q, x, v, mask)); }, k);
+    const Vec want_dv = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, q, k, x, mask)); }, v);
+    const std::vector<float> qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
+    std::vector<float> out(nq), dq(nq, 7.0f), dk(nkv, 7.0f), dv(nkv, 7.0f);  // overwritten
+    attention(ctx_, s, qf.data(), kf.data(), vf.data(), mask, out.data());
+    attention_backward(ctx_, s, qf.data(), kf.data(), vf.data(), mask, out.data(), to_f32(c).data(), dq.data(),
+                       dk.data(), dv.data());
+    expect_grad(want_dq, dq.data(), 1e-5, "dq");
+    expect_grad(want_dk, dk.data(), 1e-5, "dk");
+    expect_grad(want_dv, dv.data(), 1e-5, "dv");
+  }
+}
+
+TEST_P(BackwardTest, CrossEntropyValueAndGradient) {
+  const int64_t n = 3, V = 50;
+  const Vec logits = random_vec(n * V, 19, 3.0);
+  const std::vector<int32_t> targets = {4, 49, 0};
+  const std::vector<float> weights = {0.5f, 2.0f, 1.25f};
+  auto f = [&](const Vec& x) {
+    double s = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      double mx = -1e300, sum = 0;
+      for (int64_t c = 0; c < V; ++c) mx = std::max(mx, x[r * V + c]);
+      for (int64_t c = 0; c < V; ++c) sum += std::exp(x[r * V + c] - mx);
+      s += weights[r] * (mx + std::log(sum) - x[r * V + targets[r]]);
+    }
+    return s;
+  };
+  const Vec want = numeric_grad(f, logits);
+  std::vector<float> lf = to_f32(logits), ce(n);
+  const double loss = cross_entropy(ctx_, lf.data(), targets.data(), weights.data(), n, V, lf.data(), ce.data());
+  EXPECT_NEAR(loss, f(logits), 1e-5 * std::abs(f(logits)));
+  EXPECT_NEAR(weights[0] * ce[0] + weights[1] * ce[1] + weights[2] * ce[2], loss, 1e-4);
+  expect_grad(want, lf.data(), 1e-5, "dlogits (in place)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, BackwardTest, ::testing::Values(1, 3));
+
+}  // namespace
+}  // namespace dc

@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Writes the training fixtures: masked-diffusion loss and every parameter gradient of a tiny random
+checkpoint from PyTorch autograd on dream_ref.py, and ten torch.optim.AdamW steps (a second, a few seconds).
+
+    /usr/bin/python3 tests/reference/make_grad_fixtures.py --out DIR
+
+Layout:
+    DIR/tiny-train/...                    checkpoint from make_tiny.py (f32, GQA 4:2, vocab 64)
+    DIR/grad_cases.json                   [{name, tokens, loss_mask, mask, t, valid, positions, norm, loss}]
+    DIR/<case>.grads.safetensors          d loss / d w for every weight, by checkpoint name (f32)
+    DIR/adamw.json, DIR/adamw.safetensors ten AdamW steps: hyper-parameters, lr per step, p0, g<i>, final
+    DIR/.complete                         written last
+
+Loss (src/train/masked_diffusion.h): noisy = where(mask, mask_id, tokens); logits shifted by one
+(spec §2.6); loss = Σ_b Σ_{j masked} CE(logits[b, j-1], tokens[b, j]) / t_b / Z, Z = Σ_b N_b ("tokens")
+or B·N_b ("sequences"), N_b = Σ_j loss_mask[b, j].
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import dream_ref as R  # noqa: E402
+import make_tiny as MT  # noqa: E402
+import safetensors_np as st  # noqa: E402
+
+MODEL = dict(vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, ff=48, dtype="f32", shards=1, seed=2001,
+             rope_theta=10000.0)
+
+
+def md_loss(model, tokens, loss_mask, mask, t, valid, positions, norm):
+    B, L = tokens.shape
+    noisy = torch.where(mask, torch.full_like(tokens, model.mask_token_id), tokens)
+    logits = R.forward(model, noisy, attention_mask=valid, position_ids=positions)
+    logits = R.shift_logits(logits)
+    n_b = loss_mask.sum(1).to(torch.float64)
+    total = torch.zeros((), dtype=torch.float32)
+    for b in range(B):
+        z = n_b.sum() if norm == "tokens" else B * n_b[b]
+        for j in range(L):
+            if mask[b, j]:
+                ce = F.cross_entropy(logits[b, j][None], tokens[b, j][None])
+                total = total + ce / float(t[b] * z)
+    return total
+
+
+def make_case(model, name, rng, B, L, prompt_lens, pads, norm):
+    V = model.vocab_size
+    tokens = torch.tensor(rng.integers(0, V - 3, size=(B, L)), dtype=torch.long)  # avoid the special ids
+    loss_mask = torch.zeros(B, L, dtype=torch.bool)
+    valid = torch.ones(B, L, dtype=torch.long)
+    positions = torch.zeros(B, L, dtype=torch.long)
+    for b in range(B):
+        valid[b, :pads[b]] = 0
+        tokens[b, :pads[b]] = model.pad_token_id
+        loss_mask[b, pads[b] + prompt_lens[b]:] = True
+        positions[b] = torch.clamp(torch.cumsum(valid[b], 0) - 1, min=0)
+        positions[b, :pads[b]] = 1  # spec §2.4: pads at position 1
+    t = [0.35 + 0.4 * b for b in range(B)]
+    mask = torch.zeros(B, L, dtype=torch.bool)
+    for b in range(B):
+        r = rng.random(L)
+        mask[b] = loss_mask[b] & torch.tensor(r < t[b])
+        if not mask[b].any():
+            mask[b, L - 1] = True
+    padded = any(pads)
+    for w in model.weights.values():
+        w.grad = None
+        w.requires_grad_(True)
+    loss = md_loss(model, tokens, loss_mask, mask, t, valid if padded else None, positions if padded else None, norm)
+    loss.backward()
+    grads = {n: w.grad.detach().numpy().astype(np.float32) for n, w in model.weights.items()}
+    case = dict(name=name, n_batch=B, n_seq=L, tokens=tokens.flatten().tolist(),
+                loss_mask=loss_mask.flatten().int().tolist(), mask=mask.flatten().int().tolist(), t=t,
+                valid=valid.flatten().tolist() if padded else None,
+                positions=positions.flatten().tolist() if padded else None, norm=norm, loss=float(loss))
+    return case, grads
+
+
+def lr_at(step, lr, warmup, total, min_ratio):
+    """HF get_cosine_with_min_lr_schedule_with_warmup (min_lr_rate), written independently of the C++."""
+    if step < warmup:
+        return lr * step / max(1, warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def adamw_fixture(out):
+    rng = np.random.default_rng(7)
+    hp = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, warmup=2, total=10, min_lr_ratio=0.1)
+    p0 = {"matrix": rng.standard_normal((6, 5)).astype(np.float32), "vector": rng.standard_normal(5).astype(np.float32)}
+    params = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in p0.items()}
+    opt = torch.optim.AdamW([{"params": [params["matrix"]], "weight_decay": hp["weight_decay"]},
+                             {"params": [params["vector"]], "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"])
+    tensors = {"p0." + k: v for k, v in p0.items()}
+    lrs = []
+    for step in range(hp["total"]):
+        lr = lr_at(step, hp["lr"], hp["warmup"], hp["total"], hp["min_lr_ratio"])
+        lrs.append(lr)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        for k, p in params.items():
+            g = rng.standard_normal(p.shape).astype(np.float32)
+            tensors["g%d.%s" % (step, k)] = g
+            p.grad = torch.tensor(g)
+        opt.step()
+    for k, p in params.items():
+        tensors["final." + k] = p.detach().numpy().copy()
+    st.write_file(os.path.join(out, "adamw.safetensors"), tensors)
+    with open(os.path.join(out, "adamw.json"), "w") as f:
+        json.dump(dict(hp, lrs=lrs), f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    done = os.path.join(a.out, ".complete")
+    stamp = str(os.path.getmtime(__file__)) + str(os.path.getmtime(R.__file__))
+    if os.path.exists(done) and open(done).read() == stamp:
+        return
+    torch.manual_seed(0)
+    mdir = os.path.join(a.out, "tiny-train")
+    MT.make_tiny(mdir, **MODEL)
+    model = R.load(mdir, torch.float32)
+    rng = np.random.default_rng(123)
+    cases = []
+    for name, B, L, prompts, pads, norm in (("full", 2, 10, [3, 4], [0, 0], "tokens"),
+                                            ("left_padded", 3, 9, [2, 3, 2], [3, 0, 1], "sequences")):
+        case, grads = make_case(model, name, rng, B, L, prompts, pads, norm)
+        st.write_file(os.path.join(a.out, name + ".grads.safetensors"), grads)
+        cases.append(case)
+    with open(os.path.join(a.out, "grad_cases.json"), "w") as f:
+        json.dump(cases, f)
+    adamw_fixture(a.out)
+    with open(done, "w") as f:
+        f.write(stamp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+// The scheduler against dc::generate(): jobs of different lengths and settings decoded together (joining at
+// step boundaries) give exactly the tokens each gives alone, with a fake model and with a tiny random
+// checkpoint; cancellation frees rows; queue limits, queue timeouts and early stops.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "engine/engine.h"
+#include "fixtures.h"
+#include "sampler/fake_model.h"
+#include "server/scheduler.h"
+
+namespace dc::server {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr int64_t kVocab = 64;
+constexpr int32_t kMask = 63, kPad = 62;
+
+// Logits of row b at index i: a function of the row's REAL tokens up to i and their position ids, so that
+// left padding changes nothing (as for the real model).
+void fake_row(const ForwardBatch& batch, int64_t b, int64_t i, float* logits) {
+  uint64_t h = 0;
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t at = b * batch.n_seq + j;
+    if (batch.valid != nullptr && batch.valid[at] == 0) continue;
+    h = h * 1000003u + static_cast<uint64_t>(batch.tokens[at]) + 7;
+  }
+  const int64_t pos = batch.positions != nullptr ? batch.positions[b * batch.n_seq + i] : i;
+  for (int64_t v = 0; v < kVocab; ++v) logits[v] = 3.0f * dc::testing::hash_unit(h, static_cast<uint64_t>(pos), v);
+}
+
+SamplingParams base_params() {
+  SamplingParams p;
+  p.mask_token_id = kMask;
+  p.pad_token_id = kPad;
+  p.top_k = 0;
+  return p;
+}
+
+struct Case {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+std::vector<Case> mixed_cases() {
+  std::vector<Case> cases;
+  auto add = [&](std::vector<int32_t> prompt, auto edit) {
+    SamplingParams p = base_params();
+    edit(p);
+    cases.push_back({std::move(prompt), p});
+  };
+  add({1, 2, 3}, [](SamplingParams& p) { p.max_new_tokens = 8; p.steps = 8; p.alg = Algorithm::kEntropy; p.temperature = 0; });
+  add({4, 5, 6, 7, 8, 9, 10}, [](SamplingParams& p) { p.max_new_tokens = 12; p.steps = 6; p.alg = Algorithm::kMaskgitPlus;
+                                                      p.temperature = 0.7f; p.top_p = 0.9f; p.seed = 5; });
+  add({11}, [](SamplingParams& p) { p.max_new_tokens = 5; p.steps = 5; p.alg = Algorithm::kOrigin; p.temperature = 1.0f;
+                                    p.seed = 9; p.num_return_sequences = 2; });
+  add({12, 13}, [](SamplingParams& p) { p.max_new_tokens = 16; p.steps = 16; p.alg = Algorithm::kTopkMargin;
+                                        p.block_length = 4; p.temperature = 0.3f; p.seed = 1; });
+  add({14, 15, 16, 17}, [](SamplingParams& p) { p.max_new_tokens = 10; p.alg = Algorithm::kEntropy; p.threshold = 0.2f;
+                                                p.temperature = 0; });
+  add({18, 19, 20}, [](SamplingParams& p) { p.max_new_tokens = 9; p.steps = 9; p.alg = Algorithm::kEntropy; p.alg_temp = 0.5f;
+                                            p.temperature = 0.5f; p.seed = 3; });
+  return cases;
+}
+
+// A LogitsFn wrapper that blocks its first call until release() and records each forward's row count.
+class Gate {
+ public:
+  explicit Gate(LogitsFn inner) : inner_(std::move(inner)) {}
+  LogitsFn fn() {
+    return [this](const ForwardBatch& batch, float* logits) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        entered_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return open_; });
+        rows_.push_back(batch.n_batch);
+      }
+      return inner_(batch, logits);
+    };
+  }
+  void wait_entered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return entered_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::vector<int64_t> rows() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rows_;
+  }
+
+ private:
+  LogitsFn inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, open_ = false;
+  std::vector<int64_t> rows_;
+};
+
+JobResult wait_result(Job& job, std::vector<JobSnapshot>* snapshots = nullptr) {
+  JobResult r;
+  while (!job.wait(1000ms, snapshots, &r)) {
+  }
+  return r;
+}
+
+TEST(Scheduler, BatchedEqualsAloneAndJoinsAtStepBoundaries) {
+  const std::vector<Case> cases = mixed_cases();
+  dc::testing::FakeModel model(kVocab, fake_row);
+  Gate gate(model.logits_fn());
+  Metrics metrics;
+  SchedulerOptions options;
+  options.max_batch_rows = 16;
+  Scheduler scheduler(gate.fn(), kVocab, nullptr, options, &metrics);
+  std::vector<std::shared_ptr<Job>> jobs;
+  jobs.push_back(std::make_shared<Job>(cases[0].prompt, cases[0].params, std::vector<int32_t>{}, true));
+  ASSERT_EQ(scheduler.submit(jobs[0]), SubmitResult::kOk);
+  gate.wait_entered();  // job 0 is in its first forward; the others join at the next step boundary
+  for (size_t i = 1; i < cases.size(); ++i) {
+    jobs.push_back(std::make_shared<Job>(cases[i].prompt, cases[i].params, std::vector<int32_t>{}, false));
+    ASSERT_EQ(scheduler.submit(jobs[i]), SubmitResult::kOk);
+  }
+  gate.release();
+  int64_t total_rows = 0;
+  for (const Case& c : cases) total_rows += c.params.num_return_sequences;
+  std::vector<JobSnapshot> snaps;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const JobResult r = wait_result(*jobs[i], i == 0 ? &snaps : nullptr);
+    ASSERT_TRUE(r.status.ok()) << i << ": " << r.status.to_string();
+    dc::testing::FakeModel alone_model(kVocab, fake_row);
+    auto alone = generate(alone_model.logits_fn(), kVocab, {cases[i].prompt}, cases[i].params);
+    ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+    EXPECT_EQ(r.generated, alone->generated) << "job " << i << " differs when batched";
+    EXPECT_EQ(r.timings.steps_run, alone->timings.steps_run) << i;
+  }
+  const std::vector<int64_t> rows = gate.rows();
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[0], 1);                                          // job 0 alone
+  EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), total_rows);  // then everyone in one forward
+  ASSERT_EQ(snaps.size(), 8u);  // job 0 published a snapshot per step
+  for (size_t s = 0; s < snaps.size(); ++s) EXPECT_EQ(snaps[s].step, static_cast<int>(s) + 1);
+  EXPECT_GT(metrics.steps(), 0);
+}
+
+TEST(Scheduler, OneAtATimeGivesTheSameTokens) {
+  const std::vector<Case> cases = mixed_cases();
+  dc::testing::FakeModel model(kVocab, fake_row);
+  SchedulerOptions options;
+  options.max_batch_rows = 2;  // the job with n = 2 fills a batch alone
+  Scheduler scheduler(model.logits_fn(), kVocab, nullptr, options, nullptr);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) {
+    jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const JobResult r = wait_result(*jobs[i]);
+    ASSERT_TRUE(r.status.ok());
+    auto alone = generate(model.logits_fn(), kVocab, {cases[i].prompt}, cases[i].params);
+    EXPECT_EQ(r.generated, alone->generated) << i;
+  }
+  for (const auto& b : model.batches()) EXPECT_LE(b.n_batch, 2);
+}
+
+TEST(Scheduler, CancelFreesTheRows) {
+  dc::testing::FakeModel model(kVocab, fake_row);
+  Gate gate(model.logits_fn());
+  Scheduler scheduler(gate.fn(), kVocab, nullptr, SchedulerOptions{}, nullptr);
+  SamplingParams p = base_params();
+  p.max_new_tokens = 32;
+  p.steps = 32;
+  p.alg = Algorithm::kEntropy;
+  auto a = std::make_shared<Job>(std::vector<int32_t>{1, 2}, p, std::vector<int32_t>{}, false);
+  auto b = std::make_shared<Job>(std::vector<int32_t>{3}, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(a), SubmitResult::kOk);
+  gate.wait_entered();
+  ASSERT_EQ(scheduler.submit(b), SubmitResult::kOk);
+  a->cancel();
+  gate.release();
+  const JobResult ra = wait_result(*a);
+  EXPECT_FALSE(ra.status.ok());
+  EXPECT_NE(ra.status.message().find("cancelled"), std::string::npos);
+  const JobResult rb = wait_result(*b);
+  ASSERT_TRUE(rb.status.ok());
+  const std::vector<int64_t> rows = gate.rows();
+  ASSERT_GE(rows.size(), 3u);
+  EXPECT_EQ(rows[0], 1);
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_EQ(rows[i], 1) << "the cancelled row stayed in forward " << i;
+}
+
+TEST(Scheduler, QueueFullTooLargeAndQueueTimeout) {
+  dc::testing::FakeModel model(kVocab, fake_row);
+  Gate gate(model.logits_fn());
+  SchedulerOptions options;
+  options.max_batch_rows = 2;
+  options.max_queue = 1;
+  options.max_queue_seconds = 0.05;
+  Scheduler scheduler(gate.fn(), kVocab, nullptr, options, nullptr);
+  SamplingParams p = base_params();
+  p.max_new_tokens = 4;
+  p.steps = 4;
+  p.num_return_sequences = 2;
+  auto a = std::make_shared<Job>(std::vector<int32_t>{1}, p, std::vector<int32_t>{}, false);
+  auto b = std::make_shared<Job>(std::vector<int32_t>{2}, p, std::vector<int32_t>{}, false);
+  auto c = std::make_shared<Job>(std::vector<int32_t>{3}, p, std::vector<int32_t>{}, false);
+  SamplingParams big = p;
+  big.num_return_sequences = 3;
+  auto d = std::make_shared<Job>(std::vector<int32_t>{4}, big, std::vector<int32_t>{}, false);
+  EXPECT_EQ(scheduler.submit(d), SubmitResult::kTooLarge);
+  ASSERT_EQ(scheduler.submit(a), SubmitResult::kOk);
+  gate.wait_entered();  // a fills the batch; b waits
+  ASSERT_EQ(scheduler.submit(b), SubmitResult::kOk);
+  EXPECT_EQ(scheduler.submit(c), SubmitResult::kQueueFull);
+  EXPECT_FALSE(b->wait_admitted(100ms));  // still queued, past its time limit
+  gate.release();
+  EXPECT_TRUE(wait_result(*a).status.ok());
+  const JobResult rb = wait_result(*b);
+  EXPECT_TRUE(rb.queue_timeout);
+  EXPECT_FALSE(rb.status.ok());
+}
+
+TEST(Scheduler, StopsEarlyWhenEveryRowHasAFinalStopToken) {
+  // Every position prefers token 5 strongly: the first committed (leftmost-most-confident) tokens are 5s.
+  auto row = [](const ForwardBatch&, int64_t, int64_t, float* logits) {
+    for (int64_t v = 0; v < kVocab; ++v) logits[v] = v == 5 ? 10.0f : 0.0f;
+  };
+  dc::testing::FakeModel model(kVocab, row);
+  Scheduler scheduler(model.logits_fn(), kVocab, nullptr, SchedulerOptions{}, nullptr);
+  SamplingParams p = base_params();
+  p.max_new_tokens = 16;
+  p.steps = 16;
+  p.alg = Algorithm::kEntropy;
+  p.temperature = 0;
+  auto job = std::make_shared<Job>(std::vector<int32_t>{1, 2}, p, std::vector<int32_t>{5}, false);
+  ASSERT_EQ(scheduler.submit(job), SubmitResult::kOk);
+  const JobResult r = wait_result(*job);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.stopped_early);
+  EXPECT_EQ(r.generated[0][0], 5);  // ties → lowest position first: position 0 commits first
+  EXPECT_LT(r.timings.steps_run, 16);
+}
+
+TEST(Scheduler, TinyModelBatchedEqualsAlone) {
+  const auto manifest = dc::testing::load_manifest();
+  ASSERT_FALSE(manifest["models"].empty());
+  const std::string dir = dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>();
+  auto engine = Engine::load({dir, "", 2});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  std::vector<Case> cases;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = 6 + 2 * i;
+    p.steps = 6;
+    p.alg = i % 2 == 0 ? Algorithm::kEntropy : Algorithm::kMaskgitPlus;
+    p.temperature = i < 2 ? 0.0f : 0.8f;
+    p.seed = static_cast<uint64_t>(i);
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 4 * i; ++j) prompt.push_back(static_cast<int32_t>((37 * j + 11 * i) % 200 + 1));
+    cases.push_back({prompt, p});
+  }
+  Gate gate(e.logits_fn());
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, &e.pool(), SchedulerOptions{}, nullptr);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) {
+    jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
+    if (jobs.size() == 1) gate.wait_entered();  // the others join job 0's batch (different lengths: padded)
+  }
+  gate.release();
+  std::vector<JobResult> results;
+  for (auto& j : jobs) results.push_back(wait_result(*j));
+  scheduler.stop();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.to_string();
+    auto alone = e.generate({cases[i].prompt}, cases[i].params);
+    ASSERT_TRUE(alone.ok());
+    EXPECT_EQ(results[i].generated, alone->generated) << "case " << i;
+  }
+  const std::vector<int64_t> rows = gate.rows();
+  EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4);  // all four were decoded together
+}
+
+}  // namespace
+}  // namespace dc::server

@@ -1,0 +1,49 @@
+// The page at / in headless Chromium (Debian's `chromium`, driven by playwright-core): generate with the
+// live canvas and check that masks were drawn and then all resolved, step by step. Exits 77 (ctest SKIP)
+// only when chromium is not installed.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const { arg, startServer, check } = require('./serve_util');
+
+const chromiumPath = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => fs.existsSync(p));
+if (!chromiumPath) {
+  console.log('SKIP: chromium is not installed (apt-get install chromium)');
+  process.exit(77);
+}
+const { chromium } = require(path.resolve(arg('--npm'), 'playwright-core'));
+
+(async () => {
+  const server = await startServer(arg('--binary'), arg('--model'));
+  let browser;
+  try {
+    browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
+    const page = await browser.newPage();
+    await page.goto(`http://127.0.0.1:${server.port}/`);
+    await page.fill('#max_tokens', '8');
+    await page.fill('#steps', '4');
+    await page.evaluate(() => {  // record how many masks each redraw shows
+      window.maskCounts = [];
+      new MutationObserver(() => window.maskCounts.push(document.querySelectorAll('#canvas .mask').length))
+        .observe(document.getElementById('canvas'), { childList: true });
+    });
+    await page.click('#go');
+    await page.waitForSelector('body[data-done="1"]', { timeout: 60000 });
+    const counts = await page.evaluate(() => window.maskCounts);
+    const status = await page.textContent('#status');
+    const error = await page.textContent('#error');
+    const cells = await page.evaluate(() => document.querySelectorAll('#canvas span').length);
+    check(error === '', 'no error shown, got: ' + error);
+    check(cells === 8, '8 canvas cells, got ' + cells);
+    check(counts.some((c) => c > 0), 'a redraw with masks, got ' + JSON.stringify(counts));
+    check(counts[counts.length - 1] === 0, 'no mask at the end, got ' + JSON.stringify(counts));
+    check(/step 4 \/ 4/.test(status), 'status shows step 4 / 4, got: ' + status);
+    console.log('web UI ok: mask counts per redraw ' + JSON.stringify(counts) + '; ' + status);
+  } finally {
+    if (browser) await browser.close();
+    server.stop();
+  }
+})().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
