@@ -1,0 +1,113 @@
+// AdamW against torch.optim.AdamW (ten steps with a warmup + cosine schedule, fixtures from
+// tests/reference/make_grad_fixtures.py), the learning-rate schedules and global-norm clipping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "fixtures.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "train/optimizer.h"
+
+namespace dc::train {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = DC_GRAD_FIXTURES_DIR;
+
+std::vector<float> tensor(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  const float* p = static_cast<const float*>(t->data);
+  int64_t n = 1;
+  for (int64_t d : t->shape) n *= d;
+  return std::vector<float>(p, p + n);
+}
+
+TEST(AdamW, TenStepsMatchTorchOptimAdamW) {
+  ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
+  const auto hp = testing::load_json((kDir / "adamw.json").string());
+  auto file = SafetensorsFile::open((kDir / "adamw.safetensors").string());
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  LrOptions lr;
+  lr.schedule = LrSchedule::kCosine;
+  lr.lr = hp["lr"], lr.warmup_steps = hp["warmup"], lr.total_steps = hp["total"], lr.min_lr_ratio = hp["min_lr_ratio"];
+  const auto lrs = hp["lrs"].get<std::vector<double>>();
+  ASSERT_EQ(static_cast<int64_t>(lrs.size()), lr.total_steps);
+  for (const std::string name : {"matrix", "vector"}) {
+    SCOPED_TRACE(name);
+    std::vector<float> p = tensor(*file, "p0." + name), m(p.size(), 0.0f), v(p.size(), 0.0f);
+    const double wd = name == "matrix" ? hp["weight_decay"].get<double>() : 0.0;  // the fixture's param groups
+    for (int64_t step = 0; step < lr.total_steps; ++step) {
+      const double rate = learning_rate(lr, step);
+      EXPECT_NEAR(rate, lrs[step], 1e-12 * hp["lr"].get<double>()) << "step " << step;
+      const std::vector<float> g = tensor(*file, "g" + std::to_string(step) + "." + name);
+      adamw_update(p.data(), g.data(), m.data(), v.data(), static_cast<int64_t>(p.size()), step + 1, rate, hp["beta1"],
+                   hp["beta2"], hp["eps"], wd);
+    }
+    const std::vector<float> want = tensor(*file, "final." + name);
+    ASSERT_EQ(want.size(), p.size());
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT_NEAR(p[i], want[i], 1e-5 * std::max(1.0f, std::fabs(want[i]))) << "value " << i;
+  }
+}
+
+TEST(AdamW, StepDecaysMatricesButNotNormsAndBiases) {
+  ModelConfig c;
+  c.n_vocab = 8, c.n_embd = 4, c.n_head = 2, c.n_head_kv = 1, c.head_dim = 2, c.n_ff = 6, c.n_layer = 1;
+  ModelParams p = ModelParams::zeros(c), g = ModelParams::zeros(c), m = ModelParams::zeros(c), v = ModelParams::zeros(c);
+  for (const auto& t : p.tensors())
+    for (int64_t i = 0; i < t.size; ++i) t.data[i] = 1.0f;  // zero gradients: only the decay moves p
+  AdamWOptions o;
+  o.weight_decay = 0.5;
+  adamw_step(p, g, m, v, 1, 0.1, o, nullptr);
+  int matrices = 0, vectors = 0;
+  for (const auto& t : p.tensors()) {
+    const float want = t.is_matrix ? 0.95f : 1.0f;
+    for (int64_t i = 0; i < t.size; ++i) ASSERT_FLOAT_EQ(t.data[i], want) << t.name << "[" << i << "]";
+    (t.is_matrix ? matrices : vectors)++;
+  }
+  EXPECT_GT(matrices, 0);
+  EXPECT_GT(vectors, 0);
+}
+
+TEST(LearningRate, WarmupThenConstantLinearAndCosine) {
+  LrOptions o;
+  o.lr = 1.0, o.warmup_steps = 4, o.total_steps = 14, o.min_lr_ratio = 0.1;
+  for (LrSchedule s : {LrSchedule::kConstant, LrSchedule::kLinear, LrSchedule::kCosine}) {
+    o.schedule = s;
+    EXPECT_DOUBLE_EQ(learning_rate(o, 0), 0.0);  // Hugging Face warmup: the first step has rate 0
+    EXPECT_DOUBLE_EQ(learning_rate(o, 2), 0.5);
+    EXPECT_DOUBLE_EQ(learning_rate(o, 4), 1.0);
+  }
+  o.schedule = LrSchedule::kConstant;
+  EXPECT_DOUBLE_EQ(learning_rate(o, 13), 1.0);
+  o.schedule = LrSchedule::kLinear;
+  EXPECT_NEAR(learning_rate(o, 9), 0.1 + 0.9 * 0.5, 1e-12);  // halfway through [4, 14)
+  EXPECT_NEAR(learning_rate(o, 14), 0.1, 1e-12);
+  o.schedule = LrSchedule::kCosine;
+  EXPECT_NEAR(learning_rate(o, 9), 0.1 + 0.9 * 0.5, 1e-12);  // cos(π/2) = 0
+  EXPECT_NEAR(learning_rate(o, 14), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(o, 100), 0.1, 1e-12);  // past the end it stays at the floor
+  EXPECT_FALSE(parse_lr_schedule("cosine_with_restarts").ok());
+  EXPECT_NE(parse_lr_schedule("nope").status().message().find("--lr-schedule"), std::string::npos);
+}
+
+TEST(ClipGradNorm, ScalesToTheMaximumOnlyWhenAbove) {
+  ModelConfig c;
+  c.n_vocab = 8, c.n_embd = 4, c.n_head = 2, c.n_head_kv = 1, c.head_dim = 2, c.n_ff = 6, c.n_layer = 1;
+  ModelParams g = ModelParams::zeros(c);
+  const auto& ts = g.tensors();
+  ts[0].data[0] = 3.0f, ts.back().data[0] = 4.0f;  // norm 5
+  EXPECT_DOUBLE_EQ(clip_grad_norm(g, 10.0), 5.0);
+  EXPECT_FLOAT_EQ(ts[0].data[0], 3.0f);
+  EXPECT_DOUBLE_EQ(clip_grad_norm(g, 1.0), 5.0);
+  EXPECT_NEAR(global_grad_norm(g), 1.0, 1e-6);
+  EXPECT_NEAR(ts[0].data[0], 0.6, 1e-6);
+  EXPECT_NEAR(clip_grad_norm(g, 0.0), 1.0, 1e-6);  // 0: report only
+}
+
+}  // namespace
+}  // namespace dc::train
