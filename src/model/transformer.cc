@@ -78,7 +78,6 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   const int64_t T = b.n_batch * W, E = c.n_embd, D = c.head_dim, F = c.n_ff;  // T: computed positions
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const bool full = W == L;  // every position computed: attention over the window's own K/V
   KvCache* cache = b.cache_op == CacheOp::kNone ? nullptr : b.cache;
   const bool refresh = b.cache_op == CacheOp::kRefresh;
   if (refresh) DC_RETURN_IF_ERROR(cache->reset(c.n_layer, b.n_batch, L, kv_dim));
@@ -110,59 +109,26 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   std::vector<float> q(Ts * q_dim), attn(Ts * q_dim);              // [T, H*D]
   std::vector<float> k_own(refresh ? 0 : Ts * kv_dim), v_own(refresh ? 0 : Ts * kv_dim);  // [T, Hkv*D]
   std::vector<float> gate(Ts * F), up(Ts * F);                     // [T, F]
-  const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
 
   embedding(ctx, weights_.tok_embd, tokens.data(), T, h.data());
   observe("embd", h.data(), {T, E});
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    const LayerWeights& l = weights_.layers[il];
-    const std::string p = "L" + std::to_string(il) + ".";
+    // With recomputation only the layer's input is kept; the rest goes to the one scratch layer.
+    LayerActivations* act = train ? (train->recompute ? &train->scratch : &train->layers[il]) : nullptr;
+    if (train) std::copy(h.begin(), h.end(), train->layers[il].x.begin());
+    LayerPass pass{&b, T, cos.data(), sin.data(), h.data(), a.data(), observer};
+    pass.a1 = act ? act->a1.data() : a.data();
+    pass.q = act ? act->q.data() : q.data();
     // A refresh computes K/V straight into the cache (same [n_batch, L, kv_dim] layout).
-    LayerActivations* act = train ? &train->layers[il] : nullptr;
-    float* k = refresh ? cache->k(il) : act ? act->k.data() : k_own.data();
-    float* v = refresh ? cache->v(il) : act ? act->v.data() : v_own.data();
-    float* qp = act ? act->q.data() : q.data();
-    float* a1 = act ? act->a1.data() : a.data();
-    if (act) std::copy(h.begin(), h.end(), act->x.begin());
-    rms_norm(ctx, h.data(), l.attn_norm.data(), T, E, eps, a1);
-    observe(p + "attn_norm", a1, {T, E});
-    matmul_nt(ctx, a1, T, l.wq, l.bq.data(), qp);
-    matmul_nt(ctx, a1, T, l.wk, l.bk.data(), k);
-    matmul_nt(ctx, a1, T, l.wv, l.bv.data(), v);
-    rope_apply(ctx, qp, T, c.n_head, D, cos.data(), sin.data());
-    rope_apply(ctx, k, T, c.n_head_kv, D, cos.data(), sin.data());
-    observe(p + "q", qp, {T, q_dim});
-    observe(p + "k", k, {T, kv_dim});
-    observe(p + "v", v, {T, kv_dim});
-    if (b.cache_op == CacheOp::kUse) {  // the window's fresh K/V replace the cached ones
-      for (int64_t r = 0; r < b.n_batch; ++r) {
-        std::copy_n(k + r * W * kv_dim, W * kv_dim, cache->k(il) + (r * L + wb) * kv_dim);
-        std::copy_n(v + r * W * kv_dim, W * kv_dim, cache->v(il) + (r * L + wb) * kv_dim);
-      }
-    }
-    float* attn_out = act ? act->attn.data() : attn.data();
-    if (full) {
-      attention(ctx, shape, qp, k, v, b.valid, attn_out);
-    } else {
-      attention_window(ctx, shape, wb, W, qp, cache->k(il), cache->v(il), b.valid, attn_out);
-    }
-    observe(p + "attn", attn_out, {T, q_dim});
-    matmul_nt(ctx, attn_out, T, l.wo, nullptr, a.data());
-    add_inplace(ctx, h.data(), a.data(), T * E);
-    observe(p + "attn_residual", h.data(), {T, E});
-    if (act) std::copy(h.begin(), h.end(), act->h_mid.begin());
-    float* a2 = act ? act->a2.data() : a.data();
-    float* gp = act ? act->gate.data() : gate.data();
-    float* up_p = act ? act->up.data() : up.data();
-    float* mlp = act ? act->act.data() : gate.data();  // silu(gate)·up (in place on gate when not training)
-    rms_norm(ctx, h.data(), l.ffn_norm.data(), T, E, eps, a2);
-    observe(p + "ffn_norm", a2, {T, E});
-    matmul_nt(ctx, a2, T, l.w_gate, nullptr, gp);
-    matmul_nt(ctx, a2, T, l.w_up, nullptr, up_p);
-    swiglu(ctx, gp, up_p, T * F, mlp);
-    matmul_nt(ctx, mlp, T, l.w_down, nullptr, a.data());
-    add_inplace(ctx, h.data(), a.data(), T * E);
-    observe(p + "out", h.data(), {T, E});
+    pass.k = refresh ? cache->k(il) : act ? act->k.data() : k_own.data();
+    pass.v = refresh ? cache->v(il) : act ? act->v.data() : v_own.data();
+    pass.attn = act ? act->attn.data() : attn.data();
+    pass.h_mid = act ? act->h_mid.data() : nullptr;
+    pass.a2 = act ? act->a2.data() : a.data();
+    pass.gate = act ? act->gate.data() : gate.data();
+    pass.up = act ? act->up.data() : up.data();
+    pass.act = act ? act->act.data() : gate.data();  // silu(gate)·up (in place on gate when not training)
+    layer_forward(ctx, il, pass);
   }
   if (refresh) cache->set_filled(true);
   if (b.n_out == 0) return Status();
@@ -177,6 +143,55 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   observe("output_norm", rows.data(), {b.n_out, E});
   matmul_nt(ctx, rows.data(), b.n_out, weights_.output, nullptr, logits);
   return Status();
+}
+
+void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) const {
+  const ModelConfig& c = config_;
+  const ForwardBatch& b = *p.batch;
+  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_stop() - wb, T = p.T;
+  const int64_t E = c.n_embd, D = c.head_dim, F = c.n_ff, q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
+  const LayerWeights& l = weights_.layers[il];
+  const std::string prefix = p.observer != nullptr ? "L" + std::to_string(il) + "." : std::string();
+  auto observe = [&](const char* name, const float* data, std::vector<int64_t> shape_of) {
+    if (p.observer != nullptr) (*p.observer)(prefix + name, data, shape_of);
+  };
+  rms_norm(ctx, p.h, l.attn_norm.data(), T, E, eps, p.a1);
+  observe("attn_norm", p.a1, {T, E});
+  matmul_nt(ctx, p.a1, T, l.wq, l.bq.data(), p.q);
+  matmul_nt(ctx, p.a1, T, l.wk, l.bk.data(), p.k);
+  matmul_nt(ctx, p.a1, T, l.wv, l.bv.data(), p.v);
+  rope_apply(ctx, p.q, T, c.n_head, D, p.cos, p.sin);
+  rope_apply(ctx, p.k, T, c.n_head_kv, D, p.cos, p.sin);
+  observe("q", p.q, {T, q_dim});
+  observe("k", p.k, {T, kv_dim});
+  observe("v", p.v, {T, kv_dim});
+  KvCache* cache = b.cache;
+  if (b.cache_op == CacheOp::kUse) {  // the window's fresh K/V replace the cached ones
+    for (int64_t r = 0; r < b.n_batch; ++r) {
+      std::copy_n(p.k + r * W * kv_dim, W * kv_dim, cache->k(il) + (r * L + wb) * kv_dim);
+      std::copy_n(p.v + r * W * kv_dim, W * kv_dim, cache->v(il) + (r * L + wb) * kv_dim);
+    }
+  }
+  if (W == L) {
+    attention(ctx, shape, p.q, p.k, p.v, b.valid, p.attn);
+  } else {
+    attention_window(ctx, shape, wb, W, p.q, cache->k(il), cache->v(il), b.valid, p.attn);
+  }
+  observe("attn", p.attn, {T, q_dim});
+  matmul_nt(ctx, p.attn, T, l.wo, nullptr, p.tmp);
+  add_inplace(ctx, p.h, p.tmp, T * E);
+  observe("attn_residual", p.h, {T, E});
+  if (p.h_mid != nullptr) std::copy_n(p.h, T * E, p.h_mid);
+  rms_norm(ctx, p.h, l.ffn_norm.data(), T, E, eps, p.a2);
+  observe("ffn_norm", p.a2, {T, E});
+  matmul_nt(ctx, p.a2, T, l.w_gate, nullptr, p.gate);
+  matmul_nt(ctx, p.a2, T, l.w_up, nullptr, p.up);
+  swiglu(ctx, p.gate, p.up, T * F, p.act);
+  matmul_nt(ctx, p.act, T, l.w_down, nullptr, p.tmp);
+  add_inplace(ctx, p.h, p.tmp, T * E);
+  observe("out", p.h, {T, E});
 }
 
 }  // namespace dc

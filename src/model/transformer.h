@@ -1,5 +1,5 @@
 // Model: a loaded Dream / DiffuCoder checkpoint and its forward pass, written once against the ops API.
-// Inference uses it directly; training (later) shares the same forward.
+// Inference and training share this forward; the backward (transformer_backward.cc) runs it in reverse.
 #pragma once
 
 #include <functional>
@@ -56,8 +56,10 @@ class Model {
   // = ∂loss/∂logits of the rows batch.out_rows, ADDS ∂loss/∂w of every weight into `grads` (the caller
   // zeroes it; its views must point into writable f32 buffers shaped like the weights, e.g.
   // ModelParams::weights(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
-  // gradient lands in grads.tok_embd. Not thread-safe against other calls writing the same grads.
-  Status backward(const Context& ctx, const Activations& acts, const float* dlogits, ModelWeights& grads) const;
+  // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
+  // saved input into acts.scratch first (same gradients, bit for bit). Not thread-safe against other
+  // calls writing the same grads.
+  Status backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const;
 
  private:
   Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,
@@ -68,6 +70,30 @@ class Model {
         weights_(std::move(weights)) {}
 
   Status check_batch(const ForwardBatch& batch) const;
+
+  // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
+  struct LayerPass {
+    const ForwardBatch* batch;  // padding mask, window, cache op and cache
+    int64_t T;
+    const float* cos;           // [T, D/2] RoPE tables
+    const float* sin;           // [T, D/2]
+    float* h;                   // [T, E] residual stream: the layer's input, overwritten with its output
+    float* tmp;                 // [T, E] scratch (o_proj and down_proj outputs); may equal a1 and a2
+    const ForwardObserver* observer;
+    float* a1 = nullptr;        // [T, E] attn_norm(h)
+    float* q = nullptr;         // [T, H*D] after RoPE
+    float* k = nullptr;         // [T, Hkv*D] after RoPE (a kRefresh passes the cache's layer)
+    float* v = nullptr;         // [T, Hkv*D]
+    float* attn = nullptr;      // [T, H*D] attention output
+    float* h_mid = nullptr;     // [T, E] copy of the stream after the attention residual, or nullptr
+    float* a2 = nullptr;        // [T, E] ffn_norm
+    float* gate = nullptr;      // [T, F] before SiLU
+    float* up = nullptr;        // [T, F]
+    float* act = nullptr;       // [T, F] silu(gate)·up; may equal gate
+  };
+  // Layer il's pre-norm attention block and SwiGLU MLP (the body of forward, and the recomputation of
+  // backward with acts.recompute).
+  void layer_forward(const Context& ctx, int64_t il, const LayerPass& pass) const;
 
   std::shared_ptr<const Checkpoint> checkpoint_;  // owns the mapped files weights_ points into, or null
   std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights), or null

@@ -15,7 +15,7 @@ float* grad_of(const WeightView& w) { return const_cast<float*>(static_cast<cons
 
 }  // namespace
 
-Status Model::backward(const Context& ctx, const Activations& acts, const float* dlogits, ModelWeights& grads) const {
+Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const {
   const ModelConfig& c = config_;
   const int64_t B = acts.n_batch, L = acts.n_seq, T = B * L, E = c.n_embd, D = c.head_dim, F = c.n_ff;
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
@@ -45,10 +45,23 @@ Status Model::backward(const Context& ctx, const Activations& acts, const float*
   std::vector<float> dbig1(T * F), dbig2(T * F), da(T * E);  // [T, F] x2, [T, E]
   std::vector<float> dq(T * q_dim), dk(T * kv_dim), dv(T * kv_dim), dattn(T * q_dim);
   const AttentionShape shape{B, L, c.n_head, c.n_head_kv, D};
+  ForwardBatch whole;  // what the training forward ran on: every position, no cache
+  whole.n_batch = B, whole.n_seq = L, whole.valid = valid;
+  std::vector<float> h_re(acts.recompute ? T * E : 0), tmp_re(acts.recompute ? T * E : 0);  // [T, E]
   for (int64_t il = c.n_layer - 1; il >= 0; --il) {
     const LayerWeights& l = weights_.layers[il];
     LayerWeights& g = grads.layers[il];
-    const LayerActivations& a = acts.layers[il];
+    if (acts.recompute) {  // gradient checkpointing: run the layer again from its saved input
+      LayerActivations& s = acts.scratch;
+      std::copy(acts.layers[il].x.begin(), acts.layers[il].x.end(), s.x.begin());
+      std::copy(s.x.begin(), s.x.end(), h_re.begin());
+      LayerPass pass{&whole, T, acts.cos.data(), acts.sin.data(), h_re.data(), tmp_re.data(), nullptr};
+      pass.a1 = s.a1.data(), pass.q = s.q.data(), pass.k = s.k.data(), pass.v = s.v.data();
+      pass.attn = s.attn.data(), pass.h_mid = s.h_mid.data(), pass.a2 = s.a2.data();
+      pass.gate = s.gate.data(), pass.up = s.up.data(), pass.act = s.act.data();
+      layer_forward(ctx, il, pass);
+    }
+    const LayerActivations& a = acts.recompute ? acts.scratch : acts.layers[il];
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
     std::fill(dbig1.begin(), dbig1.end(), 0.0f);
     matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), grad_of(g.w_down), nullptr);

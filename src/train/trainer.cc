@@ -118,6 +118,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
                               " tokens; --seq-len is " + std::to_string(o.seq_len));
   if (data.sequences.empty()) return invalid_argument("training data: no sequences");
   t->data_ = std::move(data);
+  t->acts_.recompute = o.recompute;
   t->order_ = std::make_unique<DataOrder>(static_cast<int64_t>(t->data_.sequences.size()), o.seed);
   t->opt_.masking.mask_token_id = static_cast<int32_t>(t->config_.mask_token_id);
   if (t->config_.mask_token_id < 0 || t->config_.mask_token_id >= t->config_.n_vocab)

@@ -35,6 +35,7 @@ struct TrainOptions {
   MaskingOptions masking;      // mask_token_id filled from the config
   int32_t pad_token_id = -1;   // -1: <|dlm_pad|> from the tokenizer, else config.pad_token_id
   bool instruct_template = false;
+  bool recompute = false;      // gradient checkpointing: keep only each layer's input, recompute in backward
   int64_t save_every = 0;      // 0: only at the end
   bool resume = false;
   bool force = false;          // allow a non-empty out_dir without --resume

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "fixtures.h"
@@ -112,6 +113,21 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
       ++checked;
     }
     EXPECT_EQ(checked, static_cast<int>(ref->tensors().size()));
+
+    // Gradient checkpointing (recompute each layer in the backward) gives the same gradients, bit for bit.
+    Activations lean;
+    lean.recompute = true;
+    std::vector<float> dlogits(n_out * V);
+    ASSERT_TRUE(model->forward(ctx, fb, dlogits.data(), nullptr, &lean).ok());
+    for (int64_t i = 0; i < n_out * V; ++i) ASSERT_EQ(dlogits[i], plain[i]) << "recompute mode changed logit " << i;
+    cross_entropy(ctx, dlogits.data(), k.targets.data(), k.weights.data(), n_out, V, dlogits.data());
+    EXPECT_TRUE(lean.layers[0].q.empty()) << "recompute mode kept a layer's activations";
+    ModelParams again = ModelParams::zeros(cfg);
+    ASSERT_TRUE(model->backward(ctx, lean, dlogits.data(), again.weights()).ok());
+    for (size_t i = 0; i < grads.tensors().size(); ++i) {
+      const auto& want = grads.tensors()[i];
+      ASSERT_EQ(0, std::memcmp(want.data, again.tensors()[i].data, want.size * sizeof(float))) << want.name;
+    }
   }
 }
 
