@@ -11,38 +11,15 @@
 #include <sstream>
 
 #include "fixtures.h"
+#include "process.h"
 
 namespace dc {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs the binary with `args` (shell words), capturing stdout and stderr.
-RunResult run(const std::string& args) {
-  static int counter = 0;
-  const fs::path err_path =
-      fs::temp_directory_path() / ("dc_convert_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-  const std::string cmd = std::string(DC_BINARY_PATH) + " " + args + " 2>" + err_path.string();
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream ss;
-  ss << err.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_path);
-  return r;
-}
+using testing::RunResult;
+RunResult run(const std::string& args) { return testing::run_binary(args); }
 
 fs::path temp_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("dc_convert_" + name + "_" + std::to_string(getpid()));

@@ -48,6 +48,11 @@ PRESETS = {
     "tiny-vocab": dict(vocab=REAL_VOCAB, hidden=32, layers=2, heads=4, kv_heads=2, ff=64, dtype="bf16",
                        shards=1, seed=1004, rope_theta=1000000.0,
                        mask_id=151666, pad_id=151643, eos_id=151643, bos_id=151643),
+    # Not a test fixture: the server load test's model (BENCHMARKS.md), big enough that reading the
+    # weights (the 78 MB lm_head) costs more per forward than one request's arithmetic, as in real models.
+    "small-serve": dict(vocab=REAL_VOCAB, hidden=256, layers=2, heads=4, kv_heads=2, ff=768, dtype="bf16",
+                        shards=1, seed=1005, rope_theta=1000000.0,
+                        mask_id=151666, pad_id=151643, eos_id=151643, bos_id=151643),
 }
 
 # DiffuCoder-Instruct's added tokens above the Qwen2.5 block (spec §1.3).

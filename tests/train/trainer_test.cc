@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "fixtures.h"
+#include "process.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
@@ -148,20 +149,10 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   fs::remove_all(cut);
 }
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-RunResult run(const std::string& cmd) {
-  RunResult r;
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+// Runs a command with stderr folded into out (the progress lines are on stderr).
+testing::RunResult run(const std::string& cmd) {
+  testing::RunResult r = testing::run_command(cmd);
+  r.out += r.err;
   return r;
 }
 
@@ -177,17 +168,17 @@ TEST(TrainCli, KilledRunResumesToTheSameWeightsAndCheckpointsLoadEverywhere) {
   const std::string common = std::string(DC_BINARY_PATH) + " train --model " + model + " --data " +
                              (dir / "sft.jsonl").string() + " --steps 5 --seq-len 48 --batch-size 2 --lr 1e-3" +
                              " --warmup-steps 1 --save-every 2 --threads 2 --instruct-template";
-  const RunResult whole = run(common + " --out " + (dir / "whole").string());
+  const testing::RunResult whole = run(common + " --out " + (dir / "whole").string());
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
   EXPECT_NE(whole.out.find("step     5/5"), std::string::npos) << whole.out;  // the progress line
   EXPECT_NE(whole.out.find("ETA"), std::string::npos);
-  const RunResult killed = run(common + " --out " + (dir / "cut").string() + " --exit-after-step 3");
+  const testing::RunResult killed = run(common + " --out " + (dir / "cut").string() + " --exit-after-step 3");
   EXPECT_EQ(killed.exit_code, 137) << killed.out;
   EXPECT_FALSE(fs::exists(dir / "cut" / "checkpoint-000004"));
-  const RunResult again = run(common + " --out " + (dir / "cut").string());
+  const testing::RunResult again = run(common + " --out " + (dir / "cut").string());
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.out.find("--resume"), std::string::npos) << again.out;
-  const RunResult resumed = run(common + " --out " + (dir / "cut").string() + " --resume");
+  const testing::RunResult resumed = run(common + " --out " + (dir / "cut").string() + " --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   for (const char* file : {"model.safetensors", "optimizer.safetensors"})
     EXPECT_EQ(read_file(dir / "whole" / "checkpoint-000005" / file), read_file(dir / "cut" / "checkpoint-000005" / file))
@@ -205,7 +196,7 @@ TEST(TrainCli, KilledRunResumesToTheSameWeightsAndCheckpointsLoadEverywhere) {
   // loads it and computes the same logits.
   const fs::path ckpt = dir / "whole" / "checkpoint-000005";
   for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"}) EXPECT_TRUE(fs::exists(ckpt / f)) << f;
-  const RunResult gen = run(std::string(DC_BINARY_PATH) + " generate --model " + ckpt.string() +
+  const testing::RunResult gen = run(std::string(DC_BINARY_PATH) + " generate --model " + ckpt.string() +
                             " --prompt 'def f(x):' --max-new-tokens 6 --steps 3 --json --quiet");
   ASSERT_EQ(gen.exit_code, 0) << gen.out;
   EXPECT_NE(gen.out.find("\"token_ids\""), std::string::npos) << gen.out;
@@ -223,7 +214,7 @@ TEST(TrainCli, KilledRunResumesToTheSameWeightsAndCheckpointsLoadEverywhere) {
       "import dream_ref as R; m = R.load(sys.argv[1], torch.float32); "
       "x = torch.tensor([[750, 282, 2075, 982, 151666, 151666]]); "
       "l = R.forward(m, x)[0, 3:5].flatten(); print(' '.join('%.9g' % v for v in l[::997].tolist()))";
-  const RunResult py = run("/usr/bin/python3 -c \"" + script + "\" " + ckpt.string());
+  const testing::RunResult py = run("/usr/bin/python3 -c \"" + script + "\" " + ckpt.string());
   ASSERT_EQ(py.exit_code, 0) << py.out;
   std::istringstream values(py.out);
   int64_t i = 0, compared = 0;

@@ -19,8 +19,9 @@ void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64
 }
 
 void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
-                const float* sin) {
+                const float* sin, bool inverse) {
   const int64_t half = head_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
   parallel_for(pool, n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const float* c = cos + i * half;
@@ -28,9 +29,9 @@ void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t 
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + (i * n_heads + h) * head_dim;
         for (int64_t t = 0; t < half; ++t) {
-          const float x1 = v[t], x2 = v[t + half];
-          v[t] = x1 * c[t] - x2 * s[t];
-          v[t + half] = x2 * c[t] + x1 * s[t];
+          const float x1 = v[t], x2 = v[t + half], st = sign * s[t];
+          v[t] = x1 * c[t] - x2 * st;
+          v[t + half] = x2 * c[t] + x1 * st;
         }
       }
     }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/cpu/backward_kernels.h"
+#include "ops/cpu/kernels.h"
 
 namespace dc::cpu {
 
@@ -41,21 +42,7 @@ void rms_norm_backward(ThreadPool* pool, const float* x, const float* w, const f
 
 void rope_backward(ThreadPool* pool, float* dx, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                    const float* sin) {
-  const int64_t half = head_dim / 2;
-  parallel_for(pool, n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float* c = cos + i * half;
-      const float* s = sin + i * half;
-      for (int64_t h = 0; h < n_heads; ++h) {
-        float* g = dx + (i * n_heads + h) * head_dim;
-        for (int64_t t = 0; t < half; ++t) {
-          const float g1 = g[t], g2 = g[t + half];
-          g[t] = g1 * c[t] + g2 * s[t];
-          g[t + half] = g2 * c[t] - g1 * s[t];
-        }
-      }
-    }
-  }, 8);
+  rope_apply(pool, dx, n, n_heads, head_dim, cos, sin, /*inverse=*/true);  // a rotation's gradient: its transpose
 }
 
 void swiglu_backward(ThreadPool* pool, const float* gate, const float* up, const float* dout, int64_t count,

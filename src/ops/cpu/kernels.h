@@ -15,8 +15,9 @@ namespace dc::cpu {
 // Reference kernels.
 void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
 void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
+// inverse: rotate by −θ instead of θ (the rotation's transpose: RoPE's backward, ops/cpu/backward_kernels.h).
 void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
-                const float* sin);
+                const float* sin, bool inverse = false);
 void swiglu(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
