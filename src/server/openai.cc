@@ -47,6 +47,14 @@ Result<std::string> get_string(const json& body, const std::string& field) {
 
 bool present(const json& body, const char* field) { return body.contains(field) && !body[field].is_null(); }
 
+// An optional float field: `out` is set when the field is present (and in [lo, hi]), else left alone.
+Status read_float(const json& body, const char* field, double lo, double hi, float& out) {
+  if (!present(body, field)) return Status();
+  DC_ASSIGN_OR_RETURN(double x, get_number(body, field, lo, hi));
+  out = static_cast<float>(x);
+  return Status();
+}
+
 Status parse_prompt(const json& v, ApiRequest& r) {
   if (v.is_string()) {
     r.prompt = v.get<std::string>();
@@ -194,10 +202,7 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
     DC_ASSIGN_OR_RETURN(int64_t steps, get_int(body, "steps", 1, limits.max_tokens));
     p.steps = static_cast<int>(steps);
   }
-  if (present(body, "temperature")) {
-    DC_ASSIGN_OR_RETURN(double t, get_number(body, "temperature", 0.0, 2.0));
-    p.temperature = static_cast<float>(t);
-  }
+  DC_RETURN_IF_ERROR(read_float(body, "temperature", 0.0, 2.0, p.temperature));
   if (present(body, "top_p")) {
     DC_ASSIGN_OR_RETURN(double t, get_number(body, "top_p", 0.0, 1.0));
     if (t <= 0.0) return field_error("top_p", "must be in (0, 1], got " + body["top_p"].dump());
@@ -255,25 +260,13 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
     DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "alg"));
     DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(name));
   }
-  if (present(body, "alg_temp")) {
-    DC_ASSIGN_OR_RETURN(double t, get_number(body, "alg_temp", 0.0, 1e6));
-    p.alg_temp = static_cast<float>(t);
-  }
-  if (present(body, "eps")) {
-    DC_ASSIGN_OR_RETURN(double t, get_number(body, "eps", 0.0, 1.0));
-    p.eps = static_cast<float>(t);
-  }
+  DC_RETURN_IF_ERROR(read_float(body, "alg_temp", 0.0, 1e6, p.alg_temp));
+  DC_RETURN_IF_ERROR(read_float(body, "eps", 0.0, 1.0, p.eps));
   if (present(body, "block_length")) {
     DC_ASSIGN_OR_RETURN(p.block_length, get_int(body, "block_length", 0, limits.max_tokens));
   }
-  if (present(body, "threshold")) {
-    DC_ASSIGN_OR_RETURN(double t, get_number(body, "threshold", 0.0, 1.0));
-    p.threshold = static_cast<float>(t);
-  }
-  if (present(body, "factor")) {
-    DC_ASSIGN_OR_RETURN(double t, get_number(body, "factor", 0.0, 1e6));
-    p.factor = static_cast<float>(t);
-  }
+  DC_RETURN_IF_ERROR(read_float(body, "threshold", 0.0, 1.0, p.threshold));
+  DC_RETURN_IF_ERROR(read_float(body, "factor", 0.0, 1e6, p.factor));
   if (present(body, "cache")) {
     DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "cache"));
     DC_ASSIGN_OR_RETURN(CacheMode mode, parse_cache_mode(name));
