@@ -1,6 +1,7 @@
 // `diffucoder bench`: times generation on a checkpoint or on a synthetic model of a named shape and
 // prints load time, ms per step (median, p10, p90), tokens/s, peak RSS, achieved GFLOP/s and that as
-// a fraction of the bf16 GEMM peak measured in the same run. Progress on stderr.
+// a fraction of the bf16 GEMM peak measured in the same run. Progress on stderr. `--train` times
+// optimizer steps instead (bench_train.cc).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -204,7 +205,8 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--shape", a->shape, "Synthetic model: diffucoder-7b | qwen2.5-0.5b | tiny (random bf16)");
   cmd->add_option("--prompt-len", a->prompt_len, "Prompt tokens (random ids)")->capture_default_str();
   cmd->add_option("--new-tokens", a->new_tokens, "Generated tokens")->capture_default_str();
-  cmd->add_option("--steps", a->steps, "Diffusion steps")->capture_default_str();
+  CLI::Option* steps = cmd->add_option("--steps", a->steps, "Diffusion steps (--train: timed optimizer steps, default 3)")
+                           ->capture_default_str();
   cmd->add_option("--max-steps", a->max_steps, "Stop after N steps and extrapolate (0 = run all)");
   cmd->add_option("--batch", a->batch, "Prompts decoded together")->capture_default_str();
   cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
@@ -221,7 +223,16 @@ RunFn add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
   cmd->add_flag("--json", a->json, "Print JSON");
-  return [a] { return run_bench(*a); };
+  auto train = std::make_shared<BenchTrainArgs>();
+  add_bench_train_options(cmd, train.get());
+  return [a, train, steps] {
+    if (!train->enabled) return run_bench(*a);
+    BenchTrainArgs t = *train;
+    t.model_dir = a->model_dir, t.shape = a->shape, t.prompt_len = a->prompt_len, t.batch = a->batch;
+    t.steps = steps->count() > 0 ? a->steps : t.steps;
+    t.threads = a->threads, t.seed = a->seed, t.json = a->json;
+    return run_bench_train(t);
+  };
 }
 
 }  // namespace dc::cli

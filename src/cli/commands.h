@@ -2,7 +2,9 @@
 // returns the function that runs it; main() calls the one the user chose and exits with its code.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
 
 namespace CLI {
 class App;
@@ -19,5 +21,20 @@ RunFn add_bench_command(CLI::App& app);
 RunFn add_convert_command(CLI::App& app);
 RunFn add_serve_command(CLI::App& app);
 RunFn add_train_command(CLI::App& app);
+
+// `diffucoder bench --train` (bench_train.cc): times masked-diffusion optimizer steps. bench.cc fills
+// the options it shares with the generation benchmark; add_bench_train_options registers the others
+// (--train, --seq-len, --mask-ratio, --lr, --grad-checkpointing) on the bench subcommand.
+struct BenchTrainArgs {
+  bool enabled = false;
+  std::string model_dir, shape;
+  int64_t seq_len = 256, prompt_len = 64;
+  int batch = 1, steps = 3, threads = 0;
+  double mask_ratio = 0.5, lr = 1e-4;
+  uint64_t seed = 0;
+  bool json = false, grad_checkpointing = false;
+};
+void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* args);
+int run_bench_train(const BenchTrainArgs& args);
 
 }  // namespace dc::cli

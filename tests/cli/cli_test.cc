@@ -140,6 +140,25 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["cache"], "dual");
 }
 
+TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
+  for (const std::string extra : {"", " --grad-checkpointing"}) {
+    auto r = run("bench --train --shape tiny --seq-len 32 --prompt-len 8 --steps 2 --threads 2 --json" + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["mode"], "train");
+    EXPECT_EQ(j["losses"].size(), 2u);
+    EXPECT_EQ(j["grad_checkpointing"].get<bool>(), !extra.empty());
+    for (const auto& s : j["per_step"]) {
+      EXPECT_GT(s["loss"].get<double>(), 0.0);
+      EXPECT_GT(s["n_loss_rows"].get<int64_t>(), 0);
+    }
+    EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0);
+  }
+  auto bad = run("bench --train --shape nope");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("'nope'"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, GenerateWithBf16Precision) {
   auto r = run("generate --model " + small_model() + " --prompt-ids 1,2,3 --max-new-tokens 8 --precision bf16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Training throughput, C++ against the PyTorch reference in one run: `diffucoder bench --train` and
+# bench/torch_train_reference.py back to back (never at the same time) on one shape, then the ratios.
+# Usage: bench/train_compare.sh [OUT_DIR]   (default bench-results/train; needs Debian's torch)
+# Env: BIN (default build/diffucoder), SHAPE (qwen2.5-0.5b), SEQ (256), BATCH (1), STEPS (3 timed + 1
+# warm-up), THREADS (2), TORCH_RUNS ("float32:all float32:masked bfloat16:all bfloat16:masked").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench-results/train}
+mkdir -p "$out"
+bin=${BIN:-build/diffucoder}
+common=(--shape "${SHAPE:-qwen2.5-0.5b}" --seq-len "${SEQ:-256}" --prompt-len 64 --batch "${BATCH:-1}"
+        --steps "${STEPS:-3}" --threads "${THREADS:-2}" --mask-ratio 0.5)
+
+run() {  # name, args...: JSON to $out/name.json, stderr to $out/name.log, the load average before it
+  local name=$1; shift
+  echo "== $name: $*   [$(uptime | sed 's/.*load average/load average/')]" >&2
+  echo "$(date -Is) $(uptime)" > "$out/$name.load"
+  "$@" > "$out/$name.json" 2> "$out/$name.log"
+}
+
+rm -f "$out"/*.json
+run dc-f32 "$bin" bench --train "${common[@]}" --json
+for variant in ${TORCH_RUNS:-float32:all float32:masked bfloat16:all bfloat16:masked}; do
+  dtype=${variant%%:*} logits=${variant##*:}
+  run "torch-$dtype-$logits" /usr/bin/python3 bench/torch_train_reference.py "${common[@]}" --dtype "$dtype" \
+    --logits "$logits" --json
+done
+
+/usr/bin/python3 - "$out" <<'EOF'
+import glob, json, os, sys
+out = sys.argv[1]
+R = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "*.json")))}
+print("| run | s/step median (min) | fwd+bwd s | optimizer s | tokens/s | fwd+bwd GFLOP/s | peak RSS GB | losses |")
+print("|---|---|---|---|---|---|---|---|")
+for k, j in R.items():
+    s = j["seconds_per_step"]
+    print(f"| {k} | {s['median']:.2f} ({s['min']:.2f}) | {j['fwd_bwd_s_median']:.2f} | {j['optimizer_s_median']:.2f} | "
+          f"{j['tokens_per_second']:.1f} | {j['fwd_bwd_gflops_median']:.0f} | {j['peak_rss_bytes']/1e9:.2f} | "
+          + ", ".join(f"{x:.3f}" for x in j["losses"]) + " |")
+dc = R["dc-f32"]["tokens_per_second"]
+torch_runs = {k: j["tokens_per_second"] for k, j in R.items() if k.startswith("torch")}
+print()
+for k, v in torch_runs.items():
+    print(f"diffucoder f32 / {k}: {dc / v:.2f}x")
+if torch_runs:
+    best = max(torch_runs, key=torch_runs.get)
+    print(f"against the fastest PyTorch run ({best}): {dc / torch_runs[best]:.2f}x "
+          f"({'faster' if dc > torch_runs[best] else 'NOT faster'})")
+EOF

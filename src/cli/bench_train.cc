@@ -1,0 +1,227 @@
+// `diffucoder bench --train`: times masked-diffusion optimizer steps (make_masked_batch → loss_and_grads
+// → clip_grad_norm → adamw_step, as Trainer::step composes them) on random sequences, on a synthetic
+// model of a named shape or a checkpoint, in f32. Prints s/step, training tokens/s, GFLOP/s, peak RSS.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "io/checkpoint.h"
+#include "model/activations.h"
+#include "model/params.h"
+#include "model/synthetic.h"
+#include "train/rng.h"
+#include "train/trainer.h"
+
+namespace dc::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Peak resident set size of this process in bytes (VmHWM).
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+// FLOPs of one training step (forward + backward = 3 forwards): 6 per matmul parameter per token for
+// the layer projections over all T = B·L positions, 6·E·V per lm_head row actually computed (n_out,
+// the masked positions), and 12·L·L·(H·D) per sequence per layer for attention (q·kᵀ and p·v: 4·L²·H·D
+// forward, twice that backward). Embedding gathers, norms and element-wise ops are not counted.
+double train_step_flops(const ModelConfig& c, int64_t n_batch, int64_t n_seq, int64_t n_out) {
+  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
+  const double layer_params = E * q + 2 * E * kv + q * E + 3 * E * F;
+  const double T = static_cast<double>(n_batch * n_seq), L = static_cast<double>(n_seq);
+  return c.n_layer * (6.0 * layer_params * T + 12.0 * n_batch * L * L * q) + 6.0 * E * c.n_vocab * n_out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// f32 master weights: widened from a checkpoint, or from a synthetic bf16 model (uniform, std 0.02;
+// norm weights 1), which is dropped once copied.
+Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, ThreadPool* pool) {
+  if (!a.shape.empty()) {
+    DC_ASSIGN_OR_RETURN(config, synthetic_config(a.shape));
+    std::fprintf(stderr, "bench --train: building random f32 weights of the %s shape...\n", a.shape.c_str());
+    DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, make_synthetic_model(config, a.seed, pool));
+    return ModelParams::from_weights(config, model->weights());
+  }
+  DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(a.model_dir));
+  config = ckpt.config();
+  DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, config));
+  return ModelParams::from_weights(config, bound);
+}
+
+struct StepRecord {
+  double seconds = 0, masking_s = 0, fwd_bwd_s = 0, optimizer_s = 0;
+  double loss = 0, grad_norm = 0;
+  int64_t n_out = 0;  // loss rows (masked positions) of the batch
+};
+
+Status check_args(const BenchTrainArgs& a) {
+  if (a.model_dir.empty() == a.shape.empty()) return invalid_argument("give exactly one of --model DIR or --shape NAME");
+  if (a.seq_len < 2) return invalid_argument("--seq-len must be at least 2 (got " + std::to_string(a.seq_len) + ")");
+  if (a.prompt_len < 1 || a.prompt_len >= a.seq_len)
+    return invalid_argument("--prompt-len must be in [1, --seq-len) for --train (got " + std::to_string(a.prompt_len) +
+                            " with --seq-len " + std::to_string(a.seq_len) + ")");
+  if (a.batch < 1 || a.steps < 1) return invalid_argument("--batch and --steps must be >= 1");
+  if (!(a.mask_ratio == 0.0 || (a.mask_ratio > 0.0 && a.mask_ratio <= 1.0)))
+    return invalid_argument("--mask-ratio must be in (0, 1], or 0 to draw t ~ U(eps, 1) per sequence");
+  if (!(a.lr >= 0.0)) return invalid_argument("--lr must be >= 0");
+  return Status();
+}
+
+}  // namespace
+
+void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
+  cmd->add_flag("--train", a->enabled,
+                "Time masked-diffusion optimizer steps (f32, AdamW) instead of generation; uses --model/--shape, "
+                "--prompt-len (never-masked prefix), --batch, --steps, --threads, --seed, --json");
+  cmd->add_option("--seq-len", a->seq_len, "--train: tokens per sequence")->capture_default_str();
+  cmd->add_option("--mask-ratio", a->mask_ratio,
+                  "--train: mask ratio t of every sequence (fixed so each step does the same work); "
+                  "0 = draw t ~ U(eps, 1) as training does")
+      ->capture_default_str();
+  cmd->add_option("--lr", a->lr, "--train: AdamW learning rate (constant; weight decay 0.1 on matrices)")
+      ->capture_default_str();
+  cmd->add_flag("--grad-checkpointing", a->grad_checkpointing,
+                "--train: keep only each layer's input and recompute the layer in the backward");
+}
+
+int run_bench_train(const BenchTrainArgs& a) {
+  if (Status s = check_args(a); !s.ok()) return report(s);
+  ThreadPool pool(a.threads);
+  Context ctx;
+  ctx.pool = &pool;
+  const auto t_load = Clock::now();
+  ModelConfig c;
+  auto loaded = load_params(a, c, &pool);
+  if (!loaded.ok()) return report(loaded.status());
+  ModelParams params = std::move(*loaded);
+  if (c.mask_token_id < 0 || c.mask_token_id >= c.n_vocab)
+    return report(invalid_argument("config mask_token_id is outside the vocabulary"));
+  ModelParams grads = ModelParams::zeros(c), m = ModelParams::zeros(c), v = ModelParams::zeros(c);
+  const double load_s = seconds_since(t_load);
+
+  train::MaskingOptions masking;
+  masking.mask_token_id = static_cast<int32_t>(c.mask_token_id);
+  if (a.mask_ratio > 0) masking.fixed_t.assign(a.batch, a.mask_ratio);
+  train::AdamWOptions adam;
+  adam.weight_decay = 0.1;
+  const double max_grad_norm = 1.0;
+
+  // Random sequences: ids below min(n_vocab, 150000) except the mask id; the first prompt_len
+  // positions are the prompt (never masked), the rest the completion.
+  std::mt19937 gen(static_cast<uint32_t>(a.seed));
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
+  auto draw_batch = [&] {
+    std::vector<train::TrainSequence> seqs(a.batch);
+    for (train::TrainSequence& s : seqs) {
+      s.tokens.resize(a.seq_len);
+      for (int32_t& t : s.tokens) {
+        do t = id(gen); while (t == masking.mask_token_id);
+      }
+      s.loss_mask.assign(a.seq_len, 1);
+      std::fill_n(s.loss_mask.begin(), a.prompt_len, uint8_t{0});
+    }
+    return seqs;
+  };
+
+  Activations acts;
+  acts.recompute = a.grad_checkpointing;
+  std::vector<StepRecord> records;
+  const int n_total = a.steps + 1;  // step 0 is the warm-up
+  for (int step = 0; step < n_total; ++step) {
+    const std::vector<train::TrainSequence> seqs = draw_batch();
+    StepRecord r;
+    const auto t0 = Clock::now();
+    // Rebuilt each step as Trainer::step does: the model copies the bias and norm vectors.
+    const std::unique_ptr<Model> model = Model::from_weights(c, params.weights(), nullptr);
+    grads.zero();
+    auto batch = train::make_masked_batch(seqs, masking, train::hash_counters(a.seed, 0x6d61736b, step), c.n_vocab);
+    if (!batch.ok()) return report(batch.status());
+    r.masking_s = seconds_since(t0);
+    const auto t1 = Clock::now();
+    auto loss = train::loss_and_grads(ctx, *model, *batch, 1.0f, grads, acts);
+    if (!loss.ok()) return report(loss.status());
+    r.fwd_bwd_s = seconds_since(t1);
+    const auto t2 = Clock::now();
+    r.grad_norm = train::clip_grad_norm(grads, max_grad_norm);
+    train::adamw_step(params, grads, m, v, step + 1, a.lr, adam, &pool);
+    r.optimizer_s = seconds_since(t2);
+    r.seconds = seconds_since(t0);
+    r.loss = *loss;
+    r.n_out = static_cast<int64_t>(batch->out_rows.size());
+    records.push_back(r);
+    std::fprintf(stderr, "bench --train: %s %d/%d  %.2f s (fwd+bwd %.2f, optimizer %.2f)  loss %.4f  |g| %.3e\n",
+                 step == 0 ? "warm-up" : "step", step == 0 ? 0 : step, a.steps, r.seconds, r.fwd_bwd_s,
+                 r.optimizer_s, r.loss, r.grad_norm);
+  }
+
+  const std::vector<StepRecord> timed(records.begin() + 1, records.end());
+  std::vector<double> secs, fwd_bwd, opt, gflops;
+  nlohmann::json losses = nlohmann::json::array(), steps_json = nlohmann::json::array();
+  for (const StepRecord& r : timed) {
+    secs.push_back(r.seconds), fwd_bwd.push_back(r.fwd_bwd_s), opt.push_back(r.optimizer_s);
+    gflops.push_back(train_step_flops(c, a.batch, a.seq_len, r.n_out) / r.fwd_bwd_s / 1e9);
+    losses.push_back(r.loss);
+    steps_json.push_back({{"seconds", r.seconds}, {"masking_s", r.masking_s}, {"fwd_bwd_s", r.fwd_bwd_s},
+                          {"optimizer_s", r.optimizer_s}, {"loss", r.loss}, {"grad_norm", r.grad_norm},
+                          {"n_loss_rows", r.n_out}});
+  }
+  const double tokens = static_cast<double>(a.batch * a.seq_len);
+  const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
+  const int64_t rss = peak_rss_bytes();
+  const nlohmann::json j = {
+      {"mode", "train"}, {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
+      {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
+      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", adam.weight_decay},
+      {"max_grad_norm", max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
+      {"n_params", params.n_values()}, {"load_s", load_s},
+      {"seconds_per_step", {{"median", med}, {"min", best}}}, {"fwd_bwd_s_median", median(fwd_bwd)},
+      {"optimizer_s_median", median(opt)}, {"tokens_per_second", tokens / med},
+      {"tokens_per_second_best", tokens / best}, {"fwd_bwd_gflops_median", median(gflops)},
+      {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
+      {"per_step", steps_json}, {"peak_rss_bytes", rss}};
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::string loss_text;
+  for (const StepRecord& r : timed) loss_text += (loss_text.empty() ? "" : ", ") + std::to_string(r.loss).substr(0, 7);
+  std::printf("| metric | value |\n|---|---|\n");
+  std::printf("| model | %s (%lld layers, hidden %lld, %.1fM parameters, f32) |\n",
+              j["model"].get<std::string>().c_str(), (long long)c.n_layer, (long long)c.n_embd,
+              params.n_values() / 1e6);
+  std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
+              (long long)a.seq_len, (long long)a.prompt_len, a.batch,
+              a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps,
+              pool.n_threads());
+  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, adam.weight_decay,
+              max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
+  std::printf("| load | %.1f s |\n", load_s);
+  std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
+  std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", median(fwd_bwd), median(opt));
+  std::printf("| training tokens/s | %.1f (best %.1f) |\n", tokens / med, tokens / best);
+  std::printf("| fwd+bwd GFLOP/s | %.1f |\n", median(gflops));
+  std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
+  std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
+  return 0;
+}
+
+}  // namespace dc::cli
