@@ -41,15 +41,6 @@ struct BenchArgs {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Peak resident set size of this process in bytes (VmHWM).
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
 // FLOPs of one forward: the GEMMs of every layer over the computed positions (the window with a KV
 // cache), their attention over all L keys, and lm_head on the rows whose logits are wanted.
 double forward_flops(const ModelConfig& c, const ForwardBatch& b) {

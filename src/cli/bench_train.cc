@@ -26,15 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Peak resident set size of this process in bytes (VmHWM).
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
 // FLOPs of one training step (forward + backward = 3 forwards): 6 per matmul parameter per token for
 // the layer projections over all T = B·L positions, 6·E·V per lm_head row actually computed (n_out,
 // the masked positions), and 12·L·L·(H·D) per sequence per layer for attention (q·kᵀ and p·v: 4·L²·H·D

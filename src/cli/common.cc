@@ -55,4 +55,12 @@ Result<MatmulPrecision> parse_matmul_precision(const std::string& name) {
   return invalid_argument("--precision '" + name + "' is not one of f32 (the reference's arithmetic), bf16");
 }
 
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
 }  // namespace dc::cli

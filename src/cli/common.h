@@ -21,4 +21,7 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::s
 // "f32" or "bf16" (--precision); the error names the option and the valid values.
 Result<MatmulPrecision> parse_matmul_precision(const std::string& name);
 
+// Peak resident set size of this process in bytes (VmHWM of /proc/self/status; 0 if unreadable).
+int64_t peak_rss_bytes();
+
 }  // namespace dc::cli
