@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "ops/cpu/attention_row.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {
@@ -29,16 +30,8 @@ void attention(ThreadPool* pool, const AttentionShape& s, const float* q, const 
         continue;
       }
       const float* qi = q + (b * L + i) * q_stride + h * D;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < L; ++j) {
-        if (row_valid && !row_valid[j]) continue;
-        const float* kj = k + (b * L + j) * kv_stride + hk * D;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t t = 0; t < D; ++t) dot += qi[t] * kj[t];
-        scores[j] = dot * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
+      const float max_score =
+          attention_scores(qi, k + b * L * kv_stride + hk * D, L, kv_stride, D, scale, row_valid, scores.data());
       std::fill(acc.begin(), acc.end(), 0.0f);
       float sum = 0;
       for (int64_t j = 0; j < L; ++j) {

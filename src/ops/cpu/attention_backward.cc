@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/cpu/backward_kernels.h"
+#include "ops/cpu/attention_row.h"
 
 namespace dc::cpu {
 
@@ -34,16 +35,8 @@ void attention_backward(ThreadPool* pool, const AttentionShape& s, const float* 
           const float* qi = q + qo;
           const float* oi = out + qo;
           const float* gi = dout + qo;
-          float max_score = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < L; ++j) {
-            if (row_valid && !row_valid[j]) continue;
-            const float* kj = k + (b * L + j) * kv_stride + hk * D;
-            float dot = 0;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t t = 0; t < D; ++t) dot += qi[t] * kj[t];
-            p[j] = dot * scale;
-            max_score = std::max(max_score, p[j]);
-          }
+          const float max_score =
+              attention_scores(qi, k + b * L * kv_stride + hk * D, L, kv_stride, D, scale, row_valid, p.data());
           float sum = 0;
           for (int64_t j = 0; j < L; ++j) {
             if (row_valid && !row_valid[j]) continue;

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/attention.h"
+#include "ops/cpu/attention_row.h"
 
 namespace dc::cpu {
 
@@ -32,16 +33,8 @@ void attention_window(ThreadPool* pool, const AttentionShape& s, int64_t window_
         continue;
       }
       const float* qi = q + (b * W + i) * q_stride + h * D;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < L; ++j) {
-        if (row_valid && !row_valid[j]) continue;
-        const float* kj = k + (b * L + j) * kv_stride + hk * D;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t t = 0; t < D; ++t) dot += qi[t] * kj[t];
-        scores[j] = dot * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
+      const float max_score =
+          attention_scores(qi, k + b * L * kv_stride + hk * D, L, kv_stride, D, scale, row_valid, scores.data());
       std::fill(acc.begin(), acc.end(), 0.0f);
       float sum = 0;
       for (int64_t j = 0; j < L; ++j) {
