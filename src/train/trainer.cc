@@ -164,6 +164,8 @@ Status Trainer::write_metrics_line(const StepStats& s) {
 
 Result<StepStats> Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
+  // Rebuilt every step: ModelWeights views the matrices but holds its own f32 copies of the norm weights
+  // and biases, which the last AdamW step changed.
   const std::unique_ptr<Model> model = Model::from_weights(config_, params_.weights(), nullptr);
   grads_.zero();
   StepStats s;

@@ -77,7 +77,6 @@ class Trainer {
   Context ctx_;
   ModelConfig config_;
   ModelParams params_, grads_, m_, v_;
-  std::unique_ptr<Model> model_;
   Dataset data_;
   std::unique_ptr<DataOrder> order_;
   Activations acts_;
