@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "model/kv_cache.h"
+#include "ops/cpu/kernels.h"
 #include "tokenizer/chat.h"
 
 namespace dc {
@@ -28,8 +29,15 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   }
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
-  engine->ctx_.matmul_precision = options.matmul_precision;
+  engine->set_matmul_precision(options.matmul_precision);
   return engine;
+}
+
+void Engine::set_matmul_precision(MatmulPrecision precision) {
+  ctx_.matmul_precision = precision;
+  if (precision != MatmulPrecision::kBF16 || ctx_.reference_kernels || !cpu::cpu_has_avx512_bf16()) return;
+  if (Status s = model_->pack_weights(ctx_); !s.ok())
+    std::fprintf(stderr, "note: weights left unpacked, the bf16 GEMMs will be slower: %s\n", s.message().c_str());
 }
 
 SamplingParams Engine::default_params() const {

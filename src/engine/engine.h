@@ -42,8 +42,10 @@ class Engine {
   // nullptr when the checkpoint has no tokenizer.json and none was given.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   ThreadPool& pool() { return pool_; }
-  // The matmul precision of every later forward (EngineOptions::matmul_precision).
-  void set_matmul_precision(MatmulPrecision precision) { ctx_.matmul_precision = precision; }
+  // The matmul precision of every later forward (EngineOptions::matmul_precision). kBF16 on a CPU with
+  // AVX512_BF16 also re-lays the model's bf16 matrices for the fast GEMM once (Model::pack_weights);
+  // when memory runs out for that, the rest stays row-major (same results, slower) and a line says so.
+  void set_matmul_precision(MatmulPrecision precision);
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
 
   // The reference's effective defaults (sampler/generate.h) with this model's mask / pad ids and

@@ -37,6 +37,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Hands the pages lying wholly inside [p, p + bytes) back to the kernel (madvise MADV_DONTNEED): for a
+// private file mapping they are re-read from the file if touched again, for anonymous memory they read
+// as zeros. For weights that have been copied elsewhere and will not be read again.
+void release_pages(const void* p, size_t bytes);
+
 // Reads the whole file at `path` (config.json and the like). Errors name the path and errno text;
 // a missing file gives kNotFound.
 Result<std::string> read_text_file(const std::string& path);

@@ -2,6 +2,7 @@
 // Inference and training share this forward; the backward (transformer_backward.cc) runs it in reverse.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,15 @@ class Model {
   const Checkpoint* checkpoint() const { return checkpoint_.get(); }
   const ModelWeights& weights() const { return weights_; }
 
+  // Re-lays every row-major bf16 matrix of the layers and an untied lm_head in the kPanels layout
+  // (ops/weight.h), the operand layout of the fast bf16 GEMM, so that no forward packs them again;
+  // each chunk's row-major pages are released once packed (release_pages) when they are a mapped
+  // checkpoint's or storage only this model owns, so resident memory stays about the same. Every kernel still accepts the packed views, with the same results. For
+  // MatmulPrecision::kBF16 on a CPU with AVX512_BF16 (Engine calls it). Idempotent. Not thread-safe:
+  // call before the model is used from other threads. Fails (with the model unchanged from the failing
+  // matrix on) only when memory runs out.
+  Status pack_weights(const Context& ctx);
+
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
   // batch.out_rows to logits[n_out, n_vocab], f32. With batch.cache_op kRefresh it also stores every
   // layer's K/V in batch.cache; with kUse it computes only the positions of batch.window (see CacheOp in
@@ -71,6 +81,15 @@ class Model {
 
   Status check_batch(const ForwardBatch& batch) const;
 
+  // Grow-only activation buffers of the forward, one set per calling thread.
+  struct ForwardWorkspace {
+    std::vector<float> h, a, q, attn, k, v, gate, up;
+    static float* get(std::vector<float>& buf, int64_t n) {
+      if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+      return buf.data();
+    }
+  };
+
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
   struct LayerPass {
     const ForwardBatch* batch;  // padding mask, window, cache op and cache
@@ -99,6 +118,10 @@ class Model {
   std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights), or null
   ModelConfig config_;
   ModelWeights weights_;
+  struct FreeDeleter {
+    void operator()(uint32_t* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<uint32_t[], FreeDeleter>> packed_;  // the kPanels copies (pack_weights)
 };
 
 }  // namespace dc

@@ -2,15 +2,9 @@
 #include "ops/attention_window.h"
 
 #include "core/check.h"
+#include "ops/cpu/kernels.h"
 
 namespace dc {
-
-namespace cpu {
-// Declared here rather than in ops/cpu/kernels.h so that this op could be added without touching the
-// kernels header; defined in ops/cpu/attention_window.cc.
-void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
-                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
-}  // namespace cpu
 
 void attention_window(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
                       const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
@@ -21,7 +15,10 @@ void attention_window(const Context& ctx, const AttentionShape& shape, int64_t w
   DC_CHECK(window_begin >= 0 && window_len >= 0 && window_begin + window_len <= shape.n_seq,
            "attention_window: the window must lie inside [0, n_seq)");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
+    case Device::kCpu:
+      if (ctx.reference_kernels)
+        return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
+      return cpu::attention_window_fast(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
   }
 }
 

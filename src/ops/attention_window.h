@@ -14,8 +14,8 @@ namespace dc {
 // keys: query i (absolute position window_begin + i) of row b attends key j iff valid[b, window_begin + i]
 // && valid[b, j] (valid: [B, L], nullptr = every pair) — the padding rule of attention(). A query with
 // no key to attend gets a zero output. q: [B, W, n_head, head_dim]; k, v: [B, L, n_head_kv, head_dim].
-// With window_begin = 0 and W = L this computes exactly what attention() computes (same per-row
-// arithmetic). Precondition: 0 <= window_begin, window_begin + W <= L. Never materialises W×L.
+// With window_begin = 0 and W = L this computes exactly what attention() computes with the same
+// context (same kernel family, same per-row arithmetic). Precondition: 0 <= window_begin, window_begin + W <= L. Never materialises W×L.
 void attention_window(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
                       const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
 

@@ -11,6 +11,7 @@ namespace dc {
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y) {
   DC_CHECK(x != nullptr && y != nullptr && !w.empty(), "matmul_nt: null operand");
   DC_CHECK(n >= 0 && w.rows > 0 && w.cols > 0, "matmul_nt: bad sizes");
+  DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16, "matmul_nt: kPanels needs bf16");
   switch (ctx.device) {
     case Device::kCpu:
       switch (w.dtype) {
@@ -31,6 +32,26 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
       }
       DC_CHECK(false, "matmul_nt: no kernel for this weight dtype");
   }
+}
+
+int64_t panel_words(int64_t rows, int64_t cols) {
+  return (rows + kPanelRows - 1) / kPanelRows * ((cols + 1) / 2) * kPanelRows;
+}
+
+WeightView pack_panels(const Context& ctx, const WeightView& w, uint32_t* out, int64_t panel_begin,
+                       int64_t panel_end) {
+  DC_CHECK(w.dtype == DType::kBF16 && !w.quantized() && w.layout == WeightLayout::kRowMajor && !w.empty(),
+           "pack_panels: needs a row-major bf16 weight");
+  DC_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 64 == 0, "pack_panels: out must be 64-byte aligned");
+  DC_CHECK(0 <= panel_begin && panel_begin <= panel_end && panel_end <= (w.rows + kPanelRows - 1) / kPanelRows,
+           "pack_panels: panel range outside the weight");
+  switch (ctx.device) {
+    case Device::kCpu: cpu::pack_panels_bf16(ctx.pool, w, panel_begin, panel_end, out); break;
+  }
+  WeightView packed = w;
+  packed.data = out;
+  packed.layout = WeightLayout::kPanels;
+  return packed;
 }
 
 }  // namespace dc

@@ -15,6 +15,16 @@ namespace dc {
 //        with q in [0, 15] the nibble and g = c / group_size.
 enum class WeightQuant : uint8_t { kNone, kQ8, kQ4 };
 
+// How a dense weight's elements are laid out in memory.
+//   kRowMajor: [rows, cols], as stored in checkpoints.
+//   kPanels (dtype kBF16 only): uint32 words [⌈rows/64⌉][⌈cols/2⌉][64]: 64-row panels; in panel P, word
+//     (P·⌈cols/2⌉ + p)·64 + r holds row 64·P + r at columns 2p (low half) and 2p + 1 (high half) as bf16.
+//     Rows past `rows` and the odd last column are 0. The operand layout of the fast bf16 GEMM
+//     (ops/cpu/matmul_fast.cc), written once at load by pack_panels() (ops/matmul.h) so that no
+//     forward re-packs the weights.
+enum class WeightLayout : uint8_t { kRowMajor, kPanels };
+constexpr int64_t kPanelRows = 64;
+
 struct WeightView {
   DType dtype = DType::kF32;
   const void* data = nullptr;  // row-major [rows, cols] (kQ4: [rows, cols/2] bytes); not owned
@@ -25,6 +35,7 @@ struct WeightView {
   const void* scales = nullptr;  // kQ8: f32 [rows]; kQ4: f16 bits [rows, cols/group_size]
   const void* mins = nullptr;    // kQ4: f16 bits [rows, cols/group_size]
   int64_t group_size = 0;        // kQ4: columns per scale, divides cols
+  WeightLayout layout = WeightLayout::kRowMajor;
 
   bool empty() const { return data == nullptr; }
   bool quantized() const { return quant != WeightQuant::kNone; }
@@ -32,6 +43,13 @@ struct WeightView {
   void row_to_f32(int64_t r, float* dst) const {
     switch (quant) {
       case WeightQuant::kNone:
+        if (layout == WeightLayout::kPanels) {
+          const int64_t pairs = (cols + 1) / 2;
+          const uint32_t* words = static_cast<const uint32_t*>(data) + (r / kPanelRows) * pairs * kPanelRows + r % kPanelRows;
+          for (int64_t c = 0; c < cols; ++c)
+            dst[c] = bf16_to_f32(static_cast<uint16_t>(words[(c / 2) * kPanelRows] >> (c % 2 ? 16 : 0)));
+          return;
+        }
         convert_to_f32(dtype, static_cast<const char*>(data) + r * cols * dtype_size(dtype), dst, cols);
         return;
       case WeightQuant::kQ8: {

@@ -40,9 +40,10 @@ ForwardBatch batch_of(const Case& k, const std::vector<int64_t>& rows) {
   return b;
 }
 
-// Runs every fixture case through Model::forward with `ctx` and expects the relative L2 error of the logits
+// Runs every fixture case through Model::forward with `ctx` (with `packed`, on weights re-laid by
+// Model::pack_weights, their mapped pages released) and expects the relative L2 error of the logits
 // against the PyTorch reference, sqrt(Σ(got - want)² / Σ want²), to be at most `tol`; returns the largest.
-double check_all_fixtures(const Context& ctx, double tol, const char* label) {
+double check_all_fixtures(const Context& ctx, double tol, const char* label, bool packed = false) {
   const auto manifest = dc::testing::load_manifest();
   int n_cases = 0;
   double worst = 0;
@@ -51,6 +52,7 @@ double check_all_fixtures(const Context& ctx, double tol, const char* label) {
     auto model = Model::load(dir);
     EXPECT_TRUE(model.ok()) << model.status().to_string();
     if (!model.ok()) return worst;
+    if (packed) EXPECT_TRUE((*model)->pack_weights(ctx).ok());
     const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
     const int64_t V = (*model)->config().n_vocab;
     for (const auto& c : fwd["cases"]) {
@@ -104,6 +106,20 @@ TEST(ForwardParity, Bf16ActivationsStayWithinLooseTolerance) {
   ctx.matmul_precision = MatmulPrecision::kBF16;
   const double worst = check_all_fixtures(ctx, 1e-2, "fast kernels, bf16 activations");
   EXPECT_GT(worst, 0.0);
+}
+
+// Weights in the kPanels layout (what Engine does for --precision bf16) give the same parity with
+// every kernel and precision; the bf16 fixtures are the ones that change layout.
+TEST(ForwardParity, PackedWeightsMatchReference) {
+  ThreadPool pool(2);
+  Context reference{Device::kCpu, &pool};
+  reference.reference_kernels = true;
+  check_all_fixtures(reference, 1e-5, "reference kernels, packed", true);
+  Context fast{Device::kCpu, &pool};
+  check_all_fixtures(fast, 1e-5, "fast kernels, packed", true);
+  Context bf16{Device::kCpu, &pool};
+  bf16.matmul_precision = MatmulPrecision::kBF16;
+  check_all_fixtures(bf16, 1e-2, "fast kernels, bf16 activations, packed", true);
 }
 
 TEST(ForwardParity, PadRowsAreFiniteAndThreadCountDoesNotChangeLogits) {

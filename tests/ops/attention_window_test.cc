@@ -1,14 +1,20 @@
 // attention_window against attention(): every window of a few sequences (with and without a left-padding
-// mask, GQA 1/2/4, 1 and 3 threads) reproduces the window's rows of the full attention.
+// mask, GQA 1/2/4, 1 and 3 threads) reproduces the window's rows of the full attention. The fast window
+// kernel against the reference one (Context::reference_kernels) on random inputs: tolerance 1e-5 relative
+// to the largest reference magnitude, bitwise the same on 1 and 3 threads, and with W = L bitwise what
+// the fast attention() computes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/attention_window.h"
+#include "ops/cpu/kernels.h"
 
 namespace dc {
 namespace {
@@ -72,6 +78,82 @@ TEST_P(AttentionWindowTest, PadQueriesGetZeroOutput) {
   attention_window(ctx, s, 1, 2, q.data(), k.data(), v.data(), valid.data(), out.data());
   for (int t = 0; t < 8; ++t) EXPECT_EQ(out[t], 0.0f) << "pad query element " << t;
   for (int t = 8; t < 16; ++t) EXPECT_TRUE(std::isfinite(out[t]) && out[t] != 7.0f) << "real query element " << t;
+}
+
+// max |got - want| <= rel_tol * max |want|, every got finite; prints the worst index, both values, the tolerance.
+void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel_tol,
+                  const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  double max_ref = 1e-30, worst = 0;
+  size_t worst_i = 0;
+  for (float w : want) max_ref = std::max(max_ref, std::abs(static_cast<double>(w)));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " index " << i << " got " << got[i];
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (d > worst) worst = d, worst_i = i;
+  }
+  EXPECT_LE(worst, rel_tol * max_ref) << what << ": index " << worst_i << " got " << got[worst_i] << " want "
+                                      << want[worst_i] << " tol " << rel_tol * max_ref;
+}
+
+struct FastCase {
+  int64_t B, L, H, Hkv, D;
+  int pattern;  // 0: no mask; 1: left padding (row b has 2b + 1 pads); 2: random holes, row 1 all invalid
+};
+
+TEST_P(AttentionWindowTest, FastKernelMatchesReference) {
+  ThreadPool pool(GetParam()), one(1);
+  Context fast{Device::kCpu, &pool}, fast1{Device::kCpu, &one}, ref{Device::kCpu, &pool};
+  ref.reference_kernels = true;
+  const FastCase cases[] = {
+      {1, 1, 2, 1, 64, 0},   {2, 7, 6, 6, 40, 1},   {2, 33, 14, 2, 64, 2},  {2, 65, 4, 2, 128, 2},
+      {1, 280, 7, 1, 64, 0}, {2, 300, 14, 2, 40, 1}, {1, 257, 4, 4, 128, 2}, {3, 97, 28, 4, 128, 1},
+  };
+  for (const FastCase& c : cases) {
+    const AttentionShape s{c.B, c.L, c.H, c.Hkv, c.D};
+    const int64_t B = c.B, L = c.L, qd = c.H * c.D, kd = c.Hkv * c.D;
+    const auto k = random_values(B * L * kd, 2), v = random_values(B * L * kd, 3);
+    std::vector<uint8_t> valid(B * L, 1);
+    std::mt19937 gen(9);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < L; ++i) {
+        if (c.pattern == 1) valid[b * L + i] = i > 2 * b;
+        if (c.pattern == 2) valid[b * L + i] = b == 1 ? 0 : (gen() % 4 != 0);
+      }
+    const uint8_t* mask = c.pattern == 0 ? nullptr : valid.data();
+    // Windows [wb, wb + W): the whole sequence, W = 1 at the start, middle and end, short and long windows.
+    const int64_t third = std::max<int64_t>(1, L / 3), tail = std::min<int64_t>(L, 17);
+    const std::pair<int64_t, int64_t> windows[] = {
+        {0, L}, {0, 1}, {L / 2, 1}, {L - 1, 1}, {0, std::min<int64_t>(L, 9)}, {L / 3, third}, {L - tail, tail}};
+    for (const auto& [wb, W] : windows) {
+      const std::string what = "B=" + std::to_string(B) + " L=" + std::to_string(L) + " H=" + std::to_string(c.H) +
+                               "/" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D) + " pattern " +
+                               std::to_string(c.pattern) + " window [" + std::to_string(wb) + ", " +
+                               std::to_string(wb + W) + ")";
+      const auto q = random_values(B * W * qd, static_cast<uint32_t>(1 + wb * 1000 + W));
+      std::vector<float> want(q.size(), NAN), got(q.size(), NAN), got1(q.size(), NAN);
+      attention_window(ref, s, wb, W, q.data(), k.data(), v.data(), mask, want.data());
+      attention_window(fast, s, wb, W, q.data(), k.data(), v.data(), mask, got.data());
+      attention_window(fast1, s, wb, W, q.data(), k.data(), v.data(), mask, got1.data());
+      expect_close(want, got, 1e-5, what);
+      ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < W; ++i) {
+          if (!mask || mask[b * L + wb + i]) continue;
+          for (int64_t t = 0; t < qd; ++t)
+            ASSERT_EQ(got[(b * W + i) * qd + t], 0.0f) << what << ": masked query " << wb + i << " of row " << b;
+        }
+      if (W == L) {
+        std::vector<float> full(q.size(), NAN);
+        attention(fast, s, q.data(), k.data(), v.data(), mask, full.data());
+        ASSERT_EQ(got, full) << what << ": the whole window differs from attention()";
+      }
+      cpu::force_portable_kernels_for_testing(true);  // without AVX-512: the reference kernel
+      attention_window(fast, s, wb, W, q.data(), k.data(), v.data(), mask, got.data());
+      cpu::force_portable_kernels_for_testing(false);
+      ASSERT_EQ(got, want) << what << ": the portable fallback differs from the reference kernel";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, AttentionWindowTest, ::testing::Values(1, 3));

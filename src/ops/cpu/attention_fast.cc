@@ -1,11 +1,12 @@
-// Fast CPU bidirectional GQA attention. Per (batch, kv head) the valid keys are packed once, padding
-// positions dropped: Kᵀ [head_dim, keys] and V [keys, 64·⌈head_dim/64⌉]. Then per (batch, kv head,
-// block of positions) the query rows of every head sharing that kv head go together through blocks of
-// 64 keys: S = Q·Kᵀ and O += P·V with register-tiled micro-kernels (6 rows × 64 columns), online
-// softmax in between; f32 throughout. No L×L buffer; each query row's arithmetic does not depend on the
-// threading. (A bf16 variant, q/k/v/p rounded to bf16 and vdpbf16ps, measured 1.3-1.5x faster on this
-// op, ~1.5% of a 0.5B forward at L = 320, but its score errors reach ~0.1 for large q·k and move the
-// softmax by several percent: not worth it.)
+// Fast CPU bidirectional GQA attention of a window of queries over all L keys (the full attention is the
+// window [0, L)). Per (batch, kv head) the valid keys are packed once, padding positions dropped:
+// Kᵀ [head_dim, keys] and V [keys, 64·⌈head_dim/64⌉]. Then per (batch, kv head, block of window
+// positions) the query rows of every head sharing that kv head go together through blocks of 64 keys:
+// S = Q·Kᵀ and O += P·V with register-tiled micro-kernels (6 rows × 64 columns), online softmax in
+// between; f32 throughout. No W×L buffer; each query row's arithmetic depends neither on the threading
+// nor on which rows share its work item. (A bf16 variant, q/k/v/p rounded to bf16 and vdpbf16ps,
+// measured 1.3-1.5x faster on this op, ~1.5% of a 0.5B forward at L = 320, but its score errors reach
+// ~0.1 for large q·k and move the softmax by several percent: not worth it.)
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -145,19 +146,20 @@ void for_tiles(int64_t R, const Packed& pk, const Tile& t, const float* kt, cons
   }
 }
 
-// One work item: batch b, kv head hk, positions [i0, i1).
-void attend_block(const AttentionShape& s, const Packed& pk, const float* q, const uint8_t* valid, int64_t b,
-                  int64_t hk, int64_t i0, int64_t i1, float* out) {
+// One work item: batch b, kv head hk, window rows [i0, i1) (absolute positions window_begin + i).
+// q, out: [B, W, n_head, head_dim]; valid: [B, L] or nullptr.
+void attend_block(const AttentionShape& s, const Packed& pk, int64_t window_begin, int64_t W, const float* q,
+                  const uint8_t* valid, int64_t b, int64_t hk, int64_t i0, int64_t i1, float* out) {
   const int64_t L = s.n_seq, H = s.n_head, D = s.head_dim, group = s.n_head / s.n_head_kv;
   const int64_t q_stride = H * D;
-  // Query rows: (head h, position i) for every valid i; invalid positions get zeros.
+  // Query rows: (head h, window row i) for every valid position; invalid positions get zeros.
   thread_local std::vector<std::pair<int64_t, int64_t>> rows;
   rows.clear();
   for (int64_t g = 0; g < group; ++g) {
     const int64_t h = hk * group + g;
     for (int64_t i = i0; i < i1; ++i) {
-      float* o = out + (b * L + i) * q_stride + h * D;
-      if (valid && !valid[b * L + i]) std::fill(o, o + D, 0.0f);
+      float* o = out + (b * W + i) * q_stride + h * D;
+      if (valid && !valid[b * L + window_begin + i]) std::fill(o, o + D, 0.0f);
       else rows.emplace_back(h, i);
     }
   }
@@ -174,7 +176,7 @@ void attend_block(const AttentionShape& s, const Packed& pk, const float* q, con
   t.corr = t.l + R;
   for (int64_t r = 0; r < R; ++r) {
     const auto [h, i] = rows[r];
-    std::copy_n(q + (b * L + i) * q_stride + h * D, D, t.q + r * D);
+    std::copy_n(q + (b * W + i) * q_stride + h * D, D, t.q + r * D);
     std::fill(t.o + r * pk.Dv, t.o + (r + 1) * pk.Dv, 0.0f);
     t.m[r] = -std::numeric_limits<float>::infinity();
     t.l[r] = 0;
@@ -192,7 +194,7 @@ void attend_block(const AttentionShape& s, const Packed& pk, const float* q, con
   for (int64_t r = 0; r < R; ++r) {
     const auto [h, i] = rows[r];
     const float inv = 1.0f / t.l[r];  // l >= 1: the query itself is a valid key
-    float* dst = out + (b * L + i) * q_stride + h * D;
+    float* dst = out + (b * W + i) * q_stride + h * D;
     for (int64_t d = 0; d < D; ++d) dst[d] = t.o[r * pk.Dv + d] * inv;
   }
 }
@@ -214,11 +216,13 @@ void pack_kv(const Packed& pk, const float* k, const float* v, int64_t kv_stride
 
 }  // namespace
 
-void attention_fast(ThreadPool* pool, const AttentionShape& s, const float* q, const float* k, const float* v,
-                    const uint8_t* valid, float* out) {
-  if (!cpu_has_avx512()) return attention(pool, s, q, k, v, valid, out);
-  const int64_t B = s.n_batch, L = s.n_seq, Hkv = s.n_head_kv, D = s.head_dim;
-  if (B == 0 || L == 0) return;
+// The contract of attention_window (ops/attention_window.h): q, out [B, W, n_head, head_dim]; k, v
+// [B, L, n_head_kv, head_dim]; valid [B, L] or nullptr.
+void attention_window_fast(ThreadPool* pool, const AttentionShape& s, int64_t window_begin, int64_t window_len,
+                           const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
+  if (!cpu_has_avx512()) return attention_window(pool, s, window_begin, window_len, q, k, v, valid, out);
+  const int64_t B = s.n_batch, L = s.n_seq, Hkv = s.n_head_kv, D = s.head_dim, W = window_len;
+  if (B == 0 || W == 0) return;
   const int64_t kv_stride = Hkv * D, group = s.n_head / Hkv;
   Packed pk;
   pk.D = D;
@@ -242,14 +246,25 @@ void attention_fast(ThreadPool* pool, const AttentionShape& s, const float* q, c
       pack_kv(pk, k, v, kv_stride, L, b, bh % Hkv, bh, key_pos + b * L, pk.n_keys[b]);
     }
   });
-  const int64_t block = std::max<int64_t>(1, kRowsTarget / group);  // positions per work item
-  const int64_t n_blocks = (L + block - 1) / block;
+  // Window positions per work item: about kRowsTarget query rows, fewer when that leaves threads idle
+  // (short windows); a row's result does not depend on the split.
+  const int64_t n_threads = p ? p->n_threads() : 1;
+  const int64_t splits = (n_threads + B * Hkv - 1) / (B * Hkv);  // blocks per (batch, kv head) to fill them
+  const int64_t block = std::max<int64_t>(1, std::min(kRowsTarget / group, (W + splits - 1) / splits));
+  const int64_t n_blocks = (W + block - 1) / block;
   parallel_for(p, B * Hkv * n_blocks, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t ib = item % n_blocks, bh = item / n_blocks;
-      attend_block(s, pk, q, valid, bh / Hkv, bh % Hkv, ib * block, std::min(L, (ib + 1) * block), out);
+      attend_block(s, pk, window_begin, W, q, valid, bh / Hkv, bh % Hkv, ib * block, std::min(W, (ib + 1) * block),
+                   out);
     }
   });
+}
+
+void attention_fast(ThreadPool* pool, const AttentionShape& s, const float* q, const float* k, const float* v,
+                    const uint8_t* valid, float* out) {
+  if (!cpu_has_avx512()) return attention(pool, s, q, k, v, valid, out);
+  attention_window_fast(pool, s, 0, s.n_seq, q, k, v, valid, out);
 }
 
 }  // namespace dc::cpu

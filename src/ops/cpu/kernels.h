@@ -23,6 +23,8 @@ void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);
+void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
 
 // Run-time CPU features (cached after the first call).
 bool cpu_has_avx512();       // AVX-512 F, BW, VL, DQ (+ FMA, F16C)
@@ -35,6 +37,9 @@ void force_portable_kernels_for_testing(bool on);
 // rounded to bf16). Results do not depend on the number of threads.
 void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                     MatmulPrecision precision);
+// Panels [panel_begin, panel_end) of the kPanels copy (ops/weight.h) of the row-major bf16 weight w, into
+// out (the whole copy: ⌈w.rows/64⌉ · ⌈w.cols/2⌉ · 64 words, 64-byte aligned).
+void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out);
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                      const float* sin);
@@ -42,5 +47,7 @@ void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t c
 void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count);
 void attention_fast(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
                     const uint8_t* valid, float* out);
+void attention_window_fast(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
+                           const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
 
 }  // namespace dc::cpu

@@ -4,8 +4,10 @@
 // reused by every row of x, and packing prefetches the next block of W. Small n (see kSmallN): dot
 // products straight over the rows of W (no packing; W streamed once, prefetched). bf16 precision: x
 // rounded to bf16 once per call, vdpbf16ps over bf16 pairs of k. f32 precision: W widened to f32,
-// vfmadd231ps. Threads take (rows × panels) tasks from a counter; each output is summed in the same
-// order whatever the thread count.
+// vfmadd231ps. Weights already in the kPanels layout (ops/weight.h, packed once at load) skip the
+// packing at bf16 precision, for every n: the micro-kernels read them in place while the next block is
+// prefetched; at f32 precision their pairs are widened per block. Threads take (rows × panels) tasks
+// from a counter; each output is summed in the same order whatever the thread count.
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -48,6 +50,8 @@ constexpr int64_t kMaxRowBlock = 512;  // rows of x per task: the C tile (512 ×
 constexpr int64_t kMinRowBlock = 96;   // when rows are split for parallelism: packing stays < ~10%
 
 enum class Init { kZero, kBias, kLoad };  // what the accumulators start from
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- packing: panel[p][64] of W rows j0..j0+63 (rows >= nj are zero) ----
 
@@ -106,6 +110,18 @@ DC_TARGET_AVX512 void pack_f32(const void* w, int64_t ldw, int64_t nj, int64_t k
       for (int64_t t = 0; t < nt; ++t) _mm512_store_si512(dst + (kk + t) * kPanel + 16 * v, r[t]);
     }
   }
+}
+
+// f32 from a kPanels panel (pairs of k for 64 rows): dst[t * 64 + c] = w[c, k0 + t] for t < kc; k0 even.
+DC_TARGET_AVX512 void unpack_pairs_f32(const uint32_t* panel, int64_t k0, int64_t kc, float* dst) {
+  const uint32_t* src = panel + (k0 / 2) * kPanel;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t t = 0; t < kc; t += 2)
+    for (int v = 0; v < kNv; ++v) {
+      const __m512i w = _mm512_load_si512(src + (t / 2) * kPanel + 16 * v);
+      _mm512_store_ps(dst + t * kPanel + 16 * v, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      if (t + 1 < kc) _mm512_store_ps(dst + (t + 1) * kPanel + 16 * v, _mm512_castsi512_ps(_mm512_and_si512(w, high)));
+    }
 }
 
 // ---- micro-kernels: c[MR, 64] (first `cols` columns stored, row stride ldc) ----
@@ -273,6 +289,8 @@ struct Job {
   const float* bias;     // [m] or null
   float* y;              // [n, m]
   bool bf16;
+  bool panels;           // w is in the kPanels layout
+  int64_t panel_words;   // kPanels: words per panel, ⌈k/2⌉ · 64
 };
 
 template <int MR>
@@ -289,20 +307,28 @@ void run_micro(const Job& j, int64_t i, int64_t j0, int64_t cols, int64_t k0, in
 }
 
 // Packs rows [j0, j0 + nj) × columns [k0, k0 + kc) of W; prefetches the block at (next_j0, next_k0)
-// unless next_j0 < 0.
-void pack_panel(const Job& j, int64_t j0, int64_t nj, int64_t k0, int64_t kc, int64_t next_j0, int64_t next_k0,
-                void* panel) {
+// unless next_j0 < 0. Returns the panel the micro-kernels read: `panel`, or for kPanels weights at bf16
+// precision the block in place.
+const void* pack_panel(const Job& j, int64_t j0, int64_t nj, int64_t k0, int64_t kc, int64_t next_j0,
+                       int64_t next_k0, void* panel) {
   const WeightView& w = *j.w;
+  if (j.panels) {
+    const uint32_t* src = static_cast<const uint32_t*>(w.data) + j0 / kPanel * j.panel_words;
+    if (j.bf16) return src + (k0 / 2) * kPanel;
+    unpack_pairs_f32(src, k0, kc, static_cast<float*>(panel));
+    return panel;
+  }
   const int64_t size = static_cast<int64_t>(dtype_size(w.dtype));
   const char* rows = static_cast<const char*>(w.data) + j0 * w.cols * size;
   const char* next = next_j0 < 0 ? nullptr : static_cast<const char*>(w.data) + (next_j0 * w.cols + next_k0) * size;
-  if (j.bf16)
-    return pack_pairs_bf16(reinterpret_cast<const uint16_t*>(rows), w.cols, nj, k0, kc,
-                           reinterpret_cast<const uint16_t*>(next), static_cast<uint32_t*>(panel));
   float* dst = static_cast<float*>(panel);
-  if (w.dtype == DType::kBF16) return pack_f32<DType::kBF16>(rows, w.cols, nj, k0, kc, next, dst);
-  if (w.dtype == DType::kF16) return pack_f32<DType::kF16>(rows, w.cols, nj, k0, kc, next, dst);
-  return pack_f32<DType::kF32>(rows, w.cols, nj, k0, kc, next, dst);
+  if (j.bf16)
+    pack_pairs_bf16(reinterpret_cast<const uint16_t*>(rows), w.cols, nj, k0, kc,
+                    reinterpret_cast<const uint16_t*>(next), static_cast<uint32_t*>(panel));
+  else if (w.dtype == DType::kBF16) pack_f32<DType::kBF16>(rows, w.cols, nj, k0, kc, next, dst);
+  else if (w.dtype == DType::kF16) pack_f32<DType::kF16>(rows, w.cols, nj, k0, kc, next, dst);
+  else pack_f32<DType::kF32>(rows, w.cols, nj, k0, kc, next, dst);
+  return panel;
 }
 
 // Makes rows [i0, i1) of j.xb ready: converts the blocks no other thread has claimed, then waits for
@@ -333,16 +359,31 @@ void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
       const int64_t kc = std::min(kc_max, j.k - k0);
       int64_t next_j0 = j0, next_k0 = k0 + kc;  // the block packed after this one, if any
       if (next_k0 >= j.k) next_j0 = j0 + kPanel < j.m ? j0 + kPanel : -1, next_k0 = 0;  // maybe another task's
-      pack_panel(j, j0, cols, k0, kc, next_j0, next_k0, panel);
+      const void* b = pack_panel(j, j0, cols, k0, kc, next_j0, next_k0, panel);
+      // kPanels at bf16 precision: the next block of this task (contiguous after this one) is fetched
+      // into L2 a slice before each micro-kernel call, so memory streams while the FMAs run.
+      const char* ahead = nullptr;
+      int64_t ahead_lines = 0, lines_per_call = 0;
+      if (j.panels && j.bf16 && (k0 + kc < j.k || p + 1 < p1)) {
+        ahead = static_cast<const char*>(b) + (kc + 1) / 2 * kPanel * 4;
+        const int64_t next_kc = k0 + kc < j.k ? std::min(kc_max, j.k - k0 - kc) : std::min(kc_max, j.k);
+        ahead_lines = (next_kc + 1) / 2 * kPanel * 4 / 64;
+        lines_per_call = ceil_div(ahead_lines, ceil_div(i1 - i0, kMr));
+      }
+      auto prefetch_slice = [&] {
+        for (int64_t l = 0; l < lines_per_call && ahead_lines > 0; ++l, --ahead_lines, ahead += 64)
+          _mm_prefetch(ahead, _MM_HINT_T1);
+      };
       const Init init = k0 > 0 ? Init::kLoad : (j.bias ? Init::kBias : Init::kZero);
       int64_t i = i0;
-      for (; i + kMr <= i1; i += kMr) run_micro<kMr>(j, i, j0, cols, k0, kc, panel, init);
+      for (; i + kMr <= i1; i += kMr) prefetch_slice(), run_micro<kMr>(j, i, j0, cols, k0, kc, b, init);
+      prefetch_slice();
       switch (i1 - i) {
-        case 5: run_micro<5>(j, i, j0, cols, k0, kc, panel, init); break;
-        case 4: run_micro<4>(j, i, j0, cols, k0, kc, panel, init); break;
-        case 3: run_micro<3>(j, i, j0, cols, k0, kc, panel, init); break;
-        case 2: run_micro<2>(j, i, j0, cols, k0, kc, panel, init); break;
-        case 1: run_micro<1>(j, i, j0, cols, k0, kc, panel, init); break;
+        case 5: run_micro<5>(j, i, j0, cols, k0, kc, b, init); break;
+        case 4: run_micro<4>(j, i, j0, cols, k0, kc, b, init); break;
+        case 3: run_micro<3>(j, i, j0, cols, k0, kc, b, init); break;
+        case 2: run_micro<2>(j, i, j0, cols, k0, kc, b, init); break;
+        case 1: run_micro<1>(j, i, j0, cols, k0, kc, b, init); break;
         default: break;
       }
     }
@@ -393,8 +434,6 @@ void dot_task(const Job& j, int64_t r0, int64_t r1) {
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
@@ -402,13 +441,16 @@ void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightVie
   if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y);
   if (n == 0) return;
   const int64_t m = w.rows, k = w.cols;
-  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false};
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, 0};
+  job.panels = w.layout == WeightLayout::kPanels;
+  job.panel_words = (k + 1) / 2 * kPanel;
+  // kPanels weights need the bf16 pair kernel (or the f32 one, which unpacks them) and not the dot path.
   job.bf16 = precision == MatmulPrecision::kBF16 && w.dtype == DType::kBF16 && cpu_has_avx512_bf16();
   const int64_t threads = pool ? pool->n_threads() : 1;
   const bool tiny = n * m * k < (int64_t{1} << 18);  // not worth waking the pool
   ThreadPool* p = tiny ? nullptr : pool;
 
-  const bool dot = n <= kSmallN || (n <= kSmallNShortK && k <= kShortK);
+  const bool dot = !job.panels && (n <= kSmallN || (n <= kSmallNShortK && k <= kShortK));
   thread_local ScratchBuffer x_scratch;
   std::vector<std::atomic<uint8_t>> conv_state(job.bf16 ? ceil_div(n, kConvRows) : 0);
   if (job.bf16) {
@@ -448,6 +490,28 @@ void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightVie
     const int64_t ct = t / row_blocks, rb = t % row_blocks;
     packed_task(job, rb * row_block, std::min(n, (rb + 1) * row_block), panels * ct / col_tasks,
                 panels * (ct + 1) / col_tasks);
+  });
+}
+
+void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out) {
+  const int64_t words = (w.cols + 1) / 2 * kPanel;
+  const bool fast = cpu_has_avx512();
+  parallel_for(pool, panel_end - panel_begin, [&](int64_t b, int64_t e) {
+    for (int64_t P = panel_begin + b; P < panel_begin + e; ++P) {
+      const int64_t j0 = P * kPanel, nj = std::min(kPanel, w.rows - j0);
+      const uint16_t* rows = static_cast<const uint16_t*>(w.data) + j0 * w.cols;
+      uint32_t* dst = out + P * words;
+      if (fast) {
+        pack_pairs_bf16(rows, w.cols, nj, 0, w.cols, nullptr, dst);
+        continue;
+      }
+      for (int64_t pp = 0; pp < words / kPanel; ++pp)
+        for (int64_t c = 0; c < kPanel; ++c) {
+          const uint32_t lo = c < nj ? rows[c * w.cols + 2 * pp] : 0;
+          const uint32_t hi = c < nj && 2 * pp + 1 < w.cols ? rows[c * w.cols + 2 * pp + 1] : 0;
+          dst[pp * kPanel + c] = lo | hi << 16;
+        }
+    }
   });
 }
 
