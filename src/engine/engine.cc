@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "model/kv_cache.h"
-#include "ops/cpu/kernels.h"
 #include "tokenizer/chat.h"
 
 namespace dc {
@@ -35,9 +34,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
 
 void Engine::set_matmul_precision(MatmulPrecision precision) {
   ctx_.matmul_precision = precision;
-  if (precision != MatmulPrecision::kBF16 || ctx_.reference_kernels || !cpu::cpu_has_avx512_bf16()) return;
   if (Status s = model_->pack_weights(ctx_); !s.ok())
-    std::fprintf(stderr, "note: weights left unpacked, the bf16 GEMMs will be slower: %s\n", s.message().c_str());
+    std::fprintf(stderr, "note: some weights left unpacked, their GEMMs will be slower: %s\n", s.message().c_str());
 }
 
 SamplingParams Engine::default_params() const {

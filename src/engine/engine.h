@@ -34,7 +34,9 @@ class Engine {
   static Result<std::unique_ptr<Engine>> load(const EngineOptions& options);
   // An engine over a model already in memory (e.g. a synthetic benchmark model); no tokenizer.
   static std::unique_ptr<Engine> from_model(std::unique_ptr<Model> model, int n_threads) {
-    return std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
+    auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
+    engine->set_matmul_precision(engine->ctx_.matmul_precision);  // packs what is worth packing
+    return engine;
   }
 
   const Model& model() const { return *model_; }
@@ -42,9 +44,10 @@ class Engine {
   // nullptr when the checkpoint has no tokenizer.json and none was given.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   ThreadPool& pool() { return pool_; }
-  // The matmul precision of every later forward (EngineOptions::matmul_precision). kBF16 on a CPU with
-  // AVX512_BF16 also re-lays the model's bf16 matrices for the fast GEMM once (Model::pack_weights);
-  // when memory runs out for that, the rest stays row-major (same results, slower) and a line says so.
+  // The matmul precision of every later forward (EngineOptions::matmul_precision). Also re-lays, once,
+  // the matrices the fast GEMMs then read faster (Model::pack_weights: bf16 ones at kBF16 with
+  // AVX512_BF16, q8 / q4 ones with VNNI); when memory runs out for that, the rest stays row-major (same
+  // results, slower) and a line on stderr says so.
   void set_matmul_precision(MatmulPrecision precision);
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
 

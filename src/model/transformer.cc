@@ -37,23 +37,33 @@ Status Model::pack_weights(const Context& ctx) {
   // The row-major pages are released only where nobody else can read them: a mapped checkpoint (they
   // come back from the file) or in-memory storage this model alone owns.
   const bool release = checkpoint_ != nullptr || (storage_ != nullptr && storage_.use_count() == 1);
-  constexpr int64_t kChunkPanels = 64;  // 4096 rows packed between page releases
+  constexpr int64_t kChunkPanels = 64;  // panels packed between page releases
   for (WeightView* w : matrices) {
-    if (w->dtype != DType::kBF16 || w->quantized() || w->layout != WeightLayout::kRowMajor) continue;
-    const int64_t bytes = (panel_words(w->rows, w->cols) * 4 + 63) / 64 * 64;
-    std::unique_ptr<uint32_t[], FreeDeleter> buf(static_cast<uint32_t*>(std::aligned_alloc(64, bytes)));
-    if (!buf) return internal_error("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
-    const int64_t panels = (w->rows + kPanelRows - 1) / kPanelRows, row_bytes = w->cols * 2;
+    if (!worth_packing(ctx, *w)) continue;
+    const PanelSizes sizes = panel_sizes(*w);
+    std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> bufs;
+    for (int64_t bytes : {sizes.data_bytes, sizes.table_bytes, sizes.table_bytes}) {
+      if (bytes == 0) break;
+      bufs.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(bytes))));
+      if (!bufs.back()) return internal_error("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
+    }
+    const int64_t rows_per_panel = w->quantized() ? kQuantPanelRows : kPanelRows;
+    const int64_t row_bytes = w->quant == WeightQuant::kQ4 ? w->cols / 2 : w->cols * (w->quantized() ? 1 : 2);
     WeightView packed;
-    for (int64_t p0 = 0; p0 < panels; p0 += kChunkPanels) {
-      const int64_t p1 = std::min(panels, p0 + kChunkPanels);
-      packed = pack_panels(ctx, *w, buf.get(), p0, p1);
-      const int64_t r0 = p0 * kPanelRows, r1 = std::min(w->rows, p1 * kPanelRows);
+    for (int64_t p0 = 0; p0 < sizes.panels; p0 += kChunkPanels) {
+      const int64_t p1 = std::min(sizes.panels, p0 + kChunkPanels);
+      packed = pack_panels(ctx, *w, bufs[0].get(), bufs.size() > 1 ? bufs[1].get() : nullptr,
+                           bufs.size() > 2 ? bufs[2].get() : nullptr, p0, p1);
+      const int64_t r0 = p0 * rows_per_panel, r1 = std::min(w->rows, p1 * rows_per_panel);
       if (release)
         release_pages(static_cast<const char*>(w->data) + r0 * row_bytes, static_cast<size_t>((r1 - r0) * row_bytes));
     }
+    if (release && sizes.table_bytes > 0) {  // the kQ4 tables, re-laid whole
+      release_pages(w->scales, static_cast<size_t>(sizes.table_bytes));
+      release_pages(w->mins, static_cast<size_t>(sizes.table_bytes));
+    }
     *w = packed;
-    packed_.push_back(std::move(buf));
+    for (auto& b : bufs) packed_.push_back(std::move(b));
   }
   return Status();
 }

@@ -41,8 +41,9 @@ class Model {
   const Checkpoint* checkpoint() const { return checkpoint_.get(); }
   const ModelWeights& weights() const { return weights_; }
 
-  // Re-lays every row-major bf16 matrix of the layers and an untied lm_head in the kPanels layout
-  // (ops/weight.h), the operand layout of the fast bf16 GEMM, so that no forward packs them again;
+  // Re-lays every matrix of the layers and an untied lm_head that ctx's kernels read faster that way
+  // (worth_packing in ops/matmul.h: bf16 at MatmulPrecision::kBF16, q8 / q4) in the kPanels layout
+  // (ops/weight.h), the operand layout of the fast GEMMs, so that no forward re-packs them;
   // each chunk's row-major pages are released once packed (release_pages) when they are a mapped
   // checkpoint's or storage only this model owns, so resident memory stays about the same. Every kernel still accepts the packed views, with the same results. For
   // MatmulPrecision::kBF16 on a CPU with AVX512_BF16 (Engine calls it). Idempotent. Not thread-safe:
@@ -119,9 +120,9 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   struct FreeDeleter {
-    void operator()(uint32_t* p) const { std::free(p); }
+    void operator()(uint8_t* p) const { std::free(p); }
   };
-  std::vector<std::unique_ptr<uint32_t[], FreeDeleter>> packed_;  // the kPanels copies (pack_weights)
+  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> packed_;  // the kPanels copies (pack_weights)
 };
 
 }  // namespace dc

@@ -11,7 +11,8 @@ namespace dc {
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y) {
   DC_CHECK(x != nullptr && y != nullptr && !w.empty(), "matmul_nt: null operand");
   DC_CHECK(n >= 0 && w.rows > 0 && w.cols > 0, "matmul_nt: bad sizes");
-  DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16, "matmul_nt: kPanels needs bf16");
+  DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16 || w.quantized(),
+           "matmul_nt: kPanels needs a bf16 or quantized weight");
   switch (ctx.device) {
     case Device::kCpu:
       switch (w.dtype) {
@@ -34,23 +35,52 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
   }
 }
 
-int64_t panel_words(int64_t rows, int64_t cols) {
-  return (rows + kPanelRows - 1) / kPanelRows * ((cols + 1) / 2) * kPanelRows;
+PanelSizes panel_sizes(const WeightView& w) {
+  PanelSizes p;
+  if (w.layout != WeightLayout::kRowMajor || w.empty()) return p;
+  if (!w.quantized()) {
+    if (w.dtype != DType::kBF16) return p;
+    p.panels = (w.rows + kPanelRows - 1) / kPanelRows;
+    p.data_bytes = p.panels * (w.cols + 1) / 2 * kPanelRows * 4;
+    return p;
+  }
+  const bool q4 = w.quant == WeightQuant::kQ4;
+  if (q4 && w.group_size % kQuantBlock != 0) return p;
+  p.panels = (w.rows + kQuantPanelRows - 1) / kQuantPanelRows;
+  p.data_bytes = p.panels * (w.cols + kQuantBlock - 1) / kQuantBlock * (q4 ? 512 : 1024);
+  p.table_bytes = q4 ? p.panels * (w.cols / w.group_size) * kQuantPanelRows * 2 : 0;
+  return p;
 }
 
-WeightView pack_panels(const Context& ctx, const WeightView& w, uint32_t* out, int64_t panel_begin,
-                       int64_t panel_end) {
-  DC_CHECK(w.dtype == DType::kBF16 && !w.quantized() && w.layout == WeightLayout::kRowMajor && !w.empty(),
-           "pack_panels: needs a row-major bf16 weight");
-  DC_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 64 == 0, "pack_panels: out must be 64-byte aligned");
-  DC_CHECK(0 <= panel_begin && panel_begin <= panel_end && panel_end <= (w.rows + kPanelRows - 1) / kPanelRows,
+bool worth_packing(const Context& ctx, const WeightView& w) {
+  if (ctx.device != Device::kCpu || ctx.reference_kernels || panel_sizes(w).panels == 0) return false;
+  if (w.quantized()) return cpu::cpu_has_avx512_vnni();
+  return ctx.matmul_precision == MatmulPrecision::kBF16 && cpu::cpu_has_avx512_bf16();
+}
+
+WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void* scales, void* mins,
+                       int64_t panel_begin, int64_t panel_end) {
+  const PanelSizes sizes = panel_sizes(w);
+  DC_CHECK(sizes.panels > 0, "pack_panels: the weight has no kPanels layout");
+  DC_CHECK(data != nullptr && reinterpret_cast<uintptr_t>(data) % 64 == 0, "pack_panels: data must be 64-byte aligned");
+  DC_CHECK(sizes.table_bytes == 0 || (scales != nullptr && mins != nullptr), "pack_panels: q4 needs both tables");
+  DC_CHECK(!w.quantized() || cpu::cpu_has_avx512_vnni(), "pack_panels: quantized weights need AVX-512 VNNI");
+  DC_CHECK(0 <= panel_begin && panel_begin <= panel_end && panel_end <= sizes.panels,
            "pack_panels: panel range outside the weight");
-  switch (ctx.device) {
-    case Device::kCpu: cpu::pack_panels_bf16(ctx.pool, w, panel_begin, panel_end, out); break;
-  }
   WeightView packed = w;
-  packed.data = out;
+  packed.data = data;
   packed.layout = WeightLayout::kPanels;
+  switch (ctx.device) {
+    case Device::kCpu:
+      if (!w.quantized()) {
+        cpu::pack_panels_bf16(ctx.pool, w, panel_begin, panel_end, static_cast<uint32_t*>(data));
+        break;
+      }
+      cpu::pack_quant_panels(ctx.pool, w, panel_begin, panel_end, static_cast<uint8_t*>(data),
+                             static_cast<uint16_t*>(scales), static_cast<uint16_t*>(mins));
+      if (w.quant == WeightQuant::kQ4) packed.scales = scales, packed.mins = mins;
+      break;
+  }
   return packed;
 }
 

@@ -16,16 +16,28 @@ namespace dc {
 // weights take ops/cpu/quant.h: with AVX-512 VNNI, x is rounded to int8 per 32-column block.
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
 
-// Words (uint32) of the kPanels layout (ops/weight.h) of a [rows, cols] weight.
-int64_t panel_words(int64_t rows, int64_t cols);
+// The kPanels copy (ops/weight.h) of a weight, as pack_panels writes it.
+struct PanelSizes {
+  int64_t panels = 0;       // 64-row (bf16) or 32-row (quantized) panels
+  int64_t data_bytes = 0;   // the re-laid data
+  int64_t table_bytes = 0;  // kQ4: each of the re-laid scale and min tables (kQ8 keeps its row scales)
+};
+// Sizes of w's kPanels copy; panels == 0 when w has none (already packed, f32 / f16, or kQ4 with
+// group_size % 32 != 0).
+PanelSizes panel_sizes(const WeightView& w);
 
-// Writes panels [panel_begin, panel_end) (64 rows each) of the kPanels copy of the row-major bf16
-// weight w into `out` (the whole copy: panel_words(w.rows, w.cols) words, 64-byte aligned), threaded on
-// ctx.pool, and returns the view of the whole copy (valid once every panel is written). matmul_nt
-// accepts it everywhere, with the same results as w (every kernel; the fast bf16-precision GEMM reads it
-// without re-packing it). Chunks let a caller release w's pages as it goes.
-WeightView pack_panels(const Context& ctx, const WeightView& w, uint32_t* out, int64_t panel_begin,
-                       int64_t panel_end);
+// Whether the kernels ctx picks would read w in the kPanels layout without re-packing it: bf16 weights
+// at MatmulPrecision::kBF16 with AVX512_BF16, q8 / q4 weights with AVX-512 VNNI (not the reference
+// kernels). Elsewhere a packed weight still works, with the same results, but gains nothing.
+bool worth_packing(const Context& ctx, const WeightView& w);
+
+// Writes panels [panel_begin, panel_end) of w's kPanels copy into `data` (the whole copy,
+// panel_sizes(w).data_bytes, 64-byte aligned) and, kQ4, `scales` / `mins` (table_bytes each), threaded
+// on ctx.pool; returns the view of the whole copy (valid once every panel is written). matmul_nt gives
+// the same results on it as on w, with every kernel. Chunks let a caller release w's pages as it goes.
+// Precondition: panel_sizes(w).panels > 0; quantized weights need cpu::cpu_has_avx512_vnni().
+WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void* scales, void* mins,
+                       int64_t panel_begin, int64_t panel_end);
 
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy

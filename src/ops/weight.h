@@ -22,8 +22,18 @@ enum class WeightQuant : uint8_t { kNone, kQ8, kQ4 };
 //     Rows past `rows` and the odd last column are 0. The operand layout of the fast bf16 GEMM
 //     (ops/cpu/matmul_fast.cc), written once at load by pack_panels() (ops/matmul.h) so that no
 //     forward re-packs the weights.
+//   kPanels, quantized (kQ8; kQ4 with group_size % 32 == 0): the operand layout of the int8 kernel
+//     (ops/cpu/matmul_quant.cc), 32-row panels × 32-column blocks, nb = ⌈cols/32⌉, P = r / 32,
+//     v = r % 32 / 16, l = r % 16, b = c / 32, j = c % 32. Rows past `rows` repeat the last row.
+//     kQ8: data u8 [⌈rows/32⌉][nb][8 steps][2][64]: code q + 128 of (r, c) at byte
+//          ((P·nb + b)·8 + j/4)·128 + v·64 + 4·l + j%4 (columns past `cols` hold 128); scales as kRowMajor.
+//     kQ4: data u8 [⌈rows/32⌉][nb][4][2][64]: the byte holding (r, c)'s nibble (low for even j) is
+//          ((P·nb + b)·4 + t)·128 + v·64 + 4·l + i%4 with i = j/2, t = i/4 (the row-major byte b·16 + i);
+//          scales and mins f16 [⌈rows/32⌉][cols/group_size][32]: group g of row r at (P·n_groups + g)·32 + r%32.
 enum class WeightLayout : uint8_t { kRowMajor, kPanels };
-constexpr int64_t kPanelRows = 64;
+constexpr int64_t kPanelRows = 64;       // bf16 kPanels
+constexpr int64_t kQuantPanelRows = 32;  // quantized kPanels
+constexpr int64_t kQuantBlock = 32;      // columns per quantized kPanels block
 
 struct WeightView {
   DType dtype = DType::kF32;
@@ -38,6 +48,11 @@ struct WeightView {
   WeightLayout layout = WeightLayout::kRowMajor;
 
   bool empty() const { return data == nullptr; }
+  // Quantized kPanels: the byte offset of row r's first code (block 0) for `steps` 128-byte steps per block.
+  int64_t panel_offset(int64_t r, int64_t steps) const {
+    const int64_t nb = (cols + kQuantBlock - 1) / kQuantBlock;
+    return (r / kQuantPanelRows * nb) * steps * 128 + (r % kQuantPanelRows / 16) * 64 + 4 * (r % 16);
+  }
   bool quantized() const { return quant != WeightQuant::kNone; }
   // Converts (dequantizes) row r to f32 into dst[cols].
   void row_to_f32(int64_t r, float* dst) const {
@@ -53,12 +68,34 @@ struct WeightView {
         convert_to_f32(dtype, static_cast<const char*>(data) + r * cols * dtype_size(dtype), dst, cols);
         return;
       case WeightQuant::kQ8: {
-        const int8_t* q = static_cast<const int8_t*>(data) + r * cols;
         const float s = static_cast<const float*>(scales)[r];
+        if (layout == WeightLayout::kPanels) {
+          const uint8_t* u = static_cast<const uint8_t*>(data) + panel_offset(r, 8);
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t j = c % kQuantBlock;
+            dst[c] = s * static_cast<float>(static_cast<int>(u[(c / kQuantBlock * 8 + j / 4) * 128 + j % 4]) - 128);
+          }
+          return;
+        }
+        const int8_t* q = static_cast<const int8_t*>(data) + r * cols;
         for (int64_t c = 0; c < cols; ++c) dst[c] = s * static_cast<float>(q[c]);
         return;
       }
       case WeightQuant::kQ4: {
+        if (layout == WeightLayout::kPanels) {
+          const int64_t n_groups = cols / group_size;
+          const uint8_t* u = static_cast<const uint8_t*>(data) + panel_offset(r, 4);
+          const int64_t table = (r / kQuantPanelRows * n_groups) * kQuantPanelRows + r % kQuantPanelRows;
+          const uint16_t* s = static_cast<const uint16_t*>(scales) + table;
+          const uint16_t* m = static_cast<const uint16_t*>(mins) + table;
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t j = c % kQuantBlock, i = j / 2, g = c / group_size;
+            const uint8_t byte = u[(c / kQuantBlock * 4 + i / 4) * 128 + i % 4];
+            const int q = j % 2 ? byte >> 4 : byte & 15;
+            dst[c] = f16_to_f32(s[g * kQuantPanelRows]) * static_cast<float>(q) + f16_to_f32(m[g * kQuantPanelRows]);
+          }
+          return;
+        }
         const uint8_t* q = static_cast<const uint8_t*>(data) + r * (cols / 2);
         const int64_t n_groups = cols / group_size;
         const uint16_t* s = static_cast<const uint16_t*>(scales) + r * n_groups;

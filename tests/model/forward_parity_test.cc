@@ -52,7 +52,9 @@ double check_all_fixtures(const Context& ctx, double tol, const char* label, boo
     auto model = Model::load(dir);
     EXPECT_TRUE(model.ok()) << model.status().to_string();
     if (!model.ok()) return worst;
-    if (packed) EXPECT_TRUE((*model)->pack_weights(ctx).ok());
+    if (packed) {
+      EXPECT_TRUE((*model)->pack_weights(ctx).ok());
+    }
     const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
     const int64_t V = (*model)->config().n_vocab;
     for (const auto& c : fwd["cases"]) {

@@ -137,12 +137,12 @@ struct Packed {
 };
 Packed pack(const Context& ctx, const WeightView& w) {
   Packed p;
-  const int64_t n_words = panel_words(w.rows, w.cols);
-  p.words.reset(static_cast<uint32_t*>(std::aligned_alloc(64, (n_words * 4 + 63) / 64 * 64)));
+  const PanelSizes sizes = panel_sizes(w);
+  const int64_t n_words = sizes.data_bytes / 4;
+  p.words.reset(static_cast<uint32_t*>(std::aligned_alloc(64, (sizes.data_bytes + 63) / 64 * 64)));
   std::fill_n(p.words.get(), n_words, 0xdeadbeefu);  // poison: every word must be written
-  const int64_t panels = (w.rows + kPanelRows - 1) / kPanelRows;
-  pack_panels(ctx, w, p.words.get(), 0, panels / 2);
-  p.view = pack_panels(ctx, w, p.words.get(), panels / 2, panels);
+  pack_panels(ctx, w, p.words.get(), nullptr, nullptr, 0, sizes.panels / 2);
+  p.view = pack_panels(ctx, w, p.words.get(), nullptr, nullptr, sizes.panels / 2, sizes.panels);
   return p;
 }
 

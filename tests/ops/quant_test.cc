@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -142,6 +144,45 @@ TEST_P(QuantMatmulTest, Q8FastKernelsMatchReference) {
 
 TEST_P(QuantMatmulTest, Q4FastKernelsMatchReference) {
   for (const Shape& s : kQ4Shapes) check_kernels(&pool_, WeightQuant::kQ4, s);
+}
+
+// kPanels (packed once, as Model::pack_weights does; in two chunks of panels): every row reads back
+// exactly, and every kernel gives bit for bit what it gives on the row-major weight.
+void check_packed(ThreadPool* pool, WeightQuant quant, const Shape& s) {
+  const QuantHolder w(quant, s.m, s.k, s.group, 3 + s.n + s.m + s.k);
+  const PanelSizes sizes = panel_sizes(w.view);
+  ASSERT_GT(sizes.panels, 0);
+  auto buffer = [](int64_t bytes) {
+    std::unique_ptr<uint8_t[], decltype(&std::free)> b(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)),
+                                                      &std::free);
+    std::fill_n(b.get(), bytes, uint8_t{0xa5});  // poison: every byte must be written
+    return b;
+  };
+  auto data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
+  Context ctx{Device::kCpu, pool};
+  pack_panels(ctx, w.view, data.get(), scales.get(), mins.get(), 0, sizes.panels / 2);
+  const WeightView packed = pack_panels(ctx, w.view, data.get(), scales.get(), mins.get(), sizes.panels / 2, sizes.panels);
+  const std::string what = "n " + std::to_string(s.n) + " m " + std::to_string(s.m) + " k " + std::to_string(s.k);
+  std::vector<float> row(s.k), row_packed(s.k);
+  for (int64_t r = 0; r < s.m; ++r) {
+    w.view.row_to_f32(r, row.data());
+    packed.row_to_f32(r, row_packed.data());
+    ASSERT_EQ(row, row_packed) << what << " row " << r;
+  }
+  const auto x = random_x(s.n, s.k, 5 + s.k);
+  for (QuantKernel kernel : {QuantKernel::kReference, QuantKernel::kDequantF32, QuantKernel::kInt8Vnni}) {
+    std::vector<float> want(s.n * s.m, NAN), got(s.n * s.m, NAN);
+    cpu::matmul_nt_quant(pool, x.data(), s.n, w.view, nullptr, want.data(), kernel);
+    cpu::matmul_nt_quant(pool, x.data(), s.n, packed, nullptr, got.data(), kernel);
+    ASSERT_EQ(want, got) << what << " kernel " << static_cast<int>(kernel);
+  }
+}
+
+TEST_P(QuantMatmulTest, PackedPanelsGiveTheSameResults) {
+  if (!cpu::cpu_has_avx512_vnni()) GTEST_SKIP() << "kPanels for quantized weights needs AVX-512 VNNI";
+  for (const Shape& s : kQ8Shapes) check_packed(&pool_, WeightQuant::kQ8, s);
+  for (const Shape& s : kQ4Shapes)
+    if (s.group % 32 == 0) check_packed(&pool_, WeightQuant::kQ4, s);
 }
 
 TEST_P(QuantMatmulTest, PortableFallbackMatchesReference) {

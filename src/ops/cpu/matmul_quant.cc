@@ -5,9 +5,11 @@
 // mn = −128·s; q4: u = the nibble, mn = the stored min) and rounds x per row and 32-column block b to
 // int8: x ≈ sx_b · xq. Then  Σ_b∈block w·x = s·sx_b·Σ u·xq + mn·(sx_b·Σ xq):  the u8×s8 sums are exact
 // int32 (vpdpbusd); the two f32 terms are added per block (q8: the int32 sum starts at −128·Σ xq, so it
-// is Σ q·xq, and the row scale s is applied once at the end). A panel of 32 weight rows is repacked per
-// thread, one chunk of blocks at a time, so that one 64-byte vector holds 4 consecutive codes of 16 rows
-// (lane = weight row): one broadcast of 4 bytes of x then feeds 16 rows at once.
+// is Σ q·xq, and the row scale s is applied once at the end). The kernel reads 32-row panels in the
+// kPanels layout (ops/weight.h): one 64-byte vector holds 4 consecutive codes of 16 rows (lane = weight
+// row; kQ4: two nibbles per byte, split in registers), so one broadcast of 4 bytes of x feeds 16 rows at
+// once. Weights packed at load (Model::pack_weights) are read in place, the next chunk prefetched;
+// row-major ones are repacked per thread, one chunk of blocks at a time.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -108,9 +110,10 @@ void matmul_dequant_f32(ThreadPool* pool, const float* x, int64_t n, const Weigh
 
 #define DC_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 
-constexpr int64_t kBlock = 32;         // columns per x scale and per int32 partial sum
-constexpr int64_t kPanelRows = 32;     // weight rows per task: two vectors of 16 lanes
-constexpr int64_t kBlockCodeBytes = 8 * 2 * 64;  // 8 steps of 4 columns × 2 vectors × 64 bytes
+constexpr int64_t kBlock = kQuantBlock;  // columns per x scale and per int32 partial sum
+constexpr int64_t kPanelRows = kQuantPanelRows;  // weight rows per task: two vectors of 16 lanes
+constexpr int64_t kQ8BlockBytes = 8 * 2 * 64;     // kPanels: 8 steps of 4 columns × 2 vectors × 64 bytes
+constexpr int64_t kQ4BlockBytes = 4 * 2 * 64;     // kPanels: two nibbles per byte
 // Blocks repacked at a time (32 KiB of codes) and rows of x per register tile (2·kTileRows int32 plus
 // 2·kTileRows f32 accumulators): the best of {16, 32, 64} × {4, 6} measured at the 7B shapes.
 constexpr int64_t kChunkBlocks = 32;
@@ -225,78 +228,66 @@ DC_TARGET_VNNI void prefetch_chunk(const WeightView& w, const PanelRows rows[2],
     }
 }
 
-// Repacks the codes of the panel at j0, blocks [b0, b1), into codes[b - b0][step 0..7][vector 0..1][64
-// bytes]: lane l of a vector holds 4 codes of row 16·vector + l (kQ8: u = q + 128; kQ4: the nibbles).
+// Writes the kPanels form (ops/weight.h) of blocks [b0, b1) of the panel `rows` to codes[b - b0]: kQ8
+// [step 0..7][vector 0..1][64 bytes], lane l of a vector holding 4 codes q + 128 of row 16·vector + l;
+// kQ4 [t 0..3][vector][64], lane l holding row-major bytes 4t..4t+3 of the block (two nibbles each).
 DC_TARGET_VNNI void pack_codes(const WeightView& w, const PanelRows rows[2], int64_t b0, int64_t b1, uint8_t* codes) {
   const int64_t k = w.cols;
   const bool q4 = w.quant == WeightQuant::kQ4;
-  const __m512i low4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int64_t block_bytes = q4 ? kQ4BlockBytes : kQ8BlockBytes;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int v = 0; v < 2; ++v) {
     for (int64_t b = b0; b < b1; ++b) {
+      uint8_t* out = codes + (b - b0) * block_bytes + v * 64;
       __m512i lo[4], hi[4];
       for (int a = 0; a < 4; ++a) {
         if (q4) {
-          const __m512i p = load4x16(rows[v].ptr + 4 * a, b * 16, 16);
-          lo[a] = _mm512_and_si512(p, low4);
-          hi[a] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
+          lo[a] = load4x16(rows[v].ptr + 4 * a, b * 16, 16);
         } else {
           lo[a] = _mm512_xor_si512(load4x16(rows[v].ptr + 4 * a, b * kBlock, k - b * kBlock), flip);
           hi[a] = _mm512_xor_si512(load4x16(rows[v].ptr + 4 * a, b * kBlock + 16, k - b * kBlock - 16), flip);
         }
       }
       transpose_rows_to_steps(lo);
+      for (int t = 0; t < 4; ++t) _mm512_store_si512(out + t * 128, lo[t]);
+      if (q4) continue;
       transpose_rows_to_steps(hi);
-      uint8_t* out = codes + (b - b0) * kBlockCodeBytes + v * 64;
-      for (int t = 0; t < 4; ++t) {
-        _mm512_store_si512(out + t * 128, lo[t]);
-        _mm512_store_si512(out + (t + 4) * 128, hi[t]);
-      }
+      for (int t = 0; t < 4; ++t) _mm512_store_si512(out + (t + 4) * 128, hi[t]);
     }
   }
 }
 
-// kQ4: the scales and mins of groups [g0, g1) of the panel as f32 vectors: out[g - g0][vector][16].
-DC_TARGET_VNNI void pack_group_table(const uint16_t* table, int64_t n_groups, const PanelRows rows[2], int64_t g0,
-                                     int64_t g1, float* out) {
-  for (int v = 0; v < 2; ++v) {
-    for (int64_t gt = g0; gt < g1; gt += 16) {
-      const int64_t count = std::min<int64_t>(16, g1 - gt);
-      __m512i r[16];
-      for (int l = 0; l < 16; ++l) {
-        const __m256i h = _mm256_maskz_loadu_epi16(mask16(count), table + rows[v].index[l] * n_groups + gt);
-        r[l] = _mm512_castps_si512(_mm512_cvtph_ps(h));
-      }
-      simd::transpose16x16_epi32(r);  // r[i] lane l: row l, group gt + i
-      for (int64_t i = 0; i < count; ++i)
-        _mm512_store_si512(out + ((gt - g0 + i) * 2 + v) * 16, r[i]);
-    }
-  }
+// kQ4: groups [g0, g1) of a row-major f16 scale or min table for the panel `rows`: out[g - g0][32].
+void pack_group_table(const uint16_t* table, int64_t n_groups, const PanelRows rows[2], int64_t g0, int64_t g1,
+                      uint16_t* out) {
+  for (int64_t g = g0; g < g1; ++g)
+    for (int v = 0; v < 2; ++v)
+      for (int l = 0; l < 16; ++l) out[(g - g0) * 32 + 16 * v + l] = table[rows[v].index[l] * n_groups + g];
 }
 
 // y rows [i0, i0 + R), columns [j0, j0 + 32) masked by `keep`, over blocks [b0, b0 + n_blocks) of a
-// repacked panel. first: start from zero (else add to y); last: finish (kQ8: row scales) and add the bias.
-// kQ4: sc / mn[g][vector][16] per group g = b / blocks_per_group − g0. kQ8: sc[vector][16] row scales.
+// panel in the kPanels form (codes from block b0 on). first: start from zero (else add to y); last:
+// finish (kQ8: row scales) and add the bias. kQ4: sc / mn f16 [g - g0][32] per group g = b / bpg.
+// kQ8: row_sc f32 [32] row scales.
 template <int R, bool kQ8>
 DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int64_t n_blocks, const uint8_t* codes,
-                               const float* sc, const float* mn, int64_t blocks_per_group, int64_t g0, bool first,
-                               bool last, const float* bias, float* y, int64_t m, int64_t j0,
+                               const float* row_sc, const uint16_t* sc, const uint16_t* mn, int64_t blocks_per_group,
+                               int64_t g0, bool first, bool last, const float* bias, float* y, int64_t m, int64_t j0,
                                const __mmask16 keep[2]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512 f[R][2];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < 2; ++v) f[r][v] = _mm512_setzero_ps();
   const int64_t row_stride = xq.nb * kBlock;
   for (int64_t bb = 0; bb < n_blocks; ++bb) {
     const int64_t b = b0 + bb;
-    const uint8_t* cb = codes + bb * kBlockCodeBytes;
     const int8_t* xb = xq.q + i0 * row_stride + b * kBlock;
     __m512i acc[R][2];
     for (int r = 0; r < R; ++r) {
       // kQ8 codes are q + 128: start from −128·Σ xq so the block sum is exactly Σ q·xq.
       acc[r][0] = acc[r][1] = kQ8 ? _mm512_set1_epi32(xq.isum[(i0 + r) * xq.nb + b]) : _mm512_setzero_si512();
     }
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const __m512i w0 = _mm512_load_si512(cb + s * 128), w1 = _mm512_load_si512(cb + s * 128 + 64);
+    auto step = [&](__m512i w0, __m512i w1, int s) {  // step s: 4 columns (x positions 4s..4s+3)
       for (int r = 0; r < R; ++r) {
         int32_t x4;
         std::memcpy(&x4, xb + r * row_stride + 4 * s, 4);
@@ -304,18 +295,29 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int
         acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, xv);
         acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xv);
       }
-    }
+    };
     if constexpr (kQ8) {
+      const uint8_t* cb = codes + bb * kQ8BlockBytes;
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) step(_mm512_load_si512(cb + s * 128), _mm512_load_si512(cb + s * 128 + 64), s);
       for (int r = 0; r < R; ++r) {
         const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nb + b]);
         f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), sx, f[r][0]);
         f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), sx, f[r][1]);
       }
     } else {
-      const float* sg = sc + (b / blocks_per_group - g0) * 32;
-      const float* mg = mn + (b / blocks_per_group - g0) * 32;
-      const __m512 s0 = _mm512_load_ps(sg), s1 = _mm512_load_ps(sg + 16);
-      const __m512 m0 = _mm512_load_ps(mg), m1 = _mm512_load_ps(mg + 16);
+      const uint8_t* cb = codes + bb * kQ4BlockBytes;
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {  // low nibbles: even columns (steps 0..3); high: odd (steps 4..7)
+        const __m512i p0 = _mm512_load_si512(cb + t * 128), p1 = _mm512_load_si512(cb + t * 128 + 64);
+        step(_mm512_and_si512(p0, low4), _mm512_and_si512(p1, low4), t);
+        step(_mm512_and_si512(_mm512_srli_epi16(p0, 4), low4), _mm512_and_si512(_mm512_srli_epi16(p1, 4), low4), t + 4);
+      }
+      const int64_t g = (b / blocks_per_group - g0) * 32;
+      const __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g)));
+      const __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g + 16)));
+      const __m512 m0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + g)));
+      const __m512 m1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + g + 16)));
       for (int r = 0; r < R; ++r) {
         const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nb + b]);
         const __m512 xs = _mm512_set1_ps(xq.sum[(i0 + r) * xq.nb + b]);
@@ -328,7 +330,7 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int
   }
   for (int v = 0; v < 2; ++v) {
     const __m512 bv = last && bias != nullptr ? _mm512_maskz_loadu_ps(keep[v], bias + j0 + 16 * v) : _mm512_setzero_ps();
-    const __m512 rs = kQ8 ? _mm512_load_ps(sc + 16 * v) : _mm512_set1_ps(1.0f);
+    const __m512 rs = kQ8 ? _mm512_load_ps(row_sc + 16 * v) : _mm512_set1_ps(1.0f);
     for (int r = 0; r < R; ++r) {
       float* yr = y + (i0 + r) * m + j0 + 16 * v;
       __m512 out = f[r][v];
@@ -339,24 +341,26 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int
   }
 }
 
-// All rows of x against one repacked chunk of a panel, kTileRows rows at a time.
+// All rows of x against one chunk of a panel, kTileRows rows at a time.
 template <bool kQ8>
 DC_TARGET_VNNI void panel_rows_all_x(const QuantizedX& xq, int64_t n, int64_t b0, int64_t n_blocks, const uint8_t* codes,
-                                     const float* sc, const float* mn, int64_t bpg, int64_t g0, bool first, bool last,
-                                     const float* bias, float* y, int64_t m, int64_t j0, const __mmask16 keep[2]) {
+                                     const float* row_sc, const uint16_t* sc, const uint16_t* mn, int64_t bpg,
+                                     int64_t g0, bool first, bool last, const float* bias, float* y, int64_t m,
+                                     int64_t j0, const __mmask16 keep[2]) {
   int64_t i = 0;
   for (; i + kTileRows <= n; i += kTileRows)
-    panel_tile<kTileRows, kQ8>(xq, i, b0, n_blocks, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+    panel_tile<kTileRows, kQ8>(xq, i, b0, n_blocks, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
   for (; i + 2 <= n; i += 2)
-    panel_tile<2, kQ8>(xq, i, b0, n_blocks, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
-  if (i < n) panel_tile<1, kQ8>(xq, i, b0, n_blocks, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+    panel_tile<2, kQ8>(xq, i, b0, n_blocks, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+  if (i < n) panel_tile<1, kQ8>(xq, i, b0, n_blocks, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
 }
 
 DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias,
                                 float* y) {
   const int64_t m = w.rows, k = w.cols;
   const int64_t nb = (k + kBlock - 1) / kBlock;
-  const bool q4 = w.quant == WeightQuant::kQ4;
+  const bool q4 = w.quant == WeightQuant::kQ4, packed = w.layout == WeightLayout::kPanels;
+  const int64_t block_bytes = q4 ? kQ4BlockBytes : kQ8BlockBytes;
   static thread_local ScratchBuffer x_scratch;
   const size_t q_bytes = static_cast<size_t>(n * nb * kBlock + 63) & ~size_t{63};
   char* xbuf = x_scratch.get<char>(q_bytes + 2 * n * nb * sizeof(float));
@@ -373,11 +377,15 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
   const int64_t bpg = q4 ? w.group_size / kBlock : 1, n_groups = q4 ? k / w.group_size : 1;
   parallel_for(pool, n_panels, [&](int64_t p_begin, int64_t p_end) {
     static thread_local ScratchBuffer panel_scratch;
-    auto* codes = panel_scratch.get<uint8_t>(kChunkBlocks * (kBlockCodeBytes + 2 * 32 * sizeof(float)));
-    auto* sc = reinterpret_cast<float*>(codes + kChunkBlocks * kBlockCodeBytes);
-    float* mn = sc + kChunkBlocks * 32;
-    // Chunk s of this task is chunk s % n_chunks of panel p_begin + s / n_chunks; the chunk
-    // kPrefetchChunks ahead is prefetched before each chunk is packed.
+    auto* scratch = panel_scratch.get<uint8_t>(kChunkBlocks * (kQ8BlockBytes + 2 * 32 * sizeof(uint16_t)) +
+                                               32 * sizeof(float));
+    auto* row_sc = reinterpret_cast<float*>(scratch);  // kQ8: [32] row scales of the panel
+    uint8_t* chunk_codes = scratch + 32 * sizeof(float);
+    auto* chunk_sc = reinterpret_cast<uint16_t*>(chunk_codes + kChunkBlocks * kQ8BlockBytes);
+    uint16_t* chunk_mn = chunk_sc + kChunkBlocks * 32;
+    // Row-major weights: chunk s of this task is chunk s % n_chunks of panel p_begin + s / n_chunks; the
+    // chunk kPrefetchChunks ahead is prefetched before each chunk is packed. kPanels: the chunk after
+    // this one (contiguous) is prefetched while this one is multiplied.
     const int64_t n_chunks = (nb + kChunkBlocks - 1) / kChunkBlocks, n_steps = (p_end - p_begin) * n_chunks;
     auto prefetch_step = [&](int64_t step) {
       if (step >= n_steps) return;
@@ -385,7 +393,8 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
       const PanelRows r[2] = {panel_rows(w, pj, 0), panel_rows(w, pj, 1)};
       prefetch_chunk(w, r, c, std::min(nb, c + kChunkBlocks));
     };
-    for (int64_t step = 0; step < kPrefetchChunks; ++step) prefetch_step(step);
+    if (!packed)
+      for (int64_t step = 0; step < kPrefetchChunks; ++step) prefetch_step(step);
     int64_t step = 0;
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int64_t j0 = p * kPanelRows;
@@ -394,20 +403,38 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
       if (!q4) {
         const auto* s32 = static_cast<const float*>(w.scales);
         for (int v = 0; v < 2; ++v)
-          for (int l = 0; l < 16; ++l) sc[v * 16 + l] = s32[rows[v].index[l]];
+          for (int l = 0; l < 16; ++l) row_sc[v * 16 + l] = s32[rows[v].index[l]];
       }
+      const uint8_t* panel_codes = static_cast<const uint8_t*>(w.data) + p * nb * block_bytes;
       for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks, ++step) {
         const int64_t c1 = std::min(nb, c0 + kChunkBlocks);
-        prefetch_step(step + kPrefetchChunks);
-        pack_codes(w, rows, c0, c1, codes);
+        const int64_t g0 = c0 / bpg, g1 = (c1 + bpg - 1) / bpg;
+        const uint8_t* codes = chunk_codes;
+        const uint16_t *sc = chunk_sc, *mn = chunk_mn;
+        if (packed) {
+          codes = panel_codes + c0 * block_bytes;
+          const int64_t ahead = step + 1 < n_steps ? (c1 - c0) * block_bytes : 0;  // the next chunk follows
+          for (int64_t at = 0; at < ahead; at += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(codes + (c1 - c0) * block_bytes + at), _MM_HINT_T1);
+          if (q4) {
+            sc = static_cast<const uint16_t*>(w.scales) + (p * n_groups + g0) * 32;
+            mn = static_cast<const uint16_t*>(w.mins) + (p * n_groups + g0) * 32;
+          }
+        } else {
+          prefetch_step(step + kPrefetchChunks);
+          pack_codes(w, rows, c0, c1, chunk_codes);
+          if (q4) {
+            pack_group_table(static_cast<const uint16_t*>(w.scales), n_groups, rows, g0, g1, chunk_sc);
+            pack_group_table(static_cast<const uint16_t*>(w.mins), n_groups, rows, g0, g1, chunk_mn);
+          }
+        }
         const bool first = c0 == 0, last = c1 == nb;
         if (q4) {
-          const int64_t g0 = c0 / bpg, g1 = (c1 + bpg - 1) / bpg;
-          pack_group_table(static_cast<const uint16_t*>(w.scales), n_groups, rows, g0, g1, sc);
-          pack_group_table(static_cast<const uint16_t*>(w.mins), n_groups, rows, g0, g1, mn);
-          panel_rows_all_x<false>(xq, n, c0, c1 - c0, codes, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+          panel_rows_all_x<false>(xq, n, c0, c1 - c0, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0,
+                                  keep);
         } else {
-          panel_rows_all_x<true>(xq, n, c0, c1 - c0, codes, sc, mn, 1, 0, first, last, bias, y, m, j0, keep);
+          panel_rows_all_x<true>(xq, n, c0, c1 - c0, codes, row_sc, nullptr, nullptr, 1, 0, first, last, bias, y, m,
+                                 j0, keep);
         }
       }
     }
@@ -448,6 +475,22 @@ void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightVi
       matmul_dequant_f32(pool, x, n, w, bias, y);
       return;
   }
+}
+
+void pack_quant_panels(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint8_t* codes,
+                       uint16_t* scales, uint16_t* mins) {
+  const bool q4 = w.quant == WeightQuant::kQ4;
+  const int64_t nb = (w.cols + kBlock - 1) / kBlock, block_bytes = q4 ? kQ4BlockBytes : kQ8BlockBytes;
+  const int64_t n_groups = q4 ? w.cols / w.group_size : 0;
+  parallel_for(pool, panel_end - panel_begin, [&](int64_t b, int64_t e) {
+    for (int64_t p = panel_begin + b; p < panel_begin + e; ++p) {
+      const PanelRows rows[2] = {panel_rows(w, p * kPanelRows, 0), panel_rows(w, p * kPanelRows, 1)};
+      pack_codes(w, rows, 0, nb, codes + p * nb * block_bytes);
+      if (!q4) continue;
+      pack_group_table(static_cast<const uint16_t*>(w.scales), n_groups, rows, 0, n_groups, scales + p * n_groups * 32);
+      pack_group_table(static_cast<const uint16_t*>(w.mins), n_groups, rows, 0, n_groups, mins + p * n_groups * 32);
+    }
+  });
 }
 
 }  // namespace dc::cpu

@@ -25,6 +25,12 @@ enum class QuantKernel {
 void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                      QuantKernel kernel = QuantKernel::kAuto);
 
+// Panels [panel_begin, panel_end) (32 rows each) of the kPanels copy (ops/weight.h) of the row-major
+// quantized weight w: codes (the whole copy, 64-byte aligned) and, kQ4, the f16 scale and min tables.
+// Precondition: cpu_has_avx512_vnni(); kQ4 needs group_size % 32 == 0.
+void pack_quant_panels(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint8_t* codes,
+                       uint16_t* scales, uint16_t* mins);
+
 // AVX-512 F/BW/VL/DQ plus VNNI (vpdpbusd) at run time; false while force_portable_kernels_for_testing.
 bool cpu_has_avx512_vnni();
 
