@@ -10,9 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <random>
-#include <cstdlib>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -146,22 +145,34 @@ TEST_P(QuantMatmulTest, Q4FastKernelsMatchReference) {
   for (const Shape& s : kQ4Shapes) check_kernels(&pool_, WeightQuant::kQ4, s);
 }
 
-// kPanels (packed once, as Model::pack_weights does; in two chunks of panels): every row reads back
-// exactly, and every kernel gives bit for bit what it gives on the row-major weight.
+// The kPanels copy of a weight (bf16 or quantized), packed in two chunks of panels as
+// Model::pack_weights packs in chunks; the buffers start poisoned, so unwritten bytes show.
+struct PackedCopy {
+  using Buffer = std::unique_ptr<uint8_t[], decltype(&std::free)>;
+  Buffer data{nullptr, &std::free}, scales{nullptr, &std::free}, mins{nullptr, &std::free};
+  WeightView view;
+
+  PackedCopy(ThreadPool* pool, const WeightView& w) {
+    const PanelSizes sizes = panel_sizes(w);
+    auto buffer = [](int64_t bytes) {
+      Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)), &std::free);
+      std::fill_n(b.get(), bytes, uint8_t{0xa5});
+      return b;
+    };
+    data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
+    Context ctx{Device::kCpu, pool};
+    pack_panels(ctx, w, data.get(), scales.get(), mins.get(), 0, sizes.panels / 2);
+    view = pack_panels(ctx, w, data.get(), scales.get(), mins.get(), sizes.panels / 2, sizes.panels);
+  }
+};
+
+// kPanels (packed once, as Model::pack_weights does): every row reads back exactly, and every kernel
+// gives bit for bit what it gives on the row-major weight.
 void check_packed(ThreadPool* pool, WeightQuant quant, const Shape& s) {
   const QuantHolder w(quant, s.m, s.k, s.group, 3 + s.n + s.m + s.k);
-  const PanelSizes sizes = panel_sizes(w.view);
-  ASSERT_GT(sizes.panels, 0);
-  auto buffer = [](int64_t bytes) {
-    std::unique_ptr<uint8_t[], decltype(&std::free)> b(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)),
-                                                      &std::free);
-    std::fill_n(b.get(), bytes, uint8_t{0xa5});  // poison: every byte must be written
-    return b;
-  };
-  auto data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
-  Context ctx{Device::kCpu, pool};
-  pack_panels(ctx, w.view, data.get(), scales.get(), mins.get(), 0, sizes.panels / 2);
-  const WeightView packed = pack_panels(ctx, w.view, data.get(), scales.get(), mins.get(), sizes.panels / 2, sizes.panels);
+  ASSERT_GT(panel_sizes(w.view).panels, 0);
+  const PackedCopy copy(pool, w.view);
+  const WeightView& packed = copy.view;
   const std::string what = "n " + std::to_string(s.n) + " m " + std::to_string(s.m) + " k " + std::to_string(s.k);
   std::vector<float> row(s.k), row_packed(s.k);
   for (int64_t r = 0; r < s.m; ++r) {
@@ -256,6 +267,7 @@ TEST(QuantBench, DISABLED_SevenBShapes) {
     std::vector<uint16_t> bf16(m * k);
     for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = f32_to_bf16(q8.dense[i]);
     const WeightView wb{DType::kBF16, bf16.data(), m, k};
+    const PackedCopy wb_packed(&pool, wb), q8_packed(&pool, q8.view), q4_packed(&pool, q4.view);
     for (int64_t n : {32, 320}) {
       const auto x = random_x(n, k, 5);
       std::vector<float> y(n * m);
@@ -264,8 +276,11 @@ TEST(QuantBench, DISABLED_SevenBShapes) {
       const std::vector<std::pair<std::string, std::function<void()>>> kernels = {
           {"bf16 weights, f32 activ.", [&] { matmul_nt(f32, x.data(), n, wb, nullptr, y.data()); }},
           {"bf16 weights, bf16 activ.", [&] { matmul_nt(bf, x.data(), n, wb, nullptr, y.data()); }},
+          {"bf16 kPanels, bf16 activ.", [&] { matmul_nt(bf, x.data(), n, wb_packed.view, nullptr, y.data()); }},
           {"q8 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
           {"q4 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q8 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
           {"q8 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
           {"q4 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
       };

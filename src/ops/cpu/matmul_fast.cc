@@ -31,7 +31,7 @@ using simd::mask32;
 
 constexpr int kMr = 6;              // rows of x per micro-tile
 constexpr int kNv = 4;              // 16-lane vectors of y columns per micro-tile
-constexpr int64_t kPanel = 64;      // columns of y (rows of W) per packed panel = kNv · 16
+constexpr int64_t kPanel = kPanelRows;  // columns of y (rows of W) per packed panel = kNv · 16
 // k per packed panel: 512 pairs (bf16) or 512 values (f32) × 64 columns × 4 B = 128 KiB, streamed from
 // L2. Measured on Zen 5 (bf16 kc 256 ... 4096): 1024 is 2-5% faster than 256 (fewer C-tile reloads).
 constexpr int64_t kKcBf16 = 1024;

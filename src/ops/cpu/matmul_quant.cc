@@ -8,7 +8,7 @@
 // is Σ q·xq, and the row scale s is applied once at the end). The kernel reads 32-row panels in the
 // kPanels layout (ops/weight.h): one 64-byte vector holds 4 consecutive codes of 16 rows (lane = weight
 // row; kQ4: two nibbles per byte, split in registers), so one broadcast of 4 bytes of x feeds 16 rows at
-// once. Weights packed at load (Model::pack_weights) are read in place, the next chunk prefetched;
+// once. Weights packed at load (Model::pack_weights) are read in place as one sequential stream;
 // row-major ones are repacked per thread, one chunk of blocks at a time.
 #include <immintrin.h>
 
@@ -384,8 +384,9 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
     auto* chunk_sc = reinterpret_cast<uint16_t*>(chunk_codes + kChunkBlocks * kQ8BlockBytes);
     uint16_t* chunk_mn = chunk_sc + kChunkBlocks * 32;
     // Row-major weights: chunk s of this task is chunk s % n_chunks of panel p_begin + s / n_chunks; the
-    // chunk kPrefetchChunks ahead is prefetched before each chunk is packed. kPanels: the chunk after
-    // this one (contiguous) is prefetched while this one is multiplied.
+    // chunk kPrefetchChunks ahead is prefetched before each chunk is packed. kPanels weights are read in
+    // one sequential stream, which the hardware prefetchers follow (explicit prefetches of the next
+    // chunk, all at once or spread over the tiles, measured no faster).
     const int64_t n_chunks = (nb + kChunkBlocks - 1) / kChunkBlocks, n_steps = (p_end - p_begin) * n_chunks;
     auto prefetch_step = [&](int64_t step) {
       if (step >= n_steps) return;
@@ -413,9 +414,6 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
         const uint16_t *sc = chunk_sc, *mn = chunk_mn;
         if (packed) {
           codes = panel_codes + c0 * block_bytes;
-          const int64_t ahead = step + 1 < n_steps ? (c1 - c0) * block_bytes : 0;  // the next chunk follows
-          for (int64_t at = 0; at < ahead; at += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(codes + (c1 - c0) * block_bytes + at), _MM_HINT_T1);
           if (q4) {
             sc = static_cast<const uint16_t*>(w.scales) + (p * n_groups + g0) * 32;
             mn = static_cast<const uint16_t*>(w.mins) + (p * n_groups + g0) * 32;
