@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/grown.h"
 #include "io/mapped_file.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
@@ -47,14 +48,13 @@ Status Model::pack_weights(const Context& ctx) {
       bufs.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(bytes))));
       if (!bufs.back()) return internal_error("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
     }
-    const int64_t rows_per_panel = w->quantized() ? kQuantPanelRows : kPanelRows;
     const int64_t row_bytes = w->quant == WeightQuant::kQ4 ? w->cols / 2 : w->cols * (w->quantized() ? 1 : 2);
     WeightView packed;
     for (int64_t p0 = 0; p0 < sizes.panels; p0 += kChunkPanels) {
       const int64_t p1 = std::min(sizes.panels, p0 + kChunkPanels);
       packed = pack_panels(ctx, *w, bufs[0].get(), bufs.size() > 1 ? bufs[1].get() : nullptr,
                            bufs.size() > 2 ? bufs[2].get() : nullptr, p0, p1);
-      const int64_t r0 = p0 * rows_per_panel, r1 = std::min(w->rows, p1 * rows_per_panel);
+      const int64_t r0 = p0 * sizes.panel_rows, r1 = std::min(w->rows, p1 * sizes.panel_rows);
       if (release)
         release_pages(static_cast<const char*>(w->data) + r0 * row_bytes, static_cast<size_t>((r1 - r0) * row_bytes));
     }
@@ -149,14 +149,14 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   // fresh buffers each forward cost a zero fill and page faults (~5% of a 0.5B step).
   thread_local ForwardWorkspace ws;
   const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
-  float* h = ws.get(ws.h, T * E);                                   // [T, E] residual stream
-  float* a = ws.get(ws.a, T * E);                                   // [T, E] normed input
-  float* q = ws.get(ws.q, Ts * q_dim);                              // [T, H*D]
-  float* attn = ws.get(ws.attn, Ts * q_dim);                        // [T, H*D]
-  float* k_own = ws.get(ws.k, refresh ? 0 : Ts * kv_dim);           // [T, Hkv*D]
-  float* v_own = ws.get(ws.v, refresh ? 0 : Ts * kv_dim);           // [T, Hkv*D]
-  float* gate = ws.get(ws.gate, Ts * F);                            // [T, F]
-  float* up = ws.get(ws.up, Ts * F);                                // [T, F]
+  float* h = grown(ws.h, T * E);                                   // [T, E] residual stream
+  float* a = grown(ws.a, T * E);                                   // [T, E] normed input
+  float* q = grown(ws.q, Ts * q_dim);                              // [T, H*D]
+  float* attn = grown(ws.attn, Ts * q_dim);                        // [T, H*D]
+  float* k_own = grown(ws.k, refresh ? 0 : Ts * kv_dim);           // [T, Hkv*D]
+  float* v_own = grown(ws.v, refresh ? 0 : Ts * kv_dim);           // [T, Hkv*D]
+  float* gate = grown(ws.gate, Ts * F);                            // [T, F]
+  float* up = grown(ws.up, Ts * F);                                // [T, F]
 
   embedding(ctx, weights_.tok_embd, tokens.data(), T, h);
   observe("embd", h, {T, E});

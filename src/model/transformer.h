@@ -82,13 +82,9 @@ class Model {
 
   Status check_batch(const ForwardBatch& batch) const;
 
-  // Grow-only activation buffers of the forward, one set per calling thread.
+  // Grow-only activation buffers of the forward (core/grown.h), one set per calling thread.
   struct ForwardWorkspace {
     std::vector<float> h, a, q, attn, k, v, gate, up;
-    static float* get(std::vector<float>& buf, int64_t n) {
-      if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-      return buf.data();
-    }
   };
 
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/grown.h"
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
 #include "ops/elementwise.h"
@@ -54,12 +55,6 @@ struct MatmulBackwardScratch {
   std::vector<float> dyt, wt, dense, xt, tmp;
 };
 thread_local MatmulBackwardScratch t_scratch;
-
-// buf grown to at least `size` floats (contents unspecified).
-float* grown(std::vector<float>& buf, int64_t size) {
-  if (static_cast<int64_t>(buf.size()) < size) buf.resize(static_cast<size_t>(size));
-  return buf.data();
-}
 
 }  // namespace
 

@@ -40,12 +40,14 @@ PanelSizes panel_sizes(const WeightView& w) {
   if (w.layout != WeightLayout::kRowMajor || w.empty()) return p;
   if (!w.quantized()) {
     if (w.dtype != DType::kBF16) return p;
+    p.panel_rows = kPanelRows;
     p.panels = (w.rows + kPanelRows - 1) / kPanelRows;
     p.data_bytes = p.panels * (w.cols + 1) / 2 * kPanelRows * 4;
     return p;
   }
   const bool q4 = w.quant == WeightQuant::kQ4;
   if (q4 && w.group_size % kQuantBlock != 0) return p;
+  p.panel_rows = kQuantPanelRows;
   p.panels = (w.rows + kQuantPanelRows - 1) / kQuantPanelRows;
   p.data_bytes = p.panels * (w.cols + kQuantBlock - 1) / kQuantBlock * (q4 ? 512 : 1024);
   p.table_bytes = q4 ? p.panels * (w.cols / w.group_size) * kQuantPanelRows * 2 : 0;

@@ -18,7 +18,8 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
 
 // The kPanels copy (ops/weight.h) of a weight, as pack_panels writes it.
 struct PanelSizes {
-  int64_t panels = 0;       // 64-row (bf16) or 32-row (quantized) panels
+  int64_t panels = 0;       // panels of panel_rows rows
+  int64_t panel_rows = 0;   // 64 (bf16) or 32 (quantized)
   int64_t data_bytes = 0;   // the re-laid data
   int64_t table_bytes = 0;  // kQ4: each of the re-laid scale and min tables (kQ8 keeps its row scales)
 };

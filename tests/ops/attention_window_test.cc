@@ -12,12 +12,15 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernel_test_util.h"
 #include "ops/attention.h"
 #include "ops/attention_window.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc {
 namespace {
+
+using dc::testing::expect_close;
 
 std::vector<float> random_values(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -78,22 +81,6 @@ TEST_P(AttentionWindowTest, PadQueriesGetZeroOutput) {
   attention_window(ctx, s, 1, 2, q.data(), k.data(), v.data(), valid.data(), out.data());
   for (int t = 0; t < 8; ++t) EXPECT_EQ(out[t], 0.0f) << "pad query element " << t;
   for (int t = 8; t < 16; ++t) EXPECT_TRUE(std::isfinite(out[t]) && out[t] != 7.0f) << "real query element " << t;
-}
-
-// max |got - want| <= rel_tol * max |want|, every got finite; prints the worst index, both values, the tolerance.
-void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel_tol,
-                  const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  double max_ref = 1e-30, worst = 0;
-  size_t worst_i = 0;
-  for (float w : want) max_ref = std::max(max_ref, std::abs(static_cast<double>(w)));
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << " index " << i << " got " << got[i];
-    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (d > worst) worst = d, worst_i = i;
-  }
-  EXPECT_LE(worst, rel_tol * max_ref) << what << ": index " << worst_i << " got " << got[worst_i] << " want "
-                                      << want[worst_i] << " tol " << rel_tol * max_ref;
 }
 
 struct FastCase {

@@ -5,12 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "ops/attention.h"
 #include "ops/cpu/kernels.h"
 #include "ops/elementwise.h"
@@ -20,28 +19,14 @@
 namespace dc {
 namespace {
 
+using dc::testing::expect_close;
+
 std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(gen);
   return v;
-}
-
-// max |got - want| <= rel_tol * max |want|; prints the worst index, both values and the tolerance.
-void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel_tol,
-                  const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  double max_ref = 1e-30, worst = 0;
-  size_t worst_i = 0;
-  for (float w : want) max_ref = std::max(max_ref, std::abs(static_cast<double>(w)));
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << " index " << i;
-    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (d > worst) worst = d, worst_i = i;
-  }
-  EXPECT_LE(worst, rel_tol * max_ref) << what << ": index " << worst_i << " got " << got[worst_i] << " want "
-                                      << want[worst_i] << " tol " << rel_tol * max_ref;
 }
 
 struct Weight {
@@ -130,29 +115,13 @@ TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
   }
 }
 
-// A 64-byte-aligned kPanels copy of w (packed in two chunks when it has more than one panel).
-struct Packed {
-  std::unique_ptr<uint32_t[], decltype(&std::free)> words{nullptr, &std::free};
-  WeightView view;
-};
-Packed pack(const Context& ctx, const WeightView& w) {
-  Packed p;
-  const PanelSizes sizes = panel_sizes(w);
-  const int64_t n_words = sizes.data_bytes / 4;
-  p.words.reset(static_cast<uint32_t*>(std::aligned_alloc(64, (sizes.data_bytes + 63) / 64 * 64)));
-  std::fill_n(p.words.get(), n_words, 0xdeadbeefu);  // poison: every word must be written
-  pack_panels(ctx, w, p.words.get(), nullptr, nullptr, 0, sizes.panels / 2);
-  p.view = pack_panels(ctx, w, p.words.get(), nullptr, nullptr, sizes.panels / 2, sizes.panels);
-  return p;
-}
-
 // kPanels weights: every row reads back exactly; the reference kernel gives the row-major result bit for
 // bit; the fast kernel at f32 precision matches the reference and at bf16 precision the reference on
 // rounded activations (and the row-major fast result bit for bit where both take the packed path).
 TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
   for (auto [n, m, k] : kMatmulShapes) {
     const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(9 + n + m + k));
-    const Packed p = pack(fast_, w.view);
+    const dc::testing::PackedCopy p(&pool_, w.view);
     const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
     std::vector<float> row(k), row_packed(k);
     for (int64_t r = 0; r < m; ++r) {
@@ -165,9 +134,9 @@ TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
       const int64_t panel_row = i % kPanelRows + i / (kPanelRows * ((k + 1) / 2)) * kPanelRows;
       const int64_t col_pair = i / kPanelRows % ((k + 1) / 2);
       if (panel_row >= m) {
-        ASSERT_EQ(p.words[i], 0u) << what << ": pad row not zero";
+        ASSERT_EQ(p.words()[i], 0u) << what << ": pad row not zero";
       } else if (k % 2 && col_pair == k / 2) {
-        ASSERT_EQ(p.words[i] >> 16, 0u) << what << ": pad column not zero";
+        ASSERT_EQ(p.words()[i] >> 16, 0u) << what << ": pad column not zero";
       }
     }
     const auto x = random_vec(n * k, static_cast<uint32_t>(19 + k));

@@ -16,12 +16,14 @@
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"
+#include "kernel_test_util.h"
 #include "ops/matmul.h"
 
 namespace dc {
 namespace {
 
 using cpu::QuantKernel;
+using dc::testing::PackedCopy;
 
 // A random quantized weight: codes over the whole range, positive scales, q4 mins of either sign.
 struct QuantHolder {
@@ -144,27 +146,6 @@ TEST_P(QuantMatmulTest, Q8FastKernelsMatchReference) {
 TEST_P(QuantMatmulTest, Q4FastKernelsMatchReference) {
   for (const Shape& s : kQ4Shapes) check_kernels(&pool_, WeightQuant::kQ4, s);
 }
-
-// The kPanels copy of a weight (bf16 or quantized), packed in two chunks of panels as
-// Model::pack_weights packs in chunks; the buffers start poisoned, so unwritten bytes show.
-struct PackedCopy {
-  using Buffer = std::unique_ptr<uint8_t[], decltype(&std::free)>;
-  Buffer data{nullptr, &std::free}, scales{nullptr, &std::free}, mins{nullptr, &std::free};
-  WeightView view;
-
-  PackedCopy(ThreadPool* pool, const WeightView& w) {
-    const PanelSizes sizes = panel_sizes(w);
-    auto buffer = [](int64_t bytes) {
-      Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)), &std::free);
-      std::fill_n(b.get(), bytes, uint8_t{0xa5});
-      return b;
-    };
-    data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
-    Context ctx{Device::kCpu, pool};
-    pack_panels(ctx, w, data.get(), scales.get(), mins.get(), 0, sizes.panels / 2);
-    view = pack_panels(ctx, w, data.get(), scales.get(), mins.get(), sizes.panels / 2, sizes.panels);
-  }
-};
 
 // kPanels (packed once, as Model::pack_weights does): every row reads back exactly, and every kernel
 // gives bit for bit what it gives on the row-major weight.
