@@ -36,7 +36,7 @@ struct BenchArgs {
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
   std::string weights = "bf16", precision = "f32";
-  int64_t group_size = 32;
+  int64_t group_size = 128;
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }

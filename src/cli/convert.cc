@@ -1,4 +1,4 @@
-// `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 32] [--force]`: writes a
+// `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 128] [--force]`: writes a
 // quantized copy of a checkpoint (formats in README.md "Quantized weights"); progress on stderr.
 #include <CLI/CLI.hpp>
 
@@ -14,7 +14,7 @@ namespace {
 
 struct ConvertArgs {
   std::string model_dir, out_dir, weights;
-  int64_t group_size = 32;
+  int64_t group_size = 128;
   bool force = false, keep_embeddings = false, quiet = false;
   int threads = 0;
   int64_t shard_mb = 2048;
@@ -62,7 +62,7 @@ RunFn add_convert_command(CLI::App& app) {
                   "q8: int8, one f32 scale per row; q4: 4-bit, f16 scale and min per group of columns")
       ->required()
       ->check(CLI::IsMember({"q8", "q4"}));
-  cmd->add_option("--group-size", args->group_size, "q4: columns per scale and min (a multiple of 32)")
+  cmd->add_option("--group-size", args->group_size, "q4: columns per scale and min (a multiple of 32; 32, 64 and multiples of 128 run the int8 kernel)")
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace an existing output directory");
   cmd->add_flag("--keep-embeddings", args->keep_embeddings, "Leave model.embed_tokens.weight unquantized");

@@ -44,7 +44,7 @@ enum class Q4Variant { kMin, kSymmetric };
 
 struct QuantizeOptions {
   WeightQuant format = WeightQuant::kQ8;
-  int64_t group_size = 32;            // q4: columns per scale; a positive multiple of 32
+  int64_t group_size = 128;           // q4: columns per scale; a positive multiple of 32
   bool embeddings = true;             // also quantize model.embed_tokens.weight
   Q4Variant q4_variant = Q4Variant::kMin;
 };

@@ -41,7 +41,9 @@ TEST(Convert, QuantizedCopiesGenerateAndInspect) {
   const fs::path dir = temp_dir("ok");
   for (const char* format : {"q8", "q4"}) {
     const fs::path out = dir / format;
-    auto r = run("convert --model " + kVocabModel + " --out " + out.string() + " --weights " + format);
+    // --group-size 32: the fixture's 32-column matrices (at the default 128 they would stay as stored).
+    const std::string group = std::string(format) == "q4" ? " --group-size 32" : "";
+    auto r = run("convert --model " + kVocabModel + " --out " + out.string() + " --weights " + format + group);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("/27]"), std::string::npos) << "progress per tensor on stderr: " << r.err;
     EXPECT_NE(r.err.find("MB/s"), std::string::npos) << r.err;
@@ -52,6 +54,7 @@ TEST(Convert, QuantizedCopiesGenerateAndInspect) {
     const auto config = dc::testing::load_json((out / "config.json").string());
     EXPECT_EQ(config["quantization"]["format"], format);
     EXPECT_EQ(config["quantization"]["quantized_by"], "diffucoder");
+    EXPECT_EQ(config["quantization"]["group_size"], std::string(format) == "q4" ? 32 : 0);
     EXPECT_EQ(config["hidden_size"], dc::testing::load_json(kVocabModel + "/config.json")["hidden_size"]);
 
     auto gen = run("generate --model " + out.string() + " --prompt 'def add(a, b):' --max-new-tokens 8 --steps 4 --json --quiet");

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -91,7 +92,9 @@ struct Shape {
 const std::vector<Shape> kQ8Shapes = {{1, 1, 32, 0},   {1, 17, 7, 0},    {3, 5, 33, 0},   {5, 33, 100, 0},
                                       {4, 32, 64, 0},  {13, 70, 128, 0}, {17, 47, 96, 0}, {9, 64, 2100, 0}};
 const std::vector<Shape> kQ4Shapes = {{1, 1, 32, 32},  {3, 5, 64, 32},    {4, 32, 96, 32}, {13, 70, 160, 32},
-                                      {6, 33, 128, 64}, {17, 47, 256, 128}, {9, 64, 2112, 32}, {2, 3, 48, 16}};
+                                      {6, 33, 128, 64}, {17, 47, 256, 128}, {9, 64, 2112, 32}, {2, 3, 48, 16},
+                                      {5, 40, 1472, 64}, {3, 40, 512, 256},  // 1472: 11.5 x blocks
+                                      {4, 40, 768, 384}, {3, 9, 480, 96}};   // 96: the portable kernel
 
 class QuantMatmulTest : public ::testing::TestWithParam<int> {
  protected:
@@ -100,7 +103,8 @@ class QuantMatmulTest : public ::testing::TestWithParam<int> {
 };
 
 // The fast kernels against the reference: the f32 one to rounding, the int8 one within the bound its
-// activation rounding implies, |Δy| ≤ Σ_blocks amax(x_block)/254 · Σ_block |w| (+ f32 slack).
+// activation rounding implies, |Δy| ≤ Σ_blocks amax(x_block)/254 · Σ_block |w| (+ f32 slack), over its
+// blocks of kInt8XBlock columns.
 void check_kernels(ThreadPool* pool, WeightQuant quant, const Shape& s) {
   const QuantHolder w(quant, s.m, s.k, s.group, 7 + s.n + s.m + s.k);
   const auto x = random_x(s.n, s.k, 11 + s.k);
@@ -118,13 +122,15 @@ void check_kernels(ThreadPool* pool, WeightQuant quant, const Shape& s) {
     std::fill(y.begin(), y.end(), NAN);
     cpu::matmul_nt_quant(pool, x.data(), s.n, w.view, bias.data(), y.data(), kernel);
     const bool exact_x = kernel == QuantKernel::kDequantF32 || !cpu::cpu_has_avx512_vnni() ||
-                         (quant == WeightQuant::kQ4 && s.group % 32 != 0);
+                         (quant == WeightQuant::kQ4 && (s.group % 32 != 0 || (cpu::kInt8XBlock % s.group != 0 &&
+                                                                   s.group % cpu::kInt8XBlock != 0)));
     for (int64_t i = 0; i < s.n; ++i)
       for (int64_t j = 0; j < s.m; ++j) {
         double abs_dot = 0, bound = 0;
-        for (int64_t b = 0; b * 32 < s.k; ++b) {
+        constexpr int64_t kB = cpu::kInt8XBlock;
+        for (int64_t b = 0; b * kB < s.k; ++b) {
           double amax = 0, wsum = 0;
-          for (int64_t t = b * 32; t < std::min(s.k, b * 32 + 32); ++t) {
+          for (int64_t t = b * kB; t < std::min(s.k, b * kB + kB); ++t) {
             amax = std::max(amax, static_cast<double>(std::abs(x[i * s.k + t])));
             wsum += std::abs(w.dense[j * s.k + t]);
             abs_dot += std::abs(x[i * s.k + t] * w.dense[j * s.k + t]);
@@ -239,17 +245,24 @@ double best_ms(int reps, const std::function<void()>& fn) {
 }
 
 // Kernels interleaved round by round (the best of the rounds counts), so that a noisy machine slows
-// them alike. DC_BENCH_THREADS sets the threads (default: all).
+// them alike. DC_BENCH_THREADS sets the threads (default: all), DC_BENCH_ROUNDS the rounds, DC_BENCH_N the
+// rows of x (default 33 and 320), DC_BENCH_KM=k,m one shape, DC_BENCH_GROUP the q4 group size (default
+// 32), DC_BENCH_QUICK=1 times only the kPanels kernels.
 TEST(QuantBench, DISABLED_SevenBShapes) {
   ThreadPool pool(std::getenv("DC_BENCH_THREADS") ? std::atoi(std::getenv("DC_BENCH_THREADS")) : 0);
   std::printf("threads %d, vnni %d\n", pool.n_threads(), cpu::cpu_has_avx512_vnni() ? 1 : 0);
-  for (auto [k, m] : {std::pair<int64_t, int64_t>{3584, 18944}, {18944, 3584}}) {
-    const QuantHolder q8(WeightQuant::kQ8, m, k, 0, 1), q4(WeightQuant::kQ4, m, k, 32, 2);
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{3584, 18944}, {18944, 3584}};  // (k, m)
+  if (const char* e = std::getenv("DC_BENCH_KM")) shapes = {{std::atoll(e), std::atoll(std::strchr(e, ',') + 1)}};
+  for (auto [k, m] : shapes) {
+    const int64_t group = std::getenv("DC_BENCH_GROUP") ? std::atoll(std::getenv("DC_BENCH_GROUP")) : 32;
+    const QuantHolder q8(WeightQuant::kQ8, m, k, 0, 1), q4(WeightQuant::kQ4, m, k, group, 2);
     std::vector<uint16_t> bf16(m * k);
     for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = f32_to_bf16(q8.dense[i]);
     const WeightView wb{DType::kBF16, bf16.data(), m, k};
     const PackedCopy wb_packed(&pool, wb), q8_packed(&pool, q8.view), q4_packed(&pool, q4.view);
-    for (int64_t n : {32, 320}) {
+    std::vector<int64_t> ns = {33, 320};  // 33: the rows of a --cache dual step at block length 32
+    if (const char* e = std::getenv("DC_BENCH_N")) ns = {std::atoll(e)};
+    for (int64_t n : ns) {
       const auto x = random_x(n, k, 5);
       std::vector<float> y(n * m);
       Context f32{Device::kCpu, &pool}, bf{Device::kCpu, &pool};
@@ -269,7 +282,8 @@ TEST(QuantBench, DISABLED_SevenBShapes) {
       const int rounds = std::getenv("DC_BENCH_ROUNDS") ? std::atoi(std::getenv("DC_BENCH_ROUNDS")) : 5;
       for (int r = 0; r < rounds; ++r)
         for (size_t i = 0; i < kernels.size(); ++i) {
-          if (r >= 2 && i >= 4) continue;  // the slow portable kernels: two rounds
+          if (r >= 2 && i >= 7) continue;  // the slow portable kernels: two rounds
+          if (std::getenv("DC_BENCH_QUICK") && (i < 2 || i == 3 || i == 4 || i >= 7)) continue;
           best[i] = std::min(best[i], best_ms(1, kernels[i].second));
         }
       for (size_t i = 0; i < kernels.size(); ++i)

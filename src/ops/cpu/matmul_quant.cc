@@ -2,14 +2,16 @@
 // dot in double), a portable one (dequantize 32 rows to f32, 4×4 FMA tiles) and the AVX-512 VNNI one.
 //
 // The VNNI kernel writes every weight as w = s·u + mn with an unsigned byte code u (q8: u = q + 128,
-// mn = −128·s; q4: u = the nibble, mn = the stored min) and rounds x per row and 32-column block b to
-// int8: x ≈ sx_b · xq. Then  Σ_b∈block w·x = s·sx_b·Σ u·xq + mn·(sx_b·Σ xq):  the u8×s8 sums are exact
-// int32 (vpdpbusd); the two f32 terms are added per block (q8: the int32 sum starts at −128·Σ xq, so it
-// is Σ q·xq, and the row scale s is applied once at the end). The kernel reads 32-row panels in the
-// kPanels layout (ops/weight.h): one 64-byte vector holds 4 consecutive codes of 16 rows (lane = weight
-// row; kQ4: two nibbles per byte, split in registers), so one broadcast of 4 bytes of x feeds 16 rows at
-// once. Weights packed at load (Model::pack_weights) are read in place as one sequential stream;
-// row-major ones are repacked per thread, one chunk of blocks at a time.
+// mn = −128·s; q4: u = the nibble, s and mn the group's) and rounds x per row and x block X of 128
+// columns to int8: x ≈ sx_X · xq. Then  Σ_X w·x = sx_X·Σ_g∈X s_g·Σ u·xq + Σ_g mn_g·(sx_X·Σ xq):  the
+// u8×s8 sums are exact int32 (vpdpbusd), turned to f32 once per group (q4) or x block (q8: the int32 sum
+// starts at −128·Σ xq, so it is Σ q·xq, and the row scale s is applied once at the end). The kernel
+// reads 32-row panels in the kPanels layout (ops/weight.h): one 64-byte vector holds 4 consecutive
+// codes of 16 rows (lane = weight row; kQ4: two nibbles per byte, split in registers), so one broadcast
+// of 4 bytes of x feeds 16 rows at once; a register tile of up to 8 rows of x passes over one chunk of
+// a panel (4096 columns) at a time, and y accumulates once per x block. Weights packed at load
+// (Model::pack_weights) are read in place as one sequential stream, prefetched one chunk ahead;
+// row-major ones are repacked per thread, one chunk at a time.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -110,55 +112,84 @@ void matmul_dequant_f32(ThreadPool* pool, const float* x, int64_t n, const Weigh
 
 #define DC_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 
-constexpr int64_t kBlock = kQuantBlock;  // columns per x scale and per int32 partial sum
+constexpr int64_t kBlock = kQuantBlock;  // columns per kPanels block (8 steps of 4 columns)
+// Columns per x scale and per int32 partial sum (kQ4: per group, which divides it). 128 rather than 32:
+// the int32 → f32 conversion per x block was 30 % of the kernel's time at 32 (q8, in L1).
+constexpr int64_t kXBlock = kInt8XBlock;
 constexpr int64_t kPanelRows = kQuantPanelRows;  // weight rows per task: two vectors of 16 lanes
 constexpr int64_t kQ8BlockBytes = 8 * 2 * 64;     // kPanels: 8 steps of 4 columns × 2 vectors × 64 bytes
 constexpr int64_t kQ4BlockBytes = 4 * 2 * 64;     // kPanels: two nibbles per byte
-// Blocks repacked at a time (32 KiB of codes) and rows of x per register tile (2·kTileRows int32 plus
-// 2·kTileRows f32 accumulators): the best of {16, 32, 64} × {4, 6} measured at the 7B shapes.
-constexpr int64_t kChunkBlocks = 32;
-constexpr int kTileRows = 6;
+// Blocks repacked (row-major weights) or multiplied (kPanels) at a time: 128 KiB of q8 codes (in L2)
+// and, per register tile, 32 KiB of x (in L1). Measured at the 7B shapes against 8..1024 blocks: below
+// 64 each chunk costs a pass of y and more restarts; above 128 x falls out of L1.
+constexpr int64_t kChunkBlocks = 128;
 constexpr int64_t kPrefetchChunks = 2;  // how far ahead the rows of W are prefetched (1-3 measure alike)
 
-// x rounded to int8 per row and block (see the file comment).
+// x rounded to int8 per row and x block of kXBlock columns (see the file comment).
 struct QuantizedX {
-  const int8_t* q = nullptr;       // [n, nb * 32]; kQ4: each block's columns as 0,2,..,30,1,3,..,31
-  const float* scale = nullptr;    // [n, nb]  sx
-  const float* sum = nullptr;      // [n, nb]  sx · Σ xq        (kQ4)
-  const int32_t* isum = nullptr;   // [n, nb]  −128 · Σ xq      (kQ8)
-  int64_t nb = 0;
+  int8_t* q = nullptr;       // [n, nb * 32]; kQ4: each 32-column block's columns as 0,2,..,30,1,3,..,31
+  float* scale = nullptr;    // [n, nxb]  sx of each x block
+  float* sum = nullptr;      // [n, n_units]  Σ xq over a group (kQ4 groups of 32 / 64) or an x block  (q4)
+  int32_t* isum = nullptr;   // [n, nxb]  −128 · Σ xq over the x block                (kQ8)
+  int64_t nb = 0, nxb = 0, n_units = 0;
 };
 
 using simd::mask16;
 
-DC_TARGET_VNNI void quantize_x_rows(const float* x, int64_t k, int64_t i0, int64_t i1, bool q4, int8_t* q,
-                                    float* scale, float* sum, int32_t* isum, int64_t nb) {
+// Rows [i0, i1) of x. kQ4 (group > 0): group divides kXBlock or is a multiple of it.
+DC_TARGET_VNNI void quantize_x_rows(const float* x, int64_t k, int64_t i0, int64_t i1, int64_t group,
+                                    const QuantizedX& xq) {
+  const bool q4 = group > 0;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  constexpr int kSub = kXBlock / kBlock;
   for (int64_t i = i0; i < i1; ++i) {
     const float* xi = x + i * k;
-    int8_t* qi = q + i * nb * kBlock;
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t c = k - b * kBlock;
-      __m512 a0 = _mm512_maskz_loadu_ps(mask16(c), xi + b * kBlock);
-      __m512 a1 = _mm512_maskz_loadu_ps(mask16(c - 16), xi + b * kBlock + 16);
-      if (q4) {
-        const __m512 e = _mm512_permutex2var_ps(a0, even, a1), o = _mm512_permutex2var_ps(a0, odd, a1);
-        a0 = e;
-        a1 = o;
+    int8_t* qi = xq.q + i * xq.nb * kBlock;
+    for (int64_t X = 0; X < xq.nxb; ++X) {
+      __m512 a[kSub][2];
+      __m512 amax = _mm512_setzero_ps();
+      for (int u = 0; u < kSub; ++u) {
+        const int64_t c0 = X * kXBlock + u * kBlock, c = k - c0;
+        a[u][0] = _mm512_maskz_loadu_ps(mask16(c), xi + c0);
+        a[u][1] = _mm512_maskz_loadu_ps(mask16(c - 16), xi + c0 + 16);
+        if (q4) {
+          const __m512 e = _mm512_permutex2var_ps(a[u][0], even, a[u][1]);
+          const __m512 o = _mm512_permutex2var_ps(a[u][0], odd, a[u][1]);
+          a[u][0] = e;
+          a[u][1] = o;
+        }
+        amax = _mm512_max_ps(amax, _mm512_max_ps(_mm512_abs_ps(a[u][0]), _mm512_abs_ps(a[u][1])));
       }
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1)));
-      const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a0, inv));  // round to nearest even
-      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, inv));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + b * kBlock), _mm512_cvtsepi32_epi8(q0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + b * kBlock + 16), _mm512_cvtsepi32_epi8(q1));
-      const int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-      scale[i * nb + b] = amax / 127.0f;
+      const float mx = _mm512_reduce_max_ps(amax), sx = mx / 127.0f;
+      const __m512 inv = _mm512_set1_ps(mx > 0 ? 127.0f / mx : 0.0f);
+      int32_t totals[kSub];
+      for (int u = 0; u < kSub; ++u) {
+        const int64_t b = X * kSub + u;
+        if (b >= xq.nb) {
+          totals[u] = 0;
+          continue;
+        }
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a[u][0], inv));  // round to nearest even
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a[u][1], inv));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + b * kBlock), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + b * kBlock + 16), _mm512_cvtsepi32_epi8(q1));
+        totals[u] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      }
+      xq.scale[i * xq.nxb + X] = sx;
       if (q4) {
-        sum[i * nb + b] = amax / 127.0f * static_cast<float>(total);
+        const int64_t per_unit = std::min(group, kXBlock) / kBlock;
+        for (int u = 0; u < kSub; u += per_unit) {
+          const int64_t g = (X * kXBlock + u * kBlock) / (per_unit * kBlock);
+          if (g >= xq.n_units) break;
+          int32_t t = 0;
+          for (int v = u; v < u + per_unit; ++v) t += totals[v];
+          xq.sum[i * xq.n_units + g] = static_cast<float>(t);
+        }
       } else {
-        isum[i * nb + b] = -128 * total;
+        int32_t t = 0;
+        for (int u = 0; u < kSub; ++u) t += totals[u];
+        xq.isum[i * xq.nxb + X] = -128 * t;
       }
     }
   }
@@ -265,28 +296,50 @@ void pack_group_table(const uint16_t* table, int64_t n_groups, const PanelRows r
       for (int l = 0; l < 16; ++l) out[(g - g0) * 32 + 16 * v + l] = table[rows[v].index[l] * n_groups + g];
 }
 
-// y rows [i0, i0 + R), columns [j0, j0 + 32) masked by `keep`, over blocks [b0, b0 + n_blocks) of a
-// panel in the kPanels form (codes from block b0 on). first: start from zero (else add to y); last:
-// finish (kQ8: row scales) and add the bias. kQ4: sc / mn f16 [g - g0][32] per group g = b / bpg.
-// kQ8: row_sc f32 [32] row scales.
-template <int R, bool kQ8>
-DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int64_t n_blocks, const uint8_t* codes,
-                               const float* row_sc, const uint16_t* sc, const uint16_t* mn, int64_t blocks_per_group,
-                               int64_t g0, bool first, bool last, const float* bias, float* y, int64_t m, int64_t j0,
-                               const __mmask16 keep[2]) {
+// One chunk of a panel: blocks [b0, b0 + n_blocks) of the 32 weight rows from j0, in the kPanels form
+// (codes from block b0 on). b0 and, unless the range ends at nb, n_blocks are multiples of the
+// kXBlock / 32 blocks of an x block.
+struct PanelChunk {
+  const uint8_t* codes;
+  int64_t b0, n_blocks;
+  const float* row_sc;        // kQ8: f32 [32] row scales
+  const uint16_t *sc, *mn;    // kQ4: f16 [g - g0][32] scales and mins per group g = b / bpg
+  int64_t bpg, g0;
+  bool first, last;           // first: y starts from zero (else it is added to); last: finish and add the bias
+  const float* bias;
+  float* y;                   // [n, m]
+  int64_t m, j0;
+  __mmask16 keep[2];          // the columns of y that exist
+  // kPanels: the n_blocks blocks of codes from `ahead` (one chunk further on in this thread's stream, up
+  // to ahead_end) are prefetched, spread evenly over every tile's pass (or nullptr).
+  const uint8_t* ahead;
+  const uint8_t* ahead_end;
+};
+
+// y rows [i0, i0 + R), columns [j0, j0 + 32) over one chunk. The int32 sums (and, kQ4, the per-group
+// f32 sum `part`) live in registers; y itself accumulates once per x block, so that the register tile
+// can hold more rows of x.
+// kQ4: q4 with groups of 32 or 64 columns (several per x block); kQ4Wide: groups of a multiple of 128.
+enum class Kind { kQ8, kQ4, kQ4Wide };
+
+template <int R, Kind K>
+DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t tile, int64_t tiles, const PanelChunk& c) {
+  constexpr bool kQ8 = K == Kind::kQ8;
+  constexpr int64_t kSub = kXBlock / kBlock;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  __m512 f[R][2];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 2; ++v) f[r][v] = _mm512_setzero_ps();
   const int64_t row_stride = xq.nb * kBlock;
-  for (int64_t bb = 0; bb < n_blocks; ++bb) {
-    const int64_t b = b0 + bb;
+  float* yt = c.y + i0 * c.m + c.j0;  // row r, vector v at yt + r·m + 16·v
+  if (c.first)
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 2; ++v) _mm512_mask_storeu_ps(yt + r * c.m + 16 * v, c.keep[v], _mm512_setzero_ps());
+  auto add_to_y = [&](int r, int v, __m512 a, __m512 sx) {
+    float* p = yt + r * c.m + 16 * v;
+    _mm512_mask_storeu_ps(p, c.keep[v], _mm512_fmadd_ps(a, sx, _mm512_maskz_loadu_ps(c.keep[v], p)));
+  };
+  __m512i acc[R][2];
+  // The 32 columns of block b into acc.
+  auto block = [&](int64_t b) {
     const int8_t* xb = xq.q + i0 * row_stride + b * kBlock;
-    __m512i acc[R][2];
-    for (int r = 0; r < R; ++r) {
-      // kQ8 codes are q + 128: start from −128·Σ xq so the block sum is exactly Σ q·xq.
-      acc[r][0] = acc[r][1] = kQ8 ? _mm512_set1_epi32(xq.isum[(i0 + r) * xq.nb + b]) : _mm512_setzero_si512();
-    }
     auto step = [&](__m512i w0, __m512i w1, int s) {  // step s: 4 columns (x positions 4s..4s+3)
       for (int r = 0; r < R; ++r) {
         int32_t x4;
@@ -296,63 +349,107 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t b0, int
         acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xv);
       }
     };
+    if (c.ahead != nullptr) {  // visit v of tiles · n_blocks prefetches lines [v·L/V, (v+1)·L/V) of L
+      constexpr int64_t kLines = (kQ8 ? kQ8BlockBytes : kQ4BlockBytes) / 64;
+      const int64_t lines = c.n_blocks * kLines, visits = tiles * c.n_blocks, v = tile * c.n_blocks + b - c.b0;
+      for (int64_t l = v * lines / visits; l < (v + 1) * lines / visits; ++l)
+        if (c.ahead + l * 64 < c.ahead_end) _mm_prefetch(reinterpret_cast<const char*>(c.ahead + l * 64), _MM_HINT_T1);
+    }
     if constexpr (kQ8) {
-      const uint8_t* cb = codes + bb * kQ8BlockBytes;
+      const uint8_t* cb = c.codes + (b - c.b0) * kQ8BlockBytes;
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) step(_mm512_load_si512(cb + s * 128), _mm512_load_si512(cb + s * 128 + 64), s);
-      for (int r = 0; r < R; ++r) {
-        const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nb + b]);
-        f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), sx, f[r][0]);
-        f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), sx, f[r][1]);
-      }
     } else {
-      const uint8_t* cb = codes + bb * kQ4BlockBytes;
+      const uint8_t* cb = c.codes + (b - c.b0) * kQ4BlockBytes;
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {  // low nibbles: even columns (steps 0..3); high: odd (steps 4..7)
         const __m512i p0 = _mm512_load_si512(cb + t * 128), p1 = _mm512_load_si512(cb + t * 128 + 64);
         step(_mm512_and_si512(p0, low4), _mm512_and_si512(p1, low4), t);
         step(_mm512_and_si512(_mm512_srli_epi16(p0, 4), low4), _mm512_and_si512(_mm512_srli_epi16(p1, 4), low4), t + 4);
       }
-      const int64_t g = (b / blocks_per_group - g0) * 32;
-      const __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g)));
-      const __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g + 16)));
-      const __m512 m0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + g)));
-      const __m512 m1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + g + 16)));
+    }
+  };
+  const int64_t end = c.b0 + c.n_blocks;
+  for (int64_t x0 = c.b0; x0 < end; x0 += kSub) {  // one x block: blocks [x0, x1)
+    const int64_t x1 = std::min(x0 + kSub, end), X = x0 / kSub;
+    if constexpr (kQ8) {
+      // The codes are q + 128: start from −128·Σ xq so that the sum is exactly Σ q·xq.
+      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_set1_epi32(xq.isum[(i0 + r) * xq.nxb + X]);
+      for (int64_t b = x0; b < x1; ++b) block(b);
       for (int r = 0; r < R; ++r) {
-        const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nb + b]);
-        const __m512 xs = _mm512_set1_ps(xq.sum[(i0 + r) * xq.nb + b]);
-        f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_mul_ps(s0, sx), f[r][0]);
-        f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_mul_ps(s1, sx), f[r][1]);
-        f[r][0] = _mm512_fmadd_ps(m0, xs, f[r][0]);
-        f[r][1] = _mm512_fmadd_ps(m1, xs, f[r][1]);
+        const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nxb + X]);
+        for (int v = 0; v < 2; ++v) add_to_y(r, v, _mm512_cvtepi32_ps(acc[r][v]), sx);
+      }
+    } else {
+      // y += sx_X · Σ_g∈X (s_g·Σ u·xq + mn_g·Σ xq), the sum over the groups in `part` (kQ4Wide: the x
+      // block lies in one group, and Σ xq is the x block's).
+      __m512 part[R][2];
+      const int64_t span = K == Kind::kQ4Wide ? kSub : c.bpg;
+      for (int64_t gb = x0; gb < x1; gb += span) {
+        for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+        for (int64_t b = gb; b < std::min(gb + span, x1); ++b) block(b);
+        const int64_t g = gb / c.bpg, t = (g - c.g0) * 32, unit = K == Kind::kQ4Wide ? X : g;
+        __m512 sg[2], mg[2];
+        for (int v = 0; v < 2; ++v) {
+          sg[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.sc + t + 16 * v)));
+          mg[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.mn + t + 16 * v)));
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512 xs = _mm512_set1_ps(xq.sum[(i0 + r) * xq.n_units + unit]);
+          const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nxb + X]);
+          for (int v = 0; v < 2; ++v) {
+            const __m512 a = _mm512_fmadd_ps(mg[v], xs, _mm512_cvtepi32_ps(acc[r][v]) * sg[v]);
+            if constexpr (K == Kind::kQ4Wide) {
+              add_to_y(r, v, a, sx);
+            } else {
+              part[r][v] = gb == x0 ? a : _mm512_add_ps(part[r][v], a);
+            }
+          }
+        }
+      }
+      if constexpr (K == Kind::kQ4) {
+        for (int r = 0; r < R; ++r) {
+          const __m512 sx = _mm512_set1_ps(xq.scale[(i0 + r) * xq.nxb + X]);
+          for (int v = 0; v < 2; ++v) add_to_y(r, v, part[r][v], sx);
+        }
       }
     }
   }
+  if (!c.last) return;
   for (int v = 0; v < 2; ++v) {
-    const __m512 bv = last && bias != nullptr ? _mm512_maskz_loadu_ps(keep[v], bias + j0 + 16 * v) : _mm512_setzero_ps();
-    const __m512 rs = kQ8 ? _mm512_load_ps(row_sc + 16 * v) : _mm512_set1_ps(1.0f);
+    const __m512 bv = c.bias != nullptr ? _mm512_maskz_loadu_ps(c.keep[v], c.bias + c.j0 + 16 * v) : _mm512_setzero_ps();
+    const __m512 rs = kQ8 ? _mm512_load_ps(c.row_sc + 16 * v) : _mm512_set1_ps(1.0f);
     for (int r = 0; r < R; ++r) {
-      float* yr = y + (i0 + r) * m + j0 + 16 * v;
-      __m512 out = f[r][v];
-      if (!first) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(keep[v], yr));
-      if (last) out = _mm512_fmadd_ps(out, rs, bv);
-      _mm512_mask_storeu_ps(yr, keep[v], out);
+      float* p = yt + r * c.m + 16 * v;
+      _mm512_mask_storeu_ps(p, c.keep[v], _mm512_fmadd_ps(_mm512_maskz_loadu_ps(c.keep[v], p), rs, bv));
     }
   }
 }
 
-// All rows of x against one chunk of a panel, kTileRows rows at a time.
-template <bool kQ8>
-DC_TARGET_VNNI void panel_rows_all_x(const QuantizedX& xq, int64_t n, int64_t b0, int64_t n_blocks, const uint8_t* codes,
-                                     const float* row_sc, const uint16_t* sc, const uint16_t* mn, int64_t bpg,
-                                     int64_t g0, bool first, bool last, const float* bias, float* y, int64_t m,
-                                     int64_t j0, const __mmask16 keep[2]) {
+// All n rows of x against one chunk, in ⌈n / max⌉ register tiles of near-equal height (33 rows: 7, 7,
+// 7, 6, 6 rather than 8, 8, 8, 8, 1). max: 8 rows (16 int32 accumulators), kQ4 5 (10 int32 and 10 f32
+// `part` accumulators besides the group's scales and mins). 8 measured best of 6, 8, 10, 12 for q8.
+template <Kind K>
+constexpr int kMaxTileRows = K == Kind::kQ4 ? 5 : 8;
+
+template <Kind K, int R = kMaxTileRows<K>>
+DC_TARGET_VNNI void tile_rows(const QuantizedX& xq, int64_t i0, int rows, int64_t tile, int64_t tiles,
+                              const PanelChunk& c) {
+  if constexpr (R > 1) {
+    if (rows < R) return tile_rows<K, R - 1>(xq, i0, rows, tile, tiles, c);
+  }
+  panel_tile<R, K>(xq, i0, tile, tiles, c);
+}
+
+template <Kind K>
+DC_TARGET_VNNI void panel_rows_all_x(const QuantizedX& xq, int64_t n, const PanelChunk& c) {
+  const int64_t tiles = (n + kMaxTileRows<K> - 1) / kMaxTileRows<K>, base = n / tiles, extra = n % tiles;
   int64_t i = 0;
-  for (; i + kTileRows <= n; i += kTileRows)
-    panel_tile<kTileRows, kQ8>(xq, i, b0, n_blocks, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
-  for (; i + 2 <= n; i += 2)
-    panel_tile<2, kQ8>(xq, i, b0, n_blocks, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
-  if (i < n) panel_tile<1, kQ8>(xq, i, b0, n_blocks, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0, keep);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int rows = static_cast<int>(base + (t < extra ? 1 : 0));
+    tile_rows<K>(xq, i, rows, t, tiles, c);
+    i += rows;
+  }
 }
 
 DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias,
@@ -361,20 +458,23 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
   const int64_t nb = (k + kBlock - 1) / kBlock;
   const bool q4 = w.quant == WeightQuant::kQ4, packed = w.layout == WeightLayout::kPanels;
   const int64_t block_bytes = q4 ? kQ4BlockBytes : kQ8BlockBytes;
+  const int64_t nxb = (k + kXBlock - 1) / kXBlock, n_groups = q4 ? k / w.group_size : 0;
+  const int64_t n_units = q4 ? k / std::min(w.group_size, kXBlock) : 0;
   static thread_local ScratchBuffer x_scratch;
   const size_t q_bytes = static_cast<size_t>(n * nb * kBlock + 63) & ~size_t{63};
-  char* xbuf = x_scratch.get<char>(q_bytes + 2 * n * nb * sizeof(float));
-  auto* xq_codes = reinterpret_cast<int8_t*>(xbuf);
-  auto* x_scale = reinterpret_cast<float*>(xbuf + q_bytes);
-  float* x_sum = x_scale + n * nb;
-  auto* x_isum = reinterpret_cast<int32_t*>(x_sum);
-  parallel_for(pool, n, [&](int64_t i0, int64_t i1) {
-    quantize_x_rows(x, k, i0, i1, q4, xq_codes, x_scale, x_sum, x_isum, nb);
-  }, 4);
-  const QuantizedX xq{xq_codes, x_scale, x_sum, x_isum, nb};
+  char* xbuf = x_scratch.get<char>(q_bytes + n * (nxb + std::max(nxb, n_units)) * sizeof(float));
+  QuantizedX xq;
+  xq.q = reinterpret_cast<int8_t*>(xbuf);
+  xq.scale = reinterpret_cast<float*>(xbuf + q_bytes);
+  xq.sum = xq.scale + n * nxb;
+  xq.isum = reinterpret_cast<int32_t*>(xq.sum);
+  xq.nb = nb;
+  xq.nxb = nxb;
+  xq.n_units = n_units;
+  parallel_for(pool, n, [&](int64_t i0, int64_t i1) { quantize_x_rows(x, k, i0, i1, q4 ? w.group_size : 0, xq); }, 4);
 
   const int64_t n_panels = (m + kPanelRows - 1) / kPanelRows;
-  const int64_t bpg = q4 ? w.group_size / kBlock : 1, n_groups = q4 ? k / w.group_size : 1;
+  const int64_t bpg = q4 ? w.group_size / kBlock : 1;
   parallel_for(pool, n_panels, [&](int64_t p_begin, int64_t p_end) {
     static thread_local ScratchBuffer panel_scratch;
     auto* scratch = panel_scratch.get<uint8_t>(kChunkBlocks * (kQ8BlockBytes + 2 * 32 * sizeof(uint16_t)) +
@@ -384,9 +484,10 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
     auto* chunk_sc = reinterpret_cast<uint16_t*>(chunk_codes + kChunkBlocks * kQ8BlockBytes);
     uint16_t* chunk_mn = chunk_sc + kChunkBlocks * 32;
     // Row-major weights: chunk s of this task is chunk s % n_chunks of panel p_begin + s / n_chunks; the
-    // chunk kPrefetchChunks ahead is prefetched before each chunk is packed. kPanels weights are read in
-    // one sequential stream, which the hardware prefetchers follow (explicit prefetches of the next
-    // chunk, all at once or spread over the tiles, measured no faster).
+    // chunk kPrefetchChunks ahead is prefetched before each chunk is packed. kPanels weights are one
+    // sequential stream, prefetched (into L2) one chunk ahead, spread over all tiles' passes (PanelChunk):
+    // left to the hardware prefetchers, the first tile's pass stalled on memory (q8 at the 7B shapes,
+    // 33 rows: 21 ms per 272 MB matrix; prefetched by the first tile only 16.5 ms; spread 14.9 ms).
     const int64_t n_chunks = (nb + kChunkBlocks - 1) / kChunkBlocks, n_steps = (p_end - p_begin) * n_chunks;
     auto prefetch_step = [&](int64_t step) {
       if (step >= n_steps) return;
@@ -426,13 +527,15 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
             pack_group_table(static_cast<const uint16_t*>(w.mins), n_groups, rows, g0, g1, chunk_mn);
           }
         }
-        const bool first = c0 == 0, last = c1 == nb;
-        if (q4) {
-          panel_rows_all_x<false>(xq, n, c0, c1 - c0, codes, row_sc, sc, mn, bpg, g0, first, last, bias, y, m, j0,
-                                  keep);
+        const uint8_t* codes_end = static_cast<const uint8_t*>(w.data) + p_end * nb * block_bytes;
+        const PanelChunk chunk{codes, c0, c1 - c0, row_sc, sc, mn, bpg, g0, c0 == 0, c1 == nb, bias, y, m, j0,
+                               {keep[0], keep[1]}, packed ? codes + kChunkBlocks * block_bytes : nullptr, codes_end};
+        if (!q4) {
+          panel_rows_all_x<Kind::kQ8>(xq, n, chunk);
+        } else if (w.group_size % kXBlock == 0) {
+          panel_rows_all_x<Kind::kQ4Wide>(xq, n, chunk);
         } else {
-          panel_rows_all_x<true>(xq, n, c0, c1 - c0, codes, row_sc, nullptr, nullptr, 1, 0, first, last, bias, y, m,
-                                 j0, keep);
+          panel_rows_all_x<Kind::kQ4>(xq, n, chunk);
         }
       }
     }
@@ -456,7 +559,9 @@ bool cpu_has_avx512_vnni() {
 void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                      QuantKernel kernel) {
   if (n <= 0) return;
-  const bool vnni_ok = cpu_has_avx512_vnni() && (w.quant == WeightQuant::kQ8 || w.group_size % kBlock == 0);
+  const bool vnni_ok = cpu_has_avx512_vnni() &&
+                       (w.quant == WeightQuant::kQ8 || (w.group_size % kBlock == 0 && (kXBlock % w.group_size == 0 ||
+                                                                                       w.group_size % kXBlock == 0)));
   if (kernel == QuantKernel::kAuto) kernel = vnni_ok ? QuantKernel::kInt8Vnni : QuantKernel::kDequantF32;
   switch (kernel) {
     case QuantKernel::kReference:

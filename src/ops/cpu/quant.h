@@ -14,14 +14,16 @@ enum class QuantKernel {
   kAuto,        // kInt8Vnni where the CPU and the weight allow it, else kDequantF32
   kReference,   // each weight row dequantized to f32, dot products accumulated in double: the oracle
   kDequantF32,  // blocks of 32 weight rows dequantized to f32 per thread, f32 FMA tiles; x used exactly
-  kInt8Vnni,    // x rounded to int8 per row and 32-column block, u8×s8 dot products (vpdpbusd)
+  kInt8Vnni,    // x rounded to int8 per row and 128-column block, u8×s8 dot products (vpdpbusd)
 };
 
 // y[n, w.rows] = x[n, w.cols] · dequant(w)ᵀ (+ bias[w.rows] when bias != nullptr). Overwrites y.
 // Precondition: w.quantized(). Threads over blocks of weight rows; the result does not depend on the
-// number of threads. kInt8Vnni rounds each 32-column block of a row of x to int8 with scale amax/127
-// (error ≤ amax/254 per element) and accumulates exact int32 sums per block, then f32 across blocks;
-// it needs cpu_has_avx512_vnni() and, for kQ4, group_size % 32 == 0 (else it runs kDequantF32).
+// number of threads. kInt8Vnni rounds each 128-column block of a row of x to int8 with scale amax/127
+// (error ≤ amax/254 per element) and accumulates exact int32 sums per block (kQ4: per group), then
+// f32 across them; it needs cpu_has_avx512_vnni() and, for kQ4, a group_size of 32, 64 or a multiple
+// of 128 (else it runs kDequantF32).
+constexpr int64_t kInt8XBlock = 128;  // kInt8Vnni: columns of x per int8 scale
 void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                      QuantKernel kernel = QuantKernel::kAuto);
 
