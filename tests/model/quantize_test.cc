@@ -472,6 +472,7 @@ TEST(QuantizedRandomModel, DISABLED_Qwen05BShapeLogitError) {
       {"q4 g32 symmetric", {WeightQuant::kQ4, 32, true, Q4Variant::kSymmetric}},
       {"q4 g64 min", {WeightQuant::kQ4, 64, true}},
       {"q4 g128 min", {WeightQuant::kQ4, 128, true}},
+      {"q4 g128 min (emb. kept)", {WeightQuant::kQ4, 128, false}},
   };
   std::printf("random Qwen2.5-0.5B shape, %lld layers, %lld tokens\n", (long long)c.n_layer, (long long)k.L);
   for (const Variant& v : variants) {

@@ -246,20 +246,21 @@ double best_ms(int reps, const std::function<void()>& fn) {
 
 // Kernels interleaved round by round (the best of the rounds counts), so that a noisy machine slows
 // them alike. DC_BENCH_THREADS sets the threads (default: all), DC_BENCH_ROUNDS the rounds, DC_BENCH_N the
-// rows of x (default 33 and 320), DC_BENCH_KM=k,m one shape, DC_BENCH_GROUP the q4 group size (default
-// 32), DC_BENCH_QUICK=1 times only the kPanels kernels.
+// rows of x (default 33 and 320), DC_BENCH_KM=k,m one shape, DC_BENCH_QUICK=1 times only the kPanels
+// kernels. q4 at the default group size 128 and at 32.
 TEST(QuantBench, DISABLED_SevenBShapes) {
   ThreadPool pool(std::getenv("DC_BENCH_THREADS") ? std::atoi(std::getenv("DC_BENCH_THREADS")) : 0);
   std::printf("threads %d, vnni %d\n", pool.n_threads(), cpu::cpu_has_avx512_vnni() ? 1 : 0);
   std::vector<std::pair<int64_t, int64_t>> shapes = {{3584, 18944}, {18944, 3584}};  // (k, m)
   if (const char* e = std::getenv("DC_BENCH_KM")) shapes = {{std::atoll(e), std::atoll(std::strchr(e, ',') + 1)}};
   for (auto [k, m] : shapes) {
-    const int64_t group = std::getenv("DC_BENCH_GROUP") ? std::atoll(std::getenv("DC_BENCH_GROUP")) : 32;
-    const QuantHolder q8(WeightQuant::kQ8, m, k, 0, 1), q4(WeightQuant::kQ4, m, k, group, 2);
+    const QuantHolder q8(WeightQuant::kQ8, m, k, 0, 1), q4(WeightQuant::kQ4, m, k, 128, 2),
+        q4_32(WeightQuant::kQ4, m, k, 32, 3);
     std::vector<uint16_t> bf16(m * k);
     for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = f32_to_bf16(q8.dense[i]);
     const WeightView wb{DType::kBF16, bf16.data(), m, k};
-    const PackedCopy wb_packed(&pool, wb), q8_packed(&pool, q8.view), q4_packed(&pool, q4.view);
+    const PackedCopy wb_packed(&pool, wb), q8_packed(&pool, q8.view), q4_packed(&pool, q4.view),
+        q4_32_packed(&pool, q4_32.view);
     std::vector<int64_t> ns = {33, 320};  // 33: the rows of a --cache dual step at block length 32
     if (const char* e = std::getenv("DC_BENCH_N")) ns = {std::atoll(e)};
     for (int64_t n : ns) {
@@ -272,9 +273,10 @@ TEST(QuantBench, DISABLED_SevenBShapes) {
           {"bf16 weights, bf16 activ.", [&] { matmul_nt(bf, x.data(), n, wb, nullptr, y.data()); }},
           {"bf16 kPanels, bf16 activ.", [&] { matmul_nt(bf, x.data(), n, wb_packed.view, nullptr, y.data()); }},
           {"q8 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q4 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 g128 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
           {"q8 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q4 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 g128 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 g32 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4_32_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
           {"q8 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
           {"q4 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
       };
@@ -282,12 +284,13 @@ TEST(QuantBench, DISABLED_SevenBShapes) {
       const int rounds = std::getenv("DC_BENCH_ROUNDS") ? std::atoi(std::getenv("DC_BENCH_ROUNDS")) : 5;
       for (int r = 0; r < rounds; ++r)
         for (size_t i = 0; i < kernels.size(); ++i) {
-          if (r >= 2 && i >= 7) continue;  // the slow portable kernels: two rounds
-          if (std::getenv("DC_BENCH_QUICK") && (i < 2 || i == 3 || i == 4 || i >= 7)) continue;
+          const std::string& name = kernels[i].first;
+          if (r >= 2 && name.find("portable") != std::string::npos) continue;  // slow: two rounds
+          if (std::getenv("DC_BENCH_QUICK") && name.find("kPanels") == std::string::npos) continue;
           best[i] = std::min(best[i], best_ms(1, kernels[i].second));
         }
       for (size_t i = 0; i < kernels.size(); ++i)
-        std::printf("k %5lld m %5lld n %3lld  %-27s %8.2f ms  %6.1f GMAC/s  %5.2fx bf16/f32\n", (long long)k,
+        std::printf("k %5lld m %5lld n %3lld  %-28s %8.2f ms  %6.1f GMAC/s  %5.2fx bf16/f32\n", (long long)k,
                     (long long)m, (long long)n, kernels[i].first.c_str(), best[i], 1e-6 * n * m * k / best[i],
                     best[0] / best[i]);
     }

@@ -316,11 +316,12 @@ struct PanelChunk {
   const uint8_t* ahead_end;
 };
 
-// y rows [i0, i0 + R), columns [j0, j0 + 32) over one chunk. The int32 sums (and, kQ4, the per-group
-// f32 sum `part`) live in registers; y itself accumulates once per x block, so that the register tile
-// can hold more rows of x.
 // kQ4: q4 with groups of 32 or 64 columns (several per x block); kQ4Wide: groups of a multiple of 128.
 enum class Kind { kQ8, kQ4, kQ4Wide };
+
+// y rows [i0, i0 + R), columns [j0, j0 + 32) over one chunk, as register tile `tile` of `tiles` (its
+// share of the prefetch). The int32 sums (and, kQ4, the per-group f32 sum `part`) live in registers; y
+// itself accumulates once per x block, so that the register tile can hold more rows of x.
 
 template <int R, Kind K>
 DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t tile, int64_t tiles, const PanelChunk& c) {
@@ -427,10 +428,10 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t tile, i
 }
 
 // All n rows of x against one chunk, in ⌈n / max⌉ register tiles of near-equal height (33 rows: 7, 7,
-// 7, 6, 6 rather than 8, 8, 8, 8, 1). max: 8 rows (16 int32 accumulators), kQ4 5 (10 int32 and 10 f32
-// `part` accumulators besides the group's scales and mins). 8 measured best of 6, 8, 10, 12 for q8.
+// 7, 6, 6 rather than 8, 8, 8, 8, 1). max: 8 rows (16 int32 accumulators; best of 6, 8, 10, 12 for q8),
+// kQ4 6 (12 int32 and 12 f32 `part` accumulators; best of 4, 5, 6).
 template <Kind K>
-constexpr int kMaxTileRows = K == Kind::kQ4 ? 5 : 8;
+constexpr int kMaxTileRows = K == Kind::kQ4 ? 6 : 8;
 
 template <Kind K, int R = kMaxTileRows<K>>
 DC_TARGET_VNNI void tile_rows(const QuantizedX& xq, int64_t i0, int rows, int64_t tile, int64_t tiles,
