@@ -322,7 +322,6 @@ enum class Kind { kQ8, kQ4, kQ4Wide };
 // y rows [i0, i0 + R), columns [j0, j0 + 32) over one chunk, as register tile `tile` of `tiles` (its
 // share of the prefetch). The int32 sums (and, kQ4, the per-group f32 sum `part`) live in registers; y
 // itself accumulates once per x block, so that the register tile can hold more rows of x.
-
 template <int R, Kind K>
 DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t tile, int64_t tiles, const PanelChunk& c) {
   constexpr bool kQ8 = K == Kind::kQ8;
