@@ -121,9 +121,7 @@ void check_kernels(ThreadPool* pool, WeightQuant quant, const Shape& s) {
   for (QuantKernel kernel : {QuantKernel::kDequantF32, QuantKernel::kInt8Vnni, QuantKernel::kAuto}) {
     std::fill(y.begin(), y.end(), NAN);
     cpu::matmul_nt_quant(pool, x.data(), s.n, w.view, bias.data(), y.data(), kernel);
-    const bool exact_x = kernel == QuantKernel::kDequantF32 || !cpu::cpu_has_avx512_vnni() ||
-                         (quant == WeightQuant::kQ4 && (s.group % 32 != 0 || (cpu::kInt8XBlock % s.group != 0 &&
-                                                                   s.group % cpu::kInt8XBlock != 0)));
+    const bool exact_x = kernel == QuantKernel::kDequantF32 || !cpu::int8_kernel_supports(w.view);
     for (int64_t i = 0; i < s.n; ++i)
       for (int64_t j = 0; j < s.m; ++j) {
         double abs_dot = 0, bound = 0;

@@ -310,10 +310,10 @@ struct PanelChunk {
   float* y;                   // [n, m]
   int64_t m, j0;
   __mmask16 keep[2];          // the columns of y that exist
-  // kPanels: the n_blocks blocks of codes from `ahead` (one chunk further on in this thread's stream, up
-  // to ahead_end) are prefetched, spread evenly over every tile's pass (or nullptr).
+  // kPanels: the first ahead_lines of the n_blocks blocks of codes from `ahead` (one chunk further on in
+  // this thread's stream) are prefetched, spread evenly over every tile's pass (0: none).
   const uint8_t* ahead;
-  const uint8_t* ahead_end;
+  int64_t ahead_lines;
 };
 
 // kQ4: q4 with groups of 32 or 64 columns (several per x block); kQ4Wide: groups of a multiple of 128.
@@ -349,11 +349,12 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t tile, i
         acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xv);
       }
     };
-    if (c.ahead != nullptr) {  // visit v of tiles · n_blocks prefetches lines [v·L/V, (v+1)·L/V) of L
+    if (c.ahead_lines > 0) {  // visit v of tiles · n_blocks prefetches lines [v·L/V, (v+1)·L/V) of L
       constexpr int64_t kLines = (kQ8 ? kQ8BlockBytes : kQ4BlockBytes) / 64;
       const int64_t lines = c.n_blocks * kLines, visits = tiles * c.n_blocks, v = tile * c.n_blocks + b - c.b0;
-      for (int64_t l = v * lines / visits; l < (v + 1) * lines / visits; ++l)
-        if (c.ahead + l * 64 < c.ahead_end) _mm_prefetch(reinterpret_cast<const char*>(c.ahead + l * 64), _MM_HINT_T1);
+      const int64_t l1 = std::min((v + 1) * lines / visits, c.ahead_lines);
+      for (int64_t l = v * lines / visits; l < l1; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(c.ahead + l * 64), _MM_HINT_T1);
     }
     if constexpr (kQ8) {
       const uint8_t* cb = c.codes + (b - c.b0) * kQ8BlockBytes;
@@ -527,9 +528,12 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
             pack_group_table(static_cast<const uint16_t*>(w.mins), n_groups, rows, g0, g1, chunk_mn);
           }
         }
-        const uint8_t* codes_end = static_cast<const uint8_t*>(w.data) + p_end * nb * block_bytes;
+        // The stream one chunk on, up to the end of this thread's panels (byte offsets into w.data).
+        const int64_t ahead = (p * nb + c0 + kChunkBlocks) * block_bytes, stream_end = p_end * nb * block_bytes;
+        const int64_t ahead_lines = packed ? std::clamp<int64_t>(stream_end - ahead, 0, (c1 - c0) * block_bytes) / 64 : 0;
+        const uint8_t* ahead_ptr = ahead_lines > 0 ? static_cast<const uint8_t*>(w.data) + ahead : nullptr;
         const PanelChunk chunk{codes, c0, c1 - c0, row_sc, sc, mn, bpg, g0, c0 == 0, c1 == nb, bias, y, m, j0,
-                               {keep[0], keep[1]}, packed ? codes + kChunkBlocks * block_bytes : nullptr, codes_end};
+                               {keep[0], keep[1]}, ahead_ptr, ahead_lines};
         if (!q4) {
           panel_rows_all_x<Kind::kQ8>(xq, n, chunk);
         } else if (w.group_size % kXBlock == 0) {
@@ -556,12 +560,16 @@ bool cpu_has_avx512_vnni() {
   return has && cpu_has_avx512();  // cpu_has_avx512() honours force_portable_kernels_for_testing
 }
 
+bool int8_kernel_supports(const WeightView& w) {
+  if (!cpu_has_avx512_vnni()) return false;
+  const int64_t g = w.group_size;
+  return w.quant == WeightQuant::kQ8 || (g % kBlock == 0 && (kXBlock % g == 0 || g % kXBlock == 0));
+}
+
 void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                      QuantKernel kernel) {
   if (n <= 0) return;
-  const bool vnni_ok = cpu_has_avx512_vnni() &&
-                       (w.quant == WeightQuant::kQ8 || (w.group_size % kBlock == 0 && (kXBlock % w.group_size == 0 ||
-                                                                                       w.group_size % kXBlock == 0)));
+  const bool vnni_ok = int8_kernel_supports(w);
   if (kernel == QuantKernel::kAuto) kernel = vnni_ok ? QuantKernel::kInt8Vnni : QuantKernel::kDequantF32;
   switch (kernel) {
     case QuantKernel::kReference:

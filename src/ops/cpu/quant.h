@@ -36,4 +36,8 @@ void pack_quant_panels(ThreadPool* pool, const WeightView& w, int64_t panel_begi
 // AVX-512 F/BW/VL/DQ plus VNNI (vpdpbusd) at run time; false while force_portable_kernels_for_testing.
 bool cpu_has_avx512_vnni();
 
+// Whether kInt8Vnni (and kAuto) run the int8 kernel on w (else kDequantF32): cpu_has_avx512_vnni(), and
+// kQ8 or kQ4 with a group_size of 32, 64 or a multiple of kInt8XBlock.
+bool int8_kernel_supports(const WeightView& w);
+
 }  // namespace dc::cpu
