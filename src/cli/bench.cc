@@ -31,11 +31,11 @@ struct BenchArgs {
   std::string alg = "entropy";
   float temperature = 0.0f;
   uint64_t seed = 0;
-  bool json = false, no_peak = false;
+  bool json = false, no_peak = false, fast = false;
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
-  std::string weights = "bf16", precision = "f32";
+  std::string weights = "bf16", precision = "auto", weight_cache;
   int64_t group_size = 128;
 };
 
@@ -83,13 +83,21 @@ int run_bench(const BenchArgs& a) {
     auto model = make_synthetic_model(*config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &quantize);
     if (!model.ok()) return report(model.status());
     engine = Engine::from_model(std::move(*model), a.threads);
+    if (Status s = engine->set_matmul_precision(precision->value_or(checkpoint_precision(engine->model()))); !s.ok())
+      return report(s);
   } else {
-    auto loaded = Engine::load({a.model_dir, "", a.threads});
+    EngineOptions eo;
+    eo.model_dir = a.model_dir;
+    eo.n_threads = a.threads;
+    eo.matmul_precision = *precision;
+    eo.weight_cache = a.weight_cache;
+    auto loaded = Engine::load(eo);
     if (!loaded.ok()) return report(loaded.status());
     engine = std::move(*loaded);
   }
-  engine->set_matmul_precision(*precision);
   const double load_ms = ms_since(t_load);
+  const std::string precision_name = engine->matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32";
+  if (!a.model_dir.empty()) print_load_note(*engine, load_ms);
   const ModelConfig& c = engine->config();
 
   SamplingParams p = engine->default_params();
@@ -106,7 +114,9 @@ int run_bench(const BenchArgs& a) {
   p.cache = *cache;
   p.threshold = a.threshold;
   p.factor = a.factor;
+  if (a.fast) apply_fast_mode(p);
   if (Status s = validate(p, c.n_vocab); !s.ok()) return report(s);
+  const char* cache_name = cache_mode_name(p.cache);
 
   std::mt19937 gen(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
@@ -156,8 +166,8 @@ int run_bench(const BenchArgs& a) {
   nlohmann::json j = {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
-      {"alg", a.alg}, {"cache", a.cache}, {"block_length", a.block_length}, {"threshold", a.threshold},
-      {"factor", a.factor}, {"weights", a.weights}, {"precision", a.precision}, {"load_ms", load_ms}, {"steps_run", steps_run}, {"complete", complete},
+      {"alg", a.alg}, {"cache", cache_name}, {"block_length", p.block_length}, {"threshold", p.threshold},
+      {"factor", p.factor}, {"weights", a.weights}, {"precision", precision_name}, {"load_ms", load_ms}, {"first_step_ms", step_ms.empty() ? 0.0 : step_ms[0]}, {"steps_run", steps_run}, {"complete", complete},
       {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
       {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
       {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
@@ -173,10 +183,12 @@ int run_bench(const BenchArgs& a) {
               (long long)c.n_embd);
   std::printf("| setting | prompt %lld, new %lld, steps %d, batch %d, alg %s, threads %d |\n", (long long)a.prompt_len,
               (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), engine->pool().n_threads());
-  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", a.cache.c_str(),
-              (long long)a.block_length, a.threshold, a.factor);
-  std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(), a.precision.c_str());
+  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_name,
+              (long long)p.block_length, p.threshold, p.factor);
+  std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(), precision_name.c_str());
   std::printf("| load | %.0f ms |\n", load_ms);
+  if (!step_ms.empty())
+    std::printf("| time to first step | %.0f ms (load + first step %.0f ms) |\n", load_ms + step_ms[0], step_ms[0]);
   std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", median,
               percentile(step_ms, 0.1), percentile(step_ms, 0.9), steps_run);
   std::printf("| end to end | %.2f s%s |\n", total_ms / 1e3, complete ? "" : " (extrapolated)");
@@ -210,8 +222,10 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--factor", a->factor, "Factor-rule parallel decoding (0 = off)");
   cmd->add_option("--weights", a->weights, "Synthetic weights: bf16 | q8 | q4")->capture_default_str();
   cmd->add_option("--group-size", a->group_size, "q4 columns per scale")->capture_default_str();
-  cmd->add_option("--precision", a->precision, "Matmul activations: f32 (reference) | bf16 (~2x faster)")
+  cmd->add_flag("--fast", a->fast, "Fast-dLLM mode: block 32, dual cache, threshold 0.9 unless set");
+  cmd->add_option("--precision", a->precision, "Matmul activations: auto (the weights' dtype) | f32 | bf16")
       ->capture_default_str();
+  cmd->add_option("--weight-cache", a->weight_cache, "--model: packed-weight cache directory, or off");
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
   cmd->add_flag("--json", a->json, "Print JSON");
   auto train = std::make_shared<BenchTrainArgs>();

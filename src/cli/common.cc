@@ -49,10 +49,24 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::s
   return ids;
 }
 
-Result<MatmulPrecision> parse_matmul_precision(const std::string& name) {
-  if (name == "f32") return MatmulPrecision::kF32;
-  if (name == "bf16") return MatmulPrecision::kBF16;
-  return invalid_argument("--precision '" + name + "' is not one of f32 (the reference's arithmetic), bf16");
+Result<std::optional<MatmulPrecision>> parse_matmul_precision(const std::string& name) {
+  if (name == "auto") return std::optional<MatmulPrecision>();
+  if (name == "f32") return std::optional<MatmulPrecision>(MatmulPrecision::kF32);
+  if (name == "bf16") return std::optional<MatmulPrecision>(MatmulPrecision::kBF16);
+  return invalid_argument("--precision '" + name +
+                          "' is not one of auto (the checkpoint's dtype), f32 (the reference's arithmetic), bf16");
+}
+
+void print_load_note(const Engine& engine, double load_ms) {
+  const WeightCacheReport& c = engine.weight_cache_report();
+  std::string cache;
+  if (!c.note.empty()) cache = "; " + c.note + ", rebuilding it";
+  if (c.outcome == WeightCacheReport::kLoaded) cache += "; packed weights mapped from " + c.path;
+  if (c.outcome == WeightCacheReport::kWriting)
+    cache += "; writing the packed weights (" + std::to_string(c.bytes >> 20) + " MiB) to " + c.path +
+             " in the background, the next start maps them";
+  std::fprintf(stderr, "loaded in %.1f s, matmul precision %s%s\n", load_ms / 1000.0,
+               engine.matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32", cache.c_str());
 }
 
 int64_t peak_rss_bytes() {

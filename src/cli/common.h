@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/context.h"
 #include "core/status.h"
+#include "engine/engine.h"
 
 namespace dc::cli {
 
@@ -18,8 +20,12 @@ Result<std::string> read_text_file(const std::string& path);
 // "1,2,3" or "[1, 2, 3]" → ids; errors name the offending entry and the option.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option);
 
-// "f32" or "bf16" (--precision); the error names the option and the valid values.
-Result<MatmulPrecision> parse_matmul_precision(const std::string& name);
+// "auto" (nullopt: follow the checkpoint), "f32" or "bf16" (--precision); the error names the option
+// and the valid values.
+Result<std::optional<MatmulPrecision>> parse_matmul_precision(const std::string& name);
+
+// One line on stderr: load time, the matmul precision and what happened to the packed-weight cache.
+void print_load_note(const Engine& engine, double load_ms);
 
 // Peak resident set size of this process in bytes (VmHWM of /proc/self/status; 0 if unreadable).
 int64_t peak_rss_bytes();

@@ -34,7 +34,8 @@ struct GenerateArgs {
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
-  std::string precision = "f32";
+  bool fast = false;
+  std::string precision = "auto", weight_cache;
 };
 
 // One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
@@ -131,6 +132,7 @@ Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) 
   DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
   p.threshold = a.threshold;
   p.factor = a.factor;
+  if (a.fast) apply_fast_mode(p);
   DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
   return p;
 }
@@ -139,13 +141,18 @@ int run_generate(const GenerateArgs& a) {
   const auto t_load = std::chrono::steady_clock::now();
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return report(precision.status());
-  EngineOptions options{a.model_dir, a.tokenizer_path, a.threads};
+  EngineOptions options;
+  options.model_dir = a.model_dir;
+  options.tokenizer_path = a.tokenizer_path;
+  options.n_threads = a.threads;
   options.matmul_precision = *precision;
+  options.weight_cache = a.weight_cache;
   auto engine_r = Engine::load(options);
   if (!engine_r.ok()) return report(engine_r.status());
   Engine& engine = **engine_r;
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+  if (!a.quiet) print_load_note(engine, load_ms);
   auto params = make_params(engine, a);
   if (!params.ok()) return report(params.status());
   auto prompts = collect_prompts(engine, a);
@@ -226,8 +233,13 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
   cmd->add_option("--threshold", a->threshold, "Commit every block position with confidence >= X (0 = off)");
   cmd->add_option("--factor", a->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
-  cmd->add_option("--precision", a->precision, "Matmul activations: f32 (reference) | bf16 (~2x faster)")
+  cmd->add_flag("--fast", a->fast,
+                "Fast-dLLM mode: --block-length 32 --cache dual --threshold 0.9 unless set (approximate)");
+  cmd->add_option("--precision", a->precision,
+                  "Matmul activations: auto (bf16 for bf16 checkpoints) | f32 (the reference's exact path) | bf16")
       ->capture_default_str();
+  cmd->add_option("--weight-cache", a->weight_cache,
+                  "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
   cmd->add_flag("--json", a->json, "Print one JSON object per completion");
   cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

@@ -2,6 +2,7 @@
 // SIGINT / SIGTERM.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -17,7 +18,7 @@ namespace dc::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "f32";
+  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache;
   int port = 8080, threads = 0, http_threads = 128;
   server::RequestLimits limits;
   server::SchedulerOptions scheduler;
@@ -35,11 +36,14 @@ int run_serve(const ServeArgs& a) {
   eo.model_dir = a.model_dir;
   eo.tokenizer_path = a.tokenizer_path;
   eo.n_threads = a.threads;
-  Result<MatmulPrecision> precision = parse_matmul_precision(a.precision);
+  auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return report(precision.status());
   eo.matmul_precision = *precision;
+  eo.weight_cache = a.weight_cache;
+  const auto t_load = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
   if (!engine.ok()) return report(engine.status());
+  print_load_note(**engine, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
   if ((*engine)->tokenizer() == nullptr)
     return report(not_found("serve: the model directory has no tokenizer.json; pass --tokenizer FILE"));
   server::ServerOptions so;
@@ -77,7 +81,13 @@ RunFn add_serve_command(CLI::App& app) {
   cmd->add_option("--port", a->port, "Port (0 = any free port, printed on stderr)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--threads", a->threads, "CPU threads of the engine (0 = all)")->capture_default_str();
-  cmd->add_option("--precision", a->precision, "Matmul activations: f32 | bf16")->capture_default_str();
+  cmd->add_option("--precision", a->precision, "Matmul activations: auto (bf16 for bf16 checkpoints) | f32 | bf16")
+      ->capture_default_str();
+  cmd->add_option("--weight-cache", a->weight_cache,
+                  "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
+  cmd->add_flag("--fast", a->limits.fast,
+                "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
+                "(blocks of 32, dual cache, threshold 0.9; approximate)");
   cmd->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str()
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch", a->scheduler.max_batch_rows, "Canvas rows decoded together (1 = one at a time)")

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "model/kv_cache.h"
+#include "model/weight_cache.h"
 #include "tokenizer/chat.h"
 
 namespace dc {
@@ -28,13 +29,37 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   }
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
-  engine->set_matmul_precision(options.matmul_precision);
+  engine->ctx_.matmul_precision = options.matmul_precision.value_or(checkpoint_precision(*engine->model_));
+  std::string cache_path;
+  if (options.weight_cache != "off") {
+    const std::string precision = engine->ctx_.matmul_precision == MatmulPrecision::kBF16 ? "bf16" : "f32";
+    cache_path = options.weight_cache.empty() ? default_weight_cache_path(options.model_dir, precision)
+                                              : weight_cache_path_in(options.weight_cache, options.model_dir, precision);
+  }
+  engine->pack_or_note(cache_path);
   return engine;
 }
 
-void Engine::set_matmul_precision(MatmulPrecision precision) {
+MatmulPrecision checkpoint_precision(const Model& model) {
+  bool any_dense = false;
+  for (const LayerWeights& l : model.weights().layers)
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (w->quantized()) continue;
+      if (w->dtype == DType::kBF16) return MatmulPrecision::kBF16;
+      any_dense = true;
+    }
+  if (!any_dense && model.config().torch_dtype == "bfloat16") return MatmulPrecision::kBF16;
+  return MatmulPrecision::kF32;
+}
+
+Status Engine::set_matmul_precision(MatmulPrecision precision) {
   ctx_.matmul_precision = precision;
-  if (Status s = model_->pack_weights(ctx_); !s.ok())
+  return model_->pack_weights(ctx_);
+}
+
+void Engine::pack_or_note(const std::string& cache_path) {
+  Status s = cache_path.empty() ? model_->pack_weights(ctx_) : model_->pack_weights(ctx_, cache_path, &weight_cache_report_);
+  if (!s.ok())
     std::fprintf(stderr, "note: some weights left unpacked, their GEMMs will be slower: %s\n", s.message().c_str());
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,20 @@ struct EngineOptions {
   // 2 · n_layer · rows · positions · n_head_kv · head_dim · 4 bytes. Larger requests are refused.
   static constexpr int64_t kDefaultMaxKvCacheBytes = int64_t{8} << 30;
   int64_t max_kv_cache_bytes = kDefaultMaxKvCacheBytes;
-  // What the matmuls feed to bf16 weights (core/context.h): kF32 is the reference's arithmetic; kBF16
-  // rounds activations to bf16 for ~2x faster GEMMs (~3e-3 relative logit error).
-  MatmulPrecision matmul_precision = MatmulPrecision::kF32;
+  // What the matmuls feed to bf16 weights (core/context.h): kF32 is the reference's arithmetic (f32
+  // activations, the exact path the parity tests use); kBF16 rounds activations to bf16 for ~2x faster
+  // GEMMs (~3e-3 relative logit error), as the reference computes under torch_dtype=bfloat16. Unset:
+  // follow the checkpoint (checkpoint_precision()).
+  std::optional<MatmulPrecision> matmul_precision;
+  // The packed-weight cache (Model::pack_weights, model/weight_cache.h): "" puts it at its default
+  // place (beside the checkpoint, else the user's cache directory), "off" disables it, anything else is
+  // the directory to keep it in.
+  std::string weight_cache;
 };
+
+// The matmul precision a checkpoint computes in by default: kBF16 when its matrices are stored in bf16
+// (or, all quantized, converted from a bfloat16 checkpoint), else kF32.
+MatmulPrecision checkpoint_precision(const Model& model);
 
 class Engine {
  public:
@@ -35,7 +46,7 @@ class Engine {
   // An engine over a model already in memory (e.g. a synthetic benchmark model); no tokenizer.
   static std::unique_ptr<Engine> from_model(std::unique_ptr<Model> model, int n_threads) {
     auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
-    engine->set_matmul_precision(engine->ctx_.matmul_precision);  // packs what is worth packing
+    engine->pack_or_note();  // packs what is worth packing
     return engine;
   }
 
@@ -46,10 +57,12 @@ class Engine {
   ThreadPool& pool() { return pool_; }
   // The matmul precision of every later forward (EngineOptions::matmul_precision). Also re-lays, once,
   // the matrices the fast GEMMs then read faster (Model::pack_weights: bf16 ones at kBF16 with
-  // AVX512_BF16, q8 / q4 ones with VNNI); when memory runs out for that, the rest stays row-major (same
-  // results, slower) and a line on stderr says so.
-  void set_matmul_precision(MatmulPrecision precision);
+  // AVX512_BF16, q8 / q4 ones with VNNI). Fails only when memory runs out for that; the rest then
+  // stays row-major (same results, slower).
+  Status set_matmul_precision(MatmulPrecision precision);
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
+  // What loading did with the packed-weight cache (EngineOptions::weight_cache).
+  const WeightCacheReport& weight_cache_report() const { return weight_cache_report_; }
 
   // The reference's effective defaults (sampler/generate.h) with this model's mask / pad ids and
   // context length. generation_config.json is NOT applied, as in the reference (spec §3.2).
@@ -63,6 +76,7 @@ class Engine {
 
   // Bytes of the KV cache a generation of `n_rows` canvases of `n_seq` positions needs with cache on.
   int64_t kv_cache_bytes(int64_t n_rows, int64_t n_seq) const;
+  int64_t max_kv_cache_bytes() const { return max_kv_cache_bytes_; }  // EngineOptions::max_kv_cache_bytes
 
   // Encodes a prompt; with `chat`, wraps it in the Instruct format first (tokenizer/chat.h).
   // Errors when there is no tokenizer or the text is not valid UTF-8.
@@ -89,11 +103,16 @@ class Engine {
     ctx_.pool = &pool_;
   }
 
+  // Packs at ctx_'s precision (through the cache at `cache_path` when not ""); when memory runs out a
+  // line on stderr says the rest stays row-major.
+  void pack_or_note(const std::string& cache_path = "");
+
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ThreadPool pool_;
   Context ctx_;
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
+  WeightCacheReport weight_cache_report_;
 };
 
 }  // namespace dc

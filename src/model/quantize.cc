@@ -20,6 +20,7 @@
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "model/weight_cache.h"
 
 namespace dc {
 namespace {
@@ -374,7 +375,8 @@ Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std
   // The small files: generation config, tokenizer, chat template, license, ...
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(opt.model_dir, ec)) {
-    if (!e.is_regular_file() || is_weight_file(e.path())) continue;
+    if (!e.is_regular_file() || is_weight_file(e.path()) || is_weight_cache_file_name(e.path().filename().string()))
+      continue;  // packed-weight caches belong to the source's weights
     fs::copy_file(e.path(), fs::path(tmp) / e.path().filename(), ec);
     if (ec) return io_error("cannot copy " + e.path().string() + " to " + tmp + ": " + ec.message());
   }

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/grown.h"
-#include "io/mapped_file.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
 #include "ops/attention.h"
@@ -28,44 +27,6 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
 std::unique_ptr<Model> Model::from_weights(ModelConfig config, ModelWeights weights,
                                            std::shared_ptr<const void> storage) {
   return std::unique_ptr<Model>(new Model(nullptr, std::move(storage), std::move(config), std::move(weights)));
-}
-
-Status Model::pack_weights(const Context& ctx) {
-  std::vector<WeightView*> matrices;
-  for (LayerWeights& l : weights_.layers)
-    for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) matrices.push_back(w);
-  if (weights_.output.data != weights_.tok_embd.data) matrices.push_back(&weights_.output);  // tied: embedding rows
-  // The row-major pages are released only where nobody else can read them: a mapped checkpoint (they
-  // come back from the file) or in-memory storage this model alone owns.
-  const bool release = checkpoint_ != nullptr || (storage_ != nullptr && storage_.use_count() == 1);
-  constexpr int64_t kChunkPanels = 64;  // panels packed between page releases
-  for (WeightView* w : matrices) {
-    if (!worth_packing(ctx, *w)) continue;
-    const PanelSizes sizes = panel_sizes(*w);
-    std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> bufs;
-    for (int64_t bytes : {sizes.data_bytes, sizes.table_bytes, sizes.table_bytes}) {
-      if (bytes == 0) break;
-      bufs.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(bytes))));
-      if (!bufs.back()) return internal_error("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
-    }
-    const int64_t row_bytes = w->quant == WeightQuant::kQ4 ? w->cols / 2 : w->cols * (w->quantized() ? 1 : 2);
-    WeightView packed;
-    for (int64_t p0 = 0; p0 < sizes.panels; p0 += kChunkPanels) {
-      const int64_t p1 = std::min(sizes.panels, p0 + kChunkPanels);
-      packed = pack_panels(ctx, *w, bufs[0].get(), bufs.size() > 1 ? bufs[1].get() : nullptr,
-                           bufs.size() > 2 ? bufs[2].get() : nullptr, p0, p1);
-      const int64_t r0 = p0 * sizes.panel_rows, r1 = std::min(w->rows, p1 * sizes.panel_rows);
-      if (release)
-        release_pages(static_cast<const char*>(w->data) + r0 * row_bytes, static_cast<size_t>((r1 - r0) * row_bytes));
-    }
-    if (release && sizes.table_bytes > 0) {  // the kQ4 tables, re-laid whole
-      release_pages(w->scales, static_cast<size_t>(sizes.table_bytes));
-      release_pages(w->mins, static_cast<size_t>(sizes.table_bytes));
-    }
-    *w = packed;
-    for (auto& b : bufs) packed_.push_back(std::move(b));
-  }
-  return Status();
 }
 
 Status Model::check_batch(const ForwardBatch& b) const {

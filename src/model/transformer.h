@@ -2,20 +2,24 @@
 // Inference and training share this forward; the backward (transformer_backward.cc) runs it in reverse.
 #pragma once
 
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/context.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
+#include "io/mapped_file.h"
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
+#include "ops/matmul.h"
 
 namespace dc {
 
@@ -24,8 +28,21 @@ namespace dc {
 using ForwardObserver =
     std::function<void(const std::string& name, const float* data, const std::vector<int64_t>& shape)>;
 
+// What Model::pack_weights did with the packed-weight cache (model/weight_cache.h).
+struct WeightCacheReport {
+  enum Outcome { kNotUsed, kLoaded, kWriting };
+  Outcome outcome = kNotUsed;  // kNotUsed: no cache path, nothing to pack, or no checkpoint files
+  std::string path;
+  std::string note;            // why an existing cache was not used (stale or damaged), "" otherwise
+  int64_t bytes = 0;           // the packed buffers' total size
+};
+
 class Model {
  public:
+  ~Model();  // waits for a packed-weight cache still being written (wait_for_weight_cache)
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
   // Opens the checkpoint directory (config.json + safetensors, memory-mapped) and checks every tensor
   // against the config. Weights stay in their stored dtype.
   static Result<std::unique_ptr<Model>> load(const std::string& dir);
@@ -50,6 +67,15 @@ class Model {
   // call before the model is used from other threads. Fails (with the model unchanged from the failing
   // matrix on) only when memory runs out.
   Status pack_weights(const Context& ctx);
+  // pack_weights with the packed copies kept in the file `cache_path` (model/weight_cache.h; "" = no
+  // cache). A cache that matches this checkpoint's files (name, size, mtime), the precision and the
+  // packing format, and whose every checksum holds, is mapped instead of packing (the model reads it in
+  // place). Otherwise the model packs as pack_weights does and a background thread (low priority)
+  // writes the cache, atomically; a stale or damaged cache is thereby replaced, never used. *report
+  // (may be null) says which happened. Same results either way, bit for bit.
+  Status pack_weights(const Context& ctx, const std::string& cache_path, WeightCacheReport* report);
+  // Blocks until the cache writer started by pack_weights finished; its status (ok when none ran).
+  Status wait_for_weight_cache();
 
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
   // batch.out_rows to logits[n_out, n_vocab], f32. With batch.cache_op kRefresh it also stores every
@@ -81,6 +107,13 @@ class Model {
         weights_(std::move(weights)) {}
 
   Status check_batch(const ForwardBatch& batch) const;
+
+  struct PackTarget {
+    std::string name;  // "layers.3.w_up", "output"
+    WeightView* w;
+    PanelSizes sizes;
+  };
+  std::vector<PackTarget> pack_targets(const Context& ctx);
 
   // Grow-only activation buffers of the forward (core/grown.h), one set per calling thread.
   struct ForwardWorkspace {
@@ -119,6 +152,12 @@ class Model {
     void operator()(uint8_t* p) const { std::free(p); }
   };
   std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> packed_;  // the kPanels copies (pack_weights)
+  std::unique_ptr<MappedFile> packed_file_;  // or the packed-weight cache they were mapped from
+  std::thread cache_writer_;                 // writes the cache after a fresh pack
+  std::atomic<bool> cache_cancel_{false}, cache_done_{false};
+  std::atomic<int64_t> cache_written_{0};
+  int64_t cache_total_ = 0;
+  Status cache_write_status_;
 };
 
 }  // namespace dc

@@ -69,9 +69,6 @@ WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void
   DC_CHECK(!w.quantized() || cpu::cpu_has_avx512_vnni(), "pack_panels: quantized weights need AVX-512 VNNI");
   DC_CHECK(0 <= panel_begin && panel_begin <= panel_end && panel_end <= sizes.panels,
            "pack_panels: panel range outside the weight");
-  WeightView packed = w;
-  packed.data = data;
-  packed.layout = WeightLayout::kPanels;
   switch (ctx.device) {
     case Device::kCpu:
       if (!w.quantized()) {
@@ -80,9 +77,16 @@ WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void
       }
       cpu::pack_quant_panels(ctx.pool, w, panel_begin, panel_end, static_cast<uint8_t*>(data),
                              static_cast<uint16_t*>(scales), static_cast<uint16_t*>(mins));
-      if (w.quant == WeightQuant::kQ4) packed.scales = scales, packed.mins = mins;
       break;
   }
+  return panel_view(w, data, scales, mins);
+}
+
+WeightView panel_view(const WeightView& w, const void* data, const void* scales, const void* mins) {
+  WeightView packed = w;
+  packed.data = data;
+  packed.layout = WeightLayout::kPanels;
+  if (w.quant == WeightQuant::kQ4) packed.scales = scales, packed.mins = mins;
   return packed;
 }
 

@@ -40,6 +40,10 @@ bool worth_packing(const Context& ctx, const WeightView& w);
 WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void* scales, void* mins,
                        int64_t panel_begin, int64_t panel_end);
 
+// The view of w's kPanels copy already written at `data` (and, kQ4, `scales` / `mins`), e.g. by an
+// earlier pack_panels whose bytes were saved and mapped again; what pack_panels returns.
+WeightView panel_view(const WeightView& w, const void* data, const void* scales, const void* mins);
+
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
 // Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). Both products

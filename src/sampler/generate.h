@@ -85,6 +85,15 @@ struct SamplingParams {
 // True when threshold or factor decoding is on (blocks then run until no mask is left; steps is unused).
 inline bool parallel_decoding(const SamplingParams& p) { return p.threshold > 0.0f || p.factor > 0.0f; }
 
+// The fast mode (`--fast`): Fast-dLLM's published defaults (spec §6) — blocks of 32, the dual KV cache
+// and confidence-threshold commits at 0.9 — for each of the three the caller left off (block_length 0,
+// cache none, neither threshold nor factor). An approximation of the reference's decoding (README).
+inline void apply_fast_mode(SamplingParams& p) {
+  if (p.block_length == 0) p.block_length = 32;
+  if (p.cache == CacheMode::kNone) p.cache = CacheMode::kDual;
+  if (!parallel_decoding(p)) p.threshold = 0.9f;
+}
+
 // Rejects out-of-range parameters with a message naming the field (e.g. "top_p: must be in (0, 1] ...").
 Status validate(const SamplingParams& params, int64_t n_vocab);
 

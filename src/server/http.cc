@@ -188,6 +188,12 @@ struct HttpServer::Impl {
       return invalid_argument("max_tokens: the prompt (" + std::to_string(n) + " tokens) plus max_tokens make " +
                               std::to_string(total) + " positions, more than the model's context of " +
                               std::to_string(engine.config().max_position_embeddings));
+    if (r.params.cache != CacheMode::kNone &&
+        engine.kv_cache_bytes(r.params.num_return_sequences, total) > engine.max_kv_cache_bytes())
+      return invalid_argument("cache: n × (prompt + max_tokens) needs a KV cache of " +
+                              std::to_string(engine.kv_cache_bytes(r.params.num_return_sequences, total) >> 20) +
+                              " MiB, more than the server's limit of " +
+                              std::to_string(engine.max_kv_cache_bytes() >> 20) + " MiB; use cache none");
     return ids;
   }
 
@@ -450,7 +456,8 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options) {
   impl_->stop_ids = engine.stop_ids();
   impl_->mask_id = static_cast<int32_t>(engine.config().mask_token_id);
   impl_->scheduler = std::make_unique<Scheduler>(engine.logits_fn(), engine.config().n_vocab, &engine.pool(),
-                                                 impl_->options.scheduler, &metrics_);
+                                                 impl_->options.scheduler, &metrics_,
+                                                 [&engine] { return engine.logits_fn(); });
   impl_->routes();
 }
 

@@ -269,10 +269,11 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
   DC_RETURN_IF_ERROR(read_float(body, "factor", 0.0, 1e6, p.factor));
   if (present(body, "cache")) {
     DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "cache"));
-    DC_ASSIGN_OR_RETURN(CacheMode mode, parse_cache_mode(name));
-    if (mode != CacheMode::kNone)
-      return unimplemented("cache: the server batches requests without the approximate KV cache; use \"none\"");
+    DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(name));
   }
+  if (limits.fast && !present(body, "block_length") && !present(body, "cache") && !present(body, "threshold") &&
+      !present(body, "factor"))
+    apply_fast_mode(p);
   DC_RETURN_IF_ERROR(validate(p, INT32_MAX));  // ranges (the vocabulary is checked with the prompt)
   if (!parallel_decoding(p) && p.block_length > 0) {
     const int64_t n_blocks = (max_tokens + p.block_length - 1) / p.block_length;

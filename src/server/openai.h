@@ -23,6 +23,8 @@ struct RequestLimits {
   int64_t max_prompt_tokens = 4096;   // the longest prompt after tokenization (checked by the HTTP layer)
   int max_n = 8;                      // the largest n (completions per request)
   int max_stop = 4;                   // stop strings per request, as OpenAI
+  bool fast = false;                  // `serve --fast`: requests that set none of block_length, cache,
+                                      // threshold and factor decode in the fast mode (apply_fast_mode)
 };
 
 // A parsed, validated request. Prompt tokens are not known yet (the tokenizer runs in the HTTP layer).

@@ -79,11 +79,17 @@ struct Scheduler::Active {
   std::shared_ptr<Job> job;
   Decoder decoder;
   Clock::time_point started;
+  LogitsFn cached_fn;  // jobs with a KV cache: their own model function (own cache), else empty
 };
 
 Scheduler::Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, SchedulerOptions options,
-                     Metrics* metrics)
-    : logits_fn_(std::move(logits_fn)), n_vocab_(n_vocab), pool_(pool), options_(options), metrics_(metrics) {
+                     Metrics* metrics, std::function<LogitsFn()> make_cached_fn)
+    : logits_fn_(std::move(logits_fn)),
+      make_cached_fn_(std::move(make_cached_fn)),
+      n_vocab_(n_vocab),
+      pool_(pool),
+      options_(options),
+      metrics_(metrics) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -152,8 +158,9 @@ bool Scheduler::admit(std::vector<Active>& active) {
     job->admitted_ = Clock::now();
     GenerateHooks hooks;
     hooks.pool = pool_;  // set per step in step_batch()
-    Result<Decoder> decoder = job->params().cache != CacheMode::kNone
-                                  ? Result<Decoder>(unimplemented("cache: the server runs without the KV cache"))
+    const bool cached = job->params().cache != CacheMode::kNone;
+    Result<Decoder> decoder = cached && !make_cached_fn_
+                                  ? Result<Decoder>(unimplemented("cache: this server runs without the KV cache"))
                                   : Decoder::start(n_vocab_, {job->prompt()}, job->params(), hooks);
     if (!decoder.ok()) {
       JobResult r;
@@ -165,7 +172,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     rows += job->n_rows();
     width = w;
     job->set_admitted();
-    active.push_back(Active{job, std::move(*decoder), Clock::now()});
+    active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : LogitsFn()});
   }
   if (metrics_ != nullptr) {
     metrics_->set_queue_depth(static_cast<int64_t>(queue_.size()));
@@ -234,25 +241,44 @@ void Scheduler::step_batch(std::vector<Active>& active) {
   }
   if (active.empty()) return;
 
-  // One forward over every row that needs logits, left-padded to the widest canvas.
+  // Jobs with a KV cache run their own forward over their window, with their own cache.
+  double forward_s = 0.0;
+  for (size_t i = active.size(); i-- > 0;) {
+    Active& a = active[i];
+    if (!a.cached_fn || !a.decoder.needs_forward()) continue;
+    const ForwardBatch fb = a.decoder.forward_batch();
+    const Clock::time_point tf = Clock::now();
+    const Status st = a.cached_fn(fb, a.decoder.logits_buffer().data());
+    const double s = ms_between(tf, Clock::now()) / 1000.0;
+    forward_s += s;
+    a.decoder.record_forward(s * 1000.0, fb.n_computed());
+    if (!st.ok()) {
+      JobResult r;
+      r.status = st.with_context("forward");
+      retire(i, std::move(r));
+    }
+  }
+  if (active.empty()) return;
+
+  // One forward over every other row that needs logits, left-padded to the widest canvas.
   int64_t rows = 0, width = 0, n_out = 0;
   std::vector<size_t> forward_jobs;
   for (size_t i = 0; i < active.size(); ++i) {
-    if (!active[i].decoder.needs_forward()) continue;
+    if (!active[i].decoder.needs_forward() || active[i].cached_fn) continue;
     const ForwardBatch fb = active[i].decoder.forward_batch();
     forward_jobs.push_back(i);
     rows += fb.n_batch;
     width = std::max(width, fb.n_seq);
     n_out += fb.n_out;
   }
-  double forward_s = 0.0;
   if (forward_jobs.size() == 1) {  // one job: its own batch, straight into its buffer (no padding, no copy)
     Decoder& d = active[forward_jobs[0]].decoder;
     const ForwardBatch fb = d.forward_batch();
     const Clock::time_point tf = Clock::now();
     const Status st = logits_fn_(fb, d.logits_buffer().data());
-    forward_s = ms_between(tf, Clock::now()) / 1000.0;
-    d.record_forward(forward_s * 1000.0, fb.n_computed());
+    const double s = ms_between(tf, Clock::now()) / 1000.0;
+    forward_s += s;
+    d.record_forward(s * 1000.0, fb.n_computed());
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
@@ -298,7 +324,8 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     logits.resize(static_cast<size_t>(n_out * n_vocab_));
     const Clock::time_point tf = Clock::now();
     const Status st = logits_fn_(batch, logits.data());
-    forward_s = ms_between(tf, Clock::now()) / 1000.0;
+    const double s = ms_between(tf, Clock::now()) / 1000.0;
+    forward_s += s;
     int64_t out0 = 0;
     for (size_t i : forward_jobs) {
       Decoder& d = active[i].decoder;
@@ -308,7 +335,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
         std::memcpy(dst.data(), logits.data() + out0 * n_vocab_, dst.size() * sizeof(float));
       }
       out0 += fb.n_out;
-      d.record_forward(forward_s * 1000.0, fb.n_computed());
+      d.record_forward(s * 1000.0, fb.n_computed());
     }
     if (!st.ok()) {  // the model failed: every job of this forward fails
       for (size_t k = forward_jobs.size(); k-- > 0;) {

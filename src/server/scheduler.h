@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -93,7 +94,11 @@ enum class SubmitResult { kOk, kQueueFull, kTooLarge, kStopped };
 class Scheduler {
  public:
   // `logits_fn` is called only from the engine thread; `pool` (may be null) parallelises sampling.
-  Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, SchedulerOptions options, Metrics* metrics);
+  // `make_cached_fn` (may be empty: such jobs then fail as unimplemented) makes a model function with a
+  // KV cache of its own for each job whose params use one (CacheMode prefix / dual); those jobs run their
+  // own forward over their window each step instead of joining the batched one.
+  Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, SchedulerOptions options, Metrics* metrics,
+            std::function<LogitsFn()> make_cached_fn = nullptr);
   ~Scheduler();  // stops the engine thread; unfinished jobs finish with an error
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -111,6 +116,7 @@ class Scheduler {
   void step_batch(std::vector<Active>& active);
 
   LogitsFn logits_fn_;
+  std::function<LogitsFn()> make_cached_fn_;
   const int64_t n_vocab_;
   ThreadPool* pool_;
   const SchedulerOptions options_;

@@ -165,6 +165,44 @@ TEST(Cli, GenerateWithBf16Precision) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 8u) << r.out;
 }
 
+// The default matmul precision follows the checkpoint (bf16 weights: bf16 activations, as the reference
+// under torch_dtype=bfloat16); --precision f32 is the exact path.
+TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
+  const std::string bf16_model = dc::testing::fixtures_dir() + "/tiny-gqa4-bf16";
+  const std::string args = " --prompt-ids 1,2,3 --max-new-tokens 4 --weight-cache off --json";
+  auto bf16 = run("generate --model " + bf16_model + args);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_NE(bf16.err.find("matmul precision bf16"), std::string::npos) << bf16.err;
+  auto f32 = run("generate --model " + small_model() + args);
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  EXPECT_NE(f32.err.find("matmul precision f32"), std::string::npos) << f32.err;
+  auto exact = run("generate --model " + bf16_model + args + " --precision f32");
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_NE(exact.err.find("matmul precision f32"), std::string::npos) << exact.err;
+  auto bench = run("bench --model " + bf16_model + " --prompt-len 3 --new-tokens 4 --steps 4 --no-peak --json --weight-cache off");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["precision"], "bf16");
+  auto serve = run("serve --model " + bf16_model + " --precision f16 --port 0");
+  EXPECT_NE(serve.exit_code, 0);
+  EXPECT_NE(serve.err.find("--precision 'f16'"), std::string::npos) << serve.err;
+}
+
+// --fast is Fast-dLLM's defaults (blocks of 32, dual cache, threshold 0.9) and nothing else.
+TEST(Cli, FastModeIsItsThreeFlags) {
+  const std::string base = "generate --model " + vocab_model() + " --prompt 'def add(a, b):' --max-new-tokens 40 --json --quiet";
+  auto fast = run(base + " --fast");
+  auto flags = run(base + " --block-length 32 --cache dual --threshold 0.9");
+  auto exact = run(base);
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  ASSERT_EQ(flags.exit_code, 0) << flags.err;
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  const auto jf = nlohmann::json::parse(fast.out), jl = nlohmann::json::parse(flags.out);
+  EXPECT_EQ(jf["token_ids"], jl["token_ids"]);
+  EXPECT_EQ(jf["timings"]["steps"], jl["timings"]["steps"]);
+  // Threshold decoding commits several tokens in some steps: fewer steps than the exact 40.
+  EXPECT_LE(jf["timings"]["steps"].get<int>(), nlohmann::json::parse(exact.out)["timings"]["steps"].get<int>());
+}
+
 TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
   const fs::path dir = temp_dir("bad");
   // A checkpoint whose config.json disagrees with its tensors, and one with a corrupt safetensors header.

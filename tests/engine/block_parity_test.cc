@@ -14,6 +14,17 @@
 namespace dc {
 namespace {
 
+// The exact path the parity tests compare against the PyTorch reference: f32 matmul activations
+// (`--precision f32`), whatever the checkpoint's dtype.
+dc::Result<std::unique_ptr<dc::Engine>> load_exact(const std::string& dir, int threads) {
+  dc::EngineOptions options;
+  options.model_dir = dir;
+  options.n_threads = threads;
+  options.matmul_precision = dc::MatmulPrecision::kF32;
+  return dc::Engine::load(options);
+}
+
+
 SamplingParams block_params_of(const Engine& engine, const nlohmann::json& p) {
   SamplingParams s = engine.default_params();
   s.alg = parse_algorithm(p["alg"].get<std::string>()).value();
@@ -51,7 +62,7 @@ std::vector<BlockCase> block_cases() {
 TEST(BlockParity, CacheNoneIsTokenIdenticalToTheReferenceBlockDecoder) {
   int n_cases = 0, n_parallel = 0;
   for (const BlockCase& bc : block_cases()) {
-    auto engine = Engine::load({bc.model_dir, "", 2});
+    auto engine = load_exact(bc.model_dir, 2);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     SamplingParams params = block_params_of(**engine, bc.json["params"]);
     params.output_history = true;
@@ -90,7 +101,7 @@ TEST(BlockParity, RefreshForwardsAreFullPassesBitForBit) {
     int refreshes = 0, uses = 0;
     double worst_use = 0;
     for (const BlockCase& bc : block_cases()) {
-      auto engine = Engine::load({bc.model_dir, "", 2});
+      auto engine = load_exact(bc.model_dir, 2);
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       Engine& e = **engine;
       SamplingParams params = block_params_of(e, bc.json["params"]);
@@ -151,7 +162,7 @@ TEST(BlockParity, PrefixAndDualDriftFromCacheNone) {
   };
   Tally none_tally, tally[2];
   for (const BlockCase& bc : block_cases()) {
-    auto engine = Engine::load({bc.model_dir, "", 2});
+    auto engine = load_exact(bc.model_dir, 2);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     Engine& e = **engine;
     SamplingParams params = block_params_of(e, bc.json["params"]);
@@ -233,7 +244,9 @@ TEST(BlockParity, OneLayerModelsDecodeIdenticallyWithEveryCacheMode) {
 TEST(BlockParity, KvCacheLargerThanTheLimitIsRefused) {
   const auto manifest = dc::testing::load_manifest();
   ASSERT_FALSE(manifest["models"].empty());
-  EngineOptions options{dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>(), "", 1};
+  EngineOptions options;
+  options.model_dir = dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>();
+  options.n_threads = 1;
   options.max_kv_cache_bytes = 1000;
   auto engine = Engine::load(options);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();

@@ -9,6 +9,17 @@
 namespace dc {
 namespace {
 
+// The exact path the parity tests compare against the PyTorch reference: f32 matmul activations
+// (`--precision f32`), whatever the checkpoint's dtype.
+dc::Result<std::unique_ptr<dc::Engine>> load_exact(const std::string& dir, int threads) {
+  dc::EngineOptions options;
+  options.model_dir = dir;
+  options.n_threads = threads;
+  options.matmul_precision = dc::MatmulPrecision::kF32;
+  return dc::Engine::load(options);
+}
+
+
 SamplingParams params_of(const Engine& engine, const nlohmann::json& p) {
   SamplingParams s = engine.default_params();
   s.alg = parse_algorithm(p["alg"].get<std::string>()).value();
@@ -27,7 +38,7 @@ TEST(GenerateParity, TokenIdenticalToReference) {
   int n_cases = 0;
   for (const auto& m : manifest["models"]) {
     const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
-    auto engine = Engine::load({dir, "", 2});
+    auto engine = load_exact(dir, 2);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
     for (const auto& c : gen["cases"]) {
@@ -60,7 +71,7 @@ TEST(GenerateParity, ChatPromptOnRealVocabularyMatchesReferenceText) {
   for (const auto& m : manifest["models"]) {
     if (!m["has_tokenizer"].get<bool>()) continue;
     const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
-    auto engine = Engine::load({dir, "", 2});
+    auto engine = load_exact(dir, 2);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     ASSERT_NE((*engine)->tokenizer(), nullptr);
     const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
@@ -83,7 +94,7 @@ TEST(GenerateParity, ChatPromptOnRealVocabularyMatchesReferenceText) {
 TEST(Engine, PromptLongerThanContextIsRejected) {
   const auto manifest = dc::testing::load_manifest();
   ASSERT_FALSE(manifest["models"].empty());
-  auto engine = Engine::load({dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>(), "", 1});
+  auto engine = load_exact(dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>(), 1);
   ASSERT_TRUE(engine.ok());
   SamplingParams p = (*engine)->default_params();
   p.max_new_tokens = (*engine)->config().max_position_embeddings;

@@ -50,7 +50,7 @@ class HttpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dc::testing::load_manifest();  // fails clearly when the fixtures are missing
-    auto e = Engine::load({tiny_model_dir(), "", 2});
+    auto e = Engine::load([&] { EngineOptions o; o.model_dir = tiny_model_dir(); o.n_threads = 2; return o; }());
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(*e).release();
     ServerOptions o;
@@ -286,7 +286,7 @@ TEST_F(HttpTest, ErrorsAndLimits) {
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400, "max_tokens"},
       {"/v1/completions", R"({"prompt": "x", "temperature": -2})", 400, "temperature"},
       {"/v1/completions", R"({"prompt": "x", "n": 50})", 400, "n"},
-      {"/v1/completions", R"({"prompt": "x", "cache": "prefix"})", 400, "cache"},
+      {"/v1/completions", R"({"prompt": "x", "cache": "paged"})", 400, "cache"},
       {"/v1/completions", R"({"prompt": ""})", 400, "prompt"},
       {"/v1/completions", R"({"prompt": [999999999]})", 400, "prompt"},
       {"/v1/completions", json{{"prompt", std::string(2000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z "

@@ -100,7 +100,7 @@ TEST(OpenAiParse, MalformedBodiesAndUnsupportedFields) {
     EXPECT_EQ(api_error(r.status()).param, "body");
   }
   for (const json& extra : {json{{"logprobs", 2}}, json{{"echo", true}}, json{{"best_of", 3}},
-                            json{{"presence_penalty", 0.5}}, json{{"logit_bias", {{"1", 5}}}}, json{{"cache", "dual"}}}) {
+                            json{{"presence_penalty", 0.5}}, json{{"logit_bias", {{"1", 5}}}}, json{{"cache", "paged"}}}) {
     json body = {{"prompt", "x"}};
     body.update(extra);
     auto r = parse(Endpoint::kCompletions, body);
@@ -187,6 +187,37 @@ TEST(OpenAiStream, StopAndHoldBack) {
   EXPECT_EQ(streamable_prefix("hello\xEF\xBF\xBD", {}), 5u);  // a split byte-level token
   EXPECT_EQ(streamable_prefix("ab\xE4\xBD", {}), 2u);         // inside a 3-byte sequence
   EXPECT_EQ(streamable_prefix("ab\xE4\xBD\xA0", {}), 5u);     // complete
+}
+
+}  // namespace
+}  // namespace dc::server
+
+namespace dc::server {
+namespace {
+
+TEST(OpenAiParse, CacheModesAndTheFastMode) {
+  const SamplingParams defaults;
+  auto dual = parse_request(Endpoint::kCompletions, R"({"prompt": "x", "cache": "dual", "block_length": 8})", defaults,
+                            RequestLimits{});
+  ASSERT_TRUE(dual.ok()) << dual.status().to_string();
+  EXPECT_EQ(dual->params.cache, CacheMode::kDual);
+  EXPECT_EQ(dual->params.block_length, 8);
+  EXPECT_EQ(dual->params.threshold, 0.0f);
+
+  RequestLimits fast;
+  fast.fast = true;
+  // serve --fast: a request that leaves the decoding fields alone gets Fast-dLLM's defaults...
+  auto r = parse_request(Endpoint::kCompletions, R"({"prompt": "x"})", defaults, fast);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->params.cache, CacheMode::kDual);
+  EXPECT_EQ(r->params.block_length, 32);
+  EXPECT_FLOAT_EQ(r->params.threshold, 0.9f);
+  // ...and one that sets any of them decodes exactly as it asked.
+  auto exact = parse_request(Endpoint::kCompletions, R"({"prompt": "x", "cache": "none"})", defaults, fast);
+  ASSERT_TRUE(exact.ok()) << exact.status().to_string();
+  EXPECT_EQ(exact->params.cache, CacheMode::kNone);
+  EXPECT_EQ(exact->params.block_length, 0);
+  EXPECT_EQ(exact->params.threshold, 0.0f);
 }
 
 }  // namespace

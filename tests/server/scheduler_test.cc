@@ -251,7 +251,7 @@ TEST(Scheduler, TinyModelBatchedEqualsAlone) {
   const auto manifest = dc::testing::load_manifest();
   ASSERT_FALSE(manifest["models"].empty());
   const std::string dir = dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>();
-  auto engine = Engine::load({dir, "", 2});
+  auto engine = Engine::load([&] { EngineOptions o; o.model_dir = dir; o.n_threads = 2; return o; }());
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   Engine& e = **engine;
   std::vector<Case> cases;
@@ -286,6 +286,54 @@ TEST(Scheduler, TinyModelBatchedEqualsAlone) {
   }
   const std::vector<int64_t> rows = gate.rows();
   EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4);  // all four were decoded together
+}
+
+
+// Jobs with a KV cache (serve --fast, or cache prefix / dual in the request) run their own forward with
+// their own cache next to the batched one, and give exactly the tokens they give alone.
+TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
+  const auto manifest = dc::testing::load_manifest();
+  ASSERT_FALSE(manifest["models"].empty());
+  const std::string dir = dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>();
+  auto engine = Engine::load([&] { EngineOptions o; o.model_dir = dir; o.n_threads = 2; return o; }());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  std::vector<Case> cases;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = 8 + 4 * i;
+    p.steps = p.max_new_tokens.value();
+    p.temperature = 0.0f;
+    p.block_length = 4;
+    if (i == 0) p.cache = CacheMode::kDual, p.threshold = 0.5f;  // one of each kind
+    if (i == 1) p.cache = CacheMode::kPrefix;
+    if (i == 2) apply_fast_mode(p);
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 2 * i; ++j) prompt.push_back(static_cast<int32_t>((29 * j + 7 * i) % 200 + 1));
+    cases.push_back({prompt, p});
+  }
+  Scheduler scheduler(e.logits_fn(), e.config().n_vocab, &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.logits_fn(); });
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) {
+    jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
+  }
+  std::vector<JobResult> results;
+  for (auto& j : jobs) results.push_back(wait_result(*j));
+  scheduler.stop();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.to_string();
+    auto alone = e.generate({cases[i].prompt}, cases[i].params);
+    ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+    EXPECT_EQ(results[i].generated, alone->generated) << "case " << i;
+    if (cases[i].params.cache != CacheMode::kNone) EXPECT_GT(results[i].timings.cache_refreshes, 0) << "case " << i;
+  }
+  // Without a factory such jobs fail cleanly.
+  Scheduler plain(e.logits_fn(), e.config().n_vocab, &e.pool(), SchedulerOptions{}, nullptr);
+  auto job = std::make_shared<Job>(cases[0].prompt, cases[0].params, std::vector<int32_t>{}, false);
+  ASSERT_EQ(plain.submit(job), SubmitResult::kOk);
+  EXPECT_EQ(wait_result(*job).status.code(), StatusCode::kUnimplemented);
 }
 
 }  // namespace
