@@ -185,6 +185,13 @@ TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
   auto serve = run("serve --model " + bf16_model + " --precision f16 --port 0");
   EXPECT_NE(serve.exit_code, 0);
   EXPECT_NE(serve.err.find("--precision 'f16'"), std::string::npos) << serve.err;
+  // The server's default: it says what it loaded before it starts serving (stopped after 2 s).
+  for (const auto& [model, want] : {std::pair{bf16_model, "matmul precision bf16"}, {vocab_model(), "matmul precision bf16"},
+                                    {small_model(), "matmul precision f32"}}) {
+    auto s = testing::run_command("timeout -s INT 2 " + std::string(DC_BINARY_PATH) + " serve --model " + model +
+                                  " --port 0 --host 127.0.0.1 --weight-cache off");
+    EXPECT_NE(s.err.find(want), std::string::npos) << model << ": " << s.err;
+  }
 }
 
 // --fast is Fast-dLLM's defaults (blocks of 32, dual cache, threshold 0.9) and nothing else.
