@@ -1,6 +1,7 @@
 // `diffucoder bench --train`: times masked-diffusion optimizer steps (make_masked_batch → loss_and_grads
 // → clip_grad_norm → adamw_step, as Trainer::step composes them) on random sequences, on a synthetic
-// model of a named shape or a checkpoint, in f32. Prints s/step, training tokens/s, GFLOP/s, peak RSS.
+// model of a named shape or a checkpoint, in bf16 mixed precision (the training default) or f32.
+// Prints s/step, training tokens/s, forward and backward GFLOP/s, peak RSS.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,8 +15,10 @@
 #include "cli/common.h"
 #include "io/checkpoint.h"
 #include "model/activations.h"
+#include "model/mixed_weights.h"
 #include "model/params.h"
 #include "model/synthetic.h"
+#include "ops/matmul.h"
 #include "train/rng.h"
 #include "train/trainer.h"
 
@@ -59,7 +62,8 @@ Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, Th
 }
 
 struct StepRecord {
-  double seconds = 0, masking_s = 0, fwd_bwd_s = 0, optimizer_s = 0;
+  double seconds = 0, masking_s = 0, fwd_bwd_s = 0, optimizer_s = 0, relayout_s = 0;
+  train::LossTimes times;
   double loss = 0, grad_norm = 0;
   int64_t n_out = 0;  // loss rows (masked positions) of the batch
 };
@@ -81,7 +85,7 @@ Status check_args(const BenchTrainArgs& a) {
 
 void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
   cmd->add_flag("--train", a->enabled,
-                "Time masked-diffusion optimizer steps (f32, AdamW) instead of generation; uses --model/--shape, "
+                "Time masked-diffusion optimizer steps (AdamW; --precision bf16 mixed by default, or f32) instead of generation; uses --model/--shape, "
                 "--prompt-len (never-masked prefix), --batch, --steps, --threads, --seed, --json");
   cmd->add_option("--seq-len", a->seq_len, "--train: tokens per sequence")->capture_default_str();
   cmd->add_option("--mask-ratio", a->mask_ratio,
@@ -99,6 +103,13 @@ int run_bench_train(const BenchTrainArgs& a) {
   ThreadPool pool(a.threads);
   Context ctx;
   ctx.pool = &pool;
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  ctx.matmul_precision = precision->value_or(MatmulPrecision::kBF16);
+  if (ctx.matmul_precision == MatmulPrecision::kBF16 && !bf16_backward(ctx))
+    return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
+  const bool mixed = ctx.matmul_precision == MatmulPrecision::kBF16;
+  MixedPrecisionWeights mixed_weights;
   const auto t_load = Clock::now();
   ModelConfig c;
   auto loaded = load_params(a, c, &pool);
@@ -141,14 +152,21 @@ int run_bench_train(const BenchTrainArgs& a) {
     const std::vector<train::TrainSequence> seqs = draw_batch();
     StepRecord r;
     const auto t0 = Clock::now();
-    // Rebuilt each step as Trainer::step does: the model copies the bias and norm vectors.
-    const std::unique_ptr<Model> model = Model::from_weights(c, params.weights(), nullptr);
+    // Rebuilt each step as Trainer::step does: the model copies the bias and norm vectors (and, mixed
+    // precision, the matrices are rounded to bf16 and re-laid).
+    if (mixed) {
+      if (Status st = mixed_weights.refresh(ctx, params.weights()); !st.ok()) return report(st);
+      r.relayout_s = seconds_since(t0);
+    }
+    const std::unique_ptr<Model> model =
+        Model::from_weights(c, mixed ? mixed_weights.forward() : params.weights(), nullptr);
     grads.zero();
     auto batch = train::make_masked_batch(seqs, masking, train::hash_counters(a.seed, 0x6d61736b, step), c.n_vocab);
     if (!batch.ok()) return report(batch.status());
     r.masking_s = seconds_since(t0);
     const auto t1 = Clock::now();
-    auto loss = train::loss_and_grads(ctx, *model, *batch, 1.0f, grads, acts);
+    auto loss = train::loss_and_grads(ctx, *model, *batch, 1.0f, grads, acts,
+                                      mixed ? &mixed_weights.transposed() : nullptr, &r.times);
     if (!loss.ok()) return report(loss.status());
     r.fwd_bwd_s = seconds_since(t1);
     const auto t2 = Clock::now();
@@ -165,11 +183,15 @@ int run_bench_train(const BenchTrainArgs& a) {
   }
 
   const std::vector<StepRecord> timed(records.begin() + 1, records.end());
-  std::vector<double> secs, fwd_bwd, opt, gflops;
+  std::vector<double> secs, fwd_bwd, opt, gflops, fwd_gflops, bwd_gflops, relayout;
   nlohmann::json losses = nlohmann::json::array(), steps_json = nlohmann::json::array();
   for (const StepRecord& r : timed) {
     secs.push_back(r.seconds), fwd_bwd.push_back(r.fwd_bwd_s), opt.push_back(r.optimizer_s);
-    gflops.push_back(train_step_flops(c, a.batch, a.seq_len, r.n_out) / r.fwd_bwd_s / 1e9);
+    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out);  // forward 1/3, backward 2/3
+    gflops.push_back(flops / r.fwd_bwd_s / 1e9);
+    fwd_gflops.push_back(flops / 3 / r.times.forward_s / 1e9);
+    bwd_gflops.push_back(flops * 2 / 3 / r.times.backward_s / 1e9);
+    relayout.push_back(r.relayout_s);
     losses.push_back(r.loss);
     steps_json.push_back({{"seconds", r.seconds}, {"masking_s", r.masking_s}, {"fwd_bwd_s", r.fwd_bwd_s},
                           {"optimizer_s", r.optimizer_s}, {"loss", r.loss}, {"grad_norm", r.grad_norm},
@@ -179,7 +201,8 @@ int run_bench_train(const BenchTrainArgs& a) {
   const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
   const int64_t rss = peak_rss_bytes();
   const nlohmann::json j = {
-      {"mode", "train"}, {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
+      {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
+      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
       {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
       {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", adam.weight_decay},
       {"max_grad_norm", max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
@@ -187,6 +210,8 @@ int run_bench_train(const BenchTrainArgs& a) {
       {"seconds_per_step", {{"median", med}, {"min", best}}}, {"fwd_bwd_s_median", median(fwd_bwd)},
       {"optimizer_s_median", median(opt)}, {"tokens_per_second", tokens / med},
       {"tokens_per_second_best", tokens / best}, {"fwd_bwd_gflops_median", median(gflops)},
+      {"forward_gflops_median", median(fwd_gflops)}, {"backward_gflops_median", median(bwd_gflops)},
+      {"relayout_s_median", median(relayout)},
       {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
       {"per_step", steps_json}, {"peak_rss_bytes", rss}};
   if (a.json) {
@@ -196,9 +221,10 @@ int run_bench_train(const BenchTrainArgs& a) {
   std::string loss_text;
   for (const StepRecord& r : timed) loss_text += (loss_text.empty() ? "" : ", ") + std::to_string(r.loss).substr(0, 7);
   std::printf("| metric | value |\n|---|---|\n");
-  std::printf("| model | %s (%lld layers, hidden %lld, %.1fM parameters, f32) |\n",
+  std::printf("| model | %s (%lld layers, hidden %lld, %.1fM parameters, f32 master weights) |\n",
               j["model"].get<std::string>().c_str(), (long long)c.n_layer, (long long)c.n_embd,
               params.n_values() / 1e6);
+  std::printf("| precision | %s |\n", mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
   std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
               (long long)a.seq_len, (long long)a.prompt_len, a.batch,
               a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps,
@@ -209,7 +235,9 @@ int run_bench_train(const BenchTrainArgs& a) {
   std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
   std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", median(fwd_bwd), median(opt));
   std::printf("| training tokens/s | %.1f (best %.1f) |\n", tokens / med, tokens / best);
-  std::printf("| fwd+bwd GFLOP/s | %.1f |\n", median(gflops));
+  std::printf("| fwd+bwd GFLOP/s | %.1f (forward %.1f, backward %.1f) |\n", median(gflops), median(fwd_gflops),
+              median(bwd_gflops));
+  if (mixed) std::printf("| bf16 re-layout of the weights per step | %.3f s (in s/step) |\n", median(relayout));
   std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
   return 0;

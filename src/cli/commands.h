@@ -33,6 +33,7 @@ struct BenchTrainArgs {
   double mask_ratio = 0.5, lr = 1e-4;
   uint64_t seed = 0;
   bool json = false, grad_checkpointing = false;
+  std::string precision = "auto";  // bench's --precision: auto / bf16 = mixed precision, f32
 };
 void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* args);
 int run_bench_train(const BenchTrainArgs& args);

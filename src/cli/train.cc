@@ -15,7 +15,7 @@ namespace {
 
 struct TrainArgs {
   train::TrainOptions opt;
-  std::string schedule = "cosine", loss_norm = "tokens";
+  std::string schedule = "cosine", loss_norm = "tokens", precision = "bf16";
   int threads = 0;
   bool quiet = false;
   int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
@@ -27,6 +27,9 @@ int run_train(TrainArgs& a) {
   a.opt.lr.schedule = *schedule;
   a.opt.lr.total_steps = a.opt.steps;
   a.opt.masking.norm = a.loss_norm == "sequences" ? train::LossNorm::kSequences : train::LossNorm::kTokens;
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  a.opt.precision = precision->value_or(MatmulPrecision::kBF16);
   ThreadPool pool(a.threads);
   Context ctx;
   ctx.pool = &pool;
@@ -34,9 +37,11 @@ int run_train(TrainArgs& a) {
   if (!trainer.ok()) return report(trainer.status());
   train::Trainer& t = **trainer;
   if (!a.quiet)
-    std::fprintf(stderr, "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld\n",
+    std::fprintf(stderr,
+                 "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld; %s\n",
                  t.dataset().sequences.size(), (long long)a.opt.seq_len, (long long)t.dataset().n_skipped,
-                 (long long)t.dataset().n_truncated, (long long)a.opt.steps, (long long)t.steps_done());
+                 (long long)t.dataset().n_truncated, (long long)a.opt.steps, (long long)t.steps_done(),
+                 t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32");
   double seconds = 0;
   int64_t tokens = 0, done_here = 0;
   while (t.steps_done() < a.opt.steps) {
@@ -101,6 +106,9 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");
   cmd->add_flag("--force", o.force, "Start over even if --out holds checkpoints");
   cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str();
+  cmd->add_option("--precision", a->precision,
+                  "bf16: mixed precision (f32 master weights, bf16 GEMMs; the default) | f32: every GEMM in f32")
+      ->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")
       ->group("");

@@ -95,8 +95,10 @@ class Model {
   // ModelParams::weights(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
   // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
   // saved input into acts.scratch first (same gradients, bit for bit). Not thread-safe against other
-  // calls writing the same grads.
-  Status backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const;
+  // calls writing the same grads. Mixed precision (bf16_backward(ctx)): `transposed` (may be null) holds
+  // every matrix's wᵀ in bf16 (MixedPrecisionWeights::transposed()) for the dx products.
+  Status backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+                  const ModelWeights* transposed = nullptr) const;
 
  private:
   Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,

@@ -15,7 +15,8 @@ float* grad_of(const WeightView& w) { return const_cast<float*>(static_cast<cons
 
 }  // namespace
 
-Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const {
+Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+                       const ModelWeights* transposed) const {
   const ModelConfig& c = config_;
   const int64_t B = acts.n_batch, L = acts.n_seq, T = B * L, E = c.n_embd, D = c.head_dim, F = c.n_ff;
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
@@ -34,7 +35,7 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
   {  // lm_head and the final norm, on the n_out rows only
     std::vector<float> dnorm(n_out * E, 0.0f), dx(n_out * E, 0.0f);
     matmul_nt_backward(ctx, acts.final_norm.data(), n_out, weights_.output, dlogits, dnorm.data(),
-                       grad_of(grads.output), nullptr);
+                       grad_of(grads.output), nullptr, transposed != nullptr ? &transposed->output : nullptr);
     rms_norm_backward(ctx, acts.final_x.data(), weights_.output_norm.data(), dnorm.data(), n_out, E, eps, dx.data(),
                       grads.output_norm.data());
     for (int64_t r = 0; r < n_out; ++r) {  // rows may repeat: add in order
@@ -51,6 +52,8 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
   for (int64_t il = c.n_layer - 1; il >= 0; --il) {
     const LayerWeights& l = weights_.layers[il];
     LayerWeights& g = grads.layers[il];
+    // Mixed precision: the bf16 wᵀ of each matrix, laid out once per optimizer step.
+    auto wt = [&](WeightView LayerWeights::*m) { return transposed != nullptr ? &(transposed->layers[il].*m) : nullptr; };
     if (acts.recompute) {  // gradient checkpointing: run the layer again from its saved input
       LayerActivations& s = acts.scratch;
       std::copy(acts.layers[il].x.begin(), acts.layers[il].x.end(), s.x.begin());
@@ -64,23 +67,23 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
     const LayerActivations& a = acts.recompute ? acts.scratch : acts.layers[il];
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
     std::fill(dbig1.begin(), dbig1.end(), 0.0f);
-    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), grad_of(g.w_down), nullptr);
+    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), grad_of(g.w_down), nullptr, wt(&LayerWeights::w_down));
     swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1.data(), T * F, dbig1.data(), dbig2.data());
     std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), grad_of(g.w_gate), nullptr);
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), grad_of(g.w_up), nullptr);
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), grad_of(g.w_gate), nullptr, wt(&LayerWeights::w_gate));
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), grad_of(g.w_up), nullptr, wt(&LayerWeights::w_up));
     rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da.data(), T, E, eps, dh.data(), g.ffn_norm.data());
     // Attention: h_mid = x + attn·W_oᵀ
     std::fill(dattn.begin(), dattn.end(), 0.0f);
-    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), grad_of(g.wo), nullptr);
+    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), grad_of(g.wo), nullptr, wt(&LayerWeights::wo));
     attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn.data(), dq.data(),
                        dk.data(), dv.data());
     rope_backward(ctx, dq.data(), T, c.n_head, D, acts.cos.data(), acts.sin.data());
     rope_backward(ctx, dk.data(), T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
     std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), grad_of(g.wq), g.bq.data());
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), grad_of(g.wk), g.bk.data());
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), grad_of(g.wv), g.bv.data());
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), grad_of(g.wq), g.bq.data(), wt(&LayerWeights::wq));
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), grad_of(g.wk), g.bk.data(), wt(&LayerWeights::wk));
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), grad_of(g.wv), g.bv.data(), wt(&LayerWeights::wv));
     rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da.data(), T, E, eps, dh.data(), g.attn_norm.data());
   }
   embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grad_of(grads.tok_embd));

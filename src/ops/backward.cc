@@ -1,12 +1,15 @@
 // Front-ends of the backward ops and the fused cross-entropy: check the arguments once, dispatch to
 // the CPU kernels (ops/cpu/backward_kernels.h). matmul_nt_backward reuses matmul_nt on transposed copies
-// held in per-thread buffers.
+// (f32, or bf16 in mixed precision) held in per-thread buffers.
+#include <algorithm>
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/grown.h"
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
+#include "ops/cpu/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
@@ -53,20 +56,65 @@ namespace {
 // faults than the GEMM it feeds. They keep the largest size seen (the peak is the same as before).
 struct MatmulBackwardScratch {
   std::vector<float> dyt, wt, dense, xt, tmp;
+  std::vector<uint16_t> xt_bf16, wt_bf16;
 };
 thread_local MatmulBackwardScratch t_scratch;
 
 }  // namespace
 
+bool bf16_backward(const Context& ctx) {
+  return ctx.device == Device::kCpu && !ctx.reference_kernels && ctx.matmul_precision == MatmulPrecision::kBF16 &&
+         cpu::cpu_has_avx512_bf16();
+}
+
+void transpose_to_bf16(const Context& ctx, const WeightView& w, uint16_t* data) {
+  DC_CHECK(!w.empty() && !w.quantized(), "transpose_to_bf16: bad operand");
+  const int64_t rows = w.rows, cols = w.cols;
+  constexpr int64_t kTile = 64;
+  parallel_for(ctx.pool, (rows + kTile - 1) / kTile, [&](int64_t b, int64_t e) {
+    std::vector<float> tile(static_cast<size_t>(kTile * cols));  // [kTile, cols]
+    for (int64_t r0 = b * kTile; r0 < std::min(rows, e * kTile); r0 += kTile) {
+      const int64_t nr = std::min(kTile, rows - r0);
+      for (int64_t i = 0; i < nr; ++i) w.row_to_f32(r0 + i, tile.data() + i * cols);
+      for (int64_t c = 0; c < cols; ++c)  // 64 consecutive outputs per column
+        for (int64_t i = 0; i < nr; ++i) data[c * rows + r0 + i] = f32_to_bf16(tile[i * cols + c]);
+    }
+  });
+}
+
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
-                        float* dx, float* dw, float* dbias) {
+                        float* dx, float* dw, float* dbias, const WeightView* wt) {
   DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
+  DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
   if (n == 0) return;
   MatmulBackwardScratch& s = t_scratch;
   float* dyt = grown(s.dyt, out * n);  // [out, n]
   cpu::transpose(ctx.pool, dy, n, out, dyt);
-  if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
+  if (bf16_backward(ctx)) {  // mixed precision: bf16 operands (the kernel rounds dy / dyᵀ), f32 sums
+    if (dx != nullptr) {
+      WeightView t = wt != nullptr ? *wt : WeightView{};
+      if (wt == nullptr) {
+        uint16_t* tb = grown(s.wt_bf16, in * out);  // [in, out]
+        transpose_to_bf16(ctx, w, tb);
+        t = WeightView{DType::kBF16, tb, in, out};
+      }
+      float* tmp = grown(s.tmp, n * in);  // [n, in]
+      matmul_nt(ctx, dy, n, t, nullptr, tmp);
+      parallel_for(ctx.pool, n * in, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
+      }, 4096);
+    }
+    if (dw != nullptr) {
+      uint16_t* xb = grown(s.xt_bf16, in * n);  // [in, n]: xᵀ in bf16
+      transpose_to_bf16(ctx, WeightView{DType::kF32, x, n, in}, xb);
+      float* tmp = grown(s.tmp, out * in);  // [out, in]
+      matmul_nt(ctx, dyt, out, WeightView{DType::kBF16, xb, in, n}, nullptr, tmp);
+      parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dw[i] += tmp[i];
+      }, 4096);
+    }
+  } else if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
     float* wt = grown(s.wt, in * out);  // [in, out]
     float* tmp = grown(s.tmp, n * in);  // [n, in]
     if (w.dtype == DType::kF32) {
@@ -81,7 +129,7 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
       for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
     }, 4096);
   }
-  if (dw != nullptr) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
+  if (dw != nullptr && !bf16_backward(ctx)) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
     float* xt = grown(s.xt, in * n);      // [in, n]
     float* tmp = grown(s.tmp, out * in);  // [out, in]
     cpu::transpose(ctx.pool, x, n, in, xt);

@@ -47,8 +47,18 @@ WeightView panel_view(const WeightView& w, const void* data, const void* scales,
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
 // Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). Both products
-// run through matmul_nt (the fast kernel unless ctx.reference_kernels) on transposed copies in f32.
+// run through matmul_nt (the fast kernel unless ctx.reference_kernels): in f32 on transposed f32 copies,
+// or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32 accumulation: dx against
+// `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, laid out once per optimizer step by the caller; without
+// it a bf16 wᵀ is made per call), dw against xᵀ rounded to bf16 (an activation-sized copy per call).
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
-                        float* dx, float* dw, float* dbias);
+                        float* dx, float* dw, float* dbias, const WeightView* wt = nullptr);
+
+// True when matmul_nt_backward runs its products in bf16: ctx.matmul_precision kBF16 on a CPU with
+// AVX512_BF16, fast kernels.
+bool bf16_backward(const Context& ctx);
+
+// Writes wᵀ [w.cols, w.rows] rounded to bf16 into `data` (row-major, w.rows · w.cols bf16), threaded.
+void transpose_to_bf16(const Context& ctx, const WeightView& w, uint16_t* data);
 
 }  // namespace dc

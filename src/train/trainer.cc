@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 #include "ops/loss.h"
+#include "ops/matmul.h"
 #include "tokenizer/tokenizer.h"
 #include "train/rng.h"
 
@@ -18,7 +20,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
-                              ModelParams& grads, Activations& acts) {
+                              ModelParams& grads, Activations& acts, const ModelWeights* transposed, LossTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_out = static_cast<int64_t>(batch.out_rows.size()), V = model.config().n_vocab;
   ForwardBatch fb;
   fb.n_batch = batch.n_batch;
@@ -33,9 +36,14 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
   if (n_out == 0) return 0.0;
   const double loss =
       cross_entropy(ctx, logits.data(), batch.targets.data(), batch.weights.data(), n_out, V, logits.data());
+  const auto t1 = std::chrono::steady_clock::now();
   if (grad_scale != 1.0f)
     for (float& g : logits) g *= grad_scale;
-  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.weights()));
+  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.weights(), transposed));
+  if (times != nullptr) {
+    times->forward_s = std::chrono::duration<double>(t1 - t0).count();
+    times->backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  }
   return loss;
 }
 
@@ -51,6 +59,7 @@ std::string options_fingerprint(const TrainOptions& o) {
      << " clip=" << o.max_grad_norm << " seed=" << o.seed << " t_eps=" << o.masking.eps
      << " norm=" << static_cast<int>(o.masking.norm) << " pad=" << o.pad_token_id
      << " instruct=" << o.instruct_template;
+  if (o.precision == MatmulPrecision::kBF16) os << " precision=bf16";  // f32 runs keep their old fingerprint
   return os.str();
 }
 
@@ -86,6 +95,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
+  t->ctx_.matmul_precision = o.precision;
+  if (o.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
+    std::fprintf(stderr, "note: this CPU has no AVX512_BF16 (or reference kernels are on): training in f32\n");
+    t->ctx_.matmul_precision = MatmulPrecision::kF32;
+    t->opt_.precision = MatmulPrecision::kF32;
+  }
   std::error_code ec;
   const std::string latest = fs::exists(o.out_dir, ec) ? find_latest_checkpoint(o.out_dir) : std::string();
   if (!latest.empty() && !o.resume && !o.force)
@@ -102,7 +117,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   t->m_ = ModelParams::zeros(t->config_);
   t->v_ = ModelParams::zeros(t->config_);
   t->state_.seed = o.seed;
-  t->state_.options = options_fingerprint(o);
+  t->state_.options = options_fingerprint(t->opt_);
   if (o.resume && !latest.empty()) {
     TrainState saved;
     DC_RETURN_IF_ERROR(load_train_state(latest, t->m_, t->v_, saved));
@@ -165,8 +180,10 @@ Status Trainer::write_metrics_line(const StepStats& s) {
 Result<StepStats> Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   // Rebuilt every step: ModelWeights views the matrices but holds its own f32 copies of the norm weights
-  // and biases, which the last AdamW step changed.
-  const std::unique_ptr<Model> model = Model::from_weights(config_, params_.weights(), nullptr);
+  // and biases, which the last AdamW step changed (and, mixed precision, the bf16 copies of the matrices).
+  const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
+  if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, params_.weights()));
+  const std::unique_ptr<Model> model = Model::from_weights(config_, mixed ? mixed_.forward() : params_.weights(), nullptr);
   grads_.zero();
   StepStats s;
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
@@ -175,7 +192,8 @@ Result<StepStats> Trainer::step() {
     for (int64_t i = 0; i < opt_.batch_size; ++i) seqs.push_back(data_.sequences[order_->sample_at(state_.cursor++)]);
     const uint64_t key = hash_counters(state_.seed, 0x6d61736b, static_cast<uint64_t>(state_.step * opt_.grad_accum + micro));
     DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, config_.n_vocab));
-    DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model, batch, scale, grads_, acts_));
+    DC_ASSIGN_OR_RETURN(double loss,
+                        loss_and_grads(ctx_, *model, batch, scale, grads_, acts_, mixed ? &mixed_.transposed() : nullptr));
     s.loss += loss / static_cast<double>(opt_.grad_accum);
     s.tokens += batch.n_batch * batch.n_seq;
   }

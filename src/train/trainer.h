@@ -10,6 +10,7 @@
 
 #include "core/context.h"
 #include "core/status.h"
+#include "model/mixed_weights.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
@@ -22,8 +23,15 @@ namespace dc::train {
 // Loss and gradients of one noised batch: forward in training mode on batch.tokens (with batch.valid
 // and batch.positions when set), the weighted cross-entropy of ops/loss.h on batch.out_rows, and
 // Model::backward with dlogits scaled by `grad_scale`, ADDED into grads. Returns the loss (unscaled).
+// Mixed precision (bf16_backward(ctx)): `transposed` holds the bf16 wᵀ of every matrix
+// (MixedPrecisionWeights::transposed()); without it they are made per call. `times` (may be null)
+// receives the forward's and the backward's wall time.
+struct LossTimes {
+  double forward_s = 0, backward_s = 0;
+};
 Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
-                              ModelParams& grads, Activations& acts);
+                              ModelParams& grads, Activations& acts, const ModelWeights* transposed = nullptr,
+                              LossTimes* times = nullptr);
 
 struct TrainOptions {
   std::string model_dir, data_path, out_dir;
@@ -36,6 +44,10 @@ struct TrainOptions {
   int32_t pad_token_id = -1;   // -1: <|dlm_pad|> from the tokenizer, else config.pad_token_id
   bool instruct_template = false;
   bool recompute = false;      // gradient checkpointing: keep only each layer's input, recompute in backward
+  // kBF16: mixed precision (f32 master weights and Adam state; the forward's and backward's GEMMs on
+  // bf16 operands with f32 sums, weights re-laid once per optimizer step); needs AVX512_BF16, else the
+  // trainer runs kF32 and says so. kF32: every GEMM in f32 (the gradient-parity tests' path).
+  MatmulPrecision precision = MatmulPrecision::kBF16;
   int64_t save_every = 0;      // 0: only at the end
   bool resume = false;
   bool force = false;          // allow a non-empty out_dir without --resume
@@ -65,6 +77,7 @@ class Trainer {
   Status save();
 
   int64_t steps_done() const { return state_.step; }
+  MatmulPrecision precision() const { return ctx_.matmul_precision; }  // what the steps run in
   const Dataset& dataset() const { return data_; }
   const ModelParams& params() const { return params_; }
   const std::vector<StepStats>& history() const { return history_; }
@@ -80,6 +93,7 @@ class Trainer {
   Dataset data_;
   std::unique_ptr<DataOrder> order_;
   Activations acts_;
+  MixedPrecisionWeights mixed_;  // the bf16 copies of this step (precision kBF16)
   TrainState state_;
   std::vector<StepStats> history_;
 };

@@ -3,15 +3,19 @@
 // checkpoint, for a plain and a left-padded batch; plus training mode leaving the forward unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "fixtures.h"
 #include "io/safetensors.h"
+#include "model/mixed_weights.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "ops/loss.h"
+#include "ops/matmul.h"
 
 namespace dc {
 namespace {
@@ -128,6 +132,61 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
       const auto& want = grads.tensors()[i];
       ASSERT_EQ(0, std::memcmp(want.data, again.tensors()[i].data, want.size * sizeof(float))) << want.name;
     }
+  }
+}
+
+// bf16 mixed precision (the training default): loss and every gradient near the f32 autograd ones and
+// near PyTorch's own mixed precision (autocast to bf16), with the bf16 wᵀ laid out once or made per call
+// giving the same gradients up to summation order.
+TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
+  ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
+  auto loaded = Model::load((kDir / "tiny-train").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const ModelConfig& cfg = (*loaded)->config();
+  auto params = ModelParams::from_weights(cfg, (*loaded)->weights());
+  ASSERT_TRUE(params.ok()) << params.status().message();
+  ThreadPool pool(GetParam());
+  Context ctx;
+  ctx.pool = &pool;
+  ctx.matmul_precision = MatmulPrecision::kBF16;
+  if (!bf16_backward(ctx)) GTEST_SKIP() << "no AVX512_BF16: the trainer runs f32 on this CPU";
+  MixedPrecisionWeights mixed;
+  ASSERT_TRUE(mixed.refresh(ctx, params->weights()).ok());
+  const auto model = Model::from_weights(cfg, mixed.forward(), nullptr);
+  for (const auto& c : testing::load_json((kDir / "grad_cases.json").string())) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const Case k = make_case(c, static_cast<int32_t>(cfg.mask_token_id));
+    ForwardBatch fb = k.batch();
+    fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
+    const int64_t V = cfg.n_vocab, n_out = fb.n_out;
+    std::vector<float> dlogits(n_out * V);
+    Activations acts;
+    ASSERT_TRUE(model->forward(ctx, fb, dlogits.data(), nullptr, &acts).ok());
+    const double loss = cross_entropy(ctx, dlogits.data(), k.targets.data(), k.weights.data(), n_out, V, dlogits.data());
+    const double f32_loss = c["loss"], autocast_loss = c["loss_bf16"];
+    EXPECT_NEAR(loss, f32_loss, 1e-2 * f32_loss);
+    EXPECT_NEAR(loss, autocast_loss, 1e-2 * autocast_loss);
+    ModelParams grads = ModelParams::zeros(cfg), per_call = ModelParams::zeros(cfg);
+    ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), grads.weights(), &mixed.transposed()).ok());
+    ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), per_call.weights()).ok());
+    auto f32 = SafetensorsFile::open((kDir / (name + ".grads.safetensors")).string());
+    auto autocast = SafetensorsFile::open((kDir / (name + ".grads_autocast_bf16.safetensors")).string());
+    ASSERT_TRUE(f32.ok() && autocast.ok());
+    double worst_f32 = 0, worst_autocast = 0, any_difference = 0;
+    for (size_t i = 0; i < grads.tensors().size(); ++i) {
+      const auto& t = grads.tensors()[i];
+      EXPECT_LE(rel_diff(per_call.tensors()[i].data, t.data, t.size), 1e-5) << t.name << " (wᵀ made per call)";
+      const double d32 = rel_diff(t.data, static_cast<const float*>(f32->find(t.name)->data), t.size);
+      const double dac = rel_diff(t.data, static_cast<const float*>(autocast->find(t.name)->data), t.size);
+      EXPECT_LE(d32, 2e-2) << t.name << ": |Δ|/|f32 autograd| = " << d32;
+      EXPECT_LE(dac, 3e-2) << t.name << ": |Δ|/|autocast bf16 autograd| = " << dac;
+      worst_f32 = std::max(worst_f32, d32), worst_autocast = std::max(worst_autocast, dac);
+      any_difference = std::max(any_difference, d32);
+    }
+    EXPECT_GT(any_difference, 1e-6) << "the bf16 path gave f32's gradients: it did not run";
+    std::printf("[ mixed    ] %s: loss %.6f (f32 %.6f, autocast %.6f); worst gradient |Δ|/|ref| vs f32 %.2e, "
+                "vs autocast %.2e\n", name.c_str(), loss, f32_loss, autocast_loss, worst_f32, worst_autocast);
   }
 }
 

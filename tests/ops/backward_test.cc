@@ -2,11 +2,14 @@
 // for L = Σ c·y (random c), the op's gradients must match dL/dinput computed numerically.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cmath>
 #include <functional>
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -172,6 +175,51 @@ TEST_P(BackwardTest, MatmulNt) {
     expect_grad(want_dx, dx.data(), 1e-5, "dx");
     expect_grad(want_dw, dw.data(), 1e-5, "dw");
     expect_grad(want_db, db.data(), 1e-5, "db");
+  }
+}
+
+// Mixed precision: dx = dy·w and dw = dyᵀ·x on bf16 operands with f32 sums, against a double reference
+// over the same bf16-rounded operands (only the summation differs), with wᵀ laid out by the caller
+// (kPanels) or made per call; and transpose_to_bf16 exact.
+TEST_P(BackwardTest, MatmulNtBf16) {
+  Context ctx = ctx_;
+  ctx.matmul_precision = MatmulPrecision::kBF16;
+  if (!bf16_backward(ctx)) GTEST_SKIP() << "no AVX512_BF16";
+  for (const auto [n, in, out] : {std::array<int64_t, 3>{6, 40, 9}, {33, 130, 67}, {1, 7, 3}}) {
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(in) + "x" + std::to_string(out));
+    const Vec x = random_vec(n * in, 21), w = random_vec(out * in, 22, 0.5), dy = random_vec(n * out, 23);
+    auto round = [](const Vec& v) {
+      Vec r(v.size());
+      for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(static_cast<float>(v[i])));
+      return r;
+    };
+    const Vec xb = round(x), wb = round(w), dyb = round(dy);
+    Vec want_dx(n * in, 0.0), want_dw(out * in, 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t k = 0; k < in; ++k) {
+          want_dx[i * in + k] += dyb[i * out + o] * wb[o * in + k];
+          want_dw[o * in + k] += dyb[i * out + o] * xb[i * in + k];
+        }
+    const std::vector<float> xf = to_f32(x), wf = to_f32(w), dyf = to_f32(dy);
+    const WeightView wv{DType::kF32, wf.data(), out, in};
+    std::vector<uint16_t> wt(static_cast<size_t>(in * out));
+    transpose_to_bf16(ctx, wv, wt.data());
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t k = 0; k < in; ++k) ASSERT_EQ(wt[k * out + o], f32_to_bf16(wf[o * in + k])) << o << "," << k;
+    const WeightView wt_rm{DType::kBF16, wt.data(), in, out};
+    const PanelSizes sizes = panel_sizes(wt_rm);
+    std::vector<uint32_t> panels(static_cast<size_t>(sizes.data_bytes / 4) + 16);
+    uint32_t* aligned = panels.data() + (64 - reinterpret_cast<uintptr_t>(panels.data()) % 64) % 64 / 4;
+    const WeightView wt_packed = pack_panels(ctx, wt_rm, aligned, nullptr, nullptr, 0, sizes.panels);
+    for (const WeightView* laid : {static_cast<const WeightView*>(nullptr), &wt_packed}) {
+      std::vector<float> dx(n * in, 1.0f), dw(out * in, 2.0f);  // accumulated into
+      matmul_nt_backward(ctx, xf.data(), n, wv, dyf.data(), dx.data(), dw.data(), nullptr, laid);
+      for (float& v : dx) v -= 1.0f;
+      for (float& v : dw) v -= 2.0f;
+      expect_grad(want_dx, dx.data(), 1e-5, laid ? "dx (wᵀ laid out)" : "dx (wᵀ per call)");
+      expect_grad(want_dw, dw.data(), 1e-5, "dw");
+    }
   }
 }
 

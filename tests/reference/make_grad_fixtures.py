@@ -78,11 +78,20 @@ def make_case(model, name, rng, B, L, prompt_lens, pads, norm):
     loss = md_loss(model, tokens, loss_mask, mask, t, valid if padded else None, positions if padded else None, norm)
     loss.backward()
     grads = {n: w.grad.detach().numpy().astype(np.float32) for n, w in model.weights.items()}
-    case = dict(name=name, n_batch=B, n_seq=L, tokens=tokens.flatten().tolist(),
+    # The same under bf16 autocast (PyTorch's mixed precision: linear layers and matmuls on bf16 operands),
+    # the peer of the engine's bf16 training mode.
+    for w in model.weights.values():
+        w.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_bf16 = md_loss(model, tokens, loss_mask, mask, t, valid if padded else None,
+                            positions if padded else None, norm)
+    loss_bf16.float().backward()
+    grads_bf16 = {n: w.grad.detach().float().numpy().astype(np.float32) for n, w in model.weights.items()}
+    case = dict(name=name, n_batch=B, n_seq=L, tokens=tokens.flatten().tolist(), loss_bf16=float(loss_bf16),
                 loss_mask=loss_mask.flatten().int().tolist(), mask=mask.flatten().int().tolist(), t=t,
                 valid=valid.flatten().tolist() if padded else None,
                 positions=positions.flatten().tolist() if padded else None, norm=norm, loss=float(loss))
-    return case, grads
+    return case, grads, grads_bf16
 
 
 def lr_at(step, lr, warmup, total, min_ratio):
@@ -137,8 +146,9 @@ def main():
     cases = []
     for name, B, L, prompts, pads, norm in (("full", 2, 10, [3, 4], [0, 0], "tokens"),
                                             ("left_padded", 3, 9, [2, 3, 2], [3, 0, 1], "sequences")):
-        case, grads = make_case(model, name, rng, B, L, prompts, pads, norm)
+        case, grads, grads_bf16 = make_case(model, name, rng, B, L, prompts, pads, norm)
         st.write_file(os.path.join(a.out, name + ".grads.safetensors"), grads)
+        st.write_file(os.path.join(a.out, name + ".grads_autocast_bf16.safetensors"), grads_bf16)
         cases.append(case)
     with open(os.path.join(a.out, "grad_cases.json"), "w") as f:
         json.dump(cases, f)

@@ -1,0 +1,55 @@
+// MixedPrecisionWeights::refresh: round, (transpose,) pack.
+#include "model/mixed_weights.h"
+
+#include "core/dtype.h"
+#include "core/grown.h"
+#include "core/thread_pool.h"
+#include "io/mapped_file.h"
+#include "ops/matmul.h"
+
+namespace dc {
+
+Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& master) {
+  if (!bf16_backward(ctx)) return invalid_argument("mixed precision needs matmul precision bf16 on a CPU with AVX512_BF16");
+  forward_ = master;
+  transposed_ = ModelWeights{};
+  transposed_.layers.resize(master.layers.size());
+  size_t next = 0;
+  // Packs the bf16 row-major [rows, cols] matrix in tmp_ into buffer `next`, returning its view.
+  auto pack = [&](int64_t rows, int64_t cols) -> Result<WeightView> {
+    const WeightView rm{DType::kBF16, tmp_.data(), rows, cols};
+    const PanelSizes sizes = panel_sizes(rm);
+    if (next == bufs_.size()) {
+      bufs_.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(sizes.data_bytes))));
+      if (!bufs_.back()) return out_of_range("mixed precision: out of memory for a bf16 copy of a matrix");
+    }
+    return pack_panels(ctx, rm, bufs_[next++].get(), nullptr, nullptr, 0, sizes.panels);
+  };
+  auto both = [&](const WeightView& w, WeightView& fwd, WeightView& tr) -> Status {
+    const int64_t n = w.rows * w.cols;
+    uint16_t* t = grown(tmp_, n);
+    const float* src = static_cast<const float*>(w.data);
+    parallel_for(ctx.pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) t[i] = f32_to_bf16(src[i]);
+    }, 1 << 16);
+    DC_ASSIGN_OR_RETURN(fwd, pack(w.rows, w.cols));
+    transpose_to_bf16(ctx, w, t);
+    DC_ASSIGN_OR_RETURN(tr, pack(w.cols, w.rows));
+    return Status();
+  };
+  for (size_t il = 0; il < master.layers.size(); ++il) {
+    const LayerWeights& m = master.layers[il];
+    LayerWeights& f = forward_.layers[il];
+    LayerWeights& t = transposed_.layers[il];
+    DC_RETURN_IF_ERROR(both(m.wq, f.wq, t.wq));
+    DC_RETURN_IF_ERROR(both(m.wk, f.wk, t.wk));
+    DC_RETURN_IF_ERROR(both(m.wv, f.wv, t.wv));
+    DC_RETURN_IF_ERROR(both(m.wo, f.wo, t.wo));
+    DC_RETURN_IF_ERROR(both(m.w_gate, f.w_gate, t.w_gate));
+    DC_RETURN_IF_ERROR(both(m.w_up, f.w_up, t.w_up));
+    DC_RETURN_IF_ERROR(both(m.w_down, f.w_down, t.w_down));
+  }
+  return both(master.output, forward_.output, transposed_.output);  // tied: the embedding as lm_head
+}
+
+}  // namespace dc
