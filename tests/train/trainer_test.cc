@@ -18,6 +18,7 @@
 #include "process.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "ops/matmul.h"
 #include "train/trainer.h"
 
 namespace dc::train {
@@ -107,11 +108,16 @@ TEST(Trainer, LossFallsWellBelowItsStartOnACodeCorpus) {
   fs::remove_all(out);
 }
 
-TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
+// Within each mode (bf16 mixed precision, the default, and f32), a resumed run is bit-identical.
+class TrainerResume : public ::testing::TestWithParam<MatmulPrecision> {};
+
+TEST_P(TrainerResume, ReproducesTheUninterruptedRunBitForBit) {
   ASSERT_TRUE(fs::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
   ThreadPool pool(2);
-  const fs::path whole = temp_dir("whole"), cut = temp_dir("cut");
+  const std::string tag = GetParam() == MatmulPrecision::kBF16 ? "bf16" : "f32";
+  const fs::path whole = temp_dir("whole" + tag), cut = temp_dir("cut" + tag);
   TrainOptions o = tiny_options(whole, 7);
+  o.precision = GetParam();
   o.grad_accum = 2, o.save_every = 3, o.max_grad_norm = 0.5, o.adam.weight_decay = 0.1;
   auto a = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
   ASSERT_TRUE(a.ok()) << a.status().message();
@@ -131,6 +137,12 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   auto differs = Trainer::create_with_data(changed, make_ctx(pool), code_corpus(32));
   ASSERT_FALSE(differs.ok());
   EXPECT_NE(differs.status().message().find("options differ"), std::string::npos) << differs.status().message();
+  if (bf16_backward([&] { Context c = make_ctx(pool); c.matmul_precision = MatmulPrecision::kBF16; return c; }())) {
+    TrainOptions other_mode = o;  // the mode is part of the run
+    other_mode.resume = true;
+    other_mode.precision = GetParam() == MatmulPrecision::kBF16 ? MatmulPrecision::kF32 : MatmulPrecision::kBF16;
+    EXPECT_FALSE(Trainer::create_with_data(other_mode, make_ctx(pool), code_corpus(32)).ok());
+  }
 
   o.resume = true;
   o.recompute = true;  // gradient checkpointing changes memory, not one bit of the result
@@ -148,6 +160,9 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   fs::remove_all(whole);
   fs::remove_all(cut);
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, TrainerResume, ::testing::Values(MatmulPrecision::kBF16, MatmulPrecision::kF32),
+                         [](const auto& info) { return info.param == MatmulPrecision::kBF16 ? "bf16" : "f32"; });
 
 // Runs a command with stderr folded into out (the progress lines are on stderr).
 testing::RunResult run(const std::string& cmd) {
