@@ -46,7 +46,8 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   DC_CHECK(q && k && v && out && dout && dq && dk && dv, "attention_backward: null operand");
   DC_CHECK(s.n_batch > 0 && s.n_seq > 0 && s.head_dim > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0,
            "attention_backward: bad shape");
-  cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
+  if (ctx.reference_kernels || !cpu::cpu_has_avx512()) return cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
+  cpu::attention_backward_fast(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
 }
 
 namespace {

@@ -263,13 +263,48 @@ TEST_P(BackwardTest, AttentionWithPaddingAndGqa) {
     const Vec want_dk = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, q, x, v, mask)); }, k);
     const Vec want_dv = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, q, k, x, mask)); }, v);
     const std::vector<float> qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
-    std::vector<float> out(nq), dq(nq, 7.0f), dk(nkv, 7.0f), dv(nkv, 7.0f);  // overwritten
-    attention(ctx_, s, qf.data(), kf.data(), vf.data(), mask, out.data());
-    attention_backward(ctx_, s, qf.data(), kf.data(), vf.data(), mask, out.data(), to_f32(c).data(), dq.data(),
-                       dk.data(), dv.data());
-    expect_grad(want_dq, dq.data(), 1e-5, "dq");
-    expect_grad(want_dk, dk.data(), 1e-5, "dk");
-    expect_grad(want_dv, dv.data(), 1e-5, "dv");
+    for (bool reference : {false, true}) {  // the GEMM kernel and the reference loops
+      Context ctx = ctx_;
+      ctx.reference_kernels = reference;
+      std::vector<float> out(nq), dq(nq, 7.0f), dk(nkv, 7.0f), dv(nkv, 7.0f);  // overwritten
+      attention(ctx, s, qf.data(), kf.data(), vf.data(), mask, out.data());
+      attention_backward(ctx, s, qf.data(), kf.data(), vf.data(), mask, out.data(), to_f32(c).data(), dq.data(),
+                         dk.data(), dv.data());
+      expect_grad(want_dq, dq.data(), 1e-5, "dq");
+      expect_grad(want_dk, dk.data(), 1e-5, "dk");
+      expect_grad(want_dv, dv.data(), 1e-5, "dv");
+    }
+  }
+}
+
+// The GEMM attention backward against the reference loops at model-like sizes (head dims 40 / 64,
+// GQA groups 1 / 2 / 7, odd lengths, left padding), equal up to summation order.
+TEST_P(BackwardTest, AttentionFastMatchesReference) {
+  for (const AttentionShape s : {AttentionShape{1, 37, 4, 4, 40}, AttentionShape{2, 130, 14, 2, 64},
+                                 AttentionShape{1, 64, 7, 1, 64}}) {
+    SCOPED_TRACE("L " + std::to_string(s.n_seq) + " H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv));
+    const int64_t nq = s.n_batch * s.n_seq * s.n_head * s.head_dim, nkv = s.n_batch * s.n_seq * s.n_head_kv * s.head_dim;
+    const std::vector<float> q = to_f32(random_vec(nq, 31)), k = to_f32(random_vec(nkv, 32)),
+                             v = to_f32(random_vec(nkv, 33)), dout = to_f32(random_vec(nq, 34));
+    std::vector<uint8_t> valid(s.n_batch * s.n_seq, 1);
+    for (int64_t i = 0; i < 5; ++i) valid[i] = 0;  // row 0 left-padded by 5
+    for (const uint8_t* mask : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(valid.data())}) {
+      std::vector<float> out(nq);
+      attention(ctx_, s, q.data(), k.data(), v.data(), mask, out.data());
+      std::vector<std::vector<float>> got;
+      for (bool reference : {true, false}) {
+        Context ctx = ctx_;
+        ctx.reference_kernels = reference;
+        std::vector<float> dq(nq, 7.0f), dk(nkv, 7.0f), dv(nkv, 7.0f);
+        attention_backward(ctx, s, q.data(), k.data(), v.data(), mask, out.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data());
+        got.push_back(dq), got.push_back(dk), got.push_back(dv);
+      }
+      for (int w = 0; w < 3; ++w) {
+        const Vec ref(got[w].begin(), got[w].end());
+        expect_grad(ref, got[3 + w].data(), 2e-5, w == 0 ? "dq" : w == 1 ? "dk" : "dv");
+      }
+    }
   }
 }
 
