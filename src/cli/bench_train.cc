@@ -170,7 +170,7 @@ int run_bench_train(const BenchTrainArgs& a) {
     if (!loss.ok()) return report(loss.status());
     r.fwd_bwd_s = seconds_since(t1);
     const auto t2 = Clock::now();
-    r.grad_norm = train::clip_grad_norm(grads, max_grad_norm);
+    r.grad_norm = train::clip_grad_norm(grads, max_grad_norm, &pool);
     train::adamw_step(params, grads, m, v, step + 1, a.lr, adam, &pool);
     r.optimizer_s = seconds_since(t2);
     r.seconds = seconds_since(t0);

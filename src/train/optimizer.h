@@ -28,11 +28,12 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64
 void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v, int64_t t, double lr,
                 const AdamWOptions& opt, ThreadPool* pool);
 
-// √(Σ g²) over every gradient (double accumulation, fixed order).
-double global_grad_norm(const ModelParams& grads);
+// √(Σ g²) over every gradient: double sums per chunk of 64 Ki values, threaded, combined in a fixed
+// order (the result does not depend on the thread count).
+double global_grad_norm(const ModelParams& grads, ThreadPool* pool = nullptr);
 // torch.nn.utils.clip_grad_norm_: if max_norm > 0, scales every gradient by min(1, max_norm / (norm + 1e-6)).
 // Returns the norm before clipping.
-double clip_grad_norm(ModelParams& grads, double max_norm);
+double clip_grad_norm(ModelParams& grads, double max_norm, ThreadPool* pool = nullptr);
 
 enum class LrSchedule { kConstant, kLinear, kCosine };
 Result<LrSchedule> parse_lr_schedule(const std::string& name);  // "constant", "linear", "cosine"

@@ -197,7 +197,7 @@ Result<StepStats> Trainer::step() {
     s.loss += loss / static_cast<double>(opt_.grad_accum);
     s.tokens += batch.n_batch * batch.n_seq;
   }
-  s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm);
+  s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm, ctx_.pool);
   s.lr = learning_rate(opt_.lr, state_.step);
   adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam, ctx_.pool);
   s.step = ++state_.step;
