@@ -126,15 +126,16 @@ void Progress::add(const SampleRecord& r) {
   if (done_ < total_ && t - last_print_ < 0.5) return;
   last_print_ = t;
   const double eta = new_done_ > 0 ? t / new_done_ * (total_ - done_) : 0;
-  std::fprintf(stderr, "\reval: %lld/%lld samples, pass %.3f so far", static_cast<long long>(done_),
+  // One line per update when stderr is not a terminal (logs), redrawn in place when it is.
+  std::fprintf(stderr, "%seval: %lld/%lld samples, pass %.3f so far", isatty(2) ? "\r" : "", static_cast<long long>(done_),
                static_cast<long long>(total_), new_done_ ? static_cast<double>(passed_) / new_done_ : 0.0);
   if (tokens_ > 0 && gen_seconds_ > 0) std::fprintf(stderr, ", %.1f tok/s", tokens_ / gen_seconds_);
-  std::fprintf(stderr, ", %.0f s, ETA %.0f s   ", t, eta);
+  std::fprintf(stderr, ", %.0f s, ETA %.0f s%s", t, eta, isatty(2) ? "   " : "\n");
   std::fflush(stderr);
 }
 
 void Progress::finish() {
-  if (!quiet_ && new_done_ > 0) std::fprintf(stderr, "\n");
+  if (!quiet_ && new_done_ > 0 && isatty(2)) std::fprintf(stderr, "\n");
 }
 
 Status check_samples(const std::vector<Sample>& samples, const std::map<std::string, const Task*>& tasks,
