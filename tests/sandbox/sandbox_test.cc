@@ -246,7 +246,7 @@ TEST_F(SandboxTest, SleepingPastTheTimeoutIsKilled) {
   EXPECT_TRUE(r.timed_out);
   EXPECT_EQ(r.limit, LimitHit::kWallTime);
   EXPECT_EQ(r.signal, SIGKILL);
-  EXPECT_LT(r.wall_seconds, 3.0);
+  EXPECT_LT(r.wall_seconds, 5.0);  // not hung (generous: CI machines are loaded)
 }
 
 TEST_F(SandboxTest, GigabyteOnStdoutIsCutAtTheCap) {
@@ -254,7 +254,7 @@ TEST_F(SandboxTest, GigabyteOnStdoutIsCutAtTheCap) {
   EXPECT_EQ(r.limit, LimitHit::kOutput);
   EXPECT_TRUE(r.stdout_truncated);
   EXPECT_EQ(r.stdout_data.size(), 64u << 10);
-  EXPECT_LT(r.wall_seconds, 3.0);
+  EXPECT_LT(r.wall_seconds, 5.0);  // not hung (generous: CI machines are loaded)
 }
 
 TEST_F(SandboxTest, InheritedDescriptorsAreNotThere) {
@@ -307,7 +307,7 @@ TEST_F(SandboxTest, BackgroundProcessesDieWithTheRun) {
       "print('parent done')\n"));
   EXPECT_TRUE(r.ok()) << r.stderr_data;
   EXPECT_FALSE(r.timed_out);
-  EXPECT_LT(r.wall_seconds, 3.0);
+  EXPECT_LT(r.wall_seconds, 5.0);  // not hung (generous: CI machines are loaded)
   EXPECT_EQ(processes_with("dc-daemon-marker"), 0);
 }
 
