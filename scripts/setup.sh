@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Why each package is here: see README.md "Dependencies".
 DEB_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
               libgtest-dev googletest python3-numpy python3-torch libopenblas0-pthread nodejs npm
-              libcpp-httplib-dev chromium)
+              libcpp-httplib-dev chromium zlib1g-dev python3)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

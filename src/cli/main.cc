@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   commands["convert"] = dc::cli::add_convert_command(app);
   commands["serve"] = dc::cli::add_serve_command(app);
   commands["train"] = dc::cli::add_train_command(app);
+  commands["eval"] = dc::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

