@@ -4,6 +4,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <new>
 #include <vector>
 
 #include "core/grown.h"
@@ -46,7 +47,7 @@ Status Model::pack_weights(const Context& ctx) {
     for (int64_t bytes : {sizes.data_bytes, sizes.table_bytes, sizes.table_bytes}) {
       if (bytes == 0) break;
       bufs.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(bytes))));
-      if (!bufs.back()) return internal_error("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
+      if (!bufs.back()) return resource_exhausted("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
     }
     const int64_t row_bytes = w->quant == WeightQuant::kQ4 ? w->cols / 2 : w->cols * (w->quantized() ? 1 : 2);
     WeightView packed;
@@ -112,6 +113,20 @@ Status Model::check_batch(const ForwardBatch& b) const {
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
                       Activations* train) const {
   DC_RETURN_IF_ERROR(check_batch(b));
+  try {
+    return forward_body(ctx, b, logits, observer, train);
+  } catch (const std::bad_alloc&) {  // the workspace, the kernels' scratch (rethrown by the pool) or the cache
+    if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
+    const int64_t positions = b.n_batch * (b.window_stop() - b.window_begin);
+    return resource_exhausted("forward: out of memory for the activations of " + std::to_string(positions) +
+                              " positions (" + std::to_string(b.n_batch) + " rows × " +
+                              std::to_string(b.window_stop() - b.window_begin) +
+                              "); use fewer rows or a shorter canvas");
+  }
+}
+
+Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
+                           Activations* train) const {
   if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))
     return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
   const ModelConfig& c = config_;

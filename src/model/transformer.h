@@ -55,8 +55,10 @@ class Model {
   // batch.out_rows to logits[n_out, n_vocab], f32. With batch.cache_op kRefresh it also stores every
   // layer's K/V in batch.cache; with kUse it computes only the positions of batch.window (see CacheOp in
   // forward_batch.h). Checks the batch (ids, positions, rows in range and in the window, window and cache
-  // consistent) and returns invalid_argument naming the bad field. Thread-safe for concurrent calls that
-  // do not share a cache.
+  // consistent) and returns invalid_argument naming the bad field; when memory runs out (workspace,
+  // kernel scratch, the KV cache) it returns resource_exhausted, and batch.cache is then left unfilled.
+  // Thread-safe for concurrent calls that do not share a cache (ctx's pool serialises their parallel
+  // sections).
   //
   // Training mode (train != nullptr; the whole sequence, no cache): also writes into *train the
   // activations backward() needs (model/activations.h). Same results as without.
@@ -68,8 +70,8 @@ class Model {
   // zeroes it; its views must point into writable f32 buffers shaped like the weights, e.g.
   // ModelParams::weights(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
   // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
-  // saved input into acts.scratch first (same gradients, bit for bit). Not thread-safe against other
-  // calls writing the same grads.
+  // saved input into acts.scratch first (same gradients, bit for bit). Out of memory: resource_exhausted
+  // (grads then partly written). Not thread-safe against other calls writing the same grads.
   Status backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const;
 
  private:
@@ -81,6 +83,11 @@ class Model {
         weights_(std::move(weights)) {}
 
   Status check_batch(const ForwardBatch& batch) const;
+  // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
+  // resource_exhausted).
+  Status forward_body(const Context& ctx, const ForwardBatch& batch, float* logits, const ForwardObserver* observer,
+                      Activations* train) const;
+  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const;
 
   // Grow-only activation buffers of the forward (core/grown.h), one set per calling thread.
   struct ForwardWorkspace {

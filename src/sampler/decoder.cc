@@ -18,8 +18,6 @@
 namespace dc {
 namespace {
 
-constexpr std::string_view kCancelledPrefix = "cancelled: ";
-
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
@@ -270,10 +268,6 @@ Status policy_entries(const std::vector<int64_t>& answer, const PositionSet& set
 
 
 }  // namespace
-
-bool is_cancelled(const Status& status) {
-  return status.code() == StatusCode::kInternal && status.message().rfind(kCancelledPrefix, 0) == 0;
-}
 
 struct Decoder::State {
   int64_t n_vocab = 0;
@@ -552,8 +546,8 @@ Status Decoder::step() {
                         s.block,
                         static_cast<int>(s.blocks.size())};
     if (!s.hooks.on_step(info)) {
-      return Status(StatusCode::kInternal, std::string(kCancelledPrefix) + "on_step returned false after step " +
-                                               std::to_string(step) + " of " + std::to_string(s.n_steps));
+      return cancelled("cancelled by on_step (it returned false after step " + std::to_string(step) + " of " +
+                       std::to_string(s.n_steps) + ")");
     }
   }
   return Status::ok_status();

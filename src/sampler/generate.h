@@ -235,13 +235,11 @@ struct GenerateOutput {
 // Step numbers (hooks, RNG streams, history) count across blocks; n_steps is params.steps with fixed
 // steps and G (an upper bound) with threshold / factor.
 // Errors: invalid params/prompts, logits_fn errors, non-finite logits, an invalid unmask_policy answer,
-// tokens_hook writing an out-of-range id, and cancellation by on_step (is_cancelled() is true).
+// tokens_hook writing an out-of-range id, and cancellation by on_step (StatusCode::kCancelled:
+// is_cancelled() in core/status.h is true).
 Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
                                 const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                 const GenerateHooks& hooks = {});
-
-// True for the Status generate() returns when on_step asked to stop.
-bool is_cancelled(const Status& status);
 
 // The prefix of `generated` before the first token in stop_ids (all of it if none occurs).
 // Instruct: stop at <|dlm_pad|> (and <|im_end|>); Base: <|endoftext|>. The caller picks the ids.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "core/thread_pool.h"
 #include "sampler/decoder.h"
@@ -20,6 +21,17 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 int64_t canvas_of(const Job& job) {
   return static_cast<int64_t>(job.prompt().size()) + job.params().max_new_tokens.value_or(20);
+}
+
+// Decoder::start, with running out of memory for the canvas reported as a Status.
+Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& prompt, const SamplingParams& params,
+                              const GenerateHooks& hooks) {
+  try {
+    return Decoder::start(n_vocab, {prompt}, params, hooks);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("server: out of memory for the canvas of a job of " + std::to_string(prompt.size()) +
+                              " prompt tokens");
+  }
 }
 
 }  // namespace
@@ -129,7 +141,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     if (job.cancelled() || waited_ms > options_.max_queue_seconds * 1000.0) {
       JobResult r;
       r.queue_timeout = !job.cancelled();
-      r.status = job.cancelled() ? internal_error("cancelled while queued")
+      r.status = job.cancelled() ? cancelled("job cancelled while queued")
                                  : out_of_range("queue: waited longer than the server's queue time limit");
       r.queue_ms = waited_ms;
       job.finish(std::move(r));
@@ -154,7 +166,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     hooks.pool = pool_;  // set per step in step_batch()
     Result<Decoder> decoder = job->params().cache != CacheMode::kNone
                                   ? Result<Decoder>(unimplemented("cache: the server runs without the KV cache"))
-                                  : Decoder::start(n_vocab_, {job->prompt()}, job->params(), hooks);
+                                  : start_decoder(n_vocab_, job->prompt(), job->params(), hooks);
     if (!decoder.ok()) {
       JobResult r;
       r.status = decoder.status();
@@ -177,7 +189,18 @@ bool Scheduler::admit(std::vector<Active>& active) {
 void Scheduler::run() {
   std::vector<Active> active;
   while (admit(active)) {
-    if (!active.empty()) step_batch(active);
+    if (active.empty()) continue;
+    try {
+      step_batch(active);
+    } catch (const std::bad_alloc&) {  // the merged batch, the logits, a decoder's buffers or the model's
+      for (Active& a : active) {
+        JobResult r;
+        r.status = resource_exhausted("server: out of memory while stepping a batch of " +
+                                      std::to_string(active.size()) + " jobs; retry with fewer tokens");
+        a.job->finish(std::move(r));
+      }
+      active.clear();
+    }
   }
   for (Active& a : active) {
     JobResult r;
@@ -221,7 +244,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     Active& a = active[i];
     if (a.job->cancelled()) {
       JobResult r;
-      r.status = internal_error("cancelled: the client went away");
+      r.status = cancelled("job cancelled: the client went away");
       retire(i, std::move(r));
       continue;
     }
