@@ -95,19 +95,11 @@ Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>&
   int64_t width = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty()) return invalid_argument("prompt " + std::to_string(i) + " is empty");
-    for (int32_t id : prompts[i])
-      if (id < 0 || id >= c.n_vocab)
-        return invalid_argument("prompt " + std::to_string(i) + ": token id " + std::to_string(id) +
-                                " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
+    DC_RETURN_IF_ERROR(check_prompt_ids(prompts[i], c.n_vocab, "prompt " + std::to_string(i)));
     width = std::max<int64_t>(width, prompts[i].size());
   }
   DC_RETURN_IF_ERROR(validate(params, c.n_vocab));
-  DC_ASSIGN_OR_RETURN(int64_t length, canvas_length(params, width));
-  if (length > c.max_position_embeddings)
-    return out_of_range("the prompt (" + std::to_string(width) + " tokens) plus the new tokens make " +
-                        std::to_string(length) + " positions, more than the model's context of " +
-                        std::to_string(c.max_position_embeddings) +
-                        " (max_position_embeddings); shorten the prompt or lower --max-new-tokens");
+  DC_ASSIGN_OR_RETURN(int64_t length, canvas_length_in_context(params, width, c.max_position_embeddings));
   if (params.cache != CacheMode::kNone) {
     const int64_t rows = static_cast<int64_t>(prompts.size()) * params.num_return_sequences;
     const int64_t bytes = kv_cache_bytes(rows, length);

@@ -70,7 +70,9 @@ class Engine {
 
   // Checks the prompts against the vocabulary and the context length (and, with a KV cache, the cache
   // size against max_kv_cache_bytes), then runs the sampler with the engine's thread pool and a fresh
-  // logits_fn() (so a fresh KV cache per call). Errors name the prompt index.
+  // logits_fn() (so a fresh KV cache per call). Errors name the prompt index. Thread-safe: several
+  // threads may generate on one engine at once (the pool serialises their parallel sections; each gets
+  // the tokens it would get alone).
   Result<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                   GenerateHooks hooks = {});
 

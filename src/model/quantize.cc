@@ -120,48 +120,6 @@ const char* quant_format_name(WeightQuant format) {
 std::string quant_scale_name(const std::string& name) { return name + ".scale"; }
 std::string quant_min_name(const std::string& name) { return name + ".min"; }
 
-Result<QuantizationConfig> parse_quantization_config(std::string_view text, const std::string& path) {
-  Json j;
-  try {
-    j = Json::parse(text.begin(), text.end());
-  } catch (const std::exception& e) {
-    return parse_error(path + ": not valid JSON (" + e.what() + ")");
-  }
-  QuantizationConfig q;
-  if (!j.is_object()) return parse_error(path + ": must hold a JSON object");
-  auto it = j.find("quantization");
-  if (it == j.end() || it->is_null()) return q;
-  const std::string where = path + ": \"quantization\"";
-  if (!it->is_object())
-    return parse_error(where + " must be an object {\"format\": \"q8\" | \"q4\", \"group_size\": N}");
-  auto format = it->find("format");
-  if (format == it->end() || !format->is_string())
-    return parse_error(where + ".format must be the string \"q8\" or \"q4\"");
-  if (*format == "q8") {
-    q.format = WeightQuant::kQ8;
-  } else if (*format == "q4") {
-    q.format = WeightQuant::kQ4;
-  } else {
-    return unimplemented(where + ".format is \"" + format->get<std::string>() +
-                         "\"; this engine reads \"q8\" and \"q4\" (written by `diffucoder convert`)");
-  }
-  auto group = it->find("group_size");
-  if (q.format == WeightQuant::kQ4) {
-    if (group == it->end() || !group->is_number_integer() || group->get<int64_t>() < 2 || group->get<int64_t>() % 2)
-      return parse_error(where + ".group_size must be an even integer >= 2 for q4");
-    q.group_size = group->get<int64_t>();
-  } else if (group != it->end() && !group->is_null() && !(group->is_number_integer() && group->get<int64_t>() == 0)) {
-    return parse_error(where + ".group_size must be 0 (one scale per row) for q8");
-  }
-  return q;
-}
-
-Result<QuantizationConfig> load_quantization_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  return parse_quantization_config(text, path);
-}
-
 // ---- quantizing matrices ---------------------------------------------------------------------------
 
 Status check_quantize_options(const QuantizeOptions& o) {
@@ -169,7 +127,7 @@ Status check_quantize_options(const QuantizeOptions& o) {
     return invalid_argument("--weights must be q8 or q4");
   if (o.format == WeightQuant::kQ4 && (o.group_size <= 0 || o.group_size % 32 != 0 || o.group_size > 4096))
     return invalid_argument("--group-size " + std::to_string(o.group_size) +
-                            " is not supported; use a positive multiple of 32 up to 4096 (default 32)");
+                            " is not supported; use a positive multiple of 32 up to 4096 (default 128)");
   return Status();
 }
 
@@ -394,7 +352,7 @@ Status convert_checkpoint(const ConvertOptions& opt, ThreadPool* pool) {
   if (fs::exists(opt.model_dir, ec) && fs::exists(out, ec) && fs::equivalent(opt.model_dir, out, ec))
     return invalid_argument("--out '" + opt.out_dir + "' is the model directory itself; choose another directory");
   DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(opt.model_dir));
-  DC_ASSIGN_OR_RETURN(QuantizationConfig existing, load_quantization_config(opt.model_dir));
+  const QuantizationConfig& existing = ckpt.config().quantization;
   if (existing.format != WeightQuant::kNone)
     return invalid_argument(opt.model_dir + " is already quantized (" + quant_format_name(existing.format) +
                             "); convert the original bf16 checkpoint");

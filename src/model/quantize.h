@@ -1,6 +1,6 @@
-// Weight quantization (q8 / q4, formats in ops/weight.h and README.md "Quantized weights"), the
-// "quantization" block of a converted checkpoint's config.json, and writing a converted checkpoint
-// (`diffucoder convert`).
+// Weight quantization (q8 / q4, formats in types/quantization.h and README.md "Quantized weights") and
+// writing a converted checkpoint (`diffucoder convert`). The config.json "quantization" block is read
+// with the rest of config.json (io/config_json.h) into ModelConfig::quantization.
 #pragma once
 
 #include <cstdint>
@@ -12,24 +12,11 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/config.h"
 #include "model/weights.h"
 #include "ops/weight.h"
+#include "types/model_config.h"
 
 namespace dc {
-
-// The "quantization" object of config.json: {"format": "q8" | "q4", "group_size": G,
-// "quantized_by": "diffucoder"}. q8 has one scale per row (group_size 0); q4 needs an even G ≥ 2.
-struct QuantizationConfig {
-  WeightQuant format = WeightQuant::kNone;  // kNone: no "quantization" object (a dense checkpoint)
-  int64_t group_size = 0;
-};
-
-// Reads the "quantization" object of the config.json text (absent or null: format kNone). Errors name
-// `path` and the field: format other than "q8" / "q4", group_size missing, not an integer or not valid.
-Result<QuantizationConfig> parse_quantization_config(std::string_view config_json_text, const std::string& path);
-// Reads dir/config.json and parses it as parse_quantization_config does.
-Result<QuantizationConfig> load_quantization_config(const std::string& dir);
 
 const char* quant_format_name(WeightQuant format);  // "q8", "q4", "none"
 

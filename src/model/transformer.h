@@ -12,10 +12,10 @@
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "model/activations.h"
-#include "model/config.h"
-#include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
+#include "types/forward_batch.h"
+#include "types/model_config.h"
 
 namespace dc {
 

@@ -50,13 +50,7 @@ Result<Canvas> build_canvas(const std::vector<std::vector<int32_t>>& prompts, co
   if (prompts.empty()) return invalid_argument("prompts: no prompt given");
   Canvas c;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    for (size_t j = 0; j < prompts[i].size(); ++j) {
-      const int32_t id = prompts[i][j];
-      if (id < 0 || id >= n_vocab) {
-        return invalid_argument("prompts[" + std::to_string(i) + "][" + std::to_string(j) + "]: token id " +
-                                std::to_string(id) + " is outside [0, " + std::to_string(n_vocab) + ")");
-      }
-    }
+    DC_RETURN_IF_ERROR(check_prompt_ids(prompts[i], n_vocab, "prompts[" + std::to_string(i) + "]"));
     c.prompt_width = std::max<int64_t>(c.prompt_width, static_cast<int64_t>(prompts[i].size()));
   }
   DC_ASSIGN_OR_RETURN(c.n_seq, canvas_length(params, c.prompt_width));
@@ -226,11 +220,7 @@ Result<std::vector<Block>> plan_blocks(const SamplingParams& p, const Canvas& c)
   const int64_t new_tokens = c.n_seq - c.prompt_width;
   const int64_t length = p.block_length > 0 ? p.block_length : new_tokens;
   const int64_t n_blocks = (new_tokens + length - 1) / length;
-  if (!parallel && p.steps < n_blocks) {
-    return invalid_argument("steps: block decoding needs at least one step per block: " + std::to_string(new_tokens) +
-                            " new tokens in blocks of " + std::to_string(length) + " make " + std::to_string(n_blocks) +
-                            " blocks, but steps is " + std::to_string(p.steps));
-  }
+  DC_RETURN_IF_ERROR(check_steps_per_block(p, new_tokens));
   std::vector<Block> blocks;
   for (int64_t i = 0; i < n_blocks; ++i) {
     Block b;

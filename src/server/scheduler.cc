@@ -19,8 +19,11 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// The job's canvas length (the sampler's rule); 0 when its parameters give none (Decoder::start then
+// fails the job with the reason).
 int64_t canvas_of(const Job& job) {
-  return static_cast<int64_t>(job.prompt().size()) + job.params().max_new_tokens.value_or(20);
+  const Result<int64_t> length = canvas_length(job.params(), static_cast<int64_t>(job.prompt().size()));
+  return length.ok() ? *length : 0;
 }
 
 // Decoder::start, with running out of memory for the canvas reported as a Status.

@@ -26,7 +26,8 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
                               ModelParams& grads, Activations& acts);
 
 struct TrainOptions {
-  std::string model_dir, data_path, out_dir;
+  std::string model_dir, data_path;
+  std::string out_dir;         // checkpoints, metrics.jsonl, loss.svg; "" = write nothing (benchmarks)
   int64_t seq_len = 256, batch_size = 4, grad_accum = 1, steps = 100;
   LrOptions lr;
   AdamWOptions adam;
@@ -45,7 +46,9 @@ struct StepStats {
   int64_t step = 0;           // 1-based optimizer step just done
   double loss = 0, lr = 0, grad_norm = 0;
   int64_t tokens = 0;         // positions through the model in this step (batch · grad_accum · L)
+  int64_t loss_rows = 0;      // masked positions scored (rows of the loss) in this step
   double seconds = 0;
+  double fwd_bwd_seconds = 0, optimizer_seconds = 0;  // parts of `seconds` (the rest: masking, setup)
 };
 
 class Trainer {
@@ -58,10 +61,16 @@ class Trainer {
   // only recorded in the resume check).
   static Result<std::unique_ptr<Trainer>> create_with_data(const TrainOptions& options, const Context& ctx,
                                                            Dataset data);
+  // The same over f32 weights already in memory (e.g. a synthetic model of `bench --train`) instead of
+  // options.model_dir's; no resume, and save() needs options.model_dir (the files copied beside the weights).
+  static Result<std::unique_ptr<Trainer>> create_with_params(const TrainOptions& options, const Context& ctx,
+                                                             const ModelConfig& config, ModelParams params,
+                                                             Dataset data);
 
-  // One optimizer step (grad_accum micro-batches). Appends a line to out_dir/metrics.jsonl.
+  // One optimizer step (grad_accum micro-batches). Appends a line to out_dir/metrics.jsonl (when out_dir
+  // is set).
   Result<StepStats> step();
-  // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg.
+  // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   Status save();
 
   int64_t steps_done() const { return state_.step; }
@@ -71,6 +80,10 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // The rest of the setup once the weights are in params_ and config_: moments, resume from `latest`
+  // (a checkpoint directory, or ""), the data, out_dir and its metrics.
+  static Result<std::unique_ptr<Trainer>> finish_setup(std::unique_ptr<Trainer> t, Dataset data,
+                                                       const std::string& latest);
   Status write_metrics_line(const StepStats& s);
 
   TrainOptions opt_;

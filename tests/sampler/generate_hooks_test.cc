@@ -242,7 +242,8 @@ TEST(Errors, PromptsAreChecked) {
   FakeModel model(kVocab, rising);
   Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1}, {16}}, p);
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("prompts[1][0]"), std::string::npos) << out.status().message();
+  EXPECT_NE(out.status().message().find("prompts[1]: token id 16 at index 0"), std::string::npos)
+      << out.status().message();
   out = generate(model.logits_fn(), kVocab, {}, p);
   EXPECT_NE(out.status().message().find("prompts"), std::string::npos);
 }
