@@ -69,16 +69,23 @@ Status kv_cache_too_large(int64_t bytes, int64_t limit, int64_t n_rows, int64_t 
 }  // namespace
 
 LogitsFn Engine::logits_fn() {
-  auto cache = std::make_shared<KvCache>();  // this function's own cache (one generation at a time)
-  return [this, cache](const ForwardBatch& batch, float* logits) -> Status {
-    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model_->forward(ctx_, batch, logits);
+  // This function's own KV cache and scratch (one generation at a time), freed with the function.
+  struct Generation {
+    KvCache cache;
+    Workspace workspace;
+  };
+  auto gen = std::make_shared<Generation>();
+  return [this, gen](const ForwardBatch& batch, float* logits) -> Status {
+    Context ctx = ctx_;
+    ctx.workspace = &gen->workspace;
+    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model_->forward(ctx, batch, logits);
     if (batch.cache_op == CacheOp::kRefresh) {
       const int64_t bytes = kv_cache_bytes(batch.n_batch, batch.n_seq);
       if (bytes > max_kv_cache_bytes_) return kv_cache_too_large(bytes, max_kv_cache_bytes_, batch.n_batch, batch.n_seq);
     }
     ForwardBatch with_cache = batch;
-    with_cache.cache = cache.get();
-    return model_->forward(ctx_, with_cache, logits);
+    with_cache.cache = &gen->cache;
+    return model_->forward(ctx, with_cache, logits);
   };
 }
 

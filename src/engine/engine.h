@@ -58,7 +58,8 @@ class Engine {
   // The model as the sampler sees it. Valid while the Engine lives. Each call makes a new function with
   // its own KV cache (empty until the first CacheOp::kRefresh forward sizes it; refused with out_of_range
   // when larger than max_kv_cache_bytes), used by every batch whose cache_op is not kNone and whose
-  // cache is null: use one function per generation, from one thread at a time.
+  // cache is null, and its own scratch for the forward's activations (Context::workspace), both freed
+  // with the function: use one function per generation, from one thread at a time.
   LogitsFn logits_fn();
 
   // Bytes of the KV cache a generation of `n_rows` canvases of `n_seq` positions needs with cache on.

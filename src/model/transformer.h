@@ -57,8 +57,9 @@ class Model {
   // forward_batch.h). Checks the batch (ids, positions, rows in range and in the window, window and cache
   // consistent) and returns invalid_argument naming the bad field; when memory runs out (workspace,
   // kernel scratch, the KV cache) it returns resource_exhausted, and batch.cache is then left unfilled.
-  // Thread-safe for concurrent calls that do not share a cache (ctx's pool serialises their parallel
-  // sections).
+  // The activations live in ctx.workspace when set (else in this call's own buffers). Thread-safe for
+  // concurrent calls that share neither a cache nor a workspace (a shared pool serialises their
+  // parallel sections).
   //
   // Training mode (train != nullptr; the whole sequence, no cache): also writes into *train the
   // activations backward() needs (model/activations.h). Same results as without.
@@ -88,11 +89,6 @@ class Model {
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* logits, const ForwardObserver* observer,
                       Activations* train) const;
   Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads) const;
-
-  // Grow-only activation buffers of the forward (core/grown.h), one set per calling thread.
-  struct ForwardWorkspace {
-    std::vector<float> h, a, q, attn, k, v, gate, up;
-  };
 
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
   struct LayerPass {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/grown.h"
+#include "core/workspace.h"
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
 #include "ops/elementwise.h"
@@ -46,33 +46,25 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
 }
 
-namespace {
-
-// The temporaries of matmul_nt_backward live in buffers of the calling thread reused across calls: a fresh
-// [out, in] allocation per call (0.5 GB for a 0.5B model's lm_head) cost more in zero-filling and page
-// faults than the GEMM it feeds. They keep the largest size seen (the peak is the same as before).
-struct MatmulBackwardScratch {
-  std::vector<float> dyt, wt, dense, xt, tmp;
-};
-thread_local MatmulBackwardScratch t_scratch;
-
-}  // namespace
-
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias) {
   DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
   const int64_t out = w.rows, in = w.cols;
   if (n == 0) return;
-  MatmulBackwardScratch& s = t_scratch;
-  float* dyt = grown(s.dyt, out * n);  // [out, n]
+  // The temporaries live in ctx.workspace (the trainer's), reused across calls: a fresh [out, in]
+  // allocation per call (0.5 GB for a 0.5B model's lm_head) cost more in zero-filling and page faults
+  // than the GEMM it feeds. They keep the largest size seen. Without a workspace, this call's own.
+  Workspace own_workspace;
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
+  float* dyt = ws.floats("matmul_backward.dyt", out * n);  // [out, n]
   cpu::transpose(ctx.pool, dy, n, out, dyt);
   if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
-    float* wt = grown(s.wt, in * out);  // [in, out]
-    float* tmp = grown(s.tmp, n * in);  // [n, in]
+    float* wt = ws.floats("matmul_backward.wt", in * out);  // [in, out]
+    float* tmp = ws.floats("matmul_backward.tmp", n * in);  // [n, in]
     if (w.dtype == DType::kF32) {
       cpu::transpose(ctx.pool, static_cast<const float*>(w.data), out, in, wt);
     } else {
-      float* dense = grown(s.dense, out * in);  // [out, in]
+      float* dense = ws.floats("matmul_backward.dense", out * in);  // [out, in]
       for (int64_t r = 0; r < out; ++r) w.row_to_f32(r, dense + r * in);
       cpu::transpose(ctx.pool, dense, out, in, wt);
     }
@@ -82,8 +74,8 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
     }, 4096);
   }
   if (dw != nullptr) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
-    float* xt = grown(s.xt, in * n);      // [in, n]
-    float* tmp = grown(s.tmp, out * in);  // [out, in]
+    float* xt = ws.floats("matmul_backward.xt", in * n);    // [in, n]
+    float* tmp = ws.floats("matmul_backward.tmp", out * in);  // [out, in]
     cpu::transpose(ctx.pool, x, n, in, xt);
     matmul_nt(ctx, dyt, out, WeightView{DType::kF32, xt, in, n}, nullptr, tmp);
     parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "core/thread_pool.h"
+#include "sampler/batch_merge.h"
 #include "sampler/decoder.h"
 
 namespace dc::server {
@@ -261,16 +262,9 @@ void Scheduler::step_batch(std::vector<Active>& active) {
   if (active.empty()) return;
 
   // One forward over every row that needs logits, left-padded to the widest canvas.
-  int64_t rows = 0, width = 0, n_out = 0;
   std::vector<size_t> forward_jobs;
-  for (size_t i = 0; i < active.size(); ++i) {
-    if (!active[i].decoder.needs_forward()) continue;
-    const ForwardBatch fb = active[i].decoder.forward_batch();
-    forward_jobs.push_back(i);
-    rows += fb.n_batch;
-    width = std::max(width, fb.n_seq);
-    n_out += fb.n_out;
-  }
+  for (size_t i = 0; i < active.size(); ++i)
+    if (active[i].decoder.needs_forward()) forward_jobs.push_back(i);
   double forward_s = 0.0;
   if (forward_jobs.size() == 1) {  // one job: its own batch, straight into its buffer (no padding, no copy)
     Decoder& d = active[forward_jobs[0]].decoder;
@@ -286,55 +280,24 @@ void Scheduler::step_batch(std::vector<Active>& active) {
       return;
     }
   } else if (!forward_jobs.empty()) {
-    std::vector<int32_t> tokens(static_cast<size_t>(rows * width), 0);
-    std::vector<uint8_t> valid(tokens.size(), 0);
-    std::vector<int32_t> positions(tokens.size(), 1);
-    std::vector<int64_t> out_rows;
-    out_rows.reserve(static_cast<size_t>(n_out));
-    bool padded = false;
-    int64_t row0 = 0;
-    for (size_t i : forward_jobs) {
-      const ForwardBatch fb = active[i].decoder.forward_batch();
-      const int64_t pad = width - fb.n_seq;
-      padded |= pad > 0 || fb.valid != nullptr;
-      for (int64_t b = 0; b < fb.n_batch; ++b) {
-        const size_t dst = static_cast<size_t>((row0 + b) * width + pad);
-        const size_t src = static_cast<size_t>(b * fb.n_seq);
-        std::memcpy(tokens.data() + dst, fb.tokens + src, static_cast<size_t>(fb.n_seq) * sizeof(int32_t));
-        for (int64_t j = 0; j < fb.n_seq; ++j) {
-          valid[dst + j] = fb.valid != nullptr ? fb.valid[src + j] : 1;
-          positions[dst + j] = fb.positions != nullptr ? fb.positions[src + j] : static_cast<int32_t>(j);
+    std::vector<ForwardBatch> parts;
+    for (size_t i : forward_jobs) parts.push_back(active[i].decoder.forward_batch());
+    const Result<MergedBatch> merged = merge_left_padded(parts);
+    Status st = merged.status();
+    if (st.ok()) {
+      std::vector<float>& logits = logits_;
+      logits.resize(merged->out_rows.size() * static_cast<size_t>(n_vocab_));
+      const Clock::time_point tf = Clock::now();
+      st = logits_fn_(merged->batch(), logits.data());
+      forward_s = ms_between(tf, Clock::now()) / 1000.0;
+      for (size_t k = 0; k < forward_jobs.size(); ++k) {
+        Decoder& d = active[forward_jobs[k]].decoder;
+        if (st.ok()) {
+          const std::span<float> dst = d.logits_buffer();
+          std::memcpy(dst.data(), logits.data() + merged->out_begin[k] * n_vocab_, dst.size() * sizeof(float));
         }
+        d.record_forward(forward_s * 1000.0, parts[k].n_computed());
       }
-      for (int64_t o = 0; o < fb.n_out; ++o) {
-        const int64_t b = fb.out_rows[o] / fb.n_seq, j = fb.out_rows[o] % fb.n_seq;
-        out_rows.push_back((row0 + b) * width + pad + j);
-      }
-      row0 += fb.n_batch;
-    }
-    ForwardBatch batch;
-    batch.n_batch = rows;
-    batch.n_seq = width;
-    batch.tokens = tokens.data();
-    batch.valid = padded ? valid.data() : nullptr;
-    batch.positions = padded ? positions.data() : nullptr;
-    batch.out_rows = out_rows.data();
-    batch.n_out = n_out;
-    std::vector<float>& logits = logits_;
-    logits.resize(static_cast<size_t>(n_out * n_vocab_));
-    const Clock::time_point tf = Clock::now();
-    const Status st = logits_fn_(batch, logits.data());
-    forward_s = ms_between(tf, Clock::now()) / 1000.0;
-    int64_t out0 = 0;
-    for (size_t i : forward_jobs) {
-      Decoder& d = active[i].decoder;
-      const ForwardBatch fb = d.forward_batch();
-      if (st.ok()) {
-        const std::span<float> dst = d.logits_buffer();
-        std::memcpy(dst.data(), logits.data() + out0 * n_vocab_, dst.size() * sizeof(float));
-      }
-      out0 += fb.n_out;
-      d.record_forward(forward_s * 1000.0, fb.n_computed());
     }
     if (!st.ok()) {  // the model failed: every job of this forward fails
       for (size_t k = forward_jobs.size(); k-- > 0;) {

@@ -119,6 +119,7 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
                                                        const std::string& latest) {
   const TrainOptions& o = t->opt_;
   std::error_code ec;
+  t->ctx_.workspace = &t->workspace_;  // the steps' scratch is this trainer's, released with it
   t->grads_ = ModelParams::zeros(t->config_);
   t->m_ = ModelParams::zeros(t->config_);
   t->v_ = ModelParams::zeros(t->config_);

@@ -73,6 +73,11 @@ class Trainer {
   // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   Status save();
 
+  // Frees the scratch the steps keep for reuse (the forward's activations and the matmul backward's
+  // temporaries, e.g. [n_vocab, n_embd] f32 for the lm_head); the next step allocates it again.
+  void release_scratch() { workspace_.release(); }
+  int64_t scratch_bytes() const { return workspace_.bytes(); }
+
   int64_t steps_done() const { return state_.step; }
   const Dataset& dataset() const { return data_; }
   const ModelParams& params() const { return params_; }
@@ -87,7 +92,8 @@ class Trainer {
   Status write_metrics_line(const StepStats& s);
 
   TrainOptions opt_;
-  Context ctx_;
+  Context ctx_;          // ctx_.workspace = &workspace_
+  Workspace workspace_;
   ModelConfig config_;
   ModelParams params_, grads_, m_, v_;
   Dataset data_;

@@ -16,6 +16,7 @@
 #include "fixtures.h"
 #include "io/config_json.h"
 #include "io/safetensors.h"
+#include "model/convert.h"
 #include "model/quantize.h"
 #include "model/transformer.h"
 

@@ -130,6 +130,10 @@ TEST(Trainer, RunsWithoutAnOutputDirectoryAndMatchesOneWithIt) {
     EXPECT_LE(sb->fwd_bwd_seconds + sb->optimizer_seconds, sb->seconds);
   }
   EXPECT_FALSE((*b)->save().ok());
+  EXPECT_GT((*b)->scratch_bytes(), 0);  // the steps' scratch is the trainer's, and it can be released
+  (*b)->release_scratch();
+  EXPECT_EQ((*b)->scratch_bytes(), 0);
+  ASSERT_TRUE((*b)->step().ok());
   // In-memory weights (as a synthetic model's) train the same as the checkpoint's.
   auto ckpt = Checkpoint::open(without.model_dir);
   ASSERT_TRUE(ckpt.ok());
