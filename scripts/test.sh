@@ -12,8 +12,9 @@ if [ "${1:-}" = "--tsan" ]; then
     -DDC_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan -j"$(nproc)" --target test_core test_engine
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  build-tsan/tests/test_core --gtest_filter='ThreadPool.*'
-  build-tsan/tests/test_engine --gtest_filter='Concurrency.*'
+  # (a pool that lets two callers overwrite each other's job deadlocks: the timeout turns that into a failure)
+  timeout 600 build-tsan/tests/test_core --gtest_filter='ThreadPool.*'
+  timeout 600 build-tsan/tests/test_engine --gtest_filter='Concurrency.*'
   exit 0
 fi
 if [ "${1:-}" = "--sanitize" ]; then

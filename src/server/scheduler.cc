@@ -27,6 +27,35 @@ int64_t canvas_of(const Job& job) {
   return length.ok() ? *length : 0;
 }
 
+// The generated part of every row of the decoder's canvas (after the padded prompt).
+std::vector<std::vector<int32_t>> generated_rows(const Decoder& d) {
+  std::vector<std::vector<int32_t>> rows;
+  const std::span<const int32_t> canvas = d.canvas();
+  for (int64_t b = 0; b < d.n_rows(); ++b) {
+    const auto row = canvas.begin() + b * d.n_seq();
+    rows.emplace_back(row + d.prompt_width(), row + d.n_seq());
+  }
+  return rows;
+}
+
+// Early stop: every row's final prefix (unmasked from the left) contains a stop id.
+bool all_rows_stopped(const Decoder& d, const std::vector<int32_t>& stop_ids, int32_t mask) {
+  bool all_stopped = !stop_ids.empty();
+  for (int64_t b = 0; all_stopped && b < d.n_rows(); ++b) {
+    bool stopped = false;
+    for (int64_t j = d.prompt_width(); j < d.n_seq(); ++j) {
+      const int32_t t = d.canvas()[static_cast<size_t>(b * d.n_seq() + j)];
+      if (t == mask) break;
+      if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
+        stopped = true;
+        break;
+      }
+    }
+    all_stopped = stopped;
+  }
+  return all_stopped;
+}
+
 // Decoder::start, with running out of memory for the canvas reported as a Status.
 Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& prompt, const SamplingParams& params,
                               const GenerateHooks& hooks) {
@@ -223,61 +252,65 @@ void Scheduler::run() {
 
 void Scheduler::step_batch(std::vector<Active>& active) {
   const Clock::time_point t0 = Clock::now();
-  auto retire = [&](size_t i, JobResult r) {
-    Active& a = active[i];
-    const Clock::time_point now = Clock::now();
-    r.queue_ms = ms_between(a.job->submitted_, a.job->admitted_);
-    r.run_ms = ms_between(a.started, now);
-    r.timings = a.decoder.timings();
-    if (metrics_ != nullptr) metrics_->on_job_done(r.queue_ms / 1000.0, r.run_ms / 1000.0);
-    a.job->finish(std::move(r));
-    active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  auto generated_rows = [](const Decoder& d) {
-    std::vector<std::vector<int32_t>> rows;
-    const std::span<const int32_t> canvas = d.canvas();
-    for (int64_t b = 0; b < d.n_rows(); ++b) {
-      const auto row = canvas.begin() + b * d.n_seq();
-      rows.emplace_back(row + d.prompt_width(), row + d.n_seq());
-    }
-    return rows;
-  };
+  retire_and_prepare(active);
+  if (active.empty()) return;
+  double forward_s = 0.0;
+  if (!forward(active, &forward_s)) return;
+  std::vector<Status> statuses;
+  std::vector<int64_t> unmasked;
+  step_decoders(active, statuses, unmasked);
+  publish_and_retire(active, statuses, unmasked, t0, forward_s);
+}
 
+// Finishes active[i] with `r` (plus its timings) and removes it from the batch.
+void Scheduler::retire(std::vector<Active>& active, size_t i, JobResult r) {
+  Active& a = active[i];
+  const Clock::time_point now = Clock::now();
+  r.queue_ms = ms_between(a.job->submitted_, a.job->admitted_);
+  r.run_ms = ms_between(a.started, now);
+  r.timings = a.decoder.timings();
+  if (metrics_ != nullptr) metrics_->on_job_done(r.queue_ms / 1000.0, r.run_ms / 1000.0);
+  a.job->finish(std::move(r));
+  active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void Scheduler::retire_and_prepare(std::vector<Active>& active) {
   // Retire cancelled and finished jobs; prepare the rest.
   for (size_t i = active.size(); i-- > 0;) {
     Active& a = active[i];
     if (a.job->cancelled()) {
       JobResult r;
       r.status = cancelled("job cancelled: the client went away");
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
       continue;
     }
     a.decoder.prepare();
     if (a.decoder.done()) {
       JobResult r;
       r.generated = generated_rows(a.decoder);
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
     }
   }
-  if (active.empty()) return;
+}
 
-  // One forward over every row that needs logits, left-padded to the widest canvas.
+// One forward over every row that needs logits, left-padded to the widest canvas (merge_left_padded),
+// its logits scattered back to the decoders. False when the model failed (those jobs are retired).
+bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   std::vector<size_t> forward_jobs;
   for (size_t i = 0; i < active.size(); ++i)
     if (active[i].decoder.needs_forward()) forward_jobs.push_back(i);
-  double forward_s = 0.0;
   if (forward_jobs.size() == 1) {  // one job: its own batch, straight into its buffer (no padding, no copy)
     Decoder& d = active[forward_jobs[0]].decoder;
     const ForwardBatch fb = d.forward_batch();
     const Clock::time_point tf = Clock::now();
     const Status st = logits_fn_(fb, d.logits_buffer().data());
-    forward_s = ms_between(tf, Clock::now()) / 1000.0;
-    d.record_forward(forward_s * 1000.0, fb.n_computed());
+    *forward_s = ms_between(tf, Clock::now()) / 1000.0;
+    d.record_forward(*forward_s * 1000.0, fb.n_computed());
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
-      retire(forward_jobs[0], std::move(r));
-      return;
+      retire(active, forward_jobs[0], std::move(r));
+      return false;
     }
   } else if (!forward_jobs.empty()) {
     std::vector<ForwardBatch> parts;
@@ -289,31 +322,35 @@ void Scheduler::step_batch(std::vector<Active>& active) {
       logits.resize(merged->out_rows.size() * static_cast<size_t>(n_vocab_));
       const Clock::time_point tf = Clock::now();
       st = logits_fn_(merged->batch(), logits.data());
-      forward_s = ms_between(tf, Clock::now()) / 1000.0;
+      *forward_s = ms_between(tf, Clock::now()) / 1000.0;
       for (size_t k = 0; k < forward_jobs.size(); ++k) {
         Decoder& d = active[forward_jobs[k]].decoder;
         if (st.ok()) {
           const std::span<float> dst = d.logits_buffer();
           std::memcpy(dst.data(), logits.data() + merged->out_begin[k] * n_vocab_, dst.size() * sizeof(float));
         }
-        d.record_forward(forward_s * 1000.0, parts[k].n_computed());
+        d.record_forward(*forward_s * 1000.0, parts[k].n_computed());
       }
     }
     if (!st.ok()) {  // the model failed: every job of this forward fails
       for (size_t k = forward_jobs.size(); k-- > 0;) {
         JobResult r;
         r.status = st.with_context("forward");
-        retire(forward_jobs[k], std::move(r));
+        retire(active, forward_jobs[k], std::move(r));
       }
-      return;
+      return false;
     }
   }
+  return true;
+}
 
-  // Step every decoder: alone, with the pool inside its sampling; several, in parallel over the pool
-  // (each serial inside). Then publish and retire errors and early stops.
+// Steps every decoder: alone, with the pool inside its sampling; several, in parallel over the pool
+// (each serial inside). statuses[i] and unmasked[i] (positions committed) are active[i]'s.
+void Scheduler::step_decoders(std::vector<Active>& active, std::vector<Status>& statuses,
+                              std::vector<int64_t>& unmasked) {
   const size_t n_active = active.size();
-  std::vector<Status> statuses(n_active);
-  std::vector<int64_t> unmasked(n_active, 0);
+  statuses.assign(n_active, Status());
+  unmasked.assign(n_active, 0);
   auto step_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       Decoder& d = active[static_cast<size_t>(i)].decoder;
@@ -330,6 +367,11 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     for (Active& a : active) a.decoder.set_pool(nullptr);
     pool_->parallel_for(static_cast<int64_t>(n_active), step_range, 1);
   }
+}
+
+// Publishes the step's snapshots, retires errors and early stops, and records the step's metrics.
+void Scheduler::publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
+                                   const std::vector<int64_t>& unmasked, Clock::time_point t0, double forward_s) {
   int64_t committed = 0, batch_rows = 0;
   for (size_t i = active.size(); i-- > 0;) {
     Active& a = active[i];
@@ -339,7 +381,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     if (!statuses[i].ok()) {
       JobResult r;
       r.status = statuses[i];
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
       continue;
     }
     committed += unmasked[i];
@@ -347,26 +389,11 @@ void Scheduler::step_batch(std::vector<Active>& active) {
       JobSnapshot s{d.steps_done(), d.n_steps(), generated_rows(d)};
       a.job->publish(std::move(s));
     }
-    // Early stop: every row's final prefix (unmasked from the left) contains a stop id.
-    const std::vector<int32_t>& stop_ids = a.job->stop_ids_;
-    bool all_stopped = !stop_ids.empty();
-    for (int64_t b = 0; all_stopped && b < d.n_rows(); ++b) {
-      bool stopped = false;
-      for (int64_t j = d.prompt_width(); j < d.n_seq(); ++j) {
-        const int32_t t = d.canvas()[static_cast<size_t>(b * d.n_seq() + j)];
-        if (t == mask) break;
-        if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
-          stopped = true;
-          break;
-        }
-      }
-      all_stopped = stopped;
-    }
-    if (all_stopped) {
+    if (all_rows_stopped(d, a.job->stop_ids_, mask)) {
       JobResult r;
       r.stopped_early = true;
       r.generated = generated_rows(d);
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
     }
   }
   if (metrics_ != nullptr) {
