@@ -147,6 +147,8 @@ int main(int argc, char** argv) {
     const std::string mode = modes.substr(pos, comma - pos);
     pos = comma + 1;
     dc::Context ctx{dc::Device::kCpu, &pool};
+    dc::Workspace workspace;  // the activations reused across repetitions, as in a generation
+    ctx.workspace = &workspace;
     ctx.reference_kernels = mode == "ref";
     if (mode == "bf16") ctx.matmul_precision = dc::MatmulPrecision::kBF16;
     std::map<std::string, double> stage_ms;

@@ -1,7 +1,7 @@
-// `diffucoder bench --train`: times masked-diffusion optimizer steps (make_masked_batch → loss_and_grads
-// → clip_grad_norm → adamw_step, as Trainer::step composes them) on random sequences, on a synthetic
-// model of a named shape or a checkpoint, in bf16 mixed precision (the training default) or f32.
-// Prints s/step, training tokens/s, forward and backward GFLOP/s, peak RSS.
+// `diffucoder bench --train`: times Trainer::step (make_masked_batch → loss_and_grads → clip_grad_norm →
+// adamw_step) on random sequences, on a synthetic model of a named shape or a checkpoint, in bf16 mixed
+// precision (the training default) or f32, with a trainer that writes no files. Prints s/step, training
+// tokens/s, forward and backward GFLOP/s, peak RSS.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,12 +14,9 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "io/checkpoint.h"
-#include "model/activations.h"
-#include "model/mixed_weights.h"
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "ops/matmul.h"
-#include "train/rng.h"
 #include "train/trainer.h"
 
 namespace dc::cli {
@@ -62,8 +59,7 @@ Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, Th
 }
 
 struct StepRecord {
-  double seconds = 0, masking_s = 0, fwd_bwd_s = 0, optimizer_s = 0, relayout_s = 0;
-  train::LossTimes times;
+  double seconds = 0, masking_s = 0, fwd_bwd_s = 0, optimizer_s = 0, relayout_s = 0, forward_s = 0, backward_s = 0;
   double loss = 0, grad_norm = 0;
   int64_t n_out = 0;  // loss rows (masked positions) of the batch
 };
@@ -105,77 +101,67 @@ int run_bench_train(const BenchTrainArgs& a) {
   ctx.pool = &pool;
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return report(precision.status());
-  ctx.matmul_precision = precision->value_or(MatmulPrecision::kBF16);
-  if (ctx.matmul_precision == MatmulPrecision::kBF16 && !bf16_backward(ctx))
+  const MatmulPrecision mode = precision->value_or(MatmulPrecision::kBF16);
+  if (mode == MatmulPrecision::kBF16 &&
+      !bf16_backward([&] { Context c = ctx; c.matmul_precision = mode; return c; }()))
     return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
-  const bool mixed = ctx.matmul_precision == MatmulPrecision::kBF16;
-  MixedPrecisionWeights mixed_weights;
+  const bool mixed = mode == MatmulPrecision::kBF16;
   const auto t_load = Clock::now();
   ModelConfig c;
   auto loaded = load_params(a, c, &pool);
   if (!loaded.ok()) return report(loaded.status());
-  ModelParams params = std::move(*loaded);
   if (c.mask_token_id < 0 || c.mask_token_id >= c.n_vocab)
     return report(invalid_argument("config mask_token_id is outside the vocabulary"));
-  ModelParams grads = ModelParams::zeros(c), m = ModelParams::zeros(c), v = ModelParams::zeros(c);
-  const double load_s = seconds_since(t_load);
+  const int n_total = a.steps + 1;  // step 0 is the warm-up
 
-  train::MaskingOptions masking;
-  masking.mask_token_id = static_cast<int32_t>(c.mask_token_id);
-  if (a.mask_ratio > 0) masking.fixed_t.assign(a.batch, a.mask_ratio);
-  train::AdamWOptions adam;
-  adam.weight_decay = 0.1;
-  const double max_grad_norm = 1.0;
+  // The trainer's options: constant rate, weight decay 0.1 on matrices, clipping at 1, no output files.
+  train::TrainOptions o;
+  o.seq_len = a.seq_len;
+  o.batch_size = a.batch;
+  o.steps = n_total;
+  o.lr.schedule = train::LrSchedule::kConstant;
+  o.lr.lr = a.lr;
+  o.adam.weight_decay = 0.1;
+  o.max_grad_norm = 1.0;
+  o.seed = a.seed;
+  if (a.mask_ratio > 0) o.masking.fixed_t.assign(a.batch, a.mask_ratio);
+  o.recompute = a.grad_checkpointing;
+  o.precision = mode;
 
-  // Random sequences: ids below min(n_vocab, 150000) except the mask id; the first prompt_len
-  // positions are the prompt (never masked), the rest the completion.
+  // Random sequences, one batch per step: ids below min(n_vocab, 150000) except the mask id; the first
+  // prompt_len positions are the prompt (never masked), the rest the completion.
   std::mt19937 gen(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
-  auto draw_batch = [&] {
-    std::vector<train::TrainSequence> seqs(a.batch);
-    for (train::TrainSequence& s : seqs) {
-      s.tokens.resize(a.seq_len);
-      for (int32_t& t : s.tokens) {
-        do t = id(gen); while (t == masking.mask_token_id);
-      }
-      s.loss_mask.assign(a.seq_len, 1);
-      std::fill_n(s.loss_mask.begin(), a.prompt_len, uint8_t{0});
+  train::Dataset data;
+  data.sequences.resize(static_cast<size_t>(n_total * a.batch));
+  for (train::TrainSequence& s : data.sequences) {
+    s.tokens.resize(a.seq_len);
+    for (int32_t& t : s.tokens) {
+      do t = id(gen); while (t == c.mask_token_id);
     }
-    return seqs;
-  };
+    s.loss_mask.assign(a.seq_len, 1);
+    std::fill_n(s.loss_mask.begin(), a.prompt_len, uint8_t{0});
+  }
+  const int64_t n_params = loaded->n_values();
+  auto trainer = train::Trainer::create_with_params(o, ctx, c, std::move(*loaded), std::move(data));
+  if (!trainer.ok()) return report(trainer.status());
+  const double load_s = seconds_since(t_load);
 
-  Activations acts;
-  acts.recompute = a.grad_checkpointing;
   std::vector<StepRecord> records;
-  const int n_total = a.steps + 1;  // step 0 is the warm-up
   for (int step = 0; step < n_total; ++step) {
-    const std::vector<train::TrainSequence> seqs = draw_batch();
+    auto stats = (*trainer)->step();  // masking, loss_and_grads, clip_grad_norm, adamw_step
+    if (!stats.ok()) return report(stats.status());
     StepRecord r;
-    const auto t0 = Clock::now();
-    // Rebuilt each step as Trainer::step does: the model copies the bias and norm vectors (and, mixed
-    // precision, the matrices are rounded to bf16 and re-laid).
-    if (mixed) {
-      if (Status st = mixed_weights.refresh(ctx, params.weights()); !st.ok()) return report(st);
-      r.relayout_s = seconds_since(t0);
-    }
-    const std::unique_ptr<Model> model =
-        Model::from_weights(c, mixed ? mixed_weights.forward() : params.weights(), nullptr);
-    grads.zero();
-    auto batch = train::make_masked_batch(seqs, masking, train::hash_counters(a.seed, 0x6d61736b, step), c.n_vocab);
-    if (!batch.ok()) return report(batch.status());
-    r.masking_s = seconds_since(t0);
-    const auto t1 = Clock::now();
-    auto loss = train::loss_and_grads(ctx, *model, *batch, 1.0f, grads, acts,
-                                      mixed ? &mixed_weights.transposed() : nullptr, &r.times);
-    if (!loss.ok()) return report(loss.status());
-    r.fwd_bwd_s = seconds_since(t1);
-    const auto t2 = Clock::now();
-    r.grad_norm = train::clip_grad_norm(grads, max_grad_norm, &pool);
-    train::adamw_step(params, grads, m, v, step + 1, a.lr, adam, &pool);
-    r.optimizer_s = seconds_since(t2);
-    r.seconds = seconds_since(t0);
-    r.loss = *loss;
-    r.n_out = static_cast<int64_t>(batch->out_rows.size());
+    r.seconds = stats->seconds;
+    r.fwd_bwd_s = stats->fwd_bwd_seconds;
+    r.optimizer_s = stats->optimizer_seconds;
+    r.relayout_s = stats->relayout_seconds;
+    r.forward_s = stats->forward_seconds;
+    r.backward_s = stats->backward_seconds;
+    r.masking_s = std::max(0.0, r.seconds - r.fwd_bwd_s - r.optimizer_s);
+    r.loss = stats->loss;
+    r.grad_norm = stats->grad_norm;
+    r.n_out = stats->loss_rows;
     records.push_back(r);
     std::fprintf(stderr, "bench --train: %s %d/%d  %.2f s (fwd+bwd %.2f, optimizer %.2f)  loss %.4f  |g| %.3e\n",
                  step == 0 ? "warm-up" : "step", step == 0 ? 0 : step, a.steps, r.seconds, r.fwd_bwd_s,
@@ -189,8 +175,8 @@ int run_bench_train(const BenchTrainArgs& a) {
     secs.push_back(r.seconds), fwd_bwd.push_back(r.fwd_bwd_s), opt.push_back(r.optimizer_s);
     const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out);  // forward 1/3, backward 2/3
     gflops.push_back(flops / r.fwd_bwd_s / 1e9);
-    fwd_gflops.push_back(flops / 3 / r.times.forward_s / 1e9);
-    bwd_gflops.push_back(flops * 2 / 3 / r.times.backward_s / 1e9);
+    fwd_gflops.push_back(flops / 3 / r.forward_s / 1e9);
+    bwd_gflops.push_back(flops * 2 / 3 / r.backward_s / 1e9);
     relayout.push_back(r.relayout_s);
     losses.push_back(r.loss);
     steps_json.push_back({{"seconds", r.seconds}, {"masking_s", r.masking_s}, {"fwd_bwd_s", r.fwd_bwd_s},
@@ -204,9 +190,9 @@ int run_bench_train(const BenchTrainArgs& a) {
       {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
       {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
-      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", adam.weight_decay},
-      {"max_grad_norm", max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
-      {"n_params", params.n_values()}, {"load_s", load_s},
+      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", o.adam.weight_decay},
+      {"max_grad_norm", o.max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
+      {"n_params", n_params}, {"load_s", load_s},
       {"seconds_per_step", {{"median", med}, {"min", best}}}, {"fwd_bwd_s_median", median(fwd_bwd)},
       {"optimizer_s_median", median(opt)}, {"tokens_per_second", tokens / med},
       {"tokens_per_second_best", tokens / best}, {"fwd_bwd_gflops_median", median(gflops)},
@@ -223,14 +209,14 @@ int run_bench_train(const BenchTrainArgs& a) {
   std::printf("| metric | value |\n|---|---|\n");
   std::printf("| model | %s (%lld layers, hidden %lld, %.1fM parameters, f32 master weights) |\n",
               j["model"].get<std::string>().c_str(), (long long)c.n_layer, (long long)c.n_embd,
-              params.n_values() / 1e6);
+              n_params / 1e6);
   std::printf("| precision | %s |\n", mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
   std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
               (long long)a.seq_len, (long long)a.prompt_len, a.batch,
               a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps,
               pool.n_threads());
-  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, adam.weight_decay,
-              max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
+  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, o.adam.weight_decay,
+              o.max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
   std::printf("| load | %.1f s |\n", load_s);
   std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
   std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", median(fwd_bwd), median(opt));

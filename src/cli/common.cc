@@ -5,22 +5,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 namespace dc::cli {
 
 int report(const Status& status) {
   std::fprintf(stderr, "error: %s\n", status.message().c_str());
   return 1;
-}
-
-Result<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error("cannot read '" + path + "'");
-  return ss.str();
 }
 
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option) {

@@ -15,8 +15,6 @@ namespace dc::cli {
 // Prints "error: <message>" to stderr and returns exit code 1.
 int report(const Status& status);
 
-Result<std::string> read_text_file(const std::string& path);
-
 // "1,2,3" or "[1, 2, 3]" → ids; errors name the offending entry and the option.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option);
 

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "model/quantize.h"
+#include "model/convert.h"
 
 namespace dc::cli {
 namespace {

@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "engine/engine.h"
+#include "io/mapped_file.h"
 #include "tokenizer/chat.h"
 
 namespace dc::cli {

@@ -1,5 +1,5 @@
-// diffucoder: one binary with subcommands (generate, tokenize, inspect). Exit codes: 0 ok, 1 runtime
-// error (bad model, bad input), 2 usage error.
+// diffucoder: one binary with subcommands (generate, tokenize, inspect, bench, convert, serve, train).
+// Exit codes: 0 ok, 1 runtime error (bad model, bad input), 2 usage error.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

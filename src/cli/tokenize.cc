@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "io/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dc::cli {

@@ -1,7 +1,9 @@
-// Context: what every op needs besides its tensors (device, thread pool). Passed explicitly; no globals.
+// Context: what every op needs besides its tensors (device, thread pool, scratch). Passed explicitly; no
+// globals.
 #pragma once
 
 #include "core/thread_pool.h"
+#include "core/workspace.h"
 
 namespace dc {
 
@@ -18,6 +20,11 @@ struct Context {
   ThreadPool* pool = nullptr;  // not owned; must outlive every op call made with this context
   bool reference_kernels = false;  // true: the plain reference kernels (the fast kernels' test oracle)
   MatmulPrecision matmul_precision = MatmulPrecision::kF32;
+  // Scratch of the forward's activations and the matmul backward's temporaries (not owned). Null: each
+  // call allocates its own and frees it on return (correct, but pays the allocation every call). One
+  // call at a time per workspace: concurrent calls need a Context each (Engine::logits_fn gives every
+  // generation its own). The CPU kernels' per-thread scratch (ops/cpu/scratch.h) is not in it yet.
+  Workspace* workspace = nullptr;
 };
 
 }  // namespace dc

@@ -14,6 +14,8 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kParseError: return "parse error";
     case StatusCode::kOutOfRange: return "out of range";
     case StatusCode::kUnimplemented: return "unimplemented";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

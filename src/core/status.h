@@ -18,6 +18,8 @@ enum class StatusCode {
   kParseError,       // a file is malformed
   kOutOfRange,       // a length or index exceeds a limit
   kUnimplemented,    // valid input that the engine does not support yet
+  kResourceExhausted,  // memory ran out (an allocation failed: KV cache, forward workspace, kernel scratch)
+  kCancelled,        // the caller stopped the work (a hook returned false, a client went away)
   kInternal,
 };
 
@@ -48,7 +50,12 @@ inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(
 inline Status parse_error(std::string m) { return {StatusCode::kParseError, std::move(m)}; }
 inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+// True for the Status of work the caller stopped (StatusCode::kCancelled).
+inline bool is_cancelled(const Status& status) { return status.code() == StatusCode::kCancelled; }
 
 // Either a value or a non-ok Status.
 template <typename T>

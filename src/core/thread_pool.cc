@@ -1,9 +1,39 @@
-// ThreadPool: workers pull chunks from a shared counter under one mutex (chunks are coarse).
+// ThreadPool: workers pull chunks from a shared counter under one mutex (chunks are coarse); a second
+// mutex lets one parallel_for at a time own the job state.
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dc {
+
+namespace {
+// The pool whose chunk this thread is running (a worker's, or a caller's own), so that a nested
+// parallel_for runs inline instead of waiting for workers that are busy with its parent.
+thread_local const ThreadPool* t_running_pool = nullptr;
+
+struct RunningPool {
+  explicit RunningPool(const ThreadPool* pool) : saved(t_running_pool) { t_running_pool = pool; }
+  ~RunningPool() { t_running_pool = saved; }
+  const ThreadPool* saved;
+};
+}  // namespace
+
+void ThreadPool::run_chunk(const std::function<void(int64_t, int64_t)>& fn, int64_t begin, int64_t end,
+                           std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    fn(begin, end);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  if (error) {
+    if (!error_) error_ = error;
+    next_ = job_n_;  // no new chunks
+  }
+}
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -23,10 +53,12 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (n <= 0) return;
   const int64_t threads = n_threads();
   int64_t chunk = std::max<int64_t>(min_chunk, (n + threads * 4 - 1) / (threads * 4));
-  if (threads == 1 || chunk >= n) {
+  if (threads == 1 || chunk >= n || t_running_pool == this) {
     fn(0, n);
     return;
   }
+  std::lock_guard<std::mutex> call(call_mu_);
+  RunningPool running(this);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
   job_n_ = n;
@@ -38,16 +70,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   while (next_ < job_n_) {
     const int64_t b = next_;
     next_ = std::min(job_n_, b + job_chunk_);
-    const int64_t e = next_;
-    lock.unlock();
-    fn(b, e);
-    lock.lock();
+    run_chunk(fn, b, next_, lock);
   }
   cv_done_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void ThreadPool::worker_loop(int) {
+  RunningPool running(this);
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -57,11 +88,7 @@ void ThreadPool::worker_loop(int) {
     while (job_ != nullptr && next_ < job_n_) {
       const int64_t b = next_;
       next_ = std::min(job_n_, b + job_chunk_);
-      const int64_t e = next_;
-      const auto* fn = job_;
-      lock.unlock();
-      (*fn)(b, e);
-      lock.lock();
+      run_chunk(*job_, b, next_, lock);
     }
     if (--pending_ == 0) cv_done_.notify_one();
   }

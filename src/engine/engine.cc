@@ -94,16 +94,23 @@ Status kv_cache_too_large(int64_t bytes, int64_t limit, int64_t n_rows, int64_t 
 }  // namespace
 
 LogitsFn Engine::logits_fn() {
-  auto cache = std::make_shared<KvCache>();  // this function's own cache (one generation at a time)
-  return [this, cache](const ForwardBatch& batch, float* logits) -> Status {
-    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model_->forward(ctx_, batch, logits);
+  // This function's own KV cache and scratch (one generation at a time), freed with the function.
+  struct Generation {
+    KvCache cache;
+    Workspace workspace;
+  };
+  auto gen = std::make_shared<Generation>();
+  return [this, gen](const ForwardBatch& batch, float* logits) -> Status {
+    Context ctx = ctx_;
+    ctx.workspace = &gen->workspace;
+    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model_->forward(ctx, batch, logits);
     if (batch.cache_op == CacheOp::kRefresh) {
       const int64_t bytes = kv_cache_bytes(batch.n_batch, batch.n_seq);
       if (bytes > max_kv_cache_bytes_) return kv_cache_too_large(bytes, max_kv_cache_bytes_, batch.n_batch, batch.n_seq);
     }
     ForwardBatch with_cache = batch;
-    with_cache.cache = cache.get();
-    return model_->forward(ctx_, with_cache, logits);
+    with_cache.cache = &gen->cache;
+    return model_->forward(ctx, with_cache, logits);
   };
 }
 
@@ -120,19 +127,11 @@ Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>&
   int64_t width = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty()) return invalid_argument("prompt " + std::to_string(i) + " is empty");
-    for (int32_t id : prompts[i])
-      if (id < 0 || id >= c.n_vocab)
-        return invalid_argument("prompt " + std::to_string(i) + ": token id " + std::to_string(id) +
-                                " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
+    DC_RETURN_IF_ERROR(check_prompt_ids(prompts[i], c.n_vocab, "prompt " + std::to_string(i)));
     width = std::max<int64_t>(width, prompts[i].size());
   }
   DC_RETURN_IF_ERROR(validate(params, c.n_vocab));
-  DC_ASSIGN_OR_RETURN(int64_t length, canvas_length(params, width));
-  if (length > c.max_position_embeddings)
-    return out_of_range("the prompt (" + std::to_string(width) + " tokens) plus the new tokens make " +
-                        std::to_string(length) + " positions, more than the model's context of " +
-                        std::to_string(c.max_position_embeddings) +
-                        " (max_position_embeddings); shorten the prompt or lower --max-new-tokens");
+  DC_ASSIGN_OR_RETURN(int64_t length, canvas_length_in_context(params, width, c.max_position_embeddings));
   if (params.cache != CacheMode::kNone) {
     const int64_t rows = static_cast<int64_t>(prompts.size()) * params.num_return_sequences;
     const int64_t bytes = kv_cache_bytes(rows, length);

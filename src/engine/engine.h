@@ -71,7 +71,8 @@ class Engine {
   // The model as the sampler sees it. Valid while the Engine lives. Each call makes a new function with
   // its own KV cache (empty until the first CacheOp::kRefresh forward sizes it; refused with out_of_range
   // when larger than max_kv_cache_bytes), used by every batch whose cache_op is not kNone and whose
-  // cache is null: use one function per generation, from one thread at a time.
+  // cache is null, and its own scratch for the forward's activations (Context::workspace), both freed
+  // with the function: use one function per generation, from one thread at a time.
   LogitsFn logits_fn();
 
   // Bytes of the KV cache a generation of `n_rows` canvases of `n_seq` positions needs with cache on.
@@ -84,7 +85,9 @@ class Engine {
 
   // Checks the prompts against the vocabulary and the context length (and, with a KV cache, the cache
   // size against max_kv_cache_bytes), then runs the sampler with the engine's thread pool and a fresh
-  // logits_fn() (so a fresh KV cache per call). Errors name the prompt index.
+  // logits_fn() (so a fresh KV cache per call). Errors name the prompt index. Thread-safe: several
+  // threads may generate on one engine at once (the pool serialises their parallel sections; each gets
+  // the tokens it would get alone).
   Result<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                   GenerateHooks hooks = {});
 

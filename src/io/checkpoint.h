@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "io/safetensors.h"
-#include "model/config.h"
+#include "types/model_config.h"
 
 namespace dc {
 

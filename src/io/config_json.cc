@@ -241,6 +241,40 @@ Status fill_model_config(const FieldReader& r, ModelConfig* c) {
   return validate(r, *c);
 }
 
+// The "quantization" object of a config.json object (absent or null: format kNone).
+Status read_quantization(const Json& j, const std::string& path, QuantizationConfig* out) {
+  QuantizationConfig q;
+  auto it = j.find("quantization");
+  if (it == j.end() || it->is_null()) {
+    *out = q;
+    return Status::ok_status();
+  }
+  const std::string where = path + ": \"quantization\"";
+  if (!it->is_object())
+    return parse_error(where + " must be an object {\"format\": \"q8\" | \"q4\", \"group_size\": N}");
+  auto format = it->find("format");
+  if (format == it->end() || !format->is_string())
+    return parse_error(where + ".format must be the string \"q8\" or \"q4\"");
+  if (*format == "q8") {
+    q.format = WeightQuant::kQ8;
+  } else if (*format == "q4") {
+    q.format = WeightQuant::kQ4;
+  } else {
+    return unimplemented(where + ".format is \"" + format->get<std::string>() +
+                         "\"; this engine reads \"q8\" and \"q4\" (written by `diffucoder convert`)");
+  }
+  auto group = it->find("group_size");
+  if (q.format == WeightQuant::kQ4) {
+    if (group == it->end() || !group->is_number_integer() || group->get<int64_t>() < 2 || group->get<int64_t>() % 2)
+      return parse_error(where + ".group_size must be an even integer >= 2 for q4");
+    q.group_size = group->get<int64_t>();
+  } else if (group != it->end() && !group->is_null() && !(group->is_number_integer() && group->get<int64_t>() == 0)) {
+    return parse_error(where + ".group_size must be 0 (one scale per row) for q8");
+  }
+  *out = q;
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_model_config(std::string_view json_text, const std::string& path) {
@@ -249,7 +283,16 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
   FieldReader reader(root, path);
   ModelConfig config;
   DC_RETURN_IF_ERROR(fill_model_config(reader, &config));
+  DC_RETURN_IF_ERROR(read_quantization(root, path, &config.quantization));
   return config;
+}
+
+Result<QuantizationConfig> parse_quantization_config(std::string_view json_text, const std::string& path) {
+  Json root;
+  DC_RETURN_IF_ERROR(parse_object(json_text, path, &root));
+  QuantizationConfig q;
+  DC_RETURN_IF_ERROR(read_quantization(root, path, &q));
+  return q;
 }
 
 Result<ModelConfig> load_model_config(const std::string& path) {

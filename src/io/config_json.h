@@ -1,12 +1,13 @@
-// Reading a checkpoint's config.json (Dream / Qwen2 architecture) into ModelConfig and its optional
-// generation_config.json into GenerationConfigFile, with type checks and validation.
+// Reading a checkpoint's config.json (Dream / Qwen2 architecture, and the "quantization" block of a
+// converted checkpoint) into ModelConfig and its optional generation_config.json into
+// GenerationConfigFile, with type checks and validation.
 #pragma once
 
 #include <string>
 #include <string_view>
 
 #include "core/status.h"
-#include "model/config.h"
+#include "types/model_config.h"
 
 namespace dc {
 
@@ -18,8 +19,13 @@ namespace dc {
 // use_sliding_window or use_mrope true (kUnimplemented); non-positive sizes; hidden_size not divisible
 // by num_attention_heads (when head_dim is not given); heads not divisible by key/value heads; odd
 // head_dim; token ids outside [-1, vocab_size); rms_norm_eps or rope_theta not finite and > 0.
+// The "quantization" block goes to ModelConfig::quantization as parse_quantization_config reads it.
 // Unknown keys are ignored. `path` is only used in messages.
 Result<ModelConfig> parse_model_config(std::string_view json_text, const std::string& path);
+
+// Reads only the "quantization" object of config.json text (absent or null: format kNone). Errors name
+// `path` and the field: format other than "q8" / "q4", group_size missing, not an integer or not valid.
+Result<QuantizationConfig> parse_quantization_config(std::string_view json_text, const std::string& path);
 
 // Reads `path` and parses it as parse_model_config does; a missing file gives kNotFound.
 Result<ModelConfig> load_model_config(const std::string& path);

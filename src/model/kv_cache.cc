@@ -21,7 +21,7 @@ Status KvCache::reset(int64_t n_layer, int64_t n_batch, int64_t n_seq, int64_t k
     k_ = {};
     v_ = {};
     n_layer_ = n_batch_ = n_seq_ = kv_dim_ = 0;
-    return out_of_range("KV cache: cannot allocate " + std::to_string(bytes_for(n_layer, n_batch, n_seq, kv_dim)) +
+    return resource_exhausted("KV cache: cannot allocate " + std::to_string(bytes_for(n_layer, n_batch, n_seq, kv_dim)) +
                         " bytes (" + std::to_string(n_layer) + " layers × " + std::to_string(n_batch) + " rows × " +
                         std::to_string(n_seq) + " positions × " + std::to_string(kv_dim) +
                         " K/V features); use cache none or a smaller batch");

@@ -15,7 +15,7 @@ class KvCache {
   static int64_t bytes_for(int64_t n_layer, int64_t n_batch, int64_t n_seq, int64_t kv_dim);
 
   // Sizes the cache for this shape and marks it empty (no refresh yet); keeps the memory when the shape
-  // is unchanged. Errors (out_of_range) when the allocation fails.
+  // is unchanged. Errors (resource_exhausted) when the allocation fails.
   Status reset(int64_t n_layer, int64_t n_batch, int64_t n_seq, int64_t kv_dim);
 
   bool matches(int64_t n_layer, int64_t n_batch, int64_t n_seq, int64_t kv_dim) const {

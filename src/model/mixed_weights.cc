@@ -2,7 +2,6 @@
 #include "model/mixed_weights.h"
 
 #include "core/dtype.h"
-#include "core/grown.h"
 #include "core/thread_pool.h"
 #include "io/mapped_file.h"
 #include "ops/matmul.h"
@@ -27,7 +26,8 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
   };
   auto both = [&](const WeightView& w, WeightView& fwd, WeightView& tr) -> Status {
     const int64_t n = w.rows * w.cols;
-    uint16_t* t = grown(tmp_, n);
+    if (static_cast<int64_t>(tmp_.size()) < n) tmp_.resize(static_cast<size_t>(n));
+    uint16_t* t = tmp_.data();
     const float* src = static_cast<const float*>(w.data);
     parallel_for(ctx.pool, n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) t[i] = f32_to_bf16(src[i]);

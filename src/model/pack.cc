@@ -42,7 +42,7 @@ Status Model::pack_weights(const Context& ctx) {
     for (int64_t bytes : {sizes.data_bytes, sizes.table_bytes, sizes.table_bytes}) {
       if (bytes == 0) break;
       bufs.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(bytes))));
-      if (!bufs.back()) return internal_error("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
+      if (!bufs.back()) return resource_exhausted("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
     }
     const int64_t row_bytes = w->quant == WeightQuant::kQ4 ? w->cols / 2 : w->cols * (w->quantized() ? 1 : 2);
     WeightView packed;

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/config.h"
 #include "model/weights.h"
+#include "types/model_config.h"
 
 namespace dc {
 

@@ -1,32 +1,14 @@
-// q8 / q4 quantization of weight rows, the config.json "quantization" block, and convert_checkpoint.
+// q8 / q4 quantization of weight rows and matrices (convert.cc writes quantized checkpoints with it).
 #include "model/quantize.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <mutex>
-#include <nlohmann/json.hpp>
-#include <set>
-
-#include "io/atomic_dir.h"
-#include "io/checkpoint.h"
-#include "io/mapped_file.h"
-#include "io/safetensors.h"
-#include "model/weight_cache.h"
 
 namespace dc {
 namespace {
-
-namespace fs = std::filesystem;
-using Json = nlohmann::json;
 
 // The next f16 value below / above h (finite h).
 uint16_t f16_step_down(uint16_t h) {
@@ -107,7 +89,7 @@ bool quantize_row_q4(const float* w, int64_t cols, int64_t group, Q4Variant vari
 
 }  // namespace
 
-// ---- the config block ------------------------------------------------------------------------------
+// ---- names ---------------------------------------------------------------------------------------------
 
 const char* quant_format_name(WeightQuant format) {
   switch (format) {
@@ -121,48 +103,6 @@ const char* quant_format_name(WeightQuant format) {
 std::string quant_scale_name(const std::string& name) { return name + ".scale"; }
 std::string quant_min_name(const std::string& name) { return name + ".min"; }
 
-Result<QuantizationConfig> parse_quantization_config(std::string_view text, const std::string& path) {
-  Json j;
-  try {
-    j = Json::parse(text.begin(), text.end());
-  } catch (const std::exception& e) {
-    return parse_error(path + ": not valid JSON (" + e.what() + ")");
-  }
-  QuantizationConfig q;
-  if (!j.is_object()) return parse_error(path + ": must hold a JSON object");
-  auto it = j.find("quantization");
-  if (it == j.end() || it->is_null()) return q;
-  const std::string where = path + ": \"quantization\"";
-  if (!it->is_object())
-    return parse_error(where + " must be an object {\"format\": \"q8\" | \"q4\", \"group_size\": N}");
-  auto format = it->find("format");
-  if (format == it->end() || !format->is_string())
-    return parse_error(where + ".format must be the string \"q8\" or \"q4\"");
-  if (*format == "q8") {
-    q.format = WeightQuant::kQ8;
-  } else if (*format == "q4") {
-    q.format = WeightQuant::kQ4;
-  } else {
-    return unimplemented(where + ".format is \"" + format->get<std::string>() +
-                         "\"; this engine reads \"q8\" and \"q4\" (written by `diffucoder convert`)");
-  }
-  auto group = it->find("group_size");
-  if (q.format == WeightQuant::kQ4) {
-    if (group == it->end() || !group->is_number_integer() || group->get<int64_t>() < 2 || group->get<int64_t>() % 2)
-      return parse_error(where + ".group_size must be an even integer >= 2 for q4");
-    q.group_size = group->get<int64_t>();
-  } else if (group != it->end() && !group->is_null() && !(group->is_number_integer() && group->get<int64_t>() == 0)) {
-    return parse_error(where + ".group_size must be 0 (one scale per row) for q8");
-  }
-  return q;
-}
-
-Result<QuantizationConfig> load_quantization_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  return parse_quantization_config(text, path);
-}
-
 // ---- quantizing matrices ---------------------------------------------------------------------------
 
 Status check_quantize_options(const QuantizeOptions& o) {
@@ -170,7 +110,7 @@ Status check_quantize_options(const QuantizeOptions& o) {
     return invalid_argument("--weights must be q8 or q4");
   if (o.format == WeightQuant::kQ4 && (o.group_size <= 0 || o.group_size % 32 != 0 || o.group_size > 4096))
     return invalid_argument("--group-size " + std::to_string(o.group_size) +
-                            " is not supported; use a positive multiple of 32 up to 4096 (default 32)");
+                            " is not supported; use a positive multiple of 32 up to 4096 (default 128)");
   return Status();
 }
 
@@ -248,165 +188,6 @@ Result<QuantizedWeights> quantize_weights(const ModelConfig& config, const Model
   if (!status.ok()) return status;
   if (config.tie_word_embeddings) out.output = out.tok_embd;
   return QuantizedWeights{std::move(out), std::move(held)};
-}
-
-// ---- convert ---------------------------------------------------------------------------------------
-
-namespace {
-
-// One source tensor and what convert writes for it.
-struct Item {
-  const TensorInfo* src = nullptr;
-  bool quantize = false;
-  size_t out_bytes = 0;
-};
-
-size_t quantized_bytes(int64_t rows, int64_t cols, const QuantizeOptions& o) {
-  if (o.format == WeightQuant::kQ8) return static_cast<size_t>(rows * cols + 4 * rows);
-  return static_cast<size_t>(rows * cols / 2 + 4 * rows * (cols / o.group_size));
-}
-
-bool is_weight_file(const fs::path& p) {
-  static const std::set<std::string> kExt = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"};
-  const std::string name = p.filename().string();
-  return kExt.count(p.extension().string()) > 0 || name.find(".safetensors") != std::string::npos ||
-         name == "pytorch_model.bin.index.json" || name == "config.json";  // (also stale *.safetensors.tmp.*)
-}
-
-
-Status write_config(const std::string& model_dir, const std::string& dir, const QuantizeOptions& o) {
-  const std::string src = (fs::path(model_dir) / "config.json").string();
-  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(src));
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const std::exception& e) {
-    return parse_error(src + ": not valid JSON (" + e.what() + ")");
-  }
-  j["quantization"] = {{"format", quant_format_name(o.format)},
-                       {"group_size", o.format == WeightQuant::kQ4 ? o.group_size : 0},
-                       {"quantized_by", "diffucoder"}};
-  return write_text_file((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
-}
-
-Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std::string& tmp, ThreadPool* pool) {
-  const ModelConfig& config = ckpt.config();
-  // Which tensors are matrices of the model (and so candidates for quantization).
-  std::map<std::string, std::vector<int64_t>> matrices;
-  ModelWeights scratch;
-  visit_weights(config, scratch, [&](const WeightSlot& slot) {
-    if (slot.matrix != nullptr) matrices[slot.name] = slot.shape;
-  });
-  std::vector<Item> items;
-  for (const auto& [name, t] : ckpt.tensors()) {
-    Item item{&t, false, t.n_bytes};
-    auto m = matrices.find(name);
-    if (m != matrices.end() && should_quantize(name, m->second[1], opt.quantize)) {
-      item.quantize = true;
-      item.out_bytes = quantized_bytes(m->second[0], m->second[1], opt.quantize);
-    }
-    items.push_back(item);
-  }
-  // Shards: consecutive items up to shard_bytes each.
-  std::vector<std::vector<size_t>> shards(1);
-  size_t in_shard = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (in_shard > 0 && in_shard + items[i].out_bytes > opt.shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(i);
-    in_shard += items[i].out_bytes;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  Json weight_map = Json::object();
-  size_t total_size = 0;
-  int64_t done = 0;
-  for (size_t s = 0; s < shards.size(); ++s) {
-    char shard_name[64];
-    if (shards.size() == 1) {
-      std::snprintf(shard_name, sizeof shard_name, "model.safetensors");
-    } else {
-      std::snprintf(shard_name, sizeof shard_name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    }
-    std::vector<QuantizedMatrix> held;
-    held.reserve(shards[s].size());
-    std::vector<TensorToWrite> tensors;
-    for (size_t i : shards[s]) {
-      const TensorInfo& t = *items[i].src;
-      const char* action = "copy";
-      if (items[i].quantize) {
-        const WeightView dense{t.dtype, t.data, t.shape[0], t.shape[1]};
-        auto q = quantize_matrix(dense, opt.quantize, t.name, pool);
-        if (!q.ok()) return q.status().with_context("converting " + t.file);
-        held.push_back(std::move(q).value());
-        const QuantizedMatrix& m = held.back();
-        const bool q4 = opt.quantize.format == WeightQuant::kQ4;
-        const int64_t rows = t.shape[0], cols = t.shape[1];
-        if (q4) {
-          tensors.push_back({t.name, DType::kU8, {rows, cols / 2}, m.codes.data()});
-          tensors.push_back({quant_scale_name(t.name), DType::kF16, {rows, cols / opt.quantize.group_size},
-                             m.scales_f16.data()});
-          tensors.push_back({quant_min_name(t.name), DType::kF16, {rows, cols / opt.quantize.group_size},
-                             m.mins_f16.data()});
-        } else {
-          tensors.push_back({t.name, DType::kI8, {rows, cols}, m.codes.data()});
-          tensors.push_back({quant_scale_name(t.name), DType::kF32, {rows}, m.scales_f32.data()});
-        }
-        action = quant_format_name(opt.quantize.format);
-      } else {
-        tensors.push_back({t.name, t.dtype, t.shape, t.data});
-      }
-      ++done;
-      if (opt.on_tensor) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        opt.on_tensor({done, static_cast<int64_t>(items.size()), t.name, action, t.n_bytes, items[i].out_bytes, secs});
-      }
-    }
-    for (const TensorToWrite& t : tensors) weight_map[t.name] = shard_name;
-    for (size_t i : shards[s]) total_size += items[i].out_bytes;
-    DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / shard_name).string(), tensors,
-                                         {{"format", "pt"}, {"quantization", quant_format_name(opt.quantize.format)}}));
-  }
-  if (shards.size() > 1) {
-    const Json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
-    DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
-  }
-  // The small files: generation config, tokenizer, chat template, license, ...
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(opt.model_dir, ec)) {
-    if (!e.is_regular_file() || is_weight_file(e.path()) || is_weight_cache_file_name(e.path().filename().string()))
-      continue;  // packed-weight caches belong to the source's weights
-    fs::copy_file(e.path(), fs::path(tmp) / e.path().filename(), ec);
-    if (ec) return io_error("cannot copy " + e.path().string() + " to " + tmp + ": " + ec.message());
-  }
-  if (ec) return io_error("cannot list " + opt.model_dir + ": " + ec.message());
-  return write_config(opt.model_dir, tmp, opt.quantize);  // last: a directory without it does not load
-}
-
-}  // namespace
-
-Status convert_checkpoint(const ConvertOptions& opt, ThreadPool* pool) {
-  DC_RETURN_IF_ERROR(check_quantize_options(opt.quantize));
-  if (opt.out_dir.empty()) return invalid_argument("--out must name the directory to write");
-  std::error_code ec;
-  const fs::path out = fs::path(opt.out_dir).lexically_normal();
-  if (fs::exists(out, ec) && !opt.force)
-    return invalid_argument("output directory '" + opt.out_dir + "' already exists; pass --force to replace it");
-  if (fs::exists(opt.model_dir, ec) && fs::exists(out, ec) && fs::equivalent(opt.model_dir, out, ec))
-    return invalid_argument("--out '" + opt.out_dir + "' is the model directory itself; choose another directory");
-  DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(opt.model_dir));
-  DC_ASSIGN_OR_RETURN(QuantizationConfig existing, load_quantization_config(opt.model_dir));
-  if (existing.format != WeightQuant::kNone)
-    return invalid_argument(opt.model_dir + " is already quantized (" + quant_format_name(existing.format) +
-                            "); convert the original bf16 checkpoint");
-  {  // every tensor of the model present with the shape config.json implies
-    auto bound = bind_weights(ckpt, ckpt.config());
-    if (!bound.ok()) return bound.status();
-  }
-  // Everything goes to a temporary directory renamed into place at the end (io/atomic_dir.h).
-  return write_dir_atomically(opt.out_dir, opt.force,
-                              [&](const std::string& tmp) { return convert_into(opt, ckpt, tmp, pool); });
 }
 
 }  // namespace dc

@@ -1,6 +1,6 @@
-// Weight quantization (q8 / q4, formats in ops/weight.h and README.md "Quantized weights"), the
-// "quantization" block of a converted checkpoint's config.json, and writing a converted checkpoint
-// (`diffucoder convert`).
+// Weight quantization (q8 / q4, formats in types/quantization.h and README.md "Quantized weights") of
+// rows, matrices and in-memory weights; model/convert.h writes quantized checkpoints with it. The
+// config.json "quantization" block is read with the rest of config.json (io/config_json.h).
 #pragma once
 
 #include <cstdint>
@@ -12,24 +12,11 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/config.h"
 #include "model/weights.h"
 #include "ops/weight.h"
+#include "types/model_config.h"
 
 namespace dc {
-
-// The "quantization" object of config.json: {"format": "q8" | "q4", "group_size": G,
-// "quantized_by": "diffucoder"}. q8 has one scale per row (group_size 0); q4 needs an even G ≥ 2.
-struct QuantizationConfig {
-  WeightQuant format = WeightQuant::kNone;  // kNone: no "quantization" object (a dense checkpoint)
-  int64_t group_size = 0;
-};
-
-// Reads the "quantization" object of the config.json text (absent or null: format kNone). Errors name
-// `path` and the field: format other than "q8" / "q4", group_size missing, not an integer or not valid.
-Result<QuantizationConfig> parse_quantization_config(std::string_view config_json_text, const std::string& path);
-// Reads dir/config.json and parses it as parse_quantization_config does.
-Result<QuantizationConfig> load_quantization_config(const std::string& dir);
 
 const char* quant_format_name(WeightQuant format);  // "q8", "q4", "none"
 
@@ -82,31 +69,5 @@ struct QuantizedWeights {
 };
 Result<QuantizedWeights> quantize_weights(const ModelConfig& config, const ModelWeights& dense,
                                           const QuantizeOptions& options, ThreadPool* pool);
-
-// One tensor of a conversion, reported after it is done.
-struct ConvertProgress {
-  int64_t index = 0, count = 0;   // 1-based index among count tensors
-  std::string name;
-  std::string action;             // "q8", "q4" or "copy"
-  size_t in_bytes = 0, out_bytes = 0;
-  double seconds = 0;             // since the conversion started
-};
-
-struct ConvertOptions {
-  std::string model_dir, out_dir;
-  QuantizeOptions quantize;
-  bool force = false;                            // replace an existing out_dir
-  size_t shard_bytes = size_t{2} << 30;          // more output than this: model-0000i-of-0000N shards
-  std::function<void(const ConvertProgress&)> on_tensor;  // optional
-};
-
-// Writes a quantized copy of the checkpoint in model_dir to out_dir: config.json with a
-// "quantization" object, the other small files copied (generation_config.json, tokenizer files; not
-// other weight files), and safetensors holding every matrix should_quantize() accepts as
-// `<name>` codes + `<name>.scale` (+ `<name>.min`), every other tensor as stored. Everything goes to
-// `<out_dir>.tmp.<pid>`, which is renamed to out_dir at the end (and removed on failure). Refuses an
-// existing out_dir unless force, an already quantized model, and tensors whose shape disagrees with
-// config.json; errors name the file or tensor.
-Status convert_checkpoint(const ConvertOptions& options, ThreadPool* pool);
 
 }  // namespace dc

@@ -4,15 +4,12 @@
 
 #include <cmath>
 
+#include "core/splitmix64.h"
+
 namespace dc {
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return splitmix64(x); }
 
 // Uniform in [-a, a) with a = std·√3.
 float uniform(uint64_t key, float stddev) {

@@ -4,9 +4,10 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <new>
 #include <vector>
 
-#include "core/grown.h"
+#include "core/workspace.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
 #include "ops/attention.h"
@@ -73,6 +74,20 @@ Status Model::check_batch(const ForwardBatch& b) const {
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
                       Activations* train) const {
   DC_RETURN_IF_ERROR(check_batch(b));
+  try {
+    return forward_body(ctx, b, logits, observer, train);
+  } catch (const std::bad_alloc&) {  // the workspace, the kernels' scratch (rethrown by the pool) or the cache
+    if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
+    const int64_t positions = b.n_batch * (b.window_stop() - b.window_begin);
+    return resource_exhausted("forward: out of memory for the activations of " + std::to_string(positions) +
+                              " positions (" + std::to_string(b.n_batch) + " rows × " +
+                              std::to_string(b.window_stop() - b.window_begin) +
+                              "); use fewer rows or a shorter canvas");
+  }
+}
+
+Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
+                           Activations* train) const {
   if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))
     return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
   const ModelConfig& c = config_;
@@ -106,18 +121,20 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
     train->out_rows.assign(b.out_rows, b.out_rows + b.n_out);
   }
 
-  // The activations live in this thread's workspace, grown to the largest forward so far and reused:
-  // fresh buffers each forward cost a zero fill and page faults (~5% of a 0.5B step).
-  thread_local ForwardWorkspace ws;
+  // The activations live in ctx.workspace (an Engine generation's, a Trainer's), grown to the largest
+  // forward so far and reused: fresh buffers each forward cost a zero fill and page faults (~5% of a 0.5B
+  // step). Without one, in this call's own (freed on return).
+  Workspace own_workspace;
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
   const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
-  float* h = grown(ws.h, T * E);                                   // [T, E] residual stream
-  float* a = grown(ws.a, T * E);                                   // [T, E] normed input
-  float* q = grown(ws.q, Ts * q_dim);                              // [T, H*D]
-  float* attn = grown(ws.attn, Ts * q_dim);                        // [T, H*D]
-  float* k_own = grown(ws.k, refresh ? 0 : Ts * kv_dim);           // [T, Hkv*D]
-  float* v_own = grown(ws.v, refresh ? 0 : Ts * kv_dim);           // [T, Hkv*D]
-  float* gate = grown(ws.gate, Ts * F);                            // [T, F]
-  float* up = grown(ws.up, Ts * F);                                // [T, F]
+  float* h = ws.floats("forward.h", T * E);                                // [T, E] residual stream
+  float* a = ws.floats("forward.a", T * E);                                // [T, E] normed input
+  float* q = ws.floats("forward.q", Ts * q_dim);                           // [T, H*D]
+  float* attn = ws.floats("forward.attn", Ts * q_dim);                     // [T, H*D]
+  float* k_own = ws.floats("forward.k", refresh ? 0 : Ts * kv_dim);        // [T, Hkv*D]
+  float* v_own = ws.floats("forward.v", refresh ? 0 : Ts * kv_dim);        // [T, Hkv*D]
+  float* gate = ws.floats("forward.gate", Ts * F);                         // [T, F]
+  float* up = ws.floats("forward.up", Ts * F);                             // [T, F]
 
   embedding(ctx, weights_.tok_embd, tokens.data(), T, h);
   observe("embd", h, {T, E});

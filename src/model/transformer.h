@@ -15,11 +15,11 @@
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "model/activations.h"
-#include "model/config.h"
-#include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 #include "ops/matmul.h"
+#include "types/forward_batch.h"
+#include "types/model_config.h"
 
 namespace dc {
 
@@ -81,8 +81,11 @@ class Model {
   // batch.out_rows to logits[n_out, n_vocab], f32. With batch.cache_op kRefresh it also stores every
   // layer's K/V in batch.cache; with kUse it computes only the positions of batch.window (see CacheOp in
   // forward_batch.h). Checks the batch (ids, positions, rows in range and in the window, window and cache
-  // consistent) and returns invalid_argument naming the bad field. Thread-safe for concurrent calls that
-  // do not share a cache.
+  // consistent) and returns invalid_argument naming the bad field; when memory runs out (workspace,
+  // kernel scratch, the KV cache) it returns resource_exhausted, and batch.cache is then left unfilled.
+  // The activations live in ctx.workspace when set (else in this call's own buffers). Thread-safe for
+  // concurrent calls that share neither a cache nor a workspace (a shared pool serialises their
+  // parallel sections).
   //
   // Training mode (train != nullptr; the whole sequence, no cache): also writes into *train the
   // activations backward() needs (model/activations.h). Same results as without.
@@ -94,9 +97,10 @@ class Model {
   // zeroes it; its views must point into writable f32 buffers shaped like the weights, e.g.
   // ModelParams::weights(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
   // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
-  // saved input into acts.scratch first (same gradients, bit for bit). Not thread-safe against other
-  // calls writing the same grads. Mixed precision (bf16_backward(ctx)): `transposed` (may be null) holds
-  // every matrix's wᵀ in bf16 (MixedPrecisionWeights::transposed()) for the dx products.
+  // saved input into acts.scratch first (same gradients, bit for bit). Out of memory: resource_exhausted
+  // (grads then partly written). Not thread-safe against other calls writing the same grads. Mixed
+  // precision (bf16_backward(ctx)): `transposed` (may be null) holds every matrix's wᵀ in bf16
+  // (MixedPrecisionWeights::transposed()) for the dx products.
   Status backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
                   const ModelWeights* transposed = nullptr) const;
 
@@ -117,10 +121,12 @@ class Model {
   };
   std::vector<PackTarget> pack_targets(const Context& ctx);
 
-  // Grow-only activation buffers of the forward (core/grown.h), one set per calling thread.
-  struct ForwardWorkspace {
-    std::vector<float> h, a, q, attn, k, v, gate, up;
-  };
+  // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
+  // resource_exhausted).
+  Status forward_body(const Context& ctx, const ForwardBatch& batch, float* logits, const ForwardObserver* observer,
+                      Activations* train) const;
+  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+                       const ModelWeights* transposed) const;
 
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
   struct LayerPass {

@@ -1,6 +1,7 @@
 // Model::backward: the Dream forward of transformer.cc run in reverse over the saved Activations
 // (llm.c style). dh is the gradient of the residual stream; each block's backward adds into it.
 #include <algorithm>
+#include <new>
 #include <vector>
 
 #include "model/transformer.h"
@@ -17,6 +18,17 @@ float* grad_of(const WeightView& w) { return const_cast<float*>(static_cast<cons
 
 Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
                        const ModelWeights* transposed) const {
+  try {
+    return backward_body(ctx, acts, dlogits, grads, transposed);
+  } catch (const std::bad_alloc&) {  // the workspace or the kernels' scratch (rethrown by the pool)
+    return resource_exhausted("backward: out of memory for the gradients' workspace of " +
+                              std::to_string(acts.n_batch) + " rows × " + std::to_string(acts.n_seq) +
+                              " positions; use fewer rows, a shorter sequence or gradient checkpointing");
+  }
+}
+
+Status Model::backward_body(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+                            const ModelWeights* transposed) const {
   const ModelConfig& c = config_;
   const int64_t B = acts.n_batch, L = acts.n_seq, T = B * L, E = c.n_embd, D = c.head_dim, F = c.n_ff;
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;

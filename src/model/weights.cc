@@ -98,7 +98,7 @@ Status bind_quantized(const Checkpoint& checkpoint, const QuantizationConfig& q,
 }  // namespace
 
 Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfig& c) {
-  DC_ASSIGN_OR_RETURN(QuantizationConfig quant, load_quantization_config(checkpoint.dir()));
+  const QuantizationConfig& quant = c.quantization;  // parsed with config.json when the checkpoint opened
   ModelWeights w;
   Status status;
   visit_weights(c, w, [&](const WeightSlot& slot) {

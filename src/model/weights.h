@@ -8,8 +8,8 @@
 
 #include "core/status.h"
 #include "io/checkpoint.h"
-#include "model/config.h"
 #include "ops/weight.h"
+#include "types/model_config.h"
 
 namespace dc {
 

@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
-#include "core/grown.h"
+#include "core/workspace.h"
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
@@ -50,19 +50,6 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   cpu::attention_backward_fast(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
 }
 
-namespace {
-
-// The temporaries of matmul_nt_backward live in buffers of the calling thread reused across calls: a fresh
-// [out, in] allocation per call (0.5 GB for a 0.5B model's lm_head) cost more in zero-filling and page
-// faults than the GEMM it feeds. They keep the largest size seen (the peak is the same as before).
-struct MatmulBackwardScratch {
-  std::vector<float> dyt, wt, dense, xt, tmp;
-  std::vector<uint16_t> xt_bf16, wt_bf16;
-};
-thread_local MatmulBackwardScratch t_scratch;
-
-}  // namespace
-
 bool bf16_backward(const Context& ctx) {
   return ctx.device == Device::kCpu && !ctx.reference_kernels && ctx.matmul_precision == MatmulPrecision::kBF16 &&
          cpu::cpu_has_avx512_bf16();
@@ -89,50 +76,58 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
   DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
   if (n == 0) return;
-  MatmulBackwardScratch& s = t_scratch;
-  float* dyt = grown(s.dyt, out * n);  // [out, n]
+  // The temporaries live in ctx.workspace (the trainer's), reused across calls: a fresh [out, in]
+  // allocation per call (0.5 GB for a 0.5B model's lm_head) cost more in zero-filling and page faults
+  // than the GEMM it feeds. They keep the largest size seen. Without a workspace, this call's own.
+  Workspace own_workspace;
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
+  float* dyt = ws.floats("matmul_backward.dyt", out * n);  // [out, n]
   cpu::transpose(ctx.pool, dy, n, out, dyt);
+  // bf16 buffers as halves of f32 ones.
+  auto bf16_buffer = [&](const char* name, int64_t count) {
+    return reinterpret_cast<uint16_t*>(ws.floats(name, (count + 1) / 2));
+  };
   if (bf16_backward(ctx)) {  // mixed precision: bf16 operands (the kernel rounds dy / dyᵀ), f32 sums
     if (dx != nullptr) {
       WeightView t = wt != nullptr ? *wt : WeightView{};
       if (wt == nullptr) {
-        uint16_t* tb = grown(s.wt_bf16, in * out);  // [in, out]
+        uint16_t* tb = bf16_buffer("matmul_backward.wt_bf16", in * out);  // [in, out]
         transpose_to_bf16(ctx, w, tb);
         t = WeightView{DType::kBF16, tb, in, out};
       }
-      float* tmp = grown(s.tmp, n * in);  // [n, in]
+      float* tmp = ws.floats("matmul_backward.tmp", n * in);  // [n, in]
       matmul_nt(ctx, dy, n, t, nullptr, tmp);
       parallel_for(ctx.pool, n * in, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
       }, 4096);
     }
     if (dw != nullptr) {
-      uint16_t* xb = grown(s.xt_bf16, in * n);  // [in, n]: xᵀ in bf16
+      uint16_t* xb = bf16_buffer("matmul_backward.xt_bf16", in * n);  // [in, n]: xᵀ in bf16
       transpose_to_bf16(ctx, WeightView{DType::kF32, x, n, in}, xb);
-      float* tmp = grown(s.tmp, out * in);  // [out, in]
+      float* tmp = ws.floats("matmul_backward.tmp", out * in);  // [out, in]
       matmul_nt(ctx, dyt, out, WeightView{DType::kBF16, xb, in, n}, nullptr, tmp);
       parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) dw[i] += tmp[i];
       }, 4096);
     }
   } else if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
-    float* wt = grown(s.wt, in * out);  // [in, out]
-    float* tmp = grown(s.tmp, n * in);  // [n, in]
+    float* w_t = ws.floats("matmul_backward.wt", in * out);  // [in, out]
+    float* tmp = ws.floats("matmul_backward.tmp", n * in);  // [n, in]
     if (w.dtype == DType::kF32) {
-      cpu::transpose(ctx.pool, static_cast<const float*>(w.data), out, in, wt);
+      cpu::transpose(ctx.pool, static_cast<const float*>(w.data), out, in, w_t);
     } else {
-      float* dense = grown(s.dense, out * in);  // [out, in]
+      float* dense = ws.floats("matmul_backward.dense", out * in);  // [out, in]
       for (int64_t r = 0; r < out; ++r) w.row_to_f32(r, dense + r * in);
-      cpu::transpose(ctx.pool, dense, out, in, wt);
+      cpu::transpose(ctx.pool, dense, out, in, w_t);
     }
-    matmul_nt(ctx, dy, n, WeightView{DType::kF32, wt, in, out}, nullptr, tmp);
+    matmul_nt(ctx, dy, n, WeightView{DType::kF32, w_t, in, out}, nullptr, tmp);
     parallel_for(ctx.pool, n * in, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
     }, 4096);
   }
   if (dw != nullptr && !bf16_backward(ctx)) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
-    float* xt = grown(s.xt, in * n);      // [in, n]
-    float* tmp = grown(s.tmp, out * in);  // [out, in]
+    float* xt = ws.floats("matmul_backward.xt", in * n);    // [in, n]
+    float* tmp = ws.floats("matmul_backward.tmp", out * in);  // [out, in]
     cpu::transpose(ctx.pool, x, n, in, xt);
     matmul_nt(ctx, dyt, out, WeightView{DType::kF32, xt, in, n}, nullptr, tmp);
     parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {

@@ -5,15 +5,11 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "types/quantization.h"
 
 namespace dc {
 
-// How a weight's codes map to values (the on-disk formats of `diffucoder convert`, see README.md).
-//   kQ8: data I8 [rows, cols], scales F32 [rows]:                 w[r, c] = scales[r] * data[r, c]
-//   kQ4: data U8 [rows, cols/2] (column 2i in the low nibble of byte i, 2i+1 in the high nibble),
-//        scales and mins F16 [rows, cols/group_size]:           w[r, c] = scale[r, g] * q + min[r, g]
-//        with q in [0, 15] the nibble and g = c / group_size.
-enum class WeightQuant : uint8_t { kNone, kQ8, kQ4 };
+// WeightQuant (how a weight's codes map to values) is in types/quantization.h.
 
 // How a dense weight's elements are laid out in memory.
 //   kRowMajor: [rows, cols], as stored in checkpoints.

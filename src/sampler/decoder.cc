@@ -18,8 +18,6 @@
 namespace dc {
 namespace {
 
-constexpr std::string_view kCancelledPrefix = "cancelled: ";
-
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
@@ -52,13 +50,7 @@ Result<Canvas> build_canvas(const std::vector<std::vector<int32_t>>& prompts, co
   if (prompts.empty()) return invalid_argument("prompts: no prompt given");
   Canvas c;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    for (size_t j = 0; j < prompts[i].size(); ++j) {
-      const int32_t id = prompts[i][j];
-      if (id < 0 || id >= n_vocab) {
-        return invalid_argument("prompts[" + std::to_string(i) + "][" + std::to_string(j) + "]: token id " +
-                                std::to_string(id) + " is outside [0, " + std::to_string(n_vocab) + ")");
-      }
-    }
+    DC_RETURN_IF_ERROR(check_prompt_ids(prompts[i], n_vocab, "prompts[" + std::to_string(i) + "]"));
     c.prompt_width = std::max<int64_t>(c.prompt_width, static_cast<int64_t>(prompts[i].size()));
   }
   DC_ASSIGN_OR_RETURN(c.n_seq, canvas_length(params, c.prompt_width));
@@ -228,11 +220,7 @@ Result<std::vector<Block>> plan_blocks(const SamplingParams& p, const Canvas& c)
   const int64_t new_tokens = c.n_seq - c.prompt_width;
   const int64_t length = p.block_length > 0 ? p.block_length : new_tokens;
   const int64_t n_blocks = (new_tokens + length - 1) / length;
-  if (!parallel && p.steps < n_blocks) {
-    return invalid_argument("steps: block decoding needs at least one step per block: " + std::to_string(new_tokens) +
-                            " new tokens in blocks of " + std::to_string(length) + " make " + std::to_string(n_blocks) +
-                            " blocks, but steps is " + std::to_string(p.steps));
-  }
+  DC_RETURN_IF_ERROR(check_steps_per_block(p, new_tokens));
   std::vector<Block> blocks;
   for (int64_t i = 0; i < n_blocks; ++i) {
     Block b;
@@ -270,10 +258,6 @@ Status policy_entries(const std::vector<int64_t>& answer, const PositionSet& set
 
 
 }  // namespace
-
-bool is_cancelled(const Status& status) {
-  return status.code() == StatusCode::kInternal && status.message().rfind(kCancelledPrefix, 0) == 0;
-}
 
 struct Decoder::State {
   int64_t n_vocab = 0;
@@ -319,6 +303,12 @@ struct Decoder::State {
     hooks.tokens_hook(TokensHookArgs{at_step, n_steps, c.n_rows, c.n_seq, std::span<int32_t>(c.tokens)});
     return check_canvas(at_step);
   }
+
+  // The parts of Decoder::step, in order (`step` is still the step being done until after_step).
+  Status sample_step();
+  Status choose();
+  void commit();
+  Status after_step(int at_step);
 };
 
 Decoder::Decoder(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -452,108 +442,120 @@ void Decoder::record_forward(double ms, int64_t positions_computed) {
 Status Decoder::step() {
   DC_CHECK(s_->prepared && !s_->finished, "Decoder::step: call prepare() first, and not after done()");
   State& s = *s_;
-  const SamplingParams& params = s.params;
-  Canvas& c = s.c;
-  StepBuffers& buf = s.buf;
-  const PositionSet& to_sample = s.to_sample;
-  const size_t n = to_sample.positions.size();
   const int step = s.step;
-  const int64_t n_vocab = s.n_vocab;
   const Clock::time_point t_smp = Clock::now();
-  if (s.sample) {
-    s.refresh_pending = false;
-    if (buf.out_rows.size() != n) {  // positions shared a row (j = 0 and 1): expand
-      const size_t v = static_cast<size_t>(n_vocab);
-      for (size_t e = 0; e < n; ++e) {
-        std::memcpy(buf.logits.data() + e * v, buf.dedup_logits.data() + static_cast<size_t>(buf.out_of[e]) * v,
-                    v * sizeof(float));
-      }
-    }
-    if (s.hooks.logits_hook) {
-      s.hooks.logits_hook(LogitsHookArgs{step, s.n_steps, c.n_rows, c.n_seq, n_vocab,
-                                         std::span<const int32_t>(c.tokens),
-                                         std::span<const MaskedPosition>(to_sample.positions),
-                                         std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
-    }
-    DC_RETURN_IF_ERROR(sample_positions(to_sample, n_vocab, params, s.kind, step, s.hooks.pool, buf));
-  }
+  if (s.sample) DC_RETURN_IF_ERROR(s.sample_step());
+  DC_RETURN_IF_ERROR(s.choose());
+  s.commit();
+  s.out.timings.sampling_ms += ms_since(t_smp);
+  s.prepared = false;
+  ++s.i;
+  ++s.step;
+  return s.after_step(step);
+}
 
-  // Which sampled positions commit.
-  std::vector<int64_t>& chosen = s.chosen;
+// The prepared step's logits (expanded where positions shared a row) through logits_hook, then the
+// proposed tokens and confidences of every position to sample.
+Status Decoder::State::sample_step() {
+  const size_t n = to_sample.positions.size();
+  refresh_pending = false;
+  if (buf.out_rows.size() != n) {  // positions shared a row (j = 0 and 1): expand
+    const size_t v = static_cast<size_t>(n_vocab);
+    for (size_t e = 0; e < n; ++e) {
+      std::memcpy(buf.logits.data() + e * v, buf.dedup_logits.data() + static_cast<size_t>(buf.out_of[e]) * v,
+                  v * sizeof(float));
+    }
+  }
+  if (hooks.logits_hook) {
+    hooks.logits_hook(LogitsHookArgs{step, n_steps, c.n_rows, c.n_seq, n_vocab,
+                                     std::span<const int32_t>(c.tokens),
+                                     std::span<const MaskedPosition>(to_sample.positions),
+                                     std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
+  }
+  return sample_positions(to_sample, n_vocab, params, kind, step, hooks.pool, buf);
+}
+
+// Which sampled positions commit (indices into to_sample, sorted), per row: all (origin), the policy's,
+// the threshold / factor count, k drawn from softmax(confidence / alg_temp), or the top k.
+Status Decoder::State::choose() {
+  const size_t n = to_sample.positions.size();
   chosen.clear();
-  if (s.origin_direct) {
+  if (origin_direct) {
     for (size_t e = 0; e < n; ++e) chosen.push_back(static_cast<int64_t>(e));
-  } else if (s.sample) {
-    for (int64_t b = 0; b < c.n_rows; ++b) {
-      const int64_t begin = to_sample.row_begin[b], end = to_sample.row_begin[b + 1];
-      const int64_t n_row = end - begin;
-      if (n_row == 0) continue;  // (parallel decoding: this row finished the block and waits)
-      // min(k, own): never re-mask (the reference's batch-average k can exceed a row's masked count);
-      // the last step takes all of the row's own (equal to int(average) when rows agree).
-      const int64_t k_row = s.parallel ? parallel_count(buf.confidence, begin, end, params, s.sort_scratch)
-                            : s.last   ? n_row
-                                       : std::min(s.k, n_row);
-      if (s.hooks.unmask_policy) {
-        std::vector<int64_t> row_positions(static_cast<size_t>(n_row));
-        for (int64_t e = begin; e < end; ++e) row_positions[e - begin] = to_sample.positions[e].position;
-        PolicyInput input{step,
-                          s.n_steps,
-                          b,
-                          std::span<const int32_t>(c.tokens.data() + b * c.n_seq, c.n_seq),
-                          row_positions,
-                          std::span<const float>(buf.confidence.data() + begin, n_row),
-                          std::span<const int32_t>(buf.proposed.data() + begin, n_row),
-                          k_row};
-        DC_RETURN_IF_ERROR(policy_entries(s.hooks.unmask_policy(input), to_sample, begin, end, step, b, chosen));
-      } else if (k_row <= 0) {
-        continue;
-      } else if (params.alg_temp > 0.0f && !s.parallel) {
-        std::vector<float> log_weights(static_cast<size_t>(n_row));
-        for (int64_t e = begin; e < end; ++e) log_weights[e - begin] = buf.confidence[e] / params.alg_temp;
-        Rng rng = Rng::for_stream(params.seed, RngPurpose::kSelect, step, b, -1);
-        for (int64_t idx : sample_without_replacement(log_weights, k_row, rng)) chosen.push_back(begin + idx);
-      } else {
-        select_top_k(buf.confidence, begin, end, k_row, chosen);
-      }
-    }
-    std::sort(chosen.begin(), chosen.end());
+    return Status::ok_status();
   }
+  if (!sample) return Status::ok_status();
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    const int64_t begin = to_sample.row_begin[b], end = to_sample.row_begin[b + 1];
+    const int64_t n_row = end - begin;
+    if (n_row == 0) continue;  // (parallel decoding: this row finished the block and waits)
+    // min(k, own): never re-mask (the reference's batch-average k can exceed a row's masked count);
+    // the last step takes all of the row's own (equal to int(average) when rows agree).
+    const int64_t k_row = parallel ? parallel_count(buf.confidence, begin, end, params, sort_scratch)
+                          : last   ? n_row
+                                   : std::min(k, n_row);
+    if (hooks.unmask_policy) {
+      std::vector<int64_t> row_positions(static_cast<size_t>(n_row));
+      for (int64_t e = begin; e < end; ++e) row_positions[e - begin] = to_sample.positions[e].position;
+      PolicyInput input{step,
+                        n_steps,
+                        b,
+                        std::span<const int32_t>(c.tokens.data() + b * c.n_seq, c.n_seq),
+                        row_positions,
+                        std::span<const float>(buf.confidence.data() + begin, n_row),
+                        std::span<const int32_t>(buf.proposed.data() + begin, n_row),
+                        k_row};
+      DC_RETURN_IF_ERROR(policy_entries(hooks.unmask_policy(input), to_sample, begin, end, step, b, chosen));
+    } else if (k_row <= 0) {
+      continue;
+    } else if (params.alg_temp > 0.0f && !parallel) {
+      std::vector<float> log_weights(static_cast<size_t>(n_row));
+      for (int64_t e = begin; e < end; ++e) log_weights[e - begin] = buf.confidence[e] / params.alg_temp;
+      Rng rng = Rng::for_stream(params.seed, RngPurpose::kSelect, step, b, -1);
+      for (int64_t idx : sample_without_replacement(log_weights, k_row, rng)) chosen.push_back(begin + idx);
+    } else {
+      select_top_k(buf.confidence, begin, end, k_row, chosen);
+    }
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return Status::ok_status();
+}
 
-  // Commit.
-  s.committed.clear();
+// Writes the chosen proposals into the canvas; records the positions unmasked and their count per row.
+void Decoder::State::commit() {
+  committed.clear();
   std::vector<int64_t> counts(static_cast<size_t>(c.n_rows), 0);
   for (int64_t e : chosen) {
     const MaskedPosition& mp = to_sample.positions[static_cast<size_t>(e)];
     const int32_t token = buf.proposed[static_cast<size_t>(e)];
     c.tokens[static_cast<size_t>(mp.row * c.n_seq + mp.position)] = token;
     if (token != params.mask_token_id) {
-      s.committed.push_back(mp);
+      committed.push_back(mp);
       ++counts[static_cast<size_t>(mp.row)];
     }
   }
-  s.out.timings.sampling_ms += ms_since(t_smp);
-  s.out.committed_counts.push_back(std::move(counts));
-  s.prepared = false;
-  ++s.i;
-  ++s.step;
+  out.committed_counts.push_back(std::move(counts));
+}
 
-  DC_RETURN_IF_ERROR(s.call_tokens_hook(step));
-  if (params.output_history) s.out.history.push_back(c.tokens);
-  s.out.timings.steps_run = step + 1;
-  if (s.hooks.on_step) {
-    const StepInfo info{step,
-                        s.n_steps,
+// After step `at_step` committed: tokens_hook, the history, then on_step (false cancels).
+Status Decoder::State::after_step(int at_step) {
+  DC_RETURN_IF_ERROR(call_tokens_hook(at_step));
+  if (params.output_history) out.history.push_back(c.tokens);
+  out.timings.steps_run = at_step + 1;
+  if (hooks.on_step) {
+    const StepInfo info{at_step,
+                        n_steps,
                         c.n_rows,
                         c.n_seq,
                         std::span<const int32_t>(c.tokens),
-                        std::span<const MaskedPosition>(s.committed),
+                        std::span<const MaskedPosition>(committed),
                         std::span<const int64_t>(c.prompt_lengths),
                         std::span<const int64_t>(c.pad_counts),
-                        s.block,
-                        static_cast<int>(s.blocks.size())};
-    if (!s.hooks.on_step(info)) {
-      return Status(StatusCode::kInternal, std::string(kCancelledPrefix) + "on_step returned false after step " +
-                                               std::to_string(step) + " of " + std::to_string(s.n_steps));
+                        block,
+                        static_cast<int>(blocks.size())};
+    if (!hooks.on_step(info)) {
+      return cancelled("cancelled by on_step (it returned false after step " + std::to_string(at_step) + " of " +
+                       std::to_string(n_steps) + ")");
     }
   }
   return Status::ok_status();

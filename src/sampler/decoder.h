@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/forward_batch.h"
 #include "sampler/generate.h"
+#include "types/forward_batch.h"
 
 namespace dc {
 

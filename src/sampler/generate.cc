@@ -3,6 +3,7 @@
 #include "sampler/generate.h"
 
 #include <chrono>
+#include <new>
 
 #include "sampler/decoder.h"
 
@@ -15,13 +16,10 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-}  // namespace
-
-Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
-                                const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
-                                const GenerateHooks& hooks) {
+Result<GenerateOutput> generate_or_throw(const LogitsFn& logits_fn, int64_t n_vocab,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         const SamplingParams& params, const GenerateHooks& hooks) {
   const Clock::time_point t_start = Clock::now();
-  if (!logits_fn) return invalid_argument("logits_fn: empty function");
   DC_ASSIGN_OR_RETURN(Decoder decoder, Decoder::start(n_vocab, prompts, params, hooks));
   for (decoder.prepare(); !decoder.done(); decoder.prepare()) {
     if (decoder.needs_forward()) {
@@ -36,6 +34,20 @@ Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
   GenerateOutput out = decoder.finish();
   out.timings.total_ms = ms_since(t_start);
   return out;
+}
+
+}  // namespace
+
+Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
+                                const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                                const GenerateHooks& hooks) {
+  if (!logits_fn) return invalid_argument("logits_fn: empty function");
+  try {
+    return generate_or_throw(logits_fn, n_vocab, prompts, params, hooks);
+  } catch (const std::bad_alloc&) {  // the canvas, the logits or the sampling buffers
+    return resource_exhausted("generate: out of memory for the canvas, logits or sampling buffers of " +
+                              std::to_string(prompts.size()) + " prompts; use fewer prompts or new tokens");
+  }
 }
 
 }  // namespace dc

@@ -7,11 +7,12 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
-#include "model/forward_batch.h"
+#include "types/forward_batch.h"
 
 namespace dc {
 
@@ -100,6 +101,19 @@ Status validate(const SamplingParams& params, int64_t n_vocab);
 // The total canvas length for a padded prompt width (the rules at SamplingParams); an error when it
 // does not exceed prompt_width. Assumes validate() passed.
 Result<int64_t> canvas_length(const SamplingParams& params, int64_t prompt_width);
+
+// canvas_length, refused (out_of_range, naming max_position_embeddings) when it is longer than the
+// model's context `context` (max_position_embeddings). The one check of Engine::generate and the server.
+Result<int64_t> canvas_length_in_context(const SamplingParams& params, int64_t prompt_width, int64_t context);
+
+// Block decoding with fixed steps (block_length > 0, no threshold / factor) needs at least one step per
+// block: invalid_argument naming steps when params.steps is smaller than the number of blocks of
+// `new_tokens` new tokens. The one check of the decoder and the server.
+Status check_steps_per_block(const SamplingParams& params, int64_t new_tokens);
+
+// Every id of a prompt in [0, n_vocab); otherwise invalid_argument
+// "<name>: token id X at index j is outside the vocabulary [0, n_vocab)".
+Status check_prompt_ids(std::span<const int32_t> ids, int64_t n_vocab, const std::string& name);
 
 // ---------------------------------------------------------------------------------------------------
 // The model and the hooks
@@ -244,13 +258,11 @@ struct GenerateOutput {
 // Step numbers (hooks, RNG streams, history) count across blocks; n_steps is params.steps with fixed
 // steps and G (an upper bound) with threshold / factor.
 // Errors: invalid params/prompts, logits_fn errors, non-finite logits, an invalid unmask_policy answer,
-// tokens_hook writing an out-of-range id, and cancellation by on_step (is_cancelled() is true).
+// tokens_hook writing an out-of-range id, and cancellation by on_step (StatusCode::kCancelled:
+// is_cancelled() in core/status.h is true).
 Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
                                 const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                 const GenerateHooks& hooks = {});
-
-// True for the Status generate() returns when on_step asked to stop.
-bool is_cancelled(const Status& status);
 
 // The prefix of `generated` before the first token in stop_ids (all of it if none occurs).
 // Instruct: stop at <|dlm_pad|> (and <|im_end|>); Base: <|endoftext|>. The caller picks the ids.

@@ -130,6 +130,37 @@ Result<int64_t> canvas_length(const SamplingParams& p, int64_t prompt_width) {
   return total;
 }
 
+Result<int64_t> canvas_length_in_context(const SamplingParams& p, int64_t prompt_width, int64_t context) {
+  DC_ASSIGN_OR_RETURN(int64_t length, canvas_length(p, prompt_width));
+  if (length > context)
+    return out_of_range("the prompt (" + std::to_string(prompt_width) + " tokens) plus the new tokens make " +
+                        std::to_string(length) + " positions, more than the model's context of " +
+                        std::to_string(context) + " (max_position_embeddings); shorten the prompt or ask for fewer "
+                        "new tokens");
+  return length;
+}
+
+Status check_steps_per_block(const SamplingParams& p, int64_t new_tokens) {
+  if (parallel_decoding(p) || p.block_length <= 0 || new_tokens <= 0) return Status::ok_status();
+  const int64_t n_blocks = (new_tokens + p.block_length - 1) / p.block_length;
+  if (p.steps < n_blocks) {
+    return invalid_argument("steps: block decoding needs at least one step per block: " + std::to_string(new_tokens) +
+                            " new tokens in blocks of " + std::to_string(p.block_length) + " make " +
+                            std::to_string(n_blocks) + " blocks, but steps is " + std::to_string(p.steps));
+  }
+  return Status::ok_status();
+}
+
+Status check_prompt_ids(std::span<const int32_t> ids, int64_t n_vocab, const std::string& name) {
+  for (size_t j = 0; j < ids.size(); ++j) {
+    if (ids[j] < 0 || ids[j] >= n_vocab) {
+      return invalid_argument(name + ": token id " + std::to_string(ids[j]) + " at index " + std::to_string(j) +
+                              " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+    }
+  }
+  return Status::ok_status();
+}
+
 std::vector<int32_t> truncate_at_stop(const std::vector<int32_t>& generated, const std::vector<int32_t>& stop_ids) {
   auto it = std::find_first_of(generated.begin(), generated.end(), stop_ids.begin(), stop_ids.end());
   return std::vector<int32_t>(generated.begin(), it);

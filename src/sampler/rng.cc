@@ -6,21 +6,14 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/splitmix64.h"
 
 namespace dc {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // A one-shot 64-bit mix of (h, v): distinct inputs give well-spread, practically distinct outputs.
 uint64_t mix(uint64_t h, uint64_t v) {
-  uint64_t state = h ^ (v * 0xD1B54A32D192ED03ull);
-  return splitmix64(state);
+  return splitmix64(h ^ (v * 0xD1B54A32D192ED03ull));
 }
 
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -29,7 +22,7 @@ uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 Rng::Rng(uint64_t seed) {
   uint64_t state = seed;
-  for (auto& s : s_) s = splitmix64(state);
+  for (auto& s : s_) s = splitmix64_next(state);
   if ((s_[0] | s_[1] | s_[2] | s_[3]) == 0) s_[0] = 1;  // unreachable in practice; xoshiro needs non-zero
 }
 

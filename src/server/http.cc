@@ -168,10 +168,7 @@ struct HttpServer::Impl {
       ids = std::move(*enc);
     } else if (r.has_prompt_ids) {
       ids = r.prompt_ids;
-      for (int32_t id : ids)
-        if (id >= engine.config().n_vocab)
-          return invalid_argument("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                  std::to_string(engine.config().n_vocab) + ")");
+      DC_RETURN_IF_ERROR(check_prompt_ids(ids, engine.config().n_vocab, "prompt"));
     } else {
       Result<std::vector<int32_t>> enc = engine.encode_prompt(r.prompt, false);
       if (!enc.ok()) return invalid_argument("prompt: " + enc.status().message());
@@ -183,15 +180,12 @@ struct HttpServer::Impl {
     if (n > options.limits.max_prompt_tokens)
       return invalid_argument(field + ": the prompt has " + std::to_string(n) + " tokens, more than the limit of " +
                               std::to_string(options.limits.max_prompt_tokens));
-    const int64_t total = n + r.params.max_new_tokens.value_or(0);
-    if (total > engine.config().max_position_embeddings)
-      return invalid_argument("max_tokens: the prompt (" + std::to_string(n) + " tokens) plus max_tokens make " +
-                              std::to_string(total) + " positions, more than the model's context of " +
-                              std::to_string(engine.config().max_position_embeddings));
+    const Result<int64_t> length = canvas_length_in_context(r.params, n, engine.config().max_position_embeddings);
+    if (!length.ok()) return length.status().with_context("max_tokens");
     if (r.params.cache != CacheMode::kNone &&
-        engine.kv_cache_bytes(r.params.num_return_sequences, total) > engine.max_kv_cache_bytes())
+        engine.kv_cache_bytes(r.params.num_return_sequences, *length) > engine.max_kv_cache_bytes())
       return invalid_argument("cache: n × (prompt + max_tokens) needs a KV cache of " +
-                              std::to_string(engine.kv_cache_bytes(r.params.num_return_sequences, total) >> 20) +
+                              std::to_string(engine.kv_cache_bytes(r.params.num_return_sequences, *length) >> 20) +
                               " MiB, more than the server's limit of " +
                               std::to_string(engine.max_kv_cache_bytes() >> 20) + " MiB; use cache none");
     return ids;

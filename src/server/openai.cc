@@ -275,12 +275,7 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
       !present(body, "factor"))
     apply_fast_mode(p);
   DC_RETURN_IF_ERROR(validate(p, INT32_MAX));  // ranges (the vocabulary is checked with the prompt)
-  if (!parallel_decoding(p) && p.block_length > 0) {
-    const int64_t n_blocks = (max_tokens + p.block_length - 1) / p.block_length;
-    if (p.steps < n_blocks)
-      return field_error("steps", "block decoding needs at least one step per block (" + std::to_string(n_blocks) +
-                                      " blocks of " + std::to_string(p.block_length) + ")");
-  }
+  DC_RETURN_IF_ERROR(check_steps_per_block(p, max_tokens));
   return r;
 }
 

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "core/thread_pool.h"
+#include "sampler/batch_merge.h"
 #include "sampler/decoder.h"
 
 namespace dc::server {
@@ -18,8 +20,51 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// The job's canvas length (the sampler's rule); 0 when its parameters give none (Decoder::start then
+// fails the job with the reason).
 int64_t canvas_of(const Job& job) {
-  return static_cast<int64_t>(job.prompt().size()) + job.params().max_new_tokens.value_or(20);
+  const Result<int64_t> length = canvas_length(job.params(), static_cast<int64_t>(job.prompt().size()));
+  return length.ok() ? *length : 0;
+}
+
+// The generated part of every row of the decoder's canvas (after the padded prompt).
+std::vector<std::vector<int32_t>> generated_rows(const Decoder& d) {
+  std::vector<std::vector<int32_t>> rows;
+  const std::span<const int32_t> canvas = d.canvas();
+  for (int64_t b = 0; b < d.n_rows(); ++b) {
+    const auto row = canvas.begin() + b * d.n_seq();
+    rows.emplace_back(row + d.prompt_width(), row + d.n_seq());
+  }
+  return rows;
+}
+
+// Early stop: every row's final prefix (unmasked from the left) contains a stop id.
+bool all_rows_stopped(const Decoder& d, const std::vector<int32_t>& stop_ids, int32_t mask) {
+  bool all_stopped = !stop_ids.empty();
+  for (int64_t b = 0; all_stopped && b < d.n_rows(); ++b) {
+    bool stopped = false;
+    for (int64_t j = d.prompt_width(); j < d.n_seq(); ++j) {
+      const int32_t t = d.canvas()[static_cast<size_t>(b * d.n_seq() + j)];
+      if (t == mask) break;
+      if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
+        stopped = true;
+        break;
+      }
+    }
+    all_stopped = stopped;
+  }
+  return all_stopped;
+}
+
+// Decoder::start, with running out of memory for the canvas reported as a Status.
+Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& prompt, const SamplingParams& params,
+                              const GenerateHooks& hooks) {
+  try {
+    return Decoder::start(n_vocab, {prompt}, params, hooks);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("server: out of memory for the canvas of a job of " + std::to_string(prompt.size()) +
+                              " prompt tokens");
+  }
 }
 
 }  // namespace
@@ -135,7 +180,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     if (job.cancelled() || waited_ms > options_.max_queue_seconds * 1000.0) {
       JobResult r;
       r.queue_timeout = !job.cancelled();
-      r.status = job.cancelled() ? internal_error("cancelled while queued")
+      r.status = job.cancelled() ? cancelled("job cancelled while queued")
                                  : out_of_range("queue: waited longer than the server's queue time limit");
       r.queue_ms = waited_ms;
       job.finish(std::move(r));
@@ -161,7 +206,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     const bool cached = job->params().cache != CacheMode::kNone;
     Result<Decoder> decoder = cached && !make_cached_fn_
                                   ? Result<Decoder>(unimplemented("cache: this server runs without the KV cache"))
-                                  : Decoder::start(n_vocab_, {job->prompt()}, job->params(), hooks);
+                                  : start_decoder(n_vocab_, job->prompt(), job->params(), hooks);
     if (!decoder.ok()) {
       JobResult r;
       r.status = decoder.status();
@@ -184,7 +229,18 @@ bool Scheduler::admit(std::vector<Active>& active) {
 void Scheduler::run() {
   std::vector<Active> active;
   while (admit(active)) {
-    if (!active.empty()) step_batch(active);
+    if (active.empty()) continue;
+    try {
+      step_batch(active);
+    } catch (const std::bad_alloc&) {  // the merged batch, the logits, a decoder's buffers or the model's
+      for (Active& a : active) {
+        JobResult r;
+        r.status = resource_exhausted("server: out of memory while stepping a batch of " +
+                                      std::to_string(active.size()) + " jobs; retry with fewer tokens");
+        a.job->finish(std::move(r));
+      }
+      active.clear();
+    }
   }
   for (Active& a : active) {
     JobResult r;
@@ -203,46 +259,52 @@ void Scheduler::run() {
 
 void Scheduler::step_batch(std::vector<Active>& active) {
   const Clock::time_point t0 = Clock::now();
-  auto retire = [&](size_t i, JobResult r) {
-    Active& a = active[i];
-    const Clock::time_point now = Clock::now();
-    r.queue_ms = ms_between(a.job->submitted_, a.job->admitted_);
-    r.run_ms = ms_between(a.started, now);
-    r.timings = a.decoder.timings();
-    if (metrics_ != nullptr) metrics_->on_job_done(r.queue_ms / 1000.0, r.run_ms / 1000.0);
-    a.job->finish(std::move(r));
-    active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  auto generated_rows = [](const Decoder& d) {
-    std::vector<std::vector<int32_t>> rows;
-    const std::span<const int32_t> canvas = d.canvas();
-    for (int64_t b = 0; b < d.n_rows(); ++b) {
-      const auto row = canvas.begin() + b * d.n_seq();
-      rows.emplace_back(row + d.prompt_width(), row + d.n_seq());
-    }
-    return rows;
-  };
+  retire_and_prepare(active);
+  if (active.empty()) return;
+  double forward_s = 0.0;
+  if (!forward(active, &forward_s)) return;
+  std::vector<Status> statuses;
+  std::vector<int64_t> unmasked;
+  step_decoders(active, statuses, unmasked);
+  publish_and_retire(active, statuses, unmasked, t0, forward_s);
+}
 
+// Finishes active[i] with `r` (plus its timings) and removes it from the batch.
+void Scheduler::retire(std::vector<Active>& active, size_t i, JobResult r) {
+  Active& a = active[i];
+  const Clock::time_point now = Clock::now();
+  r.queue_ms = ms_between(a.job->submitted_, a.job->admitted_);
+  r.run_ms = ms_between(a.started, now);
+  r.timings = a.decoder.timings();
+  if (metrics_ != nullptr) metrics_->on_job_done(r.queue_ms / 1000.0, r.run_ms / 1000.0);
+  a.job->finish(std::move(r));
+  active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void Scheduler::retire_and_prepare(std::vector<Active>& active) {
   // Retire cancelled and finished jobs; prepare the rest.
   for (size_t i = active.size(); i-- > 0;) {
     Active& a = active[i];
     if (a.job->cancelled()) {
       JobResult r;
-      r.status = internal_error("cancelled: the client went away");
-      retire(i, std::move(r));
+      r.status = cancelled("job cancelled: the client went away");
+      retire(active, i, std::move(r));
       continue;
     }
     a.decoder.prepare();
     if (a.decoder.done()) {
       JobResult r;
       r.generated = generated_rows(a.decoder);
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
     }
   }
-  if (active.empty()) return;
+}
 
-  // Jobs with a KV cache run their own forward over their window, with their own cache.
-  double forward_s = 0.0;
+// One forward over every row that needs logits, left-padded to the widest canvas (merge_left_padded),
+// its logits scattered back to the decoders. False when the model failed (those jobs are retired).
+bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
+  // Jobs with a KV cache run their own forward over their window, with their own cache (a failure
+  // retires only that job).
   for (size_t i = active.size(); i-- > 0;) {
     Active& a = active[i];
     if (!a.cached_fn || !a.decoder.needs_forward()) continue;
@@ -250,108 +312,71 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     const Clock::time_point tf = Clock::now();
     const Status st = a.cached_fn(fb, a.decoder.logits_buffer().data());
     const double s = ms_between(tf, Clock::now()) / 1000.0;
-    forward_s += s;
+    *forward_s += s;
     a.decoder.record_forward(s * 1000.0, fb.n_computed());
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
     }
   }
-  if (active.empty()) return;
-
-  // One forward over every other row that needs logits, left-padded to the widest canvas.
-  int64_t rows = 0, width = 0, n_out = 0;
-  std::vector<size_t> forward_jobs;
-  for (size_t i = 0; i < active.size(); ++i) {
-    if (!active[i].decoder.needs_forward() || active[i].cached_fn) continue;
-    const ForwardBatch fb = active[i].decoder.forward_batch();
-    forward_jobs.push_back(i);
-    rows += fb.n_batch;
-    width = std::max(width, fb.n_seq);
-    n_out += fb.n_out;
-  }
+  std::vector<size_t> forward_jobs;  // the others: one batched forward
+  for (size_t i = 0; i < active.size(); ++i)
+    if (active[i].decoder.needs_forward() && !active[i].cached_fn) forward_jobs.push_back(i);
   if (forward_jobs.size() == 1) {  // one job: its own batch, straight into its buffer (no padding, no copy)
     Decoder& d = active[forward_jobs[0]].decoder;
     const ForwardBatch fb = d.forward_batch();
     const Clock::time_point tf = Clock::now();
     const Status st = logits_fn_(fb, d.logits_buffer().data());
     const double s = ms_between(tf, Clock::now()) / 1000.0;
-    forward_s += s;
+    *forward_s += s;
     d.record_forward(s * 1000.0, fb.n_computed());
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
-      retire(forward_jobs[0], std::move(r));
-      return;
+      retire(active, forward_jobs[0], std::move(r));
+      return false;
     }
   } else if (!forward_jobs.empty()) {
-    std::vector<int32_t> tokens(static_cast<size_t>(rows * width), 0);
-    std::vector<uint8_t> valid(tokens.size(), 0);
-    std::vector<int32_t> positions(tokens.size(), 1);
-    std::vector<int64_t> out_rows;
-    out_rows.reserve(static_cast<size_t>(n_out));
-    bool padded = false;
-    int64_t row0 = 0;
-    for (size_t i : forward_jobs) {
-      const ForwardBatch fb = active[i].decoder.forward_batch();
-      const int64_t pad = width - fb.n_seq;
-      padded |= pad > 0 || fb.valid != nullptr;
-      for (int64_t b = 0; b < fb.n_batch; ++b) {
-        const size_t dst = static_cast<size_t>((row0 + b) * width + pad);
-        const size_t src = static_cast<size_t>(b * fb.n_seq);
-        std::memcpy(tokens.data() + dst, fb.tokens + src, static_cast<size_t>(fb.n_seq) * sizeof(int32_t));
-        for (int64_t j = 0; j < fb.n_seq; ++j) {
-          valid[dst + j] = fb.valid != nullptr ? fb.valid[src + j] : 1;
-          positions[dst + j] = fb.positions != nullptr ? fb.positions[src + j] : static_cast<int32_t>(j);
+    std::vector<ForwardBatch> parts;
+    for (size_t i : forward_jobs) parts.push_back(active[i].decoder.forward_batch());
+    const Result<MergedBatch> merged = merge_left_padded(parts);
+    Status st = merged.status();
+    if (st.ok()) {
+      std::vector<float>& logits = logits_;
+      logits.resize(merged->out_rows.size() * static_cast<size_t>(n_vocab_));
+      const Clock::time_point tf = Clock::now();
+      st = logits_fn_(merged->batch(), logits.data());
+      const double s = ms_between(tf, Clock::now()) / 1000.0;
+      *forward_s += s;
+      for (size_t k = 0; k < forward_jobs.size(); ++k) {
+        Decoder& d = active[forward_jobs[k]].decoder;
+        if (st.ok()) {
+          const std::span<float> dst = d.logits_buffer();
+          std::memcpy(dst.data(), logits.data() + merged->out_begin[k] * n_vocab_, dst.size() * sizeof(float));
         }
+        d.record_forward(s * 1000.0, parts[k].n_computed());
       }
-      for (int64_t o = 0; o < fb.n_out; ++o) {
-        const int64_t b = fb.out_rows[o] / fb.n_seq, j = fb.out_rows[o] % fb.n_seq;
-        out_rows.push_back((row0 + b) * width + pad + j);
-      }
-      row0 += fb.n_batch;
-    }
-    ForwardBatch batch;
-    batch.n_batch = rows;
-    batch.n_seq = width;
-    batch.tokens = tokens.data();
-    batch.valid = padded ? valid.data() : nullptr;
-    batch.positions = padded ? positions.data() : nullptr;
-    batch.out_rows = out_rows.data();
-    batch.n_out = n_out;
-    std::vector<float>& logits = logits_;
-    logits.resize(static_cast<size_t>(n_out * n_vocab_));
-    const Clock::time_point tf = Clock::now();
-    const Status st = logits_fn_(batch, logits.data());
-    const double s = ms_between(tf, Clock::now()) / 1000.0;
-    forward_s += s;
-    int64_t out0 = 0;
-    for (size_t i : forward_jobs) {
-      Decoder& d = active[i].decoder;
-      const ForwardBatch fb = d.forward_batch();
-      if (st.ok()) {
-        const std::span<float> dst = d.logits_buffer();
-        std::memcpy(dst.data(), logits.data() + out0 * n_vocab_, dst.size() * sizeof(float));
-      }
-      out0 += fb.n_out;
-      d.record_forward(s * 1000.0, fb.n_computed());
     }
     if (!st.ok()) {  // the model failed: every job of this forward fails
       for (size_t k = forward_jobs.size(); k-- > 0;) {
         JobResult r;
         r.status = st.with_context("forward");
-        retire(forward_jobs[k], std::move(r));
+        retire(active, forward_jobs[k], std::move(r));
       }
-      return;
+      return false;
     }
   }
+  return true;
+}
 
-  // Step every decoder: alone, with the pool inside its sampling; several, in parallel over the pool
-  // (each serial inside). Then publish and retire errors and early stops.
+// Steps every decoder: alone, with the pool inside its sampling; several, in parallel over the pool
+// (each serial inside). statuses[i] and unmasked[i] (positions committed) are active[i]'s.
+void Scheduler::step_decoders(std::vector<Active>& active, std::vector<Status>& statuses,
+                              std::vector<int64_t>& unmasked) {
   const size_t n_active = active.size();
-  std::vector<Status> statuses(n_active);
-  std::vector<int64_t> unmasked(n_active, 0);
+  statuses.assign(n_active, Status());
+  unmasked.assign(n_active, 0);
   auto step_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       Decoder& d = active[static_cast<size_t>(i)].decoder;
@@ -368,6 +393,11 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     for (Active& a : active) a.decoder.set_pool(nullptr);
     pool_->parallel_for(static_cast<int64_t>(n_active), step_range, 1);
   }
+}
+
+// Publishes the step's snapshots, retires errors and early stops, and records the step's metrics.
+void Scheduler::publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
+                                   const std::vector<int64_t>& unmasked, Clock::time_point t0, double forward_s) {
   int64_t committed = 0, batch_rows = 0;
   for (size_t i = active.size(); i-- > 0;) {
     Active& a = active[i];
@@ -377,7 +407,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     if (!statuses[i].ok()) {
       JobResult r;
       r.status = statuses[i];
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
       continue;
     }
     committed += unmasked[i];
@@ -385,26 +415,11 @@ void Scheduler::step_batch(std::vector<Active>& active) {
       JobSnapshot s{d.steps_done(), d.n_steps(), generated_rows(d)};
       a.job->publish(std::move(s));
     }
-    // Early stop: every row's final prefix (unmasked from the left) contains a stop id.
-    const std::vector<int32_t>& stop_ids = a.job->stop_ids_;
-    bool all_stopped = !stop_ids.empty();
-    for (int64_t b = 0; all_stopped && b < d.n_rows(); ++b) {
-      bool stopped = false;
-      for (int64_t j = d.prompt_width(); j < d.n_seq(); ++j) {
-        const int32_t t = d.canvas()[static_cast<size_t>(b * d.n_seq() + j)];
-        if (t == mask) break;
-        if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
-          stopped = true;
-          break;
-        }
-      }
-      all_stopped = stopped;
-    }
-    if (all_stopped) {
+    if (all_rows_stopped(d, a.job->stop_ids_, mask)) {
       JobResult r;
       r.stopped_early = true;
       r.generated = generated_rows(d);
-      retire(i, std::move(r));
+      retire(active, i, std::move(r));
     }
   }
   if (metrics_ != nullptr) {

@@ -113,7 +113,15 @@ class Scheduler {
   struct Active;
   void run();
   bool admit(std::vector<Active>& active);
+  // One step of the batch: retire_and_prepare, forward, step_decoders, publish_and_retire.
   void step_batch(std::vector<Active>& active);
+  void retire(std::vector<Active>& active, size_t i, JobResult result);
+  void retire_and_prepare(std::vector<Active>& active);  // cancelled and finished jobs leave; prepare()
+  bool forward(std::vector<Active>& active, double* forward_s);
+  void step_decoders(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<int64_t>& unmasked);
+  void publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
+                          const std::vector<int64_t>& unmasked, std::chrono::steady_clock::time_point t0,
+                          double forward_s);
 
   LogitsFn logits_fn_;
   std::function<LogitsFn()> make_cached_fn_;

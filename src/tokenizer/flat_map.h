@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/splitmix64.h"
+
 namespace dc {
 
 // Maps string views to int32 ids. The viewed characters must outlive the map (and must not move).
@@ -120,14 +122,7 @@ class PairMap {
     while (cap * 3 < n * 4) cap *= 2;
     return cap;
   }
-  static size_t hash(uint64_t k) {  // a 64-bit finaliser (splitmix64)
-    k ^= k >> 30;
-    k *= 0xbf58476d1ce4e5b9ull;
-    k ^= k >> 27;
-    k *= 0x94d049bb133111ebull;
-    k ^= k >> 31;
-    return static_cast<size_t>(k);
-  }
+  static size_t hash(uint64_t k) { return static_cast<size_t>(splitmix64_finalize(k)); }
   size_t mask() const { return slots_.size() - 1; }
   void rehash(size_t cap) {
     std::vector<Slot> old(cap);

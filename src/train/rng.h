@@ -4,15 +4,12 @@
 
 #include <cstdint>
 
+#include "core/splitmix64.h"
+
 namespace dc::train {
 
-// splitmix64 finaliser: a bijective 64-bit mix.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// A bijective 64-bit mix (splitmix64 of x).
+inline uint64_t mix64(uint64_t x) { return splitmix64(x); }
 
 // A 64-bit hash of up to four counters under `seed`.
 inline uint64_t hash_counters(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {

@@ -91,18 +91,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& o, const Co
 Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o, const Context& ctx, Dataset data) {
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
     return invalid_argument("--batch-size, --grad-accum and --steps must be at least 1");
-  if (o.out_dir.empty()) return invalid_argument("--out must name the output directory");
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
-  t->ctx_.matmul_precision = o.precision;
-  if (o.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
-    std::fprintf(stderr, "note: this CPU has no AVX512_BF16 (or reference kernels are on): training in f32\n");
-    t->ctx_.matmul_precision = MatmulPrecision::kF32;
-    t->opt_.precision = MatmulPrecision::kF32;
-  }
   std::error_code ec;
-  const std::string latest = fs::exists(o.out_dir, ec) ? find_latest_checkpoint(o.out_dir) : std::string();
+  const std::string latest =
+      !o.out_dir.empty() && fs::exists(o.out_dir, ec) ? find_latest_checkpoint(o.out_dir) : std::string();
   if (!latest.empty() && !o.resume && !o.force)
     return invalid_argument("--out '" + o.out_dir + "' already holds " + latest +
                             "; pass --resume to continue it or --force to start over");
@@ -113,6 +107,34 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
     DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, t->config_));
     DC_ASSIGN_OR_RETURN(t->params_, ModelParams::from_weights(t->config_, bound));
   }  // the mapped stored weights are released: training uses the f32 copies
+  return finish_setup(std::move(t), std::move(data), latest);
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create_with_params(const TrainOptions& o, const Context& ctx,
+                                                             const ModelConfig& config, ModelParams params,
+                                                             Dataset data) {
+  if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
+    return invalid_argument("--batch-size, --grad-accum and --steps must be at least 1");
+  if (o.resume) return invalid_argument("--resume needs the model directory's weights, not weights in memory");
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->opt_ = o;
+  t->ctx_ = ctx;
+  t->config_ = config;
+  t->params_ = std::move(params);
+  return finish_setup(std::move(t), std::move(data), "");
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> t, Dataset data,
+                                                       const std::string& latest) {
+  t->ctx_.matmul_precision = t->opt_.precision;
+  if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
+    std::fprintf(stderr, "note: this CPU has no AVX512_BF16 (or reference kernels are on): training in f32\n");
+    t->ctx_.matmul_precision = MatmulPrecision::kF32;
+    t->opt_.precision = MatmulPrecision::kF32;
+  }
+  const TrainOptions& o = t->opt_;
+  std::error_code ec;
+  t->ctx_.workspace = &t->workspace_;  // the steps' scratch is this trainer's, released with it
   t->grads_ = ModelParams::zeros(t->config_);
   t->m_ = ModelParams::zeros(t->config_);
   t->v_ = ModelParams::zeros(t->config_);
@@ -139,6 +161,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   if (t->config_.mask_token_id < 0 || t->config_.mask_token_id >= t->config_.n_vocab)
     return invalid_argument("config.json mask_token_id is outside the vocabulary");
 
+  if (o.out_dir.empty()) return t;  // nothing written (benchmarks)
   fs::create_directories(o.out_dir, ec);
   if (ec) return io_error("cannot create " + o.out_dir + ": " + ec.message());
   // metrics.jsonl: keep the lines of the steps already done (a resumed run continues the same curve).
@@ -166,6 +189,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
 }
 
 Status Trainer::write_metrics_line(const StepStats& s) {
+  if (opt_.out_dir.empty()) return Status();
   const Json j = {{"step", s.step},           {"loss", s.loss},       {"lr", s.lr},
                   {"grad_norm", s.grad_norm}, {"tokens", s.tokens},   {"seconds", s.seconds},
                   {"tokens_per_s", s.seconds > 0 ? s.tokens / s.seconds : 0.0}};
@@ -181,34 +205,48 @@ Result<StepStats> Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   // Rebuilt every step: ModelWeights views the matrices but holds its own f32 copies of the norm weights
   // and biases, which the last AdamW step changed (and, mixed precision, the bf16 copies of the matrices).
+  StepStats s;
   const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
-  if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, params_.weights()));
+  if (mixed) {
+    DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, params_.weights()));
+    s.relayout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   const std::unique_ptr<Model> model = Model::from_weights(config_, mixed ? mixed_.forward() : params_.weights(), nullptr);
   grads_.zero();
-  StepStats s;
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
   for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
     std::vector<TrainSequence> seqs;
     for (int64_t i = 0; i < opt_.batch_size; ++i) seqs.push_back(data_.sequences[order_->sample_at(state_.cursor++)]);
     const uint64_t key = hash_counters(state_.seed, 0x6d61736b, static_cast<uint64_t>(state_.step * opt_.grad_accum + micro));
     DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, config_.n_vocab));
-    DC_ASSIGN_OR_RETURN(double loss,
-                        loss_and_grads(ctx_, *model, batch, scale, grads_, acts_, mixed ? &mixed_.transposed() : nullptr));
+    const auto t_fwd = std::chrono::steady_clock::now();
+    LossTimes times;
+    DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model, batch, scale, grads_, acts_,
+                                                    mixed ? &mixed_.transposed() : nullptr, &times));
+    s.fwd_bwd_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
+    s.forward_seconds += times.forward_s;
+    s.backward_seconds += times.backward_s;
     s.loss += loss / static_cast<double>(opt_.grad_accum);
     s.tokens += batch.n_batch * batch.n_seq;
+    s.loss_rows += static_cast<int64_t>(batch.out_rows.size());
   }
+  const auto t_opt = std::chrono::steady_clock::now();
   s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm, ctx_.pool);
   s.lr = learning_rate(opt_.lr, state_.step);
   adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam, ctx_.pool);
+  s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   s.step = ++state_.step;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   history_.push_back(s);
   DC_RETURN_IF_ERROR(write_metrics_line(s));
-  if (opt_.save_every > 0 && state_.step % opt_.save_every == 0 && state_.step < opt_.steps) DC_RETURN_IF_ERROR(save());
+  if (opt_.save_every > 0 && state_.step % opt_.save_every == 0 && state_.step < opt_.steps && !opt_.out_dir.empty())
+    DC_RETURN_IF_ERROR(save());
   return s;
 }
 
 Status Trainer::save() {
+  if (opt_.out_dir.empty()) return invalid_argument("save: the trainer has no output directory (TrainOptions::out_dir)");
+  if (opt_.model_dir.empty()) return invalid_argument("save: the trainer has no model directory to copy the config from");
   const std::string dir = (fs::path(opt_.out_dir) / checkpoint_name(state_.step)).string();
   DC_RETURN_IF_ERROR(save_train_checkpoint(dir, opt_.model_dir, params_, m_, v_, state_));
   const std::string svg = (fs::path(opt_.out_dir) / "loss.svg").string();

@@ -34,7 +34,8 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
                               LossTimes* times = nullptr);
 
 struct TrainOptions {
-  std::string model_dir, data_path, out_dir;
+  std::string model_dir, data_path;
+  std::string out_dir;         // checkpoints, metrics.jsonl, loss.svg; "" = write nothing (benchmarks)
   int64_t seq_len = 256, batch_size = 4, grad_accum = 1, steps = 100;
   LrOptions lr;
   AdamWOptions adam;
@@ -57,7 +58,11 @@ struct StepStats {
   int64_t step = 0;           // 1-based optimizer step just done
   double loss = 0, lr = 0, grad_norm = 0;
   int64_t tokens = 0;         // positions through the model in this step (batch · grad_accum · L)
+  int64_t loss_rows = 0;      // masked positions scored (rows of the loss) in this step
   double seconds = 0;
+  double fwd_bwd_seconds = 0, optimizer_seconds = 0;  // parts of `seconds` (the rest: masking, setup)
+  double forward_seconds = 0, backward_seconds = 0;   // the two parts of fwd_bwd_seconds (+ the loss)
+  double relayout_seconds = 0;  // mixed precision: the bf16 copies of the weights made for this step
 };
 
 class Trainer {
@@ -70,11 +75,22 @@ class Trainer {
   // only recorded in the resume check).
   static Result<std::unique_ptr<Trainer>> create_with_data(const TrainOptions& options, const Context& ctx,
                                                            Dataset data);
+  // The same over f32 weights already in memory (e.g. a synthetic model of `bench --train`) instead of
+  // options.model_dir's; no resume, and save() needs options.model_dir (the files copied beside the weights).
+  static Result<std::unique_ptr<Trainer>> create_with_params(const TrainOptions& options, const Context& ctx,
+                                                             const ModelConfig& config, ModelParams params,
+                                                             Dataset data);
 
-  // One optimizer step (grad_accum micro-batches). Appends a line to out_dir/metrics.jsonl.
+  // One optimizer step (grad_accum micro-batches). Appends a line to out_dir/metrics.jsonl (when out_dir
+  // is set).
   Result<StepStats> step();
-  // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg.
+  // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   Status save();
+
+  // Frees the scratch the steps keep for reuse (the forward's activations and the matmul backward's
+  // temporaries, e.g. [n_vocab, n_embd] f32 for the lm_head); the next step allocates it again.
+  void release_scratch() { workspace_.release(); }
+  int64_t scratch_bytes() const { return workspace_.bytes(); }
 
   int64_t steps_done() const { return state_.step; }
   MatmulPrecision precision() const { return ctx_.matmul_precision; }  // what the steps run in
@@ -84,10 +100,15 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // The rest of the setup once the weights are in params_ and config_: moments, resume from `latest`
+  // (a checkpoint directory, or ""), the data, out_dir and its metrics.
+  static Result<std::unique_ptr<Trainer>> finish_setup(std::unique_ptr<Trainer> t, Dataset data,
+                                                       const std::string& latest);
   Status write_metrics_line(const StepStats& s);
 
   TrainOptions opt_;
-  Context ctx_;
+  Context ctx_;          // ctx_.workspace = &workspace_
+  Workspace workspace_;
   ModelConfig config_;
   ModelParams params_, grads_, m_, v_;
   Dataset data_;

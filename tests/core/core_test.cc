@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <new>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -70,6 +72,56 @@ TEST(ThreadPool, VisitsEveryIndexOnce) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 3) << "threads " << threads << " index " << i;
     }
   }
+}
+
+TEST(ThreadPool, ConcurrentCallersEachGetTheirOwnResult) {
+  // Several threads share one pool: each parallel_for must visit its own range exactly once.
+  ThreadPool pool(3);
+  constexpr int kCallers = 4, kCalls = 50;
+  std::vector<int64_t> sums(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int call = 0; call < kCalls; ++call) {
+        const int64_t n = 100 + c * 37 + call;
+        std::vector<std::atomic<int>> hits(n);
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+        for (int64_t i = 0; i < n; ++i) sums[c] += hits[i].load();
+      }
+    });
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    int64_t want = 0;
+    for (int call = 0; call < kCalls; ++call) want += 100 + c * 37 + call;
+    EXPECT_EQ(sums[c], want) << "caller " << c;
+  }
+}
+
+TEST(ThreadPool, ExceptionInAnyChunkReachesTheCaller) {
+  // A worker's std::bad_alloc (e.g. from kernel scratch) must not terminate the process.
+  ThreadPool pool(3);
+  for (int64_t bad : {0, 500, 999}) {
+    EXPECT_THROW(pool.parallel_for(1000, [&](int64_t b, int64_t e) {
+      if (bad >= b && bad < e) throw std::bad_alloc();
+    }), std::bad_alloc) << "index " << bad;
+    std::atomic<int64_t> sum{0};  // the pool still works afterwards
+    pool.parallel_for(1000, [&](int64_t b, int64_t e) { sum += e - b; });
+    EXPECT_EQ(sum.load(), 1000);
+  }
+}
+
+TEST(ThreadPool, NestedParallelForRunsInline) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(64 * 64);
+  pool.parallel_for(64, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      pool.parallel_for(64, [&](int64_t b2, int64_t e2) {
+        for (int64_t j = b2; j < e2; ++j) hits[i * 64 + j]++;
+      });
+  });
+  for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 
 #include "engine/engine.h"
 #include "fixtures.h"
-#include "model/quantize.h"
+#include "model/convert.h"
 #include "model/weight_cache.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"

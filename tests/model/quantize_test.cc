@@ -14,7 +14,9 @@
 #include <random>
 
 #include "fixtures.h"
+#include "io/config_json.h"
 #include "io/safetensors.h"
+#include "model/convert.h"
 #include "model/quantize.h"
 #include "model/transformer.h"
 
@@ -388,9 +390,9 @@ TEST(QuantizedCheckpoint, ConvertErrors) {
   expect_error(convert(src, dir / "a", WeightQuant::kQ4), "--force");
   {  // --force replaces it
     ASSERT_TRUE(convert(src, dir / "a", WeightQuant::kQ4, 32, size_t{2} << 30, true).ok());
-    auto q = load_quantization_config((dir / "a").string());
-    ASSERT_TRUE(q.ok());
-    EXPECT_EQ(q->format, WeightQuant::kQ4);
+    auto config = load_model_config((dir / "a" / "config.json").string());
+    ASSERT_TRUE(config.ok());
+    EXPECT_EQ(config->quantization.format, WeightQuant::kQ4);
     EXPECT_FALSE(has_tmp_leftover(dir));
     for (const auto& e : fs::directory_iterator(dir))
       EXPECT_EQ(e.path().filename().string().find(".old."), std::string::npos) << e.path();

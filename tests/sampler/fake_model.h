@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "model/forward_batch.h"
 #include "sampler/generate.h"
+#include "types/forward_batch.h"
 
 namespace dc::testing {
 

@@ -105,10 +105,12 @@ TEST(Hooks, OnStepFalseCancels) {
   Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1, 2}}, p, hooks);
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(is_cancelled(out.status()));
+  EXPECT_EQ(out.status().code(), StatusCode::kCancelled);
   EXPECT_NE(out.status().message().find("cancelled"), std::string::npos);
   EXPECT_EQ(seen, 3);
   EXPECT_EQ(model.batches().size(), 2u);  // step 0 has k = 0 and runs no forward
   EXPECT_FALSE(is_cancelled(invalid_argument("x")));
+  EXPECT_FALSE(is_cancelled(internal_error("cancelled: a message is not a code")));
 }
 
 TEST(Hooks, TokensHookForcesASuffix) {
@@ -240,7 +242,8 @@ TEST(Errors, PromptsAreChecked) {
   FakeModel model(kVocab, rising);
   Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1}, {16}}, p);
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("prompts[1][0]"), std::string::npos) << out.status().message();
+  EXPECT_NE(out.status().message().find("prompts[1]: token id 16 at index 0"), std::string::npos)
+      << out.status().message();
   out = generate(model.logits_fn(), kVocab, {}, p);
   EXPECT_NE(out.status().message().find("prompts"), std::string::npos);
 }

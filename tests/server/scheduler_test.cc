@@ -187,6 +187,7 @@ TEST(Scheduler, CancelFreesTheRows) {
   const JobResult ra = wait_result(*a);
   EXPECT_FALSE(ra.status.ok());
   EXPECT_NE(ra.status.message().find("cancelled"), std::string::npos);
+  EXPECT_TRUE(is_cancelled(ra.status)) << ra.status.to_string();
   const JobResult rb = wait_result(*b);
   ASSERT_TRUE(rb.status.ok());
   const std::vector<int64_t> rows = gate.rows();

@@ -7,8 +7,8 @@
 
 #include "fixtures.h"
 #include "io/safetensors.h"
-#include "model/config.h"
 #include "train/optimizer.h"
+#include "types/model_config.h"
 
 namespace dc::train {
 namespace {

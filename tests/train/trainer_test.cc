@@ -16,6 +16,7 @@
 
 #include "fixtures.h"
 #include "process.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "ops/matmul.h"
@@ -105,6 +106,46 @@ TEST(Trainer, LossFallsWellBelowItsStartOnACodeCorpus) {
     EXPECT_DOUBLE_EQ(j["loss"].get<double>(), h[lines - 1].loss);
   }
   EXPECT_EQ(lines, 600);
+  fs::remove_all(out);
+}
+
+TEST(Trainer, RunsWithoutAnOutputDirectoryAndMatchesOneWithIt) {
+  // `bench --train` drives Trainer::step with no out_dir: no files, the same steps as a trainer that writes.
+  ASSERT_TRUE(fs::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
+  const fs::path out = temp_dir("no_out");
+  ThreadPool pool(2);
+  TrainOptions with_dir = tiny_options(out, 3), without = with_dir;
+  without.out_dir.clear();
+  auto a = Trainer::create_with_data(with_dir, make_ctx(pool), code_corpus(32));
+  auto b = Trainer::create_with_data(without, make_ctx(pool), code_corpus(32));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  for (int i = 0; i < 3; ++i) {
+    auto sa = (*a)->step();
+    auto sb = (*b)->step();
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    EXPECT_EQ(sa->loss, sb->loss) << "step " << i;
+    EXPECT_EQ(sa->grad_norm, sb->grad_norm) << "step " << i;
+    EXPECT_GT(sb->loss_rows, 0);
+    EXPECT_GT(sb->fwd_bwd_seconds, 0.0);
+    EXPECT_LE(sb->fwd_bwd_seconds + sb->optimizer_seconds, sb->seconds);
+  }
+  EXPECT_FALSE((*b)->save().ok());
+  EXPECT_GT((*b)->scratch_bytes(), 0);  // the steps' scratch is the trainer's, and it can be released
+  (*b)->release_scratch();
+  EXPECT_EQ((*b)->scratch_bytes(), 0);
+  ASSERT_TRUE((*b)->step().ok());
+  // In-memory weights (as a synthetic model's) train the same as the checkpoint's.
+  auto ckpt = Checkpoint::open(without.model_dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto bound = bind_weights(*ckpt, ckpt->config());
+  ASSERT_TRUE(bound.ok());
+  auto params = ModelParams::from_weights(ckpt->config(), *bound);
+  ASSERT_TRUE(params.ok());
+  auto c = Trainer::create_with_params(without, make_ctx(pool), ckpt->config(), std::move(*params), code_corpus(32));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*c)->step().ok());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ((*c)->history()[i].loss, (*b)->history()[i].loss) << "step " << i;
   fs::remove_all(out);
 }
 

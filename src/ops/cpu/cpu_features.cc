@@ -1,4 +1,6 @@
-// Run-time CPU feature checks for the fast kernels (cached; the binary never assumes the build machine).
+// Run-time CPU feature checks (cached) that pick the fast kernels. They guard only the kernels: with
+// DC_NATIVE ON (the default) the whole binary is compiled with -march=native and so needs the build
+// machine's instruction set anyway; build with -DDC_NATIVE=OFF for a binary that runs on any x86-64.
 #include <atomic>
 
 #include "ops/cpu/kernels.h"

@@ -1,6 +1,6 @@
 // ForwardBatch: what one forward pass of the model reads (tokens, positions, padding), which positions
-// it computes (a window, with a KV cache), and which rows of logits it must produce. Shared by the
-// model, the sampler and (later) the trainer.
+// it computes (a window, with a KV cache), and which rows of logits it must produce. Written by the
+// sampler (and the server's batching, the trainer), read by the model.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,12 @@
-// ModelConfig: the Dream / Qwen2 architecture numbers and special token ids of a checkpoint.
-// Filled from config.json by io/config_json.h; defaults are those of configuration_dream.py.
+// ModelConfig: the Dream / Qwen2 architecture numbers, special token ids and quantization of a
+// checkpoint. Filled from config.json by io/config_json.h (parsed once, when the checkpoint is opened);
+// defaults are those of configuration_dream.py.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "types/quantization.h"
 
 namespace dc {
 
@@ -26,6 +29,7 @@ struct ModelConfig {
   int64_t pad_token_id = 151643;
   int64_t bos_token_id = 151643;             // -1 when null
   int64_t eos_token_id = 151643;             // -1 when null
+  QuantizationConfig quantization;           // the "quantization" block (`diffucoder convert`); kNone: dense
 };
 
 // Optional defaults from generation_config.json (absent keys stay unset = negative / NaN / empty).

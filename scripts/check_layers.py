@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Checks that the layers of src/ include only what CMakeLists.txt declares (docs/ARCHITECTURE.md).
+
+Each folder src/<layer>/ is one library dc_<layer> declared with `dc_layer(<layer> DEPS ...)` (src/cli/
+is the `diffucoder` executable, its `target_link_libraries`). A file of a layer may include its own
+headers and those of the layers its DEPS name; every dc_ dependency it declares must be included by
+at least one of its files; and the declared graph must have no cycle. Fails (exit 1) listing every
+violation. Usage: scripts/check_layers.py [--root DIR]   (DIR: the repository, default this script's)
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/[^"]+"', re.M)
+
+
+def declared_layers(cmake_text):
+    """{layer: set of layers it declares} from dc_layer(...) and the diffucoder executable."""
+    layers = {}
+    for m in re.finditer(r'^dc_layer\(\s*([a-z_0-9]+)([^)]*)\)', cmake_text, re.M):
+        layers[m.group(1)] = set(re.findall(r'\bdc_([a-z_0-9]+)\b', m.group(2)))
+    m = re.search(r'target_link_libraries\(\s*diffucoder\s+PRIVATE([^)]*)\)', cmake_text)
+    if m:
+        layers['cli'] = set(re.findall(r'\bdc_([a-z_0-9]+)\b', m.group(1)))
+    return layers
+
+
+def find_cycle(graph):
+    state = {}
+
+    def visit(node, path):
+        state[node] = 'open'
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 'open':
+                return path + [node, dep]
+            if dep not in state:
+                cycle = visit(dep, path + [node])
+                if cycle:
+                    return cycle
+        state[node] = 'done'
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node, [])
+            if cycle:
+                return cycle
+    return None
+
+
+def check(root):
+    root = pathlib.Path(root)
+    src = root / 'src'
+    layers = declared_layers((root / 'CMakeLists.txt').read_text())
+    errors = []
+    folders = sorted(p.name for p in src.iterdir() if p.is_dir())
+    for folder in folders:
+        if folder not in layers:
+            errors.append(f'src/{folder}/ is not a layer declared in CMakeLists.txt (dc_layer({folder} DEPS ...))')
+    used = {layer: set() for layer in layers}
+    for layer in sorted(layers):
+        folder = src / layer
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob('*')):
+            if path.suffix not in ('.h', '.cc') or not path.is_file():
+                continue
+            text = path.read_text(errors='replace')
+            for m in INCLUDE.finditer(text):
+                target = m.group(1)
+                if target not in folders or target == layer:
+                    continue
+                used[layer].add(target)
+                if target not in layers[layer]:
+                    line = text.count('\n', 0, m.start()) + 1
+                    allowed = ', '.join(sorted(layers[layer])) or 'nothing'
+                    errors.append(f'{path.relative_to(root)}:{line}: includes "{m.group(0).split(chr(34))[1]}", '
+                                  f'but layer {layer} may include only {layer}/ and {allowed} '
+                                  f'(its DEPS in CMakeLists.txt; see docs/ARCHITECTURE.md)')
+    for layer in sorted(layers):
+        for dep in sorted(layers[layer] - used[layer]):
+            errors.append(f'layer {layer} declares dc_{dep} in CMakeLists.txt but includes nothing from src/{dep}/: '
+                          f'drop it from its DEPS')
+    cycle = find_cycle(layers)
+    if cycle:
+        errors.append('the declared layers form a cycle: ' + ' -> '.join(cycle))
+    return errors
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--root', default=str(pathlib.Path(__file__).resolve().parent.parent))
+    args = parser.parse_args()
+    errors = check(args.root)
+    for e in errors:
+        print(e, file=sys.stderr)
+    if errors:
+        print(f'check_layers: {len(errors)} violation(s)', file=sys.stderr)
+        return 1
+    print('check_layers: every include is one its layer declares')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
