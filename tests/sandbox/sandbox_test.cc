@@ -236,7 +236,7 @@ TEST_F(SandboxTest, InfiniteLoopHitsTheCpuLimit) {
   auto r = must_run(s);
   EXPECT_FALSE(r.exited);
   EXPECT_TRUE(r.limit == LimitHit::kCpuTime || r.limit == LimitHit::kWallTime) << limit_hit_name(r.limit);
-  EXPECT_GE(r.cpu_seconds, 0.9);
+  EXPECT_GT(r.cpu_seconds, 0.5);  // rusage is sampled: under load it read 0.83 s at a 1 s RLIMIT_CPU
 }
 
 TEST_F(SandboxTest, SleepingPastTheTimeoutIsKilled) {
