@@ -1,6 +1,8 @@
 // Helpers shared by the subcommands.
 #include "cli/common.h"
 
+#include "io/mapped_file.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,13 +16,13 @@ int report(const Status& status) {
   return 1;
 }
 
-Result<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error("cannot read '" + path + "'");
-  return ss.str();
+int usage_error(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 2;
+}
+
+Result<std::string> read_text_file(const std::string& path, int64_t max_bytes) {
+  return dc::read_text_file(path, max_bytes);
 }
 
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option) {

@@ -33,6 +33,7 @@ int run_train(TrainArgs& a) {
   auto trainer = train::Trainer::create(a.opt, ctx);
   if (!trainer.ok()) return report(trainer.status());
   train::Trainer& t = **trainer;
+  if (!t.resume_note().empty() && !a.quiet) std::fprintf(stderr, "%s\n", t.resume_note().c_str());
   if (!a.quiet)
     std::fprintf(stderr, "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld\n",
                  t.dataset().sequences.size(), (long long)a.opt.seq_len, (long long)t.dataset().n_skipped,
@@ -100,7 +101,8 @@ RunFn add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");
   cmd->add_flag("--force", o.force, "Start over even if --out holds checkpoints");
-  cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")
       ->group("");

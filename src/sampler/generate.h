@@ -85,6 +85,15 @@ struct SamplingParams {
 // True when threshold or factor decoding is on (blocks then run until no mask is left; steps is unused).
 inline bool parallel_decoding(const SamplingParams& p) { return p.threshold > 0.0f || p.factor > 0.0f; }
 
+// Limits on sizes that come from outside, checked by validate() / Decoder::start() before anything is
+// allocated: steps, completions per prompt, canvas positions (new tokens, max_length), rows of one
+// generation, and the f32 logits one step may need ([rows × masked positions of the window, n_vocab]).
+inline constexpr int64_t kMaxSteps = int64_t{1} << 20;
+inline constexpr int64_t kMaxReturnSequences = 1024;
+inline constexpr int64_t kMaxCanvasLength = int64_t{1} << 24;
+inline constexpr int64_t kMaxGenerationRows = 4096;
+inline constexpr int64_t kMaxStepLogitsBytes = int64_t{8} << 30;
+
 // Rejects out-of-range parameters with a message naming the field (e.g. "top_p: must be in (0, 1] ...").
 Status validate(const SamplingParams& params, int64_t n_vocab);
 

@@ -14,9 +14,12 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "engine/engine.h"
+#include "sampler/decoder.h"
 #include "server/web_ui.h"
 #include "tokenizer/chat.h"
 
@@ -68,14 +71,53 @@ int find_connection_fd(const httplib::Request& req) {
   return found;
 }
 
-// True when the peer closed the connection (EOF or error); a request it pipelined counts as alive.
-bool peer_closed(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
-  char c;
-  return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+// Whether the client of a waiting (non-streamed) request went away; a request it pipelined counts as alive.
+// A client that only shut down its sending side (shutdown(SHUT_WR), `nc -N`) still reads the answer, and
+// end-of-file alone cannot tell it from one that closed: on the first end-of-file a 1xx interim response
+// probes the connection, which a closed peer answers with a reset.
+class PeerWatch {
+ public:
+  explicit PeerWatch(int fd) : fd_(fd) {}
+  bool gone() {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP)) return true;
+    if (half_closed_) return false;
+    char c;
+    const bool eof = (p.revents & POLLRDHUP) != 0 || recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    if (!eof) return false;
+    static const char kProbe[] = "HTTP/1.1 102 Processing\r\n\r\n";
+    if (send(fd_, kProbe, sizeof(kProbe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return true;
+    pollfd q{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&q, 1, 200) > 0 && (q.revents & (POLLERR | POLLHUP))) return true;
+    half_closed_ = true;  // still reading: answer it
+    return false;
+  }
+
+ private:
+  int fd_;
+  bool half_closed_ = false;
+};
+
+// httplib 0.11 takes the first of several Content-Length headers and reads "-1" as 2^64 - 1 (then waits for
+// that body). A request must frame its body unambiguously: one decimal Content-Length (repeats must agree),
+// not together with Transfer-Encoding. Returns the error for a request that does not, with the status.
+std::optional<std::pair<int, std::string>> bad_framing(const httplib::Request& req, size_t max_body_bytes) {
+  std::string length;
+  for (auto [it, end] = req.headers.equal_range("Content-Length"); it != end; ++it) {
+    const std::string& v = it->second;
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      return std::make_pair(400, "Content-Length: must be a decimal byte count, got '" + v.substr(0, 40) + "'");
+    if (!length.empty() && v != length)
+      return std::make_pair(400, "Content-Length: two different values (" + length + ", " + v + ")");
+    length = v;
+  }
+  if (!length.empty() && req.has_header("Transfer-Encoding"))
+    return std::make_pair(400, std::string("Content-Length: not allowed together with Transfer-Encoding"));
+  if (!length.empty() && std::stoull(length) > max_body_bytes)
+    return std::make_pair(413, std::string("body: larger than the server's limit (--max-body-bytes)"));
+  return std::nullopt;
 }
 
 void send_json(httplib::Response& res, int status, const json& body) {
@@ -92,6 +134,21 @@ ApiError overloaded(const std::string& message) {
   e.code = "server_overloaded";
   e.message = message;
   return e;
+}
+
+// The error of a job that failed: 503 when it could not run now (queue time, memory), 500 when the model
+// or the sampler failed, else as its status says (4xx).
+ApiError job_error(const JobResult& r) {
+  if (r.queue_timeout || r.unavailable) return overloaded(r.status.message());
+  if (r.model_error) {
+    ApiError e;
+    e.http_status = 500;
+    e.type = "server_error";
+    e.code = "model_error";
+    e.message = r.status.message();
+    return e;
+  }
+  return api_error(r.status);
 }
 
 // httplib listens with a backlog of 5, too few for many clients connecting at once (the kernel then drops
@@ -118,6 +175,8 @@ struct HttpServer::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::vector<int32_t> stop_ids;
   int32_t mask_id = 0;
+  const int64_t started = unix_now();  // `created` of /v1/models
+  std::atomic<int> open_streams{0};    // SSE responses not yet ended (stop() lets them finish)
 
   Impl(Engine& e, ServerOptions o, Metrics& m) : engine(e), options(std::move(o)), metrics(m) {}
 
@@ -188,6 +247,8 @@ struct HttpServer::Impl {
       return invalid_argument("max_tokens: the prompt (" + std::to_string(n) + " tokens) plus max_tokens make " +
                               std::to_string(total) + " positions, more than the model's context of " +
                               std::to_string(engine.config().max_position_embeddings));
+    if (Status st = check_generation_size({ids}, r.params, engine.config().n_vocab); !st.ok())
+      return invalid_argument((r.n > 1 ? "n: " : "max_tokens: ") + st.message());
     return ids;
   }
 
@@ -207,17 +268,17 @@ struct HttpServer::Impl {
       case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
       case SubmitResult::kTooLarge: {
         ApiError e;
-        e.param = "n";
+        e.param = r.n > 1 ? "n" : "max_tokens";
         e.message = "n × (prompt + max_tokens) exceeds the server's batch limits (--max-batch " +
                     std::to_string(options.scheduler.max_batch_rows) + " rows, " +
                     std::to_string(options.scheduler.max_batch_positions) + " positions)";
         return send_error(res, e);
       }
     }
-    const int fd = find_connection_fd(req);
+    PeerWatch peer(find_connection_fd(req));
     // Wait in the queue (watching the client), so that a queue timeout is still a 503.
     while (!job->wait_admitted(100ms)) {
-      if (peer_closed(fd)) {
+      if (peer.gone()) {
         job->cancel();
         metrics.on_disconnect();
         res.status = 499;  // nobody reads it
@@ -228,24 +289,21 @@ struct HttpServer::Impl {
                       r.model.empty() ? options.model_name : r.model};
     JobResult early;
     if (job->wait(0ms, nullptr, &early) && !early.status.ok()) {
-      if (early.queue_timeout) {
-        metrics.on_rejected();
-        return send_error(res, overloaded(early.status.message()));
-      }
-      return send_error(res, api_error(early.status));
+      if (early.queue_timeout || early.unavailable) metrics.on_rejected();
+      return send_error(res, job_error(early));
     }
     if (r.stream) return stream(res, std::move(r), job, meta, prompt_tokens);
 
     JobResult result;
     while (!job->wait(200ms, nullptr, &result)) {
-      if (peer_closed(fd)) {
+      if (peer.gone()) {
         job->cancel();
         metrics.on_disconnect();
         res.status = 499;
         return;
       }
     }
-    if (!result.status.ok()) return send_error(res, api_error(result.status));
+    if (!result.status.ok()) return send_error(res, job_error(result));
     std::vector<Choice> choices;
     for (const auto& gen : result.generated) {
       RowText t = row_text(gen);
@@ -292,6 +350,7 @@ struct HttpServer::Impl {
     st->tokens.assign(n, 0);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
+    ++open_streams;
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
@@ -300,6 +359,7 @@ struct HttpServer::Impl {
             st->job->cancel();
             metrics.on_disconnect();
           }
+          --open_streams;
         });
   }
 
@@ -347,7 +407,7 @@ struct HttpServer::Impl {
     bool all_finished = std::all_of(st.finished.begin(), st.finished.end(), [](const std::string& s) { return !s.empty(); });
     if (finished) {
       if (!result.status.ok() && !all_finished) {
-        out += sse_event(api_error(result.status).to_json());
+        out += sse_event(job_error(result).to_json());
       } else {
         for (size_t i = 0; i < result.generated.size() && i < st.finished.size(); ++i)
           advance(i, result.generated[i], true);
@@ -385,8 +445,23 @@ struct HttpServer::Impl {
     http.set_write_timeout(options.io_timeout_s, 0);
     const int threads = options.http_threads;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    // httplib sets SO_REUSEPORT, which lets a second server listen on the same port and share its
+    // connections: SO_REUSEADDR alone still rebinds over TIME_WAIT but refuses a port in use.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       metrics.on_request();
+      if (auto bad = bad_framing(req, options.max_body_bytes)) {  // before httplib reads the body
+        ApiError e;
+        e.http_status = bad->first;
+        e.param = bad->first == 413 ? "body" : "Content-Length";
+        e.message = bad->second;
+        send_error(res, e);
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.on_response(res.status); });
@@ -429,7 +504,7 @@ struct HttpServer::Impl {
                 json{{"object", "list"},
                      {"data", json::array({json{{"id", options.model_name},
                                                 {"object", "model"},
-                                                {"created", 0},
+                                                {"created", started},
                                                 {"owned_by", "diffucoder.cpp"}}})}});
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
@@ -441,6 +516,8 @@ struct HttpServer::Impl {
     http.Get("/", [this](const httplib::Request&, httplib::Response& s) {
       s.set_content(std::string(web_page()), "text/html; charset=utf-8");
     });
+    // Browsers ask for it on every page load: no icon, and no 404 in their console.
+    http.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& s) { s.status = 204; });
   }
 };
 
@@ -477,6 +554,12 @@ Status HttpServer::bind() {
 void HttpServer::run() { impl_->http.listen_after_bind(); }
 
 void HttpServer::stop() {
+  // Finish every job first (an error for the unfinished ones), so that open streams end with an error
+  // event and `data: [DONE]` rather than being cut; then close the listener and the connections.
+  impl_->scheduler->stop();
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
   if (impl_->http.is_running()) impl_->http.stop();
 }
 

@@ -3,8 +3,11 @@
 // logits back, steps every decoder, publishes snapshots and retires finished, stopped or cancelled jobs.
 #include "server/scheduler.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "core/thread_pool.h"
 #include "sampler/decoder.h"
@@ -152,12 +155,20 @@ bool Scheduler::admit(std::vector<Active>& active) {
     job->admitted_ = Clock::now();
     GenerateHooks hooks;
     hooks.pool = pool_;  // set per step in step_batch()
-    Result<Decoder> decoder = job->params().cache != CacheMode::kNone
-                                  ? Result<Decoder>(unimplemented("cache: the server runs without the KV cache"))
-                                  : Decoder::start(n_vocab_, {job->prompt()}, job->params(), hooks);
+    bool unavailable = false;
+    Result<Decoder> decoder = unimplemented("cache: the server runs without the KV cache");
+    if (job->params().cache == CacheMode::kNone) {
+      try {
+        decoder = Decoder::start(n_vocab_, {job->prompt()}, job->params(), hooks);
+      } catch (const std::bad_alloc&) {
+        decoder = out_of_range("out of memory while starting the generation; retry later or ask for fewer tokens");
+        unavailable = true;
+      }
+    }
     if (!decoder.ok()) {
       JobResult r;
       r.status = decoder.status();
+      r.unavailable = unavailable;
       r.queue_ms = ms_between(job->submitted_, job->admitted_);
       job->finish(std::move(r));
       continue;
@@ -177,11 +188,29 @@ bool Scheduler::admit(std::vector<Active>& active) {
 void Scheduler::run() {
   std::vector<Active> active;
   while (admit(active)) {
-    if (!active.empty()) step_batch(active);
+    if (active.empty()) continue;
+    // The engine thread must outlive any one request: memory running out fails the jobs of this batch
+    // (503), not the process.
+    try {
+      step_batch(active);
+    } catch (const std::bad_alloc&) {
+      for (Active& a : active) {
+        JobResult r;
+        r.status = out_of_range("out of memory on the engine thread; retry later or ask for fewer tokens or rows");
+        r.unavailable = true;
+        a.job->finish(std::move(r));
+      }
+      active.clear();
+    }
+    if (active.empty()) {  // idle: hand the step buffers of the last batch back to the system
+      std::vector<float>().swap(logits_);
+      malloc_trim(0);
+    }
   }
   for (Active& a : active) {
     JobResult r;
     r.status = internal_error("server: shutting down");
+    r.unavailable = true;
     a.job->finish(std::move(r));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -256,6 +285,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
+      r.model_error = true;
       retire(forward_jobs[0], std::move(r));
       return;
     }
@@ -314,6 +344,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
       for (size_t k = forward_jobs.size(); k-- > 0;) {
         JobResult r;
         r.status = st.with_context("forward");
+        r.model_error = true;
         retire(forward_jobs[k], std::move(r));
       }
       return;
@@ -350,6 +381,7 @@ void Scheduler::step_batch(std::vector<Active>& active) {
     if (!statuses[i].ok()) {
       JobResult r;
       r.status = statuses[i];
+      r.model_error = true;  // the sampler refused the model's logits (non-finite values)
       retire(i, std::move(r));
       continue;
     }
