@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -93,6 +94,31 @@ class PeerWatch {
     if (poll(&q, 1, 200) > 0 && (q.revents & (POLLERR | POLLHUP))) return true;
     half_closed_ = true;  // still reading: answer it
     return false;
+  }
+
+  // httplib 0.11 writes nothing to a socket whose peer sent end-of-file (its liveness check reads EOF as
+  // gone). A client that only shut down its sending side still reads: send it `res` here, whole, with
+  // Connection: close (httplib's own write then fails quietly). No-op for a client that is still sending.
+  void answer_if_half_closed(const httplib::Response& res) const {
+    if (fd_ < 0) return;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLERR | POLLHUP))) return;
+    char c;
+    if (!(p.revents & POLLRDHUP) && recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0) return;
+    const int st = res.status;
+    const char* reason = st == 200 ? "OK" : st == 400 ? "Bad Request" : st == 404 ? "Not Found"
+                       : st == 500 ? "Internal Server Error" : st == 503 ? "Service Unavailable" : "Error";
+    std::string out = "HTTP/1.1 " + std::to_string(st) + " " + reason +
+                      "\r\nContent-Type: " + res.get_header_value("Content-Type") +
+                      "\r\nContent-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n" +
+                      res.body;
+    for (size_t at = 0; at < out.size();) {
+      pollfd w{fd_, POLLOUT, 0};
+      if (poll(&w, 1, 5000) <= 0) return;
+      const ssize_t n = send(fd_, out.data() + at, out.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n <= 0 && errno != EAGAIN) return;
+      if (n > 0) at += static_cast<size_t>(n);
+    }
   }
 
  private:
@@ -303,7 +329,10 @@ struct HttpServer::Impl {
         return;
       }
     }
-    if (!result.status.ok()) return send_error(res, job_error(result));
+    if (!result.status.ok()) {
+      send_error(res, job_error(result));
+      return peer.answer_if_half_closed(res);
+    }
     std::vector<Choice> choices;
     for (const auto& gen : result.generated) {
       RowText t = row_text(gen);
@@ -324,6 +353,7 @@ struct HttpServer::Impl {
                       {"run_ms", result.run_ms},
                       {"stopped_early", result.stopped_early}};
     send_json(res, 200, response_json(endpoint, meta, choices, prompt_tokens, ext));
+    peer.answer_if_half_closed(res);
   }
 
   struct StreamState {
