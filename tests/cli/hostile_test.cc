@@ -3,8 +3,16 @@
 // and time, so a regression fails the test instead of taking the machine down.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include <chrono>
 #include <filesystem>
@@ -281,6 +289,116 @@ TEST(Hostile, TrainResumeNamesTheDifferenceAndExtends) {
   EXPECT_EQ(longer.exit_code, 0) << longer.err;
   EXPECT_NE(longer.err.find("--steps raised from 2 to 3"), std::string::npos) << longer.err;
   EXPECT_NE(longer.out.find("\"steps\": 3"), std::string::npos) << longer.out;
+}
+
+// `diffucoder serve ARGS` started in `cwd` under the same caps, on a free port read from its stderr.
+class ServeProcess {
+ public:
+  ServeProcess(const std::string& args, const fs::path& cwd) {
+    err_ = fs::temp_directory_path() / ("dc_hostile_serve_" + std::to_string(getpid()) + ".err");
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (chdir(cwd.c_str()) != 0) _exit(127);
+      if (!freopen(err_.c_str(), "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+      rlimit cpu{60, 60};
+      setrlimit(RLIMIT_CPU, &cpu);
+      if (!kAsan) {
+        rlimit as{rlim_t{3} << 30, rlim_t{3} << 30};
+        setrlimit(RLIMIT_AS, &as);
+      }
+      const std::string cmd = std::string("exec ") + DC_BINARY_PATH + " serve --port 0 --threads 2 " + args;
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 400 && port_ == 0; ++i) {  // up to 20 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string text = stderr_text();
+      const size_t at = text.find("http://127.0.0.1:");
+      if (at != std::string::npos) port_ = std::atoi(text.c_str() + at + 17);
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && wait_exit(0) == -2) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    fs::remove(err_);
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string stderr_text() const {
+    std::ifstream in(err_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // The exit code once the process ended within `seconds`; -1 killed by a signal, -2 still running.
+  int wait_exit(int seconds) {
+    for (int i = 0; i <= seconds * 20; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      if (seconds > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -2;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  fs::path err_;
+};
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  timeval tv{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// Items 11, 12, 19 on the real process: the model name of `--model .`, a second server on the same port,
+// and SIGTERM while a stream is open (it ends with [DONE], the process exits 0).
+TEST(Hostile, ServeProcessNameSecondListenerAndSigterm) {
+  ServeProcess serve("--model .", vocab_model());
+  ASSERT_GT(serve.port(), 0) << serve.stderr_text();
+  {
+    const int fd = connect_to(serve.port());
+    const std::string get = "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
+    const std::string response = read_all(fd);
+    close(fd);
+    EXPECT_NE(response.find("\"id\":\"tiny-vocab\""), std::string::npos) << response;
+  }
+  const RunResult second = run_capped("serve --model " + vocab_model() + " --threads 2 --port " +
+                                      std::to_string(serve.port()), 30);
+  expect_error(second, 1, "in use", "second listener");
+
+  const int fd = connect_to(serve.port());
+  const std::string body = R"({"prompt": "x", "max_tokens": 512, "stream": true})";
+  const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, post.data(), post.size(), MSG_NOSIGNAL), static_cast<ssize_t>(post.size()));
+  char first[64];
+  ASSERT_GT(recv(fd, first, sizeof(first), 0), 0);
+  ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+  const std::string rest = read_all(fd);
+  close(fd);
+  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos) << rest.substr(rest.size() > 1500 ? rest.size() - 1500 : 0);
+  EXPECT_EQ(serve.wait_exit(15), 0) << serve.stderr_text();
 }
 
 }  // namespace
