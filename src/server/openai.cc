@@ -177,6 +177,20 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
   } catch (const json::exception& e) {  // the parser's message names the position and what it read there
     std::string what = e.what();
     if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    // A number past double's range (1e400) is valid JSON the parser cannot hold: name its field.
+    static const std::string kOverflow = "number overflow parsing '";
+    if (const size_t o = what.find(kOverflow); o != std::string::npos) {
+      const std::string literal = what.substr(o + kOverflow.size(), what.find('\'', o + kOverflow.size()) - o - kOverflow.size());
+      const size_t at = literal.empty() ? std::string::npos : body_text.find(literal);
+      const size_t colon = at == std::string::npos ? at : body_text.rfind(':', at);
+      const size_t close = colon == std::string::npos ? colon : body_text.rfind('"', colon);
+      const size_t open = close == std::string::npos || close == 0 ? std::string::npos : body_text.rfind('"', close - 1);
+      if (open != std::string::npos) {
+        const std::string field = body_text.substr(open + 1, close - open - 1);
+        if (!field.empty() && field.find_first_of(" \\\"") == std::string::npos)
+          return invalid_argument(field + ": the number " + literal + " is out of range");
+      }
+    }
     return parse_error("body: not valid JSON (" + what + ")");
   }
   if (!body.is_object()) return parse_error("body: must be a JSON object, got " + type_name(body));

@@ -271,6 +271,7 @@ TEST_F(HostileHttp, ErrorsNameTheRightField) {
   EXPECT_NE(error_of(r)["message"].get<std::string>().find("out of range"), std::string::npos) << r->body;
   r = post(R"({"prompt": "x", "max_tokens": 2, "temperature": 1e400})");
   EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(error_of(r)["param"], "temperature") << r->body;
   EXPECT_NE(error_of(r)["message"].get<std::string>().find("1e400"), std::string::npos) << r->body;
 }
 
