@@ -62,10 +62,11 @@ int run_bench(const BenchArgs& a) {
   if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
     return usage_error(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
   if (a.prompt_len > kMaxCanvasLength || a.new_tokens > kMaxCanvasLength || a.steps > kMaxSteps ||
-      a.batch > kMaxGenerationRows)
+      a.batch > kMaxGenerationRows || a.batch * (a.prompt_len + a.new_tokens) > kMaxCanvasLength)
     return usage_error(invalid_argument("--prompt-len and --new-tokens must be <= " + std::to_string(kMaxCanvasLength) +
                                         ", --steps <= " + std::to_string(kMaxSteps) + ", --batch <= " +
-                                        std::to_string(kMaxGenerationRows)));
+                                        std::to_string(kMaxGenerationRows) + ", --batch × (--prompt-len + --new-tokens) <= " +
+                                        std::to_string(kMaxCanvasLength)));
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return usage_error(precision.status());
   QuantizeOptions quantize;

@@ -22,8 +22,10 @@ struct TrainArgs {
 };
 
 int run_train(TrainArgs& a) {
+  if (a.opt.batch_size * a.opt.seq_len > (int64_t{1} << 24))
+    return usage_error(invalid_argument("--batch-size × --seq-len must be at most 16777216 tokens per micro-batch"));
   auto schedule = train::parse_lr_schedule(a.schedule);
-  if (!schedule.ok()) return report(schedule.status());
+  if (!schedule.ok()) return usage_error(schedule.status());
   a.opt.lr.schedule = *schedule;
   a.opt.lr.total_steps = a.opt.steps;
   a.opt.masking.norm = a.loss_norm == "sequences" ? train::LossNorm::kSequences : train::LossNorm::kTokens;
@@ -72,7 +74,7 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_option("--out", o.out_dir, "Output directory (checkpoints, metrics.jsonl, loss.svg)")->required();
   cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o.seq_len, "Canvas length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--lr", o.lr.lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--lr-schedule", a->schedule, "constant, linear or cosine")->capture_default_str()

@@ -144,6 +144,11 @@ TEST(Hostile, CountsAreLimited) {
     expect_error(run_capped("convert --model x --out y --weights q8 --threads " + std::string(threads)), 2, "--threads",
                  threads);
   }
+  expect_error(run_capped("bench --shape tiny --batch 4096 --prompt-len 16000000"), 2, "--batch ×", "bench sizes");
+  expect_error(run_capped("bench --shape tiny --train --batch 4096 --seq-len 1000000"), 2, "--batch ×", "bench --train");
+  expect_error(run_capped("train --model " + vocab_model() + " --data x.jsonl --out /tmp/none --batch-size 4096 "
+                          "--seq-len 1000000"),
+               2, "--batch-size × --seq-len", "train sizes");
   expect_error(run_capped(gen + "--max-new-tokens 4 --steps 1000000000"), 2, "--steps", "item 7");
   expect_error(run_capped(gen + "--max-new-tokens 4 --steps 0"), 2, "--steps: must be >= 1", "item 7, steps 0");
   const RunResult r = run_capped(gen + "--max-new-tokens 9223372036854775807");
