@@ -72,7 +72,19 @@ int find_connection_fd(const httplib::Request& req) {
   return found;
 }
 
-// Whether the client of a waiting (non-streamed) request went away; a request it pipelined counts as alive.
+// Writes all of `data` to `fd` directly (waiting up to 5 s per write); false when the peer is gone.
+bool send_raw(int fd, const std::string& data) {
+  for (size_t at = 0; at < data.size();) {
+    pollfd w{fd, POLLOUT, 0};
+    if (poll(&w, 1, 5000) <= 0) return false;
+    const ssize_t n = send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0 && errno != EAGAIN) return false;
+    if (n > 0) at += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Whether the client of a waiting request went away; a request it pipelined counts as alive.
 // A client that only shut down its sending side (shutdown(SHUT_WR), `nc -N`) still reads the answer, and
 // end-of-file alone cannot tell it from one that closed: on the first end-of-file a 1xx interim response
 // probes the connection, which a closed peer answers with a reset.
@@ -100,11 +112,7 @@ class PeerWatch {
   // gone). A client that only shut down its sending side still reads: send it `res` here, whole, with
   // Connection: close (httplib's own write then fails quietly). No-op for a client that is still sending.
   void answer_if_half_closed(const httplib::Response& res) const {
-    if (fd_ < 0) return;
-    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLERR | POLLHUP))) return;
-    char c;
-    if (!(p.revents & POLLRDHUP) && recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0) return;
+    if (!half_closed()) return;
     const int st = res.status;
     const char* reason = st == 200 ? "OK" : st == 400 ? "Bad Request" : st == 404 ? "Not Found"
                        : st == 500 ? "Internal Server Error" : st == 503 ? "Service Unavailable" : "Error";
@@ -112,14 +120,18 @@ class PeerWatch {
                       "\r\nContent-Type: " + res.get_header_value("Content-Type") +
                       "\r\nContent-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n" +
                       res.body;
-    for (size_t at = 0; at < out.size();) {
-      pollfd w{fd_, POLLOUT, 0};
-      if (poll(&w, 1, 5000) <= 0) return;
-      const ssize_t n = send(fd_, out.data() + at, out.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n <= 0 && errno != EAGAIN) return;
-      if (n > 0) at += static_cast<size_t>(n);
-    }
+    send_raw(fd_, out);
   }
+
+  // True when the peer sent end-of-file but can still read (no reset or hang-up seen).
+  bool half_closed() const {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
+    char c;
+    return (p.revents & POLLRDHUP) != 0 || recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  int fd() const { return fd_; }
 
  private:
   int fd_;
@@ -318,6 +330,7 @@ struct HttpServer::Impl {
       if (early.queue_timeout || early.unavailable) metrics.on_rejected();
       return send_error(res, job_error(early));
     }
+    if (r.stream && peer.half_closed()) return stream_direct(res, peer.fd(), std::move(r), job, meta, prompt_tokens);
     if (r.stream) return stream(res, std::move(r), job, meta, prompt_tokens);
 
     JobResult result;
@@ -368,7 +381,8 @@ struct HttpServer::Impl {
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
   };
 
-  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
+  static std::shared_ptr<StreamState> stream_state(ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
+                                                   int64_t prompt_tokens) {
     auto st = std::make_shared<StreamState>();
     const size_t n = static_cast<size_t>(r.n);
     st->request = std::move(r);
@@ -378,6 +392,41 @@ struct HttpServer::Impl {
     st->sent.assign(n, "");
     st->finished.assign(n, "");
     st->tokens.assign(n, 0);
+    return st;
+  }
+
+  // The stream of a client that shut down its sending side (httplib 0.11 will not write to it): the same
+  // events, written here as a chunked response on the socket (httplib's own write then fails quietly).
+  void stream_direct(httplib::Response& res, int fd, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
+                     int64_t prompt_tokens) {
+    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
+    ++open_streams;
+    bool alive = send_raw(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                              "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n");
+    bool ended = false;
+    httplib::DataSink sink;
+    sink.write = [&](const char* data, size_t size) {
+      char len[32];
+      std::snprintf(len, sizeof(len), "%zx\r\n", size);
+      return alive = alive && send_raw(fd, len + std::string(data, size) + "\r\n");
+    };
+    sink.done = [&] {
+      ended = true;
+      alive = alive && send_raw(fd, "0\r\n\r\n");
+    };
+    sink.is_writable = [&] { return alive; };
+    while (alive && !ended && stream_some(*st, sink)) {
+    }
+    if (!st->done) {
+      st->job->cancel();
+      metrics.on_disconnect();
+    }
+    --open_streams;
+    res.status = 200;
+  }
+
+  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
+    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     ++open_streams;

@@ -219,6 +219,15 @@ TEST_F(HostileHttp, HalfClosedClientGetsItsAnswer) {
   close(fd);
   EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
   EXPECT_NE(response.find("\"choices\""), std::string::npos) << response;
+  // The same for a stream: every event, then [DONE].
+  const int sfd = connect_to(s.port());
+  send_all(sfd, post_request(R"({"prompt": "x", "max_tokens": 16, "stream": true})"));
+  shutdown(sfd, SHUT_WR);
+  const std::string stream = read_all(sfd);
+  close(sfd);
+  EXPECT_NE(stream.find("HTTP/1.1 200"), std::string::npos) << stream;
+  EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos) << stream;
+  EXPECT_NE(stream.find("data: [DONE]"), std::string::npos) << stream;
 }
 
 // Item 17: a body whose length is ambiguous or not a number is refused at once (not after a timeout).
