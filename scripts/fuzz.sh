@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (safetensors + config parsers, tokenizer) with clang and runs each for
-# SECONDS (default 30). Usage: scripts/fuzz.sh [SECONDS]
+# Builds the libFuzzer targets (safetensors + config parsers, tokenizer encode, tokenizer.json structure,
+# the OpenAI request parser) with clang and runs each for SECONDS (default 30), seeded from
+# tests/fuzz/seeds/<target>/ when that exists. Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt-get install clang)" >&2; exit 1; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDC_BUILD_FUZZERS=ON \
   -DDC_BUILD_TESTS=OFF >/dev/null
-cmake --build build-fuzz --target safetensors_fuzz tokenizer_fuzz -j"$(nproc)"
-for f in safetensors tokenizer; do
+targets=(safetensors tokenizer tokenizer_json openai_request)
+cmake --build build-fuzz --target "${targets[@]/%/_fuzz}" -j"$(nproc)"
+for f in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus-$f"
+  seeds=(); [ -d "tests/fuzz/seeds/$f" ] && seeds=("tests/fuzz/seeds/$f")
   echo "fuzz: $f for ${seconds}s" >&2
   "build-fuzz/${f}_fuzz" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=4096 "build-fuzz/corpus-$f" \
-    2>"build-fuzz/$f.log" || { tail -40 "build-fuzz/$f.log"; exit 1; }
+    "${seeds[@]}" 2>"build-fuzz/$f.log" || { tail -40 "build-fuzz/$f.log"; exit 1; }
   tail -1 "build-fuzz/$f.log"
 done

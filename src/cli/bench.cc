@@ -58,20 +58,26 @@ double percentile(std::vector<double> v, double p) {
 }
 
 int run_bench(const BenchArgs& a) {
-  if (a.model_dir.empty() == a.shape.empty()) return report(invalid_argument("give exactly one of --model DIR or --shape NAME"));
+  if (a.model_dir.empty() == a.shape.empty()) return usage_error(invalid_argument("give exactly one of --model DIR or --shape NAME"));
   if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
-    return report(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
+    return usage_error(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
+  if (a.prompt_len > kMaxCanvasLength || a.new_tokens > kMaxCanvasLength || a.steps > kMaxSteps ||
+      a.batch > kMaxGenerationRows || a.batch * (a.prompt_len + a.new_tokens) > kMaxCanvasLength)
+    return usage_error(invalid_argument("--prompt-len and --new-tokens must be <= " + std::to_string(kMaxCanvasLength) +
+                                        ", --steps <= " + std::to_string(kMaxSteps) + ", --batch <= " +
+                                        std::to_string(kMaxGenerationRows) + ", --batch × (--prompt-len + --new-tokens) <= " +
+                                        std::to_string(kMaxCanvasLength)));
   auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return report(precision.status());
+  if (!precision.ok()) return usage_error(precision.status());
   QuantizeOptions quantize;
   quantize.group_size = a.group_size;
   if (a.weights == "q8" || a.weights == "q4") {
     quantize.format = a.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
     if (!a.model_dir.empty())
-      return report(invalid_argument("--weights " + a.weights + " applies to --shape models; quantize a checkpoint "
+      return usage_error(invalid_argument("--weights " + a.weights + " applies to --shape models; quantize a checkpoint "
                                      "once with `diffucoder convert --weights " + a.weights + "` and bench that"));
   } else if (a.weights != "bf16") {
-    return report(invalid_argument("--weights '" + a.weights + "' is not one of bf16, q8, q4"));
+    return usage_error(invalid_argument("--weights '" + a.weights + "' is not one of bf16, q8, q4"));
   }
   const auto t_load = Clock::now();
   std::unique_ptr<Engine> engine;
@@ -102,7 +108,7 @@ int run_bench(const BenchArgs& a) {
 
   SamplingParams p = engine->default_params();
   auto alg = parse_algorithm(a.alg);
-  if (!alg.ok()) return report(alg.status());
+  if (!alg.ok()) return usage_error(alg.status());
   p.alg = *alg;
   p.steps = a.steps;
   p.max_new_tokens = a.new_tokens;
@@ -110,7 +116,7 @@ int run_bench(const BenchArgs& a) {
   p.seed = a.seed;
   p.block_length = a.block_length;
   auto cache = parse_cache_mode(a.cache);
-  if (!cache.ok()) return report(cache.status());
+  if (!cache.ok()) return usage_error(cache.status());
   p.cache = *cache;
   p.threshold = a.threshold;
   p.factor = a.factor;
@@ -218,7 +224,8 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "Prompts decoded together")->capture_default_str();
   cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
   cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--seed", a->seed, "Seed of the weights and prompts")->capture_default_str();
   cmd->add_option("--cache", a->cache, "none | prefix | dual")->capture_default_str();
   cmd->add_option("--block-length", a->block_length, "Block decoding (0 = off)")->capture_default_str();

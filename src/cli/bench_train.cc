@@ -71,6 +71,9 @@ Status check_args(const BenchTrainArgs& a) {
     return invalid_argument("--prompt-len must be in [1, --seq-len) for --train (got " + std::to_string(a.prompt_len) +
                             " with --seq-len " + std::to_string(a.seq_len) + ")");
   if (a.batch < 1 || a.steps < 1) return invalid_argument("--batch and --steps must be >= 1");
+  if (a.seq_len > (int64_t{1} << 20) || a.batch > 4096 || a.steps > (1 << 20) || a.batch * a.seq_len > (int64_t{1} << 24))
+    return invalid_argument("--seq-len must be <= 1048576, --batch <= 4096, --batch × --seq-len <= 16777216 and "
+                            "--steps <= 1048576");
   if (!(a.mask_ratio == 0.0 || (a.mask_ratio > 0.0 && a.mask_ratio <= 1.0)))
     return invalid_argument("--mask-ratio must be in (0, 1], or 0 to draw t ~ U(eps, 1) per sequence");
   if (!(a.lr >= 0.0)) return invalid_argument("--lr must be >= 0");
@@ -95,7 +98,7 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
 }
 
 int run_bench_train(const BenchTrainArgs& a) {
-  if (Status s = check_args(a); !s.ok()) return report(s);
+  if (Status s = check_args(a); !s.ok()) return usage_error(s);
   ThreadPool pool(a.threads);
   Context ctx;
   ctx.pool = &pool;

@@ -1,6 +1,8 @@
 // Helpers shared by the subcommands.
 #include "cli/common.h"
 
+#include "io/mapped_file.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,11 @@ namespace dc::cli {
 int report(const Status& status) {
   std::fprintf(stderr, "error: %s\n", status.message().c_str());
   return 1;
+}
+
+int usage_error(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 2;
 }
 
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option) {

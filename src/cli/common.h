@@ -12,8 +12,15 @@
 
 namespace dc::cli {
 
-// Prints "error: <message>" to stderr and returns exit code 1.
+// Limits on what the command line hands in (README "Limits"): threads of any subcommand (0 = all
+// hardware threads). Files read whole (a prompt, --prompts-jsonl, tokenize --text-file) go through
+// dc::read_text_file (io/mapped_file.h) and its limit, kMaxTextFileBytes.
+inline constexpr int kMaxThreads = 1024;
+
+// Prints "error: <message>" to stderr and returns exit code 1 (a runtime error).
 int report(const Status& status);
+// Prints "error: <message>" to stderr and returns exit code 2 (a usage error: bad or conflicting flags).
+int usage_error(const Status& status);
 
 // "1,2,3" or "[1, 2, 3]" → ids; errors name the offending entry and the option.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option);

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -20,7 +21,19 @@ struct ConvertArgs {
   int64_t shard_mb = 2048;
 };
 
+// "12.3 s", or "45 ms" under a second.
+std::string duration_text(double seconds) {
+  char buf[32];
+  if (seconds >= 1.0) std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+  else std::snprintf(buf, sizeof(buf), "%.0f ms", seconds * 1e3);
+  return buf;
+}
+
 int run_convert(const ConvertArgs& args) {
+  const bool q4 = args.weights == "q4";
+  if (q4 && (args.group_size < 32 || args.group_size > 4096 || args.group_size % 32 != 0))
+    return usage_error(invalid_argument("--group-size " + std::to_string(args.group_size) +
+                                        ": must be a positive multiple of 32 up to 4096 (default 128)"));
   ConvertOptions opt;
   opt.model_dir = args.model_dir;
   opt.out_dir = args.out_dir;
@@ -30,24 +43,38 @@ int run_convert(const ConvertArgs& args) {
   opt.force = args.force;
   opt.shard_bytes = static_cast<size_t>(args.shard_mb) << 20;
   size_t in_bytes = 0, out_bytes = 0;
-  int64_t n_quantized = 0;
+  int64_t n_quantized = 0, n_matrices_kept = 0;
   double seconds = 0;
   opt.on_tensor = [&](const ConvertProgress& p) {
     in_bytes += p.in_bytes;
     out_bytes += p.out_bytes;
     n_quantized += p.action != "copy";
+    // A 2-D weight left as stored: under q4, its columns are not a multiple of the group size.
+    const bool matrix = p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0 &&
+                        p.name.find("norm") == std::string::npos;
+    const bool kept = p.action == "copy" && matrix && (!args.keep_embeddings || p.name != "model.embed_tokens.weight");
+    n_matrices_kept += kept;
     seconds = p.seconds;
-    if (!args.quiet)
-      std::fprintf(stderr, "[%4lld/%lld] %-48s %-4s %9.1f MB -> %9.1f MB  %7.1f MB/s\n", (long long)p.index,
-                   (long long)p.count, p.name.c_str(), p.action.c_str(), p.in_bytes / 1e6, p.out_bytes / 1e6,
-                   p.seconds > 0 ? in_bytes / 1e6 / p.seconds : 0.0);
+    if (args.quiet) return;
+    char rate[32] = "";
+    if (p.seconds >= 0.05) std::snprintf(rate, sizeof(rate), "  %7.1f MB/s", in_bytes / 1e6 / p.seconds);
+    std::fprintf(stderr, "[%4lld/%lld] %-48s %-4s %9.1f MB -> %9.1f MB%s%s\n", (long long)p.index, (long long)p.count,
+                 p.name.c_str(), p.action.c_str(), p.in_bytes / 1e6, p.out_bytes / 1e6, rate,
+                 kept && q4 ? "  (kept: columns not a multiple of --group-size)" : "");
   };
   ThreadPool pool(args.threads);
   const Status status = convert_checkpoint(opt, &pool);
   if (!status.ok()) return report(status);
   if (!args.quiet)
-    std::fprintf(stderr, "wrote %s: %lld tensors quantized to %s, %.3f GB -> %.3f GB in %.1f s\n", args.out_dir.c_str(),
-                 (long long)n_quantized, args.weights.c_str(), in_bytes / 1e9, out_bytes / 1e9, seconds);
+    std::fprintf(stderr, "wrote %s: %lld tensors quantized to %s, %.3f GB -> %.3f GB in %s\n", args.out_dir.c_str(),
+                 (long long)n_quantized, args.weights.c_str(), in_bytes / 1e9, out_bytes / 1e9,
+                 duration_text(seconds).c_str());
+  if (n_matrices_kept > 0)  // also with --quiet: the output is not what was asked for
+    std::fprintf(stderr,
+                 "warning: %lld matrices were left unquantized (%lld quantized)%s\n", (long long)n_matrices_kept,
+                 (long long)n_quantized,
+                 q4 ? "; their columns are not a multiple of --group-size: a smaller --group-size (32, 64) quantizes them"
+                    : "");
   return 0;
 }
 
@@ -66,7 +93,8 @@ RunFn add_convert_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace an existing output directory");
   cmd->add_flag("--keep-embeddings", args->keep_embeddings, "Leave model.embed_tokens.weight unquantized");
-  cmd->add_option("--threads", args->threads, "Threads (0: all hardware threads)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Threads (0: all hardware threads)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--shard-size-mb", args->shard_mb, "Largest safetensors shard to write, in MB")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

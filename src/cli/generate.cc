@@ -25,7 +25,7 @@ struct GenerateArgs {
   bool chat = false, json = false, visual = false, quiet = false;
   int64_t max_new_tokens = 256;
   int64_t max_length = 0;  // 0 = unset
-  int steps = 0;           // 0 = max_new_tokens
+  int steps = 0;           // unset (given_steps false) = max_new_tokens
   std::string alg = "entropy";
   float temperature = 0.0f, top_p = 1.0f, alg_temp = 0.0f, eps = 1e-3f;
   int64_t top_k = 50;
@@ -37,14 +37,25 @@ struct GenerateArgs {
   float threshold = 0.0f, factor = 0.0f;
   bool fast = false;
   std::string precision = "auto", weight_cache;
+  // Whether the flag was given (an empty --prompt "" is a prompt, and --steps 0 an error).
+  bool given_prompt = false, given_prompt_file = false, given_prompt_ids = false, given_prompts_jsonl = false;
+  bool given_steps = false;
 };
 
 // One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
 // optionally with "chat": true|false (default: --chat).
 Result<std::vector<int32_t>> jsonl_prompt(const Engine& engine, const std::string& line, size_t line_no, bool chat) {
   const std::string where = "--prompts-jsonl line " + std::to_string(line_no);
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    return parse_error(where + ": not valid JSON (" + e.what() + ")");
+  }
+  if (line.find('\0') != std::string::npos) return parse_error(where + ": not valid JSON (a NUL byte)");
+  if (!j.is_object()) return parse_error(where + ": must be a JSON object {...}, got " + std::string(j.type_name()));
+  const int sources = j.contains("prompt") + j.contains("prompt_ids") + j.contains("messages");
+  if (sources > 1) return invalid_argument(where + ": give exactly one of \"prompt\", \"prompt_ids\", \"messages\"");
   if (j.contains("chat")) {
     if (!j["chat"].is_boolean()) return invalid_argument(where + ": \"chat\" must be true or false");
     chat = j["chat"].get<bool>();
@@ -68,8 +79,9 @@ Result<std::vector<int32_t>> jsonl_prompt(const Engine& engine, const std::strin
         return invalid_argument(where + ": each message needs string \"role\" and \"content\"");
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    DC_ASSIGN_OR_RETURN(std::string text, format_chat(messages));
-    auto ids = engine.encode_prompt(text, false);
+    Result<std::string> text = format_chat(messages);
+    if (!text.ok()) return text.status().with_context(where);
+    auto ids = engine.encode_prompt(*text, false);
     if (!ids.ok()) return ids.status().with_context(where);
     return ids;
   }
@@ -82,16 +94,31 @@ Result<std::vector<int32_t>> jsonl_prompt(const Engine& engine, const std::strin
   return invalid_argument(where + ": needs \"prompt\", \"prompt_ids\" or \"messages\"");
 }
 
-Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, const GenerateArgs& a) {
-  const int given = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty() + !a.prompts_jsonl.empty();
+// Usage checks that need no model: one prompt source, the precision, the sizes (exit code 2).
+Status check_usage(const GenerateArgs& a) {
+  const int given = a.given_prompt + a.given_prompt_file + a.given_prompt_ids + a.given_prompts_jsonl;
   if (given != 1)
-    return invalid_argument("give exactly one of --prompt, --prompt-file, --prompt-ids, --prompts-jsonl");
+    return invalid_argument("give exactly one of --prompt, --prompt-file, --prompt-ids, --prompts-jsonl (got " +
+                            std::to_string(given) + ")");
+  DC_RETURN_IF_ERROR(parse_matmul_precision(a.precision).status());
+  if (a.given_steps && a.steps < 1)
+    return invalid_argument("--steps: must be >= 1 (got " + std::to_string(a.steps) + "); leave it out for one step per token");
+  if (a.given_steps && a.max_length == 0 && a.steps > a.max_new_tokens)
+    return invalid_argument("--steps " + std::to_string(a.steps) + " is more than --max-new-tokens " +
+                            std::to_string(a.max_new_tokens) + ": a step unmasks at least one token, so use at most " +
+                            std::to_string(a.max_new_tokens));
+  return Status::ok_status();
+}
+
+Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, const GenerateArgs& a) {
   std::vector<std::vector<int32_t>> prompts;
-  if (!a.prompt_ids.empty()) {
+  if (a.given_prompt_ids) {
     DC_ASSIGN_OR_RETURN(auto ids, parse_id_list(a.prompt_ids, "--prompt-ids"));
     prompts.push_back(std::move(ids));
-  } else if (!a.prompts_jsonl.empty()) {
-    DC_ASSIGN_OR_RETURN(std::string text, read_text_file(a.prompts_jsonl));
+  } else if (a.given_prompts_jsonl) {
+    Result<std::string> file = read_text_file(a.prompts_jsonl);
+    if (!file.ok()) return file.status().with_context("--prompts-jsonl");
+    const std::string& text = *file;
     std::istringstream in(text);
     std::string line;
     for (size_t no = 1; std::getline(in, line); ++no) {
@@ -102,11 +129,15 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, 
     if (prompts.empty()) return invalid_argument("--prompts-jsonl " + a.prompts_jsonl + " holds no prompts");
   } else {
     std::string text = a.prompt;
-    if (!a.prompt_file.empty()) {
-      DC_ASSIGN_OR_RETURN(text, read_text_file(a.prompt_file));
+    if (a.given_prompt_file) {
+      Result<std::string> file = read_text_file(a.prompt_file);
+      if (!file.ok()) return file.status().with_context("--prompt-file");
+      text = std::move(*file);
     }
     DC_ASSIGN_OR_RETURN(auto ids, engine.encode_prompt(text, a.chat));
-    if (ids.empty()) return invalid_argument("the prompt encodes to no tokens");
+    if (ids.empty())
+      return invalid_argument(std::string(a.given_prompt ? "--prompt" : "--prompt-file") +
+                              ": the prompt encodes to no tokens (it is empty); the model needs at least one");
     prompts.push_back(std::move(ids));
   }
   return prompts;
@@ -121,7 +152,9 @@ Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) 
     p.max_new_tokens = a.max_new_tokens;
   }
   // No --steps: one step per new token, or the reference default 512 with --max-length.
-  p.steps = a.steps != 0 ? a.steps : (a.max_length > 0 ? 512 : static_cast<int>(a.max_new_tokens));
+  // (capped at the sampler's limit: a canvas past the model's context is then the error reported)
+  p.steps = a.given_steps ? a.steps
+                          : (a.max_length > 0 ? 512 : static_cast<int>(std::min<int64_t>(a.max_new_tokens, kMaxSteps)));
   p.temperature = a.temperature;
   p.top_p = a.top_p;
   p.top_k = a.top_k;
@@ -139,9 +172,33 @@ Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) 
 }
 
 int run_generate(const GenerateArgs& a) {
+  if (Status st = check_usage(a); !st.ok()) return usage_error(st);
+  {  // the sampling flags, before the model is loaded (the vocabulary and token ids are checked after)
+    SamplingParams p;
+    p.mask_token_id = 0;
+    p.pad_token_id = 1;
+    Result<SamplingParams> checked = [&]() -> Result<SamplingParams> {
+      DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(a.alg));
+      DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
+      p.max_new_tokens = a.max_new_tokens;
+      if (a.max_length > 0) p.max_length = a.max_length;
+      p.steps = a.given_steps ? a.steps : static_cast<int>(std::min<int64_t>(a.max_new_tokens, kMaxSteps));
+      p.temperature = a.temperature;
+      p.top_p = a.top_p;
+      p.alg_temp = a.alg_temp;
+      p.eps = a.eps;
+      p.num_return_sequences = a.num_return_sequences;
+      p.block_length = a.block_length;
+      p.threshold = a.threshold;
+      p.factor = a.factor;
+      DC_RETURN_IF_ERROR(validate(p, INT32_MAX));
+      return p;
+    }();
+    if (!checked.ok()) return usage_error(checked.status());
+  }
   const auto t_load = std::chrono::steady_clock::now();
   auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return report(precision.status());
+  if (!precision.ok()) return usage_error(precision.status());
   EngineOptions options;
   options.model_dir = a.model_dir;
   options.tokenizer_path = a.tokenizer_path;
@@ -228,7 +285,8 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_option("--eps", a->eps, "Final diffusion time")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
   cmd->add_option("--num-return-sequences", a->num_return_sequences, "Completions per prompt")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--block-length", a->block_length, "Decode in blocks of N tokens left to right (0 = off)")
       ->capture_default_str();
   cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
@@ -244,7 +302,14 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print one JSON object per completion");
   cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
-  return [a] { return run_generate(*a); };
+  return [a, cmd] {
+    a->given_prompt = cmd->count("--prompt") > 0;
+    a->given_prompt_file = cmd->count("--prompt-file") > 0;
+    a->given_prompt_ids = cmd->count("--prompt-ids") > 0;
+    a->given_prompts_jsonl = cmd->count("--prompts-jsonl") > 0;
+    a->given_steps = cmd->count("--steps") > 0;
+    return run_generate(*a);
+  };
 }
 
 }  // namespace dc::cli

@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <map>
+#include <new>
 #include <string>
+#include <system_error>
 
 #include "cli/commands.h"
 
@@ -26,6 +28,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  for (const auto* sub : app.get_subcommands()) return commands.at(sub->get_name())();
+  // Last resort at the process boundary: every size from outside is checked against a limit first, so
+  // these mean the machine itself ran out (memory, threads) and must not end in an abort.
+  try {
+    for (const auto* sub : app.get_subcommands()) return commands.at(sub->get_name())();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory; lower the sizes (tokens, rows, batch) or free memory\n");
+    return 1;
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "error: %s (the system refused a thread or resource; try fewer --threads)\n", e.what());
+    return 1;
+  }
   return 2;
 }

@@ -62,13 +62,15 @@ void Progress::on_step(const StepInfo& s) {
     }
   }
   if (quiet_) return;
+  // Rates over less than 10 ms of work (a first step that ran no forward) would be noise: leave them out.
+  char rates[96] = "";
+  if (secs >= 0.01)
+    std::snprintf(rates, sizeof(rates), "  %.1f ms/step  %.1f tok/s  ETA %.1fs", per_step * 1e3, tok_s, eta);
   if (tty_) {
-    std::fprintf(stderr, "\rstep %d/%d  %.1f ms/step  %.1f tok/s  ETA %.1fs   ", done, s.n_steps, per_step * 1e3,
-                 tok_s, eta);
+    std::fprintf(stderr, "\rstep %d/%d%s   ", done, s.n_steps, rates);
   } else if (const int decile = done * 10 / s.n_steps; decile != last_decile_) {
     last_decile_ = decile;
-    std::fprintf(stderr, "step %d/%d  %.1f ms/step  %.1f tok/s  ETA %.1fs\n", done, s.n_steps, per_step * 1e3,
-                 tok_s, eta);
+    std::fprintf(stderr, "step %d/%d%s\n", done, s.n_steps, rates);
   }
   std::fflush(stderr);
 }

@@ -2,6 +2,7 @@
 // SIGINT / SIGTERM.
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "sampler/decoder.h"
 #include "server/http.h"
 
 namespace dc::cli {
@@ -25,13 +27,23 @@ struct ServeArgs {
   size_t max_body_bytes = size_t{1} << 20;
 };
 
-server::HttpServer* g_server = nullptr;
+// Set by SIGINT / SIGTERM; a watcher thread stops the server (stopping takes locks and waits, which a
+// signal handler must not do).
+volatile std::sig_atomic_t g_stop_requested = 0;
 
-void on_signal(int) {
-  if (g_server != nullptr) g_server->stop();
+void on_signal(int) { g_stop_requested = 1; }
+
+// Flag combinations that cannot work, checked before the model is loaded (exit code 2).
+Status check_usage(const ServeArgs& a) {
+  if (a.limits.default_max_tokens > a.limits.max_tokens)
+    return invalid_argument("--default-max-tokens " + std::to_string(a.limits.default_max_tokens) +
+                            " is more than --max-tokens " + std::to_string(a.limits.max_tokens) +
+                            ": a request without max_tokens would exceed the limit; lower it");
+  return parse_matmul_precision(a.precision).status();
 }
 
 int run_serve(const ServeArgs& a) {
+  if (Status st = check_usage(a); !st.ok()) return usage_error(st);
   EngineOptions eo;
   eo.model_dir = a.model_dir;
   eo.tokenizer_path = a.tokenizer_path;
@@ -46,25 +58,39 @@ int run_serve(const ServeArgs& a) {
   print_load_note(**engine, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
   if ((*engine)->tokenizer() == nullptr)
     return report(not_found("serve: the model directory has no tokenizer.json; pass --tokenizer FILE"));
+  {  // one row of --max-tokens must fit the sampler's logits limit, or every such request would fail
+    SamplingParams p = (*engine)->default_params();
+    p.max_new_tokens = a.limits.max_tokens;
+    if (Status st = check_generation_size({{0}}, p, (*engine)->config().n_vocab); !st.ok())
+      return usage_error(invalid_argument("--max-tokens " + std::to_string(a.limits.max_tokens) +
+                                          " is too large for this model: " + st.message()));
+  }
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
-  so.model_name = a.model_name.empty() ? std::filesystem::path(a.model_dir).filename().string() : a.model_name;
-  if (so.model_name.empty()) so.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
+  // The directory's own name, also for "." or "dir/" (the absolute, normalised path's last component).
+  std::filesystem::path dir = std::filesystem::absolute(a.model_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  so.model_name = a.model_name.empty() ? dir.filename().string() : a.model_name;
   so.max_body_bytes = a.max_body_bytes;
   so.http_threads = a.http_threads;
   so.limits = a.limits;
   so.scheduler = a.scheduler;
   server::HttpServer srv(**engine, so);
   if (Status st = srv.bind(); !st.ok()) return report(st);
-  g_server = &srv;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::atomic<bool> running{true};
+  std::thread watcher([&] {
+    while (running.load() && g_stop_requested == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_stop_requested != 0) srv.stop();
+  });
   std::fprintf(stderr, "serve: %s on http://%s:%d (max batch %d rows, queue %d)\n", so.model_name.c_str(),
                a.host.c_str(), srv.port(), a.scheduler.max_batch_rows, a.scheduler.max_queue);
   std::fflush(stderr);
   srv.run();
-  g_server = nullptr;
+  running = false;
+  watcher.join();
   std::fprintf(stderr, "serve: stopped\n");
   return 0;
 }
@@ -80,7 +106,8 @@ RunFn add_serve_command(CLI::App& app) {
   cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "Port (0 = any free port, printed on stderr)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--threads", a->threads, "CPU threads of the engine (0 = all)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads of the engine (0 = all)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--precision", a->precision, "Matmul activations: auto (bf16 for bf16 checkpoints) | f32 | bf16")
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache,

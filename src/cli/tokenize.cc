@@ -17,26 +17,26 @@ namespace {
 struct TokenizeArgs {
   std::string model_dir, tokenizer_path, text, text_file;
   bool decode = false, skip_special = false;
+  bool given_text = false, given_text_file = false;  // --text "" is an (empty) text
 };
 
 int run_tokenize(const TokenizeArgs& a) {
   if (a.model_dir.empty() == a.tokenizer_path.empty())
-    return report(invalid_argument("give exactly one of --model DIR or --tokenizer FILE"));
-  if (a.text.empty() == a.text_file.empty())
-    return report(invalid_argument("give exactly one of --text or --text-file"));
+    return usage_error(invalid_argument("give exactly one of --model DIR or --tokenizer FILE"));
+  if (a.given_text == a.given_text_file) return usage_error(invalid_argument("give exactly one of --text or --text-file"));
   const std::string path = !a.tokenizer_path.empty()
                                ? a.tokenizer_path
                                : (std::filesystem::path(a.model_dir) / "tokenizer.json").string();
   auto tok = Tokenizer::from_file(path);
   if (!tok.ok()) return report(tok.status());
   std::string text = a.text;
-  if (!a.text_file.empty()) {
+  if (a.given_text_file) {
     auto t = read_text_file(a.text_file);
-    if (!t.ok()) return report(t.status());
+    if (!t.ok()) return report(t.status().with_context("--text-file"));
     text = *t;
   }
   if (a.decode) {
-    auto ids = parse_id_list(text, a.text_file.empty() ? "--text" : "--text-file");
+    auto ids = parse_id_list(text, a.given_text_file ? "--text-file" : "--text");
     if (!ids.ok()) return report(ids.status());
     auto out = tok->decode(*ids, a.skip_special);
     if (!out.ok()) return report(out.status());
@@ -60,7 +60,11 @@ RunFn add_tokenize_command(CLI::App& app) {
   cmd->add_option("--text-file", a->text_file, "File holding the text (or the ids, with --decode)");
   cmd->add_flag("--decode", a->decode, "Decode ids to text");
   cmd->add_flag("--skip-special-tokens", a->skip_special, "With --decode: leave special tokens out");
-  return [a] { return run_tokenize(*a); };
+  return [a, cmd] {
+    a->given_text = cmd->count("--text") > 0;
+    a->given_text_file = cmd->count("--text-file") > 0;
+    return run_tokenize(*a);
+  };
 }
 
 }  // namespace dc::cli

@@ -22,8 +22,10 @@ struct TrainArgs {
 };
 
 int run_train(TrainArgs& a) {
+  if (a.opt.batch_size * a.opt.seq_len > (int64_t{1} << 24))
+    return usage_error(invalid_argument("--batch-size × --seq-len must be at most 16777216 tokens per micro-batch"));
   auto schedule = train::parse_lr_schedule(a.schedule);
-  if (!schedule.ok()) return report(schedule.status());
+  if (!schedule.ok()) return usage_error(schedule.status());
   a.opt.lr.schedule = *schedule;
   a.opt.lr.total_steps = a.opt.steps;
   a.opt.masking.norm = a.loss_norm == "sequences" ? train::LossNorm::kSequences : train::LossNorm::kTokens;
@@ -36,6 +38,7 @@ int run_train(TrainArgs& a) {
   auto trainer = train::Trainer::create(a.opt, ctx);
   if (!trainer.ok()) return report(trainer.status());
   train::Trainer& t = **trainer;
+  if (!t.resume_note().empty() && !a.quiet) std::fprintf(stderr, "%s\n", t.resume_note().c_str());
   if (!a.quiet)
     std::fprintf(stderr,
                  "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld; %s\n",
@@ -76,7 +79,7 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_option("--out", o.out_dir, "Output directory (checkpoints, metrics.jsonl, loss.svg)")->required();
   cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o.seq_len, "Canvas length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--lr", o.lr.lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--lr-schedule", a->schedule, "constant, linear or cosine")->capture_default_str()
@@ -105,7 +108,8 @@ RunFn add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");
   cmd->add_flag("--force", o.force, "Start over even if --out holds checkpoints");
-  cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--precision", a->precision,
                   "bf16: mixed precision (f32 master weights, bf16 GEMMs; the default) | f32: every GEMM in f32")
       ->capture_default_str();

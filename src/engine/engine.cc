@@ -117,6 +117,14 @@ LogitsFn Engine::logits_fn() {
 Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool chat) const {
   if (tokenizer_ == nullptr)
     return not_found("no tokenizer: the model directory has no tokenizer.json; pass --tokenizer FILE or token ids");
+  // A text longer than the context times the longest token cannot fit: refuse it before tokenising it.
+  const int64_t bytes = static_cast<int64_t>(text.size());
+  const int64_t max_bytes = config().max_position_embeddings * tokenizer_->max_token_bytes();
+  if (bytes > max_bytes)
+    return out_of_range("the prompt is " + std::to_string(bytes) + " bytes, so at least " +
+                        std::to_string(bytes / tokenizer_->max_token_bytes()) +
+                        " tokens, more than the model's context of " + std::to_string(config().max_position_embeddings) +
+                        " (max_position_embeddings); shorten the prompt");
   return tokenizer_->encode(chat ? format_instruct_prompt(text) : text);
 }
 

@@ -120,6 +120,10 @@ class FieldReader {
 };
 
 Status parse_object(std::string_view text, const std::string& path, Json* out) {
+  // nlohmann's parser ends the input at a NUL byte: refuse it rather than ignore what follows.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return parse_error(path + ": not valid JSON (a NUL byte at byte " + std::to_string(nul) + ")");
+  }
   try {
     *out = Json::parse(text.begin(), text.end());
   } catch (const std::exception& e) {
@@ -172,18 +176,35 @@ Status check_token_id(const FieldReader& r, const char* key, int64_t id, int64_t
   return Status::ok_status();
 }
 
+// `v` for a message, marked when the field is absent from the file (the value is then the default).
+std::string shown(const FieldReader& r, const char* key, int64_t v) {
+  return std::to_string(v) + (r.find(key) == nullptr ? " (absent from the file: the default)" : "");
+}
+
 Status validate(const FieldReader& r, const ModelConfig& c) {
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"vocab_size", c.n_vocab},          {"hidden_size", c.n_embd},          {"intermediate_size", c.n_ff},
-      {"num_hidden_layers", c.n_layer},   {"num_attention_heads", c.n_head}, {"num_key_value_heads", c.n_head_kv},
-      {"head_dim", c.head_dim},           {"max_position_embeddings", c.max_position_embeddings}};
-  for (const auto& [key, v] : sizes) {
-    if (v <= 0) return r.value_error(key, "must be positive, got " + std::to_string(v));
+  struct Size {
+    const char* key;
+    int64_t value, limit;
+  };
+  const Size sizes[] = {{"vocab_size", c.n_vocab, kMaxConfigVocab},
+                        {"hidden_size", c.n_embd, kMaxConfigHidden},
+                        {"intermediate_size", c.n_ff, kMaxConfigIntermediate},
+                        {"num_hidden_layers", c.n_layer, kMaxConfigLayers},
+                        {"num_attention_heads", c.n_head, kMaxConfigHeads},
+                        {"num_key_value_heads", c.n_head_kv, kMaxConfigHeads},
+                        {"head_dim", c.head_dim, kMaxConfigHeadDim},
+                        {"max_position_embeddings", c.max_position_embeddings, kMaxConfigContext}};
+  for (const Size& z : sizes) {
+    if (z.value <= 0) return r.value_error(z.key, "must be positive, got " + shown(r, z.key, z.value));
+    if (z.value > z.limit) {
+      return r.value_error(z.key, "is " + std::to_string(z.value) + ", more than this engine's limit of " +
+                                      std::to_string(z.limit) + "; fix the file");
+    }
   }
   if (c.n_head % c.n_head_kv != 0) {
-    return r.value_error("num_key_value_heads", "(" + std::to_string(c.n_head_kv) +
-                                                    ") must divide num_attention_heads (" +
-                                                    std::to_string(c.n_head) + ")");
+    return r.value_error("num_key_value_heads", "is " + shown(r, "num_key_value_heads", c.n_head_kv) +
+                                                    " and must divide num_attention_heads, " +
+                                                    shown(r, "num_attention_heads", c.n_head));
   }
   if (c.head_dim % 2 != 0) {
     return r.value_error("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim));
@@ -203,8 +224,18 @@ Status validate(const FieldReader& r, const ModelConfig& c) {
 
 Status fill_model_config(const FieldReader& r, ModelConfig* c) {
   DC_RETURN_IF_ERROR(r.get_string("model_type", &c->model_type));
+  if (c->model_type != "Dream" && c->model_type != "dream" && c->model_type != "qwen2") {
+    return r.unsupported("model_type", "is \"" + c->model_type +
+                                           "\"; only \"Dream\" (DiffuCoder, Dream) and \"qwen2\" checkpoints are supported");
+  }
   DC_RETURN_IF_ERROR(r.get_string("torch_dtype", &c->torch_dtype, /*allow_null=*/true));
   if (r.find("torch_dtype") == nullptr) DC_RETURN_IF_ERROR(r.get_string("dtype", &c->torch_dtype, true));
+  {
+    const char* key = r.find("torch_dtype") != nullptr ? "torch_dtype" : "dtype";
+    const std::string& d = c->torch_dtype;
+    if (d != "bfloat16" && d != "float16" && d != "float32" && d != "float" && d != "half" && d != "auto")
+      return r.value_error(key, "is \"" + d + "\"; expected bfloat16, float16 or float32");
+  }
   DC_RETURN_IF_ERROR(r.get_string("hidden_act", &c->hidden_act));
   if (c->hidden_act != "silu") {
     return r.unsupported("hidden_act", "is \"" + c->hidden_act + "\"; only \"silu\" is supported");

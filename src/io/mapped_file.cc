@@ -23,9 +23,10 @@ Status open_error(const std::string& what, const std::string& path, int err) {
   return io_error(msg);
 }
 
-// Opens `path` read-only and checks that it is a regular file; returns the fd and its size.
+// Opens `path` read-only and checks that it is a regular file; returns the fd and its size. O_NONBLOCK
+// keeps a FIFO from blocking the open (regular files ignore it).
 Status open_regular_file(const std::string& path, int* fd_out, size_t* size_out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return open_error("open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -35,7 +36,8 @@ Status open_regular_file(const std::string& path, int* fd_out, size_t* size_out)
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return invalid_argument("'" + path + "' is not a regular file (a directory or device?); pass a file path");
+    const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket";
+    return invalid_argument("'" + path + "' is not a regular file (" + kind + "); pass a file path");
   }
   *fd_out = fd;
   *size_out = static_cast<size_t>(st.st_size);
@@ -86,15 +88,24 @@ void MappedFile::reset() {
   size_ = 0;
 }
 
-Result<std::string> read_text_file(const std::string& path) {
+Result<std::string> read_text_file(const std::string& path, int64_t max_bytes) {
   int fd = -1;
   size_t size = 0;
   DC_RETURN_IF_ERROR(open_regular_file(path, &fd, &size));
+  auto too_large = [&] {
+    ::close(fd);
+    return out_of_range("'" + path + "' is larger than the limit of " + std::to_string(max_bytes) +
+                        " bytes for this file");
+  };
+  if (static_cast<uint64_t>(size) > static_cast<uint64_t>(max_bytes)) return too_large();
   std::string text;
   text.resize(size);
   size_t done = 0;
   while (true) {
-    if (done == text.size()) text.resize(text.size() + 4096);  // the file may have grown
+    if (done == text.size()) {  // the file may have grown
+      if (static_cast<int64_t>(done) >= max_bytes) return too_large();
+      text.resize(text.size() + 4096);
+    }
     const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;

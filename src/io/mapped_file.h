@@ -47,8 +47,12 @@ void* alloc_pages(size_t bytes);
 // as zeros. For weights that have been copied elsewhere and will not be read again.
 void release_pages(const void* p, size_t bytes);
 
-// Reads the whole file at `path` (config.json and the like). Errors name the path and errno text;
-// a missing file gives kNotFound.
-Result<std::string> read_text_file(const std::string& path);
+// The default size limit of read_text_file (config.json and the like are a few KB).
+inline constexpr int64_t kMaxTextFileBytes = int64_t{64} << 20;
+
+// Reads the whole regular file at `path` (config.json and the like), at most `max_bytes` (else
+// kOutOfRange, before reading). Errors name the path and errno text; a missing file gives kNotFound;
+// a directory, FIFO or device is refused without blocking.
+Result<std::string> read_text_file(const std::string& path, int64_t max_bytes = kMaxTextFileBytes);
 
 }  // namespace dc

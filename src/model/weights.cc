@@ -101,6 +101,7 @@ Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfi
   const QuantizationConfig& quant = c.quantization;  // parsed with config.json when the checkpoint opened
   ModelWeights w;
   Status status;
+  int64_t n_quantized = 0;
   visit_weights(c, w, [&](const WeightSlot& slot) {
     if (!status.ok()) return;
     const TensorInfo* t = checkpoint.find(slot.name);
@@ -115,6 +116,7 @@ Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfi
                                   " has no \"quantization\" block; was it written by `diffucoder convert`?");
       } else {
         status = bind_quantized(checkpoint, quant, slot, *t, *scale);
+        ++n_quantized;
       }
     } else if (t->shape != slot.shape) {
       status = invalid_argument("tensor '" + slot.name + "' in " + t->file + " has shape " + shape_str(t->shape) +
@@ -135,6 +137,11 @@ Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfi
     }
   });
   if (!status.ok()) return status;
+  if (quant.format != WeightQuant::kNone && n_quantized == 0)
+    return invalid_argument("config.json in " + checkpoint.dir() + " declares \"quantization\" " +
+                            quant_format_name(quant.format) +
+                            " but no matrix has a quantization scale tensor: remove the block, or convert the "
+                            "checkpoint with `diffucoder convert`");
   if (c.tie_word_embeddings) w.output = w.tok_embd;
   return w;
 }

@@ -4,6 +4,7 @@
 #include "sampler/decoder.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -83,6 +84,41 @@ Result<Canvas> build_canvas(const std::vector<std::vector<int32_t>>& prompts, co
   }
   return c;
 }
+
+}  // namespace
+
+Status check_generation_size(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                             int64_t n_vocab) {
+  int64_t width = 0;
+  for (const auto& prompt : prompts) width = std::max<int64_t>(width, static_cast<int64_t>(prompt.size()));
+  if (width > kMaxCanvasLength)
+    return out_of_range("prompts: " + std::to_string(width) + " tokens, more than the limit of " +
+                        std::to_string(kMaxCanvasLength));
+  DC_ASSIGN_OR_RETURN(const int64_t n_seq, canvas_length(params, width));
+  const int64_t rows = static_cast<int64_t>(prompts.size()) * params.num_return_sequences;
+  if (rows > kMaxGenerationRows)
+    return out_of_range("the generation's " + std::to_string(prompts.size()) + " prompts × " +
+                        std::to_string(params.num_return_sequences) + " sequences make " + std::to_string(rows) +
+                        " rows, more than the limit of " + std::to_string(kMaxGenerationRows) + " per generation");
+  if (rows * n_seq > kMaxCanvasLength)
+    return out_of_range("the generation's " + std::to_string(rows) + " rows × " + std::to_string(n_seq) +
+                        " positions exceed the limit of " + std::to_string(kMaxCanvasLength) + " canvas positions");
+  // The first step of a block asks for the logits of every masked position of its window.
+  const int64_t new_tokens = n_seq - width;
+  const int64_t window = params.block_length > 0 ? std::min(params.block_length, new_tokens) : new_tokens;
+  const double bytes = static_cast<double>(rows) * static_cast<double>(window) * static_cast<double>(n_vocab) * 4.0;
+  if (bytes > static_cast<double>(kMaxStepLogitsBytes)) {
+    char gib[64];
+    std::snprintf(gib, sizeof(gib), "%.1f GiB", bytes / static_cast<double>(int64_t{1} << 30));
+    return out_of_range("a step over " + std::to_string(rows) + " rows × " + std::to_string(window) +
+                        " masked positions needs " + gib + " of logits (vocabulary " + std::to_string(n_vocab) +
+                        "), more than the limit of " + std::to_string(kMaxStepLogitsBytes >> 30) +
+                        " GiB; generate fewer tokens or rows, or decode in blocks (block_length)");
+  }
+  return Status::ok_status();
+}
+
+namespace {
 
 // Positions of one step, row-major, with per-row offsets.
 struct PositionSet {
@@ -319,6 +355,7 @@ Decoder::~Decoder() = default;
 Result<Decoder> Decoder::start(int64_t n_vocab, const std::vector<std::vector<int32_t>>& prompts,
                                const SamplingParams& params, const GenerateHooks& hooks) {
   DC_RETURN_IF_ERROR(validate(params, n_vocab));
+  DC_RETURN_IF_ERROR(check_generation_size(prompts, params, n_vocab));
   auto s = std::make_unique<State>();
   s->n_vocab = n_vocab;
   s->params = params;

@@ -16,6 +16,12 @@ namespace dc {
 
 class ThreadPool;
 
+// The size limits of generate.h for these prompts and params (rows, canvas positions, the logits of a
+// step), computed without allocating: OutOfRange with a message that names the sizes and the limit.
+// Decoder::start() calls it; a server calls it to refuse a request before queueing it.
+Status check_generation_size(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                             int64_t n_vocab);
+
 class Decoder {
  public:
   // Validates params and prompts, builds the left-padded canvas and the block plan, and calls

@@ -95,6 +95,15 @@ inline void apply_fast_mode(SamplingParams& p) {
   if (!parallel_decoding(p)) p.threshold = 0.9f;
 }
 
+// Limits on sizes that come from outside, checked by validate() / Decoder::start() before anything is
+// allocated: steps, completions per prompt, canvas positions (new tokens, max_length), rows of one
+// generation, and the f32 logits one step may need ([rows × masked positions of the window, n_vocab]).
+inline constexpr int64_t kMaxSteps = int64_t{1} << 20;
+inline constexpr int64_t kMaxReturnSequences = 1024;
+inline constexpr int64_t kMaxCanvasLength = int64_t{1} << 24;
+inline constexpr int64_t kMaxGenerationRows = 4096;
+inline constexpr int64_t kMaxStepLogitsBytes = int64_t{8} << 30;
+
 // Rejects out-of-range parameters with a message naming the field (e.g. "top_p: must be in (0, 1] ...").
 Status validate(const SamplingParams& params, int64_t n_vocab);
 

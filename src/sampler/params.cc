@@ -55,6 +55,10 @@ const char* cache_mode_name(CacheMode mode) {
 Status validate(const SamplingParams& p, int64_t n_vocab) {
   if (n_vocab < 1) return invalid_argument("n_vocab: must be >= 1 (got " + std::to_string(n_vocab) + ")");
   if (p.steps < 1) return invalid_argument("steps: must be >= 1 (got " + std::to_string(p.steps) + ")");
+  if (p.steps > kMaxSteps) {
+    return invalid_argument("steps: must be <= " + std::to_string(kMaxSteps) + " (got " + std::to_string(p.steps) +
+                            "); more steps than new tokens only adds steps that commit nothing");
+  }
   if (!(p.eps > 0.0f && p.eps < 1.0f)) {
     return invalid_argument("eps: must be in (0, 1) (got " + str(p.eps) + "); the reference uses 1e-3");
   }
@@ -70,11 +74,17 @@ Status validate(const SamplingParams& p, int64_t n_vocab) {
   if (p.num_return_sequences < 1) {
     return invalid_argument("num_return_sequences: must be >= 1 (got " + std::to_string(p.num_return_sequences) + ")");
   }
-  if (p.max_new_tokens && *p.max_new_tokens < 1) {
-    return invalid_argument("max_new_tokens: must be >= 1 (got " + std::to_string(*p.max_new_tokens) + ")");
+  if (p.num_return_sequences > kMaxReturnSequences) {
+    return invalid_argument("num_return_sequences: must be <= " + std::to_string(kMaxReturnSequences) + " (got " +
+                            std::to_string(p.num_return_sequences) + ")");
   }
-  if (p.max_length && *p.max_length < 1) {
-    return invalid_argument("max_length: must be >= 1 (got " + std::to_string(*p.max_length) + ")");
+  if (p.max_new_tokens && (*p.max_new_tokens < 1 || *p.max_new_tokens > kMaxCanvasLength)) {
+    return invalid_argument("max_new_tokens: must be in [1, " + std::to_string(kMaxCanvasLength) + "] (got " +
+                            std::to_string(*p.max_new_tokens) + "); the model's context is the tighter limit");
+  }
+  if (p.max_length && (*p.max_length < 1 || *p.max_length > kMaxCanvasLength)) {
+    return invalid_argument("max_length: must be in [1, " + std::to_string(kMaxCanvasLength) + "] (got " +
+                            std::to_string(*p.max_length) + "); the model's context is the tighter limit");
   }
   if (p.max_position_embeddings < 0) {
     return invalid_argument("max_position_embeddings: must be >= 0 (got " + std::to_string(p.max_position_embeddings) +
@@ -113,7 +123,8 @@ Result<int64_t> canvas_length(const SamplingParams& p, int64_t prompt_width) {
   int64_t total = 0;
   const char* field = "max_new_tokens";
   if (p.max_new_tokens) {
-    total = prompt_width + *p.max_new_tokens;
+    if (__builtin_add_overflow(prompt_width, *p.max_new_tokens, &total))
+      return invalid_argument("max_new_tokens: " + std::to_string(*p.max_new_tokens) + " is too large");
   } else if (p.max_length) {
     total = *p.max_length;
     field = "max_length";

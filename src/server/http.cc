@@ -12,11 +12,15 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "engine/engine.h"
+#include "sampler/decoder.h"
 #include "server/web_ui.h"
 #include "tokenizer/chat.h"
 
@@ -68,14 +72,90 @@ int find_connection_fd(const httplib::Request& req) {
   return found;
 }
 
-// True when the peer closed the connection (EOF or error); a request it pipelined counts as alive.
-bool peer_closed(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
-  char c;
-  return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+// Writes all of `data` to `fd` directly (waiting up to 5 s per write); false when the peer is gone.
+bool send_raw(int fd, const std::string& data) {
+  for (size_t at = 0; at < data.size();) {
+    pollfd w{fd, POLLOUT, 0};
+    if (poll(&w, 1, 5000) <= 0) return false;
+    const ssize_t n = send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0 && errno != EAGAIN) return false;
+    if (n > 0) at += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Whether the client of a waiting request went away; a request it pipelined counts as alive.
+// A client that only shut down its sending side (shutdown(SHUT_WR), `nc -N`) still reads the answer, and
+// end-of-file alone cannot tell it from one that closed: on the first end-of-file a 1xx interim response
+// probes the connection, which a closed peer answers with a reset.
+class PeerWatch {
+ public:
+  explicit PeerWatch(int fd) : fd_(fd) {}
+  bool gone() {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP)) return true;
+    if (half_closed_) return false;
+    char c;
+    const bool eof = (p.revents & POLLRDHUP) != 0 || recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    if (!eof) return false;
+    static const char kProbe[] = "HTTP/1.1 102 Processing\r\n\r\n";
+    if (send(fd_, kProbe, sizeof(kProbe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return true;
+    pollfd q{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&q, 1, 200) > 0 && (q.revents & (POLLERR | POLLHUP))) return true;
+    half_closed_ = true;  // still reading: answer it
+    return false;
+  }
+
+  // httplib 0.11 writes nothing to a socket whose peer sent end-of-file (its liveness check reads EOF as
+  // gone). A client that only shut down its sending side still reads: send it `res` here, whole, with
+  // Connection: close (httplib's own write then fails quietly). No-op for a client that is still sending.
+  void answer_if_half_closed(const httplib::Response& res) const {
+    if (!half_closed()) return;
+    const int st = res.status;
+    const char* reason = st == 200 ? "OK" : st == 400 ? "Bad Request" : st == 404 ? "Not Found"
+                       : st == 500 ? "Internal Server Error" : st == 503 ? "Service Unavailable" : "Error";
+    std::string out = "HTTP/1.1 " + std::to_string(st) + " " + reason +
+                      "\r\nContent-Type: " + res.get_header_value("Content-Type") +
+                      "\r\nContent-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n" +
+                      res.body;
+    send_raw(fd_, out);
+  }
+
+  // True when the peer sent end-of-file but can still read (no reset or hang-up seen).
+  bool half_closed() const {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
+    char c;
+    return (p.revents & POLLRDHUP) != 0 || recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+  bool half_closed_ = false;
+};
+
+// httplib 0.11 takes the first of several Content-Length headers and reads "-1" as 2^64 - 1 (then waits for
+// that body). A request must frame its body unambiguously: one decimal Content-Length (repeats must agree),
+// not together with Transfer-Encoding. Returns the error for a request that does not, with the status.
+std::optional<std::pair<int, std::string>> bad_framing(const httplib::Request& req, size_t max_body_bytes) {
+  std::string length;
+  for (auto [it, end] = req.headers.equal_range("Content-Length"); it != end; ++it) {
+    const std::string& v = it->second;
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      return std::make_pair(400, "Content-Length: must be a decimal byte count, got '" + v.substr(0, 40) + "'");
+    if (!length.empty() && v != length)
+      return std::make_pair(400, "Content-Length: two different values (" + length + ", " + v + ")");
+    length = v;
+  }
+  if (!length.empty() && req.has_header("Transfer-Encoding"))
+    return std::make_pair(400, std::string("Content-Length: not allowed together with Transfer-Encoding"));
+  if (!length.empty() && std::stoull(length) > max_body_bytes)
+    return std::make_pair(413, std::string("body: larger than the server's limit (--max-body-bytes)"));
+  return std::nullopt;
 }
 
 void send_json(httplib::Response& res, int status, const json& body) {
@@ -92,6 +172,21 @@ ApiError overloaded(const std::string& message) {
   e.code = "server_overloaded";
   e.message = message;
   return e;
+}
+
+// The error of a job that failed: 503 when it could not run now (queue time, memory), 500 when the model
+// or the sampler failed, else as its status says (4xx).
+ApiError job_error(const JobResult& r) {
+  if (r.queue_timeout || r.unavailable) return overloaded(r.status.message());
+  if (r.model_error) {
+    ApiError e;
+    e.http_status = 500;
+    e.type = "server_error";
+    e.code = "model_error";
+    e.message = r.status.message();
+    return e;
+  }
+  return api_error(r.status);
 }
 
 // httplib listens with a backlog of 5, too few for many clients connecting at once (the kernel then drops
@@ -118,6 +213,8 @@ struct HttpServer::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::vector<int32_t> stop_ids;
   int32_t mask_id = 0;
+  const int64_t started = unix_now();  // `created` of /v1/models
+  std::atomic<int> open_streams{0};    // SSE responses not yet ended (stop() lets them finish)
 
   Impl(Engine& e, ServerOptions o, Metrics& m) : engine(e), options(std::move(o)), metrics(m) {}
 
@@ -182,6 +279,8 @@ struct HttpServer::Impl {
                               std::to_string(options.limits.max_prompt_tokens));
     const Result<int64_t> length = canvas_length_in_context(r.params, n, engine.config().max_position_embeddings);
     if (!length.ok()) return length.status().with_context("max_tokens");
+    if (Status st = check_generation_size({ids}, r.params, engine.config().n_vocab); !st.ok())
+      return invalid_argument((r.n > 1 ? "n: " : "max_tokens: ") + st.message());
     if (r.params.cache != CacheMode::kNone &&
         engine.kv_cache_bytes(r.params.num_return_sequences, *length) > engine.max_kv_cache_bytes())
       return invalid_argument("cache: n × (prompt + max_tokens) needs a KV cache of " +
@@ -207,17 +306,17 @@ struct HttpServer::Impl {
       case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
       case SubmitResult::kTooLarge: {
         ApiError e;
-        e.param = "n";
+        e.param = r.n > 1 ? "n" : "max_tokens";
         e.message = "n × (prompt + max_tokens) exceeds the server's batch limits (--max-batch " +
                     std::to_string(options.scheduler.max_batch_rows) + " rows, " +
                     std::to_string(options.scheduler.max_batch_positions) + " positions)";
         return send_error(res, e);
       }
     }
-    const int fd = find_connection_fd(req);
+    PeerWatch peer(find_connection_fd(req));
     // Wait in the queue (watching the client), so that a queue timeout is still a 503.
     while (!job->wait_admitted(100ms)) {
-      if (peer_closed(fd)) {
+      if (peer.gone()) {
         job->cancel();
         metrics.on_disconnect();
         res.status = 499;  // nobody reads it
@@ -228,24 +327,25 @@ struct HttpServer::Impl {
                       r.model.empty() ? options.model_name : r.model};
     JobResult early;
     if (job->wait(0ms, nullptr, &early) && !early.status.ok()) {
-      if (early.queue_timeout) {
-        metrics.on_rejected();
-        return send_error(res, overloaded(early.status.message()));
-      }
-      return send_error(res, api_error(early.status));
+      if (early.queue_timeout || early.unavailable) metrics.on_rejected();
+      return send_error(res, job_error(early));
     }
+    if (r.stream && peer.half_closed()) return stream_direct(res, peer.fd(), std::move(r), job, meta, prompt_tokens);
     if (r.stream) return stream(res, std::move(r), job, meta, prompt_tokens);
 
     JobResult result;
     while (!job->wait(200ms, nullptr, &result)) {
-      if (peer_closed(fd)) {
+      if (peer.gone()) {
         job->cancel();
         metrics.on_disconnect();
         res.status = 499;
         return;
       }
     }
-    if (!result.status.ok()) return send_error(res, api_error(result.status));
+    if (!result.status.ok()) {
+      send_error(res, job_error(result));
+      return peer.answer_if_half_closed(res);
+    }
     std::vector<Choice> choices;
     for (const auto& gen : result.generated) {
       RowText t = row_text(gen);
@@ -266,6 +366,7 @@ struct HttpServer::Impl {
                       {"run_ms", result.run_ms},
                       {"stopped_early", result.stopped_early}};
     send_json(res, 200, response_json(endpoint, meta, choices, prompt_tokens, ext));
+    peer.answer_if_half_closed(res);
   }
 
   struct StreamState {
@@ -280,7 +381,8 @@ struct HttpServer::Impl {
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
   };
 
-  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
+  static std::shared_ptr<StreamState> stream_state(ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
+                                                   int64_t prompt_tokens) {
     auto st = std::make_shared<StreamState>();
     const size_t n = static_cast<size_t>(r.n);
     st->request = std::move(r);
@@ -290,8 +392,44 @@ struct HttpServer::Impl {
     st->sent.assign(n, "");
     st->finished.assign(n, "");
     st->tokens.assign(n, 0);
+    return st;
+  }
+
+  // The stream of a client that shut down its sending side (httplib 0.11 will not write to it): the same
+  // events, written here as a chunked response on the socket (httplib's own write then fails quietly).
+  void stream_direct(httplib::Response& res, int fd, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
+                     int64_t prompt_tokens) {
+    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
+    ++open_streams;
+    bool alive = send_raw(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                              "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n");
+    bool ended = false;
+    httplib::DataSink sink;
+    sink.write = [&](const char* data, size_t size) {
+      char len[32];
+      std::snprintf(len, sizeof(len), "%zx\r\n", size);
+      return alive = alive && send_raw(fd, len + std::string(data, size) + "\r\n");
+    };
+    sink.done = [&] {
+      ended = true;
+      alive = alive && send_raw(fd, "0\r\n\r\n");
+    };
+    sink.is_writable = [&] { return alive; };
+    while (alive && !ended && stream_some(*st, sink)) {
+    }
+    if (!st->done) {
+      st->job->cancel();
+      metrics.on_disconnect();
+    }
+    --open_streams;
+    res.status = 200;
+  }
+
+  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
+    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
+    ++open_streams;
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
@@ -300,6 +438,7 @@ struct HttpServer::Impl {
             st->job->cancel();
             metrics.on_disconnect();
           }
+          --open_streams;
         });
   }
 
@@ -347,7 +486,7 @@ struct HttpServer::Impl {
     bool all_finished = std::all_of(st.finished.begin(), st.finished.end(), [](const std::string& s) { return !s.empty(); });
     if (finished) {
       if (!result.status.ok() && !all_finished) {
-        out += sse_event(api_error(result.status).to_json());
+        out += sse_event(job_error(result).to_json());
       } else {
         for (size_t i = 0; i < result.generated.size() && i < st.finished.size(); ++i)
           advance(i, result.generated[i], true);
@@ -385,8 +524,23 @@ struct HttpServer::Impl {
     http.set_write_timeout(options.io_timeout_s, 0);
     const int threads = options.http_threads;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    // httplib sets SO_REUSEPORT, which lets a second server listen on the same port and share its
+    // connections: SO_REUSEADDR alone still rebinds over TIME_WAIT but refuses a port in use.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       metrics.on_request();
+      if (auto bad = bad_framing(req, options.max_body_bytes)) {  // before httplib reads the body
+        ApiError e;
+        e.http_status = bad->first;
+        e.param = bad->first == 413 ? "body" : "Content-Length";
+        e.message = bad->second;
+        send_error(res, e);
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.on_response(res.status); });
@@ -429,7 +583,7 @@ struct HttpServer::Impl {
                 json{{"object", "list"},
                      {"data", json::array({json{{"id", options.model_name},
                                                 {"object", "model"},
-                                                {"created", 0},
+                                                {"created", started},
                                                 {"owned_by", "diffucoder.cpp"}}})}});
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
@@ -441,6 +595,8 @@ struct HttpServer::Impl {
     http.Get("/", [this](const httplib::Request&, httplib::Response& s) {
       s.set_content(std::string(web_page()), "text/html; charset=utf-8");
     });
+    // Browsers ask for it on every page load: no icon, and no 404 in their console.
+    http.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& s) { s.status = 204; });
   }
 };
 
@@ -478,6 +634,12 @@ Status HttpServer::bind() {
 void HttpServer::run() { impl_->http.listen_after_bind(); }
 
 void HttpServer::stop() {
+  // Finish every job first (an error for the unfinished ones), so that open streams end with an error
+  // event and `data: [DONE]` rather than being cut; then close the listener and the connections.
+  impl_->scheduler->stop();
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
   if (impl_->http.is_running()) impl_->http.stop();
 }
 

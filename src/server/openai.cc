@@ -14,6 +14,9 @@ std::string type_name(const json& v) { return v.is_null() ? "null" : v.type_name
 
 Result<int64_t> get_int(const json& body, const std::string& field, int64_t lo, int64_t hi) {
   const json& v = body[field];
+  if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
+      std::fabs(v.get<double>()) >= 9.2e18)  // an integer too large for the JSON parser's 64 bits
+    return field_error(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
   if (!v.is_number_integer()) return field_error(field, "must be an integer, got " + type_name(v));
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
     return field_error(field, "is out of range");
@@ -88,7 +91,7 @@ Status parse_messages(const json& v, ApiRequest& r) {
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";  // OpenAI's newer name for the system role
     if (role != "system" && role != "user" && role != "assistant")
-      return field_error(where + ".role", "must be system, user or assistant, got '" + role + "'");
+      return field_error(where + ".role", "must be system, developer, user or assistant, got '" + role + "'");
     std::string content;
     const json& c = m.contains("content") ? m["content"] : json();
     if (c.is_string()) {
@@ -166,8 +169,30 @@ ApiError api_error(const Status& status) {
 
 Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text, const SamplingParams& base,
                                  const RequestLimits& limits) {
-  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return parse_error("body: not valid JSON");
+  if (const size_t nul = body_text.find('\0'); nul != std::string::npos)
+    return parse_error("body: not valid JSON (a NUL byte at byte " + std::to_string(nul) + ")");
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::exception& e) {  // the parser's message names the position and what it read there
+    std::string what = e.what();
+    if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    // A number past double's range (1e400) is valid JSON the parser cannot hold: name its field.
+    static const std::string kOverflow = "number overflow parsing '";
+    if (const size_t o = what.find(kOverflow); o != std::string::npos) {
+      const std::string literal = what.substr(o + kOverflow.size(), what.find('\'', o + kOverflow.size()) - o - kOverflow.size());
+      const size_t at = literal.empty() ? std::string::npos : body_text.find(literal);
+      const size_t colon = at == std::string::npos ? at : body_text.rfind(':', at);
+      const size_t close = colon == std::string::npos ? colon : body_text.rfind('"', colon);
+      const size_t open = close == std::string::npos || close == 0 ? std::string::npos : body_text.rfind('"', close - 1);
+      if (open != std::string::npos) {
+        const std::string field = body_text.substr(open + 1, close - open - 1);
+        if (!field.empty() && field.find_first_of(" \\\"") == std::string::npos)
+          return invalid_argument(field + ": the number " + literal + " is out of range");
+      }
+    }
+    return parse_error("body: not valid JSON (" + what + ")");
+  }
   if (!body.is_object()) return parse_error("body: must be a JSON object, got " + type_name(body));
   DC_RETURN_IF_ERROR(refuse_unsupported(body, endpoint));
 
@@ -204,8 +229,10 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
   }
   DC_RETURN_IF_ERROR(read_float(body, "temperature", 0.0, 2.0, p.temperature));
   if (present(body, "top_p")) {
-    DC_ASSIGN_OR_RETURN(double t, get_number(body, "top_p", 0.0, 1.0));
-    if (t <= 0.0) return field_error("top_p", "must be in (0, 1], got " + body["top_p"].dump());
+    const json& v = body["top_p"];
+    if (!v.is_number()) return field_error("top_p", "must be a number, got " + type_name(v));
+    const double t = v.get<double>();
+    if (!(t > 0.0 && t <= 1.0)) return field_error("top_p", "must be in (0, 1], got " + v.dump());
     p.top_p = static_cast<float>(t);
   }
   if (present(body, "top_k")) {
@@ -218,6 +245,8 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
   p.num_return_sequences = r.n;
   if (present(body, "seed")) {
     const json& v = body["seed"];
+    if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()))
+      return field_error("seed", "is out of range: must be an integer in [-2^63, 2^64), got " + v.dump());
     if (!v.is_number_integer()) return field_error("seed", "must be an integer, got " + type_name(v));
     p.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
   }

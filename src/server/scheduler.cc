@@ -3,6 +3,8 @@
 // logits back, steps every decoder, publishes snapshots and retires finished, stopped or cancelled jobs.
 #include "server/scheduler.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -204,12 +206,20 @@ bool Scheduler::admit(std::vector<Active>& active) {
     GenerateHooks hooks;
     hooks.pool = pool_;  // set per step in step_batch()
     const bool cached = job->params().cache != CacheMode::kNone;
-    Result<Decoder> decoder = cached && !make_cached_fn_
-                                  ? Result<Decoder>(unimplemented("cache: this server runs without the KV cache"))
-                                  : start_decoder(n_vocab_, job->prompt(), job->params(), hooks);
+    bool unavailable = false;
+    Result<Decoder> decoder = unimplemented("cache: this server runs without the KV cache");
+    if (!cached || make_cached_fn_) {
+      try {
+        decoder = start_decoder(n_vocab_, job->prompt(), job->params(), hooks);
+      } catch (const std::bad_alloc&) {
+        decoder = resource_exhausted("out of memory while starting the generation; retry later or ask for fewer tokens");
+        unavailable = true;
+      }
+    }
     if (!decoder.ok()) {
       JobResult r;
       r.status = decoder.status();
+      r.unavailable = unavailable;
       r.queue_ms = ms_between(job->submitted_, job->admitted_);
       job->finish(std::move(r));
       continue;
@@ -230,21 +240,29 @@ void Scheduler::run() {
   std::vector<Active> active;
   while (admit(active)) {
     if (active.empty()) continue;
+    // The engine thread must outlive any one request: memory running out fails the jobs of this batch
+    // (503), not the process.
     try {
       step_batch(active);
     } catch (const std::bad_alloc&) {  // the merged batch, the logits, a decoder's buffers or the model's
       for (Active& a : active) {
         JobResult r;
         r.status = resource_exhausted("server: out of memory while stepping a batch of " +
-                                      std::to_string(active.size()) + " jobs; retry with fewer tokens");
+                                      std::to_string(active.size()) + " jobs; retry later or ask for fewer tokens or rows");
+        r.unavailable = true;
         a.job->finish(std::move(r));
       }
       active.clear();
+    }
+    if (active.empty()) {  // idle: hand the step buffers of the last batch back to the system
+      std::vector<float>().swap(logits_);
+      malloc_trim(0);
     }
   }
   for (Active& a : active) {
     JobResult r;
     r.status = internal_error("server: shutting down");
+    r.unavailable = true;
     a.job->finish(std::move(r));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -317,6 +335,7 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
+      r.model_error = true;
       retire(active, i, std::move(r));
     }
   }
@@ -334,6 +353,7 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
     if (!st.ok()) {
       JobResult r;
       r.status = st.with_context("forward");
+      r.model_error = true;
       retire(active, forward_jobs[0], std::move(r));
       return false;
     }
@@ -362,6 +382,7 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
       for (size_t k = forward_jobs.size(); k-- > 0;) {
         JobResult r;
         r.status = st.with_context("forward");
+        r.model_error = true;
         retire(active, forward_jobs[k], std::move(r));
       }
       return false;
@@ -407,6 +428,7 @@ void Scheduler::publish_and_retire(std::vector<Active>& active, const std::vecto
     if (!statuses[i].ok()) {
       JobResult r;
       r.status = statuses[i];
+      r.model_error = true;  // the sampler refused the model's logits (non-finite values)
       retire(active, i, std::move(r));
       continue;
     }

@@ -33,6 +33,8 @@ struct JobSnapshot {
 struct JobResult {
   Status status;                                 // ok, or why the job failed
   bool queue_timeout = false;                    // waited longer than max_queue_seconds (→ 503)
+  bool unavailable = false;                      // memory ran out on the engine thread, or the server stopped (→ 503)
+  bool model_error = false;                      // the forward or the sampler failed, e.g. NaN logits (→ 500)
   bool stopped_early = false;                    // every row had a stop id in its final prefix
   std::vector<std::vector<int32_t>> generated;   // [n_rows][max_new_tokens] (masks left when stopped early)
   GenerateTimings timings;
@@ -134,7 +136,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
-  std::vector<float> logits_;  // [n_out, n_vocab] of the last batched forward; engine thread only
+  std::vector<float> logits_;  // [n_out, n_vocab] of the last batched forward; engine thread only; freed when idle
   std::thread thread_;
 };
 

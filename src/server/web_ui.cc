@@ -102,7 +102,12 @@ async function generate() {
     }
   }
 }
-$('go').addEventListener('click', () => { document.body.dataset.done = ''; generate().catch((e) => { $('error').textContent = String(e); }); });
+// One generation at a time: a second click would start a second stream into the same canvas.
+$('go').addEventListener('click', () => {
+  if ($('go').disabled) return;
+  $('go').disabled = true; document.body.dataset.done = '';
+  generate().catch((e) => { $('error').textContent = String(e); }).finally(() => { $('go').disabled = false; });
+});
 </script>
 </body>
 </html>

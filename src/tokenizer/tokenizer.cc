@@ -2,6 +2,8 @@
 // UTF-8) of a loaded Tokenizer; loading lives in tokenizer_load.cc.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace dc {
@@ -82,6 +84,12 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 std::optional<std::string_view> Tokenizer::id_to_token(int32_t id) const {
   if (id < 0 || id >= vocab_size() || !(flags_[id] & kPresent)) return std::nullopt;
   return text_of(id);
+}
+
+int64_t Tokenizer::max_token_bytes() const {
+  int64_t longest = 1;
+  for (const TokenSpan& span : spans_) longest = std::max<int64_t>(longest, span.bytes_size);
+  return longest;
 }
 
 bool Tokenizer::is_special(int32_t id) const {

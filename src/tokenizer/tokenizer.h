@@ -52,6 +52,9 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
   // True when `id` is an added token marked special.
   bool is_special(int32_t id) const;
+  // The longest token in bytes (at least 1): a text of n bytes encodes to at least n / max_token_bytes()
+  // ids, which bounds a prompt's length before it is tokenised.
+  int64_t max_token_bytes() const;
 
  private:
   enum : uint8_t { kPresent = 1, kSpecial = 2 };

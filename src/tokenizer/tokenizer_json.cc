@@ -50,6 +50,7 @@ class Handler {
   }
 
   bool start_object(std::size_t) {
+    if (!depth_ok()) return false;
     if (streaming_key("vocab")) {
       out_->has_vocab = true;
       stack_.push_back(Frame{Kind::kVocab, nullptr, {}});
@@ -58,6 +59,7 @@ class Handler {
     return open(Json::object());
   }
   bool start_array(std::size_t) {
+    if (!depth_ok()) return false;
     if (streaming_key("merges")) {
       out_->has_merges = true;
       stack_.push_back(Frame{Kind::kMerges, nullptr, {}});
@@ -93,6 +95,13 @@ class Handler {
   };
 
   static uint32_t pool_size(const std::string& pool) { return static_cast<uint32_t>(pool.size()); }
+
+  bool depth_ok() {
+    if (stack_.size() < static_cast<size_t>(kMaxTokenizerJsonDepth)) return true;
+    error_ = "arrays and objects nest deeper than " + std::to_string(kMaxTokenizerJsonDepth) +
+             " levels (a tokenizer.json needs a handful); the file is not a tokenizer";
+    return false;
+  }
 
   bool in(Kind kind) const { return !stack_.empty() && stack_.back().kind == kind; }
 
@@ -160,6 +169,9 @@ class Handler {
 }  // namespace
 
 Result<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::string& source) {
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return parse_error(source + ": not valid JSON (a NUL byte at byte " + std::to_string(nul) + ")");
+  }
   TokenizerJson out;
   Handler handler(&out);
   bool ok = false;

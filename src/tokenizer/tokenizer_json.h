@@ -41,8 +41,13 @@ struct TokenizerJson {
   }
 };
 
-// Parses `text`. ParseError naming `source`, the byte offset and the field for malformed JSON or a
-// vocab / merges entry of the wrong type.
+// The limits of a tokenizer.json (checked before anything is built from it): nesting of arrays and
+// objects (the Qwen2 file nests 5 deep) and the file size (Qwen2: 7 MB).
+inline constexpr int kMaxTokenizerJsonDepth = 64;
+inline constexpr int64_t kMaxTokenizerJsonBytes = int64_t{512} << 20;
+
+// Parses `text`. ParseError naming `source`, the byte offset and the field for malformed JSON, a NUL
+// byte, nesting deeper than kMaxTokenizerJsonDepth, or a vocab / merges entry of the wrong type.
 Result<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::string& source);
 
 }  // namespace dc

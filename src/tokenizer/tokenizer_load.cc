@@ -1,5 +1,9 @@
 // Loading a Hugging Face tokenizer.json into a Tokenizer: field-by-field validation with messages
 // that name the file and the JSON field, and rejection of configurations this engine does not run.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -370,17 +374,37 @@ Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const st
 }
 
 Result<Tokenizer> Tokenizer::from_file(const std::string& tokenizer_json_path) {
-  std::FILE* f = std::fopen(tokenizer_json_path.c_str(), "rb");
-  if (f == nullptr) {
+  // O_NONBLOCK: a FIFO must not block the open; only regular files up to the limit are read.
+  const int fd = ::open(tokenizer_json_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
     return not_found(tokenizer_json_path + ": cannot open the tokenizer file (" + std::strerror(errno) + "); check the path");
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument(tokenizer_json_path + ": not a regular file (a directory or device?); pass tokenizer.json");
+  }
+  if (st.st_size > kMaxTokenizerJsonBytes) {
+    ::close(fd);
+    return out_of_range(tokenizer_json_path + ": " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                        std::to_string(kMaxTokenizerJsonBytes) + " for a tokenizer.json");
   }
   std::string text;
   char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
+  bool failed = false;
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) failed = true;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (static_cast<int64_t>(text.size()) > kMaxTokenizerJsonBytes) break;  // the file grew while read
+  }
+  ::close(fd);
   if (failed) return io_error(tokenizer_json_path + ": reading the tokenizer file failed");
+  if (static_cast<int64_t>(text.size()) > kMaxTokenizerJsonBytes)
+    return out_of_range(tokenizer_json_path + ": larger than the limit of " + std::to_string(kMaxTokenizerJsonBytes) +
+                        " bytes for a tokenizer.json");
   return from_json_text(text, tokenizer_json_path);
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/mapped_file.h"
 #include "tokenizer/chat.h"
 #include "train/rng.h"
 
@@ -42,9 +43,24 @@ Result<std::string> string_field(const Json& j, const char* key, const std::stri
   return it->get<std::string>();
 }
 
+// A text of more than this many bytes encodes to more than seq_len tokens (a token has at most
+// max_token_bytes bytes), so a longer prompt cannot fit and a longer completion is cut anyway.
+int64_t fit_bytes(const Tokenizer& tok, const DataOptions& o) { return o.seq_len * tok.max_token_bytes(); }
+
+// `text` cut to at most 2 · fit_bytes bytes at a UTF-8 character boundary: the tokens of its first
+// seq_len positions are those of the whole text (the margin keeps the cut far from them).
+std::string_view cut_long_text(std::string_view text, int64_t fit) {
+  const size_t keep = static_cast<size_t>(2 * fit);
+  if (text.size() <= keep) return text;
+  size_t end = keep;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 Status load_jsonl(const std::string& path, const Tokenizer& tok, const DataOptions& o, Dataset& ds) {
-  std::ifstream in(path);
-  if (!in) return io_error("cannot open " + path);
+  DC_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, kMaxTrainDataBytes));
+  std::istringstream in(text);
+  const int64_t fit = fit_bytes(tok, o);
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
@@ -84,9 +100,13 @@ Status load_jsonl(const std::string& path, const Tokenizer& tok, const DataOptio
         completion += "<|im_end|>";
       }
     }
+    if (static_cast<int64_t>(prompt.size()) > fit) {  // cannot fit the canvas: skipped, as add_canvas would
+      ++ds.n_skipped;
+      continue;
+    }
     auto p = tok.encode(prompt);
     if (!p.ok()) return invalid_argument(where + ": " + p.status().message());
-    auto c = tok.encode(completion);
+    auto c = tok.encode(cut_long_text(completion, fit));
     if (!c.ok()) return invalid_argument(where + ": " + c.status().message());
     add_canvas(*p, *c, o, ds);
   }
@@ -94,11 +114,8 @@ Status load_jsonl(const std::string& path, const Tokenizer& tok, const DataOptio
 }
 
 Status load_text(const std::string& path, const Tokenizer& tok, const DataOptions& o, Dataset& ds) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto ids = tok.encode(ss.str());
+  DC_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, kMaxTrainDataBytes));
+  auto ids = tok.encode(text);
   if (!ids.ok()) return invalid_argument(path + ": " + ids.status().message());
   const int64_t L = o.seq_len;
   for (int64_t b = 0; b + L <= static_cast<int64_t>(ids->size()); b += L) {
@@ -114,6 +131,8 @@ Status load_text(const std::string& path, const Tokenizer& tok, const DataOption
 
 Result<Dataset> load_dataset(const std::string& path, const Tokenizer& tokenizer, const DataOptions& o) {
   if (o.seq_len < 2) return invalid_argument("--seq-len must be at least 2");
+  if (o.seq_len > kMaxTrainSeqLen)
+    return invalid_argument("--seq-len must be at most " + std::to_string(kMaxTrainSeqLen));
   Dataset ds;
   if (ends_with(path, ".jsonl") || ends_with(path, ".json")) {
     DC_RETURN_IF_ERROR(load_jsonl(path, tokenizer, o, ds));

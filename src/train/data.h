@@ -12,6 +12,10 @@
 
 namespace dc::train {
 
+// Limits of training data (README "Limits"): the --data file's size (read whole) and the canvas length.
+inline constexpr int64_t kMaxTrainDataBytes = int64_t{1} << 30;
+inline constexpr int64_t kMaxTrainSeqLen = int64_t{1} << 20;
+
 struct DataOptions {
   int64_t seq_len = 256;     // canvas length L
   int32_t pad_token_id = 0;  // fills SFT canvases (DiffuCoder-Instruct: <|dlm_pad|>); scored like completion

@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
 
 #include "io/atomic_dir.h"
@@ -61,6 +63,48 @@ std::string options_fingerprint(const TrainOptions& o) {
      << " instruct=" << o.instruct_template;
   if (o.precision == MatmulPrecision::kBF16) os << " precision=bf16";  // f32 runs keep their old fingerprint
   return os.str();
+}
+
+// The "key=value" fields of a fingerprint (values may hold spaces: a word without '=' continues the last).
+std::vector<std::pair<std::string, std::string>> fingerprint_fields(const std::string& fingerprint) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::istringstream in(fingerprint);
+  std::string word;
+  while (in >> word) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      if (!fields.empty()) fields.back().second += " " + word;
+    } else {
+      fields.emplace_back(word.substr(0, eq), word.substr(eq + 1));
+    }
+  }
+  return fields;
+}
+
+// Compares the saved and current options of a resumed run. Only `steps` may grow (the run is extended);
+// any other difference is an error naming each option with its saved and current value.
+Status compare_fingerprints(const std::string& saved, const std::string& now, const std::string& latest,
+                            std::string* note) {
+  const auto a = fingerprint_fields(saved), b = fingerprint_fields(now);
+  std::map<std::string, std::string> was(a.begin(), a.end());
+  std::string diffs;
+  for (const auto& [key, value] : b) {
+    const auto it = was.find(key);
+    const std::string old = it == was.end() ? "(none)" : it->second;
+    if (old == value) continue;
+    if (key == "steps" && it != was.end() && std::atoll(value.c_str()) >= std::atoll(old.c_str())) {
+      *note = "train: --steps raised from " + old + " to " + value + "; a linear or cosine learning-rate schedule "
+              "is stretched to the new length from here";
+      continue;
+    }
+    diffs += "\n  " + key + ": saved " + old + ", now " + value;
+  }
+  const std::map<std::string, std::string> is(b.begin(), b.end());
+  for (const auto& [key, value] : a)  // an option the run had and the current one lacks (precision=bf16)
+    if (is.find(key) == is.end()) diffs += "\n  " + key + ": saved " + value + ", now (none)";
+  if (diffs.empty()) return Status::ok_status();
+  return invalid_argument("--resume: these options differ from those of " + latest + " (pass the saved values, or "
+                          "--force to start over):" + diffs);
 }
 
 }  // namespace
@@ -143,10 +187,10 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
   if (o.resume && !latest.empty()) {
     TrainState saved;
     DC_RETURN_IF_ERROR(load_train_state(latest, t->m_, t->v_, saved));
-    if (saved.options != t->state_.options)
-      return invalid_argument("--resume: the options differ from those of " + latest + "\n  saved: " + saved.options +
-                              "\n  now:   " + t->state_.options);
+    DC_RETURN_IF_ERROR(compare_fingerprints(saved.options, t->state_.options, latest, &t->resume_note_));
+    const std::string options = t->state_.options;
     t->state_ = saved;
+    t->state_.options = options;  // the next checkpoint records the current --steps
   }
 
   for (const TrainSequence& seq : data.sequences)

@@ -97,6 +97,8 @@ class Trainer {
   const Dataset& dataset() const { return data_; }
   const ModelParams& params() const { return params_; }
   const std::vector<StepStats>& history() const { return history_; }
+  // After a --resume that raised --steps: a line saying so (the LR schedule is stretched); else "".
+  const std::string& resume_note() const { return resume_note_; }
 
  private:
   Trainer() = default;
@@ -116,6 +118,7 @@ class Trainer {
   Activations acts_;
   MixedPrecisionWeights mixed_;  // the bf16 copies of this step (precision kBF16)
   TrainState state_;
+  std::string resume_note_;
   std::vector<StepStats> history_;
 };
 

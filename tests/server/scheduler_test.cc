@@ -3,8 +3,11 @@
 // checkpoint; cancellation frees rows; queue limits, queue timeouts and early stops.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 
 #include "engine/engine.h"
 #include "fixtures.h"
@@ -335,6 +338,48 @@ TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
   auto job = std::make_shared<Job>(cases[0].prompt, cases[0].params, std::vector<int32_t>{}, false);
   ASSERT_EQ(plain.submit(job), SubmitResult::kOk);
   EXPECT_EQ(wait_result(*job).status.code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace dc::server
+
+namespace dc::server {
+namespace {
+
+// Issue 23, items 1 and 14: memory running out on the engine thread fails that batch's jobs as
+// `unavailable` (503) and the thread serves the next job; NaN logits fail a job as a model error (500).
+TEST(Scheduler, OutOfMemoryAndModelErrorsFailTheJobNotTheThread) {
+  dc::testing::FakeModel model(kVocab, fake_row);
+  LogitsFn good = model.logits_fn();
+  std::atomic<int> calls{0};
+  LogitsFn flaky = [&](const ForwardBatch& batch, float* logits) -> Status {
+    const int call = calls++;
+    if (call == 0) throw std::bad_alloc();
+    if (call == 1) {
+      for (int64_t i = 0; i < batch.n_out * kVocab; ++i) logits[i] = std::nanf("");
+      return Status::ok_status();
+    }
+    return good(batch, logits);
+  };
+  Scheduler scheduler(flaky, kVocab, nullptr, SchedulerOptions{}, nullptr);
+  SamplingParams p = base_params();
+  p.max_new_tokens = 4;
+  p.steps = 4;
+  p.alg = Algorithm::kEntropy;
+  auto a = std::make_shared<Job>(std::vector<int32_t>{1, 2}, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(a), SubmitResult::kOk);
+  const JobResult ra = wait_result(*a);
+  EXPECT_FALSE(ra.status.ok());
+  EXPECT_TRUE(ra.unavailable) << ra.status.to_string();
+  auto b = std::make_shared<Job>(std::vector<int32_t>{3}, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(b), SubmitResult::kOk);
+  const JobResult rb = wait_result(*b);
+  EXPECT_FALSE(rb.status.ok());
+  EXPECT_TRUE(rb.model_error) << rb.status.to_string();
+  EXPECT_FALSE(rb.unavailable);
+  auto c = std::make_shared<Job>(std::vector<int32_t>{4}, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(c), SubmitResult::kOk);
+  EXPECT_TRUE(wait_result(*c).status.ok()) << "the engine thread still serves";
 }
 
 }  // namespace

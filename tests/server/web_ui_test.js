@@ -19,6 +19,8 @@ const { chromium } = require(path.resolve(arg('--npm'), 'playwright-core'));
   try {
     browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
     const page = await browser.newPage();
+    const notFound = [];  // issue 23: no 404 on load (the browser's favicon request)
+    page.on('response', (r) => { if (r.status() === 404) notFound.push(r.url()); });
     await page.goto(`http://127.0.0.1:${server.port}/`);
     await page.fill('#max_tokens', '8');
     await page.fill('#steps', '4');
@@ -26,9 +28,17 @@ const { chromium } = require(path.resolve(arg('--npm'), 'playwright-core'));
       window.maskCounts = [];
       new MutationObserver(() => window.maskCounts.push(document.querySelectorAll('#canvas .mask').length))
         .observe(document.getElementById('canvas'), { childList: true });
+      window.goDisabled = [];  // the Generate button while a generation streams
+      new MutationObserver(() => window.goDisabled.push(document.getElementById('go').disabled))
+        .observe(document.getElementById('go'), { attributes: true });
     });
     await page.click('#go');
     await page.waitForSelector('body[data-done="1"]', { timeout: 60000 });
+    await page.waitForSelector('#go:not([disabled])', { timeout: 10000 });
+    const goDisabled = await page.evaluate(() => window.goDisabled);
+    check(goDisabled[0] === true && goDisabled[goDisabled.length - 1] === false,
+      'Generate disabled while streaming, then enabled, got ' + JSON.stringify(goDisabled));
+    check(notFound.length === 0, 'no 404 while loading the page, got ' + JSON.stringify(notFound));
     const counts = await page.evaluate(() => window.maskCounts);
     const status = await page.textContent('#status');
     const error = await page.textContent('#error');

@@ -1,0 +1,303 @@
+// Issue 23 "Hostile input", server side: the real server on a free loopback port answers what a client can
+// send with a clean status (4xx bad request, 503 cannot run now, 500 model failure), never a crash, and
+// ends streams, idles and shuts down cleanly. Sizes stay small: the refusals happen before allocation.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "engine/engine.h"
+#include "fixtures.h"
+#include "server/http.h"
+
+namespace dc::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string tiny_model_dir() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
+
+// A server running on its own thread until stop() or destruction.
+class Running {
+ public:
+  Running(Engine& engine, ServerOptions options) : server_(engine, std::move(options)) {
+    const Status st = server_.bind();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    thread_ = std::thread([this] { server_.run(); });
+    httplib::Client c("127.0.0.1", port());
+    for (int i = 0; i < 200; ++i) {
+      if (auto r = c.Get("/health"); r && r->status == 200) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ~Running() { stop(); }
+  void stop() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return server_.port(); }
+
+ private:
+  HttpServer server_;
+  std::thread thread_;
+};
+
+ServerOptions test_options() {
+  ServerOptions o;
+  o.port = 0;
+  o.model_name = "tiny";
+  o.io_timeout_s = 2;
+  o.limits.max_tokens = 100000;  // as `serve --max-tokens 100000` in the issue
+  return o;
+}
+
+class HostileHttp : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dc::testing::load_manifest();
+    auto e = Engine::load({tiny_model_dir(), "", 2});
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    engine_ = std::move(*e).release();
+  }
+  static void TearDownTestSuite() { delete engine_; }
+  static Engine* engine_;
+};
+Engine* HostileHttp::engine_ = nullptr;
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  timeval tv{20, 0};  // no test waits on a socket longer than this
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+void send_all(int fd, const std::string& s) {
+  ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+}
+
+// Everything the server sends until it closes the connection (or the 20 s receive timeout).
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+std::string post_request(const std::string& body, const std::string& extra_headers = "") {
+  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+json error_of(const httplib::Result& r) { return json::parse(r->body)["error"]; }
+
+// Item 1: 60000 tokens in one step would need ~34 GiB of logits: refused before allocating, server lives.
+TEST_F(HostileHttp, OversizedGenerationIsRefusedAndTheServerLives) {
+  Running s(*engine_, test_options());
+  httplib::Client c("127.0.0.1", s.port());
+  auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 60000, "steps": 1})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(error_of(r)["param"], "max_tokens") << r->body;
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("GiB of logits"), std::string::npos) << r->body;
+  r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// Item 11: a second server cannot take a port that is in use.
+TEST_F(HostileHttp, OccupiedPortIsRefused) {
+  Running first(*engine_, test_options());
+  ServerOptions o = test_options();
+  o.port = first.port();
+  HttpServer second(*engine_, o);
+  const Status st = second.bind();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(std::to_string(first.port())), std::string::npos) << st.message();
+}
+
+// Item 12: stopping the server (SIGTERM in `serve`) ends an open stream with an error event and [DONE].
+TEST_F(HostileHttp, StopEndsOpenStreamsCleanly) {
+  Running s(*engine_, test_options());
+  const int fd = connect_to(s.port());
+  send_all(fd, post_request(R"({"prompt": "x", "max_tokens": 512, "stream": true})"));
+  char first[64];
+  ASSERT_GT(recv(fd, first, sizeof(first), 0), 0);  // the stream has started
+  std::thread stopper([&] { s.stop(); });
+  const std::string rest = read_all(fd);
+  stopper.join();
+  close(fd);
+  EXPECT_NE(rest.find("\"error\""), std::string::npos) << rest.substr(0, 2000);
+  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos) << rest.substr(rest.size() > 2000 ? rest.size() - 2000 : 0);
+}
+
+int64_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Item 13: after a large request the idle server hands its step buffers back.
+TEST_F(HostileHttp, IdleServerGivesMemoryBack) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer keeps freed memory in its quarantine";
+#endif
+  Running s(*engine_, test_options());
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(120, 0);
+  const int64_t before = rss_bytes();
+  // 2 rows × 384 masked positions × 152064 × 4 B ≈ 450 MB of logits at the first step.
+  auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 384, "steps": 2, "n": 2})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::this_thread::sleep_for(300ms);
+  const int64_t after = rss_bytes();
+  EXPECT_LT(after - before, int64_t{150} << 20) << "RSS before " << before << ", after " << after;
+}
+
+// A copy of the tiny model whose final norm weights are NaN (its logits are then NaN).
+fs::path nan_model() {
+  const fs::path dir = fs::temp_directory_path() / ("dc_nan_model_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(tiny_model_dir(), dir, fs::copy_options::recursive);
+  std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const json h = json::parse(header);
+  const json& t = h.at("model.norm.weight");
+  const size_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+  const std::string dtype = t["dtype"];
+  std::string bytes;
+  for (size_t i = begin; i < end;) {
+    if (dtype == "F32") bytes += std::string("\x00\x00\xc0\x7f", 4), i += 4;
+    else if (dtype == "BF16") bytes += std::string("\xc0\x7f", 2), i += 2;
+    else bytes += std::string("\x00\x7e", 2), i += 2;  // F16
+  }
+  f.seekp(static_cast<std::streamoff>(8 + n + begin));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return dir;
+}
+
+// Item 14: a model failure (NaN logits) is a 500 server error, not a 400.
+TEST_F(HostileHttp, ModelFailureIs500) {
+  const fs::path dir = nan_model();
+  auto e = Engine::load({dir.string(), "", 2});
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  Running s(**e, test_options());
+  httplib::Client c("127.0.0.1", s.port());
+  auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 4})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  EXPECT_EQ(error_of(r)["type"], "server_error") << r->body;
+  s.stop();
+  fs::remove_all(dir);
+}
+
+// Item 16: a client that shuts down its sending side after the request still gets the answer.
+TEST_F(HostileHttp, HalfClosedClientGetsItsAnswer) {
+  Running s(*engine_, test_options());
+  const int fd = connect_to(s.port());
+  send_all(fd, post_request(R"({"prompt": "x", "max_tokens": 16})"));
+  shutdown(fd, SHUT_WR);
+  const std::string response = read_all(fd);
+  close(fd);
+  EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
+  EXPECT_NE(response.find("\"choices\""), std::string::npos) << response;
+  // The same for a stream: every event, then [DONE].
+  const int sfd = connect_to(s.port());
+  send_all(sfd, post_request(R"({"prompt": "x", "max_tokens": 16, "stream": true})"));
+  shutdown(sfd, SHUT_WR);
+  const std::string stream = read_all(sfd);
+  close(sfd);
+  EXPECT_NE(stream.find("HTTP/1.1 200"), std::string::npos) << stream;
+  EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos) << stream;
+  EXPECT_NE(stream.find("data: [DONE]"), std::string::npos) << stream;
+}
+
+// Item 17: a body whose length is ambiguous or not a number is refused at once (not after a timeout).
+TEST_F(HostileHttp, AmbiguousContentLengthIsRefusedAtOnce) {
+  Running s(*engine_, test_options());
+  const std::string body = R"({"prompt": "x", "max_tokens": 2})";
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  const std::string cases[] = {
+      head + "Content-Length: " + std::to_string(body.size()) + "\r\nContent-Length: 5\r\n\r\n" + body,
+      head + "Content-Length: -1\r\n\r\n" + body,
+      head + "Content-Length: 99999999999999999999\r\n\r\n" + body,
+  };
+  for (const std::string& request : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int fd = connect_to(s.port());
+    send_all(fd, request);
+    char buf[2048];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    close(fd);
+    ASSERT_GT(n, 0) << request;
+    const std::string response(buf, static_cast<size_t>(n));
+    EXPECT_EQ(response.rfind("HTTP/1.1 400", 0), 0u) << request << "\n→ " << response;
+    EXPECT_NE(response.find("Content-Length"), std::string::npos) << response;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << request;
+  }
+}
+
+// Item 18: error objects name the right field with a consistent range.
+TEST_F(HostileHttp, ErrorsNameTheRightField) {
+  ServerOptions o = test_options();
+  o.limits.max_tokens = 256;
+  o.scheduler.max_batch_positions = 100;
+  Running s(*engine_, o);
+  httplib::Client c("127.0.0.1", s.port());
+  auto post = [&](const std::string& body) {
+    auto r = c.Post("/v1/completions", body, "application/json");
+    EXPECT_TRUE(r) << body;
+    return r;
+  };
+  auto r = post(R"({"prompt": "x", "max_tokens": 200})");  // n = 1 past the batch positions
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(error_of(r)["param"], "max_tokens") << r->body;
+  for (const char* top_p : {"0", "2"}) {
+    r = post(std::string(R"({"prompt": "x", "max_tokens": 2, "top_p": )") + top_p + "}");
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(error_of(r)["message"].get<std::string>().find("(0, 1]"), std::string::npos) << r->body;
+  }
+  r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}], "max_tokens": 2})",
+             "application/json");
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("developer"), std::string::npos) << r->body;
+  r = post(R"({"prompt": "x", "max_tokens": 2, "seed": 18446744073709551616})");
+  EXPECT_EQ(error_of(r)["param"], "seed") << r->body;
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("out of range"), std::string::npos) << r->body;
+  r = post(R"({"prompt": "x", "max_tokens": 2, "temperature": 1e400})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(error_of(r)["param"], "temperature") << r->body;
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("1e400"), std::string::npos) << r->body;
+}
+
+// Item 19: no 404 for the browser's icon request; /v1/models has a creation time.
+TEST_F(HostileHttp, FaviconAndModelCreated) {
+  Running s(*engine_, test_options());
+  httplib::Client c("127.0.0.1", s.port());
+  auto r = c.Get("/favicon.ico");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  r = c.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_GT(json::parse(r->body)["data"][0]["created"].get<int64_t>(), 1700000000);
+}
+
+}  // namespace
+}  // namespace dc::server
