@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <sstream>
@@ -246,6 +247,16 @@ Status Trainer::write_metrics_line(const StepStats& s) {
 }
 
 Result<StepStats> Trainer::step() {
+  try {
+    return step_or_throw();
+  } catch (const std::bad_alloc&) {  // the logits of the loss rows, the masked batch, the metrics
+    return resource_exhausted("train step " + std::to_string(state_.step + 1) + ": out of memory (batch " +
+                              std::to_string(opt_.batch_size) + " × " + std::to_string(opt_.seq_len) +
+                              " tokens); lower --batch-size or --seq-len, or use --grad-checkpointing");
+  }
+}
+
+Result<StepStats> Trainer::step_or_throw() {
   const auto t0 = std::chrono::steady_clock::now();
   // Rebuilt every step: ModelWeights views the matrices but holds its own f32 copies of the norm weights
   // and biases, which the last AdamW step changed (and, mixed precision, the bf16 copies of the matrices).

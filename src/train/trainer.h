@@ -82,7 +82,7 @@ class Trainer {
                                                              Dataset data);
 
   // One optimizer step (grad_accum micro-batches). Appends a line to out_dir/metrics.jsonl (when out_dir
-  // is set).
+  // is set). Out of memory: resource_exhausted (the trainer must not step again after an error).
   Result<StepStats> step();
   // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   Status save();
@@ -107,6 +107,7 @@ class Trainer {
   static Result<std::unique_ptr<Trainer>> finish_setup(std::unique_ptr<Trainer> t, Dataset data,
                                                        const std::string& latest);
   Status write_metrics_line(const StepStats& s);
+  Result<StepStats> step_or_throw();  // step() without turning std::bad_alloc into a Status
 
   TrainOptions opt_;
   Context ctx_;          // ctx_.workspace = &workspace_
