@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/decoding_flags.h"
 #include "engine/engine.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"
@@ -29,41 +30,17 @@ struct EvalArgs {
   // generation
   int64_t max_new_tokens = 256;
   int steps = 0;
-  std::string alg = "entropy";
-  float temperature = 0.0f, top_p = 1.0f, alg_temp = 0.0f, eps = 1e-3f;
-  int64_t top_k = 50;
-  uint64_t seed = 0;
-  int threads = 0;
-  int64_t block_length = 0;
-  std::string cache = "none";
-  float threshold = 0.0f, factor = 0.0f;
-  bool fast = false;
-  std::string precision = "auto", weight_cache;
+  DecodingFlags decoding;
 };
 
 Result<SamplingParams> make_params(const Engine& engine, const EvalArgs& a) {
   SamplingParams p = engine.default_params();
-  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(a.alg));
   p.max_new_tokens = a.max_new_tokens;
   p.steps = a.steps != 0 ? a.steps : static_cast<int>(a.max_new_tokens);
-  p.temperature = a.temperature;
-  p.top_p = a.top_p;
-  p.top_k = a.top_k;
-  p.alg_temp = a.alg_temp;
-  p.eps = a.eps;
-  p.seed = a.seed;
   p.num_return_sequences = a.samples_per_task;
-  p.block_length = a.block_length;
-  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
-  p.threshold = a.threshold;
-  p.factor = a.factor;
-  if (a.fast) apply_fast_mode(p);
+  DC_RETURN_IF_ERROR(apply_decoding_flags(a.decoding, p));
   DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
   return p;
-}
-
-const char* cache_name(CacheMode c) {
-  return c == CacheMode::kNone ? "none" : c == CacheMode::kPrefix ? "prefix" : "dual";
 }
 
 int finish(const EvalArgs& a, const std::vector<eval::Task>& tasks, const eval::ResultsFile& results) {
@@ -162,15 +139,9 @@ int run_eval(const EvalArgs& a) {
 
   // Model mode.
   const auto t_load = std::chrono::steady_clock::now();
-  auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return report(precision.status());
-  EngineOptions options;
-  options.model_dir = a.model_dir;
-  options.tokenizer_path = a.tokenizer_path;
-  options.n_threads = a.threads;
-  options.matmul_precision = *precision;
-  options.weight_cache = a.weight_cache;
-  auto engine_r = Engine::load(options);
+  auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path);
+  if (!options.ok()) return usage_error(options.status());
+  auto engine_r = Engine::load(*options);
   if (!engine_r.ok()) return report(engine_r.status());
   Engine& engine = **engine_r;
   if (engine.tokenizer() == nullptr) return report(invalid_argument("--model " + a.model_dir + " has no tokenizer.json"));
@@ -195,9 +166,9 @@ int run_eval(const EvalArgs& a) {
   settings["samples_per_task"] = a.samples_per_task;
   settings["batch_tasks"] = a.batch_tasks;
   settings["generation"] = {{"max_new_tokens", p.max_new_tokens.value_or(0)}, {"steps", p.steps},
-                            {"alg", a.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
+                            {"alg", a.decoding.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
                             {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
-                            {"block_length", p.block_length}, {"cache", cache_name(p.cache)},
+                            {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
                             {"threshold", p.threshold}, {"factor", p.factor},
                             {"precision", engine.matmul_precision() == MatmulPrecision::kF32 ? "f32" : "bf16"}};
   auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force);
@@ -273,21 +244,7 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--tokenizer", a->tokenizer_path, "tokenizer.json (default: the model's)");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
-  cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "Nucleus filter, 1 = off")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "Top-k filter, 0 = off")->capture_default_str();
-  cmd->add_option("--alg-temp", a->alg_temp, "> 0: sample positions from softmax(confidence/alg_temp)")->capture_default_str();
-  cmd->add_option("--eps", a->eps, "Final diffusion time")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
-  cmd->add_option("--block-length", a->block_length, "Decode in blocks of N tokens left to right (0 = off)")->capture_default_str();
-  cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
-  cmd->add_option("--threshold", a->threshold, "Commit every block position with confidence >= X (0 = off)");
-  cmd->add_option("--factor", a->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
-  cmd->add_flag("--fast", a->fast, "Fast-dLLM mode: --block-length 32 --cache dual --threshold 0.9 unless set (approximate)");
-  cmd->add_option("--precision", a->precision, "auto | f32 | bf16")->capture_default_str();
-  cmd->add_option("--weight-cache", a->weight_cache, "Packed-weight cache directory, or off");
+  add_decoding_flags(cmd, &a->decoding);
   return [a] { return run_eval(*a); };
 }
 

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/decoding_flags.h"
 #include "cli/progress.h"
 #include "engine/engine.h"
 #include "io/mapped_file.h"
@@ -26,17 +27,8 @@ struct GenerateArgs {
   int64_t max_new_tokens = 256;
   int64_t max_length = 0;  // 0 = unset
   int steps = 0;           // unset (given_steps false) = max_new_tokens
-  std::string alg = "entropy";
-  float temperature = 0.0f, top_p = 1.0f, alg_temp = 0.0f, eps = 1e-3f;
-  int64_t top_k = 50;
-  uint64_t seed = 0;
   int num_return_sequences = 1;
-  int threads = 0;
-  int64_t block_length = 0;
-  std::string cache = "none";
-  float threshold = 0.0f, factor = 0.0f;
-  bool fast = false;
-  std::string precision = "auto", weight_cache;
+  DecodingFlags decoding;
   // Whether the flag was given (an empty --prompt "" is a prompt, and --steps 0 an error).
   bool given_prompt = false, given_prompt_file = false, given_prompt_ids = false, given_prompts_jsonl = false;
   bool given_steps = false;
@@ -100,7 +92,7 @@ Status check_usage(const GenerateArgs& a) {
   if (given != 1)
     return invalid_argument("give exactly one of --prompt, --prompt-file, --prompt-ids, --prompts-jsonl (got " +
                             std::to_string(given) + ")");
-  DC_RETURN_IF_ERROR(parse_matmul_precision(a.precision).status());
+  DC_RETURN_IF_ERROR(parse_matmul_precision(a.decoding.precision).status());
   if (a.given_steps && a.steps < 1)
     return invalid_argument("--steps: must be >= 1 (got " + std::to_string(a.steps) + "); leave it out for one step per token");
   if (a.given_steps && a.max_length == 0 && a.steps > a.max_new_tokens)
@@ -143,9 +135,9 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, 
   return prompts;
 }
 
-Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) {
-  SamplingParams p = engine.default_params();
-  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(a.alg));
+// The sampling parameters of the flags over `defaults` (the engine's, or placeholders before it loads).
+Result<SamplingParams> make_params(SamplingParams p, const GenerateArgs& a, int64_t n_vocab) {
+  DC_RETURN_IF_ERROR(apply_decoding_flags(a.decoding, p));
   if (a.max_length > 0) {
     p.max_length = a.max_length;
   } else {
@@ -155,63 +147,29 @@ Result<SamplingParams> make_params(const Engine& engine, const GenerateArgs& a) 
   // (capped at the sampler's limit: a canvas past the model's context is then the error reported)
   p.steps = a.given_steps ? a.steps
                           : (a.max_length > 0 ? 512 : static_cast<int>(std::min<int64_t>(a.max_new_tokens, kMaxSteps)));
-  p.temperature = a.temperature;
-  p.top_p = a.top_p;
-  p.top_k = a.top_k;
-  p.alg_temp = a.alg_temp;
-  p.eps = a.eps;
-  p.seed = a.seed;
   p.num_return_sequences = a.num_return_sequences;
-  p.block_length = a.block_length;
-  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
-  p.threshold = a.threshold;
-  p.factor = a.factor;
-  if (a.fast) apply_fast_mode(p);
-  DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
+  DC_RETURN_IF_ERROR(validate(p, n_vocab));
   return p;
 }
 
 int run_generate(const GenerateArgs& a) {
   if (Status st = check_usage(a); !st.ok()) return usage_error(st);
   {  // the sampling flags, before the model is loaded (the vocabulary and token ids are checked after)
-    SamplingParams p;
-    p.mask_token_id = 0;
-    p.pad_token_id = 1;
-    Result<SamplingParams> checked = [&]() -> Result<SamplingParams> {
-      DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(a.alg));
-      DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(a.cache));
-      p.max_new_tokens = a.max_new_tokens;
-      if (a.max_length > 0) p.max_length = a.max_length;
-      p.steps = a.given_steps ? a.steps : static_cast<int>(std::min<int64_t>(a.max_new_tokens, kMaxSteps));
-      p.temperature = a.temperature;
-      p.top_p = a.top_p;
-      p.alg_temp = a.alg_temp;
-      p.eps = a.eps;
-      p.num_return_sequences = a.num_return_sequences;
-      p.block_length = a.block_length;
-      p.threshold = a.threshold;
-      p.factor = a.factor;
-      DC_RETURN_IF_ERROR(validate(p, INT32_MAX));
-      return p;
-    }();
-    if (!checked.ok()) return usage_error(checked.status());
+    SamplingParams placeholder;
+    placeholder.mask_token_id = 0;
+    placeholder.pad_token_id = 1;
+    if (auto checked = make_params(placeholder, a, INT32_MAX); !checked.ok()) return usage_error(checked.status());
   }
   const auto t_load = std::chrono::steady_clock::now();
-  auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return usage_error(precision.status());
-  EngineOptions options;
-  options.model_dir = a.model_dir;
-  options.tokenizer_path = a.tokenizer_path;
-  options.n_threads = a.threads;
-  options.matmul_precision = *precision;
-  options.weight_cache = a.weight_cache;
-  auto engine_r = Engine::load(options);
+  auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path);
+  if (!options.ok()) return usage_error(options.status());
+  auto engine_r = Engine::load(*options);
   if (!engine_r.ok()) return report(engine_r.status());
   Engine& engine = **engine_r;
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
   if (!a.quiet) print_load_note(engine, load_ms);
-  auto params = make_params(engine, a);
+  auto params = make_params(engine.default_params(), a, engine.config().n_vocab);
   if (!params.ok()) return report(params.status());
   auto prompts = collect_prompts(engine, a);
   if (!prompts.ok()) return report(prompts.status());
@@ -276,29 +234,8 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--max-length", a->max_length, "Total length (prompt + new); overrides --max-new-tokens");
   cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
-  cmd->add_option("--alg", a->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "Nucleus filter, 1 = off")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "Top-k filter, 0 = off")->capture_default_str();
-  cmd->add_option("--alg-temp", a->alg_temp, "> 0: sample positions from softmax(confidence/alg_temp)")
-      ->capture_default_str();
-  cmd->add_option("--eps", a->eps, "Final diffusion time")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
   cmd->add_option("--num-return-sequences", a->num_return_sequences, "Completions per prompt")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str()
-      ->check(CLI::Range(0, kMaxThreads));
-  cmd->add_option("--block-length", a->block_length, "Decode in blocks of N tokens left to right (0 = off)")
-      ->capture_default_str();
-  cmd->add_option("--cache", a->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
-  cmd->add_option("--threshold", a->threshold, "Commit every block position with confidence >= X (0 = off)");
-  cmd->add_option("--factor", a->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
-  cmd->add_flag("--fast", a->fast,
-                "Fast-dLLM mode: --block-length 32 --cache dual --threshold 0.9 unless set (approximate)");
-  cmd->add_option("--precision", a->precision,
-                  "Matmul activations: auto (bf16 for bf16 checkpoints) | f32 (the reference's exact path) | bf16")
-      ->capture_default_str();
-  cmd->add_option("--weight-cache", a->weight_cache,
-                  "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
+  add_decoding_flags(cmd, &a->decoding);
   cmd->add_flag("--json", a->json, "Print one JSON object per completion");
   cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

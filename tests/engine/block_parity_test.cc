@@ -8,22 +8,14 @@
 #include <limits>
 
 #include "engine/engine.h"
+#include "engine_fixtures.h"
 #include "fixtures.h"
 #include "model/kv_cache.h"
 
 namespace dc {
 namespace {
 
-// The exact path the parity tests compare against the PyTorch reference: f32 matmul activations
-// (`--precision f32`), whatever the checkpoint's dtype.
-dc::Result<std::unique_ptr<dc::Engine>> load_exact(const std::string& dir, int threads) {
-  dc::EngineOptions options;
-  options.model_dir = dir;
-  options.n_threads = threads;
-  options.matmul_precision = dc::MatmulPrecision::kF32;
-  return dc::Engine::load(options);
-}
-
+using testing::load_exact;
 
 SamplingParams block_params_of(const Engine& engine, const nlohmann::json& p) {
   SamplingParams s = engine.default_params();

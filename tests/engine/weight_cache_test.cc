@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "engine/engine.h"
+#include "engine_fixtures.h"
 #include "fixtures.h"
 #include "model/convert.h"
 #include "model/weight_cache.h"
@@ -37,12 +38,7 @@ fs::path copy_fixture(const std::string& name, const std::string& tag) {
 
 std::unique_ptr<Engine> load(const std::string& dir, std::optional<MatmulPrecision> precision,
                              const std::string& cache = "") {
-  EngineOptions o;
-  o.model_dir = dir;
-  o.n_threads = 2;
-  o.matmul_precision = precision;
-  o.weight_cache = cache;
-  auto e = Engine::load(o);
+  auto e = testing::load_engine(dir, 2, precision, cache);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return e.ok() ? std::move(*e) : nullptr;
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "fixtures.h"
 #include "io/safetensors.h"
@@ -75,19 +76,30 @@ double rel_diff(const float* got, const float* want, int64_t n) {
   return std::sqrt(d) / std::max(std::sqrt(r), 1e-30);
 }
 
-class GradParity : public ::testing::TestWithParam<int> {};
+// The tiny training checkpoint as f32 parameters, and a context of GetParam() threads.
+class GradParity : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
+    auto loaded = Model::load((kDir / "tiny-train").string());
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    cfg_ = (*loaded)->config();
+    auto params = ModelParams::from_weights(cfg_, (*loaded)->weights());
+    ASSERT_TRUE(params.ok()) << params.status().message();
+    params_ = std::move(*params);
+    pool_ = std::make_unique<ThreadPool>(GetParam());
+    ctx_.pool = pool_.get();
+  }
+  ModelConfig cfg_;
+  ModelParams params_;
+  std::unique_ptr<ThreadPool> pool_;
+  Context ctx_;
+};
 
 TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
-  ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
-  auto loaded = Model::load((kDir / "tiny-train").string());
-  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-  const ModelConfig& cfg = (*loaded)->config();
-  auto params = ModelParams::from_weights(cfg, (*loaded)->weights());
-  ASSERT_TRUE(params.ok()) << params.status().message();
-  const auto model = Model::from_weights(cfg, params->weights(), nullptr);
-  ThreadPool pool(GetParam());
-  Context ctx;
-  ctx.pool = &pool;
+  const ModelConfig& cfg = cfg_;
+  const auto model = Model::from_weights(cfg, params_.weights(), nullptr);
+  const Context ctx = ctx_;
   const auto cases = testing::load_json((kDir / "grad_cases.json").string());
   ASSERT_EQ(cases.size(), 2u);
   for (const auto& c : cases) {
@@ -139,19 +151,12 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
 // near PyTorch's own mixed precision (autocast to bf16), with the bf16 wᵀ laid out once or made per call
 // giving the same gradients up to summation order.
 TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
-  ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
-  auto loaded = Model::load((kDir / "tiny-train").string());
-  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-  const ModelConfig& cfg = (*loaded)->config();
-  auto params = ModelParams::from_weights(cfg, (*loaded)->weights());
-  ASSERT_TRUE(params.ok()) << params.status().message();
-  ThreadPool pool(GetParam());
-  Context ctx;
-  ctx.pool = &pool;
+  const ModelConfig& cfg = cfg_;
+  Context ctx = ctx_;
   ctx.matmul_precision = MatmulPrecision::kBF16;
   if (!bf16_backward(ctx)) GTEST_SKIP() << "no AVX512_BF16: the trainer runs f32 on this CPU";
   MixedPrecisionWeights mixed;
-  ASSERT_TRUE(mixed.refresh(ctx, params->weights()).ok());
+  ASSERT_TRUE(mixed.refresh(ctx, params_.weights()).ok());
   const auto model = Model::from_weights(cfg, mixed.forward(), nullptr);
   for (const auto& c : testing::load_json((kDir / "grad_cases.json").string())) {
     const std::string name = c["name"];

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine_fixtures.h"
 #include "fixtures.h"
 #include "server/http.h"
 
@@ -50,7 +51,7 @@ class HttpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dc::testing::load_manifest();  // fails clearly when the fixtures are missing
-    auto e = Engine::load([&] { EngineOptions o; o.model_dir = tiny_model_dir(); o.n_threads = 2; return o; }());
+    auto e = testing::load_engine(tiny_model_dir(), 2);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(*e).release();
     ServerOptions o;

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "engine/engine.h"
+#include "engine_fixtures.h"
 #include "fixtures.h"
 #include "sampler/fake_model.h"
 #include "server/scheduler.h"
@@ -251,13 +252,20 @@ TEST(Scheduler, StopsEarlyWhenEveryRowHasAFinalStopToken) {
   EXPECT_LT(r.timings.steps_run, 16);
 }
 
-TEST(Scheduler, TinyModelBatchedEqualsAlone) {
+// An engine over the first reference fixture (2 threads), or nullptr with a test failure.
+std::unique_ptr<Engine> first_fixture_engine() {
   const auto manifest = dc::testing::load_manifest();
-  ASSERT_FALSE(manifest["models"].empty());
-  const std::string dir = dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>();
-  auto engine = Engine::load([&] { EngineOptions o; o.model_dir = dir; o.n_threads = 2; return o; }());
-  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  Engine& e = **engine;
+  if (manifest["models"].empty()) return nullptr;
+  auto engine =
+      testing::load_engine(dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>(), 2);
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+TEST(Scheduler, TinyModelBatchedEqualsAlone) {
+  const auto engine = first_fixture_engine();
+  ASSERT_NE(engine, nullptr);
+  Engine& e = *engine;
   std::vector<Case> cases;
   for (int i = 0; i < 4; ++i) {
     SamplingParams p = e.default_params();
@@ -296,12 +304,9 @@ TEST(Scheduler, TinyModelBatchedEqualsAlone) {
 // Jobs with a KV cache (serve --fast, or cache prefix / dual in the request) run their own forward with
 // their own cache next to the batched one, and give exactly the tokens they give alone.
 TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
-  const auto manifest = dc::testing::load_manifest();
-  ASSERT_FALSE(manifest["models"].empty());
-  const std::string dir = dc::testing::fixtures_dir() + "/" + manifest["models"][0]["dir"].get<std::string>();
-  auto engine = Engine::load([&] { EngineOptions o; o.model_dir = dir; o.n_threads = 2; return o; }());
-  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  Engine& e = **engine;
+  const auto engine = first_fixture_engine();
+  ASSERT_NE(engine, nullptr);
+  Engine& e = *engine;
   std::vector<Case> cases;
   for (int i = 0; i < 4; ++i) {
     SamplingParams p = e.default_params();

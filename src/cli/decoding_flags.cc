@@ -1,0 +1,61 @@
+// The decoding flags shared by `generate` and `eval`.
+#include "cli/decoding_flags.h"
+
+#include "cli/common.h"
+
+namespace dc::cli {
+
+void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
+  cmd->add_option("--alg", f->alg, "origin | maskgit_plus | topk_margin | entropy")->capture_default_str();
+  cmd->add_option("--temperature", f->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", f->top_p, "Nucleus filter, 1 = off")->capture_default_str();
+  cmd->add_option("--top-k", f->top_k, "Top-k filter, 0 = off")->capture_default_str();
+  cmd->add_option("--alg-temp", f->alg_temp, "> 0: sample positions from softmax(confidence/alg_temp)")
+      ->capture_default_str();
+  cmd->add_option("--eps", f->eps, "Final diffusion time")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--threads", f->threads, "CPU threads (0 = all)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
+  cmd->add_option("--block-length", f->block_length, "Decode in blocks of N tokens left to right (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--cache", f->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
+  cmd->add_option("--threshold", f->threshold, "Commit every block position with confidence >= X (0 = off)");
+  cmd->add_option("--factor", f->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
+  cmd->add_flag("--fast", f->fast,
+                "Fast-dLLM mode: --block-length 32 --cache dual --threshold 0.9 unless set (approximate)");
+  cmd->add_option("--precision", f->precision,
+                  "Matmul activations: auto (bf16 for bf16 checkpoints) | f32 (the reference's exact path) | bf16")
+      ->capture_default_str();
+  cmd->add_option("--weight-cache", f->weight_cache,
+                  "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
+}
+
+Status apply_decoding_flags(const DecodingFlags& f, SamplingParams& p) {
+  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(f.alg));
+  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(f.cache));
+  p.temperature = f.temperature;
+  p.top_p = f.top_p;
+  p.top_k = f.top_k;
+  p.alg_temp = f.alg_temp;
+  p.eps = f.eps;
+  p.seed = f.seed;
+  p.block_length = f.block_length;
+  p.threshold = f.threshold;
+  p.factor = f.factor;
+  if (f.fast) apply_fast_mode(p);
+  return Status::ok_status();
+}
+
+Result<EngineOptions> engine_options(const DecodingFlags& f, const std::string& model_dir,
+                                     const std::string& tokenizer_path) {
+  DC_ASSIGN_OR_RETURN(std::optional<MatmulPrecision> precision, parse_matmul_precision(f.precision));
+  EngineOptions options;
+  options.model_dir = model_dir;
+  options.tokenizer_path = tokenizer_path;
+  options.n_threads = f.threads;
+  options.matmul_precision = precision;
+  options.weight_cache = f.weight_cache;
+  return options;
+}
+
+}  // namespace dc::cli

@@ -1,0 +1,41 @@
+// The decoding flags `generate` and `eval` share: the sampler's settings, block decoding and the fast
+// mode, and the engine's threads, matmul precision and packed-weight cache.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "sampler/generate.h"
+
+namespace dc::cli {
+
+struct DecodingFlags {
+  std::string alg = "entropy";
+  float temperature = 0.0f, top_p = 1.0f, alg_temp = 0.0f, eps = 1e-3f;
+  int64_t top_k = 50;
+  uint64_t seed = 0;
+  int64_t block_length = 0;
+  std::string cache = "none";
+  float threshold = 0.0f, factor = 0.0f;
+  bool fast = false;
+  int threads = 0;
+  std::string precision = "auto", weight_cache;
+};
+
+// --alg --temperature --top-p --top-k --alg-temp --eps --seed --block-length --cache --threshold --factor
+// --fast --threads --precision --weight-cache.
+void add_decoding_flags(CLI::App* cmd, DecodingFlags* flags);
+
+// Sets p's sampler fields from the flags (then --fast's defaults for what it left off). The caller sets
+// the lengths, steps and sequences and validates.
+Status apply_decoding_flags(const DecodingFlags& flags, SamplingParams& p);
+
+// EngineOptions for `model_dir` with the flags' threads, precision and weight cache; errors name the flag.
+Result<EngineOptions> engine_options(const DecodingFlags& flags, const std::string& model_dir,
+                                     const std::string& tokenizer_path);
+
+}  // namespace dc::cli
