@@ -201,7 +201,9 @@ Status write_weight_cache(const std::string& path, const WeightCacheKey& key, co
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Unique per writer: two engines of one process may write the same cache at once.
+  static std::atomic<uint64_t> writers{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writers++);
   const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(tmp + ": cannot create the packed-weight cache: " + std::strerror(errno));
   auto fail = [&](const std::string& why) {

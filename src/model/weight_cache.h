@@ -63,7 +63,7 @@ struct WeightCacheHit {
 Result<WeightCacheHit> open_weight_cache(const std::string& path, const WeightCacheKey& key, ThreadPool* pool);
 
 // Writes `buffers` (key.buffers[i].bytes each) as the cache at `path`, atomically: into
-// `path.tmp.<pid>`, renamed over `path` when complete; the temporary is removed on failure or when
+// `path.tmp.<pid>.<n>`, renamed over `path` when complete; the temporary is removed on failure or when
 // `cancel` becomes true. Creates the parent directory when missing. Errors name the path.
 Status write_weight_cache(const std::string& path, const WeightCacheKey& key, const std::vector<const void*>& buffers,
                           const std::atomic<bool>* cancel = nullptr, std::atomic<int64_t>* bytes_written = nullptr);
