@@ -110,7 +110,7 @@ Status Model::pack_weights(const Context& ctx, const std::string& cache_path, We
   cache_total_ = r.bytes;
   cache_writer_ = std::thread([this, cache_path, key = std::move(key), buffers = std::move(buffers)] {
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);  // behind the forwards
-    cache_write_status_ = write_weight_cache(cache_path, key, buffers, &cache_cancel_, &cache_written_);
+    cache_write_status_ = write_weight_cache(cache_path, key, buffers, &cache_written_);
     cache_done_ = true;
   });
   return Status();

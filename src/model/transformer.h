@@ -162,7 +162,7 @@ class Model {
   std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> packed_;  // the kPanels copies (pack_weights)
   std::unique_ptr<MappedFile> packed_file_;  // or the packed-weight cache they were mapped from
   std::thread cache_writer_;                 // writes the cache after a fresh pack
-  std::atomic<bool> cache_cancel_{false}, cache_done_{false};
+  std::atomic<bool> cache_done_{false};
   std::atomic<int64_t> cache_written_{0};
   int64_t cache_total_ = 0;
   Status cache_write_status_;

@@ -196,7 +196,7 @@ Result<WeightCacheHit> open_weight_cache(const std::string& path, const WeightCa
 }
 
 Status write_weight_cache(const std::string& path, const WeightCacheKey& key, const std::vector<const void*>& buffers,
-                          const std::atomic<bool>* cancel, std::atomic<int64_t>* bytes_written) {
+                          std::atomic<int64_t>* bytes_written) {
   if (buffers.size() != key.buffers.size()) return invalid_argument("write_weight_cache: buffers do not match the key");
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -214,7 +214,6 @@ Status write_weight_cache(const std::string& path, const WeightCacheKey& key, co
   auto write_all = [&](const void* p, int64_t n, int64_t off) -> bool {
     const char* c = static_cast<const char*>(p);
     while (n > 0) {
-      if (cancel != nullptr && cancel->load()) return false;
       const ssize_t w = ::pwrite(fd, c, static_cast<size_t>(std::min<int64_t>(n, int64_t{64} << 20)), off);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) return false;
@@ -229,8 +228,7 @@ Status write_weight_cache(const std::string& path, const WeightCacheKey& key, co
   for (size_t i = 0; i < buffers.size(); ++i) {
     const int64_t n = key.buffers[i].bytes;
     const uint64_t sum = checksums({static_cast<const uint8_t*>(buffers[i])}, {n}, nullptr)[0];
-    if (!write_all(buffers[i], n, off))
-      return fail(cancel != nullptr && cancel->load() ? "cancelled" : std::string("write failed: ") + std::strerror(errno));
+    if (!write_all(buffers[i], n, off)) return fail(std::string("write failed: ") + std::strerror(errno));
     bufs.push_back({{"name", key.buffers[i].name}, {"bytes", n}, {"offset", off}, {"checksum", hex(sum)}});
     off = align_up(off + n);
   }

@@ -57,15 +57,14 @@ struct WeightCacheHit {
 };
 
 // Opens and verifies the cache at `path` against `key` (checksums computed on `pool`, which also brings
-// the pages into memory). kNotFound when there is no file; kFailedPrecondition-like kInvalidArgument
-// naming what differs when it belongs to other files, another precision or another packing format
+// the pages into memory). kNotFound when there is no file; kInvalidArgument naming what differs when it belongs to other files, another precision or another packing format
 // (stale); kParseError when it is damaged (bad header, truncated, a checksum that does not match).
 Result<WeightCacheHit> open_weight_cache(const std::string& path, const WeightCacheKey& key, ThreadPool* pool);
 
 // Writes `buffers` (key.buffers[i].bytes each) as the cache at `path`, atomically: into
-// `path.tmp.<pid>.<n>`, renamed over `path` when complete; the temporary is removed on failure or when
-// `cancel` becomes true. Creates the parent directory when missing. Errors name the path.
+// `path.tmp.<pid>.<n>`, renamed over `path` when complete; the temporary is removed on failure. Creates
+// the parent directory when missing. `bytes_written` (may be null) counts progress. Errors name the path.
 Status write_weight_cache(const std::string& path, const WeightCacheKey& key, const std::vector<const void*>& buffers,
-                          const std::atomic<bool>* cancel = nullptr, std::atomic<int64_t>* bytes_written = nullptr);
+                          std::atomic<int64_t>* bytes_written = nullptr);
 
 }  // namespace dc
