@@ -45,6 +45,7 @@ dc::ModelConfig shape_config(const std::string& model) {
 // A random bf16 model (matrices uniform in ±0.035, std ~0.02; norms 1; biases ±0.01), filled on `pool`.
 std::unique_ptr<dc::Model> random_model(const dc::ModelConfig& c, dc::ThreadPool* pool) {
   dc::ModelWeights w;
+  auto vectors = std::make_shared<dc::VectorStore>(c);
   int64_t total = 0;
   std::vector<std::pair<dc::WeightView*, int64_t>> mats;
   dc::visit_weights(c, w, [&](const dc::WeightSlot& slot) {
@@ -53,9 +54,11 @@ std::unique_ptr<dc::Model> random_model(const dc::ModelConfig& c, dc::ThreadPool
       *slot.matrix = dc::WeightView{dc::DType::kBF16, nullptr, slot.shape[0], slot.shape[1]};
       total += slot.shape[0] * slot.shape[1];
     } else {
-      slot.vector->assign(slot.shape[0], 1.0f);
+      const std::span<float> v = vectors->take(slot.shape[0]);
+      std::fill(v.begin(), v.end(), 1.0f);
       if (slot.name.find("bias") != std::string::npos)
-        for (size_t i = 0; i < slot.vector->size(); ++i) (*slot.vector)[i] = 0.01f * ((i * 7919 % 201) / 100.0f - 1);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * ((i * 7919 % 201) / 100.0f - 1);
+      *slot.vector = v;
     }
   });
   auto storage = std::shared_ptr<uint16_t[]>(new uint16_t[total]);
@@ -71,7 +74,8 @@ std::unique_ptr<dc::Model> random_model(const dc::ModelConfig& c, dc::ThreadPool
   });
   for (auto& [view, offset] : mats) view->data = data + offset;
   if (c.tie_word_embeddings) w.output = w.tok_embd;
-  return dc::Model::from_weights(c, std::move(w), std::static_pointer_cast<const void>(storage));
+  auto both = std::make_shared<std::pair<std::shared_ptr<uint16_t[]>, std::shared_ptr<dc::VectorStore>>>(storage, vectors);
+  return dc::Model::from_weights(c, std::move(w), std::static_pointer_cast<const void>(both));
 }
 
 double forward_flops(const dc::ModelConfig& c, int64_t T, int64_t L, int64_t n_out) {

@@ -172,7 +172,8 @@ Status convert_checkpoint(const ConvertOptions& opt, ThreadPool* pool) {
     return invalid_argument(opt.model_dir + " is already quantized (" + quant_format_name(existing.format) +
                             "); convert the original bf16 checkpoint");
   {  // every tensor of the model present with the shape config.json implies
-    auto bound = bind_weights(ckpt, ckpt.config());
+    VectorStore vectors(ckpt.config());
+    auto bound = bind_weights(ckpt, ckpt.config(), vectors);
     if (!bound.ok()) return bound.status();
   }
   // Everything goes to a temporary directory renamed into place at the end (io/atomic_dir.h).

@@ -18,11 +18,12 @@ namespace dc {
 class MixedPrecisionWeights {
  public:
   // Rebuilds both copies from `master` (f32 matrices, as ModelParams::weights()), reusing the buffers of
-  // the previous refresh. Needs bf16_backward(ctx) (kBF16 precision, AVX512_BF16). Fails only when
+  // the previous refresh: after every refresh from the same master the views of forward() and
+  // transposed() are the same, so a Model built once over forward() reads each step's copies. Needs bf16_backward(ctx) (kBF16 precision, AVX512_BF16). Fails only when
   // memory runs out.
   Status refresh(const Context& ctx, const ModelWeights& master);
 
-  // The forward's weights: bf16 kPanels matrices, the master's f32 everything else.
+  // The forward's weights: bf16 kPanels matrices, views of the master's f32 everything else.
   const ModelWeights& forward() const { return forward_; }
   // Wᵀ of every matrix [cols, rows] in bf16 kPanels (the other fields are empty), for Model::backward.
   const ModelWeights& transposed() const { return transposed_; }

@@ -1,53 +1,71 @@
-// ModelParams: allocation in visit_weights order, widening of stored weights to f32.
+// ModelParams: one buffer laid out in visit_weights order, its two views, widening of stored weights to f32.
 #include "model/params.h"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "io/mapped_file.h"
 
 namespace dc {
 
 ModelParams ModelParams::zeros(const ModelConfig& config) {
   ModelParams p;
-  p.weights_ = std::make_unique<ModelWeights>();
-  visit_weights(config, *p.weights_, [&](const WeightSlot& slot) {
+  visit_tensors(config, p.spans_, [&](std::string name, std::vector<int64_t> shape, std::span<float>* m,
+                                      std::span<float>*) {
     int64_t size = 1;
-    for (int64_t d : slot.shape) size *= d;
-    Tensor t{slot.name, slot.shape, nullptr, size, slot.matrix != nullptr};
-    if (slot.matrix != nullptr) {
-      p.matrices_.push_back(std::make_unique<std::vector<float>>(size, 0.0f));
-      t.data = p.matrices_.back()->data();
-      *slot.matrix = WeightView{DType::kF32, t.data, slot.shape[0], slot.shape[1]};
-    } else {
-      slot.vector->assign(size, 0.0f);
-      t.data = slot.vector->data();
-    }
-    p.tensors_.push_back(std::move(t));
+    for (int64_t d : shape) size *= d;
+    p.tensors_.push_back({std::move(name), std::move(shape), nullptr, p.n_values_, size, m != nullptr});
+    p.n_values_ += size;
   });
-  if (config.tie_word_embeddings) p.weights_->output = p.weights_->tok_embd;
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(p.n_values_, 1)) * sizeof(float);
+  p.buffer_.reset(static_cast<float*>(alloc_pages(bytes)));
+  if (!p.buffer_) throw std::bad_alloc();
+  std::memset(p.buffer_.get(), 0, bytes);
+  size_t i = 0;
+  visit_tensors(config, p.spans_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
+                                      std::span<float>* v) {
+    Tensor& t = p.tensors_[i++];
+    t.data = p.buffer_.get() + t.offset;
+    *(m != nullptr ? m : v) = std::span<float>(t.data, static_cast<size_t>(t.size));
+  });
+  i = 0;
+  visit_weights(config, p.weights_, [&](const WeightSlot& slot) {
+    const Tensor& t = p.tensors_[i++];
+    if (slot.matrix != nullptr) {
+      *slot.matrix = WeightView{DType::kF32, t.data, t.shape[0], t.shape[1]};
+    } else {
+      *slot.vector = VectorView(t.data, static_cast<size_t>(t.size));
+    }
+  });
+  if (config.tie_word_embeddings) {
+    p.weights_.output = p.weights_.tok_embd;
+    p.spans_.output = p.spans_.tok_embd;
+  }
   return p;
 }
 
 Result<ModelParams> ModelParams::from_weights(const ModelConfig& config, const ModelWeights& src) {
   ModelParams p = zeros(config);
-  ModelWeights& source = const_cast<ModelWeights&>(src);  // visit_weights only reads through the slots here
   size_t i = 0;
   Status status;
-  visit_weights(config, source, [&](const WeightSlot& slot) {
+  visit_tensors(config, src, [&](const std::string& name, const std::vector<int64_t>&, const WeightView* m,
+                                 const VectorView* v) {
     Tensor& t = p.tensors_[i++];
     if (!status.ok()) return;
-    if (slot.matrix != nullptr) {
-      const WeightView& w = *slot.matrix;
-      if (w.empty() || w.quantized() || w.rows * w.cols != t.size) {
-        status = invalid_argument("cannot train " + slot.name +
+    if (m != nullptr) {
+      if (m->empty() || m->quantized() || m->rows * m->cols != t.size) {
+        status = invalid_argument("cannot train " + name +
                                   ": training needs dense f32 / f16 / bf16 weights (not a quantized checkpoint)");
         return;
       }
-      for (int64_t r = 0; r < w.rows; ++r) w.row_to_f32(r, t.data + r * w.cols);
+      for (int64_t r = 0; r < m->rows; ++r) m->row_to_f32(r, t.data + r * m->cols);
     } else {
-      if (static_cast<int64_t>(slot.vector->size()) != t.size) {
-        status = invalid_argument(slot.name + " has the wrong size");
+      if (static_cast<int64_t>(v->size()) != t.size) {
+        status = invalid_argument(name + " has the wrong size");
         return;
       }
-      std::copy(slot.vector->begin(), slot.vector->end(), t.data);
+      std::copy(v->begin(), v->end(), t.data);
     }
   });
   if (!status.ok()) return status;
@@ -60,14 +78,6 @@ const ModelParams::Tensor* ModelParams::find(const std::string& name) const {
   return nullptr;
 }
 
-int64_t ModelParams::n_values() const {
-  int64_t n = 0;
-  for (const Tensor& t : tensors_) n += t.size;
-  return n;
-}
-
-void ModelParams::zero() {
-  for (Tensor& t : tensors_) std::fill_n(t.data, t.size, 0.0f);
-}
+void ModelParams::zero() { std::fill_n(buffer_.get(), n_values_, 0.0f); }
 
 }  // namespace dc

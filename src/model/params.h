@@ -1,7 +1,10 @@
-// ModelParams: f32 tensors shaped like a model's weights, walked in visit_weights order. The trainer
-// holds its master weights, gradients and both Adam moments as four of these (gemma.cpp style).
+// ModelParams: f32 tensors shaped like a model's weights, held in ONE contiguous buffer in
+// visit_weights order (so one all-reduce, one AdamW pass or one memcpy covers them all) and seen as
+// ModelWeights (the forward reads them) and ModelSpans (the backward writes them). The trainers hold
+// their master weights, gradients and both Adam moments as four of these (gemma.cpp style).
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,13 +20,15 @@ class ModelParams {
   struct Tensor {
     std::string name;             // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
     std::vector<int64_t> shape;
-    float* data = nullptr;        // into this object's storage
+    float* data = nullptr;        // = this object's data() + offset
+    int64_t offset = 0;           // into data(): the previous tensor's offset + size (no gaps)
     int64_t size = 0;
     bool is_matrix = false;       // a 2-D weight (embeddings, projections); false: norm weight or bias
   };
 
-  // Zero-filled tensors for every weight of `config`. With tied embeddings there is no lm_head tensor
-  // and weights().output views tok_embd.
+  // Zero-filled tensors for every weight of `config`, in one allocation (64-byte aligned; 2 MiB pages
+  // from 2 MiB on). With tied embeddings there is no lm_head tensor and both views' output is tok_embd.
+  // Throws std::bad_alloc when memory runs out (as a std::vector would).
   static ModelParams zeros(const ModelConfig& config);
   // f32 copies (widened from bf16 / f16) of dense `src`; invalid_argument for quantized weights.
   static Result<ModelParams> from_weights(const ModelConfig& config, const ModelWeights& src);
@@ -34,17 +39,26 @@ class ModelParams {
   ModelParams(const ModelParams&) = delete;
   ModelParams& operator=(const ModelParams&) = delete;
 
-  // Views into this object's buffers (valid while it lives, also after a move); matrices are f32.
-  const ModelWeights& weights() const { return *weights_; }
-  ModelWeights& weights() { return *weights_; }
+  // Views into the buffer (valid while this object lives, also after a move): read-only f32 ModelWeights
+  // for the forward, writable spans of the same values (e.g. Model::backward's gradients).
+  const ModelWeights& weights() const { return weights_; }
+  const ModelSpans& spans() { return spans_; }
+  // The buffer itself: n_values() floats, the tensors back to back in visit_weights order.
+  float* data() { return buffer_.get(); }
+  const float* data() const { return buffer_.get(); }
+  int64_t n_values() const { return n_values_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const Tensor* find(const std::string& name) const;
-  int64_t n_values() const;
   void zero();
 
  private:
-  std::unique_ptr<ModelWeights> weights_;  // stable address: vector slots hold the storage themselves
-  std::vector<std::unique_ptr<std::vector<float>>> matrices_;
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], FreeDeleter> buffer_;  // [n_values_]
+  int64_t n_values_ = 0;
+  ModelWeights weights_;
+  ModelSpans spans_;
   std::vector<Tensor> tensors_;
 };
 

@@ -62,7 +62,8 @@ Result<QuantizedMatrix> quantize_matrix(const WeightView& dense, const QuantizeO
 bool should_quantize(const std::string& name, int64_t cols, const QuantizeOptions& options);
 
 // Quantizes the matrices of in-memory dense weights as convert would (for tests and benchmarks). The
-// result's views point into `storage`, which the caller keeps alive (e.g. Model::from_weights).
+// result's quantized matrices point into `storage`, which the caller keeps alive (e.g. Model::from_weights);
+// its other views (norms, biases, matrices kept dense) are dense's, whose memory must outlive it too.
 struct QuantizedWeights {
   ModelWeights weights;
   std::shared_ptr<const void> storage;

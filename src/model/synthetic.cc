@@ -18,6 +18,8 @@ float uniform(uint64_t key, float stddev) {
 }
 
 struct SyntheticStorage {
+  explicit SyntheticStorage(const ModelConfig& config) : vectors(config) {}
+  VectorStore vectors;
   std::vector<std::unique_ptr<uint16_t[]>> matrices;
   std::vector<QuantizedMatrix> quantized;
 };
@@ -52,7 +54,7 @@ Result<ModelConfig> synthetic_config(const std::string& shape) {
 Result<std::unique_ptr<Model>> make_synthetic_model(const ModelConfig& config, uint64_t seed, ThreadPool* pool,
                                                     const QuantizeOptions* quantize) {
   if (quantize != nullptr) DC_RETURN_IF_ERROR(check_quantize_options(*quantize));
-  auto storage = std::make_shared<SyntheticStorage>();
+  auto storage = std::make_shared<SyntheticStorage>(config);
   ModelWeights weights;
   uint64_t tensor_index = 0;
   Status status;
@@ -61,9 +63,9 @@ Result<std::unique_ptr<Model>> make_synthetic_model(const ModelConfig& config, u
     const uint64_t tensor_key = mix(seed ^ (++tensor_index << 32));
     if (slot.vector != nullptr) {  // norms: 1; biases: small
       const bool is_norm = slot.name.find("norm") != std::string::npos;
-      slot.vector->resize(slot.shape[0]);
-      for (int64_t i = 0; i < slot.shape[0]; ++i)
-        (*slot.vector)[i] = is_norm ? 1.0f : uniform(tensor_key + i, 0.02f);
+      const std::span<float> v = storage->vectors.take(slot.shape[0]);
+      for (int64_t i = 0; i < slot.shape[0]; ++i) v[i] = is_norm ? 1.0f : uniform(tensor_key + i, 0.02f);
+      *slot.vector = v;
       return;
     }
     const int64_t rows = slot.shape[0], cols = slot.shape[1];

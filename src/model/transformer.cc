@@ -21,8 +21,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
   DC_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open(dir));
   auto checkpoint = std::make_shared<const Checkpoint>(std::move(opened));
   ModelConfig config = checkpoint->config();
-  DC_ASSIGN_OR_RETURN(ModelWeights weights, bind_weights(*checkpoint, config));
-  return std::unique_ptr<Model>(new Model(std::move(checkpoint), nullptr, std::move(config), std::move(weights)));
+  auto vectors = std::make_shared<VectorStore>(config);  // the f32 norm weights and biases
+  DC_ASSIGN_OR_RETURN(ModelWeights weights, bind_weights(*checkpoint, config, *vectors));
+  return std::unique_ptr<Model>(new Model(std::move(checkpoint), std::move(vectors), std::move(config), std::move(weights)));
 }
 
 std::unique_ptr<Model> Model::from_weights(ModelConfig config, ModelWeights weights,

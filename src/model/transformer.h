@@ -94,14 +94,13 @@ class Model {
 
   // Backward of a training-mode forward (model/transformer_backward.cc): given dlogits[n_out, n_vocab]
   // = ∂loss/∂logits of the rows batch.out_rows, ADDS ∂loss/∂w of every weight into `grads` (the caller
-  // zeroes it; its views must point into writable f32 buffers shaped like the weights, e.g.
-  // ModelParams::weights(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
+  // zeroes it; writable f32 spans shaped like the weights, e.g. ModelParams::spans(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
   // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
   // saved input into acts.scratch first (same gradients, bit for bit). Out of memory: resource_exhausted
   // (grads then partly written). Not thread-safe against other calls writing the same grads. Mixed
   // precision (bf16_backward(ctx)): `transposed` (may be null) holds every matrix's wᵀ in bf16
   // (MixedPrecisionWeights::transposed()) for the dx products.
-  Status backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+  Status backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                   const ModelWeights* transposed = nullptr) const;
 
  private:
@@ -125,7 +124,7 @@ class Model {
   // resource_exhausted).
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* logits, const ForwardObserver* observer,
                       Activations* train) const;
-  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                        const ModelWeights* transposed) const;
 
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
@@ -153,7 +152,7 @@ class Model {
   void layer_forward(const Context& ctx, int64_t il, const LayerPass& pass) const;
 
   std::shared_ptr<const Checkpoint> checkpoint_;  // owns the mapped files weights_ points into, or null
-  std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights), or null
+  std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights) or the f32 vectors (load)
   ModelConfig config_;
   ModelWeights weights_;
   struct FreeDeleter {

@@ -10,13 +10,8 @@
 #include "ops/matmul.h"
 
 namespace dc {
-namespace {
 
-float* grad_of(const WeightView& w) { return const_cast<float*>(static_cast<const float*>(w.data)); }
-
-}  // namespace
-
-Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                        const ModelWeights* transposed) const {
   try {
     return backward_body(ctx, acts, dlogits, grads, transposed);
@@ -27,7 +22,7 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
   }
 }
 
-Status Model::backward_body(const Context& ctx, Activations& acts, const float* dlogits, ModelWeights& grads,
+Status Model::backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                             const ModelWeights* transposed) const {
   const ModelConfig& c = config_;
   const int64_t B = acts.n_batch, L = acts.n_seq, T = B * L, E = c.n_embd, D = c.head_dim, F = c.n_ff;
@@ -36,9 +31,10 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   const float eps = static_cast<float>(c.rms_norm_eps);
   if (T == 0 || static_cast<int64_t>(acts.layers.size()) != c.n_layer)
     return invalid_argument("backward: the activations do not come from a training-mode forward of this model");
-  if (grads.layers.size() != weights_.layers.size() || grads.tok_embd.dtype != DType::kF32 ||
-      grads.output.dtype != DType::kF32)
-    return invalid_argument("backward: grads must be f32 buffers shaped like the weights (ModelParams)");
+  if (grads.layers.size() != weights_.layers.size() ||
+      static_cast<int64_t>(grads.tok_embd.size()) != weights_.tok_embd.rows * weights_.tok_embd.cols ||
+      static_cast<int64_t>(grads.output.size()) != weights_.output.rows * weights_.output.cols)
+    return invalid_argument("backward: grads must be f32 buffers shaped like the weights (ModelParams::spans())");
   for (const WeightView* w : {&weights_.tok_embd, &weights_.output})
     if (w->quantized()) return invalid_argument("backward: quantized weights cannot be trained");
   const uint8_t* valid = acts.valid.empty() ? nullptr : acts.valid.data();
@@ -47,7 +43,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   {  // lm_head and the final norm, on the n_out rows only
     std::vector<float> dnorm(n_out * E, 0.0f), dx(n_out * E, 0.0f);
     matmul_nt_backward(ctx, acts.final_norm.data(), n_out, weights_.output, dlogits, dnorm.data(),
-                       grad_of(grads.output), nullptr, transposed != nullptr ? &transposed->output : nullptr);
+                       grads.output.data(), nullptr, transposed != nullptr ? &transposed->output : nullptr);
     rms_norm_backward(ctx, acts.final_x.data(), weights_.output_norm.data(), dnorm.data(), n_out, E, eps, dx.data(),
                       grads.output_norm.data());
     for (int64_t r = 0; r < n_out; ++r) {  // rows may repeat: add in order
@@ -63,7 +59,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   std::vector<float> h_re(acts.recompute ? T * E : 0), tmp_re(acts.recompute ? T * E : 0);  // [T, E]
   for (int64_t il = c.n_layer - 1; il >= 0; --il) {
     const LayerWeights& l = weights_.layers[il];
-    LayerWeights& g = grads.layers[il];
+    const LayerSpans& g = grads.layers[il];
     // Mixed precision: the bf16 wᵀ of each matrix, laid out once per optimizer step.
     auto wt = [&](WeightView LayerWeights::*m) { return transposed != nullptr ? &(transposed->layers[il].*m) : nullptr; };
     if (acts.recompute) {  // gradient checkpointing: run the layer again from its saved input
@@ -79,26 +75,26 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     const LayerActivations& a = acts.recompute ? acts.scratch : acts.layers[il];
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
     std::fill(dbig1.begin(), dbig1.end(), 0.0f);
-    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), grad_of(g.w_down), nullptr, wt(&LayerWeights::w_down));
+    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), g.w_down.data(), nullptr, wt(&LayerWeights::w_down));
     swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1.data(), T * F, dbig1.data(), dbig2.data());
     std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), grad_of(g.w_gate), nullptr, wt(&LayerWeights::w_gate));
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), grad_of(g.w_up), nullptr, wt(&LayerWeights::w_up));
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), g.w_gate.data(), nullptr, wt(&LayerWeights::w_gate));
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), g.w_up.data(), nullptr, wt(&LayerWeights::w_up));
     rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da.data(), T, E, eps, dh.data(), g.ffn_norm.data());
     // Attention: h_mid = x + attn·W_oᵀ
     std::fill(dattn.begin(), dattn.end(), 0.0f);
-    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), grad_of(g.wo), nullptr, wt(&LayerWeights::wo));
+    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), g.wo.data(), nullptr, wt(&LayerWeights::wo));
     attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn.data(), dq.data(),
                        dk.data(), dv.data());
     rope_backward(ctx, dq.data(), T, c.n_head, D, acts.cos.data(), acts.sin.data());
     rope_backward(ctx, dk.data(), T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
     std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), grad_of(g.wq), g.bq.data(), wt(&LayerWeights::wq));
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), grad_of(g.wk), g.bk.data(), wt(&LayerWeights::wk));
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), grad_of(g.wv), g.bv.data(), wt(&LayerWeights::wv));
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), g.wq.data(), g.bq.data(), wt(&LayerWeights::wq));
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), g.wk.data(), g.bk.data(), wt(&LayerWeights::wk));
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), g.wv.data(), g.bv.data(), wt(&LayerWeights::wv));
     rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da.data(), T, E, eps, dh.data(), g.attn_norm.data());
   }
-  embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grad_of(grads.tok_embd));
+  embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grads.tok_embd.data());
   return Status();
 }
 

@@ -1,4 +1,4 @@
-// bind_weights: the table of expected Dream tensors and the load-time checks against config.json.
+// visit_weights, VectorStore, and bind_weights: the load-time checks of a checkpoint against config.json.
 #include "model/weights.h"
 
 #include <sstream>
@@ -16,35 +16,28 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
-std::string layer_name(int64_t i, const char* suffix) {
-  return "model.layers." + std::to_string(i) + "." + suffix;
-}
-
 }  // namespace
 
 void visit_weights(const ModelConfig& c, ModelWeights& w, const std::function<void(const WeightSlot&)>& fn) {
-  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
-  auto mat = [&](std::string name, std::vector<int64_t> shape, WeightView* m) { fn({std::move(name), std::move(shape), m, nullptr}); };
-  auto vec = [&](std::string name, int64_t n, std::vector<float>* v) { fn({std::move(name), {n}, nullptr, v}); };
-  mat("model.embed_tokens.weight", {c.n_vocab, c.n_embd}, &w.tok_embd);
-  w.layers.resize(c.n_layer);
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    LayerWeights& l = w.layers[i];
-    vec(layer_name(i, "input_layernorm.weight"), c.n_embd, &l.attn_norm);
-    mat(layer_name(i, "self_attn.q_proj.weight"), {q_dim, c.n_embd}, &l.wq);
-    vec(layer_name(i, "self_attn.q_proj.bias"), q_dim, &l.bq);
-    mat(layer_name(i, "self_attn.k_proj.weight"), {kv_dim, c.n_embd}, &l.wk);
-    vec(layer_name(i, "self_attn.k_proj.bias"), kv_dim, &l.bk);
-    mat(layer_name(i, "self_attn.v_proj.weight"), {kv_dim, c.n_embd}, &l.wv);
-    vec(layer_name(i, "self_attn.v_proj.bias"), kv_dim, &l.bv);
-    mat(layer_name(i, "self_attn.o_proj.weight"), {c.n_embd, q_dim}, &l.wo);
-    vec(layer_name(i, "post_attention_layernorm.weight"), c.n_embd, &l.ffn_norm);
-    mat(layer_name(i, "mlp.gate_proj.weight"), {c.n_ff, c.n_embd}, &l.w_gate);
-    mat(layer_name(i, "mlp.up_proj.weight"), {c.n_ff, c.n_embd}, &l.w_up);
-    mat(layer_name(i, "mlp.down_proj.weight"), {c.n_embd, c.n_ff}, &l.w_down);
-  }
-  vec("model.norm.weight", c.n_embd, &w.output_norm);
-  if (!c.tie_word_embeddings) mat("lm_head.weight", {c.n_vocab, c.n_embd}, &w.output);
+  visit_tensors(c, w, [&](std::string name, std::vector<int64_t> shape, WeightView* m, VectorView* v) {
+    fn({std::move(name), std::move(shape), m, v});
+  });
+}
+
+VectorStore::VectorStore(const ModelConfig& config) {
+  ModelWeights scratch;
+  size_t n = 0;
+  visit_weights(config, scratch, [&](const WeightSlot& slot) {
+    if (slot.vector != nullptr) n += static_cast<size_t>(slot.shape[0]);
+  });
+  values_.assign(n, 0.0f);
+}
+
+std::span<float> VectorStore::take(int64_t n) {
+  DC_CHECK(n >= 0 && used_ + static_cast<size_t>(n) <= values_.size(), "VectorStore: more values than the config has");
+  const std::span<float> s(values_.data() + used_, static_cast<size_t>(n));
+  used_ += static_cast<size_t>(n);
+  return s;
 }
 
 namespace {
@@ -97,7 +90,7 @@ Status bind_quantized(const Checkpoint& checkpoint, const QuantizationConfig& q,
 
 }  // namespace
 
-Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfig& c) {
+Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfig& c, VectorStore& vectors) {
   const QuantizationConfig& quant = c.quantization;  // parsed with config.json when the checkpoint opened
   ModelWeights w;
   Status status;
@@ -132,8 +125,9 @@ Result<ModelWeights> bind_weights(const Checkpoint& checkpoint, const ModelConfi
     } else if (slot.matrix != nullptr) {
       *slot.matrix = WeightView{t->dtype, t->data, slot.shape[0], slot.shape.size() > 1 ? slot.shape[1] : 1};
     } else {
-      slot.vector->resize(slot.shape[0]);
-      convert_to_f32(t->dtype, t->data, slot.vector->data(), slot.vector->size());
+      const std::span<float> dst = vectors.take(slot.shape[0]);
+      convert_to_f32(t->dtype, t->data, dst.data(), dst.size());
+      *slot.vector = dst;
     }
   });
   if (!status.ok()) return status;

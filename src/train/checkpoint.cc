@@ -57,7 +57,8 @@ std::string checkpoint_name(int64_t step) {
 }
 
 Status save_train_checkpoint(const std::string& dir, const std::string& source_model_dir, const ModelParams& params,
-                             const ModelParams& m, const ModelParams& v, const TrainState& state) {
+                             const ModelParams& m, const ModelParams& v, const TrainState& state,
+                             const ExtraCheckpointFiles& extra) {
   const std::string config_path = (fs::path(source_model_dir) / "config.json").string();
   DC_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path));
   Json config;
@@ -82,6 +83,7 @@ Status save_train_checkpoint(const std::string& dir, const std::string& source_m
     }
     const Json st = {{"step", state.step}, {"cursor", state.cursor}, {"seed", state.seed}, {"options", state.options}};
     DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "trainer_state.json").string(), st.dump(2) + "\n"));
+    if (extra) DC_RETURN_IF_ERROR(extra(tmp));
     return write_text_file((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
   });
 }

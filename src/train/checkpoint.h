@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -21,10 +22,16 @@ struct TrainState {
 // "checkpoint-000042" for step 42.
 std::string checkpoint_name(int64_t step);
 
+// Writes a trainer's own files (e.g. GRPO's reference weights) into the temporary directory of a
+// checkpoint being saved; they appear with the rest, atomically.
+using ExtraCheckpointFiles = std::function<Status(const std::string& tmp_dir)>;
+
 // Writes dir (replacing an older one) from the model in source_model_dir (its config.json, with
-// torch_dtype "float32", and every small non-weight file) and the given tensors and state.
+// torch_dtype "float32", and every small non-weight file), the given tensors and state, and what `extra`
+// (may be empty) writes.
 Status save_train_checkpoint(const std::string& dir, const std::string& source_model_dir, const ModelParams& params,
-                             const ModelParams& m, const ModelParams& v, const TrainState& state);
+                             const ModelParams& m, const ModelParams& v, const TrainState& state,
+                             const ExtraCheckpointFiles& extra = nullptr);
 
 // The newest complete checkpoint directory under out_dir ("" when there is none).
 std::string find_latest_checkpoint(const std::string& out_dir);

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -42,7 +41,7 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
   const auto t1 = std::chrono::steady_clock::now();
   if (grad_scale != 1.0f)
     for (float& g : logits) g *= grad_scale;
-  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.weights(), transposed));
+  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.spans(), transposed));
   if (times != nullptr) {
     times->forward_s = std::chrono::duration<double>(t1 - t0).count();
     times->backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -108,6 +107,8 @@ Status compare_fingerprints(const std::string& saved, const std::string& now, co
                           "--force to start over):" + diffs);
 }
 
+OptimizerOptions optimizer_options(const TrainOptions& o) { return {o.lr, o.adam, o.max_grad_norm}; }
+
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& o, const Context& ctx) {
@@ -145,14 +146,18 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   if (!latest.empty() && !o.resume && !o.force)
     return invalid_argument("--out '" + o.out_dir + "' already holds " + latest +
                             "; pass --resume to continue it or --force to start over");
-  const std::string weights_dir = o.resume && !latest.empty() ? latest : o.model_dir;
+  if (o.resume && !latest.empty()) {
+    DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer_options(o)));
+    return finish_setup(std::move(t), std::move(data), latest);
+  }
   {
-    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(weights_dir));
-    t->config_ = ckpt.config();
-    DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, t->config_));
-    DC_ASSIGN_OR_RETURN(t->params_, ModelParams::from_weights(t->config_, bound));
+    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
+    VectorStore vectors(ckpt.config());
+    DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, ckpt.config(), vectors));
+    DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_weights(ckpt.config(), bound));
+    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer_options(o));
   }  // the mapped stored weights are released: training uses the f32 copies
-  return finish_setup(std::move(t), std::move(data), latest);
+  return finish_setup(std::move(t), std::move(data), "");
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create_with_params(const TrainOptions& o, const Context& ctx,
@@ -164,8 +169,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_params(const TrainOptions&
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
-  t->config_ = config;
-  t->params_ = std::move(params);
+  t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o));
   return finish_setup(std::move(t), std::move(data), "");
 }
 
@@ -178,21 +182,16 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
     t->opt_.precision = MatmulPrecision::kF32;
   }
   const TrainOptions& o = t->opt_;
-  std::error_code ec;
   t->ctx_.workspace = &t->workspace_;  // the steps' scratch is this trainer's, released with it
-  t->grads_ = ModelParams::zeros(t->config_);
-  t->m_ = ModelParams::zeros(t->config_);
-  t->v_ = ModelParams::zeros(t->config_);
-  t->state_.seed = o.seed;
-  t->state_.options = options_fingerprint(t->opt_);
-  if (o.resume && !latest.empty()) {
-    TrainState saved;
-    DC_RETURN_IF_ERROR(load_train_state(latest, t->m_, t->v_, saved));
-    DC_RETURN_IF_ERROR(compare_fingerprints(saved.options, t->state_.options, latest, &t->resume_note_));
-    const std::string options = t->state_.options;
-    t->state_ = saved;
-    t->state_.options = options;  // the next checkpoint records the current --steps
+  TrainState& state = t->core_.state();
+  const std::string options = options_fingerprint(t->opt_);
+  if (latest.empty()) {
+    state.seed = o.seed;
+  } else {
+    DC_RETURN_IF_ERROR(compare_fingerprints(state.options, options, latest, &t->resume_note_));
   }
+  state.options = options;  // the next checkpoint records the current --steps
+  const ModelConfig& config = t->core_.config();
 
   for (const TrainSequence& seq : data.sequences)
     if (static_cast<int64_t>(seq.tokens.size()) != o.seq_len)
@@ -202,55 +201,38 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
   t->data_ = std::move(data);
   t->acts_.recompute = o.recompute;
   t->order_ = std::make_unique<DataOrder>(static_cast<int64_t>(t->data_.sequences.size()), o.seed);
-  t->opt_.masking.mask_token_id = static_cast<int32_t>(t->config_.mask_token_id);
-  if (t->config_.mask_token_id < 0 || t->config_.mask_token_id >= t->config_.n_vocab)
+  t->opt_.masking.mask_token_id = static_cast<int32_t>(config.mask_token_id);
+  if (config.mask_token_id < 0 || config.mask_token_id >= config.n_vocab)
     return invalid_argument("config.json mask_token_id is outside the vocabulary");
 
   if (o.out_dir.empty()) return t;  // nothing written (benchmarks)
-  fs::create_directories(o.out_dir, ec);
-  if (ec) return io_error("cannot create " + o.out_dir + ": " + ec.message());
-  // metrics.jsonl: keep the lines of the steps already done (a resumed run continues the same curve).
-  const std::string metrics = (fs::path(o.out_dir) / "metrics.jsonl").string();
-  std::string kept;
-  if (t->state_.step > 0) {
-    std::ifstream in(metrics);
-    std::string line;
-    while (std::getline(in, line)) {
-      try {
-        const Json j = Json::parse(line);
-        if (j.at("step").get<int64_t>() > t->state_.step) continue;
-        StepStats s;
-        s.step = j.at("step"), s.loss = j.at("loss"), s.lr = j.at("lr"), s.grad_norm = j.at("grad_norm");
-        s.tokens = j.at("tokens"), s.seconds = j.at("seconds");
-        t->history_.push_back(s);
-        kept += line + "\n";
-      } catch (const std::exception&) {
-        continue;  // a line cut by a kill
-      }
+  DC_ASSIGN_OR_RETURN(std::vector<std::string> kept, t->core_.open_metrics(o.out_dir));
+  for (const std::string& line : kept) {  // the curve of the steps already done
+    try {
+      const Json j = Json::parse(line);
+      StepStats s;
+      s.step = j.at("step"), s.loss = j.at("loss"), s.lr = j.at("lr"), s.grad_norm = j.at("grad_norm");
+      s.tokens = j.at("tokens"), s.seconds = j.at("seconds");
+      t->history_.push_back(s);
+    } catch (const std::exception&) {
+      continue;  // not a line this trainer wrote
     }
   }
-  DC_RETURN_IF_ERROR(write_text_file(metrics, kept));
   return t;
 }
 
 Status Trainer::write_metrics_line(const StepStats& s) {
-  if (opt_.out_dir.empty()) return Status();
   const Json j = {{"step", s.step},           {"loss", s.loss},       {"lr", s.lr},
                   {"grad_norm", s.grad_norm}, {"tokens", s.tokens},   {"seconds", s.seconds},
                   {"tokens_per_s", s.seconds > 0 ? s.tokens / s.seconds : 0.0}};
-  const std::string path = (fs::path(opt_.out_dir) / "metrics.jsonl").string();
-  std::ofstream out(path, std::ios::app);
-  out << j.dump() << "\n";
-  out.flush();
-  if (!out) return io_error("cannot append to " + path);
-  return Status();
+  return core_.append_metrics(j.dump());
 }
 
 Result<StepStats> Trainer::step() {
   try {
     return step_or_throw();
   } catch (const std::bad_alloc&) {  // the logits of the loss rows, the masked batch, the metrics
-    return resource_exhausted("train step " + std::to_string(state_.step + 1) + ": out of memory (batch " +
+    return resource_exhausted("train step " + std::to_string(core_.steps_done() + 1) + ": out of memory (batch " +
                               std::to_string(opt_.batch_size) + " × " + std::to_string(opt_.seq_len) +
                               " tokens); lower --batch-size or --seq-len, or use --grad-checkpointing");
   }
@@ -258,25 +240,26 @@ Result<StepStats> Trainer::step() {
 
 Result<StepStats> Trainer::step_or_throw() {
   const auto t0 = std::chrono::steady_clock::now();
-  // Rebuilt every step: ModelWeights views the matrices but holds its own f32 copies of the norm weights
-  // and biases, which the last AdamW step changed (and, mixed precision, the bf16 copies of the matrices).
   StepStats s;
   const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
-  if (mixed) {
-    DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, params_.weights()));
+  if (mixed) {  // this step's bf16 copies, in the same buffers every step
+    DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     s.relayout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  const std::unique_ptr<Model> model = Model::from_weights(config_, mixed ? mixed_.forward() : params_.weights(), nullptr);
-  grads_.zero();
+  // Views of the master weights (and their bf16 copies), which AdamW updates in place: built once.
+  if (model_ == nullptr)
+    model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
+  core_.zero_grads();
+  TrainState& state = core_.state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
   for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
     std::vector<TrainSequence> seqs;
-    for (int64_t i = 0; i < opt_.batch_size; ++i) seqs.push_back(data_.sequences[order_->sample_at(state_.cursor++)]);
-    const uint64_t key = hash_counters(state_.seed, 0x6d61736b, static_cast<uint64_t>(state_.step * opt_.grad_accum + micro));
-    DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, config_.n_vocab));
+    for (int64_t i = 0; i < opt_.batch_size; ++i) seqs.push_back(data_.sequences[order_->sample_at(state.cursor++)]);
+    const uint64_t key = hash_counters(state.seed, 0x6d61736b, static_cast<uint64_t>(state.step * opt_.grad_accum + micro));
+    DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, core_.config().n_vocab));
     const auto t_fwd = std::chrono::steady_clock::now();
     LossTimes times;
-    DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model, batch, scale, grads_, acts_,
+    DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
                                                     mixed ? &mixed_.transposed() : nullptr, &times));
     s.fwd_bwd_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     s.forward_seconds += times.forward_s;
@@ -286,15 +269,13 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss_rows += static_cast<int64_t>(batch.out_rows.size());
   }
   const auto t_opt = std::chrono::steady_clock::now();
-  s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm, ctx_.pool);
-  s.lr = learning_rate(opt_.lr, state_.step);
-  adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam, ctx_.pool);
+  const OptimizerStepStats o = core_.step(ctx_.pool);
   s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
-  s.step = ++state_.step;
+  s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   history_.push_back(s);
   DC_RETURN_IF_ERROR(write_metrics_line(s));
-  if (opt_.save_every > 0 && state_.step % opt_.save_every == 0 && state_.step < opt_.steps && !opt_.out_dir.empty())
+  if (opt_.save_every > 0 && s.step % opt_.save_every == 0 && s.step < opt_.steps && !opt_.out_dir.empty())
     DC_RETURN_IF_ERROR(save());
   return s;
 }
@@ -302,8 +283,7 @@ Result<StepStats> Trainer::step_or_throw() {
 Status Trainer::save() {
   if (opt_.out_dir.empty()) return invalid_argument("save: the trainer has no output directory (TrainOptions::out_dir)");
   if (opt_.model_dir.empty()) return invalid_argument("save: the trainer has no model directory to copy the config from");
-  const std::string dir = (fs::path(opt_.out_dir) / checkpoint_name(state_.step)).string();
-  DC_RETURN_IF_ERROR(save_train_checkpoint(dir, opt_.model_dir, params_, m_, v_, state_));
+  DC_RETURN_IF_ERROR(core_.save(opt_.out_dir, opt_.model_dir).status());
   const std::string svg = (fs::path(opt_.out_dir) / "loss.svg").string();
   DC_RETURN_IF_ERROR(write_text_file(svg + ".tmp", loss_plot_svg(history_)));
   std::error_code ec;

@@ -17,12 +17,13 @@
 #include "train/data.h"
 #include "train/masked_diffusion.h"
 #include "train/optimizer.h"
+#include "train/optimizer_core.h"
 
 namespace dc::train {
 
 // Loss and gradients of one noised batch: forward in training mode on batch.tokens (with batch.valid
 // and batch.positions when set), the weighted cross-entropy of ops/loss.h on batch.out_rows, and
-// Model::backward with dlogits scaled by `grad_scale`, ADDED into grads. Returns the loss (unscaled).
+// Model::backward with dlogits scaled by `grad_scale`, ADDED into grads (e.g. OptimizerCore::grads()). Returns the loss (unscaled).
 // Mixed precision (bf16_backward(ctx)): `transposed` holds the bf16 wᵀ of every matrix
 // (MixedPrecisionWeights::transposed()); without it they are made per call. `times` (may be null)
 // receives the forward's and the backward's wall time.
@@ -92,18 +93,19 @@ class Trainer {
   void release_scratch() { workspace_.release(); }
   int64_t scratch_bytes() const { return workspace_.bytes(); }
 
-  int64_t steps_done() const { return state_.step; }
+  int64_t steps_done() const { return core_.steps_done(); }
   MatmulPrecision precision() const { return ctx_.matmul_precision; }  // what the steps run in
   const Dataset& dataset() const { return data_; }
-  const ModelParams& params() const { return params_; }
+  const ModelParams& params() const { return core_.params(); }
+  const OptimizerCore& optimizer() const { return core_; }
   const std::vector<StepStats>& history() const { return history_; }
   // After a --resume that raised --steps: a line saying so (the LR schedule is stretched); else "".
   const std::string& resume_note() const { return resume_note_; }
 
  private:
   Trainer() = default;
-  // The rest of the setup once the weights are in params_ and config_: moments, resume from `latest`
-  // (a checkpoint directory, or ""), the data, out_dir and its metrics.
+  // The rest of the setup once core_ holds the weights (and, resumed from checkpoint `latest`, the
+  // saved state; else latest is ""): the options check, the data, out_dir and its metrics.
   static Result<std::unique_ptr<Trainer>> finish_setup(std::unique_ptr<Trainer> t, Dataset data,
                                                        const std::string& latest);
   Status write_metrics_line(const StepStats& s);
@@ -112,13 +114,12 @@ class Trainer {
   TrainOptions opt_;
   Context ctx_;          // ctx_.workspace = &workspace_
   Workspace workspace_;
-  ModelConfig config_;
-  ModelParams params_, grads_, m_, v_;
+  OptimizerCore core_;   // weights, gradients, moments, step, data cursor
   Dataset data_;
   std::unique_ptr<DataOrder> order_;
   Activations acts_;
   MixedPrecisionWeights mixed_;  // the bf16 copies of this step (precision kBF16)
-  TrainState state_;
+  std::unique_ptr<Model> model_;  // built at the first step over core_.params() (or mixed_.forward())
   std::string resume_note_;
   std::vector<StepStats> history_;
 };

@@ -116,7 +116,7 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
     const double loss = cross_entropy(ctx, logits.data(), k.targets.data(), k.weights.data(), n_out, V, logits.data());
     EXPECT_NEAR(loss, c["loss"].get<double>(), 1e-5 * c["loss"].get<double>());
     ModelParams grads = ModelParams::zeros(cfg);
-    ASSERT_TRUE(model->backward(ctx, acts, logits.data(), grads.weights()).ok());
+    ASSERT_TRUE(model->backward(ctx, acts, logits.data(), grads.spans()).ok());
     auto ref = SafetensorsFile::open((kDir / (c["name"].get<std::string>() + ".grads.safetensors")).string());
     ASSERT_TRUE(ref.ok()) << ref.status().message();
     int checked = 0;
@@ -139,7 +139,7 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
     cross_entropy(ctx, dlogits.data(), k.targets.data(), k.weights.data(), n_out, V, dlogits.data());
     EXPECT_TRUE(lean.layers[0].q.empty()) << "recompute mode kept a layer's activations";
     ModelParams again = ModelParams::zeros(cfg);
-    ASSERT_TRUE(model->backward(ctx, lean, dlogits.data(), again.weights()).ok());
+    ASSERT_TRUE(model->backward(ctx, lean, dlogits.data(), again.spans()).ok());
     for (size_t i = 0; i < grads.tensors().size(); ++i) {
       const auto& want = grads.tensors()[i];
       ASSERT_EQ(0, std::memcmp(want.data, again.tensors()[i].data, want.size * sizeof(float))) << want.name;
@@ -173,8 +173,8 @@ TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
     EXPECT_NEAR(loss, f32_loss, 1e-2 * f32_loss);
     EXPECT_NEAR(loss, autocast_loss, 1e-2 * autocast_loss);
     ModelParams grads = ModelParams::zeros(cfg), per_call = ModelParams::zeros(cfg);
-    ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), grads.weights(), &mixed.transposed()).ok());
-    ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), per_call.weights()).ok());
+    ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), grads.spans(), &mixed.transposed()).ok());
+    ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), per_call.spans()).ok());
     auto f32 = SafetensorsFile::open((kDir / (name + ".grads.safetensors")).string());
     auto autocast = SafetensorsFile::open((kDir / (name + ".grads_autocast_bf16.safetensors")).string());
     ASSERT_TRUE(f32.ok() && autocast.ok());

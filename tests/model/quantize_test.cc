@@ -421,18 +421,24 @@ TEST(QuantizedRandomModel, DISABLED_Qwen05BShapeLogitError) {
   c.rope_theta = 1e6;
   c.tie_word_embeddings = false;
   ModelWeights dense;
-  auto store = std::make_shared<std::vector<std::vector<uint16_t>>>();
+  struct Store {
+    explicit Store(const ModelConfig& c) : vectors(c) {}
+    VectorStore vectors;
+    std::vector<std::vector<uint16_t>> matrices;
+  };
+  auto store = std::make_shared<Store>(c);
   std::mt19937 gen(42);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   visit_weights(c, dense, [&](const WeightSlot& slot) {
     if (slot.matrix != nullptr) {
-      store->emplace_back(slot.shape[0] * slot.shape[1]);
-      for (auto& v : store->back()) v = f32_to_bf16(normal(gen));
-      *slot.matrix = WeightView{DType::kBF16, store->back().data(), slot.shape[0], slot.shape[1]};
+      store->matrices.emplace_back(slot.shape[0] * slot.shape[1]);
+      for (auto& v : store->matrices.back()) v = f32_to_bf16(normal(gen));
+      *slot.matrix = WeightView{DType::kBF16, store->matrices.back().data(), slot.shape[0], slot.shape[1]};
     } else {
-      slot.vector->assign(slot.shape[0], 0.0f);
+      const std::span<float> vec = store->vectors.take(slot.shape[0]);
       const bool norm = slot.name.find("norm") != std::string::npos;
-      for (auto& v : *slot.vector) v = norm ? 1.0f : normal(gen);
+      for (auto& v : vec) v = norm ? 1.0f : normal(gen);
+      *slot.vector = vec;
     }
   });
   ThreadPool pool(0);

@@ -138,7 +138,8 @@ TEST(Trainer, RunsWithoutAnOutputDirectoryAndMatchesOneWithIt) {
   // In-memory weights (as a synthetic model's) train the same as the checkpoint's.
   auto ckpt = Checkpoint::open(without.model_dir);
   ASSERT_TRUE(ckpt.ok());
-  auto bound = bind_weights(*ckpt, ckpt->config());
+  VectorStore vectors(ckpt->config());
+  auto bound = bind_weights(*ckpt, ckpt->config(), vectors);
   ASSERT_TRUE(bound.ok());
   auto params = ModelParams::from_weights(ckpt->config(), *bound);
   ASSERT_TRUE(params.ok());

@@ -1,0 +1,84 @@
+// OptimizerCore: start / resume, the optimizer step, checkpoints and metrics.jsonl.
+#include "train/optimizer_core.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_dir.h"
+#include "io/checkpoint.h"
+
+namespace dc::train {
+namespace fs = std::filesystem;
+
+OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options) {
+  OptimizerCore c;
+  c.config_ = config;
+  c.options_ = options;
+  c.params_ = std::move(params);
+  c.grads_ = ModelParams::zeros(config);
+  c.m_ = ModelParams::zeros(config);
+  c.v_ = ModelParams::zeros(config);
+  return c;
+}
+
+Result<OptimizerCore> OptimizerCore::resume(const std::string& dir, const OptimizerOptions& options) {
+  DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
+  VectorStore vectors(ckpt.config());
+  DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, ckpt.config(), vectors));
+  DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_weights(ckpt.config(), bound));
+  OptimizerCore c = start(ckpt.config(), std::move(params), options);
+  DC_RETURN_IF_ERROR(load_train_state(dir, c.m_, c.v_, c.state_));
+  return c;
+}  // the mapped stored weights are released: training uses the f32 copies
+
+OptimizerStepStats OptimizerCore::step(ThreadPool* pool) {
+  OptimizerStepStats s;
+  s.grad_norm = clip_grad_norm(grads_, options_.max_grad_norm, pool);
+  s.lr = learning_rate(options_.lr, state_.step);
+  adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam, pool);
+  s.step = ++state_.step;
+  return s;
+}
+
+Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::string& source_model_dir,
+                                        const ExtraCheckpointFiles& extra) const {
+  const std::string dir = (fs::path(out_dir) / checkpoint_name(state_.step)).string();
+  DC_RETURN_IF_ERROR(save_train_checkpoint(dir, source_model_dir, params_, m_, v_, state_, extra));
+  return dir;
+}
+
+Result<std::vector<std::string>> OptimizerCore::open_metrics(const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return io_error("cannot create " + out_dir + ": " + ec.message());
+  const std::string path = (fs::path(out_dir) / "metrics.jsonl").string();
+  std::vector<std::string> kept;
+  std::string text;
+  if (state_.step > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        if (nlohmann::json::parse(line).at("step").get<int64_t>() > state_.step) continue;
+      } catch (const std::exception&) {
+        continue;  // a line cut by a kill
+      }
+      text += line + "\n";
+      kept.push_back(std::move(line));
+    }
+  }
+  DC_RETURN_IF_ERROR(write_text_file(path, text));
+  metrics_path_ = path;
+  return kept;
+}
+
+Status OptimizerCore::append_metrics(const std::string& json_object) const {
+  if (metrics_path_.empty()) return Status();
+  std::ofstream out(metrics_path_, std::ios::app);
+  out << json_object << "\n";
+  out.flush();
+  if (!out) return io_error("cannot append to " + metrics_path_);
+  return Status();
+}
+
+}  // namespace dc::train

@@ -1,0 +1,84 @@
+// OptimizerCore: the training state every trainer drives (the SFT Trainer, Coupled-GRPO): f32 master
+// weights, their gradients and both Adam moments (four ModelParams, one contiguous buffer each), global-norm
+// clipping, AdamW with a learning-rate schedule, the step count, checkpoints (weights + moments + state,
+// atomic, plus the driver's own files) with bit-exact resume, and out_dir/metrics.jsonl.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/params.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+namespace dc::train {
+
+struct OptimizerOptions {
+  LrOptions lr;
+  AdamWOptions adam;
+  double max_grad_norm = 1.0;  // ≤ 0: no clipping
+};
+
+struct OptimizerStepStats {
+  int64_t step = 0;              // 1-based optimizer step just done
+  double lr = 0, grad_norm = 0;  // the rate used; the gradients' global norm before clipping
+};
+
+class OptimizerCore {
+ public:
+  // Step 0 over the master weights `params` (shaped by `config`): zero gradients and moments. Throws
+  // std::bad_alloc when memory runs out.
+  static OptimizerCore start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options);
+  // The state a save() wrote into checkpoint directory `dir` (its f32 weights, moments and
+  // trainer_state.json), continued with `options`. The caller compares state().options (the saved run's)
+  // with its own and reads its extra files from `dir`. Errors name the file and the tensor.
+  static Result<OptimizerCore> resume(const std::string& dir, const OptimizerOptions& options);
+
+  OptimizerCore() = default;  // empty; assign start() or resume()
+  OptimizerCore(OptimizerCore&&) = default;
+  OptimizerCore& operator=(OptimizerCore&&) = default;
+
+  const ModelConfig& config() const { return config_; }
+  const OptimizerOptions& options() const { return options_; }
+  // The master weights, changed in place by step(): a Model built once over params().weights() (or over
+  // MixedPrecisionWeights refreshed from it) sees every step's values.
+  const ModelParams& params() const { return params_; }
+  // The gradients: losses ADD into grads().spans() (Model::backward) until zero_grads().
+  ModelParams& grads() { return grads_; }
+  const ModelParams& m() const { return m_; }
+  const ModelParams& v() const { return v_; }
+  // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.
+  TrainState& state() { return state_; }
+  const TrainState& state() const { return state_; }
+  int64_t steps_done() const { return state_.step; }
+
+  void zero_grads() { grads_.zero(); }
+  // One optimizer step: clips the gradients to options().max_grad_norm (they stay clipped), AdamW at the
+  // rate learning_rate(options().lr, steps_done()), then counts the step. Threads on `pool`; the result
+  // does not depend on the thread count.
+  OptimizerStepStats step(ThreadPool* pool);
+
+  // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
+  // source_model_dir's config and small files, and what `extra` writes) and returns its path.
+  Result<std::string> save(const std::string& out_dir, const std::string& source_model_dir,
+                           const ExtraCheckpointFiles& extra = nullptr) const;
+
+  // Starts out_dir/metrics.jsonl (creating out_dir): keeps the lines of the steps already done (a resumed
+  // run continues the same curve; lines cut by a kill are dropped) and returns them. Later append_metrics
+  // calls add to it; without open_metrics they write nothing.
+  Result<std::vector<std::string>> open_metrics(const std::string& out_dir);
+  // Appends one line, a JSON object with at least a "step" field, to metrics.jsonl.
+  Status append_metrics(const std::string& json_object) const;
+
+ private:
+  ModelConfig config_;
+  OptimizerOptions options_;
+  ModelParams params_, grads_, m_, v_;
+  TrainState state_;
+  std::string metrics_path_;  // "" until open_metrics
+};
+
+}  // namespace dc::train
