@@ -286,9 +286,15 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss_rows += static_cast<int64_t>(batch.out_rows.size());
   }
   const auto t_opt = std::chrono::steady_clock::now();
-  s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm, ctx_.pool);
   s.lr = learning_rate(opt_.lr, state_.step);
-  adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam, ctx_.pool);
+  if (mixed) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the f32 state
+    s.grad_norm = global_grad_norm(grads_, ctx_.pool);
+    adamw_step_mixed(ctx_, params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam,
+                     clip_coefficient(s.grad_norm, opt_.max_grad_norm), mixed_);
+  } else {
+    s.grad_norm = clip_grad_norm(grads_, opt_.max_grad_norm, ctx_.pool);
+    adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, opt_.adam, ctx_.pool);
+  }
   s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   s.step = ++state_.step;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -196,9 +196,14 @@ DC_TARGET_AVX512 void micro_f32(int64_t kc, const float* a, int64_t lda, const f
 
 DC_TARGET_AVX512 DC_INLINE float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
+// y = hsum (+ bias), or y += hsum when accumulating.
+DC_INLINE void put(float* y, float sum, const float* bias, bool accumulate) {
+  *y = accumulate ? *y + sum : sum + (bias ? *bias : 0.0f);
+}
+
 template <int MR, int NR>
 DC_TARGET_AVX512_BF16 void dot_bf16(int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
-                                    const float* bias, float* y, int64_t ldy) {
+                                    const float* bias, float* y, int64_t ldy, bool accumulate) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -224,12 +229,12 @@ DC_TARGET_AVX512_BF16 void dot_bf16(int64_t k, const uint16_t* x, int64_t ldx, c
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) y[r * ldy + j] = hsum(acc[r][j]) + (bias ? bias[j] : 0.0f);
+    for (int j = 0; j < NR; ++j) put(y + r * ldy + j, hsum(acc[r][j]), bias ? bias + j : nullptr, accumulate);
 }
 
 template <DType kW, int MR, int NR>
 DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-                              const float* bias, float* y, int64_t ldy) {
+                              const float* bias, float* y, int64_t ldy, bool accumulate) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -256,7 +261,7 @@ DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) y[r * ldy + j] = hsum(acc[r][j]) + (bias ? bias[j] : 0.0f);
+    for (int j = 0; j < NR; ++j) put(y + r * ldy + j, hsum(acc[r][j]), bias ? bias + j : nullptr, accumulate);
 }
 
 // ---- drivers ----
@@ -265,14 +270,7 @@ DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void
 DC_TARGET_AVX512_BF16 void convert_rows_bf16(const float* x, int64_t k, int64_t i0, int64_t i1, uint16_t* xb,
                                              int64_t ldxb) {
   for (int64_t i = i0; i < i1; ++i) {
-    const float* src = x + i * k;
-    uint16_t* dst = xb + i * ldxb;
-    for (int64_t t = 0; t < ldxb; t += 32) {
-      const __m512 lo = _mm512_maskz_loadu_ps(mask16(k - t), src + t);
-      const __m512 hi = _mm512_maskz_loadu_ps(mask16(k - t - 16), src + t + 16);
-      const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      _mm512_mask_storeu_epi16(dst + t, mask32(ldxb - t), packed);
-    }
+    simd::round_row_bf16(x + i * k, k, ldxb, xb + i * ldxb);
   }
 }
 
@@ -289,6 +287,7 @@ struct Job {
   const float* bias;     // [m] or null
   float* y;              // [n, m]
   bool bf16;
+  bool accumulate;       // y += x·Wᵀ (no bias)
   bool panels;           // w is in the kPanels layout
   int64_t panel_words;   // kPanels: words per panel, ⌈k/2⌉ · 64
 };
@@ -374,7 +373,7 @@ void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
         for (int64_t l = 0; l < lines_per_call && ahead_lines > 0; ++l, --ahead_lines, ahead += 64)
           _mm_prefetch(ahead, _MM_HINT_T1);
       };
-      const Init init = k0 > 0 ? Init::kLoad : (j.bias ? Init::kBias : Init::kZero);
+      const Init init = k0 > 0 || j.accumulate ? Init::kLoad : (j.bias ? Init::kBias : Init::kZero);
       int64_t i = i0;
       for (; i + kMr <= i1; i += kMr) prefetch_slice(), run_micro<kMr>(j, i, j0, cols, k0, kc, b, init);
       prefetch_slice();
@@ -399,11 +398,11 @@ void run_dot(const Job& j, int64_t i0, int64_t r) {
   float* y = j.y + i0 * j.m + r;
   if (j.bf16)
     return dot_bf16<MR, NR>(j.k, j.xb + i0 * j.ldxb, j.ldxb, reinterpret_cast<const uint16_t*>(wr), w.cols, bias, y,
-                            j.m);
+                            j.m, j.accumulate);
   const float* x = j.x + i0 * j.k;
-  if (w.dtype == DType::kBF16) return dot_f32<DType::kBF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
-  if (w.dtype == DType::kF16) return dot_f32<DType::kF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
-  return dot_f32<DType::kF32, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
+  if (w.dtype == DType::kBF16) return dot_f32<DType::kBF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m, j.accumulate);
+  if (w.dtype == DType::kF16) return dot_f32<DType::kF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m, j.accumulate);
+  return dot_f32<DType::kF32, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m, j.accumulate);
 }
 
 template <int MR>
@@ -437,11 +436,11 @@ void dot_task(const Job& j, int64_t r0, int64_t r1) {
 }  // namespace
 
 void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                    MatmulPrecision precision) {
-  if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y);
+                    MatmulPrecision precision, bool accumulate) {
+  if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y, accumulate);
   if (n == 0) return;
   const int64_t m = w.rows, k = w.cols;
-  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, 0};
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, accumulate, false, 0};
   job.panels = w.layout == WeightLayout::kPanels;
   job.panel_words = (k + 1) / 2 * kPanel;
   // kPanels weights need the bf16 pair kernel (or the f32 one, which unpacks them) and not the dot path.
