@@ -116,6 +116,37 @@ TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
   }
 }
 
+// The bf16 kernel's AMX path (k a multiple of 32, n >= 32: 32-row blocks through the tiles, the rest of
+// the rows through vdpbf16ps) on row-major and kPanels weights, with bias, accumulation and column
+// tails, against the reference on rounded activations; every shape also runs where AMX is absent.
+TEST_P(FastKernelsTest, MatmulBf16TileShapes) {
+  const Mnk shapes[] = {{32, 64, 32}, {33, 65, 64}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {96, 1000, 128}};
+  for (auto [n, m, k] : shapes) {
+    const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(n + m + k));
+    const PanelSizes sizes = panel_sizes(w.view);
+    std::vector<uint32_t> storage(static_cast<size_t>(sizes.data_bytes / 4) + 16);
+    uint32_t* aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / 4;
+    const WeightView packed = pack_panels(bf16_, w.view, aligned, nullptr, nullptr, 0, sizes.panels);
+    auto x = random_vec(n * k, static_cast<uint32_t>(19 + k));
+    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));  // already bf16: the reference sees what the kernel does
+    const auto bias = random_vec(m, 8), y0 = random_vec(n * m, 4);
+    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    std::vector<float> want(n * m), want_add = y0;
+    matmul_nt(ref_, x.data(), n, w.view, bias.data(), want.data());
+    matmul_nt_add(ref_, x.data(), n, w.view, want_add.data());
+    for (const WeightView* view : {&w.view, &packed}) {
+      std::vector<float> got(n * m), got1(n * m), got_add = y0;
+      matmul_nt(bf16_, x.data(), n, *view, bias.data(), got.data());
+      matmul_nt(bf16_1_, x.data(), n, *view, bias.data(), got1.data());
+      matmul_nt_add(bf16_, x.data(), n, *view, got_add.data());
+      const std::string layout = view == &packed ? " kPanels" : " row-major";
+      expect_close(want, got, 1e-5, what + layout);
+      expect_close(want_add, got_add, 1e-5, "add, " + what + layout);
+      ASSERT_EQ(got, got1) << what << layout << ": result depends on the thread count";
+    }
+  }
+}
+
 // matmul_nt_add (y += x·wᵀ, the backward's products): the reference adds exactly the matmul_nt result to
 // y; the fast kernels (f32 precision; bf16 precision on bf16 weights) match it as matmul_nt does.
 TEST_P(FastKernelsTest, MatmulAddSumsIntoY) {

@@ -31,6 +31,7 @@ void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t win
 // Run-time CPU features (cached after the first call).
 bool cpu_has_avx512();       // AVX-512 F, BW, VL, DQ (+ FMA, F16C)
 bool cpu_has_avx512_bf16();  // the above plus AVX512_BF16 (vdpbf16ps)
+bool cpu_has_amx_bf16();     // the above plus AMX-TILE / AMX-BF16, with the OS's leave to use the tiles
 // Tests only: while on, both report false, so the fast kernels take their portable fallbacks.
 void force_portable_kernels_for_testing(bool on);
 

@@ -11,6 +11,9 @@
 #define DC_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 // ... plus the bf16 dot product (vdpbf16ps) and conversions (vcvtne2ps2bf16).
 #define DC_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+// ... plus the AMX tiles and their bf16 dot product (tdpbf16ps).
+#define DC_TARGET_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,amx-tile,amx-bf16")))
 #define DC_INLINE inline __attribute__((always_inline))
 
 namespace dc::cpu::simd {
