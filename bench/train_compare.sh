@@ -6,6 +6,8 @@
 # warm-up), THREADS (2), TORCH_RUNS ("bfloat16:masked float32:masked": lm_head on the loss rows, the same
 # work as ours; add bfloat16:all / float32:all for the upstream code as written, which runs lm_head on
 # every position and is labelled so).
+# BASE_BIN (unset): another build of diffucoder (e.g. the parent commit's) run in bf16 mode first, as
+# `dc-base-bf16`, so that a change is measured side by side with its baseline in the same run.
 # Ours runs in both modes: bf16 mixed precision (the training default) and f32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,7 @@ run() {  # name, args...: JSON to $out/name.json, stderr to $out/name.log, the l
 }
 
 rm -f "$out"/*.json
+if [[ -n "${BASE_BIN:-}" ]]; then run dc-base-bf16 "$BASE_BIN" bench --train "${common[@]}" --precision bf16 --json; fi
 run dc-bf16 "$bin" bench --train "${common[@]}" --precision bf16 --json
 run dc-f32 "$bin" bench --train "${common[@]}" --precision f32 --json
 for variant in ${TORCH_RUNS:-bfloat16:masked float32:masked}; do
@@ -35,18 +38,20 @@ done
 import glob, json, os, sys
 out = sys.argv[1]
 R = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "*.json")))}
-print("| run | s/step median (min) | fwd+bwd s | optimizer s | tokens/s | fwd+bwd GFLOP/s (fwd / bwd) | peak RSS GB | losses |")
-print("|---|---|---|---|---|---|---|---|")
+print("| run | s/step median (min) | fwd+bwd s | optimizer s | tokens/s | fwd+bwd GFLOP/s (fwd / bwd) | of bf16 peak | peak RSS GB | losses |")
+print("|---|---|---|---|---|---|---|---|---|")
 for k, j in R.items():
     s = j["seconds_per_step"]
     split = f" ({j['forward_gflops_median']:.0f} / {j['backward_gflops_median']:.0f})" if "forward_gflops_median" in j else ""
     label = k + (" (upstream as written: lm_head on every position)" if k.endswith("-all") else "")
     print(f"| {label} | {s['median']:.2f} ({s['min']:.2f}) | {j['fwd_bwd_s_median']:.2f} | {j['optimizer_s_median']:.2f} | "
-          f"{j['tokens_per_second']:.1f} | {j['fwd_bwd_gflops_median']:.0f}{split} | {j['peak_rss_bytes']/1e9:.2f} | "
+          f"{j['tokens_per_second']:.1f} | {j['fwd_bwd_gflops_median']:.0f}{split} | "
+          + (f"{100 * j['fraction_of_peak']:.0f} % of {j['peak_gemm_gflops']:.0f}" if j.get("peak_gemm_gflops") else "") +
+          f" | {j['peak_rss_bytes']/1e9:.2f} | "
           + ", ".join(f"{x:.3f}" for x in j["losses"]) + " |")
 torch_runs = {k: j["tokens_per_second"] for k, j in R.items() if k.startswith("torch") and k.endswith("-masked")}
 print()
-for mine in ("dc-bf16", "dc-f32"):
+for mine in ("dc-base-bf16", "dc-bf16", "dc-f32"):
     if mine not in R:
         continue
     dc = R[mine]["tokens_per_second"]

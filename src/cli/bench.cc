@@ -246,7 +246,7 @@ RunFn add_bench_command(CLI::App& app) {
     BenchTrainArgs t = *train;
     t.model_dir = a->model_dir, t.shape = a->shape, t.prompt_len = a->prompt_len, t.batch = a->batch;
     t.steps = steps->count() > 0 ? a->steps : t.steps;
-    t.threads = a->threads, t.seed = a->seed, t.json = a->json, t.precision = a->precision;
+    t.threads = a->threads, t.seed = a->seed, t.json = a->json, t.precision = a->precision, t.no_peak = a->no_peak;
     return run_bench_train(t);
   };
 }

@@ -17,6 +17,7 @@
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "ops/matmul.h"
+#include "ops/peak.h"
 #include "train/trainer.h"
 
 namespace dc::cli {
@@ -48,6 +49,8 @@ double median(std::vector<double> v) {
 Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, ThreadPool* pool) {
   if (!a.shape.empty()) {
     DC_ASSIGN_OR_RETURN(config, synthetic_config(a.shape));
+    if (a.layers > 0) config.n_layer = a.layers;
+    if (a.vocab > 0) config.n_vocab = a.vocab, config.mask_token_id = a.vocab - 2;
     std::fprintf(stderr, "bench --train: building random f32 weights of the %s shape...\n", a.shape.c_str());
     DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, make_synthetic_model(config, a.seed, pool));
     return ModelParams::from_weights(config, model->weights());
@@ -78,6 +81,10 @@ Status check_args(const BenchTrainArgs& a) {
   if (!(a.mask_ratio == 0.0 || (a.mask_ratio > 0.0 && a.mask_ratio <= 1.0)))
     return invalid_argument("--mask-ratio must be in (0, 1], or 0 to draw t ~ U(eps, 1) per sequence");
   if (!(a.lr >= 0.0)) return invalid_argument("--lr must be >= 0");
+  if ((a.layers != 0 || a.vocab != 0) && a.shape.empty())
+    return invalid_argument("--layers and --vocab change a --shape (not a --model checkpoint)");
+  if (a.layers < 0 || a.layers > 1024 || a.vocab < 0 || (a.vocab > 0 && a.vocab < 16) || a.vocab > (int64_t{1} << 20))
+    return invalid_argument("--layers must be in [0, 1024] and --vocab 0 or in [16, 1048576]");
   return Status();
 }
 
@@ -96,6 +103,10 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
       ->capture_default_str();
   cmd->add_flag("--grad-checkpointing", a->grad_checkpointing,
                 "--train: keep only each layer's input and recompute the layer in the backward");
+  cmd->add_option("--layers", a->layers,
+                  "--train with --shape: only the first N layers of the shape (e.g. a 7B-shape layer stack that fits "
+                  "in memory); 0 = all");
+  cmd->add_option("--vocab", a->vocab, "--train with --shape: this vocabulary size instead of the shape's; 0 = the shape's");
 }
 
 int run_bench_train(const BenchTrainArgs& a) {
@@ -110,6 +121,8 @@ int run_bench_train(const BenchTrainArgs& a) {
       !bf16_backward([&] { Context c = ctx; c.matmul_precision = mode; return c; }()))
     return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
   const bool mixed = mode == MatmulPrecision::kBF16;
+  if (!a.no_peak) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
+  const double peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&pool);
   const auto t_load = Clock::now();
   ModelConfig c;
   auto loaded = load_params(a, c, &pool);
@@ -201,7 +214,8 @@ int run_bench_train(const BenchTrainArgs& a) {
       {"optimizer_s_median", median(opt)}, {"tokens_per_second", tokens / med},
       {"tokens_per_second_best", tokens / best}, {"fwd_bwd_gflops_median", median(gflops)},
       {"forward_gflops_median", median(fwd_gflops)}, {"backward_gflops_median", median(bwd_gflops)},
-      {"relayout_s_median", median(relayout)},
+      {"relayout_s_median", median(relayout)}, {"peak_gemm_gflops", peak},
+      {"fraction_of_peak", peak > 0 ? median(gflops) / peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
       {"per_step", steps_json}, {"peak_rss_bytes", rss}};
   if (a.json) {
@@ -211,9 +225,9 @@ int run_bench_train(const BenchTrainArgs& a) {
   std::string loss_text;
   for (const StepRecord& r : timed) loss_text += (loss_text.empty() ? "" : ", ") + std::to_string(r.loss).substr(0, 7);
   std::printf("| metric | value |\n|---|---|\n");
-  std::printf("| model | %s (%lld layers, hidden %lld, %.1fM parameters, f32 master weights) |\n",
-              j["model"].get<std::string>().c_str(), (long long)c.n_layer, (long long)c.n_embd,
-              n_params / 1e6);
+  std::printf("| model | %s%s (%lld layers, hidden %lld, vocabulary %lld, %.1fM parameters, f32 master weights) |\n",
+              j["model"].get<std::string>().c_str(), a.layers > 0 || a.vocab > 0 ? " reduced by --layers / --vocab" : "",
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_vocab, n_params / 1e6);
   std::printf("| precision | %s |\n", mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
   std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
               (long long)a.seq_len, (long long)a.prompt_len, a.batch,
@@ -225,9 +239,12 @@ int run_bench_train(const BenchTrainArgs& a) {
   std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
   std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", median(fwd_bwd), median(opt));
   std::printf("| training tokens/s | %.1f (best %.1f) |\n", tokens / med, tokens / best);
-  std::printf("| fwd+bwd GFLOP/s | %.1f (forward %.1f, backward %.1f) |\n", median(gflops), median(fwd_gflops),
-              median(bwd_gflops));
-  if (mixed) std::printf("| bf16 re-layout of the weights per step | %.3f s (in s/step) |\n", median(relayout));
+  std::printf("| fwd+bwd GFLOP/s | %.1f (forward %.1f, backward %.1f); %.0f%% of the %.1f GFLOP/s bf16 GEMM peak |\n",
+              median(gflops), median(fwd_gflops), median(bwd_gflops), peak > 0 ? 100 * median(gflops) / peak : 0.0,
+              peak);
+  if (mixed)
+    std::printf("| bf16 re-layout of the weights per step | %.3f s outside the optimizer (after the first step it is "
+                "written by AdamW, in its time) |\n", median(relayout));
   std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
   return 0;

@@ -33,8 +33,9 @@ struct BenchTrainArgs {
   int batch = 1, steps = 3, threads = 0;
   double mask_ratio = 0.5, lr = 1e-4;
   uint64_t seed = 0;
-  bool json = false, grad_checkpointing = false;
+  bool json = false, grad_checkpointing = false, no_peak = false;
   std::string precision = "auto";  // bench's --precision: auto / bf16 = mixed precision, f32
+  int64_t layers = 0, vocab = 0;   // --shape with only this many layers / this vocabulary (0: the shape's)
 };
 void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* args);
 int run_bench_train(const BenchTrainArgs& args);

@@ -1,4 +1,4 @@
-// MixedPrecisionWeights::refresh: round, (transpose,) pack.
+// MixedPrecisionWeights::refresh: round, (transpose,) pack — or keep what the optimizer wrote.
 #include "model/mixed_weights.h"
 
 #include "core/dtype.h"
@@ -10,9 +10,12 @@ namespace dc {
 
 Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& master) {
   if (!bf16_backward(ctx)) return invalid_argument("mixed precision needs matmul precision bf16 on a CPU with AVX512_BF16");
+  const bool repack = !written_ || matrices_.empty();
+  written_ = false;
   forward_ = master;
   transposed_ = ModelWeights{};
   transposed_.layers.resize(master.layers.size());
+  if (repack) matrices_.clear();
   size_t next = 0;
   // Packs the bf16 row-major [rows, cols] matrix in tmp_ into buffer `next`, returning its view.
   auto pack = [&](int64_t rows, int64_t cols) -> Result<WeightView> {
@@ -25,6 +28,11 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
     return pack_panels(ctx, rm, bufs_[next++].get(), nullptr, nullptr, 0, sizes.panels);
   };
   auto both = [&](const WeightView& w, WeightView& fwd, WeightView& tr) -> Status {
+    if (!repack) {  // the optimizer wrote the panels (the same matrices, in the same order)
+      const Matrix& kept = matrices_[next++];
+      fwd = kept.w, tr = kept.wt;
+      return Status();
+    }
     const int64_t n = w.rows * w.cols;
     if (static_cast<int64_t>(tmp_.size()) < n) tmp_.resize(static_cast<size_t>(n));
     uint16_t* t = tmp_.data();
@@ -35,6 +43,7 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
     DC_ASSIGN_OR_RETURN(fwd, pack(w.rows, w.cols));
     transpose_to_bf16(ctx, w, t);
     DC_ASSIGN_OR_RETURN(tr, pack(w.cols, w.rows));
+    matrices_.push_back(Matrix{src, fwd, tr});
     return Status();
   };
   for (size_t il = 0; il < master.layers.size(); ++il) {
@@ -50,6 +59,13 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
     DC_RETURN_IF_ERROR(both(m.w_down, f.w_down, t.w_down));
   }
   return both(master.output, forward_.output, transposed_.output);  // tied: the embedding as lm_head
+}
+
+MixedPrecisionWeights::Panels MixedPrecisionWeights::panels_of(const float* master) const {
+  for (const Matrix& m : matrices_)
+    if (m.master == master)
+      return Panels{static_cast<uint32_t*>(const_cast<void*>(m.w.data)), static_cast<uint32_t*>(const_cast<void*>(m.wt.data))};
+  return Panels{};
 }
 
 }  // namespace dc

@@ -58,6 +58,8 @@ bool bf16_backward(const Context& ctx) {
 void transpose_to_bf16(const Context& ctx, const WeightView& w, uint16_t* data) {
   DC_CHECK(!w.empty() && !w.quantized(), "transpose_to_bf16: bad operand");
   const int64_t rows = w.rows, cols = w.cols;
+  if (bf16_backward(ctx) && w.dtype == DType::kF32 && w.layout == WeightLayout::kRowMajor)
+    return cpu::transpose_bf16_fast(ctx.pool, static_cast<const float*>(w.data), rows, cols, data);
   constexpr int64_t kTile = 64;
   parallel_for(ctx.pool, (rows + kTile - 1) / kTile, [&](int64_t b, int64_t e) {
     std::vector<float> tile(static_cast<size_t>(kTile * cols));  // [kTile, cols]
@@ -69,6 +71,16 @@ void transpose_to_bf16(const Context& ctx, const WeightView& w, uint16_t* data) 
     }
   });
 }
+
+namespace {
+
+// y[cols, rows] = x[rows, cols]ᵀ: the fast kernel unless ctx.reference_kernels (the same values).
+void transpose(const Context& ctx, const float* x, int64_t rows, int64_t cols, float* y) {
+  if (ctx.reference_kernels) return cpu::transpose(ctx.pool, x, rows, cols, y);
+  cpu::transpose_fast(ctx.pool, x, rows, cols, y);
+}
+
+}  // namespace
 
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias, const WeightView* wt) {
@@ -82,7 +94,7 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
   Workspace own_workspace;
   Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
   float* dyt = ws.floats("matmul_backward.dyt", out * n);  // [out, n]
-  cpu::transpose(ctx.pool, dy, n, out, dyt);
+  transpose(ctx, dy, n, out, dyt);
   // bf16 buffers as halves of f32 ones.
   auto bf16_buffer = [&](const char* name, int64_t count) {
     return reinterpret_cast<uint16_t*>(ws.floats(name, (count + 1) / 2));
@@ -95,44 +107,30 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
         transpose_to_bf16(ctx, w, tb);
         t = WeightView{DType::kBF16, tb, in, out};
       }
-      float* tmp = ws.floats("matmul_backward.tmp", n * in);  // [n, in]
-      matmul_nt(ctx, dy, n, t, nullptr, tmp);
-      parallel_for(ctx.pool, n * in, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
-      }, 4096);
+      matmul_nt_add(ctx, dy, n, t, dx);
     }
     if (dw != nullptr) {
       uint16_t* xb = bf16_buffer("matmul_backward.xt_bf16", in * n);  // [in, n]: xᵀ in bf16
       transpose_to_bf16(ctx, WeightView{DType::kF32, x, n, in}, xb);
-      float* tmp = ws.floats("matmul_backward.tmp", out * in);  // [out, in]
-      matmul_nt(ctx, dyt, out, WeightView{DType::kBF16, xb, in, n}, nullptr, tmp);
-      parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) dw[i] += tmp[i];
-      }, 4096);
+      matmul_nt_add(ctx, dyt, out, WeightView{DType::kBF16, xb, in, n}, dw);
     }
-  } else if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
-    float* w_t = ws.floats("matmul_backward.wt", in * out);  // [in, out]
-    float* tmp = ws.floats("matmul_backward.tmp", n * in);  // [n, in]
-    if (w.dtype == DType::kF32) {
-      cpu::transpose(ctx.pool, static_cast<const float*>(w.data), out, in, w_t);
-    } else {
-      float* dense = ws.floats("matmul_backward.dense", out * in);  // [out, in]
-      for (int64_t r = 0; r < out; ++r) w.row_to_f32(r, dense + r * in);
-      cpu::transpose(ctx.pool, dense, out, in, w_t);
+  } else {
+    if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
+      float* w_t = ws.floats("matmul_backward.wt", in * out);  // [in, out]
+      if (w.dtype == DType::kF32) {
+        transpose(ctx, static_cast<const float*>(w.data), out, in, w_t);
+      } else {
+        float* dense = ws.floats("matmul_backward.dense", out * in);  // [out, in]
+        for (int64_t r = 0; r < out; ++r) w.row_to_f32(r, dense + r * in);
+        transpose(ctx, dense, out, in, w_t);
+      }
+      matmul_nt_add(ctx, dy, n, WeightView{DType::kF32, w_t, in, out}, dx);
     }
-    matmul_nt(ctx, dy, n, WeightView{DType::kF32, w_t, in, out}, nullptr, tmp);
-    parallel_for(ctx.pool, n * in, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dx[i] += tmp[i];
-    }, 4096);
-  }
-  if (dw != nullptr && !bf16_backward(ctx)) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
-    float* xt = ws.floats("matmul_backward.xt", in * n);    // [in, n]
-    float* tmp = ws.floats("matmul_backward.tmp", out * in);  // [out, in]
-    cpu::transpose(ctx.pool, x, n, in, xt);
-    matmul_nt(ctx, dyt, out, WeightView{DType::kF32, xt, in, n}, nullptr, tmp);
-    parallel_for(ctx.pool, out * in, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dw[i] += tmp[i];
-    }, 4096);
+    if (dw != nullptr) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
+      float* xt = ws.floats("matmul_backward.xt", in * n);  // [in, n]
+      transpose(ctx, x, n, in, xt);
+      matmul_nt_add(ctx, dyt, out, WeightView{DType::kF32, xt, in, n}, dw);
+    }
   }
   if (dbias != nullptr) {
     parallel_for(ctx.pool, out, [&](int64_t b, int64_t e) {

@@ -35,6 +35,17 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
   }
 }
 
+void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightView& w, float* y) {
+  DC_CHECK(x != nullptr && y != nullptr && !w.empty() && !w.quantized(), "matmul_nt_add: bad operand");
+  DC_CHECK(n >= 0 && w.rows > 0 && w.cols > 0, "matmul_nt_add: bad sizes");
+  DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16, "matmul_nt_add: kPanels needs a bf16 weight");
+  switch (ctx.device) {
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::matmul_nt(ctx.pool, x, n, w, nullptr, y, /*accumulate=*/true);
+      return cpu::matmul_nt_fast(ctx.pool, x, n, w, nullptr, y, ctx.matmul_precision, /*accumulate=*/true);
+  }
+}
+
 PanelSizes panel_sizes(const WeightView& w) {
   PanelSizes p;
   if (w.layout != WeightLayout::kRowMajor || w.empty()) return p;

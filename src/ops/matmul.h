@@ -16,6 +16,10 @@ namespace dc {
 // weights take ops/cpu/quant.h: with AVX-512 VNNI, x is rounded to int8 per 32-column block.
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
 
+// y[n, w.rows] += x[n, w.cols] · wᵀ: matmul_nt summing into y instead of overwriting it (no bias; dense
+// f32 / f16 / bf16 weights), for the backward's products, which add into the caller's gradients.
+void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightView& w, float* y);
+
 // The kPanels copy (ops/weight.h) of a weight, as pack_panels writes it.
 struct PanelSizes {
   int64_t panels = 0;       // panels of panel_rows rows
@@ -47,7 +51,8 @@ WeightView panel_view(const WeightView& w, const void* data, const void* scales,
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
 // Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). Both products
-// run through matmul_nt (the fast kernel unless ctx.reference_kernels): in f32 on transposed f32 copies,
+// run through matmul_nt_add, summing straight into dx and dw (the fast kernel unless
+// ctx.reference_kernels): in f32 on transposed f32 copies,
 // or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32 accumulation: dx against
 // `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, laid out once per optimizer step by the caller; without
 // it a bf16 wᵀ is made per call), dw against xᵀ rounded to bf16 (an activation-sized copy per call).

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/adamw.h"
+
 namespace dc::train {
 
 namespace {
@@ -19,43 +21,55 @@ std::vector<std::pair<size_t, int64_t>> chunks(const ModelParams& p) {
   return items;
 }
 
-}  // namespace
-
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr, double beta1,
-                  double beta2, double eps, double weight_decay) {
-  // f32 arithmetic in PyTorch's order; the scalar factors in double as Python computes them.
-  const float decay = static_cast<float>(1.0 - lr * weight_decay);
-  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
-  const float one_b1 = static_cast<float>(1.0 - beta1), one_b2 = static_cast<float>(1.0 - beta2);
-  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float e = static_cast<float>(eps);
-  for (int64_t i = 0; i < n; ++i) {
-    if (weight_decay != 0) p[i] *= decay;
-    m[i] = m[i] * b1 + g[i] * one_b1;
-    v[i] = v[i] * b2 + one_b2 * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + e;
-    p[i] += -step_size * (m[i] / denom);
-  }
-}
-
-void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v, int64_t t, double lr,
-                const AdamWOptions& o, ThreadPool* pool) {
+// adamw_value over the chunks `items` of every tensor, threaded; gradients scaled by grad_scale.
+void adamw_chunks(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v,
+                  const std::vector<std::pair<size_t, int64_t>>& items, int64_t t, double lr, const AdamWOptions& o,
+                  float grad_scale, ThreadPool* pool) {
   const auto& ps = params.tensors();
-  const auto items = chunks(params);
   parallel_for(pool, static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
       const auto [i, begin] = items[it];
       const int64_t n = std::min(kChunk, ps[i].size - begin);
       const double wd = ps[i].is_matrix || o.decay_vectors ? o.weight_decay : 0.0;
-      adamw_update(ps[i].data + begin, grads.tensors()[i].data + begin, m.tensors()[i].data + begin,
-                   v.tensors()[i].data + begin, n, t, lr, o.beta1, o.beta2, o.eps, wd);
+      const AdamWStep s = adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, wd, grad_scale);
+      float* p = ps[i].data + begin;
+      const float* g = grads.tensors()[i].data + begin;
+      float* mm = m.tensors()[i].data + begin;
+      float* vv = v.tensors()[i].data + begin;
+      for (int64_t j = 0; j < n; ++j) adamw_value(s, p[j], g[j], mm[j], vv[j]);
     }
   }, 1);
 }
 
+}  // namespace
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr, double beta1,
+                  double beta2, double eps, double weight_decay) {
+  const AdamWStep s = adamw_scalars(t, lr, beta1, beta2, eps, weight_decay);
+  for (int64_t i = 0; i < n; ++i) adamw_value(s, p[i], g[i], m[i], v[i]);
+}
+
+void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v, int64_t t, double lr,
+                const AdamWOptions& o, ThreadPool* pool) {
+  adamw_chunks(params, grads, m, v, chunks(params), t, lr, o, 1.0f, pool);
+}
+
+void adamw_step_mixed(const Context& ctx, ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v,
+                      int64_t t, double lr, const AdamWOptions& o, float grad_scale, MixedPrecisionWeights& mixed) {
+  const auto& ps = params.tensors();
+  std::vector<MixedPrecisionWeights::Panels> panels(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) panels[i] = mixed.panels_of(ps[i].data);
+  std::vector<std::pair<size_t, int64_t>> rest;  // the chunks of the tensors without bf16 copies
+  for (const auto& item : chunks(params))
+    if (panels[item.first].w == nullptr) rest.push_back(item);
+  adamw_chunks(params, grads, m, v, rest, t, lr, o, grad_scale, ctx.pool);
+  const AdamWStep s = adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale);  // matrices
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (panels[i].w != nullptr)
+      adamw_update_panels(ctx, s, ps[i].data, grads.tensors()[i].data, m.tensors()[i].data, v.tensors()[i].data,
+                          ps[i].shape[0], ps[i].shape[1], panels[i].w, panels[i].wt);
+  mixed.mark_written();
+}
 
 double global_grad_norm(const ModelParams& grads, ThreadPool* pool) {
   // Per chunk: 8 double lanes (vectorisable); then the chunks in order, so the result does not depend
@@ -83,9 +97,8 @@ double global_grad_norm(const ModelParams& grads, ThreadPool* pool) {
 double clip_grad_norm(ModelParams& grads, double max_norm, ThreadPool* pool) {
   const double norm = global_grad_norm(grads, pool);
   if (max_norm <= 0) return norm;
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return norm;
-  const float c = static_cast<float>(coef);
+  const float c = clip_coefficient(norm, max_norm);
+  if (c == 1.0f) return norm;
   const auto items = chunks(grads);
   parallel_for(pool, static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
@@ -96,6 +109,11 @@ double clip_grad_norm(ModelParams& grads, double max_norm, ThreadPool* pool) {
     }
   }, 1);
   return norm;
+}
+
+float clip_coefficient(double norm, double max_norm) {
+  const double coef = max_norm / (norm + 1e-6);
+  return max_norm <= 0 || coef >= 1.0 ? 1.0f : static_cast<float>(coef);
 }
 
 Result<LrSchedule> parse_lr_schedule(const std::string& name) {

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "core/context.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/mixed_weights.h"
 #include "model/params.h"
 
 namespace dc::train {
@@ -17,7 +19,8 @@ struct AdamWOptions {
   bool decay_vectors = false;  // false: no decay for norm weights and biases (Hugging Face Trainer's rule)
 };
 
-// One AdamW step t (1-based) on n values, exactly as torch.optim.AdamW (single-tensor path) does:
+// One AdamW step t (1-based) on n values, exactly as torch.optim.AdamW (single-tensor path) does
+// (adamw_value, ops/adamw.h):
 //   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
 //   p ← p − lr/(1−β1^t) · m / (√v / √(1−β2^t) + eps)
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr, double beta1,
@@ -27,6 +30,13 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64
 // chunks. Matrices get opt.weight_decay; norm weights and biases only if opt.decay_vectors.
 void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v, int64_t t, double lr,
                 const AdamWOptions& opt, ThreadPool* pool);
+// Mixed precision's optimizer step, one pass over the f32 state: clip_grad_norm's scaling (grad_scale,
+// clip_coefficient) applied as the gradients are read, adamw_step, and every matrix's bf16 W / Wᵀ copies
+// in `mixed` (MixedPrecisionWeights::panels_of) written from the updated weights, for the next step's
+// refresh() to keep. The same params, m and v bit for bit as clip_grad_norm then adamw_step (grads are
+// left unscaled). Needs bf16_backward(ctx) and a refreshed `mixed`.
+void adamw_step_mixed(const Context& ctx, ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v,
+                      int64_t t, double lr, const AdamWOptions& opt, float grad_scale, MixedPrecisionWeights& mixed);
 
 // √(Σ g²) over every gradient: double sums per chunk of 64 Ki values, threaded, combined in a fixed
 // order (the result does not depend on the thread count).
@@ -34,6 +44,8 @@ double global_grad_norm(const ModelParams& grads, ThreadPool* pool = nullptr);
 // torch.nn.utils.clip_grad_norm_: if max_norm > 0, scales every gradient by min(1, max_norm / (norm + 1e-6)).
 // Returns the norm before clipping.
 double clip_grad_norm(ModelParams& grads, double max_norm, ThreadPool* pool = nullptr);
+// That scale as f32: max_norm / (norm + 1e-6) when max_norm > 0 and it is below 1, else 1.
+float clip_coefficient(double norm, double max_norm);
 
 enum class LrSchedule { kConstant, kLinear, kCosine };
 Result<LrSchedule> parse_lr_schedule(const std::string& name);  // "constant", "linear", "cosine"

@@ -32,11 +32,17 @@ Result<OptimizerCore> OptimizerCore::resume(const std::string& dir, const Optimi
   return c;
 }  // the mapped stored weights are released: training uses the f32 copies
 
-OptimizerStepStats OptimizerCore::step(ThreadPool* pool) {
+OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed) {
   OptimizerStepStats s;
-  s.grad_norm = clip_grad_norm(grads_, options_.max_grad_norm, pool);
   s.lr = learning_rate(options_.lr, state_.step);
-  adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam, pool);
+  if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
+    s.grad_norm = global_grad_norm(grads_, ctx.pool);
+    adamw_step_mixed(ctx, params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam,
+                     clip_coefficient(s.grad_norm, options_.max_grad_norm), *mixed);
+  } else {
+    s.grad_norm = clip_grad_norm(grads_, options_.max_grad_norm, ctx.pool);
+    adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam, ctx.pool);
+  }
   s.step = ++state_.step;
   return s;
 }

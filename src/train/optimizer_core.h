@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/context.h"
 #include "core/thread_pool.h"
+#include "model/mixed_weights.h"
 #include "model/params.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -56,10 +58,13 @@ class OptimizerCore {
   int64_t steps_done() const { return state_.step; }
 
   void zero_grads() { grads_.zero(); }
-  // One optimizer step: clips the gradients to options().max_grad_norm (they stay clipped), AdamW at the
-  // rate learning_rate(options().lr, steps_done()), then counts the step. Threads on `pool`; the result
-  // does not depend on the thread count.
-  OptimizerStepStats step(ThreadPool* pool);
+  // One optimizer step: clips the gradients to options().max_grad_norm, AdamW at the rate
+  // learning_rate(options().lr, steps_done()), then counts the step. Threads on ctx.pool; the result does
+  // not depend on the thread count. Without `mixed` the gradients stay clipped in place. With `mixed`
+  // (mixed precision, refreshed from params() this step) the clip is a factor inside the fused AdamW that
+  // also writes the next step's bf16 W / Wᵀ copies (adamw_step_mixed), and the gradients are left as they
+  // were.
+  OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr);
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
   // source_model_dir's config and small files, and what `extra` writes) and returns its path.

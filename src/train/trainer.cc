@@ -269,7 +269,7 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss_rows += static_cast<int64_t>(batch.out_rows.size());
   }
   const auto t_opt = std::chrono::steady_clock::now();
-  const OptimizerStepStats o = core_.step(ctx_.pool);
+  const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
   s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

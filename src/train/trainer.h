@@ -63,7 +63,9 @@ struct StepStats {
   double seconds = 0;
   double fwd_bwd_seconds = 0, optimizer_seconds = 0;  // parts of `seconds` (the rest: masking, setup)
   double forward_seconds = 0, backward_seconds = 0;   // the two parts of fwd_bwd_seconds (+ the loss)
-  double relayout_seconds = 0;  // mixed precision: the bf16 copies of the weights made for this step
+  // Mixed precision: MixedPrecisionWeights::refresh at the start of the step (the full re-layout on the
+  // first step only; afterwards AdamW writes the copies, in optimizer_seconds, and this takes the vectors).
+  double relayout_seconds = 0;
 };
 
 class Trainer {

@@ -141,13 +141,19 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
 }
 
 TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
-  for (const std::string extra : {"", " --grad-checkpointing"}) {
+  // The second run also measures the bf16 GEMM peak, on the tiny shape cut to 1 layer and 64 tokens.
+  for (const std::string extra : {" --no-peak", " --grad-checkpointing --layers 1 --vocab 64"}) {
     auto r = run("bench --train --shape tiny --seq-len 32 --prompt-len 8 --steps 2 --threads 2 --json" + extra);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
+    const bool second = extra != " --no-peak";
     EXPECT_EQ(j["mode"], "train");
     EXPECT_EQ(j["losses"].size(), 2u);
-    EXPECT_EQ(j["grad_checkpointing"].get<bool>(), !extra.empty());
+    EXPECT_EQ(j["grad_checkpointing"].get<bool>(), second);
+    EXPECT_EQ(j["layers"].get<int64_t>(), second ? 1 : 2);
+    EXPECT_EQ(j["vocab"].get<int64_t>(), second ? 64 : 4096);
+    EXPECT_EQ(j["peak_gemm_gflops"].get<double>() > 0, second);
+    EXPECT_EQ(j["fraction_of_peak"].get<double>() > 0, second);
     for (const auto& s : j["per_step"]) {
       EXPECT_GT(s["loss"].get<double>(), 0.0);
       EXPECT_GT(s["n_loss_rows"].get<int64_t>(), 0);
@@ -157,6 +163,9 @@ TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
   auto bad = run("bench --train --shape nope");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("'nope'"), std::string::npos) << bad.err;
+  auto small_vocab = run("bench --train --shape tiny --vocab 8");
+  EXPECT_EQ(small_vocab.exit_code, 2);
+  EXPECT_NE(small_vocab.err.find("--vocab"), std::string::npos) << small_vocab.err;
 }
 
 TEST(Cli, GenerateWithBf16Precision) {

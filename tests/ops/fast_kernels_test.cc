@@ -11,6 +11,7 @@
 
 #include "kernel_test_util.h"
 #include "ops/attention.h"
+#include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -112,6 +113,82 @@ TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
     expect_close(want, got, 1e-2, "bf16 activations vs exact, " + what);
     expect_close(want_rounded, got, 1e-5, "bf16 activations vs reference on rounded x, " + what);
     ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
+  }
+}
+
+// The bf16 kernel's AMX path (k a multiple of 32, n >= 32: 32-row blocks through the tiles, the rest of
+// the rows through vdpbf16ps) on row-major and kPanels weights, with bias, accumulation and column
+// tails, against the reference on rounded activations; every shape also runs where AMX is absent.
+TEST_P(FastKernelsTest, MatmulBf16TileShapes) {
+  const Mnk shapes[] = {{32, 64, 32}, {33, 65, 64}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {96, 1000, 128}};
+  for (auto [n, m, k] : shapes) {
+    const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(n + m + k));
+    const PanelSizes sizes = panel_sizes(w.view);
+    std::vector<uint32_t> storage(static_cast<size_t>(sizes.data_bytes / 4) + 16);
+    uint32_t* aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / 4;
+    const WeightView packed = pack_panels(bf16_, w.view, aligned, nullptr, nullptr, 0, sizes.panels);
+    auto x = random_vec(n * k, static_cast<uint32_t>(19 + k));
+    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));  // already bf16: the reference sees what the kernel does
+    const auto bias = random_vec(m, 8), y0 = random_vec(n * m, 4);
+    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    std::vector<float> want(n * m), want_add = y0;
+    matmul_nt(ref_, x.data(), n, w.view, bias.data(), want.data());
+    matmul_nt_add(ref_, x.data(), n, w.view, want_add.data());
+    for (const WeightView* view : {&w.view, &packed}) {
+      std::vector<float> got(n * m), got1(n * m), got_add = y0;
+      matmul_nt(bf16_, x.data(), n, *view, bias.data(), got.data());
+      matmul_nt(bf16_1_, x.data(), n, *view, bias.data(), got1.data());
+      matmul_nt_add(bf16_, x.data(), n, *view, got_add.data());
+      const std::string layout = view == &packed ? " kPanels" : " row-major";
+      expect_close(want, got, 1e-5, what + layout);
+      expect_close(want_add, got_add, 1e-5, "add, " + what + layout);
+      ASSERT_EQ(got, got1) << what << layout << ": result depends on the thread count";
+    }
+  }
+}
+
+// matmul_nt_add (y += x·wᵀ, the backward's products): the reference adds exactly the matmul_nt result to
+// y; the fast kernels (f32 precision; bf16 precision on bf16 weights) match it as matmul_nt does.
+TEST_P(FastKernelsTest, MatmulAddSumsIntoY) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [n, m, k] : kMatmulShapes) {
+      const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(5 + n + m + k));
+      const auto x = random_vec(n * k, static_cast<uint32_t>(13 + k)), y0 = random_vec(n * m, 9);
+      std::vector<float> product(n * m), want = y0;
+      matmul_nt(ref_, x.data(), n, w.view, nullptr, product.data());
+      matmul_nt_add(ref_, x.data(), n, w.view, want.data());
+      for (int64_t i = 0; i < n * m; ++i) ASSERT_EQ(want[i], y0[i] + product[i]) << "reference, index " << i;
+      const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " m=" +
+                               std::to_string(m) + " k=" + std::to_string(k);
+      std::vector<float> got = y0, got1 = y0;
+      matmul_nt_add(fast_, x.data(), n, w.view, got.data());
+      matmul_nt_add(fast1_, x.data(), n, w.view, got1.data());
+      expect_close(want, got, 1e-5, "f32 precision, " + what);
+      ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
+      if (dtype != DType::kBF16) continue;
+      auto x_rounded = x;
+      for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
+      std::vector<float> want_rounded = y0, got_bf16 = y0;
+      matmul_nt_add(ref_, x_rounded.data(), n, w.view, want_rounded.data());
+      matmul_nt_add(bf16_, x.data(), n, w.view, got_bf16.data());
+      expect_close(want_rounded, got_bf16, 1e-5, "bf16 precision vs reference on rounded x, " + what);
+    }
+  }
+}
+
+// The backward's transposes: the 16×16-block kernels give the reference loops' values exactly (f32, and
+// each value rounded by f32_to_bf16).
+TEST_P(FastKernelsTest, TransposesMatchTheReference) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {16, 16}, {17, 33}, {100, 7}, {33, 130}, {256, 896}}) {
+    const auto x = random_vec(rows * cols, static_cast<uint32_t>(rows + cols));
+    std::vector<float> want(rows * cols), got(rows * cols, NAN);
+    cpu::transpose(&pool_, x.data(), rows, cols, want.data());
+    cpu::transpose_fast(&pool_, x.data(), rows, cols, got.data());
+    ASSERT_EQ(want, got) << rows << "x" << cols;
+    if (!cpu::cpu_has_avx512_bf16()) continue;
+    std::vector<uint16_t> half(rows * cols, 0xffff);
+    cpu::transpose_bf16_fast(&pool_, x.data(), rows, cols, half.data());
+    for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(half[i], f32_to_bf16(want[i])) << rows << "x" << cols << " " << i;
   }
 }
 

@@ -49,7 +49,9 @@ OptimizerStepStats drive_one_step(OptimizerCore& core, ThreadPool& pool) {
   const double step = static_cast<double>(core.steps_done());
   for (int call = 0; call < 2; ++call)
     for (int64_t i = 0; i < n; ++i) g[i] += 0.5f * (0.05f * p[i] + 0.01f * static_cast<float>(std::sin(0.37 * i + step + call)));
-  return core.step(&pool);
+  Context ctx;
+  ctx.pool = &pool;
+  return core.step(ctx);
 }
 
 bool same_bits(const ModelParams& a, const ModelParams& b) {

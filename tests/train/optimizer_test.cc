@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "fixtures.h"
+#include "core/thread_pool.h"
 #include "io/safetensors.h"
+#include "ops/matmul.h"
 #include "train/optimizer.h"
 #include "types/model_config.h"
 
@@ -71,6 +75,65 @@ TEST(AdamW, StepDecaysMatricesButNotNormsAndBiases) {
   }
   EXPECT_GT(matrices, 0);
   EXPECT_GT(vectors, 0);
+}
+
+// Mixed precision's fused step: the same weights and moments bit for bit as clip_grad_norm then
+// adamw_step, and bf16 copies equal to those a fresh refresh() makes of the updated weights.
+TEST(AdamW, MixedStepMatchesClipThenStepAndARefresh) {
+  ThreadPool pool(2);
+  Context ctx;
+  ctx.pool = &pool;
+  ctx.matmul_precision = MatmulPrecision::kBF16;
+  if (!bf16_backward(ctx)) GTEST_SKIP() << "no AVX512_BF16";
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied lm_head" : "untied lm_head");
+    ModelConfig c;
+    c.n_vocab = 70, c.n_embd = 40, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 10, c.n_ff = 72, c.n_layer = 2;
+    c.tie_word_embeddings = tied;
+    ModelParams p = ModelParams::zeros(c), g = ModelParams::zeros(c), m = ModelParams::zeros(c), v = ModelParams::zeros(c);
+    ModelParams p2 = ModelParams::zeros(c), g2 = ModelParams::zeros(c), m2 = ModelParams::zeros(c), v2 = ModelParams::zeros(c);
+    std::mt19937 gen(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (size_t i = 0; i < p.tensors().size(); ++i)
+      for (int64_t j = 0; j < p.tensors()[i].size; ++j) {
+        p.tensors()[i].data[j] = p2.tensors()[i].data[j] = 0.05f * dist(gen);
+        g.tensors()[i].data[j] = g2.tensors()[i].data[j] = dist(gen);  // norm ≫ 1: clipping scales
+        m.tensors()[i].data[j] = m2.tensors()[i].data[j] = 0.1f * dist(gen);
+        v.tensors()[i].data[j] = v2.tensors()[i].data[j] = 0.01f * std::fabs(dist(gen));
+      }
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    MixedPrecisionWeights mixed;
+    ASSERT_TRUE(mixed.refresh(ctx, p.weights()).ok());
+    const double norm = global_grad_norm(g, &pool);
+    adamw_step_mixed(ctx, p, g, m, v, 2, 1e-3, o, clip_coefficient(norm, 1.0), mixed);
+    EXPECT_DOUBLE_EQ(clip_grad_norm(g2, 1.0, &pool), norm);
+    adamw_step(p2, g2, m2, v2, 2, 1e-3, o, &pool);
+    for (const auto* pair : {&p, &m, &v}) {
+      const ModelParams& want = pair == &p ? p2 : pair == &m ? m2 : v2;
+      for (size_t i = 0; i < want.tensors().size(); ++i)
+        ASSERT_EQ(std::memcmp(pair->tensors()[i].data, want.tensors()[i].data, want.tensors()[i].size * 4), 0)
+            << want.tensors()[i].name;
+    }
+    ASSERT_TRUE(mixed.refresh(ctx, p.weights()).ok());  // keeps what the optimizer wrote
+    MixedPrecisionWeights fresh;
+    ASSERT_TRUE(fresh.refresh(ctx, p.weights()).ok());
+    auto same = [](const WeightView& a, const WeightView& b, const char* what) {
+      ASSERT_EQ(a.layout, WeightLayout::kPanels) << what;
+      const int64_t words = (a.rows + kPanelRows - 1) / kPanelRows * ((a.cols + 1) / 2) * kPanelRows;
+      ASSERT_NE(a.data, b.data) << what;
+      EXPECT_EQ(std::memcmp(a.data, b.data, words * 4), 0) << what;
+    };
+    for (size_t il = 0; il < p.weights().layers.size(); ++il)
+      for (auto f : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w_gate,
+                     &LayerWeights::w_up, &LayerWeights::w_down}) {
+        same(mixed.forward().layers[il].*f, fresh.forward().layers[il].*f, "W");
+        same(mixed.transposed().layers[il].*f, fresh.transposed().layers[il].*f, "Wᵀ");
+      }
+    same(mixed.forward().output, fresh.forward().output, "lm_head W");
+    same(mixed.transposed().output, fresh.transposed().output, "lm_head Wᵀ");
+    EXPECT_EQ(mixed.forward().layers[1].ffn_norm, p.weights().layers[1].ffn_norm);  // the updated vectors
+  }
 }
 
 TEST(LearningRate, WarmupThenConstantLinearAndCosine) {

@@ -28,5 +28,9 @@ double cross_entropy(ThreadPool* pool, const float* logits, const int32_t* targe
                      int64_t n_vocab, float* dlogits, float* ce);
 // y[cols, rows] = x[rows, cols]ᵀ (f32), threaded over blocks.
 void transpose(ThreadPool* pool, const float* x, int64_t rows, int64_t cols, float* y);
+// The same by 16×16 blocks in AVX-512 registers (transpose_fast.cc; falls back to transpose), and
+// rounded to bf16 on the way (AVX512_BF16 only; transpose_to_bf16 of ops/matmul.h is its reference).
+void transpose_fast(ThreadPool* pool, const float* x, int64_t rows, int64_t cols, float* y);
+void transpose_bf16_fast(ThreadPool* pool, const float* x, int64_t rows, int64_t cols, uint16_t* y);
 
 }  // namespace dc::cpu

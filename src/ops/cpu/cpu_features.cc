@@ -1,6 +1,10 @@
 // Run-time CPU feature checks (cached) that pick the fast kernels. They guard only the kernels: with
 // DC_NATIVE ON (the default) the whole binary is compiled with -march=native and so needs the build
 // machine's instruction set anyway; build with -DDC_NATIVE=OFF for a binary that runs on any x86-64.
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 
 #include "ops/cpu/kernels.h"
@@ -17,7 +21,21 @@ bool detect_avx512() {
          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
+// AMX-TILE and AMX-BF16 (CPUID.(7,0):EDX bits 24, 22), and Linux's permission for this process to use
+// the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; Linux >= 5.16).
+bool detect_amx_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
 }  // namespace
+
+bool cpu_has_amx_bf16() {
+  static const bool has = detect_avx512() && __builtin_cpu_supports("avx512bf16") && detect_amx_bf16();
+  return has && !g_force_portable.load(std::memory_order_relaxed);
+}
 
 bool cpu_has_avx512() {
   static const bool has = detect_avx512();

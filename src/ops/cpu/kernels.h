@@ -7,13 +7,15 @@
 
 #include "core/context.h"
 #include "core/thread_pool.h"
+#include "ops/adamw.h"
 #include "ops/attention.h"
 #include "ops/weight.h"
 
 namespace dc::cpu {
 
-// Reference kernels.
-void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
+// Reference kernels. matmul_nt with `accumulate`: y += x·wᵀ (bias must be null).
+void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
+               bool accumulate = false);
 void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 // inverse: rotate by −θ instead of θ (the rotation's transpose: RoPE's backward, ops/cpu/backward_kernels.h).
 void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
@@ -29,6 +31,7 @@ void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t win
 // Run-time CPU features (cached after the first call).
 bool cpu_has_avx512();       // AVX-512 F, BW, VL, DQ (+ FMA, F16C)
 bool cpu_has_avx512_bf16();  // the above plus AVX512_BF16 (vdpbf16ps)
+bool cpu_has_amx_bf16();     // the above plus AMX-TILE / AMX-BF16, with the OS's leave to use the tiles
 // Tests only: while on, both report false, so the fast kernels take their portable fallbacks.
 void force_portable_kernels_for_testing(bool on);
 
@@ -36,10 +39,13 @@ void force_portable_kernels_for_testing(bool on);
 // summation order, except matmul_nt_fast with MatmulPrecision::kBF16 over bf16 weights (activations
 // rounded to bf16). Results do not depend on the number of threads.
 void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                    MatmulPrecision precision);
+                    MatmulPrecision precision, bool accumulate = false);
 // Panels [panel_begin, panel_end) of the kPanels copy (ops/weight.h) of the row-major bf16 weight w, into
 // out (the whole copy: ⌈w.rows/64⌉ · ⌈w.cols/2⌉ · 64 words, 64-byte aligned).
 void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out);
+// adamw_update_panels (ops/adamw.h); AVX512_BF16 only (its reference: adamw_value, then pack_panels).
+void adamw_update_panels_fast(ThreadPool* pool, const AdamWStep& s, float* p, const float* g, float* m, float* v,
+                              int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels);
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                      const float* sin);

@@ -37,8 +37,10 @@ inline float dot(const float* a, const float* b, int64_t k) {
 
 }  // namespace
 
-void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y) {
+void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
+               bool accumulate) {
   const int64_t m = w.rows, k = w.cols;
+  auto put = [&](int64_t i, int64_t j, float sum) { y[i * m + j] = accumulate ? y[i * m + j] + sum : sum; };
   const int64_t n_blocks = (m + kBlockRows - 1) / kBlockRows;
   parallel_for(pool, n_blocks, [&](int64_t b_begin, int64_t b_end) {
     std::vector<float> wbuf(w.dtype == DType::kF32 ? 0 : kBlockRows * k);
@@ -57,13 +59,13 @@ void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w,
         for (int64_t j = 0; j < nj4; j += 4) {
           tile4x4(x + i * k, k, wf + j * k, k, tile);
           for (int a = 0; a < 4; ++a)
-            for (int b = 0; b < 4; ++b) y[(i + a) * m + j0 + j + b] = tile[a * 4 + b];
+            for (int b = 0; b < 4; ++b) put(i + a, j0 + j + b, tile[a * 4 + b]);
         }
         for (int64_t j = nj4; j < nj; ++j)
-          for (int a = 0; a < 4; ++a) y[(i + a) * m + j0 + j] = dot(x + (i + a) * k, wf + j * k, k);
+          for (int a = 0; a < 4; ++a) put(i + a, j0 + j, dot(x + (i + a) * k, wf + j * k, k));
       }
       for (int64_t i = n4; i < n; ++i)
-        for (int64_t j = 0; j < nj; ++j) y[i * m + j0 + j] = dot(x + i * k, wf + j * k, k);
+        for (int64_t j = 0; j < nj; ++j) put(i, j0 + j, dot(x + i * k, wf + j * k, k));
       if (bias != nullptr)
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < nj; ++j) y[i * m + j0 + j] += bias[j0 + j];

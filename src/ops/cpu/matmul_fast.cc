@@ -192,13 +192,88 @@ DC_TARGET_AVX512 void micro_f32(int64_t kc, const float* a, int64_t lda, const f
   store_acc<MR>(acc, mk, c, ldc);
 }
 
+// ---- AMX-BF16: c[32, cols ≤ 32] = init + a · b through 2 × 2 tiles of 16 × 16 f32 ----
+// Tiles 0-3: c (rows 0-15 / 16-31 × columns 0-15 / 16-31), 4-5: a (16 rows × 16 pairs), 6-7: b (16 pairs ×
+// 16 columns, read in place from a packed panel: row p of the tile is the panel's pair p, 64 words apart).
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // bytes per row
+  uint8_t rows[16] = {};
+};
+
+// Every tile 16 rows × 64 bytes. The configuration is per thread; each task sets it.
+DC_TARGET_AMX void amx_configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+}
+
+DC_TARGET_AMX void amx_release() { _tile_release(); }
+
+// c = init + a · b for 32 rows × `cols` (≤ 32) columns; kp (pairs) a multiple of 16. a: [32, kp] pairs
+// (row stride lda words), b: the panel at its first column of interest (pair stride 64 words).
+DC_TARGET_AMX void micro_amx(int64_t kp, const uint32_t* a, int64_t lda, const uint32_t* b, float* c, int64_t ldc,
+                             int64_t cols, Init init, const float* bias) {
+  alignas(64) float tmp[32 * 32];  // c through memory when it is not a whole 32 × 32 block or starts at bias
+  const bool direct = cols == 32 && init != Init::kBias;
+  if (init == Init::kZero) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else if (direct) {
+    _tile_loadd(0, c, ldc * 4);
+    _tile_loadd(1, c + 16, ldc * 4);
+    _tile_loadd(2, c + 16 * ldc, ldc * 4);
+    _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+  } else {
+    for (int r = 0; r < 32; ++r)
+      for (int t = 0; t < 32; ++t)
+        tmp[r * 32 + t] = t >= cols ? 0.0f : init == Init::kBias ? bias[t] : c[r * ldc + t];
+    _tile_loadd(0, tmp, 128);
+    _tile_loadd(1, tmp + 16, 128);
+    _tile_loadd(2, tmp + 512, 128);
+    _tile_loadd(3, tmp + 528, 128);
+  }
+  for (int64_t p = 0; p < kp; p += 16) {
+    _tile_loadd(4, a + p, lda * 4);
+    _tile_loadd(5, a + 16 * lda + p, lda * 4);
+    _tile_loadd(6, b + p * kPanel, kPanel * 4);
+    _tile_loadd(7, b + p * kPanel + 16, kPanel * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  if (direct) {
+    _tile_stored(0, c, ldc * 4);
+    _tile_stored(1, c + 16, ldc * 4);
+    _tile_stored(2, c + 16 * ldc, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    return;
+  }
+  _tile_stored(0, tmp, 128);
+  _tile_stored(1, tmp + 16, 128);
+  _tile_stored(2, tmp + 512, 128);
+  _tile_stored(3, tmp + 528, 128);
+  for (int r = 0; r < 32; ++r)
+    for (int t = 0; t < cols; ++t) c[r * ldc + t] = tmp[r * 32 + t];
+}
+
 // ---- small n: y[i, j] = Σ_t x[i, t] w[j, t] over whole rows, MR rows of x × NR rows of W ----
 
 DC_TARGET_AVX512 DC_INLINE float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
+// y = hsum (+ bias), or y += hsum when accumulating.
+DC_INLINE void put(float* y, float sum, const float* bias, bool accumulate) {
+  *y = accumulate ? *y + sum : sum + (bias ? *bias : 0.0f);
+}
+
 template <int MR, int NR>
 DC_TARGET_AVX512_BF16 void dot_bf16(int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
-                                    const float* bias, float* y, int64_t ldy) {
+                                    const float* bias, float* y, int64_t ldy, bool accumulate) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -224,12 +299,12 @@ DC_TARGET_AVX512_BF16 void dot_bf16(int64_t k, const uint16_t* x, int64_t ldx, c
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) y[r * ldy + j] = hsum(acc[r][j]) + (bias ? bias[j] : 0.0f);
+    for (int j = 0; j < NR; ++j) put(y + r * ldy + j, hsum(acc[r][j]), bias ? bias + j : nullptr, accumulate);
 }
 
 template <DType kW, int MR, int NR>
 DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-                              const float* bias, float* y, int64_t ldy) {
+                              const float* bias, float* y, int64_t ldy, bool accumulate) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -256,7 +331,7 @@ DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) y[r * ldy + j] = hsum(acc[r][j]) + (bias ? bias[j] : 0.0f);
+    for (int j = 0; j < NR; ++j) put(y + r * ldy + j, hsum(acc[r][j]), bias ? bias + j : nullptr, accumulate);
 }
 
 // ---- drivers ----
@@ -265,14 +340,7 @@ DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void
 DC_TARGET_AVX512_BF16 void convert_rows_bf16(const float* x, int64_t k, int64_t i0, int64_t i1, uint16_t* xb,
                                              int64_t ldxb) {
   for (int64_t i = i0; i < i1; ++i) {
-    const float* src = x + i * k;
-    uint16_t* dst = xb + i * ldxb;
-    for (int64_t t = 0; t < ldxb; t += 32) {
-      const __m512 lo = _mm512_maskz_loadu_ps(mask16(k - t), src + t);
-      const __m512 hi = _mm512_maskz_loadu_ps(mask16(k - t - 16), src + t + 16);
-      const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      _mm512_mask_storeu_epi16(dst + t, mask32(ldxb - t), packed);
-    }
+    simd::round_row_bf16(x + i * k, k, ldxb, xb + i * ldxb);
   }
 }
 
@@ -289,6 +357,8 @@ struct Job {
   const float* bias;     // [m] or null
   float* y;              // [n, m]
   bool bf16;
+  bool amx;              // bf16 with AMX: 32-row blocks through tiles (k a multiple of 32)
+  bool accumulate;       // y += x·Wᵀ (no bias)
   bool panels;           // w is in the kPanels layout
   int64_t panel_words;   // kPanels: words per panel, ⌈k/2⌉ · 64
 };
@@ -350,6 +420,7 @@ void ensure_converted(const Job& j, int64_t i0, int64_t i1) {
 // Rows [i0, i1) × panels [p0, p1) of y: per panel, per k block, pack once and sweep all rows.
 void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
   if (j.bf16) ensure_converted(j, i0, i1);
+  if (j.amx) amx_configure();
   thread_local ScratchBuffer scratch;
   const int64_t kc_max = j.bf16 ? kKcBf16 : kKcF32;
   void* panel = scratch.get<uint32_t>((j.bf16 ? kc_max / 2 : kc_max) * kPanel);  // pairs or f32: 128 KiB
@@ -374,8 +445,15 @@ void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
         for (int64_t l = 0; l < lines_per_call && ahead_lines > 0; ++l, --ahead_lines, ahead += 64)
           _mm_prefetch(ahead, _MM_HINT_T1);
       };
-      const Init init = k0 > 0 ? Init::kLoad : (j.bias ? Init::kBias : Init::kZero);
+      const Init init = k0 > 0 || j.accumulate ? Init::kLoad : (j.bias ? Init::kBias : Init::kZero);
       int64_t i = i0;
+      if (j.amx) {  // 32 rows at a time through the tiles, in two halves of the panel's columns
+        const uint32_t* a = reinterpret_cast<const uint32_t*>(j.xb + k0);
+        for (; i + 32 <= i1; i += 32)
+          for (int64_t h = 0; h < cols; h += 32)
+            micro_amx((kc + 1) / 2, a + i * (j.ldxb / 2), j.ldxb / 2, static_cast<const uint32_t*>(b) + h,
+                      j.y + i * j.m + j0 + h, j.m, std::min<int64_t>(32, cols - h), init, j.bias ? j.bias + j0 + h : nullptr);
+      }
       for (; i + kMr <= i1; i += kMr) prefetch_slice(), run_micro<kMr>(j, i, j0, cols, k0, kc, b, init);
       prefetch_slice();
       switch (i1 - i) {
@@ -388,6 +466,7 @@ void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
       }
     }
   }
+  if (j.amx) amx_release();
 }
 
 // Rows [i0, i0 + MR) of y × rows [r, r + NR) of W.
@@ -399,11 +478,11 @@ void run_dot(const Job& j, int64_t i0, int64_t r) {
   float* y = j.y + i0 * j.m + r;
   if (j.bf16)
     return dot_bf16<MR, NR>(j.k, j.xb + i0 * j.ldxb, j.ldxb, reinterpret_cast<const uint16_t*>(wr), w.cols, bias, y,
-                            j.m);
+                            j.m, j.accumulate);
   const float* x = j.x + i0 * j.k;
-  if (w.dtype == DType::kBF16) return dot_f32<DType::kBF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
-  if (w.dtype == DType::kF16) return dot_f32<DType::kF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
-  return dot_f32<DType::kF32, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m);
+  if (w.dtype == DType::kBF16) return dot_f32<DType::kBF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m, j.accumulate);
+  if (w.dtype == DType::kF16) return dot_f32<DType::kF16, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m, j.accumulate);
+  return dot_f32<DType::kF32, MR, NR>(j.k, x, j.k, wr, w.cols, bias, y, j.m, j.accumulate);
 }
 
 template <int MR>
@@ -437,15 +516,16 @@ void dot_task(const Job& j, int64_t r0, int64_t r1) {
 }  // namespace
 
 void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                    MatmulPrecision precision) {
-  if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y);
+                    MatmulPrecision precision, bool accumulate) {
+  if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y, accumulate);
   if (n == 0) return;
   const int64_t m = w.rows, k = w.cols;
-  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, 0};
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, accumulate, false, 0};
   job.panels = w.layout == WeightLayout::kPanels;
   job.panel_words = (k + 1) / 2 * kPanel;
   // kPanels weights need the bf16 pair kernel (or the f32 one, which unpacks them) and not the dot path.
   job.bf16 = precision == MatmulPrecision::kBF16 && w.dtype == DType::kBF16 && cpu_has_avx512_bf16();
+  job.amx = job.bf16 && k % 32 == 0 && n >= 32 && cpu_has_amx_bf16();
   const int64_t threads = pool ? pool->n_threads() : 1;
   const bool tiny = n * m * k < (int64_t{1} << 18);  // not worth waking the pool
   ThreadPool* p = tiny ? nullptr : pool;
@@ -484,7 +564,10 @@ void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightVie
   int64_t row_blocks = ceil_div(n, kMaxRowBlock);
   if (panels < 4 * threads)
     row_blocks = std::max(row_blocks, std::min(ceil_div(4 * threads, panels), ceil_div(n, kMinRowBlock)));
-  const int64_t row_block = ceil_div(ceil_div(n, row_blocks), kMr) * kMr;
+  // Whole micro-tiles per block; with AMX whole 32-row tile blocks, so that which rows go through the
+  // tiles (and so their summation order) does not depend on the thread count.
+  const int64_t unit = job.amx ? 96 : kMr;
+  const int64_t row_block = ceil_div(ceil_div(n, row_blocks), unit) * unit;
   row_blocks = ceil_div(n, row_block);
   run_tasks(row_blocks * col_tasks, [&](int64_t t) {
     const int64_t ct = t / row_blocks, rb = t % row_blocks;

@@ -1,5 +1,5 @@
 // AVX-512 building blocks shared by the fast CPU kernels: target attributes, a 16×16 transpose of
-// 32-bit lanes, a vectorised expf, column masks. Only call these from functions compiled with the
+// 32-bit lanes, a vectorised expf, column masks, rows rounded to bf16. Only call these from functions compiled with the
 // same (or a wider) target attribute, and only after cpu_has_avx512() said yes (ops/cpu/kernels.h).
 #pragma once
 
@@ -11,6 +11,9 @@
 #define DC_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 // ... plus the bf16 dot product (vdpbf16ps) and conversions (vcvtne2ps2bf16).
 #define DC_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+// ... plus the AMX tiles and their bf16 dot product (tdpbf16ps).
+#define DC_TARGET_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,amx-tile,amx-bf16")))
 #define DC_INLINE inline __attribute__((always_inline))
 
 namespace dc::cpu::simd {
@@ -79,6 +82,15 @@ DC_TARGET_AVX512 DC_INLINE __m512 exp_ps(__m512 x) {
   const __m512 r2 = _mm512_mul_ps(r, r);
   p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);  // p · 2^n
+}
+
+// dst[0, ld) = src[0, n) rounded to bf16 (round to nearest even), zero past n; ld a multiple of 32.
+DC_TARGET_AVX512_BF16 DC_INLINE void round_row_bf16(const float* src, int64_t n, int64_t ld, uint16_t* dst) {
+  for (int64_t t = 0; t < ld; t += 32) {
+    const __m512 lo = _mm512_maskz_loadu_ps(mask16(n - t), src + t);
+    const __m512 hi = _mm512_maskz_loadu_ps(mask16(n - t - 16), src + t + 16);
+    _mm512_storeu_si512(dst + t, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
 }
 
 }  // namespace dc::cpu::simd

@@ -1,0 +1,32 @@
+// AdamW front-end: the step's scalars, and the checks and dispatch of the fused matrix update.
+#include "ops/adamw.h"
+
+#include "core/check.h"
+#include "ops/cpu/kernels.h"
+
+namespace dc {
+
+AdamWStep adamw_scalars(int64_t t, double lr, double beta1, double beta2, double eps, double weight_decay,
+                        float grad_scale) {
+  AdamWStep s;
+  s.decay = static_cast<float>(1.0 - lr * weight_decay);
+  s.b1 = static_cast<float>(beta1), s.b2 = static_cast<float>(beta2);
+  s.one_b1 = static_cast<float>(1.0 - beta1), s.one_b2 = static_cast<float>(1.0 - beta2);
+  s.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, static_cast<double>(t))));
+  s.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))));
+  s.eps = static_cast<float>(eps);
+  s.grad_scale = grad_scale;
+  return s;
+}
+
+void adamw_update_panels(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v,
+                         int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels) {
+  DC_CHECK(p != nullptr && g != nullptr && m != nullptr && v != nullptr && rows > 0 && cols > 0,
+           "adamw_update_panels: bad arguments");
+  DC_CHECK(reinterpret_cast<uintptr_t>(w_panels) % 64 == 0 && reinterpret_cast<uintptr_t>(wt_panels) % 64 == 0,
+           "adamw_update_panels: the panels must be 64-byte aligned");
+  DC_CHECK(ctx.device == Device::kCpu && cpu::cpu_has_avx512_bf16(), "adamw_update_panels: needs AVX512_BF16");
+  cpu::adamw_update_panels_fast(ctx.pool, s, p, g, m, v, rows, cols, w_panels, wt_panels);
+}
+
+}  // namespace dc

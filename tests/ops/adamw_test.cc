@@ -1,0 +1,82 @@
+// The fused AdamW + bf16 re-layout (ops/adamw.h) against its reference: adamw_value value by value, then
+// the updated weights rounded to bf16 and laid out by pack_panels (W) and transpose_to_bf16 + pack_panels
+// (Wᵀ), as MixedPrecisionWeights::refresh does. Everything must agree bit for bit.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "ops/adamw.h"
+#include "ops/matmul.h"
+
+namespace dc {
+namespace {
+
+// A 64-byte-aligned block of `bytes` filled with `fill` (the fused kernel must overwrite all of it).
+struct Aligned {
+  explicit Aligned(int64_t bytes, uint8_t fill) : storage(static_cast<size_t>(bytes) + 64, fill) {
+    data = reinterpret_cast<uint32_t*>(storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64);
+  }
+  std::vector<uint8_t> storage;
+  uint32_t* data;
+};
+
+class AdamWPanelsTest : public ::testing::TestWithParam<int> {};  // param: threads (1 = no pool)
+
+TEST_P(AdamWPanelsTest, MatchesUpdateThenPack) {
+  std::unique_ptr<ThreadPool> pool = GetParam() > 1 ? std::make_unique<ThreadPool>(GetParam()) : nullptr;
+  Context ctx;
+  ctx.pool = pool.get();
+  ctx.matmul_precision = MatmulPrecision::kBF16;
+  if (!bf16_backward(ctx)) GTEST_SKIP() << "no AVX512_BF16";
+  // Whole panels, odd sizes, fewer rows than a strip, a column count that is not a multiple of 32.
+  for (const auto [rows, cols] : {std::array<int64_t, 2>{64, 64}, {100, 37}, {17, 130}, {1, 1}, {130, 257},
+                                  {3, 5}, {128, 896}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    const int64_t n = rows * cols;
+    std::mt19937 gen(static_cast<uint32_t>(n));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> p(n), g(n), m(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] = 0.05f * dist(gen), g[i] = dist(gen), m[i] = 0.1f * dist(gen), v[i] = 0.01f * std::fabs(dist(gen));
+    }
+    const AdamWStep s = adamw_scalars(3, 1e-3, 0.9, 0.999, 1e-8, 0.1, 0.7f);
+    // Reference: the update, then the copies as refresh makes them.
+    std::vector<float> rp = p, rm = m, rv = v;
+    for (int64_t i = 0; i < n; ++i) adamw_value(s, rp[i], g[i], rm[i], rv[i]);
+    std::vector<uint16_t> rounded(n), transposed(n);
+    for (int64_t i = 0; i < n; ++i) rounded[i] = f32_to_bf16(rp[i]);
+    transpose_to_bf16(ctx, WeightView{DType::kF32, rp.data(), rows, cols}, transposed.data());
+    const WeightView w_rm{DType::kBF16, rounded.data(), rows, cols}, wt_rm{DType::kBF16, transposed.data(), cols, rows};
+    const int64_t w_bytes = panel_sizes(w_rm).data_bytes, wt_bytes = panel_sizes(wt_rm).data_bytes;
+    Aligned want_w(w_bytes, 0), want_wt(wt_bytes, 0);
+    pack_panels(ctx, w_rm, want_w.data, nullptr, nullptr, 0, panel_sizes(w_rm).panels);
+    pack_panels(ctx, wt_rm, want_wt.data, nullptr, nullptr, 0, panel_sizes(wt_rm).panels);
+
+    Aligned got_w(w_bytes, 0xab), got_wt(wt_bytes, 0xcd);  // garbage: the padding must be written too
+    adamw_update_panels(ctx, s, p.data(), g.data(), m.data(), v.data(), rows, cols, got_w.data, got_wt.data);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(&p[i], &rp[i], 4), 0) << "p[" << i << "] " << p[i] << " vs " << rp[i];
+      ASSERT_EQ(std::memcmp(&m[i], &rm[i], 4), 0) << "m[" << i << "] " << m[i] << " vs " << rm[i];
+      ASSERT_EQ(std::memcmp(&v[i], &rv[i], 4), 0) << "v[" << i << "] " << v[i] << " vs " << rv[i];
+    }
+    // The words of the layout (ops/weight.h); data_bytes may round up past them.
+    const int64_t w_words = (rows + kPanelRows - 1) / kPanelRows * ((cols + 1) / 2) * kPanelRows;
+    const int64_t wt_words = (cols + kPanelRows - 1) / kPanelRows * ((rows + 1) / 2) * kPanelRows;
+    ASSERT_LE(w_words * 4, w_bytes);
+    ASSERT_LE(wt_words * 4, wt_bytes);
+    for (int64_t i = 0; i < w_words; ++i) ASSERT_EQ(got_w.data[i], want_w.data[i]) << "W panel word " << i;
+    for (int64_t i = 0; i < wt_words; ++i) ASSERT_EQ(got_wt.data[i], want_wt.data[i]) << "Wᵀ panel word " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, AdamWPanelsTest, ::testing::Values(1, 3));
+
+}  // namespace
+}  // namespace dc
