@@ -57,9 +57,7 @@ Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, Th
   }
   DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(a.model_dir));
   config = ckpt.config();
-  VectorStore vectors(config);
-  DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, config, vectors));
-  return ModelParams::from_weights(config, bound);
+  return ModelParams::from_checkpoint(ckpt);
 }
 
 struct StepRecord {

@@ -20,10 +20,10 @@ struct Context {
   ThreadPool* pool = nullptr;  // not owned; must outlive every op call made with this context
   bool reference_kernels = false;  // true: the plain reference kernels (the fast kernels' test oracle)
   MatmulPrecision matmul_precision = MatmulPrecision::kF32;
-  // Scratch of the forward's activations and the matmul backward's temporaries (not owned). Null: each
-  // call allocates its own and frees it on return (correct, but pays the allocation every call). One
-  // call at a time per workspace: concurrent calls need a Context each (Engine::logits_fn gives every
-  // generation its own). The CPU kernels' per-thread scratch (ops/cpu/scratch.h) is not in it yet.
+  // Scratch of the forward's activations, the matmul backward's temporaries and the CPU kernels'
+  // per-thread block buffers (not owned). Null: each call allocates its own and frees it on return
+  // (correct, but pays the allocation every call). One call at a time per workspace: concurrent calls
+  // need a Context each (Engine::logits_fn gives every generation its own).
   Workspace* workspace = nullptr;
 };
 

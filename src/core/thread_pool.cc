@@ -10,14 +10,25 @@ namespace dc {
 namespace {
 // The pool whose chunk this thread is running (a worker's, or a caller's own), so that a nested
 // parallel_for runs inline instead of waiting for workers that are busy with its parent.
+// t_running_index is this thread's index in it (ThreadPool::thread_index).
 thread_local const ThreadPool* t_running_pool = nullptr;
+thread_local int t_running_index = 0;
 
 struct RunningPool {
-  explicit RunningPool(const ThreadPool* pool) : saved(t_running_pool) { t_running_pool = pool; }
-  ~RunningPool() { t_running_pool = saved; }
+  RunningPool(const ThreadPool* pool, int index) : saved(t_running_pool), saved_index(t_running_index) {
+    t_running_pool = pool;
+    t_running_index = index;
+  }
+  ~RunningPool() {
+    t_running_pool = saved;
+    t_running_index = saved_index;
+  }
   const ThreadPool* saved;
+  int saved_index;
 };
 }  // namespace
+
+int ThreadPool::thread_index() { return t_running_index; }
 
 void ThreadPool::run_chunk(const std::function<void(int64_t, int64_t)>& fn, int64_t begin, int64_t end,
                            std::unique_lock<std::mutex>& lock) {
@@ -58,7 +69,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     return;
   }
   std::lock_guard<std::mutex> call(call_mu_);
-  RunningPool running(this);
+  RunningPool running(this, 0);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
   job_n_ = n;
@@ -77,8 +88,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-void ThreadPool::worker_loop(int) {
-  RunningPool running(this);
+void ThreadPool::worker_loop(int index) {
+  RunningPool running(this, index);
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

@@ -22,6 +22,11 @@ class ThreadPool {
 
   int n_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
+  // The calling thread's index in the pool whose chunk it is running: 1 .. n_threads()-1 for a worker,
+  // 0 for the thread that called parallel_for, and 0 outside any parallel_for. The threads running the
+  // chunks of one call have distinct indices (per-thread scratch is keyed by it, core/workspace.h).
+  static int thread_index();
+
   // Splits [0, n) into contiguous chunks of at least `min_chunk` and calls fn(begin, end) on them
   // from all threads; returns when every chunk is done. Thread-safe: calls from several threads are
   // serialised (each waits for the workers while another call holds them; the chunks of one call

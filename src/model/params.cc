@@ -72,6 +72,12 @@ Result<ModelParams> ModelParams::from_weights(const ModelConfig& config, const M
   return p;
 }
 
+Result<ModelParams> ModelParams::from_checkpoint(const Checkpoint& checkpoint) {
+  VectorStore vectors(checkpoint.config());
+  DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(checkpoint, checkpoint.config(), vectors));
+  return from_weights(checkpoint.config(), bound);
+}
+
 const ModelParams::Tensor* ModelParams::find(const std::string& name) const {
   for (const Tensor& t : tensors_)
     if (t.name == name) return &t;

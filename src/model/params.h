@@ -32,6 +32,8 @@ class ModelParams {
   static ModelParams zeros(const ModelConfig& config);
   // f32 copies (widened from bf16 / f16) of dense `src`; invalid_argument for quantized weights.
   static Result<ModelParams> from_weights(const ModelConfig& config, const ModelWeights& src);
+  // The same of an opened checkpoint's weights, bound and checked against its config (bind_weights).
+  static Result<ModelParams> from_checkpoint(const Checkpoint& checkpoint);
 
   ModelParams() = default;
   ModelParams(ModelParams&&) = default;

@@ -75,8 +75,14 @@ Status Model::check_batch(const ForwardBatch& b) const {
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
                       Activations* train) const {
   DC_RETURN_IF_ERROR(check_batch(b));
+  // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
+  // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
+  // faults (~5% of a 0.5B step). Without one, in this call's own (freed on return).
+  Workspace own_workspace;
+  Context with_ws = ctx;
+  if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    return forward_body(ctx, b, logits, observer, train);
+    return forward_body(with_ws, b, logits, observer, train);
   } catch (const std::bad_alloc&) {  // the workspace, the kernels' scratch (rethrown by the pool) or the cache
     if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
     const int64_t positions = b.n_batch * (b.window_stop() - b.window_begin);
@@ -122,11 +128,7 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* log
     train->out_rows.assign(b.out_rows, b.out_rows + b.n_out);
   }
 
-  // The activations live in ctx.workspace (an Engine generation's, a Trainer's), grown to the largest
-  // forward so far and reused: fresh buffers each forward cost a zero fill and page faults (~5% of a 0.5B
-  // step). Without one, in this call's own (freed on return).
-  Workspace own_workspace;
-  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
+  Workspace& ws = *ctx.workspace;  // set by forward()
   const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
   float* h = ws.floats("forward.h", T * E);                                // [T, E] residual stream
   float* a = ws.floats("forward.a", T * E);                                // [T, E] normed input

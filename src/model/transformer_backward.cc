@@ -13,8 +13,11 @@ namespace dc {
 
 Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                        const ModelWeights* transposed) const {
+  Workspace own_workspace;  // without ctx.workspace, this call's scratch (freed on return)
+  Context with_ws = ctx;
+  if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    return backward_body(ctx, acts, dlogits, grads, transposed);
+    return backward_body(with_ws, acts, dlogits, grads, transposed);
   } catch (const std::bad_alloc&) {  // the workspace or the kernels' scratch (rethrown by the pool)
     return resource_exhausted("backward: out of memory for the gradients' workspace of " +
                               std::to_string(acts.n_batch) + " rows × " + std::to_string(acts.n_seq) +

@@ -26,7 +26,9 @@ void adamw_update_panels(const Context& ctx, const AdamWStep& s, float* p, const
   DC_CHECK(reinterpret_cast<uintptr_t>(w_panels) % 64 == 0 && reinterpret_cast<uintptr_t>(wt_panels) % 64 == 0,
            "adamw_update_panels: the panels must be 64-byte aligned");
   DC_CHECK(ctx.device == Device::kCpu && cpu::cpu_has_avx512_bf16(), "adamw_update_panels: needs AVX512_BF16");
-  cpu::adamw_update_panels_fast(ctx.pool, s, p, g, m, v, rows, cols, w_panels, wt_panels);
+  Workspace own_workspace;  // the strip buffers: ctx's, or (without one) this call's
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
+  cpu::adamw_update_panels_fast(ctx.pool, ws, s, p, g, m, v, rows, cols, w_panels, wt_panels);
 }
 
 }  // namespace dc

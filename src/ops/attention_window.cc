@@ -14,11 +14,13 @@ void attention_window(const Context& ctx, const AttentionShape& shape, int64_t w
   DC_CHECK(shape.head_dim > 0 && shape.n_batch >= 0 && shape.n_seq >= 0, "attention_window: bad sizes");
   DC_CHECK(window_begin >= 0 && window_len >= 0 && window_begin + window_len <= shape.n_seq,
            "attention_window: the window must lie inside [0, n_seq)");
+  Workspace own_workspace;  // the kernel's block buffers: ctx's, or (without one) this call's
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
   switch (ctx.device) {
     case Device::kCpu:
       if (ctx.reference_kernels)
         return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
-      return cpu::attention_window_fast(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
+      return cpu::attention_window_fast(ctx.pool, ws, shape, window_begin, window_len, q, k, v, valid, out);
   }
 }
 

@@ -47,7 +47,9 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   DC_CHECK(s.n_batch > 0 && s.n_seq > 0 && s.head_dim > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0,
            "attention_backward: bad shape");
   if (ctx.reference_kernels || !cpu::cpu_has_avx512()) return cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
-  cpu::attention_backward_fast(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
+  Workspace own_workspace;  // the GEMMs' block buffers: ctx's, or (without one) this call's
+  cpu::attention_backward_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, s, q, k, v, valid,
+                               out, dout, dq, dk, dv);
 }
 
 bool bf16_backward(const Context& ctx) {

@@ -13,6 +13,8 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
   DC_CHECK(n >= 0 && w.rows > 0 && w.cols > 0, "matmul_nt: bad sizes");
   DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16 || w.quantized(),
            "matmul_nt: kPanels needs a bf16 or quantized weight");
+  Workspace own_workspace;  // the kernels' block buffers: ctx's, or (without one) this call's
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
   switch (ctx.device) {
     case Device::kCpu:
       switch (w.dtype) {
@@ -20,7 +22,7 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
         case DType::kF16:
         case DType::kBF16:
           if (ctx.reference_kernels) return cpu::matmul_nt(ctx.pool, x, n, w, bias, y);
-          return cpu::matmul_nt_fast(ctx.pool, x, n, w, bias, y, ctx.matmul_precision);
+          return cpu::matmul_nt_fast(ctx.pool, ws, x, n, w, bias, y, ctx.matmul_precision);
         case DType::kI8:
         case DType::kU8:
           // Quantized weights (WeightQuant): ops/cpu/matmul_quant.cc.
@@ -28,7 +30,7 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
           DC_CHECK(w.quant != WeightQuant::kQ4 || (w.mins != nullptr && w.group_size > 0 && w.group_size % 2 == 0 &&
                                                    w.cols % w.group_size == 0),
                    "matmul_nt: q4 weight without mins or with a bad group size");
-          return cpu::matmul_nt_quant(ctx.pool, x, n, w, bias, y,
+          return cpu::matmul_nt_quant(ctx.pool, ws, x, n, w, bias, y,
                                       ctx.reference_kernels ? cpu::QuantKernel::kReference : cpu::QuantKernel::kAuto);
       }
       DC_CHECK(false, "matmul_nt: no kernel for this weight dtype");
@@ -39,10 +41,12 @@ void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightVi
   DC_CHECK(x != nullptr && y != nullptr && !w.empty() && !w.quantized(), "matmul_nt_add: bad operand");
   DC_CHECK(n >= 0 && w.rows > 0 && w.cols > 0, "matmul_nt_add: bad sizes");
   DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16, "matmul_nt_add: kPanels needs a bf16 weight");
+  Workspace own_workspace;  // the kernels' block buffers: ctx's, or (without one) this call's
+  Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
   switch (ctx.device) {
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::matmul_nt(ctx.pool, x, n, w, nullptr, y, /*accumulate=*/true);
-      return cpu::matmul_nt_fast(ctx.pool, x, n, w, nullptr, y, ctx.matmul_precision, /*accumulate=*/true);
+      return cpu::matmul_nt_fast(ctx.pool, ws, x, n, w, nullptr, y, ctx.matmul_precision, /*accumulate=*/true);
   }
 }
 

@@ -56,7 +56,7 @@ BpeModel::BpeModel(BpeModel&&) noexcept = default;
 BpeModel& BpeModel::operator=(BpeModel&&) noexcept = default;
 BpeModel::~BpeModel() = default;
 
-void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) const {
+void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out, MergeScratch& scratch) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     const auto it = word_ids_.find(std::string(word));
@@ -71,28 +71,19 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) con
   }
   if (cache_->lookup(word, out)) return;
   const size_t first = out->size();
-  run_merges(word, out);
+  run_merges(word, out, scratch);
   cache_->insert(word, out->data() + first, out->size() - first);
 }
 
-void BpeModel::run_merges(std::string_view word, std::vector<int32_t>* out) const {
-  struct Symbol {
-    int32_t id;
-    int32_t prev;  // index of the previous live symbol, -1 at the start
-    int32_t next;  // index of the next live symbol, -1 at the end
-    bool alive;
-  };
-  struct Candidate {
-    int32_t rank;
-    int32_t pos;  // index of the left symbol
-    int32_t merged;
-  };
+void BpeModel::run_merges(std::string_view word, std::vector<int32_t>* out, MergeScratch& scratch) const {
+  using Symbol = MergeScratch::Symbol;
+  using Candidate = MergeScratch::Candidate;
   // Heap order: the top is the lowest rank, then the lowest position.
   const auto later = [](const Candidate& a, const Candidate& b) {
     return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
   };
-  thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<Candidate> heap;
+  std::vector<Symbol>& symbols = scratch.symbols;
+  std::vector<Candidate>& heap = scratch.heap;
   symbols.clear();
   heap.clear();
 
@@ -129,10 +120,6 @@ void BpeModel::run_merges(std::string_view word, std::vector<int32_t>* out) cons
     push_pair(top.pos);
   }
   for (int32_t i = 0; i >= 0; i = symbols[i].next) out->push_back(symbols[i].id);
-  if (symbols.capacity() > (1u << 16)) {  // do not keep the scratch of a huge word per thread
-    std::vector<Symbol>().swap(symbols);
-    std::vector<Candidate>().swap(heap);
-  }
 }
 
 }  // namespace dc

@@ -34,16 +34,36 @@ class BpeModel {
   BpeModel& operator=(BpeModel&&) noexcept;
   ~BpeModel();
 
-  // Appends the ids of `word` (raw bytes, not byte-level text; may be any bytes) to `out`.
-  // Thread-safe: results are memoised in an internal cache shared by all callers.
-  void encode_word(std::string_view word, std::vector<int32_t>* out) const;
+  // The merges' working memory, owned by the caller and reused across its words (e.g. one per
+  // Tokenizer::encode call), so no buffer outlives the call that needs it.
+  class MergeScratch {
+    friend class BpeModel;
+    struct Symbol {
+      int32_t id;
+      int32_t prev;  // index of the previous live symbol, -1 at the start
+      int32_t next;  // index of the next live symbol, -1 at the end
+      bool alive;
+    };
+    struct Candidate {
+      int32_t rank;
+      int32_t pos;  // index of the left symbol
+      int32_t merged;
+    };
+    std::vector<Symbol> symbols;  // [word bytes]
+    std::vector<Candidate> heap;  // pending merges
+  };
+
+  // Appends the ids of `word` (raw bytes, not byte-level text; may be any bytes) to `out`, using
+  // `scratch` (one caller's) for the merges. Thread-safe for callers with their own scratch: results are
+  // memoised in an internal cache shared by all callers.
+  void encode_word(std::string_view word, std::vector<int32_t>* out, MergeScratch& scratch) const;
 
  private:
   struct Rank {
     int32_t rank;
     int32_t merged;
   };
-  void run_merges(std::string_view word, std::vector<int32_t>* out) const;
+  void run_merges(std::string_view word, std::vector<int32_t>* out, MergeScratch& scratch) const;
 
   std::array<int32_t, 256> byte_ids_{};
   PairMap<Rank> ranks_;  // (left id, right id) -> rank and merged id

@@ -57,7 +57,8 @@ Status Tokenizer::encode_pretokenized(std::string_view text, std::vector<int32_t
     for (const std::string_view piece : pieces) DC_RETURN_IF_ERROR(splitter.split(piece, &next));
     pieces.swap(next);
   }
-  for (const std::string_view piece : pieces) bpe_->encode_word(piece, ids);
+  BpeModel::MergeScratch scratch;  // this call's, reused across its words
+  for (const std::string_view piece : pieces) bpe_->encode_word(piece, ids, scratch);
   return Status::ok_status();
 }
 

@@ -24,9 +24,7 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
 
 Result<OptimizerCore> OptimizerCore::resume(const std::string& dir, const OptimizerOptions& options) {
   DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
-  VectorStore vectors(ckpt.config());
-  DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, ckpt.config(), vectors));
-  DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_weights(ckpt.config(), bound));
+  DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
   OptimizerCore c = start(ckpt.config(), std::move(params), options);
   DC_RETURN_IF_ERROR(load_train_state(dir, c.m_, c.v_, c.state_));
   return c;

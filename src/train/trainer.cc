@@ -152,9 +152,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   }
   {
     DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
-    VectorStore vectors(ckpt.config());
-    DC_ASSIGN_OR_RETURN(ModelWeights bound, bind_weights(ckpt, ckpt.config(), vectors));
-    DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_weights(ckpt.config(), bound));
+    DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
     t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer_options(o));
   }  // the mapped stored weights are released: training uses the f32 copies
   return finish_setup(std::move(t), std::move(data), "");

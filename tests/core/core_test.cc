@@ -1,16 +1,21 @@
-// Status / Result propagation, dtype conversions (bf16 and f16 round-to-nearest-even, specials) and
-// the thread pool (every index visited exactly once, any thread count).
+// Status / Result propagation, dtype conversions (bf16 and f16 round-to-nearest-even, specials), the
+// thread pool (every index visited exactly once, any thread count) and the per-thread workspace buffers.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <new>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "core/workspace.h"
 
 namespace dc {
 namespace {
@@ -122,6 +127,48 @@ TEST(ThreadPool, NestedParallelForRunsInline) {
       });
   });
   for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
+}
+
+TEST(ThreadPool, EachThreadOfACallHasItsOwnWorkspaceBuffer) {
+  // The kernels' block buffers (Workspace::thread_buffer) are keyed by ThreadPool::thread_index(): one
+  // thread per index within a call, each index always the same buffer, freed by release(). Under
+  // ThreadSanitizer (scripts/test.sh --tsan) a shared buffer would also show as a race.
+  ThreadPool pool(4);
+  Workspace ws;
+  EXPECT_EQ(ThreadPool::thread_index(), 0);  // outside any parallel_for
+  std::mutex mu;
+  std::map<int, std::set<int64_t*>> buffers;  // thread index → the buffers it was given
+  bool overwritten = false;
+  for (int call = 0; call < 4; ++call) {
+    std::map<int, std::set<std::thread::id>> threads;  // thread index → the threads that had it
+    pool.parallel_for(64, [&](int64_t, int64_t) {
+      const int index = ThreadPool::thread_index();
+      int64_t* buf = ws.thread_buffer<int64_t>("test", 512);
+      for (int i = 0; i < 512; ++i) buf[i] = index;
+      std::this_thread::yield();
+      bool bad = reinterpret_cast<uintptr_t>(buf) % 64 != 0;
+      for (int i = 0; i < 512; ++i) bad |= buf[i] != index;
+      std::lock_guard<std::mutex> lock(mu);
+      overwritten |= bad;
+      buffers[index].insert(buf);
+      threads[index].insert(std::this_thread::get_id());
+    });
+    for (const auto& [index, ids] : threads) {
+      EXPECT_GE(index, 0);
+      EXPECT_LT(index, pool.n_threads());
+      EXPECT_EQ(ids.size(), 1u) << "index " << index << " was used by several threads in one call";
+    }
+  }
+  EXPECT_FALSE(overwritten) << "a thread's buffer was written by another thread (or is not 64-byte aligned)";
+  std::set<int64_t*> all;
+  for (const auto& [index, bufs] : buffers) {
+    EXPECT_EQ(bufs.size(), 1u) << "index " << index << " got a new buffer in a later call";
+    all.insert(bufs.begin(), bufs.end());
+  }
+  EXPECT_EQ(all.size(), buffers.size());
+  EXPECT_GE(ws.bytes(), static_cast<int64_t>(buffers.size() * 512 * sizeof(int64_t)));
+  ws.release();
+  EXPECT_EQ(ws.bytes(), 0);
 }
 
 }  // namespace

@@ -23,6 +23,12 @@
 namespace dc {
 namespace {
 
+// The kernels' per-thread block buffers for the direct kernel calls below.
+Workspace& scratch() {
+  static Workspace ws;
+  return ws;
+}
+
 using cpu::QuantKernel;
 using dc::testing::PackedCopy;
 
@@ -111,7 +117,7 @@ void check_kernels(ThreadPool* pool, WeightQuant quant, const Shape& s) {
   std::vector<float> bias(s.m);
   for (int64_t j = 0; j < s.m; ++j) bias[j] = 0.1f * static_cast<float>(j % 7) - 0.3f;
   std::vector<float> ref(s.n * s.m, NAN), y(s.n * s.m, NAN);
-  cpu::matmul_nt_quant(pool, x.data(), s.n, w.view, bias.data(), ref.data(), QuantKernel::kReference);
+  cpu::matmul_nt_quant(pool, scratch(), x.data(), s.n, w.view, bias.data(), ref.data(), QuantKernel::kReference);
   for (int64_t i = 0; i < s.n; ++i)  // the reference against the dense values, in double
     for (int64_t j = 0; j < s.m; ++j) {
       double acc = bias[j];
@@ -120,7 +126,7 @@ void check_kernels(ThreadPool* pool, WeightQuant quant, const Shape& s) {
     }
   for (QuantKernel kernel : {QuantKernel::kDequantF32, QuantKernel::kInt8Vnni, QuantKernel::kAuto}) {
     std::fill(y.begin(), y.end(), NAN);
-    cpu::matmul_nt_quant(pool, x.data(), s.n, w.view, bias.data(), y.data(), kernel);
+    cpu::matmul_nt_quant(pool, scratch(), x.data(), s.n, w.view, bias.data(), y.data(), kernel);
     const bool exact_x = kernel == QuantKernel::kDequantF32 || !cpu::int8_kernel_supports(w.view);
     for (int64_t i = 0; i < s.n; ++i)
       for (int64_t j = 0; j < s.m; ++j) {
@@ -168,8 +174,8 @@ void check_packed(ThreadPool* pool, WeightQuant quant, const Shape& s) {
   const auto x = random_x(s.n, s.k, 5 + s.k);
   for (QuantKernel kernel : {QuantKernel::kReference, QuantKernel::kDequantF32, QuantKernel::kInt8Vnni}) {
     std::vector<float> want(s.n * s.m, NAN), got(s.n * s.m, NAN);
-    cpu::matmul_nt_quant(pool, x.data(), s.n, w.view, nullptr, want.data(), kernel);
-    cpu::matmul_nt_quant(pool, x.data(), s.n, packed, nullptr, got.data(), kernel);
+    cpu::matmul_nt_quant(pool, scratch(), x.data(), s.n, w.view, nullptr, want.data(), kernel);
+    cpu::matmul_nt_quant(pool, scratch(), x.data(), s.n, packed, nullptr, got.data(), kernel);
     ASSERT_EQ(want, got) << what << " kernel " << static_cast<int>(kernel);
   }
 }
@@ -195,11 +201,11 @@ TEST_P(QuantMatmulTest, FrontEndDispatchesQuantizedWeights) {
   std::vector<float> got(6 * 40), ref(6 * 40);
   Context ctx{Device::kCpu, &pool_};
   matmul_nt(ctx, x.data(), 6, w.view, nullptr, got.data());
-  cpu::matmul_nt_quant(&pool_, x.data(), 6, w.view, nullptr, ref.data(), QuantKernel::kAuto);
+  cpu::matmul_nt_quant(&pool_, scratch(), x.data(), 6, w.view, nullptr, ref.data(), QuantKernel::kAuto);
   EXPECT_EQ(got, ref);
   ctx.reference_kernels = true;
   matmul_nt(ctx, x.data(), 6, w.view, nullptr, got.data());
-  cpu::matmul_nt_quant(&pool_, x.data(), 6, w.view, nullptr, ref.data(), QuantKernel::kReference);
+  cpu::matmul_nt_quant(&pool_, scratch(), x.data(), 6, w.view, nullptr, ref.data(), QuantKernel::kReference);
   EXPECT_EQ(got, ref);
 }
 
@@ -212,8 +218,8 @@ TEST(QuantMatmul, ResultDoesNotDependOnThreadCount) {
     std::vector<float> one(11 * 150), three(11 * 150);
     ThreadPool p1(1), p3(3);
     for (QuantKernel kernel : {QuantKernel::kDequantF32, QuantKernel::kInt8Vnni}) {
-      cpu::matmul_nt_quant(&p1, x.data(), 11, w.view, nullptr, one.data(), kernel);
-      cpu::matmul_nt_quant(&p3, x.data(), 11, w.view, nullptr, three.data(), kernel);
+      cpu::matmul_nt_quant(&p1, scratch(), x.data(), 11, w.view, nullptr, one.data(), kernel);
+      cpu::matmul_nt_quant(&p3, scratch(), x.data(), 11, w.view, nullptr, three.data(), kernel);
       EXPECT_EQ(one, three) << "kernel " << static_cast<int>(kernel);
     }
   }
@@ -270,13 +276,13 @@ TEST(QuantBench, DISABLED_SevenBShapes) {
           {"bf16 weights, f32 activ.", [&] { matmul_nt(f32, x.data(), n, wb, nullptr, y.data()); }},
           {"bf16 weights, bf16 activ.", [&] { matmul_nt(bf, x.data(), n, wb, nullptr, y.data()); }},
           {"bf16 kPanels, bf16 activ.", [&] { matmul_nt(bf, x.data(), n, wb_packed.view, nullptr, y.data()); }},
-          {"q8 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q4 g128 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q8 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q4 g128 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q4 g32 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4_32_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
-          {"q8 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
-          {"q4 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
+          {"q8 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 g128 int8 vnni", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q8 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q8_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 g128 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q4_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q4 g32 kPanels int8 vnni", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q4_32_packed.view, nullptr, y.data(), QuantKernel::kInt8Vnni); }},
+          {"q8 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q8.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
+          {"q4 dequant f32 (portable)", [&] { cpu::matmul_nt_quant(&pool, scratch(), x.data(), n, q4.view, nullptr, y.data(), QuantKernel::kDequantF32); }},
       };
       std::vector<double> best(kernels.size(), 1e30);
       const int rounds = std::getenv("DC_BENCH_ROUNDS") ? std::atoi(std::getenv("DC_BENCH_ROUNDS")) : 5;

@@ -31,10 +31,7 @@ OptimizerOptions grpo_like_options() {
 OptimizerCore start_core() {
   auto ckpt = Checkpoint::open(kModel.string());
   EXPECT_TRUE(ckpt.ok());
-  VectorStore vectors(ckpt->config());
-  auto bound = bind_weights(*ckpt, ckpt->config(), vectors);
-  EXPECT_TRUE(bound.ok());
-  auto params = ModelParams::from_weights(ckpt->config(), *bound);
+  auto params = ModelParams::from_checkpoint(*ckpt);
   EXPECT_TRUE(params.ok());
   return OptimizerCore::start(ckpt->config(), std::move(*params), grpo_like_options());
 }

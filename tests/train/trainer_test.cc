@@ -138,10 +138,7 @@ TEST(Trainer, RunsWithoutAnOutputDirectoryAndMatchesOneWithIt) {
   // In-memory weights (as a synthetic model's) train the same as the checkpoint's.
   auto ckpt = Checkpoint::open(without.model_dir);
   ASSERT_TRUE(ckpt.ok());
-  VectorStore vectors(ckpt->config());
-  auto bound = bind_weights(*ckpt, ckpt->config(), vectors);
-  ASSERT_TRUE(bound.ok());
-  auto params = ModelParams::from_weights(ckpt->config(), *bound);
+  auto params = ModelParams::from_checkpoint(*ckpt);
   ASSERT_TRUE(params.ok());
   auto c = Trainer::create_with_params(without, make_ctx(pool), ckpt->config(), std::move(*params), code_corpus(32));
   ASSERT_TRUE(c.ok()) << c.status().message();

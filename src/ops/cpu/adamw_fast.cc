@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
-#include "ops/cpu/scratch.h"
 #include "ops/cpu/simd_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -79,15 +78,14 @@ DC_TARGET_AVX512_BF16 void strip(const AdamWStep& s, float* p, const float* g, f
 
 }  // namespace
 
-void adamw_update_panels_fast(ThreadPool* pool, const AdamWStep& s, float* p, const float* g, float* m, float* v,
+void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& s, float* p, const float* g, float* m, float* v,
                               int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels) {
   // Every strip of every W panel, the zero rows of the last one included; ld covers the last panel of
   // Wᵀ (whole 64-column groups) and whole 16-pair loads of W's pairs.
   const int64_t n_strips = (rows + kPanelRows - 1) / kPanelRows * (kPanelRows / kStrip);
   const int64_t ld = (cols + kPanelRows - 1) / kPanelRows * kPanelRows;
   parallel_for(pool, n_strips, [&](int64_t b, int64_t e) {
-    thread_local ScratchBuffer scratch;
-    uint16_t* buf = scratch.get<uint16_t>(kStrip * ld);  // [16, ld] the strip in bf16
+    uint16_t* buf = ws.thread_buffer<uint16_t>("adamw.strip", kStrip * ld);  // [16, ld] the strip in bf16
     for (int64_t st = b; st < e; ++st) strip(s, p, g, m, v, st * kStrip, rows, cols, ld, buf, w_panels, wt_panels);
   });
 }

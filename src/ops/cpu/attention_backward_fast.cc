@@ -22,13 +22,13 @@ void transpose_into(const float* x, int64_t rows, int64_t cols, float* y) {
 }
 
 // y[n, m] = x[n, k] · w[m, k]ᵀ on this thread, f32.
-void gemm_nt(const float* x, int64_t n, const float* w, int64_t m, int64_t k, float* y) {
-  matmul_nt_fast(nullptr, x, n, WeightView{DType::kF32, w, m, k}, nullptr, y, MatmulPrecision::kF32);
+void gemm_nt(Workspace& ws, const float* x, int64_t n, const float* w, int64_t m, int64_t k, float* y) {
+  matmul_nt_fast(nullptr, ws, x, n, WeightView{DType::kF32, w, m, k}, nullptr, y, MatmulPrecision::kF32);
 }
 
 }  // namespace
 
-void attention_backward_fast(ThreadPool* pool, const AttentionShape& s, const float* q, const float* k,
+void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& s, const float* q, const float* k,
                              const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
                              float* dk, float* dv) {
   const int64_t B = s.n_batch, L = s.n_seq, H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim;
@@ -59,8 +59,8 @@ void attention_backward_fast(ThreadPool* pool, const AttentionShape& s, const fl
           for (int64_t t = 0; t < D; ++t) d += dout[o + t] * out[o + t];
           delta[i] = d;
         }
-        gemm_nt(qh.data(), L, kh.data(), L, D, p.data());    // S [L, L]
-        gemm_nt(doh.data(), L, vh.data(), L, D, dp.data());  // dP [L, L]
+        gemm_nt(ws, qh.data(), L, kh.data(), L, D, p.data());    // S [L, L]
+        gemm_nt(ws, doh.data(), L, vh.data(), L, D, dp.data());  // dP [L, L]
         for (int64_t i = 0; i < L; ++i) {
           float* pi = p.data() + i * L;
           float* dpi = dp.data() + i * L;
@@ -84,17 +84,17 @@ void attention_backward_fast(ThreadPool* pool, const AttentionShape& s, const fl
           }
         }
         // dQ = dS · K: against Kᵀ [D, L]
-        gemm_nt(dp.data(), L, kt.data(), D, L, res.data());
+        gemm_nt(ws, dp.data(), L, kt.data(), D, L, res.data());
         for (int64_t i = 0; i < L; ++i) std::copy_n(res.data() + i * D, D, dq + (b * L + i) * q_stride + h * D);
         // dK += dSᵀ · Q: dSᵀ [L, L] against Qᵀ [D, L]
         transpose_into(dp.data(), L, L, tr.data());
         transpose_into(qh.data(), D, L, qt.data());
-        gemm_nt(tr.data(), L, qt.data(), D, L, res.data());
+        gemm_nt(ws, tr.data(), L, qt.data(), D, L, res.data());
         for (int64_t i = 0; i < L * D; ++i) dk_acc[i] += res[i];
         // dV += Pᵀ · dO: Pᵀ [L, L] against dOᵀ [D, L]
         transpose_into(p.data(), L, L, tr.data());
         transpose_into(doh.data(), D, L, dot_.data());
-        gemm_nt(tr.data(), L, dot_.data(), D, L, res.data());
+        gemm_nt(ws, tr.data(), L, dot_.data(), D, L, res.data());
         for (int64_t i = 0; i < L * D; ++i) dv_acc[i] += res[i];
       }
       for (int64_t j = 0; j < L; ++j) {

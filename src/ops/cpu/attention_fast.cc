@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
-#include "ops/cpu/scratch.h"
 #include "ops/cpu/simd_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 AVX-512 headers: see matmul_fast.cc
@@ -148,27 +147,30 @@ void for_tiles(int64_t R, const Packed& pk, const Tile& t, const float* kt, cons
 
 // One work item: batch b, kv head hk, window rows [i0, i1) (absolute positions window_begin + i).
 // q, out: [B, W, n_head, head_dim]; valid: [B, L] or nullptr.
-void attend_block(const AttentionShape& s, const Packed& pk, int64_t window_begin, int64_t W, const float* q,
-                  const uint8_t* valid, int64_t b, int64_t hk, int64_t i0, int64_t i1, float* out) {
+// Its buffers are this thread's of ws.
+void attend_block(Workspace& ws, const AttentionShape& s, const Packed& pk, int64_t window_begin, int64_t W,
+                  const float* q, const uint8_t* valid, int64_t b, int64_t hk, int64_t i0, int64_t i1, float* out) {
   const int64_t L = s.n_seq, H = s.n_head, D = s.head_dim, group = s.n_head / s.n_head_kv;
   const int64_t q_stride = H * D;
   // Query rows: (head h, window row i) for every valid position; invalid positions get zeros.
-  thread_local std::vector<std::pair<int64_t, int64_t>> rows;
-  rows.clear();
+  struct QueryRow {
+    int64_t h, i;
+  };
+  QueryRow* rows = ws.thread_buffer<QueryRow>("attention.rows", static_cast<size_t>(group * (i1 - i0)));
+  int64_t R = 0;
   for (int64_t g = 0; g < group; ++g) {
     const int64_t h = hk * group + g;
     for (int64_t i = i0; i < i1; ++i) {
       float* o = out + (b * W + i) * q_stride + h * D;
       if (valid && !valid[b * L + window_begin + i]) std::fill(o, o + D, 0.0f);
-      else rows.emplace_back(h, i);
+      else rows[R++] = QueryRow{h, i};
     }
   }
-  const int64_t R = static_cast<int64_t>(rows.size()), nkeys = pk.n_keys[b];
+  const int64_t nkeys = pk.n_keys[b];
   if (R == 0) return;
   const int64_t q_floats = (R * D + 15) / 16 * 16;  // keeps the next buffers 64-byte aligned
-  thread_local ScratchBuffer scratch;
   Tile t;
-  t.q = scratch.get<float>(q_floats + R * (kKeyBlock + pk.Dv + 3));
+  t.q = ws.thread_buffer<float>("attention.tile", q_floats + R * (kKeyBlock + pk.Dv + 3));
   t.s = t.q + q_floats;
   t.o = t.s + R * kKeyBlock;
   t.m = t.o + R * pk.Dv;
@@ -218,8 +220,9 @@ void pack_kv(const Packed& pk, const float* k, const float* v, int64_t kv_stride
 
 // The contract of attention_window (ops/attention_window.h): q, out [B, W, n_head, head_dim]; k, v
 // [B, L, n_head_kv, head_dim]; valid [B, L] or nullptr.
-void attention_window_fast(ThreadPool* pool, const AttentionShape& s, int64_t window_begin, int64_t window_len,
-                           const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
+void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& s, int64_t window_begin,
+                           int64_t window_len, const float* q, const float* k, const float* v, const uint8_t* valid,
+                           float* out) {
   if (!cpu_has_avx512()) return attention_window(pool, s, window_begin, window_len, q, k, v, valid, out);
   const int64_t B = s.n_batch, L = s.n_seq, Hkv = s.n_head_kv, D = s.head_dim, W = window_len;
   if (B == 0 || W == 0) return;
@@ -228,17 +231,16 @@ void attention_window_fast(ThreadPool* pool, const AttentionShape& s, int64_t wi
   pk.D = D;
   pk.Dv = (D + kDimChunk - 1) / kDimChunk * kDimChunk;
   pk.Lk = (L + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
-  thread_local ScratchBuffer kv_scratch;
-  thread_local std::vector<int64_t> keys, n_keys;  // valid positions per batch row, their counts
-  pk.kt = kv_scratch.get<float>(B * Hkv * pk.Lk * (D + pk.Dv));
+  pk.kt = ws.thread_buffer<float>("attention.kv", B * Hkv * pk.Lk * (D + pk.Dv));
   pk.v = pk.kt + B * Hkv * D * pk.Lk;
-  keys.assign(B * L, 0);
-  n_keys.assign(B, 0);
+  int64_t* keys = ws.thread_buffer<int64_t>("attention.keys", B * L);  // valid positions per batch row
+  int64_t* n_keys = ws.thread_buffer<int64_t>("attention.n_keys", B);  // their counts
+  std::fill_n(n_keys, B, 0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < L; ++j)
       if (!valid || valid[b * L + j]) keys[b * L + n_keys[b]++] = j;
-  pk.n_keys = n_keys.data();
-  const int64_t* key_pos = keys.data();  // (thread_local names would mean the worker's own copies)
+  pk.n_keys = n_keys;
+  const int64_t* key_pos = keys;
   ThreadPool* p = B * L * kv_stride < (1 << 14) ? nullptr : pool;  // tiny: one thread
   parallel_for(p, B * Hkv, [&](int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -255,16 +257,16 @@ void attention_window_fast(ThreadPool* pool, const AttentionShape& s, int64_t wi
   parallel_for(p, B * Hkv * n_blocks, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t ib = item % n_blocks, bh = item / n_blocks;
-      attend_block(s, pk, window_begin, W, q, valid, bh / Hkv, bh % Hkv, ib * block, std::min(W, (ib + 1) * block),
+      attend_block(ws, s, pk, window_begin, W, q, valid, bh / Hkv, bh % Hkv, ib * block, std::min(W, (ib + 1) * block),
                    out);
     }
   });
 }
 
-void attention_fast(ThreadPool* pool, const AttentionShape& s, const float* q, const float* k, const float* v,
-                    const uint8_t* valid, float* out) {
+void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& s, const float* q, const float* k,
+                    const float* v, const uint8_t* valid, float* out) {
   if (!cpu_has_avx512()) return attention(pool, s, q, k, v, valid, out);
-  attention_window_fast(pool, s, 0, s.n_seq, q, k, v, valid, out);
+  attention_window_fast(pool, ws, s, 0, s.n_seq, q, k, v, valid, out);
 }
 
 }  // namespace dc::cpu

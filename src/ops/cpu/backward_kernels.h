@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "core/workspace.h"
 #include "ops/attention.h"
 
 namespace dc::cpu {
@@ -20,8 +21,9 @@ void embedding_backward(ThreadPool* pool, const int32_t* ids, int64_t n, const f
 void attention_backward(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k,
                         const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
                         float* dk, float* dv);
-// The same as GEMMs through the fast f32 matmul kernel (attention_backward_fast.cc); equal up to summation order.
-void attention_backward_fast(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k,
+// The same as GEMMs through the fast f32 matmul kernel (attention_backward_fast.cc), whose block buffers
+// are the calling threads' of `ws`; equal up to summation order.
+void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k,
                              const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
                              float* dk, float* dv);
 double cross_entropy(ThreadPool* pool, const float* logits, const int32_t* targets, const float* weights, int64_t n,

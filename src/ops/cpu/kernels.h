@@ -37,23 +37,24 @@ void force_portable_kernels_for_testing(bool on);
 
 // Fast kernels: same contracts as the reference kernels above (see the op headers), same results up to
 // summation order, except matmul_nt_fast with MatmulPrecision::kBF16 over bf16 weights (activations
-// rounded to bf16). Results do not depend on the number of threads.
-void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                    MatmulPrecision precision, bool accumulate = false);
+// rounded to bf16). Results do not depend on the number of threads. Their block buffers are the calling
+// threads' buffers of `ws` (Workspace::thread_buffer: the context's, or the op call's own).
+void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w, const float* bias,
+                    float* y, MatmulPrecision precision, bool accumulate = false);
 // Panels [panel_begin, panel_end) of the kPanels copy (ops/weight.h) of the row-major bf16 weight w, into
 // out (the whole copy: ⌈w.rows/64⌉ · ⌈w.cols/2⌉ · 64 words, 64-byte aligned).
 void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out);
 // adamw_update_panels (ops/adamw.h); AVX512_BF16 only (its reference: adamw_value, then pack_panels).
-void adamw_update_panels_fast(ThreadPool* pool, const AdamWStep& s, float* p, const float* g, float* m, float* v,
+void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& s, float* p, const float* g, float* m, float* v,
                               int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels);
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                      const float* sin);
 void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count);
-void attention_fast(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
+void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k, const float* v,
                     const uint8_t* valid, float* out);
-void attention_window_fast(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
+void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
                            const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
 
 }  // namespace dc::cpu

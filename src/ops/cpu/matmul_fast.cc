@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
-#include "ops/cpu/scratch.h"
 #include "ops/cpu/simd_avx512.h"
 
 // GCC 12's AVX-512 headers build some intrinsics on _mm*_undefined_*(), which -Wuninitialized flags
@@ -361,6 +360,7 @@ struct Job {
   bool accumulate;       // y += x·Wᵀ (no bias)
   bool panels;           // w is in the kPanels layout
   int64_t panel_words;   // kPanels: words per panel, ⌈k/2⌉ · 64
+  Workspace* ws;         // the per-thread panel buffers
 };
 
 template <int MR>
@@ -421,9 +421,8 @@ void ensure_converted(const Job& j, int64_t i0, int64_t i1) {
 void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
   if (j.bf16) ensure_converted(j, i0, i1);
   if (j.amx) amx_configure();
-  thread_local ScratchBuffer scratch;
   const int64_t kc_max = j.bf16 ? kKcBf16 : kKcF32;
-  void* panel = scratch.get<uint32_t>((j.bf16 ? kc_max / 2 : kc_max) * kPanel);  // pairs or f32: 128 KiB
+  void* panel = j.ws->thread_buffer<uint32_t>("matmul.panel", (j.bf16 ? kc_max / 2 : kc_max) * kPanel);  // 128 KiB
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t j0 = p * kPanel, cols = std::min(kPanel, j.m - j0);
     for (int64_t k0 = 0; k0 < j.k; k0 += kc_max) {
@@ -515,12 +514,12 @@ void dot_task(const Job& j, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                    MatmulPrecision precision, bool accumulate) {
+void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w, const float* bias,
+                    float* y, MatmulPrecision precision, bool accumulate) {
   if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y, accumulate);
   if (n == 0) return;
   const int64_t m = w.rows, k = w.cols;
-  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, accumulate, false, 0};
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, accumulate, false, 0, &ws};
   job.panels = w.layout == WeightLayout::kPanels;
   job.panel_words = (k + 1) / 2 * kPanel;
   // kPanels weights need the bf16 pair kernel (or the f32 one, which unpacks them) and not the dot path.
@@ -531,11 +530,10 @@ void matmul_nt_fast(ThreadPool* pool, const float* x, int64_t n, const WeightVie
   ThreadPool* p = tiny ? nullptr : pool;
 
   const bool dot = !job.panels && (n <= kSmallN || (n <= kSmallNShortK && k <= kShortK));
-  thread_local ScratchBuffer x_scratch;
   std::vector<std::atomic<uint8_t>> conv_state(job.bf16 ? ceil_div(n, kConvRows) : 0);
   if (job.bf16) {
     job.ldxb = (k + 31) / 32 * 32;  // whole 32-lane stores; the pad is zero
-    job.xb = x_scratch.get<uint16_t>(n * job.ldxb);
+    job.xb = ws.thread_buffer<uint16_t>("matmul.x_bf16", n * job.ldxb);
     job.conv_state = conv_state.data();
     if (dot) convert_rows_bf16(x, k, 0, n, job.xb, job.ldxb);
   }

@@ -20,7 +20,6 @@
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"
-#include "ops/cpu/scratch.h"
 #include "ops/cpu/simd_avx512.h"
 
 // GCC 12's AVX-512 headers build some intrinsics on _mm*_undefined_*(), which -Wuninitialized flags
@@ -78,13 +77,12 @@ inline float dot(const float* a, const float* b, int64_t k) {
   return acc;
 }
 
-void matmul_dequant_f32(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias,
-                        float* y) {
+void matmul_dequant_f32(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w,
+                        const float* bias, float* y) {
   const int64_t m = w.rows, k = w.cols;
   const int64_t n_blocks = (m + kDequantRows - 1) / kDequantRows;
   parallel_for(pool, n_blocks, [&](int64_t b_begin, int64_t b_end) {
-    static thread_local ScratchBuffer scratch;
-    float* wf = scratch.get<float>(kDequantRows * k);
+    float* wf = ws.thread_buffer<float>("matmul_quant.rows", kDequantRows * k);
     for (int64_t blk = b_begin; blk < b_end; ++blk) {
       const int64_t j0 = blk * kDequantRows, nj = std::min(kDequantRows, m - j0);
       for (int64_t r = 0; r < nj; ++r) w.row_to_f32(j0 + r, wf + r * k);
@@ -453,17 +451,16 @@ DC_TARGET_VNNI void panel_rows_all_x(const QuantizedX& xq, int64_t n, const Pane
   }
 }
 
-DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias,
-                                float* y) {
+DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w,
+                                const float* bias, float* y) {
   const int64_t m = w.rows, k = w.cols;
   const int64_t nb = (k + kBlock - 1) / kBlock;
   const bool q4 = w.quant == WeightQuant::kQ4, packed = w.layout == WeightLayout::kPanels;
   const int64_t block_bytes = q4 ? kQ4BlockBytes : kQ8BlockBytes;
   const int64_t nxb = (k + kXBlock - 1) / kXBlock, n_groups = q4 ? k / w.group_size : 0;
   const int64_t n_units = q4 ? k / std::min(w.group_size, kXBlock) : 0;
-  static thread_local ScratchBuffer x_scratch;
   const size_t q_bytes = static_cast<size_t>(n * nb * kBlock + 63) & ~size_t{63};
-  char* xbuf = x_scratch.get<char>(q_bytes + n * (nxb + std::max(nxb, n_units)) * sizeof(float));
+  char* xbuf = ws.thread_buffer<char>("matmul_quant.x", q_bytes + n * (nxb + std::max(nxb, n_units)) * sizeof(float));
   QuantizedX xq;
   xq.q = reinterpret_cast<int8_t*>(xbuf);
   xq.scale = reinterpret_cast<float*>(xbuf + q_bytes);
@@ -477,8 +474,7 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, const float* x, int64_t n, con
   const int64_t n_panels = (m + kPanelRows - 1) / kPanelRows;
   const int64_t bpg = q4 ? w.group_size / kBlock : 1;
   parallel_for(pool, n_panels, [&](int64_t p_begin, int64_t p_end) {
-    static thread_local ScratchBuffer panel_scratch;
-    auto* scratch = panel_scratch.get<uint8_t>(kChunkBlocks * (kQ8BlockBytes + 2 * 32 * sizeof(uint16_t)) +
+    auto* scratch = ws.thread_buffer<uint8_t>("matmul_quant.panel", kChunkBlocks * (kQ8BlockBytes + 2 * 32 * sizeof(uint16_t)) +
                                                32 * sizeof(float));
     auto* row_sc = reinterpret_cast<float*>(scratch);  // kQ8: [32] row scales of the panel
     uint8_t* chunk_codes = scratch + 32 * sizeof(float);
@@ -566,8 +562,8 @@ bool int8_kernel_supports(const WeightView& w) {
   return w.quant == WeightQuant::kQ8 || (g % kBlock == 0 && (kXBlock % g == 0 || g % kXBlock == 0));
 }
 
-void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                     QuantKernel kernel) {
+void matmul_nt_quant(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w,
+                     const float* bias, float* y, QuantKernel kernel) {
   if (n <= 0) return;
   const bool vnni_ok = int8_kernel_supports(w);
   if (kernel == QuantKernel::kAuto) kernel = vnni_ok ? QuantKernel::kInt8Vnni : QuantKernel::kDequantF32;
@@ -577,13 +573,13 @@ void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightVi
       return;
     case QuantKernel::kInt8Vnni:
       if (vnni_ok) {
-        matmul_vnni(pool, x, n, w, bias, y);
+        matmul_vnni(pool, ws, x, n, w, bias, y);
         return;
       }
       [[fallthrough]];
     case QuantKernel::kAuto:
     case QuantKernel::kDequantF32:
-      matmul_dequant_f32(pool, x, n, w, bias, y);
+      matmul_dequant_f32(pool, ws, x, n, w, bias, y);
       return;
   }
 }

@@ -21,10 +21,11 @@ double measure_bf16_gemm_peak_gflops(ThreadPool* pool) {
   const WeightView view{DType::kBF16, w.data(), m, k};
   const double flops = 2.0 * n * m * k;
   double best = 0;
+  Workspace ws;  // the kernel's block buffers, reused across the repetitions
   const auto start = std::chrono::steady_clock::now();
   for (int rep = 0;; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    cpu::matmul_nt_fast(pool, x.data(), n, view, nullptr, y.data(), MatmulPrecision::kBF16);
+    cpu::matmul_nt_fast(pool, ws, x.data(), n, view, nullptr, y.data(), MatmulPrecision::kBF16);
     const auto t1 = std::chrono::steady_clock::now();
     best = std::max(best, flops / std::chrono::duration<double>(t1 - t0).count() * 1e-9);
     if (rep >= 2 && std::chrono::duration<double>(t1 - start).count() > 1.0) break;

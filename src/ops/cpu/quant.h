@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "core/workspace.h"
 #include "ops/weight.h"
 
 namespace dc::cpu {
@@ -22,10 +23,10 @@ enum class QuantKernel {
 // number of threads. kInt8Vnni rounds each 128-column block of a row of x to int8 with scale amax/127
 // (error ≤ amax/254 per element) and accumulates exact int32 sums per block (kQ4: per group), then
 // f32 across them; it needs cpu_has_avx512_vnni() and, for kQ4, a group_size of 32, 64 or a multiple
-// of 128 (else it runs kDequantF32).
+// of 128 (else it runs kDequantF32). Its block buffers are the calling threads' of `ws`.
 constexpr int64_t kInt8XBlock = 128;  // kInt8Vnni: columns of x per int8 scale
-void matmul_nt_quant(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
-                     QuantKernel kernel = QuantKernel::kAuto);
+void matmul_nt_quant(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w,
+                     const float* bias, float* y, QuantKernel kernel = QuantKernel::kAuto);
 
 // Panels [panel_begin, panel_end) (32 rows each) of the kPanels copy (ops/weight.h) of the row-major
 // quantized weight w: codes (the whole copy, 64-byte aligned) and, kQ4, the f16 scale and min tables.
