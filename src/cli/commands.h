@@ -22,6 +22,7 @@ RunFn add_convert_command(CLI::App& app);
 RunFn add_serve_command(CLI::App& app);
 RunFn add_train_command(CLI::App& app);
 RunFn add_eval_command(CLI::App& app);
+RunFn add_grpo_loss_command(CLI::App& app);
 
 // `diffucoder bench --train` (bench_train.cc): times masked-diffusion optimizer steps. bench.cc fills
 // the options it shares with the generation benchmark; add_bench_train_options registers the others
