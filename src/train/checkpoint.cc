@@ -57,7 +57,8 @@ std::string checkpoint_name(int64_t step) {
 }
 
 Status save_train_checkpoint(const std::string& dir, const std::string& source_model_dir, const ModelParams& params,
-                             const ModelParams& m, const ModelParams& v, const TrainState& state) {
+                             const ModelParams& m, const ModelParams& v, const TrainState& state,
+                             const ModelParams* ref_model) {
   const std::string config_path = (fs::path(source_model_dir) / "config.json").string();
   DC_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path));
   Json config;
@@ -74,6 +75,9 @@ Status save_train_checkpoint(const std::string& dir, const std::string& source_m
     std::vector<TensorToWrite> moments = tensors_of(m, "m.");
     for (auto& t : tensors_of(v, "v.")) moments.push_back(std::move(t));
     DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments));
+    if (ref_model != nullptr)
+      DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / "ref_model.safetensors").string(),
+                                           tensors_of(*ref_model, ""), {{"format", "pt"}}));
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(source_model_dir, ec)) {
       if (!e.is_regular_file() || is_weight_or_state_file(e.path())) continue;
@@ -98,7 +102,17 @@ std::string find_latest_checkpoint(const std::string& out_dir) {
   return best;
 }
 
-Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state) {
+Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume, bool force) {
+  std::error_code ec;
+  const std::string latest = !out_dir.empty() && fs::exists(out_dir, ec) ? find_latest_checkpoint(out_dir) : "";
+  if (!latest.empty() && !resume && !force)
+    return invalid_argument("--out '" + out_dir + "' already holds " + latest +
+                            "; pass --resume to continue it or --force to start over");
+  return resume ? latest : std::string();
+}
+
+Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state,
+                        ModelParams* ref_model) {
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
   DC_ASSIGN_OR_RETURN(std::string text, read_file(state_path));
   try {
@@ -112,7 +126,10 @@ Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, 
   }
   DC_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open((fs::path(dir) / "optimizer.safetensors").string()));
   DC_RETURN_IF_ERROR(read_into(file, "m.", m));
-  return read_into(file, "v.", v);
+  DC_RETURN_IF_ERROR(read_into(file, "v.", v));
+  if (ref_model == nullptr) return Status();
+  DC_ASSIGN_OR_RETURN(SafetensorsFile ref, SafetensorsFile::open((fs::path(dir) / "ref_model.safetensors").string()));
+  return read_into(ref, "", *ref_model);
 }
 
 }  // namespace dc::train
