@@ -85,6 +85,20 @@ std::optional<std::string> extract_python_block(std::string_view text) {
   return std::string(text.substr(begin, close == std::string_view::npos ? std::string_view::npos : close - begin));
 }
 
+Result<std::vector<RewardInput>> reward_inputs(const RolloutBatch& batch, const std::vector<const GrpoExample*>& examples) {
+  if (static_cast<int64_t>(examples.size()) != batch.n_prompts)
+    return invalid_argument("rewards: " + std::to_string(examples.size()) + " examples for a rollout batch of " +
+                            std::to_string(batch.n_prompts) + " prompts");
+  std::vector<RewardInput> inputs;
+  inputs.reserve(batch.texts.size());
+  for (int64_t r = 0; r < batch.n_rows; ++r) {
+    const GrpoExample* ex = examples[r / batch.group_size];
+    if (ex == nullptr) return invalid_argument("rewards: example " + std::to_string(r / batch.group_size) + " is null");
+    inputs.push_back({ex, ex->prompt_text, batch.texts[r]});
+  }
+  return inputs;
+}
+
 Result<std::vector<double>> code_format_rewards(const std::vector<RewardInput>& inputs, const CodeRewardOptions& o) {
   DC_RETURN_IF_ERROR(check_options(o));
   std::vector<double> rewards(inputs.size(), 0.0);

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "train/grpo_data.h"
+#include "train/rollout.h"
 #include "train/user_reward.h"
 
 namespace dc::train {
@@ -42,6 +43,11 @@ struct RewardInput {
   std::string prompt;                    // the prompt text the policy completed (example->prompt_text)
   std::string completion;
 };
+
+// The inputs of a round of rollouts: row r of `batch` (its text) is a completion of examples[r / group_size],
+// the examples being those whose prompt_ids were given to generate_rollouts, in that order (not owned; must
+// outlive the inputs). invalid_argument when examples.size() != batch.n_prompts or one is null.
+Result<std::vector<RewardInput>> reward_inputs(const RolloutBatch& batch, const std::vector<const GrpoExample*>& examples);
 
 // code_format per completion (spec §4.3): 0 when the text does not match kCodeFormatPattern; else the
 // first python block, stripped (Python str.strip()), is parsed with ast.parse by python3 in the sandbox:

@@ -49,6 +49,24 @@ TEST(CodeFormat, ExtractsTheFirstPythonBlockUnstripped) {
   EXPECT_EQ(extract_python_block("```py\nx\n```\n"), std::nullopt);
 }
 
+TEST(RewardInputs, RowsOfAGroupShareTheirExample) {
+  GrpoExample a, b;
+  a.prompt_text = "A", b.prompt_text = "B";
+  RolloutBatch batch;
+  batch.n_prompts = 2, batch.group_size = 2, batch.n_rows = 4;
+  batch.texts = {"a0", "a1", "b0", "b1"};
+  auto in = reward_inputs(batch, {&a, &b});
+  ASSERT_TRUE(in.ok()) << in.status().message();
+  ASSERT_EQ(in->size(), 4u);
+  EXPECT_EQ((*in)[1].example, &a);
+  EXPECT_EQ((*in)[2].example, &b);
+  EXPECT_EQ((*in)[2].prompt, "B");
+  EXPECT_EQ((*in)[3].completion, "b1");
+  EXPECT_NE(reward_inputs(batch, {&a}).status().message().find("1 examples for a rollout batch of 2 prompts"),
+            std::string::npos);
+  EXPECT_FALSE(reward_inputs(batch, {&a, nullptr}).ok());
+}
+
 class SandboxedRewards : public ::testing::Test {
  protected:
   void SetUp() override {
