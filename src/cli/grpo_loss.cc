@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -18,6 +19,7 @@
 #include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_loss.h"
+#include "train/rollout.h"
 #include "train/optimizer.h"
 
 namespace dc::cli {
@@ -195,7 +197,11 @@ int run_grpo_loss(const GrpoLossArgs& a) {
     p.im_end_id = tokenizer->token_to_id("<|im_end|>");
     if (!p.im_end_id) return report(invalid_argument(tok + " has no <|im_end|> token; give 'im_end_id' in the batch"));
   }
-  p.batch.completion_mask = train::completion_mask(p.batch.completion_ids, p.batch.n_completion, *p.im_end_id);
+  for (int64_t b = 0; b < p.batch.n_batch; ++b) {
+    const auto row = std::span(p.batch.completion_ids).subspan(b * p.batch.n_completion, p.batch.n_completion);
+    const std::vector<uint8_t> mask = train::completion_mask(row, *p.im_end_id);
+    p.batch.completion_mask.insert(p.batch.completion_mask.end(), mask.begin(), mask.end());
+  }
   auto advantages = train::leave_one_out_advantages(p.rewards, p.group_size, p.scale_rewards);
   if (!advantages.ok()) return report(advantages.status());
   auto rows = train::coupled_rows(p.batch, p.mask, static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, true);

@@ -38,16 +38,6 @@ Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& 
   return a;
 }
 
-std::vector<uint8_t> completion_mask(const std::vector<int32_t>& ids, int64_t n_completion, int32_t im_end_id) {
-  std::vector<uint8_t> mask(ids.size(), 1);
-  for (size_t row = 0; n_completion > 0 && row < ids.size() / n_completion; ++row) {
-    const int32_t* r = ids.data() + row * n_completion;
-    const int64_t end = std::find(r, r + n_completion, im_end_id) - r;
-    for (int64_t j = end + 1; j < n_completion; ++j) mask[row * n_completion + j] = 0;
-  }
-  return mask;
-}
-
 CoupledMask draw_coupled_mask(int64_t n_batch, int64_t n_completion, uint64_t seed) {
   CoupledMask m;
   m.t = 0.2 + 0.6 * uniform01(hash_counters(seed, 0x74, ~0ull));

@@ -24,11 +24,6 @@ namespace dc::train {
 Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards, int64_t group_size,
                                                      bool scale_rewards);
 
-// completion_mask of rows [B, C] of completion ids: 1 up to and including the first im_end_id of the
-// row, 0 after it; all ones when the row has none (spec §4.2).
-std::vector<uint8_t> completion_mask(const std::vector<int32_t>& completion_ids, int64_t n_completion,
-                                     int32_t im_end_id);
-
 // One call's coupled masks (spec §4.5): a mask ratio t shared by every row; `partial` [B, C] marks the
 // completion positions masked in version 1 (R < t); version 2 masks the others; version 0 masks all.
 struct CoupledMask {
@@ -47,7 +42,7 @@ struct GrpoBatch {
   int64_t n_batch = 0, n_prompt = 0, n_completion = 0;
   std::vector<int32_t> prompt_ids;       // [B, P]
   std::vector<int32_t> completion_ids;   // [B, C]
-  std::vector<uint8_t> completion_mask;  // [B, C]
+  std::vector<uint8_t> completion_mask;  // [B, C] (rollout.h completion_mask of each row)
 };
 
 // The three versions of every sequence as one forward batch [3B, P + C] (spec §4.5 step 5: no padding
