@@ -6,6 +6,8 @@
 #include <functional>
 #include <string>
 
+#include "train/optimizer.h"
+
 namespace CLI {
 class App;
 }
@@ -22,6 +24,13 @@ RunFn add_convert_command(CLI::App& app);
 RunFn add_serve_command(CLI::App& app);
 RunFn add_train_command(CLI::App& app);
 RunFn add_eval_command(CLI::App& app);
+RunFn add_grpo_loss_command(CLI::App& app);
+RunFn add_grpo_command(CLI::App& app);
+
+// The optimizer flags `train` and `grpo` share (train.cc): --lr, --lr-schedule (into *schedule),
+// --min-lr-ratio, --beta1, --beta2, --adam-eps, --weight-decay, --max-grad-norm, with the given defaults.
+void add_optimizer_flags(CLI::App* cmd, train::LrOptions* lr, std::string* schedule, train::AdamWOptions* adam,
+                         double* max_grad_norm);
 
 // `diffucoder bench --train` (bench_train.cc): times masked-diffusion optimizer steps. bench.cc fills
 // the options it shares with the generation benchmark; add_bench_train_options registers the others

@@ -1,4 +1,5 @@
-// diffucoder: one binary with subcommands (generate, tokenize, inspect, bench, convert, serve, train).
+// diffucoder: one binary with subcommands (generate, tokenize, inspect, bench, convert, serve, train,
+// eval, grpo, grpo-loss).
 // Exit codes: 0 ok, 1 runtime error (bad model, bad input), 2 usage error.
 #include <CLI/CLI.hpp>
 
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   commands["serve"] = dc::cli::add_serve_command(app);
   commands["train"] = dc::cli::add_train_command(app);
   commands["eval"] = dc::cli::add_eval_command(app);
+  commands["grpo"] = dc::cli::add_grpo_command(app);
+  commands["grpo-loss"] = dc::cli::add_grpo_loss_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

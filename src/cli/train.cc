@@ -69,6 +69,22 @@ int run_train(TrainArgs& a) {
 
 }  // namespace
 
+void add_optimizer_flags(CLI::App* cmd, train::LrOptions* lr, std::string* schedule, train::AdamWOptions* adam,
+                         double* max_grad_norm) {
+  cmd->add_option("--lr", lr->lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lr-schedule", *schedule, "constant, linear or cosine")->capture_default_str()
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
+  cmd->add_option("--min-lr-ratio", lr->min_lr_ratio, "Final rate / peak rate (linear, cosine)")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--beta1", adam->beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--beta2", adam->beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--adam-eps", adam->eps, "AdamW eps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--weight-decay", adam->weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-grad-norm", *max_grad_norm, "Global gradient-norm clip (0: none)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+}
+
 RunFn add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   train::TrainOptions& o = a->opt;
@@ -81,19 +97,8 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_option("--seq-len", o.seq_len, "Canvas length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", o.lr.lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--lr-schedule", a->schedule, "constant, linear or cosine")->capture_default_str()
-      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
   cmd->add_option("--warmup-steps", o.lr.warmup_steps, "Linear warmup steps")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--min-lr-ratio", o.lr.min_lr_ratio, "Final rate / peak rate (linear, cosine)")->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--beta1", o.adam.beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--beta2", o.adam.beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--adam-eps", o.adam.eps, "AdamW eps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--weight-decay", o.adam.weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-grad-norm", o.max_grad_norm, "Global gradient-norm clip (0: none)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  add_optimizer_flags(cmd, &o.lr, &a->schedule, &o.adam, &o.max_grad_norm);
   cmd->add_option("--seed", o.seed, "Seed of the data order and the masks")->capture_default_str();
   cmd->add_option("--t-eps", o.masking.eps, "Mask ratio t ~ U(eps, 1)")->capture_default_str()->check(CLI::Range(1e-9, 0.999));
   cmd->add_option("--loss-norm", a->loss_norm, "tokens: ÷ maskable tokens of the batch; sequences: LLaDA's ÷ answer length, mean over the batch")

@@ -72,12 +72,11 @@ SamplingParams Engine::default_params() const {
   return p;
 }
 
-int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const {
-  const ModelConfig& c = config();
+namespace {
+
+int64_t kv_bytes(const ModelConfig& c, int64_t n_rows, int64_t n_seq) {
   return KvCache::bytes_for(c.n_layer, n_rows, n_seq, c.n_head_kv * c.head_dim);
 }
-
-namespace {
 
 std::string gib(int64_t bytes) {
   char buf[32];
@@ -91,28 +90,32 @@ Status kv_cache_too_large(int64_t bytes, int64_t limit, int64_t n_rows, int64_t 
                       " (EngineOptions::max_kv_cache_bytes); use cache none, fewer rows or fewer new tokens");
 }
 
-}  // namespace
-
-LogitsFn Engine::logits_fn() {
+LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
   // This function's own KV cache and scratch (one generation at a time), freed with the function.
   struct Generation {
     KvCache cache;
     Workspace workspace;
   };
   auto gen = std::make_shared<Generation>();
-  return [this, gen](const ForwardBatch& batch, float* logits) -> Status {
-    Context ctx = ctx_;
-    ctx.workspace = &gen->workspace;
-    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model_->forward(ctx, batch, logits);
+  return [&model, ctx, max_kv_cache_bytes, gen](const ForwardBatch& batch, float* logits) -> Status {
+    Context call_ctx = ctx;
+    call_ctx.workspace = &gen->workspace;
+    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model.forward(call_ctx, batch, logits);
     if (batch.cache_op == CacheOp::kRefresh) {
-      const int64_t bytes = kv_cache_bytes(batch.n_batch, batch.n_seq);
-      if (bytes > max_kv_cache_bytes_) return kv_cache_too_large(bytes, max_kv_cache_bytes_, batch.n_batch, batch.n_seq);
+      const int64_t bytes = kv_bytes(model.config(), batch.n_batch, batch.n_seq);
+      if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, batch.n_batch, batch.n_seq);
     }
     ForwardBatch with_cache = batch;
     with_cache.cache = &gen->cache;
-    return model_->forward(ctx, with_cache, logits);
+    return model.forward(call_ctx, with_cache, logits);
   };
 }
+
+}  // namespace
+
+int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const { return kv_bytes(config(), n_rows, n_seq); }
+
+LogitsFn Engine::logits_fn() { return model_logits_fn(*model_, ctx_, max_kv_cache_bytes_); }
 
 Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool chat) const {
   if (tokenizer_ == nullptr)
@@ -128,9 +131,10 @@ Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool
   return tokenizer_->encode(chat ? format_instruct_prompt(text) : text);
 }
 
-Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
-                                        const SamplingParams& params, GenerateHooks hooks) {
-  const ModelConfig& c = config();
+Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         const SamplingParams& params, GenerateHooks hooks) {
+  const ModelConfig& c = model.config();
   if (prompts.empty()) return invalid_argument("no prompts given");
   int64_t width = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -142,11 +146,16 @@ Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>&
   DC_ASSIGN_OR_RETURN(int64_t length, canvas_length_in_context(params, width, c.max_position_embeddings));
   if (params.cache != CacheMode::kNone) {
     const int64_t rows = static_cast<int64_t>(prompts.size()) * params.num_return_sequences;
-    const int64_t bytes = kv_cache_bytes(rows, length);
-    if (bytes > max_kv_cache_bytes_) return kv_cache_too_large(bytes, max_kv_cache_bytes_, rows, length);
+    const int64_t bytes = kv_bytes(c, rows, length);
+    if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, rows, length);
   }
-  if (hooks.pool == nullptr) hooks.pool = &pool_;
-  return dc::generate(logits_fn(), c.n_vocab, prompts, params, hooks);
+  if (hooks.pool == nullptr) hooks.pool = ctx.pool;
+  return dc::generate(model_logits_fn(model, ctx, max_kv_cache_bytes), c.n_vocab, prompts, params, hooks);
+}
+
+Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                        const SamplingParams& params, GenerateHooks hooks) {
+  return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks));
 }
 
 std::vector<int32_t> Engine::stop_ids() const {

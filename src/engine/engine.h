@@ -39,6 +39,15 @@ struct EngineOptions {
 // (or, all quantized, converted from a bfloat16 checkpoint), else kF32.
 MatmulPrecision checkpoint_precision(const Model& model);
 
+// Engine::generate over any model: checks the prompts against the vocabulary and the context length
+// (and, with a KV cache, its size against max_kv_cache_bytes), then runs the sampler with a fresh
+// LogitsFn over `model` computing with ctx's pool and precision (its own KV cache and forward scratch;
+// ctx.workspace is not used). hooks.pool null: ctx.pool samples. Errors name the prompt index. GRPO
+// rollouts use it over the policy's weights in training.
+Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         const SamplingParams& params, GenerateHooks hooks = {});
+
 class Engine {
  public:
   // Loads and checks the checkpoint and, when present, the tokenizer. Errors name the file.
@@ -83,9 +92,8 @@ class Engine {
   // Errors when there is no tokenizer or the text is not valid UTF-8.
   Result<std::vector<int32_t>> encode_prompt(const std::string& text, bool chat) const;
 
-  // Checks the prompts against the vocabulary and the context length (and, with a KV cache, the cache
-  // size against max_kv_cache_bytes), then runs the sampler with the engine's thread pool and a fresh
-  // logits_fn() (so a fresh KV cache per call). Errors name the prompt index. Thread-safe: several
+  // generate_on_model over this engine's model, context and max_kv_cache_bytes (so a fresh KV cache per
+  // call). Errors name the prompt index. Thread-safe: several
   // threads may generate on one engine at once (the pool serialises their parallel sections; each gets
   // the tokens it would get alone).
   Result<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,

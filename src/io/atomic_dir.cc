@@ -23,13 +23,21 @@ void fsync_dir(const std::string& dir) {
 
 }  // namespace
 
-Status write_text_file(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return io_error("cannot create " + path + ": " + std::strerror(errno));
+namespace {
+
+Status write_or_append(const std::string& path, const std::string& text, const char* mode) {
+  FILE* f = std::fopen(path.c_str(), mode);
+  if (f == nullptr) return io_error("cannot open " + path + " for writing: " + std::strerror(errno));
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !ok) return io_error("cannot write " + path + " (disk full?)");
   return Status();
 }
+
+}  // namespace
+
+Status write_text_file(const std::string& path, const std::string& text) { return write_or_append(path, text, "wb"); }
+
+Status append_text_file(const std::string& path, const std::string& text) { return write_or_append(path, text, "ab"); }
 
 Status write_dir_atomically(const std::string& out_dir, bool replace,
                             const std::function<Status(const std::string& tmp_dir)>& fill) {

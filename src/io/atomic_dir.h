@@ -18,5 +18,7 @@ Status write_dir_atomically(const std::string& out_dir, bool replace,
 
 // Writes `text` to `path` (not atomic by itself: meant for files inside write_dir_atomically's tmp_dir).
 Status write_text_file(const std::string& path, const std::string& text);
+// Appends `text` to `path` (created if missing), e.g. a line of a run's metrics.jsonl.
+Status append_text_file(const std::string& path, const std::string& text);
 
 }  // namespace dc

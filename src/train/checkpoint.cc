@@ -57,7 +57,6 @@ std::string checkpoint_name(int64_t step) {
 }
 
 Status save_train_checkpoint(const std::string& dir, const std::string& source_model_dir, const ModelParams& params,
-                             const ModelParams& m, const ModelParams& v, const TrainState& state,
                              const ExtraCheckpointFiles& extra) {
   const std::string config_path = (fs::path(source_model_dir) / "config.json").string();
   DC_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path));
@@ -100,6 +99,15 @@ std::string find_latest_checkpoint(const std::string& out_dir) {
   return best;
 }
 
+Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume, bool force) {
+  std::error_code ec;
+  const std::string latest = !out_dir.empty() && fs::exists(out_dir, ec) ? find_latest_checkpoint(out_dir) : "";
+  if (!latest.empty() && !resume && !force)
+    return invalid_argument("--out '" + out_dir + "' already holds " + latest +
+                            "; pass --resume to continue it or --force to start over");
+  return resume ? latest : std::string();
+}
+
 Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state) {
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
   DC_ASSIGN_OR_RETURN(std::string text, read_file(state_path));
@@ -115,6 +123,15 @@ Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, 
   DC_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open((fs::path(dir) / "optimizer.safetensors").string()));
   DC_RETURN_IF_ERROR(read_into(file, "m.", m));
   return read_into(file, "v.", v);
+}
+
+Status write_params_safetensors(const std::string& path, const ModelParams& params) {
+  return write_safetensors(path, tensors_of(params, ""), {{"format", "pt"}});
+}
+
+Status read_params_safetensors(const std::string& path, ModelParams& params) {
+  DC_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
+  return read_into(file, "", params);
 }
 
 }  // namespace dc::train

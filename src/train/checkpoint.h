@@ -36,8 +36,18 @@ Status save_train_checkpoint(const std::string& dir, const std::string& source_m
 // The newest complete checkpoint directory under out_dir ("" when there is none).
 std::string find_latest_checkpoint(const std::string& out_dir);
 
+// The checkpoint a run writing to out_dir continues from: with resume the newest one ("" when there is
+// none or out_dir is ""), else "". invalid_argument when out_dir holds one and neither resume nor force.
+Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume, bool force);
+
 // Reads optimizer.safetensors and trainer_state.json of a checkpoint into m, v (shaped like the model)
 // and state. Errors name the file and the tensor.
 Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state);
+
+// `params` as an f32 safetensors file with Hugging Face names (e.g. GRPO's ref_model.safetensors, from
+// an ExtraCheckpointFiles writer), and read back into params of the same model (errors name the file
+// and the tensor).
+Status write_params_safetensors(const std::string& path, const ModelParams& params);
+Status read_params_safetensors(const std::string& path, ModelParams& params);
 
 }  // namespace dc::train

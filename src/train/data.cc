@@ -37,12 +37,6 @@ void add_canvas(const std::vector<int32_t>& prompt, const std::vector<int32_t>& 
   ds.sequences.push_back(std::move(s));
 }
 
-Result<std::string> string_field(const Json& j, const char* key, const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) return invalid_argument(where + ": needs a string \"" + key + "\"");
-  return it->get<std::string>();
-}
-
 // A text of more than this many bytes encodes to more than seq_len tokens (a token has at most
 // max_token_bytes bytes), so a longer prompt cannot fit and a longer completion is cut anyway.
 int64_t fit_bytes(const Tokenizer& tok, const DataOptions& o) { return o.seq_len * tok.max_token_bytes(); }
@@ -76,15 +70,7 @@ Status load_jsonl(const std::string& path, const Tokenizer& tok, const DataOptio
     if (!j.is_object()) return invalid_argument(where + ": each line must be a JSON object");
     std::string prompt, completion;
     if (j.contains("messages")) {
-      const Json& msgs = j["messages"];
-      if (!msgs.is_array() || msgs.empty()) return invalid_argument(where + ": \"messages\" must be a non-empty array");
-      std::vector<ChatMessage> history;
-      for (size_t i = 0; i < msgs.size(); ++i) {
-        if (!msgs[i].is_object()) return invalid_argument(where + ": messages[" + std::to_string(i) + "] is not an object");
-        DC_ASSIGN_OR_RETURN(std::string role, string_field(msgs[i], "role", where + " messages[" + std::to_string(i) + "]"));
-        DC_ASSIGN_OR_RETURN(std::string content, string_field(msgs[i], "content", where + " messages[" + std::to_string(i) + "]"));
-        history.push_back({role, content});
-      }
+      DC_ASSIGN_OR_RETURN(std::vector<ChatMessage> history, parse_chat_messages(j["messages"], where));
       if (history.back().role != "assistant" || history.size() < 2)
         return invalid_argument(where + ": the last message must be the assistant's answer, after at least one other");
       completion = history.back().content + "<|im_end|>";
@@ -128,6 +114,25 @@ Status load_text(const std::string& path, const Tokenizer& tok, const DataOption
 }
 
 }  // namespace
+
+Result<std::string> string_field(const Json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return invalid_argument(where + ": needs a string \"" + key + "\"");
+  return it->get<std::string>();
+}
+
+Result<std::vector<ChatMessage>> parse_chat_messages(const Json& msgs, const std::string& where) {
+  if (!msgs.is_array() || msgs.empty()) return invalid_argument(where + ": \"messages\" must be a non-empty array");
+  std::vector<ChatMessage> history;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const std::string at = where + " messages[" + std::to_string(i) + "]";
+    if (!msgs[i].is_object()) return invalid_argument(at + " is not an object");
+    DC_ASSIGN_OR_RETURN(std::string role, string_field(msgs[i], "role", at));
+    DC_ASSIGN_OR_RETURN(std::string content, string_field(msgs[i], "content", at));
+    history.push_back({role, content});
+  }
+  return history;
+}
 
 Result<Dataset> load_dataset(const std::string& path, const Tokenizer& tokenizer, const DataOptions& o) {
   if (o.seq_len < 2) return invalid_argument("--seq-len must be at least 2");

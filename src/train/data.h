@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "train/masked_diffusion.h"
 
@@ -35,6 +37,13 @@ struct Dataset {
 // is plain text: tokenised whole and packed into canvases of seq_len tokens, every token scored (the
 // last partial canvas is dropped). Errors name the file and line (bad JSON, missing field, no example).
 Result<Dataset> load_dataset(const std::string& path, const Tokenizer& tokenizer, const DataOptions& options);
+
+// The string field `key` of the JSON object `j`; invalid_argument "<where>: needs a string \"key\"".
+Result<std::string> string_field(const nlohmann::json& j, const char* key, const std::string& where);
+
+// A JSONL line's "messages": a non-empty array of {"role": s, "content": s} objects, in order (roles are
+// checked by format_chat). Errors name `where` and the message index.
+Result<std::vector<ChatMessage>> parse_chat_messages(const nlohmann::json& messages, const std::string& where);
 
 // The example order: epoch e is a Fisher–Yates permutation of [0, n) drawn from hash_counters(seed, e, i).
 // sample_at(cursor) = the example index of the cursor-th sample overall (epoch = cursor / n).

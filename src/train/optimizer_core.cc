@@ -78,11 +78,7 @@ Result<std::vector<std::string>> OptimizerCore::open_metrics(const std::string& 
 
 Status OptimizerCore::append_metrics(const std::string& json_object) const {
   if (metrics_path_.empty()) return Status();
-  std::ofstream out(metrics_path_, std::ios::app);
-  out << json_object << "\n";
-  out.flush();
-  if (!out) return io_error("cannot append to " + metrics_path_);
-  return Status();
+  return append_text_file(metrics_path_, json_object + "\n");
 }
 
 }  // namespace dc::train

@@ -15,6 +15,7 @@
 #include "ops/loss.h"
 #include "ops/matmul.h"
 #include "tokenizer/tokenizer.h"
+#include "train/plot.h"
 #include "train/rng.h"
 
 namespace dc::train {
@@ -140,13 +141,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
-  std::error_code ec;
-  const std::string latest =
-      !o.out_dir.empty() && fs::exists(o.out_dir, ec) ? find_latest_checkpoint(o.out_dir) : std::string();
-  if (!latest.empty() && !o.resume && !o.force)
-    return invalid_argument("--out '" + o.out_dir + "' already holds " + latest +
-                            "; pass --resume to continue it or --force to start over");
-  if (o.resume && !latest.empty()) {
+  DC_ASSIGN_OR_RETURN(const std::string latest, checkpoint_to_resume(o.out_dir, o.resume, o.force));
+  if (!latest.empty()) {
     DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer_options(o)));
     return finish_setup(std::move(t), std::move(data), latest);
   }
@@ -290,45 +286,10 @@ Status Trainer::save() {
   return Status();
 }
 
-std::string loss_plot_svg(const std::vector<StepStats>& h) {
-  constexpr double kW = 640, kH = 360, kPad = 48;
-  double lo = 1e300, hi = -1e300;
-  for (const auto& s : h) lo = std::min(lo, s.loss), hi = std::max(hi, s.loss);
-  if (h.empty()) lo = 0, hi = 1;
-  if (hi - lo < 1e-12) hi = lo + 1;
-  const double n = std::max<double>(1, h.empty() ? 1 : h.back().step);
-  auto x = [&](double step) { return kPad + (kW - 2 * kPad) * step / n; };
-  auto y = [&](double loss) { return kH - kPad - (kH - 2 * kPad) * (loss - lo) / (hi - lo); };
-  std::ostringstream os;
-  os.precision(6);
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH << "\">\n"
-     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-     << "<text x=\"" << kW / 2 << "\" y=\"20\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"14\">"
-     << "masked-diffusion training loss</text>\n"
-     << "<line x1=\"" << kPad << "\" y1=\"" << kH - kPad << "\" x2=\"" << kW - kPad << "\" y2=\"" << kH - kPad
-     << "\" stroke=\"black\"/>\n<line x1=\"" << kPad << "\" y1=\"" << kPad << "\" x2=\"" << kPad << "\" y2=\""
-     << kH - kPad << "\" stroke=\"black\"/>\n"
-     << "<text x=\"4\" y=\"" << kPad << "\" font-family=\"sans-serif\" font-size=\"11\">" << hi << "</text>\n"
-     << "<text x=\"4\" y=\"" << kH - kPad << "\" font-family=\"sans-serif\" font-size=\"11\">" << lo << "</text>\n"
-     << "<text x=\"" << kW - kPad << "\" y=\"" << kH - kPad + 16 << "\" text-anchor=\"end\" font-family=\"sans-serif\" "
-     << "font-size=\"11\">step " << static_cast<int64_t>(n) << "</text>\n";
-  auto polyline = [&](const std::vector<double>& values, const char* colour) {
-    os << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.5\" points=\"";
-    for (size_t i = 0; i < values.size(); ++i) os << x(static_cast<double>(h[i].step)) << "," << y(values[i]) << " ";
-    os << "\"/>\n";
-  };
-  std::vector<double> raw, avg;
-  double window = 0;
-  for (size_t i = 0; i < h.size(); ++i) {
-    raw.push_back(h[i].loss);
-    window += h[i].loss;
-    if (i >= 10) window -= h[i - 10].loss;
-    avg.push_back(window / static_cast<double>(std::min<size_t>(i + 1, 10)));
-  }
-  polyline(raw, "#9ecae1");
-  polyline(avg, "#08519c");
-  os << "</svg>\n";
-  return os.str();
+std::string loss_plot_svg(const std::vector<StepStats>& history) {
+  std::vector<double> steps, losses;
+  for (const StepStats& s : history) steps.push_back(static_cast<double>(s.step)), losses.push_back(s.loss);
+  return line_plot_svg("masked-diffusion training loss", steps, losses);
 }
 
 }  // namespace dc::train

@@ -129,17 +129,29 @@ def adamw_fixture(out):
         json.dump(dict(hp, lrs=lrs), f, indent=1)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def fixture_dir(doc, *scripts):
+    """Parses --out; returns (out, done path, stamp), or None when out/.complete already holds the stamp of
+    `scripts` and dream_ref.py (the fixtures are up to date). A stale .complete is removed first."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     done = os.path.join(a.out, ".complete")
-    stamp = str(os.path.getmtime(__file__)) + str(os.path.getmtime(R.__file__))
-    if os.path.exists(done) and open(done).read() == stamp:
-        return
+    stamp = "".join(str(os.path.getmtime(f)) for f in scripts + (R.__file__,))
+    if os.path.exists(done):
+        if open(done).read() == stamp:
+            return None
+        os.remove(done)
     torch.manual_seed(0)
-    mdir = os.path.join(a.out, "tiny-train")
+    return a.out, done, stamp
+
+
+def main():
+    todo = fixture_dir(__doc__, __file__)
+    if todo is None:
+        return
+    out, done, stamp = todo
+    mdir = os.path.join(out, "tiny-train")
     MT.make_tiny(mdir, **MODEL)
     model = R.load(mdir, torch.float32)
     rng = np.random.default_rng(123)
@@ -147,12 +159,12 @@ def main():
     for name, B, L, prompts, pads, norm in (("full", 2, 10, [3, 4], [0, 0], "tokens"),
                                             ("left_padded", 3, 9, [2, 3, 2], [3, 0, 1], "sequences")):
         case, grads, grads_bf16 = make_case(model, name, rng, B, L, prompts, pads, norm)
-        st.write_file(os.path.join(a.out, name + ".grads.safetensors"), grads)
-        st.write_file(os.path.join(a.out, name + ".grads_autocast_bf16.safetensors"), grads_bf16)
+        st.write_file(os.path.join(out, name + ".grads.safetensors"), grads)
+        st.write_file(os.path.join(out, name + ".grads_autocast_bf16.safetensors"), grads_bf16)
         cases.append(case)
-    with open(os.path.join(a.out, "grad_cases.json"), "w") as f:
+    with open(os.path.join(out, "grad_cases.json"), "w") as f:
         json.dump(cases, f)
-    adamw_fixture(a.out)
+    adamw_fixture(out)
     with open(done, "w") as f:
         f.write(stamp)
 

@@ -1,0 +1,217 @@
+// `diffucoder grpo --model DIR --data FILE.jsonl --out DIR [...]`: Coupled-GRPO on CPU (spec §4): rollouts
+// from the policy (train/rollout.h), rewards in the sandbox (train/rewards.h), the coupled loss and the
+// optimizer loop (train/grpo_trainer.h); a progress line per step, metrics.jsonl, reward.svg, checkpoints.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "tokenizer/tokenizer.h"
+#include "train/grpo_data.h"
+#include "train/grpo_trainer.h"
+#include "train/rewards.h"
+#include "train/rng.h"
+#include "train/rollout.h"
+
+namespace dc::cli {
+namespace {
+
+struct GrpoArgs {
+  train::GrpoOptions opt;
+  std::string data_path, schedule = "cosine", precision = "bf16";
+  int64_t max_prompt_length = 200, max_completion_length = 256;
+  int diffusion_steps = 256;
+  float temperature = 1.0f, top_p = 0.95f;
+  bool fast = false, no_random_masking = false, quiet = false;
+  std::vector<std::string> reward_program;
+  train::RewardOptions rewards;
+  int threads = 0;
+  int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
+};
+
+std::string metric(const train::GrpoStepStats& s, const std::string& name) {
+  for (const auto& [key, value] : s.metrics)
+    if (key == name) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.3f", value);
+      return buf;
+    }
+  return "-";
+}
+
+int run_grpo(GrpoArgs& a) {
+  auto schedule = train::parse_lr_schedule(a.schedule);
+  if (!schedule.ok()) return usage_error(schedule.status());
+  a.opt.lr.schedule = *schedule;
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return usage_error(precision.status());
+  a.opt.precision = precision->value_or(MatmulPrecision::kBF16);
+  a.opt.random_masking = !a.no_random_masking;
+  a.rewards.user.argv = a.reward_program;
+  if (a.rewards.user.argv.empty() && a.rewards.code_weight == 0 && a.rewards.format_weight == 0)
+    return usage_error(invalid_argument("every reward is off: give --code-weight, --format-weight or --reward-program"));
+
+  auto tokenizer = Tokenizer::from_file((std::filesystem::path(a.opt.model_dir) / "tokenizer.json").string());
+  if (!tokenizer.ok()) return report(tokenizer.status());
+  train::GrpoDataOptions d;
+  d.max_prompt_length = a.max_prompt_length;
+  d.require_tests = a.rewards.code_weight != 0 || a.rewards.format_weight != 0;
+  auto data = train::load_grpo_dataset(a.data_path, *tokenizer, d);
+  if (!data.ok()) return report(data.status());
+  auto checkpoint = Checkpoint::open(a.opt.model_dir);
+  if (!checkpoint.ok()) return report(checkpoint.status());
+  train::RolloutOptions ro;
+  ro.group_size = a.opt.group_size;
+  ro.sampling = train::recipe_rollout_params(checkpoint->config());
+  ro.sampling.max_new_tokens = a.max_completion_length;
+  ro.sampling.steps = a.diffusion_steps;
+  ro.sampling.temperature = a.temperature;
+  ro.sampling.top_p = a.temperature > 0 ? a.top_p : 1.0f;  // the reference: top_p only when sampling
+  if (a.fast) apply_fast_mode(ro.sampling);
+  if (const auto im_end = tokenizer->token_to_id("<|im_end|>")) ro.im_end_id = *im_end;
+  a.opt.n_prompts = static_cast<int64_t>(data->examples.size());
+  if (a.opt.steps == 0) {  // one epoch: every prompt once
+    const int64_t rounds = (a.opt.n_prompts + a.opt.prompts_per_round - 1) / a.opt.prompts_per_round;
+    a.opt.steps = rounds * a.opt.num_iterations;
+  }
+
+  const train::GrpoDataset& ds = *data;
+  const Tokenizer& tok = *tokenizer;
+  const uint64_t seed = a.opt.seed;
+  const train::RewardOptions rewards = a.rewards;
+  train::RolloutFn rollout = [&ds, &tok, ro, seed, rewards](const Context& ctx, const Model& policy, int64_t round,
+                                                            const std::vector<int64_t>& prompts) -> Result<train::Rollout> {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<const train::GrpoExample*> examples;
+    for (int64_t p : prompts) ids.push_back(ds.examples[p].prompt_ids), examples.push_back(&ds.examples[p]);
+    DC_ASSIGN_OR_RETURN(train::RolloutBatch rb, train::generate_rollouts(ctx, policy, tok, ids, ro,
+                                                                         train::hash_counters(seed, 0x726f6c6c, round)));
+    DC_ASSIGN_OR_RETURN(std::vector<train::RewardInput> inputs, train::reward_inputs(rb, examples));
+    DC_ASSIGN_OR_RETURN(train::RewardBatch rw, train::score_completions(inputs, rewards));
+    train::Rollout r;
+    r.batch.n_batch = rb.n_rows, r.batch.n_prompt = rb.prompt_width, r.batch.n_completion = rb.completion_length;
+    r.batch.prompt_ids = std::move(rb.prompt_ids);
+    r.batch.completion_ids = std::move(rb.completion_ids);
+    r.batch.completion_mask = std::move(rb.completion_mask);
+    r.rewards = rw.total;
+    r.metrics = {{"pass_rate", rw.pass_rate()},
+                 {"format_rate", rw.format_rate()},
+                 {"rollout_tokens_per_s", rb.tokens_per_second()},
+                 {"generate_seconds", rb.seconds},
+                 {"reward_seconds", rw.seconds}};
+    return r;
+  };
+
+  ThreadPool pool(a.threads);
+  Context ctx;
+  ctx.pool = &pool;
+  auto trainer = train::GrpoTrainer::create(a.opt, ctx, rollout);
+  if (!trainer.ok()) return report(trainer.status());
+  train::GrpoTrainer& t = **trainer;
+  if (!a.quiet)
+    std::fprintf(stderr,
+                 "grpo: %lld prompts (%lld left-truncated); %lld steps from step %lld, %lld completions per prompt, "
+                 "%lld prompts per round, %lld iterations per round; %s\n",
+                 (long long)a.opt.n_prompts, (long long)data->n_truncated, (long long)a.opt.steps,
+                 (long long)t.steps_done(), (long long)a.opt.group_size, (long long)a.opt.prompts_per_round,
+                 (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32");
+  double seconds = 0;
+  int64_t done_here = 0;
+  while (t.steps_done() < a.opt.steps) {
+    auto s = t.step();
+    if (!s.ok()) return report(s.status());
+    seconds += s->seconds, ++done_here;
+    if (!a.quiet) {
+      const double eta = seconds / done_here * (a.opt.steps - s->step);
+      std::fprintf(stderr,
+                   "step %5lld/%lld  reward %.3f ± %.3f  pass %s  format %s  kl %.4f  clip %.3f  loss %.4f  |g| %.3e  "
+                   "lr %.2e  rollout %s tok/s  ETA %.0f s\n",
+                   (long long)s->step, (long long)a.opt.steps, s->reward_mean, s->reward_std,
+                   metric(*s, "pass_rate").c_str(), metric(*s, "format_rate").c_str(), s->kl, s->clip_fraction, s->loss,
+                   s->grad_norm, s->lr, metric(*s, "rollout_tokens_per_s").c_str(), eta);
+    }
+    if (a.exit_after > 0 && s->step == a.exit_after) std::_Exit(137);
+  }
+  const Status saved = t.save();
+  if (!saved.ok()) return report(saved);
+  std::printf("{\"steps\": %lld, \"final_reward_mean\": %.6f, \"seconds\": %.1f, \"out\": \"%s\"}\n",
+              (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().reward_mean, seconds,
+              a.opt.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_grpo_command(CLI::App& app) {
+  auto a = std::make_shared<GrpoArgs>();
+  train::GrpoOptions& o = a->opt;
+  o.steps = 0;
+  CLI::App* cmd = app.add_subcommand("grpo", "Coupled-GRPO reinforcement learning (DiffuCoder's recipe) on CPU");
+  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory of the policy (with tokenizer.json)")
+      ->required();
+  cmd->add_option("--data", a->data_path, "JSONL: {prompt|messages, tests} or AceCode {question, test_cases}")->required();
+  cmd->add_option("--out", o.out_dir, "Output directory (checkpoints, metrics.jsonl, reward.svg)")->required();
+  cmd->add_option("--steps", o.steps, "Optimizer steps, a multiple of --num-iterations (0: one epoch)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--num-generations", o.group_size, "Completions per prompt (G)")->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, kMaxReturnSequences));
+  cmd->add_option("--prompts-per-round", o.prompts_per_round, "Prompts per generation round")->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step (the round's completions split evenly)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--num-iterations", o.num_iterations, "Optimizer steps per round (each with its own mask seed)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-prompt-length", a->max_prompt_length, "Prompt tokens kept (the last ones)")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, train::kMaxGrpoPromptLength));
+  cmd->add_option("--max-completion-length", a->max_completion_length, "New tokens per completion")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--diffusion-steps", a->diffusion_steps, "Decoding steps of a rollout")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--temperature", a->temperature, "Rollout temperature")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", a->top_p, "Rollout top-p (when temperature > 0)")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--fast", a->fast, "Faster, APPROXIMATE rollouts: block decoding with a dual KV cache and threshold "
+                                   "commits (not the policy's own distribution; the loss still scores exactly)");
+  add_optimizer_flags(cmd, &o.lr, &a->schedule, &o.adam, &o.max_grad_norm);
+  cmd->add_option("--warmup-ratio", o.warmup_ratio, "Warmup steps / steps")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--beta", o.loss.beta, "KL coefficient (k3 estimator against the reference model)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--epsilon", o.loss.epsilon, "Ratio clip: [1 - epsilon, 1 + epsilon]")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--scale-rewards", o.scale_rewards, "Divide the advantages by the group's reward std (+1e-4)");
+  cmd->add_flag("--no-random-masking", a->no_random_masking, "Mask seed 42 for every iteration (else drawn per round)");
+  cmd->add_option("--ref-sync-steps", o.ref_sync_steps, "Mix the policy into the reference model every N steps (0: never)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ref-mixup-alpha", o.ref_mixup_alpha, "ref = (1 - alpha)·ref + alpha·policy at a sync")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--code-weight", a->rewards.code_weight, "Weight of the code reward (test pass rate; 0: off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--format-weight", a->rewards.format_weight, "Weight of the code_format reward (0: off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--test-timeout", a->rewards.code.timeout_seconds, "Seconds per test case in the sandbox")
+      ->capture_default_str()->check(CLI::Range(0.01, 3600.0));
+  cmd->add_option("--reward-workers", a->rewards.code.workers, "Sandboxes at once (0: hardware threads)")
+      ->capture_default_str()->check(CLI::Range(0, 1024));
+  cmd->add_option("--reward-program", a->reward_program,
+                  "Your own reward: an executable and its arguments (JSON lines in, one score per line out)")
+      ->expected(1, 64);
+  cmd->add_option("--reward-weight", a->rewards.user_weight, "Weight of --reward-program's score")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the prompt order, rollouts and mask seeds")->capture_default_str();
+  cmd->add_flag("--grad-checkpointing", o.recompute, "Keep only each layer's input and recompute it in the backward");
+  cmd->add_option("--precision", a->precision, "bf16: mixed precision (the default) | f32")->capture_default_str();
+  cmd->add_option("--save-every", o.save_every, "Checkpoint every N rounds (0: only at the end)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");
+  cmd->add_flag("--force", o.force, "Start over even if --out holds checkpoints");
+  cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")->group("");
+  return [a] { return run_grpo(*a); };
+}
+
+}  // namespace dc::cli

@@ -1,0 +1,190 @@
+// The Coupled-GRPO loss: advantages, coupled masks, the three-version rows, and the clipped loss with
+// its gradient through the weighted cross-entropy of ops/loss.h and Model::backward.
+#include "train/grpo_loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ops/loss.h"
+#include "train/rng.h"
+
+namespace dc::train {
+
+Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards, int64_t group_size,
+                                                     bool scale_rewards) {
+  const int64_t n = static_cast<int64_t>(rewards.size());
+  if (group_size < 2)
+    return invalid_argument("group_size must be at least 2 (leave-one-out needs another completion), got " +
+                            std::to_string(group_size));
+  if (n == 0 || n % group_size != 0)
+    return invalid_argument(std::to_string(n) + " rewards do not make whole groups of group_size " +
+                            std::to_string(group_size));
+  std::vector<double> a(n);
+  for (int64_t g = 0; g < n; g += group_size) {
+    double sum = 0;
+    for (int64_t i = g; i < g + group_size; ++i) sum += std::isnan(rewards[i]) ? 0.0 : rewards[i];
+    const double mean = sum / static_cast<double>(group_size);
+    double var = 0;
+    for (int64_t i = g; i < g + group_size; ++i) {
+      const double r = std::isnan(rewards[i]) ? 0.0 : rewards[i];
+      a[i] = r - (sum - r) / static_cast<double>(group_size - 1);
+      var += (r - mean) * (r - mean);
+    }
+    if (!scale_rewards) continue;
+    const double std_dev = std::sqrt(var / static_cast<double>(group_size - 1));
+    for (int64_t i = g; i < g + group_size; ++i) a[i] /= std_dev + 1e-4;
+  }
+  return a;
+}
+
+CoupledMask draw_coupled_mask(int64_t n_batch, int64_t n_completion, uint64_t seed) {
+  CoupledMask m;
+  m.t = 0.2 + 0.6 * uniform01(hash_counters(seed, 0x74, ~0ull));
+  m.partial.resize(n_batch * n_completion);
+  for (int64_t b = 0; b < n_batch; ++b)
+    for (int64_t j = 0; j < n_completion; ++j)
+      m.partial[b * n_completion + j] = uniform01(hash_counters(seed, 0x52, b, j)) < m.t;
+  return m;
+}
+
+ForwardBatch CoupledRows::forward_batch() const {
+  ForwardBatch fb;
+  fb.n_batch = n_batch;
+  fb.n_seq = n_seq;
+  fb.tokens = tokens.data();
+  fb.out_rows = out_rows.data();
+  fb.n_out = static_cast<int64_t>(out_rows.size());
+  return fb;
+}
+
+Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask, int32_t mask_token_id,
+                                 int64_t n_vocab, bool all_positions) {
+  const int64_t B = batch.n_batch, P = batch.n_prompt, C = batch.n_completion, L = P + C;
+  if (B < 1 || P < 1 || C < 1)
+    return invalid_argument("GRPO batch: needs at least one completion, one prompt token and one completion token "
+                            "(got " + std::to_string(B) + " completions, prompt length " + std::to_string(P) +
+                            ", completion length " + std::to_string(C) + ")");
+  if (static_cast<int64_t>(batch.prompt_ids.size()) != B * P || static_cast<int64_t>(batch.completion_ids.size()) != B * C ||
+      static_cast<int64_t>(batch.completion_mask.size()) != B * C)
+    return invalid_argument("GRPO batch: prompt_ids, completion_ids and completion_mask must hold B·P, B·C and B·C "
+                            "entries");
+  if (static_cast<int64_t>(mask.partial.size()) != B * C)
+    return invalid_argument("GRPO batch: mask needs " + std::to_string(C) + " entries for each of the " +
+                            std::to_string(B) + " completions");
+  if (!(mask.t > 0 && mask.t < 1)) return invalid_argument("GRPO batch: t must be in (0, 1), got " + std::to_string(mask.t));
+  if (mask_token_id < 0 || mask_token_id >= n_vocab) return invalid_argument("mask_token_id is outside the vocabulary");
+  auto check_ids = [&](const std::vector<int32_t>& ids, const char* field, int64_t width) -> Status {
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= n_vocab)
+        return invalid_argument(std::string("GRPO batch: ") + field + "[" + std::to_string(i / width) + "][" +
+                                std::to_string(i % width) + "] = " + std::to_string(ids[i]) +
+                                " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+    return Status();
+  };
+  DC_RETURN_IF_ERROR(check_ids(batch.prompt_ids, "prompt_ids", P));
+  DC_RETURN_IF_ERROR(check_ids(batch.completion_ids, "completion_ids", C));
+
+  CoupledRows r;
+  r.n_batch = 3 * B, r.n_seq = L;
+  r.tokens.resize(3 * B * L);
+  for (int64_t v = 0; v < 3; ++v)
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t* row = r.tokens.data() + (v * B + b) * L;
+      std::copy_n(batch.prompt_ids.data() + b * P, P, row);
+      for (int64_t j = 0; j < C; ++j) {
+        const bool partial = mask.partial[b * C + j] != 0;
+        const bool masked = v == 0 || (v == 1 && partial) || (v == 2 && !partial);
+        row[P + j] = masked ? mask_token_id : batch.completion_ids[b * C + j];
+      }
+    }
+  const float half = 0.5f, w1 = static_cast<float>(0.5 / mask.t), w2 = static_cast<float>(0.5 / (1.0 - mask.t));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < C; ++j) {
+      if (!all_positions && !batch.completion_mask[b * C + j]) continue;
+      const bool partial = mask.partial[b * C + j] != 0;
+      const int64_t v = partial ? 1 : 2;
+      for (const auto& [version, factor] : {std::pair<int64_t, float>{0, half}, {v, partial ? w1 : w2}}) {
+        r.out_rows.push_back((version * B + b) * L + P + j - 1);
+        r.targets.push_back(batch.completion_ids[b * C + j]);
+        r.position.push_back(b * C + j);
+        r.factor.push_back(factor);
+      }
+    }
+  return r;
+}
+
+namespace {
+
+// logp[position] += factor · (−ce) for every row.
+std::vector<float> combine(const CoupledRows& rows, const std::vector<float>& ce, int64_t n) {
+  std::vector<double> acc(n, 0.0);
+  for (size_t r = 0; r < rows.out_rows.size(); ++r) acc[rows.position[r]] -= static_cast<double>(rows.factor[r]) * ce[r];
+  return std::vector<float>(acc.begin(), acc.end());
+}
+
+}  // namespace
+
+Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model, const CoupledRows& rows,
+                                         int64_t n_completion) {
+  const int64_t n_out = static_cast<int64_t>(rows.out_rows.size()), V = model.config().n_vocab;
+  std::vector<float> logits(n_out * V), ce(n_out);
+  DC_RETURN_IF_ERROR(model.forward(ctx, rows.forward_batch(), logits.data()));
+  const std::vector<float> ones(n_out, 1.0f);
+  cross_entropy(ctx, logits.data(), rows.targets.data(), ones.data(), n_out, V, nullptr, ce.data());
+  return combine(rows, ce, rows.n_batch / 3 * n_completion);
+}
+
+Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                           const GrpoLossOptions& o, float grad_scale, ModelParams& grads,
+                                           Activations& acts, const ModelWeights* transposed) {
+  const GrpoBatch& batch = *in.batch;
+  const CoupledRows& rows = *in.rows;
+  const int64_t B = batch.n_batch, C = batch.n_completion, n = B * C;
+  const int64_t n_out = static_cast<int64_t>(rows.out_rows.size()), V = model.config().n_vocab;
+  if (static_cast<int64_t>(in.advantages.size()) != B)
+    return invalid_argument("GRPO loss: " + std::to_string(in.advantages.size()) + " advantages for " +
+                            std::to_string(B) + " completions");
+  if ((!in.old_logps.empty() && static_cast<int64_t>(in.old_logps.size()) != n) ||
+      (!in.ref_logps.empty() && static_cast<int64_t>(in.ref_logps.size()) != n))
+    return invalid_argument("GRPO loss: old_logps and ref_logps need " + std::to_string(C) + " values for each of the " +
+                            std::to_string(B) + " completions");
+  std::vector<float> logits(n_out * V), ce(n_out);  // logits become dlogits
+  DC_RETURN_IF_ERROR(model.forward(ctx, rows.forward_batch(), logits.data(), nullptr, &acts));
+  const std::vector<float> ones(n_out, 1.0f);
+  cross_entropy(ctx, logits.data(), rows.targets.data(), ones.data(), n_out, V, logits.data(), ce.data());
+
+  GrpoLossResult res;
+  res.logps = combine(rows, ce, n);
+  for (uint8_t m : batch.completion_mask) res.n_tokens += m != 0;
+  const double denom = static_cast<double>(std::max<int64_t>(res.n_tokens, 1));
+  std::vector<double> dlogp(n, 0.0);  // d loss / d logp
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < C; ++j) {
+      const int64_t i = b * C + j;
+      if (!batch.completion_mask[i]) continue;
+      const double a = in.advantages[b], logp = res.logps[i];
+      const double ratio = in.old_logps.empty() ? 1.0 : std::exp(logp - in.old_logps[i]);
+      const double clipped = std::clamp(ratio, 1.0 - o.epsilon, 1.0 + o.epsilon);
+      const bool unclipped_wins = ratio * a <= clipped * a;
+      const double delta = in.ref_logps.empty() ? 0.0 : in.ref_logps[i] - logp;
+      const double kl = std::exp(delta) - delta - 1.0;
+      res.loss += -std::min(ratio * a, clipped * a) + o.beta * kl;
+      res.kl += kl;
+      res.clip_fraction += unclipped_wins ? 0.0 : 1.0;
+      dlogp[i] = ((unclipped_wins ? -a * ratio : 0.0) + o.beta * (1.0 - std::exp(delta))) / denom;
+    }
+  res.loss /= denom, res.kl /= denom, res.clip_fraction /= denom;
+  // d loss / d logits[row] = d loss / d logp · factor · (onehot − softmax) = w · (softmax − onehot).
+  parallel_for(ctx.pool, n_out, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float w = static_cast<float>(-dlogp[rows.position[r]] * rows.factor[r] * grad_scale);
+      float* row = logits.data() + r * V;
+      for (int64_t k = 0; k < V; ++k) row[k] *= w;
+    }
+  }, 16);
+  if (n_out > 0) DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.spans(), transposed));
+  return res;
+}
+
+}  // namespace dc::train

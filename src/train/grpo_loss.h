@@ -1,0 +1,106 @@
+// The Coupled-GRPO loss of DiffuCoder (spec §4.4-4.6): leave-one-out advantages, the coupled
+// (complementary) masks, the per-token log-probabilities of a completion from one forward over its three
+// noised versions, and the clipped policy-gradient loss with a k3 KL penalty. Its gradient comes from
+// the ordinary backward: the loss is a weighted sum of the log-probabilities of the scored rows, so
+// d loss / d logits is a weighted cross-entropy gradient (ops/loss.h) with per-row weights
+// −(d loss / d logp)·factor, which may be negative.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/context.h"
+#include "core/status.h"
+#include "model/activations.h"
+#include "model/params.h"
+#include "model/transformer.h"  // Model, ForwardBatch
+
+namespace dc::train {
+
+// Leave-one-out advantages within each group of `group_size` consecutive completions (spec §4.4):
+//   A_i = r_i − (Σ_group r_j − r_i) / (G − 1)
+// and, with scale_rewards, A_i / (std_group + 1e-4) (unbiased std of the group's rewards). NaN rewards
+// count as 0 (the reference's nansum). invalid_argument when group_size < 2 or does not divide the count.
+Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards, int64_t group_size,
+                                                     bool scale_rewards);
+
+// One call's coupled masks (spec §4.5): a mask ratio t shared by every row; `partial` [B, C] marks the
+// completion positions masked in version 1 (R < t); version 2 masks the others; version 0 masks all.
+struct CoupledMask {
+  double t = 0.5;
+  std::vector<uint8_t> partial;
+};
+
+// t = 0.2 + 0.6·u and R_bj uniform in [0, 1), all from hash_counters(seed, ...) (train/rng.h): the
+// same seed gives the same masks (the reference draws them with Python's and torch's generators, which
+// this engine does not reproduce; the distribution is the same).
+CoupledMask draw_coupled_mask(int64_t n_batch, int64_t n_completion, uint64_t seed);
+
+// B completions after their prompts: every prompt has P ≥ 1 tokens (left-padded by the caller) and
+// every completion C ≥ 1 tokens.
+struct GrpoBatch {
+  int64_t n_batch = 0, n_prompt = 0, n_completion = 0;
+  std::vector<int32_t> prompt_ids;       // [B, P]
+  std::vector<int32_t> completion_ids;   // [B, C]
+  std::vector<uint8_t> completion_mask;  // [B, C] (rollout.h completion_mask of each row)
+};
+
+// The three versions of every sequence as one forward batch [3B, P + C] (spec §4.5 step 5: no padding
+// mask, default positions) and the rows of its logits that score a completion position: with the
+// logits shift (spec §2.6) position j of completion b is predicted by row (v·B + b)·(P + C) + P + j − 1.
+// Each position is scored twice: by version 0 with factor 1/2, and by version 1 (if partial) with
+// factor 1/(2t) or else by version 2 with factor 1/(2(1 − t)); so
+//   logp[b, j] = Σ_rows of (b, j) factor · log softmax(logits[row])[target].
+// Only the positions with completion_mask 1 get rows unless all_positions.
+struct CoupledRows {
+  int64_t n_batch = 0, n_seq = 0;  // 3B, P + C
+  std::vector<int32_t> tokens;     // [3B, P + C]
+  std::vector<int64_t> out_rows;   // [n_out]
+  std::vector<int32_t> targets;    // [n_out] the completion token
+  std::vector<int64_t> position;   // [n_out] b·C + j
+  std::vector<float> factor;       // [n_out]
+  ForwardBatch forward_batch() const;  // views into this object
+};
+
+// Checks the batch (sizes, ids in [0, n_vocab), the mask's size and t in (0, 1)) and lays out the rows;
+// invalid_argument naming the field otherwise.
+Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask, int32_t mask_token_id,
+                                 int64_t n_vocab, bool all_positions);
+
+// The coupled log-probabilities [B, C] of `rows` under `model` without gradients (the old log-probs of a
+// rollout, the reference model's); positions without rows are 0.
+Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model, const CoupledRows& rows,
+                                         int64_t n_completion);
+
+struct GrpoLossOptions {
+  double beta = 0.01;     // KL coefficient
+  double epsilon = 0.5;   // the ratio is clipped to [1 − epsilon, 1 + epsilon]
+};
+
+// Per completion b: advantages[b]; per position [B, C]: old_logps (empty: the current log-probs, ratio
+// 1) and ref_logps (empty: the current log-probs, KL 0).
+struct GrpoLossInputs {
+  const GrpoBatch* batch = nullptr;
+  const CoupledRows* rows = nullptr;
+  std::vector<double> advantages;
+  std::vector<float> old_logps, ref_logps;
+};
+
+struct GrpoLossResult {
+  double loss = 0;
+  double kl = 0;             // Σ KL·mask / Σ mask
+  double clip_fraction = 0;  // completion tokens whose clipped term wins (no gradient) / Σ mask
+  int64_t n_tokens = 0;      // Σ completion_mask
+  std::vector<float> logps;  // [B, C] current coupled log-probs (0 where not scored)
+};
+
+// The Coupled-GRPO loss (spec §4.6) and its gradient:
+//   ratio = exp(logp − old);  L_tok = −min(ratio·A, clip(ratio, 1−ε, 1+ε)·A) + β·(exp(ref−logp) − (ref−logp) − 1)
+//   loss = Σ L_tok·mask / max(Σ mask, 1)
+// Forward (training mode) over rows, then Model::backward ADDS grad_scale · d loss / d w into grads.
+// d L_tok / d logp = −A·ratio where ratio·A ≤ clip(ratio)·A (else 0) + β·(1 − exp(ref − logp)).
+Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                           const GrpoLossOptions& options, float grad_scale, ModelParams& grads,
+                                           Activations& acts, const ModelWeights* transposed = nullptr);
+
+}  // namespace dc::train

@@ -1,0 +1,267 @@
+// GrpoTrainer: setup and resume, a round's rollout and no-gradient passes, the optimizer step, the
+// reference model's sync, metrics and checkpoints.
+#include "train/grpo_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/atomic_dir.h"
+#include "io/checkpoint.h"
+#include "train/plot.h"
+#include "train/rng.h"
+
+namespace dc::train {
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string grpo_fingerprint(const GrpoOptions& o) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "grpo n_prompts=" << o.n_prompts << " steps=" << o.steps << " G=" << o.group_size
+     << " prompts_per_round=" << o.prompts_per_round << " accum=" << o.grad_accum << " iterations=" << o.num_iterations
+     << " random_masking=" << o.random_masking << " scale_rewards=" << o.scale_rewards << " beta=" << o.loss.beta
+     << " epsilon=" << o.loss.epsilon << " sync=" << o.ref_sync_steps << " alpha=" << o.ref_mixup_alpha
+     << " lr=" << o.lr.lr << " sched=" << static_cast<int>(o.lr.schedule) << " min_lr=" << o.lr.min_lr_ratio
+     << " warmup_ratio=" << o.warmup_ratio << " b1=" << o.adam.beta1 << " b2=" << o.adam.beta2 << " eps=" << o.adam.eps
+     << " wd=" << o.adam.weight_decay << " clip=" << o.max_grad_norm << " seed=" << o.seed
+     << " precision=" << (o.precision == MatmulPrecision::kBF16 ? "bf16" : "f32");
+  return os.str();
+}
+
+// Rows [begin, begin + n) of a [rows, width] array.
+template <typename T>
+std::vector<T> slice(const std::vector<T>& v, int64_t begin, int64_t n, int64_t width) {
+  return std::vector<T>(v.begin() + begin * width, v.begin() + (begin + n) * width);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, const Context& ctx, RolloutFn rollout) {
+  if (o.group_size < 2) return invalid_argument("--num-generations must be at least 2 (leave-one-out advantages)");
+  if (o.prompts_per_round < 1 || o.grad_accum < 1 || o.num_iterations < 1 || o.steps < 1 || o.n_prompts < 1)
+    return invalid_argument("--prompts-per-round, --grad-accum, --num-iterations, --steps and the data size must be at least 1");
+  if (o.prompts_per_round * o.group_size % o.grad_accum != 0)
+    return invalid_argument("--grad-accum " + std::to_string(o.grad_accum) + " must divide the " +
+                            std::to_string(o.prompts_per_round * o.group_size) + " completions of a round");
+  if (o.steps % o.num_iterations != 0)
+    return invalid_argument("--steps " + std::to_string(o.steps) + " must be a multiple of --num-iterations " +
+                            std::to_string(o.num_iterations) + " (whole rounds)");
+  std::unique_ptr<GrpoTrainer> t(new GrpoTrainer());
+  t->opt_ = o;
+  t->opt_.lr.total_steps = o.steps;
+  t->opt_.lr.warmup_steps = static_cast<int64_t>(std::ceil(o.warmup_ratio * static_cast<double>(o.steps)));
+  t->ctx_ = ctx;
+  t->ctx_.workspace = &t->workspace_;
+  t->ctx_.matmul_precision = o.precision;
+  if (o.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
+    std::fprintf(stderr, "note: this CPU has no AVX512_BF16 (or reference kernels are on): GRPO in f32\n");
+    t->ctx_.matmul_precision = t->opt_.precision = MatmulPrecision::kF32;
+  }
+  t->rollout_ = std::move(rollout);
+  DC_ASSIGN_OR_RETURN(const std::string latest, checkpoint_to_resume(o.out_dir, o.resume, o.force));
+  const OptimizerOptions optimizer{t->opt_.lr, o.adam, o.max_grad_norm};
+  const std::string fingerprint = grpo_fingerprint(t->opt_);
+  if (!latest.empty()) {
+    DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer));
+    const std::string& saved = t->core_.state().options;
+    if (saved != fingerprint)
+      return invalid_argument("--resume: the options differ from those of " + latest + " (pass the saved values, or "
+                              "--force to start over):\n  saved: " + saved + "\n  now:   " + fingerprint);
+  } else {
+    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
+    DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
+    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer);
+    t->core_.state().seed = o.seed;
+    t->core_.state().options = fingerprint;
+  }  // the mapped stored weights are released: training uses the f32 copies
+  const ModelConfig& config = t->core_.config();
+  if (config.mask_token_id < 0 || config.mask_token_id >= config.n_vocab)
+    return invalid_argument("config.json mask_token_id is outside the vocabulary");
+  DC_ASSIGN_OR_RETURN(t->ref_, ModelParams::from_weights(config, t->core_.params().weights()));
+  if (!latest.empty())
+    DC_RETURN_IF_ERROR(read_params_safetensors((fs::path(latest) / "ref_model.safetensors").string(), t->ref_));
+  t->acts_.recompute = o.recompute;
+  t->order_ = std::make_unique<DataOrder>(o.n_prompts, o.seed);
+  if (o.out_dir.empty()) return t;
+  // metrics.jsonl: the lines of the steps already done stay (a resumed run continues the same curve).
+  DC_ASSIGN_OR_RETURN(std::vector<std::string> kept, t->core_.open_metrics(o.out_dir));
+  for (const std::string& line : kept) {
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.contains("reward_mean") || !j["reward_mean"].is_number()) continue;
+    GrpoStepStats s;
+    s.step = j["step"], s.reward_mean = j["reward_mean"];
+    t->history_.push_back(s);
+  }
+  return t;
+}
+
+std::unique_ptr<Model> GrpoTrainer::policy_model() {
+  return Model::from_weights(core_.config(),
+                             ctx_.matmul_precision == MatmulPrecision::kBF16 ? mixed_.forward() : core_.params().weights(),
+                             nullptr);
+}
+
+Status GrpoTrainer::start_round() {
+  TrainState& state = core_.state();
+  const ModelConfig& config = core_.config();
+  const int64_t I = opt_.num_iterations, G = opt_.group_size, round = state.step / I;
+  std::vector<int64_t> prompts;
+  for (int64_t i = 0; i < opt_.prompts_per_round; ++i) prompts.push_back(order_->sample_at(state.cursor++));
+  const std::unique_ptr<Model> policy = policy_model();
+  const auto t0 = Clock::now();
+  DC_ASSIGN_OR_RETURN(Rollout r, rollout_(ctx_, *policy, round, prompts));
+  round_stats_ = GrpoStepStats{};
+  round_stats_.rollout_seconds = since(t0);
+  const int64_t N = opt_.prompts_per_round * G, C = r.batch.n_completion;
+  if (r.batch.n_batch != N || static_cast<int64_t>(r.rewards.size()) != N)
+    return internal_error("GRPO rollout: " + std::to_string(r.batch.n_batch) + " completions and " +
+                          std::to_string(r.rewards.size()) + " rewards for " + std::to_string(N));
+  const auto t1 = Clock::now();
+  DC_ASSIGN_OR_RETURN(std::vector<double> adv, leave_one_out_advantages(r.rewards, G, opt_.scale_rewards));
+  double sum = 0, sq = 0;
+  for (double x : r.rewards) sum += std::isnan(x) ? 0 : x;
+  for (double x : r.rewards) sq += std::pow((std::isnan(x) ? 0 : x) - sum / N, 2);
+  round_stats_.reward_mean = sum / N;
+  round_stats_.reward_std = std::sqrt(sq / static_cast<double>(N - 1));
+  round_stats_.metrics = r.metrics;
+  round_stats_.rollout_tokens = N * C;
+
+  // Mask seeds (spec §4.5 step 7): one per iteration, in [0, 4096), or 42 without random masking.
+  std::vector<uint64_t> seeds(I, 42);
+  if (opt_.random_masking)
+    for (int64_t k = 0; k < I; ++k) seeds[k] = hash_counters(state.seed, 0x67727030, round, k) % 4096;
+  const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
+  MixedPrecisionWeights ref_mixed;  // the reference model's bf16 copies, for this round's passes
+  std::unique_ptr<Model> ref_model;
+  if (opt_.loss.beta != 0) {
+    if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights()));
+    ref_model = Model::from_weights(config, mixed ? ref_mixed.forward() : ref_.weights(), nullptr);
+  }
+  const int64_t mb = N / opt_.grad_accum, P = r.batch.n_prompt;
+  round_.assign(opt_.grad_accum, Micro{});
+  for (int64_t a = 0; a < opt_.grad_accum; ++a) {
+    Micro& m = round_[a];
+    m.batch.n_batch = mb, m.batch.n_prompt = P, m.batch.n_completion = C;
+    m.batch.prompt_ids = slice(r.batch.prompt_ids, a * mb, mb, P);
+    m.batch.completion_ids = slice(r.batch.completion_ids, a * mb, mb, C);
+    m.batch.completion_mask = slice(r.batch.completion_mask, a * mb, mb, C);
+    m.advantages = slice(adv, a * mb, mb, 1);
+    for (int64_t k = 0; k < I; ++k) {
+      DC_ASSIGN_OR_RETURN(CoupledRows rows, coupled_rows(m.batch, draw_coupled_mask(mb, C, seeds[k]),
+                                                         static_cast<int32_t>(config.mask_token_id), config.n_vocab,
+                                                         false));
+      std::vector<float> old, ref;
+      // With one iteration the old log-probs are the current ones (ratio 1); else from this pass.
+      if (I > 1) {
+        DC_ASSIGN_OR_RETURN(old, coupled_logps(ctx_, *policy, rows, C));
+      }
+      if (ref_model) {
+        DC_ASSIGN_OR_RETURN(ref, coupled_logps(ctx_, *ref_model, rows, C));
+      }
+      m.rows.push_back(std::move(rows));
+      m.old_logps.push_back(std::move(old));
+      m.ref_logps.push_back(std::move(ref));
+    }
+  }
+  round_stats_.score_seconds = since(t1);
+  return Status();
+}
+
+Result<GrpoStepStats> GrpoTrainer::step() {
+  try {
+    const auto t0 = Clock::now();
+    const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
+    if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
+    const int64_t I = opt_.num_iterations, k = core_.steps_done() % I;
+    if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
+    GrpoStepStats s = round_stats_;
+    if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
+    const auto t1 = Clock::now();
+    const std::unique_ptr<Model> model = policy_model();
+    core_.zero_grads();
+    const double scale = 1.0 / static_cast<double>(opt_.grad_accum);
+    for (Micro& m : round_) {
+      GrpoLossInputs in;
+      in.batch = &m.batch, in.rows = &m.rows[k], in.advantages = m.advantages;
+      in.old_logps = m.old_logps[k], in.ref_logps = m.ref_logps[k];
+      DC_ASSIGN_OR_RETURN(GrpoLossResult r, grpo_loss_and_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale),
+                                                                core_.grads(), acts_, mixed ? &mixed_.transposed() : nullptr));
+      s.loss += r.loss * scale, s.kl += r.kl * scale, s.clip_fraction += r.clip_fraction * scale;
+    }
+    const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
+    s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
+    s.round = (s.step - 1) / I, s.iteration = k;
+    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0) {  // ref ← (1 − α)·ref + α·policy
+      const float a = static_cast<float>(opt_.ref_mixup_alpha);
+      for (size_t i = 0; i < ref_.tensors().size(); ++i) {
+        float* r = ref_.tensors()[i].data;
+        const float* p = core_.params().tensors()[i].data;
+        for (int64_t j = 0; j < ref_.tensors()[i].size; ++j) r[j] = (1.0f - a) * r[j] + a * p[j];
+      }
+    }
+    s.train_seconds = since(t1);
+    s.seconds = since(t0);
+    history_.push_back(s);
+    DC_RETURN_IF_ERROR(write_metrics_line(s));
+    if (s.step % I == 0 && opt_.save_every > 0 && (s.step / I) % opt_.save_every == 0 && s.step < opt_.steps &&
+        !opt_.out_dir.empty())
+      DC_RETURN_IF_ERROR(save());
+    return s;
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("GRPO step " + std::to_string(core_.steps_done() + 1) + ": out of memory; lower "
+                              "--num-generations or --max-completion-length, raise --grad-accum, or use --grad-checkpointing");
+  }
+}
+
+Status GrpoTrainer::write_metrics_line(const GrpoStepStats& s) {
+  if (opt_.out_dir.empty()) return Status();
+  Json j = {{"step", s.step},
+            {"round", s.round},
+            {"iteration", s.iteration},
+            {"loss", s.loss},
+            {"kl", s.kl},
+            {"clip_fraction", s.clip_fraction},
+            {"grad_norm", s.grad_norm},
+            {"lr", s.lr},
+            {"reward_mean", s.reward_mean},
+            {"reward_std", s.reward_std},
+            {"rollout_tokens", s.rollout_tokens},
+            {"rollout_seconds", s.rollout_seconds},
+            {"score_seconds", s.score_seconds},
+            {"train_seconds", s.train_seconds},
+            {"seconds", s.seconds}};
+  for (const auto& [name, value] : s.metrics) j[name] = value;
+  return core_.append_metrics(j.dump());
+}
+
+Status GrpoTrainer::save() {
+  if (opt_.out_dir.empty()) return invalid_argument("save: the GRPO trainer has no output directory");
+  if (core_.steps_done() % opt_.num_iterations != 0)
+    return invalid_argument("save: checkpoints are written at round boundaries (every --num-iterations steps)");
+  DC_RETURN_IF_ERROR(core_
+                         .save(opt_.out_dir, opt_.model_dir,
+                               [&](const std::string& tmp) {
+                                 return write_params_safetensors((fs::path(tmp) / "ref_model.safetensors").string(), ref_);
+                               })
+                         .status());
+  std::vector<double> steps, rewards;
+  for (const GrpoStepStats& s : history_) steps.push_back(static_cast<double>(s.step)), rewards.push_back(s.reward_mean);
+  const std::string svg = (fs::path(opt_.out_dir) / "reward.svg").string();
+  DC_RETURN_IF_ERROR(write_text_file(svg + ".tmp", line_plot_svg("Coupled-GRPO mean reward", steps, rewards)));
+  std::error_code ec;
+  fs::rename(svg + ".tmp", svg, ec);
+  if (ec) return io_error("cannot rename " + svg + ".tmp: " + ec.message());
+  return Status();
+}
+
+}  // namespace dc::train

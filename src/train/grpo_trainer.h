@@ -1,0 +1,121 @@
+// GrpoTrainer: the Coupled-GRPO training loop of DiffuCoder (spec §4.2, §4.6, §4.7) on CPU with f32
+// master weights: rounds of rollouts (G completions per prompt, scored by rewards) → leave-one-out
+// advantages → num_iterations optimizer steps over the round, each over grad_accum micro-batches with
+// the coupled loss of grpo_loss.h → clipping → AdamW, a frozen reference model synced every N steps,
+// metrics, a reward curve, atomic checkpoints with the reference model and optimizer state, resume.
+// The rollouts themselves (the decoder and the rewards) come in through a RolloutFn.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/context.h"
+#include "core/status.h"
+#include "model/mixed_weights.h"
+#include "model/params.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/grpo_loss.h"
+#include "train/optimizer.h"
+#include "train/optimizer_core.h"
+
+namespace dc::train {
+
+// One generation round: for each prompt (dataset index) G completions, groups consecutive.
+struct Rollout {
+  GrpoBatch batch;              // N = prompts · G rows: prompts left-padded to one length, completion_mask set
+  std::vector<double> rewards;  // [N] total reward (NaN counts as 0)
+  // Means over the round worth logging, e.g. {"pass_rate", 0.4}, {"format_rate", 0.9}.
+  std::vector<std::pair<std::string, double>> metrics;
+};
+// Generates and scores round `round`'s completions of `prompts` with `policy`. Must be a function of
+// (its inputs, the seed it was made with): a resumed run calls it again for the round it restarts.
+using RolloutFn =
+    std::function<Result<Rollout>(const Context& ctx, const Model& policy, int64_t round, const std::vector<int64_t>& prompts)>;
+
+struct GrpoOptions {
+  std::string model_dir;         // the policy to start from (and the reference model's initial weights)
+  std::string out_dir;           // checkpoints, metrics.jsonl, reward.svg; "" = write nothing
+  int64_t n_prompts = 0;         // dataset size (prompts are drawn by index in a seeded order)
+  int64_t steps = 2;             // optimizer steps; a multiple of num_iterations (whole rounds)
+  int64_t group_size = 10;       // G, completions per prompt (spec §4.7 num_generations)
+  int64_t prompts_per_round = 1; // prompts per generation round (the recipe's per-device share: 10 samples = 1 prompt)
+  int64_t grad_accum = 2;        // micro-batches per optimizer step (the round's samples split evenly)
+  int64_t num_iterations = 2;    // optimizer steps per round, each with its own mask seed
+  bool random_masking = true;    // mask seeds drawn per round (else 42 for every iteration)
+  bool scale_rewards = false;
+  GrpoLossOptions loss;          // beta 0.01, epsilon 0.5
+  int64_t ref_sync_steps = 64;   // 0: never sync the reference model
+  double ref_mixup_alpha = 0.6;  // ref ← (1 − alpha)·ref + alpha·policy
+  LrOptions lr{LrSchedule::kCosine, 1e-6, 0, 1, 0.1};  // total_steps and warmup_steps filled by create
+  double warmup_ratio = 1e-4;    // warmup steps = ceil(ratio · steps) (Hugging Face's rule)
+  AdamWOptions adam{0.9, 0.99, 1e-8, 0.1, false};
+  double max_grad_norm = 0.2;
+  uint64_t seed = 42;
+  bool recompute = false;        // gradient checkpointing
+  MatmulPrecision precision = MatmulPrecision::kBF16;  // as TrainOptions::precision
+  int64_t save_every = 0;        // rounds between checkpoints (0: only at the end)
+  bool resume = false, force = false;
+};
+
+struct GrpoStepStats {
+  int64_t step = 0, round = 0, iteration = 0;  // 1-based optimizer step; its round and iteration (0-based)
+  double loss = 0, kl = 0, clip_fraction = 0, grad_norm = 0, lr = 0;
+  double reward_mean = 0, reward_std = 0;      // of the round
+  std::vector<std::pair<std::string, double>> metrics;  // the round's rollout metrics
+  int64_t rollout_tokens = 0;                  // completion tokens generated for this step's round (0 on later iterations)
+  double rollout_seconds = 0, score_seconds = 0, train_seconds = 0, seconds = 0;
+};
+
+class GrpoTrainer {
+ public:
+  // Loads the policy (widened to f32) and the reference model (the same weights); with resume, continues
+  // from the newest checkpoint in out_dir (policy, reference model, moments, step, prompt position),
+  // refusing different options.
+  static Result<std::unique_ptr<GrpoTrainer>> create(const GrpoOptions& options, const Context& ctx, RolloutFn rollout);
+
+  // One optimizer step; the first of a round runs the rollout and the no-gradient passes (old and
+  // reference log-probs). Appends to metrics.jsonl; saves at the end of a round when due.
+  Result<GrpoStepStats> step();
+  // Writes out_dir/checkpoint-<step> (only at a round boundary) and reward.svg.
+  Status save();
+
+  int64_t steps_done() const { return core_.steps_done(); }
+  const ModelParams& params() const { return core_.params(); }
+  const ModelParams& ref_params() const { return ref_; }
+  const std::vector<GrpoStepStats>& history() const { return history_; }
+  MatmulPrecision precision() const { return ctx_.matmul_precision; }
+
+ private:
+  GrpoTrainer() = default;
+  Status start_round();  // rollout, advantages, rows, old and reference log-probs of round state_.step / I
+  Status write_metrics_line(const GrpoStepStats& s);
+  std::unique_ptr<Model> policy_model();  // over the current weights (bf16 copies refreshed when mixed)
+
+  struct Micro {
+    GrpoBatch batch;
+    std::vector<double> advantages;
+    std::vector<CoupledRows> rows;                        // [num_iterations]
+    std::vector<std::vector<float>> old_logps, ref_logps;  // [num_iterations], empty when not needed
+  };
+
+  GrpoOptions opt_;
+  Context ctx_;
+  Workspace workspace_;
+  OptimizerCore core_;  // the policy's f32 weights, gradients, Adam moments, step, prompt cursor
+  ModelParams ref_;     // the reference model (f32), saved as ref_model.safetensors in checkpoints
+  MixedPrecisionWeights mixed_;
+  RolloutFn rollout_;
+  std::unique_ptr<DataOrder> order_;
+  Activations acts_;
+  std::vector<Micro> round_;  // the current round's micro-batches
+  GrpoStepStats round_stats_; // the round's reward and rollout numbers
+  std::vector<GrpoStepStats> history_;
+};
+
+}  // namespace dc::train

@@ -1,0 +1,270 @@
+// The Coupled-GRPO loss (src/train/grpo_loss.h): its pieces on hand-made inputs, and the loss, its parts
+// and every gradient against the PyTorch reference tests/reference/grpo_ref.py (fixtures of the ctest
+// `grpo_fixtures`), through the library and through `diffucoder grpo-loss --json`; bad batches refused.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <span>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+#include "io/safetensors.h"
+#include "model/params.h"
+#include "model/transformer.h"
+#include "process.h"
+#include "train/grpo_loss.h"
+#include "train/rollout.h"
+
+namespace dc::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+const fs::path kDir = DC_GRPO_FIXTURES_DIR;
+
+TEST(GrpoAdvantages, LeaveOneOutPerGroup) {
+  auto a = leave_one_out_advantages({1, 0, 2.5, 0.5, 3, 0}, 3, false);
+  ASSERT_TRUE(a.ok());
+  // group 1: 1 − (0 + 2.5)/2, 0 − 3.5/2, 2.5 − 1/2; group 2: 0.5 − 1.5, 3 − 0.25, 0 − 1.75
+  const std::vector<double> want = {-0.25, -1.75, 2.0, -1.0, 2.75, -1.75};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_DOUBLE_EQ((*a)[i], want[i]) << i;
+  auto equal = leave_one_out_advantages({2, 2, 2, 2}, 2, true);  // equal rewards: 0, also when scaled
+  ASSERT_TRUE(equal.ok());
+  for (double v : *equal) EXPECT_EQ(v, 0.0);
+  auto scaled = leave_one_out_advantages({0, 1}, 2, true);  // ±1 / (std 0.7071 + 1e-4)
+  ASSERT_TRUE(scaled.ok());
+  EXPECT_NEAR((*scaled)[1], 1.0 / (std::sqrt(0.5) + 1e-4), 1e-12);
+  auto nan = leave_one_out_advantages({std::nan(""), 1}, 2, false);  // NaN counts as 0
+  ASSERT_TRUE(nan.ok());
+  EXPECT_EQ((*nan)[0], -1.0);
+  EXPECT_FALSE(leave_one_out_advantages({1, 2, 3}, 2, false).ok());
+  EXPECT_FALSE(leave_one_out_advantages({1, 2}, 1, false).ok());
+}
+
+TEST(GrpoMasks, CoupledDraw) {
+  double lo = 1, hi = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const CoupledMask c = draw_coupled_mask(3, 50, seed);
+    lo = std::min(lo, c.t), hi = std::max(hi, c.t);
+    const CoupledMask again = draw_coupled_mask(3, 50, seed);
+    EXPECT_EQ(c.t, again.t);
+    EXPECT_EQ(c.partial, again.partial);
+    if (seed == 0) {
+      int64_t n = 0;
+      for (uint8_t p : c.partial) n += p;
+      EXPECT_NEAR(static_cast<double>(n) / 150, c.t, 0.15) << "the partial mask covers about t of the positions";
+    }
+  }
+  EXPECT_GE(lo, 0.2);
+  EXPECT_LT(hi, 0.8);
+  EXPECT_LT(lo, 0.25);
+  EXPECT_GT(hi, 0.75);
+}
+
+TEST(GrpoMasks, ThreeVersionsNeverMaskThePrompt) {
+  GrpoBatch b;
+  b.n_batch = 2, b.n_prompt = 2, b.n_completion = 3;
+  b.prompt_ids = {1, 2, 3, 4};
+  b.completion_ids = {5, 6, 7, 8, 9, 10};
+  b.completion_mask = {1, 1, 0, 1, 1, 1};
+  CoupledMask m{0.25, {1, 0, 1, 0, 0, 1}};
+  auto r = coupled_rows(b, m, 63, 64, false);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->n_batch, 6);
+  EXPECT_EQ(r->tokens, (std::vector<int32_t>{1, 2, 63, 63, 63, 3, 4, 63, 63, 63,     // v0: all masked
+                                             1, 2, 63, 6, 63, 3, 4, 8, 9, 63,        // v1: the partial mask
+                                             1, 2, 5, 63, 7, 3, 4, 63, 63, 10}));    // v2: its complement
+  // 5 scored positions (one has completion_mask 0), two rows each; row of position j: (v·B + b)·5 + 2 + j − 1
+  EXPECT_EQ(r->out_rows, (std::vector<int64_t>{1, 11, 2, 22, 6, 26, 7, 27, 8, 18}));
+  EXPECT_EQ(r->factor, (std::vector<float>{0.5f, 2.0f, 0.5f, 0.5f / 0.75f, 0.5f, 0.5f / 0.75f, 0.5f, 0.5f / 0.75f,
+                                           0.5f, 2.0f}));
+  auto all = coupled_rows(b, m, 63, 64, true);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->out_rows.size(), 12u);
+  b.completion_ids[4] = 64;
+  auto bad = coupled_rows(b, m, 63, 64, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("completion_ids[1][1]"), std::string::npos) << bad.status().message();
+  b.completion_ids[4] = 9;
+  m.t = 1.0;
+  EXPECT_FALSE(coupled_rows(b, m, 63, 64, true).ok());
+}
+
+double rel_diff(const std::vector<double>& got, const std::vector<double>& want) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < want.size(); ++i) d += (got[i] - want[i]) * (got[i] - want[i]), r += want[i] * want[i];
+  return std::sqrt(d) / std::max(std::sqrt(r), 1e-30);
+}
+
+std::vector<double> flat(const Json& j) {
+  std::vector<double> out;
+  if (j.is_number()) return {j.get<double>()};
+  for (const Json& v : j) {
+    const auto inner = flat(v);
+    out.insert(out.end(), inner.begin(), inner.end());
+  }
+  return out;
+}
+
+Json load_cases() {
+  EXPECT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
+  return testing::load_json((kDir / "cases.json").string());
+}
+
+// A scalar of the loss equals the reference's within 1e-4 of its size; the loss, a sum of per-token
+// terms of both signs, within 1e-4 of the mean |term| when they cancel (g4_clip: 6e-4 from terms of ~1).
+void expect_scalar(const Json& got, const Json& want, const std::string& key) {
+  const double g = got.at(key), w = want.at(key);
+  const double size = key == "loss" ? std::max(std::fabs(w), want.at("loss_scale").get<double>()) : std::fabs(w);
+  EXPECT_NEAR(g, w, 1e-4 * std::max(size, 1e-6)) << key;
+}
+
+TEST(GrpoLossParity, CliMatchesTheReference) {
+  const Json cases = load_cases();
+  ASSERT_EQ(cases.size(), 4u);
+  for (const Json& c : cases) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const std::string args = "grpo-loss --json --threads 2 --model " + (kDir / "policy").string() +
+                             (c["ref"].get<bool>() ? " --ref-model " + (kDir / "ref").string() : std::string()) +
+                             " --batch " + (kDir / (name + ".batch.json")).string();
+    const testing::RunResult r = testing::run_binary(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Json got = Json::parse(r.out);
+    const Json& want = c["expected"];
+    for (const char* key : {"loss", "kl", "clip_fraction", "grad_norm"}) expect_scalar(got, want, key);
+    for (const char* key : {"advantages", "logps", "ref_logps"})
+      EXPECT_LE(rel_diff(flat(got.at(key)), flat(want.at(key))), 1e-4) << key;
+    EXPECT_EQ(got.at("completion_mask"), want.at("completion_mask"));
+    ASSERT_EQ(got.at("grad_norms").size(), want.at("grad_norms").size());
+    for (auto it = want["grad_norms"].begin(); it != want["grad_norms"].end(); ++it)
+      EXPECT_NEAR(got["grad_norms"].at(it.key()).get<double>(), it.value().get<double>(),
+                  1e-4 * it.value().get<double>()) << it.key();
+  }
+}
+
+// The loss through the library, with every gradient tensor compared element-wise (≤ 1e-4 relative),
+// and the same gradients bit for bit with gradient checkpointing.
+TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
+  auto policy = Model::load((kDir / "policy").string());
+  auto ref = Model::load((kDir / "ref").string());
+  ASSERT_TRUE(policy.ok() && ref.ok());
+  const ModelConfig& cfg = (*policy)->config();
+  ThreadPool pool(2);
+  Context ctx;
+  ctx.pool = &pool;
+  for (const Json& c : load_cases()) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const Json& j = c["batch"];
+    GrpoBatch b;
+    const int64_t G = j["group_size"];
+    b.n_batch = static_cast<int64_t>(j["completion_ids"].size());
+    b.n_completion = static_cast<int64_t>(j["completion_ids"][0].size());
+    b.n_prompt = static_cast<int64_t>(j["prompt_ids"][0].size());
+    const bool per_group = static_cast<int64_t>(j["prompt_ids"].size()) != b.n_batch;
+    for (int64_t i = 0; i < b.n_batch; ++i)
+      for (const Json& id : j["prompt_ids"][per_group ? i / G : i]) b.prompt_ids.push_back(id.get<int32_t>());
+    b.completion_ids = testing::flatten<int32_t>(j["completion_ids"]);
+    for (int64_t i = 0; i < b.n_batch; ++i) {
+      const auto mask = completion_mask(std::span(b.completion_ids).subspan(i * b.n_completion, b.n_completion),
+                                        j["im_end_id"].get<int32_t>());
+      b.completion_mask.insert(b.completion_mask.end(), mask.begin(), mask.end());
+    }
+    CoupledMask m{j["t"].get<double>(), testing::flatten<uint8_t>(j["mask"])};
+    auto rows = coupled_rows(b, m, static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, false);
+    ASSERT_TRUE(rows.ok()) << rows.status().message();
+    std::vector<double> rewards;
+    for (const Json& r : j["rewards"]) rewards.push_back(r.is_null() ? std::nan("") : r.get<double>());
+    GrpoLossInputs in;
+    in.batch = &b, in.rows = &*rows;
+    in.advantages = *leave_one_out_advantages(rewards, G, j.value("scale_rewards", false));
+    if (j.contains("old_logps")) in.old_logps = testing::flatten<float>(j["old_logps"]);
+    if (c["ref"].get<bool>()) in.ref_logps = *coupled_logps(ctx, **ref, *rows, b.n_completion);
+    GrpoLossOptions o;
+    o.beta = j.value("beta", 0.01), o.epsilon = j.value("epsilon", 0.5);
+    auto params = ModelParams::from_weights(cfg, (*policy)->weights());
+    ASSERT_TRUE(params.ok());
+    const auto model = Model::from_weights(cfg, params->weights(), nullptr);
+    ModelParams grads = ModelParams::zeros(cfg), again = ModelParams::zeros(cfg);
+    Activations acts, lean;
+    lean.recompute = true;
+    auto res = grpo_loss_and_grads(ctx, *model, in, o, 1.0f, grads, acts);
+    ASSERT_TRUE(res.ok()) << res.status().message();
+    expect_scalar(Json{{"loss", res->loss}}, c["expected"], "loss");
+    ASSERT_TRUE(grpo_loss_and_grads(ctx, *model, in, o, 1.0f, again, lean).ok());
+    auto want = SafetensorsFile::open((kDir / (name + ".grads.safetensors")).string());
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(want->tensors().size(), grads.tensors().size());
+    for (size_t i = 0; i < grads.tensors().size(); ++i) {
+      const auto& t = grads.tensors()[i];
+      const TensorInfo* w = want->find(t.name);
+      ASSERT_NE(w, nullptr) << t.name;
+      const float* wd = static_cast<const float*>(w->data);
+      const double d = rel_diff(std::vector<double>(t.data, t.data + t.size), std::vector<double>(wd, wd + t.size));
+      EXPECT_LE(d, 1e-4) << t.name;
+      EXPECT_EQ(0, std::memcmp(t.data, again.tensors()[i].data, t.size * sizeof(float))) << t.name << " (recompute)";
+    }
+  }
+}
+
+TEST(GrpoLossCli, BadBatchesGetClearErrors) {
+  const Json cases = load_cases();
+  ASSERT_FALSE(cases.empty());
+  const Json good = cases[0]["batch"];
+  const fs::path dir = fs::temp_directory_path() / ("dc_grpo_bad_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto run = [&](const Json& batch) {
+    const fs::path p = dir / "batch.json";
+    std::ofstream(p) << batch.dump();
+    return testing::run_binary("grpo-loss --json --model " + (kDir / "policy").string() + " --batch " + p.string());
+  };
+  auto edit = [&](const std::function<void(Json&)>& f) {
+    Json j = good;
+    f(j);
+    return j;
+  };
+  const std::vector<std::pair<Json, std::string>> bad = {
+      {edit([](Json& j) { j.erase("t"); }), "missing key 't'"},
+      {edit([](Json& j) { j["tt"] = 1; }), "unknown key 'tt'"},
+      {edit([](Json& j) { j["t"] = 1.5; }), "t must be in (0, 1)"},
+      {edit([](Json& j) { j["group_size"] = 3; }), "group_size 3"},
+      {edit([](Json& j) { j["group_size"] = 1; }), "group_size 1"},
+      {edit([](Json& j) { j["rewards"].erase(0); }), "'rewards' must be a list of 4"},
+      {edit([](Json& j) { j["rewards"][1] = "x"; }), "'rewards' holds \"x\""},
+      {edit([](Json& j) { j["completion_ids"][1].erase(0); }), "completion_ids[1] must be a list of 8"},
+      {edit([](Json& j) { j["completion_ids"][2][3] = 64; }), "completion_ids[2][3] = 64 is outside the vocabulary"},
+      {edit([](Json& j) { j["completion_ids"][2][3] = -1; }), "not a non-negative integer"},
+      {edit([](Json& j) { j["prompt_ids"][0].push_back(1); }), "prompt_ids[1] must be a list of 6"},
+      {edit([](Json& j) { j["mask"][0][0] = 2; }), "'mask' entries must be 0 or 1"},
+      {edit([](Json& j) { j["old_logps"] = Json::array({Json::array({0.1})}); }), "'old_logps' must be a list of 4"},
+      {edit([](Json& j) { j["epsilon"] = -1; }), "'epsilon' must be a number"},
+      {edit([](Json& j) { j.erase("im_end_id"); }), "give 'im_end_id' in the batch"},
+      {Json::array(), "one JSON object"},
+  };
+  for (const auto& [batch, message] : bad) {
+    const testing::RunResult r = run(batch);
+    EXPECT_EQ(r.exit_code, 1) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << "want '" << message << "' in: " << r.err;
+  }
+  {
+    std::ofstream(dir / "batch.json") << "{not json";
+    const auto r = testing::run_binary("grpo-loss --model " + (kDir / "policy").string() + " --batch " +
+                                       (dir / "batch.json").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("not JSON"), std::string::npos) << r.err;
+  }
+  const auto missing = testing::run_binary("grpo-loss --model " + (kDir / "policy").string() + " --batch " +
+                                           (dir / "none.json").string());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("none.json"), std::string::npos) << missing.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dc::train

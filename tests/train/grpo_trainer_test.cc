@@ -1,0 +1,257 @@
+// The Coupled-GRPO loop (src/train/grpo_trainer.h) on the tiny policy of the grpo fixtures, with rollouts
+// from the engine's diffusion sampler: GRPO raises a reward the policy can earn (and a flipped reward
+// lowers it), the first iteration of a round has ratio 1, the reference model is mixed into as
+// 0.4·ref + 0.6·policy, and a stopped run resumed from its checkpoint equals the uninterrupted one bit for bit.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "fixtures.h"
+#include "process.h"
+#include "sampler/generate.h"
+#include "train/grpo_trainer.h"
+#include "train/rollout.h"
+
+namespace dc::train {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = DC_GRPO_FIXTURES_DIR;
+constexpr int32_t kImEnd = 60;
+
+// Completions of `prompts` (prompt ids = {1 + p % 5, 2, 3}) by the diffusion sampler, G per prompt,
+// seeded by (seed, round); reward = the share of completion tokens below 32 (or at or above, `flip`).
+RolloutFn sampler_rollout(int64_t G, int64_t C, uint64_t seed, bool flip) {
+  return [=](const Context& ctx, const Model& policy, int64_t round, const std::vector<int64_t>& prompts) -> Result<Rollout> {
+    std::vector<std::vector<int32_t>> ids;
+    for (int64_t p : prompts) ids.push_back({static_cast<int32_t>(1 + p % 5), 2, 3});
+    SamplingParams sp;
+    sp.max_new_tokens = C, sp.steps = static_cast<int>(C), sp.alg = Algorithm::kEntropy, sp.temperature = 1.0f;
+    sp.num_return_sequences = static_cast<int>(G);
+    sp.seed = seed * 1000003 + static_cast<uint64_t>(round);
+    sp.mask_token_id = static_cast<int32_t>(policy.config().mask_token_id);
+    sp.pad_token_id = static_cast<int32_t>(policy.config().pad_token_id);
+    LogitsFn fn = [&](const ForwardBatch& b, float* logits) { return policy.forward(ctx, b, logits); };
+    DC_ASSIGN_OR_RETURN(GenerateOutput out, generate(fn, policy.config().n_vocab, ids, sp));
+    Rollout r;
+    r.batch.n_batch = out.n_rows, r.batch.n_prompt = out.prompt_width, r.batch.n_completion = C;
+    double low = 0;
+    for (int64_t i = 0; i < out.n_rows; ++i) {
+      r.batch.prompt_ids.insert(r.batch.prompt_ids.end(), out.sequences[i].begin(),
+                                out.sequences[i].begin() + out.prompt_width);
+      r.batch.completion_ids.insert(r.batch.completion_ids.end(), out.generated[i].begin(), out.generated[i].end());
+      const std::vector<uint8_t> mask = completion_mask(out.generated[i], kImEnd);
+      r.batch.completion_mask.insert(r.batch.completion_mask.end(), mask.begin(), mask.end());
+      double n = 0;
+      for (int32_t t : out.generated[i]) n += t < 32;
+      r.rewards.push_back(flip ? 1.0 - n / C : n / C);
+      low += n / C;
+    }
+    r.metrics = {{"low_token_rate", low / static_cast<double>(out.n_rows)}};
+    return r;
+  };
+}
+
+GrpoOptions tiny_options(int64_t steps) {
+  GrpoOptions o;
+  o.model_dir = (kDir / "policy").string();
+  o.n_prompts = 5;
+  o.steps = steps;
+  o.group_size = 8;
+  o.prompts_per_round = 2;
+  o.grad_accum = 2;
+  o.num_iterations = 2;
+  o.lr.lr = 3e-3;
+  o.lr.schedule = LrSchedule::kConstant;
+  o.warmup_ratio = 0;  // else step 0 has rate 0 (Hugging Face warmup)
+  o.adam.weight_decay = 0.0;
+  o.max_grad_norm = 1.0;
+  o.precision = MatmulPrecision::kF32;
+  return o;
+}
+
+// The mean reward of 64 fresh completions per prompt (another seed than training's).
+double held_out_reward(const ModelParams& params, const ModelConfig& cfg, const Context& ctx, bool flip) {
+  const auto model = Model::from_weights(cfg, params.weights(), nullptr);
+  auto r = sampler_rollout(64, 4, 999, flip)(ctx, *model, 0, {0, 1, 2, 3, 4});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  double sum = 0;
+  for (double x : r->rewards) sum += x;
+  return sum / static_cast<double>(r->rewards.size());
+}
+
+class GrpoTrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
+    ctx_.pool = &pool_;
+  }
+  fs::path temp_dir(const std::string& name) {
+    const fs::path d = fs::temp_directory_path() / ("dc_grpo_" + name + "_" + std::to_string(getpid()));
+    fs::remove_all(d);
+    return d;
+  }
+  ThreadPool pool_{2};
+  Context ctx_;
+};
+
+// GRPO pushes the policy toward what the reward pays for: the share of low tokens rises when they are
+// rewarded and falls when the reward is flipped (a sign error in the loss or the advantages would turn
+// both around).
+TEST_F(GrpoTrainerTest, RaisesTheRewardItIsGiven) {
+  for (const bool flip : {false, true}) {
+    SCOPED_TRACE(flip ? "reward for high tokens" : "reward for low tokens");
+    auto t = GrpoTrainer::create(tiny_options(16), ctx_, sampler_rollout(8, 4, 7, flip));
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    GrpoTrainer& g = **t;
+    ModelConfig cfg;
+    {
+      auto m = Model::load((kDir / "policy").string());
+      ASSERT_TRUE(m.ok());
+      cfg = (*m)->config();
+    }
+    const double before = held_out_reward(g.params(), cfg, ctx_, flip);
+    while (g.steps_done() < 16) {
+      auto s = g.step();
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      if (s->iteration == 0) EXPECT_EQ(s->clip_fraction, 0.0) << "the first iteration's ratio is exactly 1";
+    }
+    const double after = held_out_reward(g.params(), cfg, ctx_, flip);
+    std::printf("[ grpo     ] %s: held-out reward %.3f -> %.3f\n", flip ? "flipped" : "plain", before, after);
+    EXPECT_GT(after, before + 0.15);
+  }
+}
+
+TEST_F(GrpoTrainerTest, ReferenceModelIsMixedIntoEverySyncStep) {
+  GrpoOptions o = tiny_options(2);
+  o.ref_sync_steps = 1;
+  auto t = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 3, false));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  GrpoTrainer& g = **t;
+  const ModelParams::Tensor& r0 = g.ref_params().tensors()[1];
+  const std::vector<float> before(r0.data, r0.data + r0.size);
+  ASSERT_TRUE(g.step().ok());
+  const ModelParams::Tensor& p = g.params().tensors()[1];
+  int64_t differ = 0;
+  for (int64_t j = 0; j < r0.size; ++j) {
+    ASSERT_EQ(r0.data[j], (1.0f - 0.6f) * before[j] + 0.6f * p.data[j]) << j;
+    differ += p.data[j] != before[j];
+  }
+  EXPECT_GT(differ, 0) << "the policy did not move";
+}
+
+// A run stopped after its first round and resumed from the checkpoint gives the weights, reference
+// model and metrics of the uninterrupted run, bit for bit (with a sync every step, so the saved
+// reference model matters).
+TEST_F(GrpoTrainerTest, ResumedRunIsBitIdentical) {
+  GrpoOptions o = tiny_options(4);
+  o.ref_sync_steps = 1;
+  o.save_every = 1;
+  o.recompute = true;
+  o.out_dir = temp_dir("whole").string();
+  auto whole = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 11, false));
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  while ((*whole)->steps_done() < 4) ASSERT_TRUE((*whole)->step().ok());
+  ASSERT_TRUE((*whole)->save().ok());
+
+  o.out_dir = temp_dir("split").string();
+  {
+    auto first = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 11, false));
+    ASSERT_TRUE(first.ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*first)->step().ok());  // step 3 is lost: the checkpoint is at 2
+  }
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "checkpoint-000002" / "ref_model.safetensors"));
+  auto refused = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 11, false));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--resume"), std::string::npos);
+  o.resume = true;
+  GrpoOptions changed = o;
+  changed.loss.beta = 0.02;
+  auto bad = GrpoTrainer::create(changed, ctx_, sampler_rollout(8, 4, 11, false));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("beta=0.02"), std::string::npos) << bad.status().message();
+  auto resumed = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 11, false));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  EXPECT_EQ((*resumed)->steps_done(), 2);
+  while ((*resumed)->steps_done() < 4) ASSERT_TRUE((*resumed)->step().ok());
+  for (auto pair : {&GrpoTrainer::params, &GrpoTrainer::ref_params}) {
+    const ModelParams& a = ((**whole).*pair)();
+    const ModelParams& b = ((**resumed).*pair)();
+    for (size_t i = 0; i < a.tensors().size(); ++i)
+      ASSERT_EQ(0, std::memcmp(a.tensors()[i].data, b.tensors()[i].data, a.tensors()[i].size * sizeof(float)))
+          << a.tensors()[i].name;
+  }
+  const auto& hw = (*whole)->history();
+  const auto& hr = (*resumed)->history();
+  ASSERT_EQ(hr.size(), 4u);  // two kept from metrics.jsonl, two run
+  for (size_t i = 2; i < 4; ++i) EXPECT_EQ(hw[i].loss, hr[i].loss) << i;
+  std::ifstream metrics(fs::path(o.out_dir) / "metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 4) << "the lost step 3 is not in metrics.jsonl twice";
+  ASSERT_TRUE((*resumed)->save().ok());
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "reward.svg"));
+  fs::remove_all(o.out_dir);
+  fs::remove_all(temp_dir("whole"));
+}
+
+TEST_F(GrpoTrainerTest, BadOptionsAreRefused) {
+  GrpoOptions o = tiny_options(3);  // not whole rounds of 2 iterations
+  EXPECT_FALSE(GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 1, false)).ok());
+  o = tiny_options(2);
+  o.grad_accum = 3;  // 16 completions in 3 micro-batches
+  EXPECT_FALSE(GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 1, false)).ok());
+  o = tiny_options(2);
+  o.group_size = 1;
+  EXPECT_FALSE(GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 1, false)).ok());
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// `diffucoder grpo` end to end on the tiny real-vocabulary checkpoint, rewarded by a user program: a run
+// killed after step 3 and resumed (from its checkpoint at step 2) ends with the weights and reference
+// model of the uninterrupted run, byte for byte; the progress line has every part the issue asks for.
+TEST_F(GrpoTrainerTest, CliKilledRunResumesBitIdentical) {
+  const fs::path model = fs::path(testing::fixtures_dir()) / "tiny-vocab";
+  ASSERT_TRUE(fs::exists(model / "tokenizer.json"));
+  const fs::path dir = temp_dir("cli");
+  fs::create_directories(dir);
+  std::ofstream(dir / "data.jsonl") << R"({"prompt": "Write f(x) returning x+1.", "tests": ["assert f(1) == 2"]})" "\n"
+                                    << R"({"question": "Write g(x) returning 2*x.", "test_cases": ["assert g(2) == 4"]})" "\n";
+  // The reward: how many letters 'e' the completion has (any score the policy's text moves).
+  std::ofstream(dir / "reward.py") << "import json, sys\n"
+                                      "for line in sys.stdin:\n"
+                                      "    print(json.loads(line)['completion'].count('e'))\n";
+  const std::string common = std::string(DC_BINARY_PATH) + " grpo --model " + model.string() + " --data " +
+                             (dir / "data.jsonl").string() + " --num-generations 4 --max-completion-length 8 "
+                             "--diffusion-steps 8 --steps 4 --lr 1e-2 --threads 2 --save-every 1 --code-weight 0 "
+                             "--format-weight 0 --ref-sync-steps 1 --reward-program /usr/bin/python3 " +
+                             (dir / "reward.py").string() + " --out ";
+  const testing::RunResult whole = testing::run_command(common + (dir / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  for (const char* part : {"step     4/4", "reward", "pass", "format", "kl", "clip", "loss", "tok/s", "ETA"})
+    EXPECT_NE(whole.err.find(part), std::string::npos) << part << " in: " << whole.err;
+  const testing::RunResult killed = testing::run_command(common + (dir / "split").string() + " --exit-after-step 3");
+  ASSERT_EQ(killed.exit_code, 137) << killed.err;
+  const testing::RunResult resumed = testing::run_command(common + (dir / "split").string() + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("from step 2"), std::string::npos) << resumed.err;
+  for (const char* file : {"model.safetensors", "ref_model.safetensors", "optimizer.safetensors"}) {
+    const std::string a = read_bytes(dir / "whole" / "checkpoint-000004" / file);
+    EXPECT_FALSE(a.empty()) << file;
+    EXPECT_TRUE(a == read_bytes(dir / "split" / "checkpoint-000004" / file)) << file << " differs after the resume";
+  }
+  EXPECT_NE(read_bytes(dir / "whole" / "checkpoint-000004" / "model.safetensors"),
+            read_bytes(model / "model.safetensors")) << "the policy did not move";
+  EXPECT_TRUE(fs::exists(dir / "split" / "reward.svg"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dc::train
