@@ -57,6 +57,7 @@ std::string checkpoint_name(int64_t step) {
 }
 
 Status save_train_checkpoint(const std::string& dir, const std::string& source_model_dir, const ModelParams& params,
+                             const ModelParams& m, const ModelParams& v, const TrainState& state,
                              const ExtraCheckpointFiles& extra) {
   const std::string config_path = (fs::path(source_model_dir) / "config.json").string();
   DC_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path));
