@@ -239,6 +239,9 @@ class _Run:
         x = _arrays.to_numpy(x, "generation_tokens_hook_func's result", np.int64)
         if x.shape != canvas.shape:
             raise ValueError(f"generation_tokens_hook_func: returned shape {tuple(x.shape)}, expected {canvas.shape}")
+        vocab = self.model.config.vocab_size
+        if x.size and (x.min() < 0 or x.max() >= vocab):
+            raise ValueError(f"generation_tokens_hook_func: returned a token id outside the vocabulary [0, {vocab})")
         canvas[...] = x
 
     def execute(self, on_step=None):
