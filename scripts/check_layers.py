@@ -13,6 +13,8 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/[^"]+"', re.M)
+# The public API (include/diffucoder/) is the api layer's: including it is depending on src/api/.
+PUBLIC_INCLUDE = re.compile(r'^\s*#\s*include\s+<diffucoder/[^>]+>', re.M)
 
 
 def declared_layers(cmake_text):
@@ -67,15 +69,16 @@ def check(root):
             if path.suffix not in ('.h', '.cc') or not path.is_file():
                 continue
             text = path.read_text(errors='replace')
-            for m in INCLUDE.finditer(text):
-                target = m.group(1)
+            includes = [(m, m.group(1)) for m in INCLUDE.finditer(text)]
+            includes += [(m, 'api') for m in PUBLIC_INCLUDE.finditer(text)]
+            for m, target in includes:
                 if target not in folders or target == layer:
                     continue
                 used[layer].add(target)
                 if target not in layers[layer]:
                     line = text.count('\n', 0, m.start()) + 1
                     allowed = ', '.join(sorted(layers[layer])) or 'nothing'
-                    errors.append(f'{path.relative_to(root)}:{line}: includes "{m.group(0).split(chr(34))[1]}", '
+                    errors.append(f'{path.relative_to(root)}:{line}: includes {m.group(0).split("include", 1)[1].strip()}, '
                                   f'but layer {layer} may include only {layer}/ and {allowed} '
                                   f'(its DEPS in CMakeLists.txt; see docs/ARCHITECTURE.md)')
     for layer in sorted(layers):

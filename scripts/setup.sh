@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 # Why each package is here: see README.md "Dependencies".
 DEB_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
               libgtest-dev googletest python3-numpy python3-torch libopenblas0-pthread nodejs npm
-              libcpp-httplib-dev chromium zlib1g-dev python3)
+              libcpp-httplib-dev chromium zlib1g-dev python3 python3-dev pybind11-dev python3-pybind11 python3-pytest
+              python3-venv python3-setuptools python3-wheel)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -35,4 +36,9 @@ if [ "${1:-}" != "--no-build" ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)"
   echo "setup: built build/diffucoder" >&2
+  # The Python package (README "Python"), installed with pip into .venv, a venv that sees Debian's numpy and
+  # torch; the extension module comes from build/ (no second build, no network).
+  [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
+  DC_CMAKE_BUILD_DIR="$PWD/build" .venv/bin/python -m pip install --no-build-isolation --no-deps --quiet .
+  echo "setup: installed the diffucoder Python package into .venv (source .venv/bin/activate)" >&2
 fi

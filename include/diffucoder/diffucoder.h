@@ -1,12 +1,220 @@
-// The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize, generate with
-// per-step callbacks (streaming the canvas), hook logits and tokens, plug in an unmasking policy.
+// The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize and decode, format
+// chat prompts, run the model's forward, and diffusion-generate with per-step, logits and tokens hooks and
+// cancellation. Only this header and core/status.h (the error type: dc::Status / dc::Result, standard
+// library only) are public; everything under src/ may change. The CLI's `generate` and the Python package
+// (python/) are built on it.
 //
-//   auto engine = dc::Engine::load({.model_dir = "DiffuCoder-7B-Instruct"});   // Result<...>
-//   auto ids = (*engine)->encode_prompt("Write quicksort.", /*chat=*/true);
-//   dc::SamplingParams p = (*engine)->default_params();
-//   p.max_new_tokens = 256; p.steps = 256; p.alg = dc::Algorithm::kEntropy; p.temperature = 0;
-//   auto out = (*engine)->generate({*ids}, p, {.on_step = [](const dc::StepInfo& s) { return true; }});
-//   auto text = (*engine)->completion_text(out->generated[0]);
+//   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // dc::Result<...>
+//   if (!model.ok()) { std::cerr << model.status().message() << "\n"; return 1; }
+//   auto ids = (*model)->tokenizer()->encode(diffucoder::Model::instruct_prompt("Write quicksort in Python."));
+//   diffucoder::GenerationConfig c = (*model)->default_config();
+//   c.max_new_tokens = 256; c.steps = 256; c.alg = "entropy"; c.temperature = 0;
+//   auto out = (*model)->generate({*ids}, c, {.on_step = [](const diffucoder::StepEvent& s) { return true; }});
+//   std::cout << *(*model)->completion_text(out->generated(0));
 #pragma once
 
-#include "engine/engine.h"
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace diffucoder {
+
+using dc::Result;
+using dc::Status;
+using dc::StatusCode;
+
+struct LoadOptions {
+  std::string model_dir;            // a Hugging Face checkpoint directory (config.json, *.safetensors)
+  std::string tokenizer_path;       // "" = model_dir/tokenizer.json when it exists (else no tokenizer)
+  int threads = 0;                  // <= 0: all hardware threads
+  std::string precision = "auto";   // matmul activations: "auto" (the checkpoint's: bf16 for bf16 weights),
+                                    // "f32" (the exact path of the parity tests) or "bf16"
+  std::string weight_cache;         // packed-weight cache: "" beside the model, "off", or a directory
+  int64_t max_kv_cache_bytes = int64_t{8} << 30;  // the largest KV cache one generation may allocate
+};
+
+// What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).
+struct ModelInfo {
+  int64_t n_vocab = 0, hidden_size = 0, n_layer = 0, n_head = 0, n_head_kv = 0, max_position_embeddings = 0;
+  int32_t mask_token_id = -1, pad_token_id = -1, eos_token_id = -1, bos_token_id = -1;
+  std::string torch_dtype;     // config.json's, e.g. "bfloat16"
+  std::string precision;       // the matmul precision in use: "f32" or "bf16"
+  std::string load_note;       // one sentence: the precision and what happened to the packed-weight cache
+};
+
+// The sampler's settings; the defaults are the reference's effective ones (spec §3.2: temperature 1,
+// top_k 50, alg "origin", 512 steps). Every field is checked by generate(), whose errors name it.
+struct GenerationConfig {
+  // Canvas length relative to the padded prompt width P: max_new_tokens set → P + max_new_tokens; else
+  // max_length set → max_length (the total); else P + 20 capped by the context. Must exceed P.
+  std::optional<int64_t> max_new_tokens;
+  std::optional<int64_t> max_length;
+  int steps = 512;                  // diffusion steps, >= 1
+  float eps = 1e-3f;                // in (0, 1): the last time of linspace(1, eps, steps + 1)
+  std::string alg = "origin";       // "origin" | "maskgit_plus" | "topk_margin" | "entropy"
+  float alg_temp = 0.0f;            // > 0: positions drawn from softmax(confidence / alg_temp)
+  float temperature = 1.0f;         // >= 0; 0 = greedy
+  float top_p = 1.0f;               // in (0, 1]; 1 = off
+  int64_t top_k = 50;               // <= 0 = off
+  int num_return_sequences = 1;     // completions per prompt, rows repeated consecutively
+  uint64_t seed = 0;                // every random draw is a function of (seed, step, row, position)
+  bool output_history = false;      // keep the canvas after every step (Generation::history)
+  std::optional<int32_t> mask_token_id, pad_token_id;  // unset: config.json's
+  // Fast-dLLM block decoding, approximate KV cache and parallel decoding (README); all off by default.
+  int64_t block_length = 0;
+  std::string cache = "none";       // "none" | "prefix" | "dual"
+  float threshold = 0.0f, factor = 0.0f;
+  bool fast = false;                // Fast-dLLM's defaults (blocks of 32, dual cache, threshold 0.9) for
+                                    // whichever of the three are left off
+};
+
+// Checks every field that needs no model (ranges, names, combinations); invalid_argument naming the field.
+// generate() checks the rest (token ids against the vocabulary, the canvas against the context).
+Status check_config(const GenerationConfig& config);
+
+// on_step's view, after the step's commits and on_tokens.
+struct StepEvent {
+  int step = 0, n_steps = 0;               // 0-based step; n_steps an upper bound with threshold / factor
+  int64_t n_rows = 0, n_seq = 0;
+  std::span<const int32_t> canvas;         // [n_rows, n_seq], left pads and prompts included
+  int64_t n_committed = 0;                 // positions unmasked by this step, over all rows
+  std::span<const int64_t> prompt_lengths; // [n_rows] real prompt tokens
+  std::span<const int64_t> pad_counts;     // [n_rows] left pads
+  int block = 0, n_blocks = 1;
+};
+
+// on_logits's view: the SHIFTED logits (row for position j = the model's output at j − 1, spec §2.6)
+// of the masked positions this step samples, editable in place before sampling. The engine computes
+// logits only for those positions, so there is one row per entry of `indices`, not one per position.
+struct LogitsEvent {
+  int step = 0, n_steps = 0;
+  int64_t n_rows = 0, n_seq = 0, n_vocab = 0;
+  std::span<const int32_t> canvas;   // [n_rows, n_seq] before this step's commits
+  std::span<const int64_t> indices;  // [n] flat canvas index row · n_seq + position of each logits row
+  std::span<float> logits;           // [n, n_vocab]
+};
+
+// on_tokens's view: the whole canvas, editable (ids in [0, n_vocab); the mask id masks a position).
+struct TokensEvent {
+  int step = 0, n_steps = 0;         // step −1: the call before the first step
+  int64_t n_rows = 0, n_seq = 0;
+  std::span<int32_t> canvas;         // [n_rows, n_seq]
+};
+
+struct Hooks {
+  std::function<bool(const StepEvent&)> on_step;        // after every step; false cancels
+  std::function<void(const LogitsEvent&)> on_logits;    // after each forward, before sampling
+  std::function<void(const TokensEvent&)> on_tokens;    // before the first step and after every step
+  const std::atomic<bool>* cancel = nullptr;            // checked after every step; true cancels
+};
+
+struct Generation {
+  int64_t n_rows = 0, n_seq = 0, prompt_width = 0;  // generated tokens start at prompt_width in every row
+  std::vector<int32_t> sequences;                   // [n_rows, n_seq]: left pads, prompt, generated
+  std::vector<int64_t> prompt_lengths, pad_counts;  // [n_rows]
+  std::vector<std::vector<int32_t>> history;        // [steps run][n_rows · n_seq] with output_history
+  int steps_run = 0, forwards = 0;
+  double total_ms = 0.0, forward_ms = 0.0, sampling_ms = 0.0;
+  // Row r's generated tokens, not post-processed: sequences[r, prompt_width:].
+  std::vector<int32_t> generated(int64_t row) const;
+};
+
+// One forward's input: [n_batch, n_seq] tokens; `valid` (1 real, 0 padding; empty = all real) and
+// `positions` (empty = 0..n_seq−1 per row) are [n_batch, n_seq] too.
+struct ForwardInput {
+  int64_t n_batch = 0, n_seq = 0;
+  std::span<const int32_t> tokens;
+  std::span<const uint8_t> valid;
+  std::span<const int32_t> positions;
+};
+
+// A Hugging Face tokenizer.json (byte-level BPE, the Qwen2 pre-tokenizer, added tokens). Thread-safe.
+class Tokenizer {
+ public:
+  // Loads and checks the file; errors name it and the JSON field.
+  static Result<std::unique_ptr<Tokenizer>> load(const std::string& tokenizer_json_path);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // HF's encode(text, add_special_tokens=False): added tokens split out, no BOS/EOS; invalid_argument
+  // naming the byte offset for invalid UTF-8.
+  Result<std::vector<int32_t>> encode(std::string_view text) const;
+  // The text of `ids`; ids the tokenizer does not know (the embedding has more rows than there are
+  // tokens) are dropped, as HF does. With skip_special_tokens, added tokens marked special are left out.
+  Result<std::string> decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  std::optional<int32_t> token_to_id(std::string_view token) const;  // as written in tokenizer.json
+  std::optional<std::string> id_to_token(int32_t id) const;
+  int32_t size() const;  // max id + 1 over the vocab and the added tokens
+
+ private:
+  friend class Model;
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Model {
+ public:
+  // Loads and checks the checkpoint and, when present, its tokenizer. Errors name the file or the option.
+  static Result<std::unique_ptr<Model>> load(const LoadOptions& options);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelInfo& info() const;
+  // The checkpoint's tokenizer (LoadOptions::tokenizer_path or model_dir/tokenizer.json); nullptr when
+  // there is none. Lives as long as the Model.
+  const Tokenizer* tokenizer() const;
+
+  // A prompt's ids (Tokenizer::encode), wrapped first in instruct_prompt() with `chat`; out_of_range when
+  // the text cannot fit the context, not_found without a tokenizer.
+  Result<std::vector<int32_t>> encode_prompt(std::string_view text, bool chat) const;
+
+  // Chat text: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, the default system message first
+  // when none is given, then "<|im_start|>assistant\n" when add_generation_prompt. invalid_argument
+  // naming the message index for a role other than system / user / assistant.
+  struct Message {
+    std::string role, content;
+  };
+  static Result<std::string> apply_chat_template(const std::vector<Message>& messages, bool add_generation_prompt);
+  // DiffuCoder's README single-turn format (a newline before the user's <|im_end|>).
+  static std::string instruct_prompt(std::string_view query);
+
+  // The reference's effective defaults with this model's special ids and context (generation_config.json
+  // is not applied, as in the reference).
+  GenerationConfig default_config() const;
+
+  // Diffusion-generates from the prompts (unpadded token ids; shorter ones are left-padded with the pad
+  // id). Errors: invalid_argument / out_of_range naming the config field or the prompt index; a hook
+  // that cancels, or `cancel`, gives StatusCode::kCancelled; memory exhaustion kResourceExhausted.
+  // Thread-safe: several threads may generate on one Model at once, each getting the tokens it would
+  // get alone; hooks run on the calling thread.
+  Result<Generation> generate(const std::vector<std::vector<int32_t>>& prompts, const GenerationConfig& config,
+                              const Hooks& hooks = {}) const;
+
+  // The UNSHIFTED logits [n_batch, n_seq, n_vocab] of every position (query i attends key j iff both are
+  // valid; rows with no valid key get a zero attention output). invalid_argument naming the field for
+  // inconsistent sizes or ids out of the vocabulary. Thread-safe.
+  Result<std::vector<float>> forward(const ForwardInput& input) const;
+
+  // Where completions end (spec §3.7): <|dlm_pad|> and <|im_end|> when the vocabulary has <|dlm_pad|>,
+  // else the eos id. completion_text decodes the generated ids up to the first of them.
+  std::vector<int32_t> stop_ids() const;
+  Result<std::string> completion_text(std::span<const int32_t> generated) const;
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace diffucoder

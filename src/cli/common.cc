@@ -54,16 +54,8 @@ Result<std::optional<MatmulPrecision>> parse_matmul_precision(const std::string&
                           "' is not one of auto (the checkpoint's dtype), f32 (the reference's arithmetic), bf16");
 }
 
-void print_load_note(const Engine& engine, double load_ms) {
-  const WeightCacheReport& c = engine.weight_cache_report();
-  std::string cache;
-  if (!c.note.empty()) cache = "; " + c.note + ", rebuilding it";
-  if (c.outcome == WeightCacheReport::kLoaded) cache += "; packed weights mapped from " + c.path;
-  if (c.outcome == WeightCacheReport::kWriting)
-    cache += "; writing the packed weights (" + std::to_string(c.bytes >> 20) + " MiB) to " + c.path +
-             " in the background, the next start maps them";
-  std::fprintf(stderr, "loaded in %.1f s, matmul precision %s%s\n", load_ms / 1000.0,
-               engine.matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32", cache.c_str());
+void print_load_note(const std::string& note, double load_ms) {
+  std::fprintf(stderr, "loaded in %.1f s, %s\n", load_ms / 1000.0, note.c_str());
 }
 
 int64_t peak_rss_bytes() {

@@ -13,9 +13,8 @@
 namespace dc::cli {
 
 // Limits on what the command line hands in (README "Limits"): threads of any subcommand (0 = all
-// hardware threads). Files read whole (a prompt, --prompts-jsonl, tokenize --text-file) go through
-// dc::read_text_file (io/mapped_file.h) and its limit, kMaxTextFileBytes.
-inline constexpr int kMaxThreads = 1024;
+// hardware threads) up to kMaxThreads (core/thread_pool.h). Files read whole (a prompt, --prompts-jsonl,
+// tokenize --text-file) go through dc::read_text_file (io/mapped_file.h) and its limit, kMaxTextFileBytes.
 
 // Prints "error: <message>" to stderr and returns exit code 1 (a runtime error).
 int report(const Status& status);
@@ -29,8 +28,10 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::s
 // and the valid values.
 Result<std::optional<MatmulPrecision>> parse_matmul_precision(const std::string& name);
 
-// One line on stderr: load time, the matmul precision and what happened to the packed-weight cache.
-void print_load_note(const Engine& engine, double load_ms);
+// One line on stderr: the load time and `note` (Engine::load_note(): the matmul precision and what happened
+// to the packed-weight cache).
+void print_load_note(const std::string& note, double load_ms);
+inline void print_load_note(const Engine& engine, double load_ms) { print_load_note(engine.load_note(), load_ms); }
 
 // Peak resident set size of this process in bytes (VmHWM of /proc/self/status; 0 if unreadable).
 int64_t peak_rss_bytes();

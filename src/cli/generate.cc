@@ -1,6 +1,7 @@
 // `diffucoder generate`: prompts in (text, file, ids or JSONL), completions out (text or JSON lines),
 // with progress on stderr and, with --visual, the canvas redrawn as it unmasks.
 #include <CLI/CLI.hpp>
+#include <diffucoder/diffucoder.h>
 
 #include <chrono>
 #include <cstdio>
@@ -13,12 +14,14 @@
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
 #include "cli/progress.h"
-#include "engine/engine.h"
 #include "io/mapped_file.h"
-#include "tokenizer/chat.h"
+#include "sampler/generate.h"
 
 namespace dc::cli {
 namespace {
+
+using diffucoder::GenerationConfig;
+using diffucoder::Model;
 
 struct GenerateArgs {
   std::string model_dir, tokenizer_path;
@@ -36,7 +39,7 @@ struct GenerateArgs {
 
 // One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
 // optionally with "chat": true|false (default: --chat).
-Result<std::vector<int32_t>> jsonl_prompt(const Engine& engine, const std::string& line, size_t line_no, bool chat) {
+Result<std::vector<int32_t>> jsonl_prompt(const Model& model, const std::string& line, size_t line_no, bool chat) {
   const std::string where = "--prompts-jsonl line " + std::to_string(line_no);
   nlohmann::json j;
   try {
@@ -64,22 +67,22 @@ Result<std::vector<int32_t>> jsonl_prompt(const Engine& engine, const std::strin
   }
   if (j.contains("messages")) {
     if (!j["messages"].is_array()) return invalid_argument(where + ": \"messages\" must be an array");
-    std::vector<ChatMessage> messages;
+    std::vector<Model::Message> messages;
     for (const auto& m : j["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
           !m["content"].is_string())
         return invalid_argument(where + ": each message needs string \"role\" and \"content\"");
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    Result<std::string> text = format_chat(messages);
+    Result<std::string> text = Model::apply_chat_template(messages, /*add_generation_prompt=*/true);
     if (!text.ok()) return text.status().with_context(where);
-    auto ids = engine.encode_prompt(*text, false);
+    auto ids = model.encode_prompt(*text, false);
     if (!ids.ok()) return ids.status().with_context(where);
     return ids;
   }
   if (j.contains("prompt")) {
     if (!j["prompt"].is_string()) return invalid_argument(where + ": \"prompt\" must be a string");
-    auto ids = engine.encode_prompt(j["prompt"].get<std::string>(), chat);
+    auto ids = model.encode_prompt(j["prompt"].get<std::string>(), chat);
     if (!ids.ok()) return ids.status().with_context(where);
     return ids;
   }
@@ -102,7 +105,7 @@ Status check_usage(const GenerateArgs& a) {
   return Status::ok_status();
 }
 
-Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, const GenerateArgs& a) {
+Result<std::vector<std::vector<int32_t>>> collect_prompts(const Model& model, const GenerateArgs& a) {
   std::vector<std::vector<int32_t>> prompts;
   if (a.given_prompt_ids) {
     DC_ASSIGN_OR_RETURN(auto ids, parse_id_list(a.prompt_ids, "--prompt-ids"));
@@ -115,7 +118,7 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, 
     std::string line;
     for (size_t no = 1; std::getline(in, line); ++no) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      DC_ASSIGN_OR_RETURN(auto ids, jsonl_prompt(engine, line, no, a.chat));
+      DC_ASSIGN_OR_RETURN(auto ids, jsonl_prompt(model, line, no, a.chat));
       prompts.push_back(std::move(ids));
     }
     if (prompts.empty()) return invalid_argument("--prompts-jsonl " + a.prompts_jsonl + " holds no prompts");
@@ -126,7 +129,7 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, 
       if (!file.ok()) return file.status().with_context("--prompt-file");
       text = std::move(*file);
     }
-    DC_ASSIGN_OR_RETURN(auto ids, engine.encode_prompt(text, a.chat));
+    DC_ASSIGN_OR_RETURN(auto ids, model.encode_prompt(text, a.chat));
     if (ids.empty())
       return invalid_argument(std::string(a.given_prompt ? "--prompt" : "--prompt-file") +
                               ": the prompt encodes to no tokens (it is empty); the model needs at least one");
@@ -135,78 +138,83 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const Engine& engine, 
   return prompts;
 }
 
-// The sampling parameters of the flags over `defaults` (the engine's, or placeholders before it loads).
-Result<SamplingParams> make_params(SamplingParams p, const GenerateArgs& a, int64_t n_vocab) {
-  DC_RETURN_IF_ERROR(apply_decoding_flags(a.decoding, p));
+// The sampler settings of the flags over `c` (the model's defaults, or the facade's before it loads).
+GenerationConfig make_config(GenerationConfig c, const GenerateArgs& a) {
+  const DecodingFlags& f = a.decoding;
+  c.alg = f.alg;
+  c.cache = f.cache;
+  c.temperature = f.temperature;
+  c.top_p = f.top_p;
+  c.top_k = f.top_k;
+  c.alg_temp = f.alg_temp;
+  c.eps = f.eps;
+  c.seed = f.seed;
+  c.block_length = f.block_length;
+  c.threshold = f.threshold;
+  c.factor = f.factor;
+  c.fast = f.fast;
   if (a.max_length > 0) {
-    p.max_length = a.max_length;
+    c.max_length = a.max_length;
   } else {
-    p.max_new_tokens = a.max_new_tokens;
+    c.max_new_tokens = a.max_new_tokens;
   }
   // No --steps: one step per new token, or the reference default 512 with --max-length.
   // (capped at the sampler's limit: a canvas past the model's context is then the error reported)
-  p.steps = a.given_steps ? a.steps
+  c.steps = a.given_steps ? a.steps
                           : (a.max_length > 0 ? 512 : static_cast<int>(std::min<int64_t>(a.max_new_tokens, kMaxSteps)));
-  p.num_return_sequences = a.num_return_sequences;
-  DC_RETURN_IF_ERROR(validate(p, n_vocab));
-  return p;
+  c.num_return_sequences = a.num_return_sequences;
+  return c;
 }
 
 int run_generate(const GenerateArgs& a) {
   if (Status st = check_usage(a); !st.ok()) return usage_error(st);
-  {  // the sampling flags, before the model is loaded (the vocabulary and token ids are checked after)
-    SamplingParams placeholder;
-    placeholder.mask_token_id = 0;
-    placeholder.pad_token_id = 1;
-    if (auto checked = make_params(placeholder, a, INT32_MAX); !checked.ok()) return usage_error(checked.status());
-  }
+  // the sampling flags, before the model is loaded (the vocabulary and token ids are checked after)
+  if (Status st = diffucoder::check_config(make_config({}, a)); !st.ok()) return usage_error(st);
   const auto t_load = std::chrono::steady_clock::now();
-  auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path);
-  if (!options.ok()) return usage_error(options.status());
-  auto engine_r = Engine::load(*options);
-  if (!engine_r.ok()) return report(engine_r.status());
-  Engine& engine = **engine_r;
+  const DecodingFlags& f = a.decoding;
+  auto model_r = Model::load({a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache});
+  if (!model_r.ok()) return report(model_r.status());
+  const Model& model = **model_r;
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
-  if (!a.quiet) print_load_note(engine, load_ms);
-  auto params = make_params(engine.default_params(), a, engine.config().n_vocab);
-  if (!params.ok()) return report(params.status());
-  auto prompts = collect_prompts(engine, a);
+  if (!a.quiet) print_load_note(model.info().load_note, load_ms);
+  const GenerationConfig config = make_config(model.default_config(), a);
+  auto prompts = collect_prompts(model, a);
   if (!prompts.ok()) return report(prompts.status());
 
-  Progress progress(engine, *params, a.quiet, a.visual);
-  GenerateHooks hooks;
-  hooks.on_step = [&](const StepInfo& s) { progress.on_step(s); return true; };
-  auto out = engine.generate(*prompts, *params, hooks);
+  Progress progress(model, a.quiet, a.visual);
+  diffucoder::Hooks hooks;
+  hooks.on_step = [&](const diffucoder::StepEvent& s) { progress.on_step(s); return true; };
+  auto out = model.generate(*prompts, config, hooks);
   progress.finish();
   if (!out.ok()) return report(out.status());
 
   for (int64_t r = 0; r < out->n_rows; ++r) {
-    const auto& gen = out->generated[r];
-    const std::vector<int32_t> kept = truncate_at_stop(gen, engine.stop_ids());
+    const std::vector<int32_t> gen = out->generated(r);
+    const std::vector<int32_t> kept = truncate_at_stop(gen, model.stop_ids());
     std::string text;
-    if (engine.tokenizer() != nullptr) {
-      auto t = engine.completion_text(gen);
+    if (model.tokenizer() != nullptr) {
+      auto t = model.completion_text(gen);
       if (!t.ok()) return report(t.status());
       text = *t;
     }
     if (a.json) {
-      const double secs = out->timings.total_ms / 1000.0;
+      const double secs = out->total_ms / 1000.0;
       nlohmann::json j = {
           {"index", r},
-          {"prompt_index", r / params->num_return_sequences},
+          {"prompt_index", r / config.num_return_sequences},
           {"text", text},
           {"token_ids", gen},
           {"completion_tokens", kept.size()},
           {"prompt_tokens", out->prompt_lengths[r]},
           {"timings",
-           {{"load_ms", load_ms}, {"total_ms", out->timings.total_ms}, {"forward_ms", out->timings.forward_ms},
-            {"sampling_ms", out->timings.sampling_ms}, {"steps", out->timings.steps_run},
+           {{"load_ms", load_ms}, {"total_ms", out->total_ms}, {"forward_ms", out->forward_ms},
+            {"sampling_ms", out->sampling_ms}, {"steps", out->steps_run},
             {"tokens_per_second", secs > 0 ? out->n_rows * gen.size() / secs : 0.0}}}};
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       if (out->n_rows > 1) std::printf("=== completion %lld ===\n", static_cast<long long>(r));
-      if (engine.tokenizer() != nullptr) {
+      if (model.tokenizer() != nullptr) {
         std::printf("%s\n", text.c_str());
       } else {
         for (size_t i = 0; i < kept.size(); ++i) std::printf("%s%d", i ? "," : "", kept[i]);

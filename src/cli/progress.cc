@@ -5,35 +5,34 @@
 #include <cstdio>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace dc::cli {
 
-Progress::Progress(const Engine& engine, const SamplingParams& params, bool quiet, bool visual)
-    : engine_(engine),
-      mask_id_(params.mask_token_id),
+Progress::Progress(const diffucoder::Model& model, bool quiet, bool visual)
+    : tokenizer_(model.tokenizer()),
+      mask_id_(model.info().mask_token_id),
       quiet_(quiet),
       visual_(visual),
       tty_(isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()) {}
 
-std::string Progress::render_row(const StepInfo& s, int64_t row) const {
+std::string Progress::render_row(const diffucoder::StepEvent& s, int64_t row) const {
   const int32_t* tokens = s.canvas.data() + row * s.n_seq;
   const int64_t begin = s.pad_counts[row] + s.prompt_lengths[row];  // the generated part
   std::string out;
   std::vector<int32_t> run;
   auto flush = [&] {
     if (run.empty()) return;
-    if (engine_.tokenizer() != nullptr) {
-      auto text = engine_.tokenizer()->decode(run);
+    if (tokenizer_ != nullptr) {
+      auto text = tokenizer_->decode(run);
       out += text.ok() ? *text : "?";
     } else {
       for (int32_t id : run) out += std::to_string(id) + " ";
     }
     run.clear();
   };
-  const int32_t n_known = engine_.tokenizer() ? engine_.tokenizer()->vocab_size() : INT32_MAX;
   for (int64_t i = begin; i < s.n_seq; ++i) {
-    if (tokens[i] >= n_known) continue;  // an embedding row with no token: decodes to nothing
     if (tokens[i] == mask_id_) {
       flush();
       out += "\u2591";
@@ -45,7 +44,7 @@ std::string Progress::render_row(const StepInfo& s, int64_t row) const {
   return out;
 }
 
-void Progress::on_step(const StepInfo& s) {
+void Progress::on_step(const diffucoder::StepEvent& s) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int done = s.step + 1;
   const double per_step = secs / done;

@@ -2,22 +2,23 @@
 // canvas of every row redrawn after each step, masks drawn as ░.
 #pragma once
 
-#include <chrono>
+#include <diffucoder/diffucoder.h>
 
-#include "engine/engine.h"
+#include <chrono>
+#include <string>
 
 namespace dc::cli {
 
 class Progress {
  public:
-  Progress(const Engine& engine, const SamplingParams& params, bool quiet, bool visual);
-  void on_step(const StepInfo& step);
+  Progress(const diffucoder::Model& model, bool quiet, bool visual);
+  void on_step(const diffucoder::StepEvent& step);
   void finish();
 
  private:
-  std::string render_row(const StepInfo& step, int64_t row) const;
+  std::string render_row(const diffucoder::StepEvent& step, int64_t row) const;
 
-  const Engine& engine_;
+  const diffucoder::Tokenizer* tokenizer_;  // nullptr: ids are drawn as numbers
   int32_t mask_id_;
   bool quiet_, visual_, tty_;
   int last_decile_ = -1;

@@ -12,6 +12,9 @@
 
 namespace dc {
 
+// The most threads a caller may ask a pool for (the CLI's --threads, the facade's LoadOptions::threads).
+inline constexpr int kMaxThreads = 1024;
+
 class ThreadPool {
  public:
   // n_threads <= 0 picks the number of hardware threads. The calling thread works too.

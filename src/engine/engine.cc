@@ -57,6 +57,17 @@ Status Engine::set_matmul_precision(MatmulPrecision precision) {
   return model_->pack_weights(ctx_);
 }
 
+std::string Engine::load_note() const {
+  const WeightCacheReport& c = weight_cache_report_;
+  std::string note = std::string("matmul precision ") + (matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32");
+  if (!c.note.empty()) note += "; " + c.note + ", rebuilding it";
+  if (c.outcome == WeightCacheReport::kLoaded) note += "; packed weights mapped from " + c.path;
+  if (c.outcome == WeightCacheReport::kWriting)
+    note += "; writing the packed weights (" + std::to_string(c.bytes >> 20) + " MiB) to " + c.path +
+            " in the background, the next start maps them";
+  return note;
+}
+
 void Engine::pack_or_note(const std::string& cache_path) {
   Status s = cache_path.empty() ? model_->pack_weights(ctx_) : model_->pack_weights(ctx_, cache_path, &weight_cache_report_);
   if (!s.ok())

@@ -72,6 +72,9 @@ class Engine {
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
   // What loading did with the packed-weight cache (EngineOptions::weight_cache).
   const WeightCacheReport& weight_cache_report() const { return weight_cache_report_; }
+  // One sentence for the user: the matmul precision and what happened to the packed-weight cache, e.g.
+  // "matmul precision bf16; packed weights mapped from DIR/diffucoder-packed.bf16.bin".
+  std::string load_note() const;
 
   // The reference's effective defaults (sampler/generate.h) with this model's mask / pad ids and
   // context length. generation_config.json is NOT applied, as in the reference (spec §3.2).

@@ -1,0 +1,42 @@
+"""Builds diffucoder._core with CMake (the same libraries as the `diffucoder` binary) for `pip install .`.
+
+    python3 -m venv --system-site-packages .venv      # sees Debian's numpy, torch, setuptools, pybind11
+    .venv/bin/pip install --no-build-isolation .      # no network: Debian's build tools
+
+Environment: DC_CMAKE_BUILD_DIR reuses an existing CMake build directory (e.g. build/, as scripts/setup.sh
+does) instead of configuring a fresh one; DC_CMAKE_ARGS adds CMake arguments to a fresh one (e.g.
+"-DDC_NATIVE=OFF" for a portable build).
+"""
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        target = os.path.abspath(self.get_ext_fullpath(ext.name))
+        build_dir = os.environ.get("DC_CMAKE_BUILD_DIR") or os.path.join(os.path.abspath(self.build_temp), "cmake")
+        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+            subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+                                   f"-DPython_EXECUTABLE={sys.executable}", "-DDC_BUILD_TESTS=OFF",
+                                   "-DDC_BUILD_BENCH=OFF"] + shlex.split(os.environ.get("DC_CMAKE_ARGS", "")))
+        subprocess.check_call(["cmake", "--build", build_dir, "--target", "_core", "-j", str(os.cpu_count() or 1)])
+        suffix = os.path.basename(target)[len("_core"):]
+        built = os.path.join(build_dir, "python", "diffucoder", "_core" + suffix)
+        if not os.path.isfile(built):
+            found = glob.glob(os.path.join(build_dir, "python", "diffucoder", "_core*.so"))
+            sys.exit(f"setup.py: {built} was not built (found {found}); the CMake build is for another Python "
+                     f"than {sys.executable}?")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(built, target)
+
+
+setup(ext_modules=[Extension("diffucoder._core", sources=[])], cmdclass={"build_ext": CMakeBuild})
