@@ -29,6 +29,10 @@ int64_t canvas_of(const Job& job) {
   return length.ok() ? *length : 0;
 }
 
+int64_t memory_of(const Job& job, int64_t n_vocab) {
+  return job_memory_bytes(job.params(), static_cast<int64_t>(job.prompt().size()), n_vocab);
+}
+
 // The generated part of every row of the decoder's canvas (after the padded prompt).
 std::vector<std::vector<int32_t>> generated_rows(const Decoder& d) {
   std::vector<std::vector<int32_t>> rows;
@@ -70,6 +74,17 @@ Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& promp
 }
 
 }  // namespace
+
+int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, int64_t n_vocab) {
+  const Result<int64_t> n_seq = canvas_length(params, prompt_tokens);
+  if (!n_seq.ok()) return 0;  // Decoder::start fails such a job with the reason
+  const int64_t rows = params.num_return_sequences, new_tokens = *n_seq - prompt_tokens;
+  const int64_t window = params.block_length > 0 ? std::min(params.block_length, new_tokens) : new_tokens;
+  constexpr int64_t kCanvasBytesPerPosition = 16;  // tokens, validity, positions, history of one position
+  return rows * window * n_vocab * static_cast<int64_t>(sizeof(float)) + rows * *n_seq * kCanvasBytesPerPosition;
+}
+
+int64_t batch_memory_bytes(int64_t sum_of_jobs, int64_t n_jobs) { return n_jobs >= 2 ? 2 * sum_of_jobs : sum_of_jobs; }
 
 // ---------------------------------------------------------------------------------------------------
 // Job
@@ -154,6 +169,8 @@ void Scheduler::stop() {
 SubmitResult Scheduler::submit(const std::shared_ptr<Job>& job) {
   if (job->n_rows() > options_.max_batch_rows || job->n_rows() * canvas_of(*job) > options_.max_batch_positions)
     return SubmitResult::kTooLarge;
+  if (options_.max_memory_bytes > 0 && memory_of(*job, n_vocab_) > options_.max_memory_bytes)
+    return SubmitResult::kOverMemory;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return SubmitResult::kStopped;
@@ -191,16 +208,20 @@ bool Scheduler::admit(std::vector<Active>& active) {
       ++it;
     }
   }
-  int64_t rows = 0, width = 0;
+  int64_t rows = 0, width = 0, memory = 0, jobs = static_cast<int64_t>(active.size());
   for (const Active& a : active) {
     rows += a.decoder.n_rows();
     width = std::max(width, a.decoder.n_seq());
+    memory += memory_of(*a.job, n_vocab_);
   }
   while (!queue_.empty()) {
     std::shared_ptr<Job> job = queue_.front();
     const int64_t w = std::max(width, canvas_of(*job));
+    const int64_t m = memory_of(*job, n_vocab_);
     if (rows + job->n_rows() > options_.max_batch_rows || (rows + job->n_rows()) * w > options_.max_batch_positions)
       break;
+    if (options_.max_memory_bytes > 0 && batch_memory_bytes(memory + m, jobs + 1) > options_.max_memory_bytes)
+      break;  // waits until running jobs leave (submit() refused the jobs that can never fit)
     queue_.pop_front();
     job->admitted_ = Clock::now();
     GenerateHooks hooks;
@@ -226,6 +247,8 @@ bool Scheduler::admit(std::vector<Active>& active) {
     }
     rows += job->n_rows();
     width = w;
+    memory += m;
+    ++jobs;
     job->set_admitted();
     active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : LogitsFn()});
   }
