@@ -14,6 +14,7 @@ import http.client
 import re
 import socket
 import subprocess
+import threading
 import time
 
 
@@ -40,13 +41,26 @@ def probe(port, timeout):
 
 
 def closed_by_server(s):
+    """True when the server closed the connection (end-of-file or reset after whatever it sent)."""
     s.setblocking(False)
-    try:
-        return s.recv(4096) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
+    while True:
+        try:
+            if s.recv(65536) == b"":
+                return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+
+def trickle(slow, stop):
+    """One byte every 2 s on every slow connection until `stop` is set."""
+    while not stop.wait(2.0):
+        for s in slow:
+            try:
+                s.send(b"X", socket.MSG_DONTWAIT)
+            except OSError:
+                pass
 
 
 def run(binary, model, n_slow, n_idle, seconds):
@@ -57,23 +71,16 @@ def run(binary, model, n_slow, n_idle, seconds):
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
         slow.append(s)
-    for _ in range(n_idle):
-        s = socket.create_connection(("127.0.0.1", port), timeout=2)
-        try:
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            s.recv(4096)
-        except OSError:
-            pass
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(slow, stop))
+    sender.start()
+    for _ in range(n_idle):  # kept alive after one answered request (sent, not awaited: a stalled server
+        s = socket.create_connection(("127.0.0.1", port))  # would not answer)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         idle.append(s)
     answered, slowest, completion = 0, 0.0, None
     start_t = time.monotonic()
     for second in range(seconds):
-        if second % 2 == 0:
-            for s in slow:
-                try:
-                    s.send(b"X", socket.MSG_DONTWAIT)
-                except OSError:
-                    pass
         ok, took = probe(port, 1.0)
         answered += ok and took < 1.0
         slowest = max(slowest, took)
@@ -85,7 +92,10 @@ def run(binary, model, n_slow, n_idle, seconds):
                 completion = c.getresponse().status
             except OSError as e:
                 completion = type(e).__name__
+
         time.sleep(max(0.0, start_t + second + 1 - time.monotonic()))
+    stop.set()
+    sender.join()
     closed = sum(closed_by_server(s) for s in slow)
     for s in slow + idle:
         s.close()
