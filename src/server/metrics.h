@@ -32,6 +32,7 @@ class Metrics {
 
   int64_t queue_depth() const { return queue_depth_.load(); }
   int64_t active_rows() const { return active_rows_.load(); }
+  int64_t connections_open() const { return connections_open_.load(); }
   int64_t steps() const { return steps_.load(); }
   // Tokens committed per second over the last 10 s.
   double tokens_per_second() const;

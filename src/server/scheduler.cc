@@ -6,7 +6,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <cstring>
 #include <new>
 
 #include "core/thread_pool.h"
@@ -84,7 +83,6 @@ int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, in
   return rows * window * n_vocab * static_cast<int64_t>(sizeof(float)) + rows * *n_seq * kCanvasBytesPerPosition;
 }
 
-int64_t batch_memory_bytes(int64_t sum_of_jobs, int64_t n_jobs) { return n_jobs >= 2 ? 2 * sum_of_jobs : sum_of_jobs; }
 
 // ---------------------------------------------------------------------------------------------------
 // Job
@@ -208,7 +206,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
       ++it;
     }
   }
-  int64_t rows = 0, width = 0, memory = 0, jobs = static_cast<int64_t>(active.size());
+  int64_t rows = 0, width = 0, memory = 0;
   for (const Active& a : active) {
     rows += a.decoder.n_rows();
     width = std::max(width, a.decoder.n_seq());
@@ -220,7 +218,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     const int64_t m = memory_of(*job, n_vocab_);
     if (rows + job->n_rows() > options_.max_batch_rows || (rows + job->n_rows()) * w > options_.max_batch_positions)
       break;
-    if (options_.max_memory_bytes > 0 && batch_memory_bytes(memory + m, jobs + 1) > options_.max_memory_bytes)
+    if (options_.max_memory_bytes > 0 && memory + m > options_.max_memory_bytes)
       break;  // waits until running jobs leave (submit() refused the jobs that can never fit)
     queue_.pop_front();
     job->admitted_ = Clock::now();
@@ -248,7 +246,6 @@ bool Scheduler::admit(std::vector<Active>& active) {
     rows += job->n_rows();
     width = w;
     memory += m;
-    ++jobs;
     job->set_admitted();
     active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : LogitsFn()});
   }
@@ -363,13 +360,21 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
     }
   }
   std::vector<size_t> forward_jobs;  // the others: one batched forward
-  for (size_t i = 0; i < active.size(); ++i)
-    if (active[i].decoder.needs_forward() && !active[i].cached_fn) forward_jobs.push_back(i);
-  if (forward_jobs.size() == 1) {  // one job: its own batch, straight into its buffer (no padding, no copy)
+  size_t capacity = 0;  // the logits of every such job's widest step: what logits_ may hold at most
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (active[i].cached_fn) continue;
+    capacity += static_cast<size_t>(memory_of(*active[i].job, n_vocab_)) / sizeof(float);
+    if (active[i].decoder.needs_forward()) forward_jobs.push_back(i);
+  }
+  if (logits_.capacity() > capacity) std::vector<float>().swap(logits_);  // jobs left: give their part back
+  logits_.reserve(capacity);
+  if (forward_jobs.size() == 1) {  // one job: its own batch (no padding), read in place by its decoder
     Decoder& d = active[forward_jobs[0]].decoder;
     const ForwardBatch fb = d.forward_batch();
+    logits_.resize(static_cast<size_t>(fb.n_out) * static_cast<size_t>(n_vocab_));
     const Clock::time_point tf = Clock::now();
-    const Status st = logits_fn_(fb, d.logits_buffer().data());
+    const Status st = logits_fn_(fb, logits_.data());
+    if (st.ok()) d.set_logits(logits_.data());
     const double s = ms_between(tf, Clock::now()) / 1000.0;
     *forward_s += s;
     d.record_forward(s * 1000.0, fb.n_computed());
@@ -394,10 +399,7 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
       *forward_s += s;
       for (size_t k = 0; k < forward_jobs.size(); ++k) {
         Decoder& d = active[forward_jobs[k]].decoder;
-        if (st.ok()) {
-          const std::span<float> dst = d.logits_buffer();
-          std::memcpy(dst.data(), logits.data() + merged->out_begin[k] * n_vocab_, dst.size() * sizeof(float));
-        }
+        if (st.ok()) d.set_logits(logits.data() + merged->out_begin[k] * n_vocab_);  // read in place, no copy
         d.record_forward(s * 1000.0, parts[k].n_computed());
       }
     }

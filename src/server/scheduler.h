@@ -95,10 +95,9 @@ struct SchedulerOptions {
 enum class SubmitResult { kOk, kQueueFull, kTooLarge, kOverMemory, kStopped };
 
 // The step buffers a job needs at most: the logits of its widest step (rows × masked window × vocabulary,
-// f32) and its canvas. A batch of several jobs needs twice the sum (the batched forward's logits are
-// copied into each job's buffer).
+// f32) and its canvas. A batch needs the sum over its jobs: the forward writes one logits buffer that the
+// decoders read in place, sized for the active jobs' widest steps.
 int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, int64_t n_vocab);
-int64_t batch_memory_bytes(int64_t sum_of_jobs, int64_t n_jobs);
 
 class Scheduler {
  public:
@@ -145,7 +144,9 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
-  std::vector<float> logits_;  // [n_out, n_vocab] of the last batched forward; engine thread only; freed when idle
+  // [n_out, n_vocab] of the last forward (one job's or the batched one), read in place by the decoders;
+  // its capacity follows the active jobs' widest steps; engine thread only; freed when idle.
+  std::vector<float> logits_;
   std::thread thread_;
 };
 

@@ -107,9 +107,12 @@ TEST_F(Connections, PerClientCapAnswers503) {
   ServerOptions o = options();
   o.connections.max_per_client = 4;
   Running s(engine(), o);
+  for (int i = 0; i < 200 && s.metrics().connections_open() > 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(s.metrics().connections_open(), 0) << "the start-up probe's connection is still open";
   std::vector<int> held;
   for (int i = 0; i < 4; ++i) held.push_back(connect_to(s.port(), 5));
-  std::this_thread::sleep_for(100ms);  // accepted and counted
+  for (int i = 0; i < 200 && s.metrics().connections_open() < 4; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(s.metrics().connections_open(), 4);  // accepted and counted
   const int extra = connect_to(s.port(), 5);
   const std::string answer = test::read_all(extra);
   close(extra);

@@ -146,7 +146,11 @@ fs::path nan_model() {
 // Item 14: a model failure (NaN logits) is a 500 server error, not a 400.
 TEST_F(HostileHttp, ModelFailureIs500) {
   const fs::path dir = nan_model();
-  auto e = Engine::load({dir.string(), "", 2});
+  EngineOptions eo;
+  eo.model_dir = dir.string();
+  eo.n_threads = 2;
+  eo.weight_cache = "off";  // no background cache writer racing the directory's removal below
+  auto e = Engine::load(eo);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   Running s(**e, test_options());
   httplib::Client c("127.0.0.1", s.port());
