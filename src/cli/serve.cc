@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -25,6 +26,10 @@ struct ServeArgs {
   server::RequestLimits limits;
   server::SchedulerOptions scheduler;
   size_t max_body_bytes = size_t{1} << 20;
+  server::ConnectionLimits connections;
+  std::vector<std::string> api_keys;
+  std::string api_key_file, max_memory = "auto";
+  bool metrics_open = false, no_web_page = false;
 };
 
 // Set by SIGINT / SIGTERM; a watcher thread stops the server (stopping takes locks and waits, which a
@@ -33,17 +38,43 @@ volatile std::sig_atomic_t g_stop_requested = 0;
 
 void on_signal(int) { g_stop_requested = 1; }
 
+// --max-memory: a size (bytes, or with K / M / G), or auto: 3/4 of the memory available once the model is
+// loaded (MemAvailable of /proc/meminfo).
+Result<int64_t> memory_budget(const std::string& text) {
+  if (text == "auto") {
+    std::ifstream in("/proc/meminfo");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("MemAvailable:", 0) == 0) return std::stoll(line.substr(13)) * 1024 / 4 * 3;
+    return invalid_argument("--max-memory auto: /proc/meminfo has no MemAvailable; give a size (e.g. 8G)");
+  }
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (used == 0 || value <= 0 || shift < 0 || value > (int64_t{1} << (62 - shift)))
+    return invalid_argument("--max-memory " + text + ": expected a positive size such as 1500M or 8G, or auto");
+  return value << shift;
+}
+
 // Flag combinations that cannot work, checked before the model is loaded (exit code 2).
 Status check_usage(const ServeArgs& a) {
   if (a.limits.default_max_tokens > a.limits.max_tokens)
     return invalid_argument("--default-max-tokens " + std::to_string(a.limits.default_max_tokens) +
                             " is more than --max-tokens " + std::to_string(a.limits.max_tokens) +
                             ": a request without max_tokens would exceed the limit; lower it");
+  if (a.max_memory != "auto") DC_RETURN_IF_ERROR(memory_budget(a.max_memory).status());
   return parse_matmul_precision(a.precision).status();
 }
 
 int run_serve(const ServeArgs& a) {
   if (Status st = check_usage(a); !st.ok()) return usage_error(st);
+  Result<server::ApiKeys> keys = server::ApiKeys::load(a.api_keys, a.api_key_file);
+  if (!keys.ok()) return usage_error(keys.status());
   EngineOptions eo;
   eo.model_dir = a.model_dir;
   eo.tokenizer_path = a.tokenizer_path;
@@ -65,6 +96,8 @@ int run_serve(const ServeArgs& a) {
       return usage_error(invalid_argument("--max-tokens " + std::to_string(a.limits.max_tokens) +
                                           " is too large for this model: " + st.message()));
   }
+  Result<int64_t> budget = memory_budget(a.max_memory);
+  if (!budget.ok()) return usage_error(budget.status());
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -76,6 +109,11 @@ int run_serve(const ServeArgs& a) {
   so.http_threads = a.http_threads;
   so.limits = a.limits;
   so.scheduler = a.scheduler;
+  so.scheduler.max_memory_bytes = *budget;
+  so.connections = a.connections;
+  so.api_keys = *keys;
+  so.metrics_open = a.metrics_open;
+  so.web_page = !a.no_web_page;
   server::HttpServer srv(**engine, so);
   if (Status st = srv.bind(); !st.ok()) return report(st);
   std::signal(SIGINT, on_signal);
@@ -85,8 +123,11 @@ int run_serve(const ServeArgs& a) {
     while (running.load() && g_stop_requested == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (g_stop_requested != 0) srv.stop();
   });
-  std::fprintf(stderr, "serve: %s on http://%s:%d (max batch %d rows, queue %d)\n", so.model_name.c_str(),
-               a.host.c_str(), srv.port(), a.scheduler.max_batch_rows, a.scheduler.max_queue);
+  std::fprintf(stderr, "serve: %s on http://%s:%d (max batch %d rows, queue %d, memory budget %lld MiB, %s)\n",
+               so.model_name.c_str(), a.host.c_str(), srv.port(), a.scheduler.max_batch_rows, a.scheduler.max_queue,
+               static_cast<long long>(*budget >> 20),
+               so.api_keys.empty() ? "no API key: anyone who can reach the port can use it"
+                                   : (std::to_string(so.api_keys.size()) + " API key(s) accepted").c_str());
   std::fflush(stderr);
   srv.run();
   running = false;
@@ -115,8 +156,27 @@ RunFn add_serve_command(CLI::App& app) {
   cmd->add_flag("--fast", a->limits.fast,
                 "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
                 "(blocks of 32, dual cache, threshold 0.9; approximate)");
-  cmd->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str()
+  cmd->add_option("--http-threads", a->http_threads,
+                  "Requests served at once (connections waiting for a request hold none)")->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-connections", a->connections.max_connections, "Open connections in total; more get 503")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-client", a->connections.max_per_client,
+                  "Open connections from one client address; more get 503")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-timeout", a->connections.request_timeout_s,
+                  "Seconds for a request's head and body to arrive, from its first byte; then the connection closes")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--keep-alive-timeout", a->connections.keep_alive_timeout_s,
+                  "Seconds an idle kept-alive connection stays open")->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--max-memory", a->max_memory,
+                  "Budget for the batch's step buffers (logits), e.g. 8G; requests wait for room, and one that "
+                  "can never fit gets 503 (auto: 3/4 of the memory available after loading)")->capture_default_str();
+  cmd->add_option("--api-key", a->api_keys,
+                  "Require Authorization: Bearer KEY on /v1/* and /metrics (repeat for several keys)");
+  cmd->add_option("--api-key-file", a->api_key_file, "Keys, one per line ('#' comments), as --api-key");
+  cmd->add_flag("--metrics-open", a->metrics_open, "With keys: /metrics answers without a key (for a scraper)");
+  cmd->add_flag("--no-web-page", a->no_web_page, "Do not serve the page at /");
   cmd->add_option("--max-batch", a->scheduler.max_batch_rows, "Canvas rows decoded together (1 = one at a time)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch-positions", a->scheduler.max_batch_positions, "Rows x canvas length of a batch")

@@ -160,8 +160,9 @@ PositionSet origin_transfers(const PositionSet& masked, int64_t n_rows, float p,
 struct StepBuffers {
   std::vector<int64_t> out_rows;    // [n_out] flat canvas indices asked of the model
   std::vector<int64_t> out_of;      // [n] which out row each sampled position reads
-  std::vector<float> logits;        // [n, n_vocab] one row per sampled position
+  std::vector<float> logits;        // [n, n_vocab] one row per sampled position (allocated when written)
   std::vector<float> dedup_logits;  // [n_out, n_vocab] when positions share a row (j = 0 and 1)
+  float* external = nullptr;        // [n_out, n_vocab] in the caller's buffer (set_logits), else null
   std::vector<int32_t> proposed;    // [n]
   std::vector<float> confidence;    // [n]
 };
@@ -172,9 +173,10 @@ struct ForwardPlan {
   int64_t window_begin = 0, window_end = -1;
 };
 
-// Draws a token and its confidence for every position of `set`, in parallel when a pool is given.
-Status sample_positions(const PositionSet& set, int64_t n_vocab, const SamplingParams& params, ConfidenceKind kind,
-                        int step, ThreadPool* pool, StepBuffers& buf) {
+// Draws a token and its confidence for every position of `set` from `logits` ([n, n_vocab], one row per
+// position, overwritten by the temperature), in parallel when a pool is given.
+Status sample_positions(const PositionSet& set, float* logits, int64_t n_vocab, const SamplingParams& params,
+                        ConfidenceKind kind, int step, ThreadPool* pool, StepBuffers& buf) {
   const int64_t n = static_cast<int64_t>(set.positions.size());
   buf.proposed.resize(static_cast<size_t>(n));
   buf.confidence.resize(static_cast<size_t>(n));
@@ -185,7 +187,7 @@ Status sample_positions(const PositionSet& set, int64_t n_vocab, const SamplingP
     for (int64_t e = begin; e < end; ++e) {
       const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
       Rng rng = Rng::for_stream(params.seed, RngPurpose::kToken, step, mp.row, mp.position);
-      Result<TokenSample> r = sample_token(buf.logits.data() + e * n_vocab, n_vocab, config, kind, rng, scratch);
+      Result<TokenSample> r = sample_token(logits + e * n_vocab, n_vocab, config, kind, rng, scratch);
       if (!r.ok()) {
         errors[static_cast<size_t>(e)] = r.status();
         continue;
@@ -433,10 +435,8 @@ void Decoder::prepare() {
       if (buf.out_rows.empty() || buf.out_rows.back() != src) buf.out_rows.push_back(src);  // sorted input
       buf.out_of[e] = static_cast<int64_t>(buf.out_rows.size()) - 1;
     }
-    const size_t v = static_cast<size_t>(s.n_vocab);
-    buf.logits.resize(n * v);
-    if (buf.out_rows.size() != n) buf.dedup_logits.resize(buf.out_rows.size() * v);
   }
+  buf.external = nullptr;
   s.prepared = true;
 }
 
@@ -462,8 +462,18 @@ ForwardBatch Decoder::forward_batch() const {
 std::span<float> Decoder::logits_buffer() {
   StepBuffers& buf = s_->buf;
   const size_t size = buf.out_rows.size() * static_cast<size_t>(s_->n_vocab);
-  return buf.out_rows.size() != s_->to_sample.positions.size() ? std::span<float>(buf.dedup_logits.data(), size)
-                                                                : std::span<float>(buf.logits.data(), size);
+  buf.external = nullptr;
+  std::vector<float>& dst = buf.out_rows.size() != s_->to_sample.positions.size() ? buf.dedup_logits : buf.logits;
+  if (dst.size() < size) dst.resize(size);
+  return std::span<float>(dst.data(), size);
+}
+
+void Decoder::set_logits(float* logits) {
+  StepBuffers& buf = s_->buf;
+  buf.external = logits;
+  // The own buffers of earlier steps are not needed while the caller's serve (they come back on demand).
+  std::vector<float>().swap(buf.dedup_logits);
+  if (!s_->hooks.logits_hook) std::vector<float>().swap(buf.logits);
 }
 
 void Decoder::set_pool(ThreadPool* pool) { s_->hooks.pool = pool; }
@@ -495,13 +505,17 @@ Status Decoder::step() {
 // proposed tokens and confidences of every position to sample.
 Status Decoder::State::sample_step() {
   const size_t n = to_sample.positions.size();
+  const size_t v = static_cast<size_t>(n_vocab);
   refresh_pending = false;
-  if (buf.out_rows.size() != n) {  // positions shared a row (j = 0 and 1): expand
-    const size_t v = static_cast<size_t>(n_vocab);
-    for (size_t e = 0; e < n; ++e) {
-      std::memcpy(buf.logits.data() + e * v, buf.dedup_logits.data() + static_cast<size_t>(buf.out_of[e]) * v,
-                  v * sizeof(float));
-    }
+  float* rows = buf.external != nullptr ? buf.external
+                : buf.out_rows.size() != n ? buf.dedup_logits.data()
+                                           : buf.logits.data();  // [n_out, n_vocab]
+  if (buf.out_rows.size() != n || (hooks.logits_hook && rows != buf.logits.data())) {
+    // One row per position in our own buffer: positions shared a row (j = 0 and 1), or the hook may write.
+    if (buf.logits.size() < n * v) buf.logits.resize(n * v);
+    for (size_t e = 0; e < n; ++e)
+      std::memcpy(buf.logits.data() + e * v, rows + static_cast<size_t>(buf.out_of[e]) * v, v * sizeof(float));
+    rows = buf.logits.data();
   }
   if (hooks.logits_hook) {
     hooks.logits_hook(LogitsHookArgs{step, n_steps, c.n_rows, c.n_seq, n_vocab,
@@ -509,7 +523,7 @@ Status Decoder::State::sample_step() {
                                      std::span<const MaskedPosition>(to_sample.positions),
                                      std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
   }
-  return sample_positions(to_sample, n_vocab, params, kind, step, hooks.pool, buf);
+  return sample_positions(to_sample, rows, n_vocab, params, kind, step, hooks.pool, buf);
 }
 
 // Which sampled positions commit (indices into to_sample, sorted), per row: all (origin), the policy's,

@@ -43,6 +43,11 @@ class Decoder {
   ForwardBatch forward_batch() const;
   // Where the forward's logits go: [forward_batch().n_out, n_vocab], filled by the caller before step().
   std::span<float> logits_buffer();
+  // Instead of logits_buffer(): the prepared step's logits are at `logits` ([forward_batch().n_out,
+  // n_vocab], in the caller's buffer, valid until step() returns); step() samples from them where they
+  // are (no copy; it overwrites them, as its own buffer), and the decoder's own buffer is given back.
+  // Same results as logits_buffer().
+  void set_logits(float* logits);
   // The pool that parallelises step()'s sampling (replaces hooks.pool; nullptr = serial). Results do not
   // depend on it. A caller that steps several decoders in parallel passes nullptr.
   void set_pool(ThreadPool* pool);

@@ -4,17 +4,17 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -43,34 +43,10 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
-// The connection of a request: httplib 0.11 does not expose the socket, so find the fd whose peer and local
-// ports match (done once per request). -1 when not found.
-int find_connection_fd(const httplib::Request& req) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (dirent* e = readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    if (fd <= 2) continue;
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t pl = sizeof(peer), ll = sizeof(local);
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-    auto port_of = [](const sockaddr_storage& a) {
-      if (a.ss_family == AF_INET) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
-      if (a.ss_family == AF_INET6) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
-      return -1;
-    };
-    if (port_of(peer) == req.remote_port && port_of(local) == req.local_port) {
-      found = fd;
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
+// The connection of the request a worker serves (set by Impl::serve_connection), and whether its response
+// asked to close it (set by the logger, which sees the response).
+thread_local int t_connection_fd = -1;
+thread_local bool t_close_after = false;
 
 // Writes all of `data` to `fd` directly (waiting up to 5 s per write); false when the peer is gone.
 bool send_raw(int fd, const std::string& data) {
@@ -189,11 +165,34 @@ ApiError job_error(const JobResult& r) {
   return api_error(r.status);
 }
 
-// httplib listens with a backlog of 5, too few for many clients connecting at once (the kernel then drops
-// connections); Linux lets a second listen() on the bound socket raise it.
+// httplib's server with the connection handling replaced: httplib accepts, the ConnectionHub holds each
+// connection until a request is complete, and a worker parses and answers that one request (serve_one).
 class Listener : public httplib::Server {
  public:
+  // httplib listens with a backlog of 5, too few for many clients connecting at once (the kernel then drops
+  // connections); Linux lets a second listen() on the bound socket raise it.
   void raise_backlog(int n) { ::listen(svr_sock_, n); }
+  // One request on `strm`; false when the connection must close (error, or the client asked).
+  bool serve_one(httplib::Stream& strm) {
+    bool closed = false;
+    const bool ok = process_request(strm, false, closed, nullptr);
+    return ok && !closed;
+  }
+  std::function<void(int)> on_accept;
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    on_accept(sock);
+    return true;
+  }
+};
+
+// httplib queues a task per accepted socket; ours only hands it to the hub, so it runs at once on the
+// accepting thread (no worker needed to accept).
+class InlineQueue : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
 };
 
 // The text of a row's final prefix (unmasked from the left), cut at stop ids; `stopped` when a stop id is in it.
@@ -215,8 +214,28 @@ struct HttpServer::Impl {
   int32_t mask_id = 0;
   const int64_t started = unix_now();  // `created` of /v1/models
   std::atomic<int> open_streams{0};    // SSE responses not yet ended (stop() lets them finish)
+  httplib::ThreadPool workers;         // serve complete requests (serve_connection)
+  std::unique_ptr<ConnectionHub> hub;
+  std::once_flag stopped;
 
-  Impl(Engine& e, ServerOptions o, Metrics& m) : engine(e), options(std::move(o)), metrics(m) {}
+  Impl(Engine& e, ServerOptions o, Metrics& m)
+      : engine(e), options(std::move(o)), metrics(m), workers(static_cast<size_t>(options.http_threads)) {
+    hub = std::make_unique<ConnectionHub>(
+        options.connections, [this](std::function<void()> fn) { workers.enqueue(std::move(fn)); },
+        [this](int fd, SteadyTime deadline, size_t head_bytes) { serve_connection(fd, deadline, head_bytes); },
+        &metrics);
+    http.on_accept = [this](int fd) { hub->accept(fd); };
+  }
+
+  // On a worker: one complete request of connection `fd`, then the connection goes back to the hub.
+  void serve_connection(int fd, SteadyTime deadline, size_t head_bytes) {
+    t_connection_fd = fd;
+    t_close_after = false;
+    DeadlineStream strm(fd, deadline, options.io_timeout_s, head_bytes);
+    const bool keep = http.serve_one(strm) && !t_close_after && http.is_running();
+    t_connection_fd = -1;
+    hub->release(fd, keep);
+  }
 
   RowText row_text(const std::vector<int32_t>& generated) const {
     RowText r;
@@ -304,6 +323,16 @@ struct HttpServer::Impl {
         metrics.on_rejected();
         return send_error(res, overloaded("the request queue is full; retry later"));
       case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
+      case SubmitResult::kOverMemory: {
+        metrics.on_rejected();
+        const int64_t need = job_memory_bytes(r.params, prompt_tokens, engine.config().n_vocab);
+        ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) +
+                                " MiB of step buffers (logits of every masked position), more than the server's "
+                                "memory budget of " + std::to_string(options.scheduler.max_memory_bytes >> 20) +
+                                " MiB (--max-memory); ask for fewer tokens or rows, or decode in blocks (block_length)");
+        e.param = r.n > 1 ? "n" : "max_tokens";
+        return send_error(res, e);
+      }
       case SubmitResult::kTooLarge: {
         ApiError e;
         e.param = r.n > 1 ? "n" : "max_tokens";
@@ -313,7 +342,7 @@ struct HttpServer::Impl {
         return send_error(res, e);
       }
     }
-    PeerWatch peer(find_connection_fd(req));
+    PeerWatch peer(t_connection_fd);
     // Wait in the queue (watching the client), so that a queue timeout is still a 503.
     while (!job->wait_admitted(100ms)) {
       if (peer.gone()) {
@@ -518,12 +547,9 @@ struct HttpServer::Impl {
 
   void routes() {
     http.set_payload_max_length(options.max_body_bytes);
-    http.set_read_timeout(options.io_timeout_s, 0);
     http.set_keep_alive_max_count(1 << 20);  // clients (and the OpenAI libraries) reuse connections
-    http.set_keep_alive_timeout(5);  // also bounds how long stop() waits for idle connections
-    http.set_write_timeout(options.io_timeout_s, 0);
-    const int threads = options.http_threads;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.set_keep_alive_timeout(options.connections.keep_alive_timeout_s);  // (the hub closes idle ones)
+    http.new_task_queue = [] { return new InlineQueue; };
     // httplib sets SO_REUSEPORT, which lets a second server listen on the same port and share its
     // connections: SO_REUSEADDR alone still rebinds over TIME_WAIT but refuses a port in use.
     http.set_socket_options([](socket_t sock) {
@@ -532,6 +558,16 @@ struct HttpServer::Impl {
     });
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       metrics.on_request();
+      const bool needs_key = req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && !options.metrics_open);
+      if (needs_key) {
+        if (auto refused = options.api_keys.refuse(req.get_header_value("Authorization"))) {
+          metrics.on_unauthorized();
+          send_error(res, *refused);
+          res.set_header("WWW-Authenticate", "Bearer");
+          res.set_header("Connection", "close");  // its body (if any) is not read
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
       if (auto bad = bad_framing(req, options.max_body_bytes)) {  // before httplib reads the body
         ApiError e;
         e.http_status = bad->first;
@@ -543,7 +579,10 @@ struct HttpServer::Impl {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    http.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.on_response(res.status); });
+    http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+      metrics.on_response(res.status);
+      if (res.get_header_value("Connection") == "close") t_close_after = true;
+    });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;  // our own error objects
       ApiError e;
@@ -592,9 +631,11 @@ struct HttpServer::Impl {
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& s) {
       s.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
-    http.Get("/", [this](const httplib::Request&, httplib::Response& s) {
-      s.set_content(std::string(web_page()), "text/html; charset=utf-8");
-    });
+    if (options.web_page) {
+      http.Get("/", [this](const httplib::Request&, httplib::Response& s) {
+        s.set_content(std::string(web_page(!options.api_keys.empty())), "text/html; charset=utf-8");
+      });
+    }
     // Browsers ask for it on every page load: no icon, and no 404 in their console.
     http.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& s) { s.status = 204; });
   }
@@ -617,6 +658,17 @@ HttpServer::~HttpServer() {
 }
 
 Status HttpServer::bind() {
+  // Every open connection is a file descriptor: raise the soft limit to what --max-connections needs.
+  const rlim_t needed = static_cast<rlim_t>(impl_->options.connections.max_connections) + 256;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < needed) {
+    lim.rlim_cur = std::min(needed, lim.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &lim);
+    if (lim.rlim_cur < needed)
+      return invalid_argument("--max-connections " + std::to_string(impl_->options.connections.max_connections) +
+                              " needs " + std::to_string(needed) + " file descriptors, but the hard limit (ulimit -Hn) is " +
+                              std::to_string(lim.rlim_max) + "; lower --max-connections or raise the limit");
+  }
   const std::string& host = impl_->options.host;
   if (impl_->options.port == 0) {
     port_ = impl_->http.bind_to_any_port(host);
@@ -640,7 +692,11 @@ void HttpServer::stop() {
   const auto deadline = std::chrono::steady_clock::now() + 3s;
   while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
-  if (impl_->http.is_running()) impl_->http.stop();
+  std::call_once(impl_->stopped, [this] {
+    impl_->hub->stop();  // no new requests start; waiting connections close
+    if (impl_->http.is_running()) impl_->http.stop();
+    impl_->workers.shutdown();  // the requests being served end (their jobs have ended)
+  });
 }
 
 }  // namespace dc::server

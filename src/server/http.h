@@ -8,6 +8,8 @@
 #include <string>
 
 #include "core/status.h"
+#include "server/auth.h"
+#include "server/connections.h"
 #include "server/openai.h"
 #include "server/scheduler.h"
 
@@ -22,8 +24,12 @@ struct ServerOptions {
   int port = 8080;                      // 0 = any free port (see HttpServer::port())
   std::string model_name;               // the id of /v1/models and of responses ("" = the model dir's name)
   size_t max_body_bytes = size_t{1} << 20;  // larger bodies get 413
-  int http_threads = 128;               // connections served at once (each waiting request holds one)
-  int io_timeout_s = 10;                // a client that sends or reads nothing this long is dropped
+  int http_threads = 128;               // requests served at once (idle and arriving connections hold none)
+  int io_timeout_s = 10;                // a client that reads nothing this long is dropped
+  ConnectionLimits connections;         // caps, the request-head deadline, keep-alive
+  ApiKeys api_keys;                     // empty: no key needed
+  bool metrics_open = false;            // with keys: /metrics without a key too
+  bool web_page = true;                 // serve the page at /
   RequestLimits limits;
   SchedulerOptions scheduler;
 };

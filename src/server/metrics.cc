@@ -66,6 +66,14 @@ std::string Metrics::render() const {
        static_cast<double>(rejected_.load()));
   line(out, "dc_client_disconnects_total", "counter", "requests whose client went away before the end",
        static_cast<double>(disconnects_.load()));
+  line(out, "dc_connections_open", "gauge", "client connections open (waiting for a request or served)",
+       static_cast<double>(connections_open_.load()));
+  line(out, "dc_connections_refused_total", "counter", "connections refused with 503 over the connection caps",
+       static_cast<double>(connections_refused_.load()));
+  line(out, "dc_connections_timed_out_total", "counter", "connections closed because a request head did not arrive in time",
+       static_cast<double>(connections_timed_out_.load()));
+  line(out, "dc_unauthorized_total", "counter", "requests refused with 401 (no or a wrong API key)",
+       static_cast<double>(unauthorized_.load()));
   line(out, "dc_queue_depth", "gauge", "requests waiting for a batch slot", static_cast<double>(queue_depth_.load()));
   line(out, "dc_active_rows", "gauge", "canvas rows in the running batch", static_cast<double>(active_rows_.load()));
   line(out, "dc_tokens_per_second", "gauge", "tokens committed per second over the last 10 s", tokens_per_second());

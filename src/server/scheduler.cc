@@ -6,7 +6,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <cstring>
 #include <new>
 
 #include "core/thread_pool.h"
@@ -27,6 +26,10 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 int64_t canvas_of(const Job& job) {
   const Result<int64_t> length = canvas_length(job.params(), static_cast<int64_t>(job.prompt().size()));
   return length.ok() ? *length : 0;
+}
+
+int64_t memory_of(const Job& job, int64_t n_vocab) {
+  return job_memory_bytes(job.params(), static_cast<int64_t>(job.prompt().size()), n_vocab);
 }
 
 // The generated part of every row of the decoder's canvas (after the padded prompt).
@@ -70,6 +73,16 @@ Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& promp
 }
 
 }  // namespace
+
+int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, int64_t n_vocab) {
+  const Result<int64_t> n_seq = canvas_length(params, prompt_tokens);
+  if (!n_seq.ok()) return 0;  // Decoder::start fails such a job with the reason
+  const int64_t rows = params.num_return_sequences, new_tokens = *n_seq - prompt_tokens;
+  const int64_t window = params.block_length > 0 ? std::min(params.block_length, new_tokens) : new_tokens;
+  constexpr int64_t kCanvasBytesPerPosition = 16;  // tokens, validity, positions, history of one position
+  return rows * window * n_vocab * static_cast<int64_t>(sizeof(float)) + rows * *n_seq * kCanvasBytesPerPosition;
+}
+
 
 // ---------------------------------------------------------------------------------------------------
 // Job
@@ -154,6 +167,8 @@ void Scheduler::stop() {
 SubmitResult Scheduler::submit(const std::shared_ptr<Job>& job) {
   if (job->n_rows() > options_.max_batch_rows || job->n_rows() * canvas_of(*job) > options_.max_batch_positions)
     return SubmitResult::kTooLarge;
+  if (options_.max_memory_bytes > 0 && memory_of(*job, n_vocab_) > options_.max_memory_bytes)
+    return SubmitResult::kOverMemory;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return SubmitResult::kStopped;
@@ -191,16 +206,20 @@ bool Scheduler::admit(std::vector<Active>& active) {
       ++it;
     }
   }
-  int64_t rows = 0, width = 0;
+  int64_t rows = 0, width = 0, memory = 0;
   for (const Active& a : active) {
     rows += a.decoder.n_rows();
     width = std::max(width, a.decoder.n_seq());
+    memory += memory_of(*a.job, n_vocab_);
   }
   while (!queue_.empty()) {
     std::shared_ptr<Job> job = queue_.front();
     const int64_t w = std::max(width, canvas_of(*job));
+    const int64_t m = memory_of(*job, n_vocab_);
     if (rows + job->n_rows() > options_.max_batch_rows || (rows + job->n_rows()) * w > options_.max_batch_positions)
       break;
+    if (options_.max_memory_bytes > 0 && memory + m > options_.max_memory_bytes)
+      break;  // waits until running jobs leave (submit() refused the jobs that can never fit)
     queue_.pop_front();
     job->admitted_ = Clock::now();
     GenerateHooks hooks;
@@ -226,6 +245,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     }
     rows += job->n_rows();
     width = w;
+    memory += m;
     job->set_admitted();
     active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : LogitsFn()});
   }
@@ -340,13 +360,21 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
     }
   }
   std::vector<size_t> forward_jobs;  // the others: one batched forward
-  for (size_t i = 0; i < active.size(); ++i)
-    if (active[i].decoder.needs_forward() && !active[i].cached_fn) forward_jobs.push_back(i);
-  if (forward_jobs.size() == 1) {  // one job: its own batch, straight into its buffer (no padding, no copy)
+  size_t capacity = 0;  // the logits of every such job's widest step: what logits_ may hold at most
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (active[i].cached_fn) continue;
+    capacity += static_cast<size_t>(memory_of(*active[i].job, n_vocab_)) / sizeof(float);
+    if (active[i].decoder.needs_forward()) forward_jobs.push_back(i);
+  }
+  if (logits_.capacity() > capacity) std::vector<float>().swap(logits_);  // jobs left: give their part back
+  logits_.reserve(capacity);
+  if (forward_jobs.size() == 1) {  // one job: its own batch (no padding), read in place by its decoder
     Decoder& d = active[forward_jobs[0]].decoder;
     const ForwardBatch fb = d.forward_batch();
+    logits_.resize(static_cast<size_t>(fb.n_out) * static_cast<size_t>(n_vocab_));
     const Clock::time_point tf = Clock::now();
-    const Status st = logits_fn_(fb, d.logits_buffer().data());
+    const Status st = logits_fn_(fb, logits_.data());
+    if (st.ok()) d.set_logits(logits_.data());
     const double s = ms_between(tf, Clock::now()) / 1000.0;
     *forward_s += s;
     d.record_forward(s * 1000.0, fb.n_computed());
@@ -371,10 +399,7 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
       *forward_s += s;
       for (size_t k = 0; k < forward_jobs.size(); ++k) {
         Decoder& d = active[forward_jobs[k]].decoder;
-        if (st.ok()) {
-          const std::span<float> dst = d.logits_buffer();
-          std::memcpy(dst.data(), logits.data() + merged->out_begin[k] * n_vocab_, dst.size() * sizeof(float));
-        }
+        if (st.ok()) d.set_logits(logits.data() + merged->out_begin[k] * n_vocab_);  // read in place, no copy
         d.record_forward(s * 1000.0, parts[k].n_computed());
       }
     }

@@ -89,9 +89,15 @@ struct SchedulerOptions {
   int max_queue = 256;                // jobs waiting; more are refused (503)
   double max_queue_seconds = 120.0;   // a job waiting longer fails with queue_timeout (503)
   int max_snapshots = 4096;           // unread snapshots kept per job (a slow client skips older ones)
+  int64_t max_memory_bytes = 0;       // step buffers (logits) of the batch at most; 0 = no limit
 };
 
-enum class SubmitResult { kOk, kQueueFull, kTooLarge, kStopped };
+enum class SubmitResult { kOk, kQueueFull, kTooLarge, kOverMemory, kStopped };
+
+// The step buffers a job needs at most: the logits of its widest step (rows × masked window × vocabulary,
+// f32) and its canvas. A batch needs the sum over its jobs: the forward writes one logits buffer that the
+// decoders read in place, sized for the active jobs' widest steps.
+int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, int64_t n_vocab);
 
 class Scheduler {
  public:
@@ -105,7 +111,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a job. kTooLarge: its rows or canvas alone exceed the batch limits; kQueueFull: max_queue waiting.
+  // Queues a job. kTooLarge: its rows or canvas alone exceed the batch limits; kOverMemory: its step buffers
+  // alone exceed max_memory_bytes; kQueueFull: max_queue waiting. A job that fits waits until the batch
+  // has room for it (rows, positions and memory).
   SubmitResult submit(const std::shared_ptr<Job>& job);
   void stop();
 
@@ -136,7 +144,9 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
-  std::vector<float> logits_;  // [n_out, n_vocab] of the last batched forward; engine thread only; freed when idle
+  // [n_out, n_vocab] of the last forward (one job's or the batched one), read in place by the decoders;
+  // its capacity follows the active jobs' widest steps; engine thread only; freed when idle.
+  std::vector<float> logits_;
   std::thread thread_;
 };
 

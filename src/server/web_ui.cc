@@ -2,6 +2,8 @@
 // reads the server-sent events with fetch(), and redraws the canvas after every step.
 #include "server/web_ui.h"
 
+#include <string_view>
+
 namespace dc::server {
 namespace {
 
@@ -21,10 +23,15 @@ input[type=number] { width: 5em; }
 #canvas .new { background: #ffe58a; }
 #status { margin: .6em 0; color: #333; }
 #error { color: #b00; }
+#text { white-space: pre-wrap; overflow-wrap: anywhere; border: 1px solid #ddd; padding: .6em; }
+#keyrow { display: none; margin: .6em 0; }
+body[data-needs-key="1"] #keyrow { display: block; }
 </style>
 </head>
-<body>
+<body data-needs-key="@NEEDS_KEY@">
 <h1>diffucoder.cpp</h1>
+<div id="keyrow"><label>API key <input type="password" id="key" size="40" autocomplete="off"></label>
+(this server needs one; it is kept in this tab only)</div>
 <textarea id="prompt" placeholder="Write a Python function that checks whether a number is prime.">Write a Python function that checks whether a number is prime.</textarea>
 <fieldset><legend>Settings</legend>
 <label><input type="checkbox" id="chat" checked> chat</label>
@@ -64,11 +71,19 @@ async function generate() {
     stream: true, stream_canvas: true,
   };
   if (chat) body.messages = [{role: 'user', content: $('prompt').value}]; else body.prompt = $('prompt').value;
+  const headers = {'Content-Type': 'application/json'};
+  const key = $('key').value.trim();
+  if (key) { headers.Authorization = 'Bearer ' + key; sessionStorage.setItem('dc_key', key); }
   const t0 = performance.now();
   let steps = 0, text = '';
   const res = await fetch(chat ? '/v1/chat/completions' : '/v1/completions', {
-    method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
-  if (!res.ok) { const e = await res.json(); $('error').textContent = res.status + ': ' + e.error.message; return; }
+    method: 'POST', headers, body: JSON.stringify(body)});
+  if (!res.ok) {
+    const e = await res.json();
+    $('error').textContent = res.status + ': ' + e.error.message + (res.status === 401 ? ' Enter the API key above.' : '');
+    if (res.status === 401) { $('keyrow').style.display = 'block'; $('key').focus(); }
+    return;
+  }
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buf = '';
@@ -102,6 +117,7 @@ async function generate() {
     }
   }
 }
+$('key').value = sessionStorage.getItem('dc_key') || '';
 // One generation at a time: a second click would start a second stream into the same canvas.
 $('go').addEventListener('click', () => {
   if ($('go').disabled) return;
@@ -115,6 +131,13 @@ $('go').addEventListener('click', () => {
 
 }  // namespace
 
-std::string_view web_page() { return kPage; }
+std::string web_page(bool needs_key) {
+  static constexpr std::string_view kMark = "@NEEDS_KEY@";
+  const size_t at = kPage.find(kMark);
+  std::string page(kPage.substr(0, at));
+  page += needs_key ? '1' : '0';
+  page += kPage.substr(at + kMark.size());
+  return page;
+}
 
 }  // namespace dc::server

@@ -2,11 +2,12 @@
 // SSE events as the masks resolve, with timings.
 #pragma once
 
-#include <string_view>
+#include <string>
 
 namespace dc::server {
 
-// The whole page (HTML, CSS and JavaScript in one document, no external resources).
-std::string_view web_page();
+// The whole page (HTML, CSS and JavaScript in one document, no external resources). `needs_key`: the
+// server has API keys, so the page shows a key field and sends the key as `Authorization: Bearer`.
+std::string web_page(bool needs_key);
 
 }  // namespace dc::server

@@ -14,7 +14,7 @@
 
 #include "engine/engine.h"
 #include "fixtures.h"
-#include "server/http.h"
+#include "server/running_server.h"
 
 namespace dc::server {
 namespace {
@@ -25,30 +25,11 @@ using namespace std::chrono_literals;
 
 std::string tiny_model_dir() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
 
-// A server running on its own thread until stop() or destruction.
-class Running {
- public:
-  Running(Engine& engine, ServerOptions options) : server_(engine, std::move(options)) {
-    const Status st = server_.bind();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    thread_ = std::thread([this] { server_.run(); });
-    httplib::Client c("127.0.0.1", port());
-    for (int i = 0; i < 200; ++i) {
-      if (auto r = c.Get("/health"); r && r->status == 200) break;
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-  ~Running() { stop(); }
-  void stop() {
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  int port() const { return server_.port(); }
-
- private:
-  HttpServer server_;
-  std::thread thread_;
-};
+using test::connect_to;
+using test::read_all;
+using test::Running;
+using test::rss_bytes;
+using test::send_all;
 
 ServerOptions test_options() {
   ServerOptions o;
@@ -71,31 +52,6 @@ class HostileHttp : public ::testing::Test {
   static Engine* engine_;
 };
 Engine* HostileHttp::engine_ = nullptr;
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  timeval tv{20, 0};  // no test waits on a socket longer than this
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
-void send_all(int fd, const std::string& s) {
-  ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
-}
-
-// Everything the server sends until it closes the connection (or the 20 s receive timeout).
-std::string read_all(int fd) {
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  return out;
-}
 
 std::string post_request(const std::string& body, const std::string& extra_headers = "") {
   return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n" +
@@ -144,13 +100,6 @@ TEST_F(HostileHttp, StopEndsOpenStreamsCleanly) {
   EXPECT_NE(rest.find("data: [DONE]"), std::string::npos) << rest.substr(rest.size() > 2000 ? rest.size() - 2000 : 0);
 }
 
-int64_t rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
 // Item 13: after a large request the idle server hands its step buffers back.
 TEST_F(HostileHttp, IdleServerGivesMemoryBack) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -197,7 +146,11 @@ fs::path nan_model() {
 // Item 14: a model failure (NaN logits) is a 500 server error, not a 400.
 TEST_F(HostileHttp, ModelFailureIs500) {
   const fs::path dir = nan_model();
-  auto e = Engine::load({dir.string(), "", 2});
+  EngineOptions eo;
+  eo.model_dir = dir.string();
+  eo.n_threads = 2;
+  eo.weight_cache = "off";  // no background cache writer racing the directory's removal below
+  auto e = Engine::load(eo);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   Running s(**e, test_options());
   httplib::Client c("127.0.0.1", s.port());

@@ -12,7 +12,7 @@
 #include "engine/engine.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
-#include "server/http.h"
+#include "server/running_server.h"
 
 namespace dc::server {
 namespace {
@@ -22,30 +22,9 @@ using namespace std::chrono_literals;
 
 std::string tiny_model_dir() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
 
-// A server running on its own thread for the lifetime of the object.
-class Running {
- public:
-  Running(Engine& engine, ServerOptions options) : server_(engine, std::move(options)) {
-    const Status st = server_.bind();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    thread_ = std::thread([this] { server_.run(); });
-    httplib::Client c("127.0.0.1", port());
-    for (int i = 0; i < 200; ++i) {  // until it answers
-      if (auto r = c.Get("/health"); r && r->status == 200) break;
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-  ~Running() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return server_.port(); }
-  const Metrics& metrics() const { return server_.metrics(); }
-
- private:
-  HttpServer server_;
-  std::thread thread_;
-};
+using test::connect_to;
+using test::Running;
+using test::send_all;
 
 class HttpTest : public ::testing::Test {
  protected:
@@ -62,6 +41,7 @@ class HttpTest : public ::testing::Test {
     o.limits.max_prompt_tokens = 64;
     o.limits.max_n = 4;
     o.io_timeout_s = 1;
+    o.connections.request_timeout_s = 1;
     server_ = new Running(*engine_, o);
   }
   static void TearDownTestSuite() {
@@ -331,18 +311,6 @@ TEST_F(HttpTest, QueueFullIs503) {
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "server_overloaded");
 }
 
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  return fd;
-}
-
-void send_all(int fd, const std::string& s) { ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size())); }
-
 std::string request(const std::string& body) {
   return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -381,8 +349,8 @@ TEST_F(HttpTest, DisconnectsFreeTheRows) {
 }
 
 TEST_F(HttpTest, SlowClientDoesNotBlockOthers) {
-  // A client that sends half a request and stalls holds one connection until the 1 s I/O timeout; others
-  // are served meanwhile.
+  // A client that sends half a request and stalls holds one connection (no worker) until the 1 s request
+  // deadline; others are served meanwhile.
   const int fd = connect_to(server_->port());
   const std::string req = request(R"({"prompt": "x", "max_tokens": 2})");
   send_all(fd, req.substr(0, req.size() / 2));

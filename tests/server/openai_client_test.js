@@ -1,15 +1,29 @@
-// The official `openai` npm client, unchanged, against `diffucoder serve`: models, completions, chat,
-// streaming chat (same text as non-streaming) and an error surfacing as APIError with status and param.
+// The official `openai` npm client, unchanged, against `diffucoder serve --api-key-file`: models,
+// completions, chat, streaming chat (same text as non-streaming), an error surfacing as APIError with status
+// and param, and a wrong key as AuthenticationError (401).
 'use strict';
+const fs = require('fs');
+const os = require('os');
 const path = require('path');
 const { arg, startServer, check } = require('./serve_util');
 
 const OpenAI = require(path.resolve(arg('--npm'), 'openai'));
 
 (async () => {
-  const server = await startServer(arg('--binary'), arg('--model'), ['--model-name', 'tiny']);
+  const keyFile = path.join(os.tmpdir(), `dc_openai_keys_${process.pid}`);
+  fs.writeFileSync(keyFile, '# keys of this test\nsk-test-one\nsk-test-two\n', { mode: 0o600 });
+  const server = await startServer(arg('--binary'), arg('--model'), ['--model-name', 'tiny', '--api-key-file', keyFile]);
   try {
-    const client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const baseURL = `http://127.0.0.1:${server.port}/v1`;
+    let denied;
+    try {
+      await new OpenAI({ baseURL, apiKey: 'sk-wrong', maxRetries: 0 }).models.list();
+    } catch (e) {
+      denied = e;
+    }
+    check(denied instanceof OpenAI.AuthenticationError && denied.status === 401 && denied.code === 'invalid_api_key',
+          'a wrong key is AuthenticationError 401 invalid_api_key, got ' + denied);
+    const client = new OpenAI({ baseURL, apiKey: 'sk-test-two', maxRetries: 0 });
     const models = await client.models.list();
     check(models.data.some((m) => m.id === 'tiny'), 'models.list has tiny');
     const c = await client.completions.create({ model: 'tiny', prompt: 'def f(x):', max_tokens: 8 });
@@ -33,6 +47,7 @@ const OpenAI = require(path.resolve(arg('--npm'), 'openai'));
     console.log('openai client ok: ' + JSON.stringify(want));
   } finally {
     server.stop();
+    fs.unlinkSync(keyFile);
   }
 })().catch((e) => {
   console.error(e);

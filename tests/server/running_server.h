@@ -1,0 +1,101 @@
+// Shared by the server tests: a real HttpServer on a free loopback port, run on its own thread, and raw
+// socket helpers for what an HTTP client library would not send.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine_fixtures.h"
+#include "fixtures.h"
+#include "server/http.h"
+
+namespace dc::server::test {
+
+using namespace std::chrono_literals;
+
+// A server running on its own thread until stop() or destruction.
+class Running {
+ public:
+  Running(Engine& engine, ServerOptions options) : server_(engine, std::move(options)) {
+    const Status st = server_.bind();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    thread_ = std::thread([this] { server_.run(); });
+    httplib::Client c("127.0.0.1", port());
+    for (int i = 0; i < 200; ++i) {  // until it answers
+      if (auto r = c.Get("/health"); r && r->status == 200) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ~Running() { stop(); }
+  void stop() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return server_.port(); }
+  const Metrics& metrics() const { return server_.metrics(); }
+
+ private:
+  HttpServer server_;
+  std::thread thread_;
+};
+
+// A suite whose tests share one engine on the tiny checkpoint with the real 152k vocabulary and the Qwen2
+// tokenizer (`engine()`), loaded once per suite.
+class TinyVocabSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dc::testing::load_manifest();  // fails clearly when the fixtures are missing
+    auto e = dc::testing::load_engine(dc::testing::fixtures_dir() + "/tiny-vocab", 2);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    engine_ = std::move(*e).release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+  }
+  static Engine& engine() { return *engine_; }
+  inline static Engine* engine_ = nullptr;
+};
+
+// A connected loopback socket; no receive waits longer than `timeout_s`.
+inline int connect_to(int port, int timeout_s = 20) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+inline void send_all(int fd, const std::string& s) {
+  ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+}
+
+// Everything the server sends until it closes the connection (or the receive timeout).
+inline std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+inline int64_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+}  // namespace dc::server::test
