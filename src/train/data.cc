@@ -52,22 +52,8 @@ std::string_view cut_long_text(std::string_view text, int64_t fit) {
 }
 
 Status load_jsonl(const std::string& path, const Tokenizer& tok, const DataOptions& o, Dataset& ds) {
-  DC_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, kMaxTrainDataBytes));
-  std::istringstream in(text);
   const int64_t fit = fit_bytes(tok, o);
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    Json j;
-    try {
-      j = Json::parse(line);
-    } catch (const std::exception& e) {
-      return parse_error(where + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!j.is_object()) return invalid_argument(where + ": each line must be a JSON object");
+  return for_each_json_object(path, kMaxTrainDataBytes, [&](Json& j, int64_t, const std::string& where) -> Status {
     std::string prompt, completion;
     if (j.contains("messages")) {
       DC_ASSIGN_OR_RETURN(std::vector<ChatMessage> history, parse_chat_messages(j["messages"], where));
@@ -88,15 +74,15 @@ Status load_jsonl(const std::string& path, const Tokenizer& tok, const DataOptio
     }
     if (static_cast<int64_t>(prompt.size()) > fit) {  // cannot fit the canvas: skipped, as add_canvas would
       ++ds.n_skipped;
-      continue;
+      return Status();
     }
     auto p = tok.encode(prompt);
     if (!p.ok()) return invalid_argument(where + ": " + p.status().message());
     auto c = tok.encode(cut_long_text(completion, fit));
     if (!c.ok()) return invalid_argument(where + ": " + c.status().message());
     add_canvas(*p, *c, o, ds);
-  }
-  return Status();
+    return Status();
+  });
 }
 
 Status load_text(const std::string& path, const Tokenizer& tok, const DataOptions& o, Dataset& ds) {
@@ -114,6 +100,28 @@ Status load_text(const std::string& path, const Tokenizer& tok, const DataOption
 }
 
 }  // namespace
+
+Status for_each_json_object(const std::string& path, int64_t max_bytes,
+                            const std::function<Status(Json&, int64_t, const std::string&)>& fn) {
+  DC_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, max_bytes));
+  std::istringstream in(text);
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    Json j;
+    try {
+      j = Json::parse(line);
+    } catch (const std::exception& e) {
+      return parse_error(where + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object()) return invalid_argument(where + ": each line must be a JSON object");
+    DC_RETURN_IF_ERROR(fn(j, line_no, where));
+  }
+  return Status();
+}
 
 Result<std::string> string_field(const Json& j, const char* key, const std::string& where) {
   auto it = j.find(key);

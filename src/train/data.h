@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -37,6 +38,12 @@ struct Dataset {
 // is plain text: tokenised whole and packed into canvases of seq_len tokens, every token scored (the
 // last partial canvas is dropped). Errors name the file and line (bad JSON, missing field, no example).
 Result<Dataset> load_dataset(const std::string& path, const Tokenizer& tokenizer, const DataOptions& options);
+
+// Reads the JSON-lines file `path` (at most max_bytes, read whole) and calls fn(object, line number (1-based),
+// "<path>:<line>") for each non-blank line in order, stopping at its first error. parse_error / invalid_argument
+// naming the file and line for a line that is not JSON or not an object.
+Status for_each_json_object(const std::string& path, int64_t max_bytes,
+                            const std::function<Status(nlohmann::json&, int64_t, const std::string&)>& fn);
 
 // The string field `key` of the JSON object `j`; invalid_argument "<where>: needs a string \"key\"".
 Result<std::string> string_field(const nlohmann::json& j, const char* key, const std::string& where);

@@ -1,9 +1,8 @@
 // load_grpo_dataset: JSONL prompt / messages / AceCode lines → chat prompts, left-truncated token ids, tests.
 #include "train/grpo_data.h"
 
-#include <sstream>
+#include <algorithm>
 
-#include "io/mapped_file.h"
 #include "tokenizer/chat.h"
 #include "train/data.h"
 
@@ -79,24 +78,13 @@ Result<GrpoDataset> load_grpo_dataset(const std::string& path, const Tokenizer& 
   if (o.max_prompt_length < 1 || o.max_prompt_length > kMaxGrpoPromptLength)
     return invalid_argument("max_prompt_length: must be in [1, " + std::to_string(kMaxGrpoPromptLength) + "], got " +
                             std::to_string(o.max_prompt_length));
-  DC_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, kMaxGrpoDataBytes));
   GrpoDataset ds;
   ds.path = path;
-  std::istringstream in(text);
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
+  DC_RETURN_IF_ERROR(for_each_json_object(path, kMaxGrpoDataBytes, [&](Json& j, int64_t line_no,
+                                                                      const std::string& where) -> Status {
     GrpoExample ex;
     ex.line = line_no;
-    try {
-      ex.fields = Json::parse(line);
-    } catch (const std::exception& e) {
-      return parse_error(where + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!ex.fields.is_object()) return invalid_argument(where + ": each line must be a JSON object");
+    ex.fields = std::move(j);
     DC_RETURN_IF_ERROR(parse_line(ex.fields, o, where, ex));
     auto ids = tokenizer.encode(ex.prompt_text);
     if (!ids.ok()) return invalid_argument(where + ": " + ids.status().message());
@@ -106,7 +94,8 @@ Result<GrpoDataset> load_grpo_dataset(const std::string& path, const Tokenizer& 
     ex.prompt_ids.assign(ids->begin() + ex.n_truncated, ids->end());
     if (ex.n_truncated > 0) ++ds.n_truncated;
     ds.examples.push_back(std::move(ex));
-  }
+    return Status();
+  }));
   if (ds.examples.empty()) return invalid_argument(path + ": holds no example (one JSON object per line)");
   return ds;
 }
