@@ -1,7 +1,7 @@
 // The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize and decode, format
-// chat prompts, run the model's forward, and diffusion-generate with per-step, logits and tokens hooks and
-// cancellation. Only this header and core/status.h (the error type: dc::Status / dc::Result, standard
-// library only) are public; everything under src/ may change. The CLI's `generate` and the Python package
+// chat prompts, run the model's forward, diffusion-generate with per-step, logits and tokens hooks and
+// cancellation, and fine-tune (Trainer: one SFT optimizer step at a time). Only this header and
+// core/status.h (the error type: dc::Status / dc::Result, standard library only) are public; everything under src/ may change. The CLI's `generate` and the Python package
 // (python/) are built on it.
 //
 //   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // dc::Result<...>
@@ -214,6 +214,55 @@ class Model {
  private:
   struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Masked-diffusion fine-tuning (SFT) of a checkpoint, the `diffucoder train` command as a library: f32
+// master weights, bf16 mixed precision by default, AdamW with a learning-rate schedule, checkpoints in the
+// Hugging Face layout and bit-exact resume (README "diffucoder train" has the data format and the math).
+struct TrainConfig {
+  std::string model_dir;            // the checkpoint to start from (its tokenizer.json encodes the data)
+  std::string data_path;            // JSONL ({"prompt", "completion"} or {"messages"}) or plain text
+  bool instruct_template = false;   // {"prompt"} lines in DiffuCoder's Instruct format (`train --instruct-template`)
+  std::string out_dir;              // checkpoints, metrics.jsonl, loss.svg; "" = write nothing
+  int64_t seq_len = 256, batch_size = 4, grad_accum = 1, steps = 100;
+  double lr = 1e-5, min_lr_ratio = 0.0, weight_decay = 0.0, max_grad_norm = 1.0;
+  int64_t warmup_steps = 0;
+  std::string lr_schedule = "cosine";  // "constant" | "linear" | "cosine"
+  std::string precision = "bf16";      // "bf16" (mixed: f32 master weights, bf16 GEMMs) | "f32"
+  bool grad_checkpointing = false;
+  bool resume = false, force = false;  // continue out_dir's newest checkpoint / start over in a used out_dir
+  uint64_t seed = 42;
+  int threads = 0;                     // <= 0: all hardware threads
+};
+
+struct TrainStepStats {
+  int64_t step = 0;                    // 1-based optimizer step just done
+  double loss = 0, lr = 0, grad_norm = 0;
+  int64_t tokens = 0;                  // positions through the model in this step
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Loads the model (widened to f32), its tokenizer and the data; with resume, continues from out_dir's
+  // newest checkpoint, refusing different options. Errors name the file or the field.
+  static Result<std::unique_ptr<Trainer>> create(const TrainConfig& config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step (grad_accum micro-batches): noising, forward, loss, backward, clipping, AdamW;
+  // appends a line to out_dir/metrics.jsonl. kResourceExhausted when memory runs out (do not step again).
+  Result<TrainStepStats> step();
+  // Writes out_dir/checkpoint-<step> (atomically) and out_dir/loss.svg; invalid_argument without out_dir.
+  Status save();
+  int64_t steps_done() const;
+  std::string precision() const;       // what the steps run in: "bf16" or "f32"
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

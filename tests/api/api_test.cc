@@ -4,13 +4,19 @@
 
 #include <diffucoder/diffucoder.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "fixtures.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -213,6 +219,68 @@ TEST(Api, TokenizerAloneEqualsTheModelsAndChatTemplate) {
   EXPECT_EQ(*chat, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
                    "<|im_start|>assistant\n");
   EXPECT_FALSE(Model::apply_chat_template({{"robot", "hi"}}, true).ok());
+}
+
+// The facade's Trainer is train::Trainer behind the public types: the same losses bit for bit, steps
+// counted, a checkpoint written; bad settings are refused naming the field.
+TEST(ApiTrainer, StepsAsTheLibraryTrainerAndRefusesBadSettings) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dc-api-train-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream data(dir / "sft.jsonl");
+    for (int i = 0; i < 6; ++i)
+      data << R"({"prompt": "def f)" << i << R"((x):", "completion": "\n    return x + )" << i << "\"}\n";
+  }
+  diffucoder::TrainConfig c;
+  c.model_dir = fixtures_dir() + "/tiny-vocab";
+  c.data_path = (dir / "sft.jsonl").string();
+  c.instruct_template = true;
+  c.seq_len = 48, c.batch_size = 2, c.steps = 3, c.lr = 1e-3, c.threads = 2, c.precision = "f32";
+  c.out_dir = (dir / "facade").string();
+  auto facade = diffucoder::Trainer::create(c);
+  ASSERT_TRUE(facade.ok()) << facade.status().to_string();
+  EXPECT_EQ((*facade)->precision(), "f32");
+
+  dc::train::TrainOptions o;
+  o.model_dir = c.model_dir, o.data_path = c.data_path, o.instruct_template = true;
+  o.seq_len = 48, o.batch_size = 2, o.steps = 3, o.lr.lr = 1e-3, o.lr.total_steps = 3;
+  o.precision = dc::MatmulPrecision::kF32;
+  dc::ThreadPool pool(2);
+  dc::Context ctx;
+  ctx.pool = &pool;
+  auto library = dc::train::Trainer::create(o, ctx);
+  ASSERT_TRUE(library.ok()) << library.status().to_string();
+  for (int64_t step = 1; step <= 3; ++step) {
+    auto a = (*facade)->step();
+    auto b = (*library)->step();
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().to_string() << b.status().to_string();
+    EXPECT_EQ(a->step, step);
+    EXPECT_TRUE(std::isfinite(a->loss));
+    EXPECT_EQ(a->loss, b->loss) << "step " << step;
+    EXPECT_EQ(a->grad_norm, b->grad_norm) << "step " << step;
+  }
+  EXPECT_EQ((*facade)->steps_done(), 3);
+  ASSERT_TRUE((*facade)->save().ok());
+  EXPECT_TRUE(fs::exists(dir / "facade" / "checkpoint-000003" / "model.safetensors"));
+
+  auto refused = [&](diffucoder::TrainConfig bad, const std::string& field) {
+    auto t = diffucoder::Trainer::create(bad);
+    ASSERT_FALSE(t.ok()) << field;
+    EXPECT_NE(t.status().message().find(field), std::string::npos) << t.status().message();
+  };
+  diffucoder::TrainConfig bad = c;
+  bad.out_dir = "";
+  bad.precision = "f16";
+  refused(bad, "precision");
+  bad = c, bad.out_dir = "", bad.lr_schedule = "exponential";
+  refused(bad, "exponential");
+  bad = c, bad.out_dir = "", bad.data_path = (dir / "missing.jsonl").string();
+  refused(bad, "missing.jsonl");
+  bad = c, bad.out_dir = "", bad.steps = 0;
+  refused(bad, "steps");
+  fs::remove_all(dir);
 }
 
 }  // namespace
