@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "fixtures.h"
+#include "loopback.h"
 #include "process.h"
 
 namespace dc {
@@ -28,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::RunResult;
+using testing::connect_to;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAsan = true;  // ASan reserves terabytes of address space: cap time only
@@ -356,17 +358,6 @@ class ServeProcess {
   fs::path err_;
 };
 
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  timeval tv{20, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
 
 std::string read_all(int fd) {
   std::string out;

@@ -15,11 +15,13 @@
 #include "engine/engine.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
+#include "loopback.h"
 #include "server/http.h"
 
 namespace dc::server::test {
 
 using namespace std::chrono_literals;
+using dc::testing::connect_to;
 
 // A server running on its own thread until stop() or destruction.
 class Running {
@@ -65,18 +67,6 @@ class TinyVocabSuite : public ::testing::Test {
   inline static Engine* engine_ = nullptr;
 };
 
-// A connected loopback socket; no receive waits longer than `timeout_s`.
-inline int connect_to(int port, int timeout_s = 20) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  timeval tv{timeout_s, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
 
 inline void send_all(int fd, const std::string& s) {
   ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
