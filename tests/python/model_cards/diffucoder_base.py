@@ -14,7 +14,7 @@ def has_close_elements(numbers: List[float], threshold: float) -> bool:
     Check if in given list of numbers, are any two numbers closer to each other than given threshold.
     >>> has_close_elements([1.0, 2.0, 3.0], 0.5)
     False
-    >>> has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0, 0.3], 0.3)
+    >>> has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)
     True
     \"\"\"
 """
@@ -38,7 +38,7 @@ output = model.diffusion_generate(
     alg_temp=0.,
 )
 generations = [
-    tokenizer.decode(g[len(p):].tolist())
+    tokenizer.decode(g[len(p) :].tolist())
     for p, g in zip(input_ids, output.sequences)
 ]
 

@@ -34,7 +34,7 @@ output = model.diffusion_generate(
     alg_temp=0.,
 )
 generations = [
-    tokenizer.decode(g[len(p):].tolist())
+    tokenizer.decode(g[len(p) :].tolist())
     for p, g in zip(input_ids, output.sequences)
 ]
 
