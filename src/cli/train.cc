@@ -1,13 +1,19 @@
 // `diffucoder train --model DIR --data FILE --out DIR [...]`: masked-diffusion fine-tuning on CPU
 // (src/train/); a progress line per step on stderr, metrics.jsonl, loss.svg and checkpoints in --out.
+// Under `mpirun -np N` (MPI built in, src/dist/): data parallel with ZeRO-sharded optimizer state; rank 0
+// shows the progress and prints the result, every rank's peak memory gathered.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "dist/comm.h"
 #include "train/trainer.h"
 
 namespace dc::cli {
@@ -19,9 +25,22 @@ struct TrainArgs {
   int threads = 0;
   bool quiet = false;
   int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
+  int exit_rank = -1;      // tests: only this rank exits (-1: every rank)
+  double dist_timeout = 600;
 };
 
+int run_on_ranks(TrainArgs& a, dist::Comm& comm);
+
 int run_train(TrainArgs& a) {
+  auto comm = dist::world_comm(a.dist_timeout);
+  if (!comm.ok()) return report(comm.status());
+  const int code = run_on_ranks(a, **comm);
+  // A rank that fails stops them all (the others would wait for it in the next collective).
+  if (code != 0 && (*comm)->size() > 1) (*comm)->abort(code, "train failed (see the message above); stopping every rank");
+  return code;
+}
+
+int run_on_ranks(TrainArgs& a, dist::Comm& comm) {
   if (a.opt.batch_size * a.opt.seq_len > (int64_t{1} << 24))
     return usage_error(invalid_argument("--batch-size × --seq-len must be at most 16777216 tokens per micro-batch"));
   auto schedule = train::parse_lr_schedule(a.schedule);
@@ -35,16 +54,20 @@ int run_train(TrainArgs& a) {
   ThreadPool pool(a.threads);
   Context ctx;
   ctx.pool = &pool;
+  if (comm.size() > 1) a.opt.comm = &comm;
+  if (comm.rank() != 0) a.quiet = true;  // progress from rank 0 only
   auto trainer = train::Trainer::create(a.opt, ctx);
   if (!trainer.ok()) return report(trainer.status());
   train::Trainer& t = **trainer;
   if (!t.resume_note().empty() && !a.quiet) std::fprintf(stderr, "%s\n", t.resume_note().c_str());
   if (!a.quiet)
     std::fprintf(stderr,
-                 "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld; %s\n",
+                 "train: %zu sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld; %s; "
+                 "%d rank%s (%s)\n",
                  t.dataset().sequences.size(), (long long)a.opt.seq_len, (long long)t.dataset().n_skipped,
                  (long long)t.dataset().n_truncated, (long long)a.opt.steps, (long long)t.steps_done(),
-                 t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32");
+                 t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32", comm.size(),
+                 comm.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", comm.backend());
   double seconds = 0;
   int64_t tokens = 0, done_here = 0;
   while (t.steps_done() < a.opt.steps) {
@@ -57,13 +80,34 @@ int run_train(TrainArgs& a) {
                    (long long)s->step, (long long)a.opt.steps, s->loss, s->lr, s->grad_norm,
                    s->seconds > 0 ? s->tokens / s->seconds : 0.0, eta);
     }
-    if (a.exit_after > 0 && s->step == a.exit_after) std::_Exit(137);
+    if (a.exit_after > 0 && s->step == a.exit_after && (a.exit_rank < 0 || a.exit_rank == comm.rank()))
+      std::_Exit(137);
   }
   const Status saved = t.save();
   if (!saved.ok()) return report(saved);
-  std::printf("{\"steps\": %lld, \"final_loss\": %.6f, \"tokens_per_s\": %.1f, \"out\": \"%s\"}\n",
+  // Every rank's peak memory, optimizer-state bytes and bytes sent per step, gathered on every rank.
+  const int64_t steps_here = std::max<int64_t>(1, done_here);
+  const double mine[3] = {static_cast<double>(peak_rss_bytes()), static_cast<double>(t.optimizer().optimizer_state_bytes()),
+                          static_cast<double>(comm.bytes_sent()) / static_cast<double>(steps_here)};
+  std::vector<double> all(3 * comm.size());
+  const Status gathered = comm.all_gather_doubles(mine, 3, all.data());
+  if (!gathered.ok()) return report(gathered);
+  if (comm.rank() != 0) return 0;
+  std::string rss, state, sent;
+  for (int r = 0; r < comm.size(); ++r) {
+    const char* sep = r == 0 ? "" : ", ";
+    rss += sep + std::to_string(static_cast<int64_t>(all[3 * r]));
+    state += sep + std::to_string(static_cast<int64_t>(all[3 * r + 1]));
+    sent += sep + std::to_string(static_cast<int64_t>(all[3 * r + 2]));
+    if (!a.quiet)
+      std::fprintf(stderr, "rank %d: peak memory %.1f MiB, optimizer state %.1f MiB, %.2f MiB sent per step\n", r,
+                   all[3 * r] / 1048576.0, all[3 * r + 1] / 1048576.0, all[3 * r + 2] / 1048576.0);
+  }
+  std::printf("{\"steps\": %lld, \"final_loss\": %.9g, \"tokens_per_s\": %.1f, \"out\": \"%s\", \"ranks\": %d, "
+              "\"peak_rss_bytes\": [%s], \"optimizer_state_bytes\": [%s], \"bytes_sent_per_step\": [%s]}\n",
               (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().loss,
-              seconds > 0 ? tokens / seconds : 0.0, a.opt.out_dir.c_str());
+              seconds > 0 ? tokens / seconds : 0.0, a.opt.out_dir.c_str(), comm.size(), rss.c_str(), state.c_str(),
+              sent.c_str());
   return 0;
 }
 
@@ -121,6 +165,10 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")
       ->group("");
+  cmd->add_option("--exit-rank", a->exit_rank, "Testing: only this rank exits at --exit-after-step")->group("");
+  cmd->add_option("--dist-timeout", a->dist_timeout,
+                  "Under mpirun: seconds a rank waits for the others in one collective before ending the job (0: no limit)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   return [a] { return run_train(*a); };
 }
 

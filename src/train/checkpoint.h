@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "dist/comm.h"
 #include "model/params.h"
 
 namespace dc::train {
@@ -33,6 +34,17 @@ Status save_train_checkpoint(const std::string& dir, const std::string& source_m
                              const ModelParams& m, const ModelParams& v, const TrainState& state,
                              const ExtraCheckpointFiles& extra = nullptr);
 
+// Data parallel with ZeRO (moments sharded over comm's ranks): the same directory, written once, with
+// trainer_state.json's "optimizer_shards": N and each rank's moments m [shard], v [shard] of the flat
+// buffer (dist::shard_range) in optimizer_shard_name(rank, N) instead of optimizer.safetensors. Every rank
+// calls it; rank 0 writes the rest; atomic as one directory: it appears only when every rank's part is
+// written. Every rank returns the same outcome.
+Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, const std::string& source_model_dir,
+                                     const ModelParams& params, const float* m, const float* v,
+                                     const TrainState& state, const ExtraCheckpointFiles& extra = nullptr);
+// "optimizer-rank00001-of-00004.safetensors".
+std::string optimizer_shard_name(int rank, int size);
+
 // The newest complete checkpoint directory under out_dir ("" when there is none).
 std::string find_latest_checkpoint(const std::string& out_dir);
 
@@ -43,6 +55,12 @@ Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume
 // Reads optimizer.safetensors and trainer_state.json of a checkpoint into m, v (shaped like the model)
 // and state. Errors name the file and the tensor.
 Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state);
+// Its two parts: trainer_state.json (and the number of optimizer shards it was saved with), and the
+// moments of the flat values `range` of a model shaped like `layout` into m, v [range.size()] each,
+// from optimizer.safetensors or from the saved shards (re-sharded: any N reads any N's checkpoint).
+Status load_train_state(const std::string& dir, TrainState& state, int* optimizer_shards);
+Status load_moments(const std::string& dir, int optimizer_shards, const ModelParams& layout, dist::Range range,
+                    float* m, float* v);
 
 // `params` as an f32 safetensors file with Hugging Face names (e.g. GRPO's ref_model.safetensors, from
 // an ExtraCheckpointFiles writer), and read back into params of the same model (errors name the file

@@ -41,6 +41,16 @@ void adamw_chunks(ModelParams& params, const ModelParams& grads, ModelParams& m,
   }, 1);
 }
 
+// Σ x² of one chunk: 8 double lanes (vectorisable), combined in a fixed order.
+double chunk_sum_of_squares(const float* x, int64_t n) {
+  double lane[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(x[j + l]) * x[j + l];
+  for (; j < n; ++j) lane[0] += static_cast<double>(x[j]) * x[j];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 }  // namespace
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr, double beta1,
@@ -72,26 +82,54 @@ void adamw_step_mixed(const Context& ctx, ModelParams& params, const ModelParams
 }
 
 double global_grad_norm(const ModelParams& grads, ThreadPool* pool) {
-  // Per chunk: 8 double lanes (vectorisable); then the chunks in order, so the result does not depend
-  // on the thread count.
   const auto items = chunks(grads);
   std::vector<double> partial(items.size());
   parallel_for(pool, static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
       const auto [i, begin] = items[it];
-      const float* x = grads.tensors()[i].data + begin;
-      const int64_t n = std::min(kChunk, grads.tensors()[i].size - begin);
-      double lane[8] = {};
-      int64_t j = 0;
-      for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(x[j + l]) * x[j + l];
-      for (; j < n; ++j) lane[0] += static_cast<double>(x[j]) * x[j];
-      partial[it] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+      partial[it] = chunk_sum_of_squares(grads.tensors()[i].data + begin, std::min(kChunk, grads.tensors()[i].size - begin));
     }
   }, 1);
   double s = 0;
   for (double v : partial) s += v;
   return std::sqrt(s);
+}
+
+double sum_of_squares(const float* x, int64_t n, ThreadPool* pool) {
+  const int64_t n_chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(n_chunks));
+  parallel_for(pool, n_chunks, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) partial[c] = chunk_sum_of_squares(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+  }, 1);
+  double s = 0;
+  for (double v : partial) s += v;
+  return s;
+}
+
+void adamw_shard(ModelParams& params, dist::Range shard, const float* g, float* m, float* v, int64_t t, double lr,
+                 const AdamWOptions& o, float grad_scale, ThreadPool* pool) {
+  struct Item {
+    size_t tensor;
+    int64_t begin, end;  // flat indices into params.data()
+  };
+  std::vector<Item> items;
+  const auto& ps = params.tensors();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const int64_t lo = std::max(shard.begin, ps[i].offset), hi = std::min(shard.end, ps[i].offset + ps[i].size);
+    for (int64_t b = lo; b < hi; b += kChunk) items.push_back({i, b, std::min(hi, b + kChunk)});
+  }
+  float* p = params.data();
+  parallel_for(pool, static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const Item& item = items[it];
+      const double wd = ps[item.tensor].is_matrix || o.decay_vectors ? o.weight_decay : 0.0;
+      const AdamWStep s = adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, wd, grad_scale);
+      for (int64_t j = item.begin; j < item.end; ++j) {
+        const int64_t k = j - shard.begin;
+        adamw_value(s, p[j], g[k], m[k], v[k]);
+      }
+    }
+  }, 1);
 }
 
 double clip_grad_norm(ModelParams& grads, double max_norm, ThreadPool* pool) {

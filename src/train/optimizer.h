@@ -8,6 +8,7 @@
 #include "core/context.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "dist/comm.h"
 #include "model/mixed_weights.h"
 #include "model/params.h"
 
@@ -41,6 +42,15 @@ void adamw_step_mixed(const Context& ctx, ModelParams& params, const ModelParams
 // √(Σ g²) over every gradient: double sums per chunk of 64 Ki values, threaded, combined in a fixed
 // order (the result does not depend on the thread count).
 double global_grad_norm(const ModelParams& grads, ThreadPool* pool = nullptr);
+// Σ x² over x [n] in double, chunk by chunk as global_grad_norm (threaded; the same result for any thread
+// count): a rank's part of the global norm when the gradients are sharded.
+double sum_of_squares(const float* x, int64_t n, ThreadPool* pool = nullptr);
+// ZeRO's optimizer step over one shard (dist::Range, flat indices into params.data()) of the master
+// weights: adamw_value with the gradients g, moments m and v of the shard ([shard.size()] each, index 0
+// at shard.begin) and grad_scale (the clip coefficient), each value's weight decay that of its tensor.
+// The same values bit for bit as adamw_step (and adamw_step_mixed) over the whole model.
+void adamw_shard(ModelParams& params, dist::Range shard, const float* g, float* m, float* v, int64_t t, double lr,
+                 const AdamWOptions& opt, float grad_scale, ThreadPool* pool);
 // torch.nn.utils.clip_grad_norm_: if max_norm > 0, scales every gradient by min(1, max_norm / (norm + 1e-6)).
 // Returns the norm before clipping.
 double clip_grad_norm(ModelParams& grads, double max_norm, ThreadPool* pool = nullptr);

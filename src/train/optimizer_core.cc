@@ -1,6 +1,7 @@
 // OptimizerCore: start / resume, the optimizer step, checkpoints and metrics.jsonl.
 #include "train/optimizer_core.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,29 +12,60 @@
 namespace dc::train {
 namespace fs = std::filesystem;
 
-OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options) {
+OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options,
+                                   dist::Comm* comm) {
   OptimizerCore c;
   c.config_ = config;
   c.options_ = options;
   c.params_ = std::move(params);
   c.grads_ = ModelParams::zeros(config);
-  c.m_ = ModelParams::zeros(config);
-  c.v_ = ModelParams::zeros(config);
+  c.comm_ = comm;
+  if (c.sharded()) {
+    c.shard_ = dist::shard_range(c.params_.n_values(), comm->rank(), comm->size());
+    c.m_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
+    c.v_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
+    c.g_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
+  } else {
+    c.shard_ = {0, c.params_.n_values()};
+    c.m_ = ModelParams::zeros(config);
+    c.v_ = ModelParams::zeros(config);
+  }
   return c;
 }
 
-Result<OptimizerCore> OptimizerCore::resume(const std::string& dir, const OptimizerOptions& options) {
+Result<OptimizerCore> OptimizerCore::resume(const std::string& dir, const OptimizerOptions& options, dist::Comm* comm) {
   DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
   DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
-  OptimizerCore c = start(ckpt.config(), std::move(params), options);
-  DC_RETURN_IF_ERROR(load_train_state(dir, c.m_, c.v_, c.state_));
+  OptimizerCore c = start(ckpt.config(), std::move(params), options, comm);
+  int saved_shards = 1;
+  DC_RETURN_IF_ERROR(load_train_state(dir, c.state_, &saved_shards));
+  float* m = c.sharded() ? c.m_shard_.data() : c.m_.data();
+  float* v = c.sharded() ? c.v_shard_.data() : c.v_.data();
+  DC_RETURN_IF_ERROR(load_moments(dir, saved_shards, c.params_, c.shard_, m, v));
   return c;
 }  // the mapped stored weights are released: training uses the f32 copies
+
+int64_t OptimizerCore::optimizer_state_bytes() const {
+  return 2 * shard_.size() * static_cast<int64_t>(sizeof(float));
+}
 
 OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed) {
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
-  if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
+  if (sharded()) {  // ZeRO: reduce-scatter, the norm of all shards, AdamW on this shard, all-gather
+    const int64_t n = params_.n_values();
+    Status st = comm_->reduce_scatter_sum(grads_.data(), n, g_shard_.data());
+    Result<std::vector<double>> sum = std::vector<double>{};
+    if (st.ok()) sum = comm_->sum_doubles({sum_of_squares(g_shard_.data(), shard_.size(), ctx.pool)});
+    if (st.ok()) st = sum.status();
+    if (st.ok()) {
+      s.grad_norm = std::sqrt((*sum)[0]);
+      adamw_shard(params_, shard_, g_shard_.data(), m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
+                  options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
+      st = comm_->all_gather(params_.data(), n);
+    }
+    if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
+  } else if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
     s.grad_norm = global_grad_norm(grads_, ctx.pool);
     adamw_step_mixed(ctx, params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam,
                      clip_coefficient(s.grad_norm, options_.max_grad_norm), *mixed);
@@ -48,11 +80,17 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
 Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::string& source_model_dir,
                                         const ExtraCheckpointFiles& extra) const {
   const std::string dir = (fs::path(out_dir) / checkpoint_name(state_.step)).string();
+  if (sharded()) {
+    DC_RETURN_IF_ERROR(save_sharded_train_checkpoint(*comm_, dir, source_model_dir, params_, m_shard_.data(),
+                                                     v_shard_.data(), state_, extra));
+    return dir;
+  }
   DC_RETURN_IF_ERROR(save_train_checkpoint(dir, source_model_dir, params_, m_, v_, state_, extra));
   return dir;
 }
 
 Result<std::vector<std::string>> OptimizerCore::open_metrics(const std::string& out_dir) {
+  if (comm_ != nullptr && comm_->rank() != 0) return std::vector<std::string>{};
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error("cannot create " + out_dir + ": " + ec.message());

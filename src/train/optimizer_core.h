@@ -2,6 +2,10 @@
 // weights, their gradients and both Adam moments (four ModelParams, one contiguous buffer each), global-norm
 // clipping, AdamW with a learning-rate schedule, the step count, checkpoints (weights + moments + state,
 // atomic, plus the driver's own files) with bit-exact resume, and out_dir/metrics.jsonl.
+// Data parallel (a dist::Comm of N > 1 ranks): ZeRO stages 1 and 2 — each rank keeps the Adam moments and
+// the reduced gradients of its shard of the flat buffer only (dist::shard_range), the local gradients are
+// reduce-scattered in rank order, the clip uses the all-reduced norm, AdamW updates the shard and the
+// weights are all-gathered; checkpoints hold one moment file per rank.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include "core/status.h"
 #include "core/context.h"
 #include "core/thread_pool.h"
+#include "dist/comm.h"
 #include "model/mixed_weights.h"
 #include "model/params.h"
 #include "train/checkpoint.h"
@@ -33,11 +38,16 @@ class OptimizerCore {
  public:
   // Step 0 over the master weights `params` (shaped by `config`): zero gradients and moments. Throws
   // std::bad_alloc when memory runs out.
-  static OptimizerCore start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options);
+  // With `comm` of more than one rank (kept by pointer; it must outlive the core) the state is sharded
+  // over its ranks (every rank passes the same params).
+  static OptimizerCore start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options,
+                             dist::Comm* comm = nullptr);
   // The state a save() wrote into checkpoint directory `dir` (its f32 weights, moments and
   // trainer_state.json), continued with `options`. The caller compares state().options (the saved run's)
   // with its own and reads its extra files from `dir`. Errors name the file and the tensor.
-  static Result<OptimizerCore> resume(const std::string& dir, const OptimizerOptions& options);
+  // Any number of ranks resumes from a checkpoint saved by any other (the moments are re-sharded).
+  static Result<OptimizerCore> resume(const std::string& dir, const OptimizerOptions& options,
+                                      dist::Comm* comm = nullptr);
 
   OptimizerCore() = default;  // empty; assign start() or resume()
   OptimizerCore(OptimizerCore&&) = default;
@@ -50,8 +60,15 @@ class OptimizerCore {
   const ModelParams& params() const { return params_; }
   // The gradients: losses ADD into grads().spans() (Model::backward) until zero_grads().
   ModelParams& grads() { return grads_; }
+  // The moments (unsharded runs only: empty when sharded).
   const ModelParams& m() const { return m_; }
   const ModelParams& v() const { return v_; }
+  // Sharded over ranks: this rank's range of the flat buffer; else the whole of it.
+  bool sharded() const { return comm_ != nullptr && comm_->size() > 1; }
+  dist::Range shard() const { return shard_; }
+  // Bytes of the Adam moments this rank holds (of its shard when sharded; sharded, it also holds the
+  // reduced gradients of its shard, half as much again).
+  int64_t optimizer_state_bytes() const;
   // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.
   TrainState& state() { return state_; }
   const TrainState& state() const { return state_; }
@@ -63,7 +80,8 @@ class OptimizerCore {
   // not depend on the thread count. Without `mixed` the gradients stay clipped in place. With `mixed`
   // (mixed precision, refreshed from params() this step) the clip is a factor inside the fused AdamW that
   // also writes the next step's bf16 W / Wᵀ copies (adamw_step_mixed), and the gradients are left as they
-  // were.
+  // were. Sharded: the ZeRO step above (`mixed` is then re-laid by its next refresh); a failed collective
+  // ends the job on every rank with its message (Comm::abort).
   OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr);
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
@@ -71,7 +89,8 @@ class OptimizerCore {
   Result<std::string> save(const std::string& out_dir, const std::string& source_model_dir,
                            const ExtraCheckpointFiles& extra = nullptr) const;
 
-  // Starts out_dir/metrics.jsonl (creating out_dir): keeps the lines of the steps already done (a resumed
+  // Sharded: every rank calls it (rank 0 writes the shared files).
+  // Starts out_dir/metrics.jsonl (creating out_dir; on rank 0 only, other ranks write no metrics): keeps the lines of the steps already done (a resumed
   // run continues the same curve; lines cut by a kill are dropped) and returns them. Later append_metrics
   // calls add to it; without open_metrics they write nothing.
   Result<std::vector<std::string>> open_metrics(const std::string& out_dir);
@@ -82,6 +101,9 @@ class OptimizerCore {
   ModelConfig config_;
   OptimizerOptions options_;
   ModelParams params_, grads_, m_, v_;
+  dist::Comm* comm_ = nullptr;
+  dist::Range shard_;
+  std::vector<float> m_shard_, v_shard_, g_shard_;  // sharded: [shard_.size()] each
   TrainState state_;
   std::string metrics_path_;  // "" until open_metrics
 };

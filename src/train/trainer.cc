@@ -135,21 +135,35 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& o, const Co
   return create_with_data(o, ctx, std::move(data));
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o, const Context& ctx, Dataset data) {
+namespace {
+
+Status check_counts(const TrainOptions& o) {
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
     return invalid_argument("--batch-size, --grad-accum and --steps must be at least 1");
+  const int ranks = o.comm == nullptr ? 1 : o.comm->size();
+  if (o.grad_accum % ranks != 0)
+    return invalid_argument("--grad-accum " + std::to_string(o.grad_accum) + " is not a multiple of the " +
+                            std::to_string(ranks) + " ranks: each rank runs --grad-accum / ranks micro-batches of "
+                            "the global batch");
+  return Status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o, const Context& ctx, Dataset data) {
+  DC_RETURN_IF_ERROR(check_counts(o));
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
   DC_ASSIGN_OR_RETURN(const std::string latest, checkpoint_to_resume(o.out_dir, o.resume, o.force));
   if (!latest.empty()) {
-    DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer_options(o)));
+    DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer_options(o), o.comm));
     return finish_setup(std::move(t), std::move(data), latest);
   }
   {
     DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
     DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
-    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer_options(o));
+    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer_options(o), o.comm);
   }  // the mapped stored weights are released: training uses the f32 copies
   return finish_setup(std::move(t), std::move(data), "");
 }
@@ -157,13 +171,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
 Result<std::unique_ptr<Trainer>> Trainer::create_with_params(const TrainOptions& o, const Context& ctx,
                                                              const ModelConfig& config, ModelParams params,
                                                              Dataset data) {
-  if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
-    return invalid_argument("--batch-size, --grad-accum and --steps must be at least 1");
+  DC_RETURN_IF_ERROR(check_counts(o));
   if (o.resume) return invalid_argument("--resume needs the model directory's weights, not weights in memory");
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
-  t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o));
+  t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o), o.comm);
   return finish_setup(std::move(t), std::move(data), "");
 }
 
@@ -246,9 +259,13 @@ Result<StepStats> Trainer::step_or_throw() {
   core_.zero_grads();
   TrainState& state = core_.state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
-  for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
+  // This rank's contiguous run of the global batch's micro-batches (all of them in one process).
+  const int rank = opt_.comm == nullptr ? 0 : opt_.comm->rank(), ranks = opt_.comm == nullptr ? 1 : opt_.comm->size();
+  const int64_t per_rank = opt_.grad_accum / ranks, first = state.cursor;
+  for (int64_t micro = rank * per_rank; micro < (rank + 1) * per_rank; ++micro) {
     std::vector<TrainSequence> seqs;
-    for (int64_t i = 0; i < opt_.batch_size; ++i) seqs.push_back(data_.sequences[order_->sample_at(state.cursor++)]);
+    for (int64_t i = 0; i < opt_.batch_size; ++i)
+      seqs.push_back(data_.sequences[order_->sample_at(first + micro * opt_.batch_size + i)]);
     const uint64_t key = hash_counters(state.seed, 0x6d61736b, static_cast<uint64_t>(state.step * opt_.grad_accum + micro));
     DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, core_.config().n_vocab));
     const auto t_fwd = std::chrono::steady_clock::now();
@@ -261,6 +278,12 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss += loss / static_cast<double>(opt_.grad_accum);
     s.tokens += batch.n_batch * batch.n_seq;
     s.loss_rows += static_cast<int64_t>(batch.out_rows.size());
+  }
+  state.cursor = first + opt_.grad_accum * opt_.batch_size;
+  if (ranks > 1) {  // the global batch's loss and counts: the ranks' parts added in rank order
+    DC_ASSIGN_OR_RETURN(const std::vector<double> sum,
+                        opt_.comm->sum_doubles({s.loss, static_cast<double>(s.tokens), static_cast<double>(s.loss_rows)}));
+    s.loss = sum[0], s.tokens = static_cast<int64_t>(sum[1]), s.loss_rows = static_cast<int64_t>(sum[2]);
   }
   const auto t_opt = std::chrono::steady_clock::now();
   const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
@@ -278,6 +301,7 @@ Status Trainer::save() {
   if (opt_.out_dir.empty()) return invalid_argument("save: the trainer has no output directory (TrainOptions::out_dir)");
   if (opt_.model_dir.empty()) return invalid_argument("save: the trainer has no model directory to copy the config from");
   DC_RETURN_IF_ERROR(core_.save(opt_.out_dir, opt_.model_dir).status());
+  if (opt_.comm != nullptr && opt_.comm->rank() != 0) return Status();  // rank 0 draws the plot
   const std::string svg = (fs::path(opt_.out_dir) / "loss.svg").string();
   DC_RETURN_IF_ERROR(write_text_file(svg + ".tmp", loss_plot_svg(history_)));
   std::error_code ec;

@@ -53,12 +53,18 @@ struct TrainOptions {
   int64_t save_every = 0;      // 0: only at the end
   bool resume = false;
   bool force = false;          // allow a non-empty out_dir without --resume
+  // Data parallel over comm's ranks (null or one rank: this process alone; kept by pointer, it must
+  // outlive the trainer): each optimizer step's grad_accum micro-batches (the same global batch as one
+  // process) are split into contiguous runs of grad_accum / N, rank r running the r-th; the optimizer
+  // state is sharded (OptimizerCore). grad_accum must be a multiple of N. Not part of the resume check:
+  // a run resumes on any number of ranks.
+  dist::Comm* comm = nullptr;
 };
 
 struct StepStats {
   int64_t step = 0;           // 1-based optimizer step just done
   double loss = 0, lr = 0, grad_norm = 0;
-  int64_t tokens = 0;         // positions through the model in this step (batch · grad_accum · L)
+  int64_t tokens = 0;         // positions through the model in this step (batch · grad_accum · L, all ranks)
   int64_t loss_rows = 0;      // masked positions scored (rows of the loss) in this step
   double seconds = 0;
   double fwd_bwd_seconds = 0, optimizer_seconds = 0;  // parts of `seconds` (the rest: masking, setup)
@@ -88,6 +94,7 @@ class Trainer {
   // is set). Out of memory: resource_exhausted (the trainer must not step again after an error).
   Result<StepStats> step();
   // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
+  // Data parallel: every rank calls it (and step(), whose loss is that of the global batch).
   Status save();
 
   // Frees the scratch the steps keep for reuse (the forward's activations and the matmul backward's

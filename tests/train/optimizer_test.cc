@@ -172,5 +172,46 @@ TEST(ClipGradNorm, ScalesToTheMaximumOnlyWhenAbove) {
   EXPECT_NEAR(clip_grad_norm(g, 0.0), 1.0, 1e-6);  // 0: report only
 }
 
+// ZeRO's step over shards of the flat buffer (cut inside tensors, e.g. [0, 37), [37, 101), ...): the
+// same weights and moments bit for bit as adamw_step over the whole model, with the clip coefficient and
+// each tensor's own weight decay; the shards' Σ g² add up to the global norm's.
+TEST(AdamW, ShardedStepsMatchTheWholeStep) {
+  ModelConfig c;
+  c.n_vocab = 8, c.n_embd = 4, c.n_head = 2, c.n_head_kv = 1, c.head_dim = 2, c.n_ff = 6, c.n_layer = 2;
+  ModelParams p = ModelParams::zeros(c), g = ModelParams::zeros(c), m = ModelParams::zeros(c), v = ModelParams::zeros(c);
+  ModelParams p2 = ModelParams::zeros(c);
+  const int64_t n = p.n_values();
+  for (int64_t i = 0; i < n; ++i) {
+    p.data()[i] = p2.data()[i] = 0.1f * static_cast<float>(std::sin(0.7 * i));
+    g.data()[i] = static_cast<float>(std::cos(1.3 * i));
+  }
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  const float clip = clip_coefficient(global_grad_norm(g), 0.5);
+  ASSERT_LT(clip, 1.0f);
+  const int ranks = 3;
+  std::vector<std::vector<float>> ms(ranks), vs(ranks);
+  double sum_sq = 0;
+  for (int t = 1; t <= 3; ++t) {
+    ModelParams scaled = ModelParams::zeros(c);  // clip_grad_norm's in-place scaling, on a copy
+    for (int64_t i = 0; i < n; ++i) scaled.data()[i] = g.data()[i] * clip;
+    adamw_step(p, scaled, m, v, t, 1e-2, o, nullptr);
+    sum_sq = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const dist::Range s = dist::shard_range(n, r, ranks);
+      ms[r].resize(s.size()), vs[r].resize(s.size());
+      adamw_shard(p2, s, g.data() + s.begin, ms[r].data(), vs[r].data(), t, 1e-2, o, clip, nullptr);
+      sum_sq += sum_of_squares(g.data() + s.begin, s.size());
+    }
+  }
+  EXPECT_EQ(std::memcmp(p.data(), p2.data(), n * sizeof(float)), 0);
+  for (int r = 0; r < ranks; ++r) {
+    const dist::Range s = dist::shard_range(n, r, ranks);
+    EXPECT_EQ(std::memcmp(m.data() + s.begin, ms[r].data(), s.size() * sizeof(float)), 0) << "rank " << r;
+    EXPECT_EQ(std::memcmp(v.data() + s.begin, vs[r].data(), s.size() * sizeof(float)), 0) << "rank " << r;
+  }
+  EXPECT_NEAR(std::sqrt(sum_sq), global_grad_norm(g), 1e-12 * global_grad_norm(g));
+}
+
 }  // namespace
 }  // namespace dc::train

@@ -1,0 +1,76 @@
+// Comm: the communication of data-parallel training (`mpirun -np N diffucoder train`): rank and size,
+// barrier, broadcast, the reduce-scatter / all-gather of ZeRO over one flat f32 buffer split into
+// contiguous shards (shard_range), and the gathering of per-rank metrics. Backends: one process (size 1,
+// no MPI) and MPI (comm_mpi.cc, built when CMake finds MPI: DIFFUCODER_MPI); a GPU backend (NCCL) would
+// be a third implementation of the same interface.
+//
+// Deterministic: the reduce-scatter adds the ranks' contributions in rank order 0, 1, …, N−1 on the
+// shard's owner, whatever order the messages arrive in, so a run is bit-reproducible for a given N.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dc::dist {
+
+// [begin, end) of a flat buffer.
+struct Range {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+// The shard of `rank` when n values are split over `size` ranks: contiguous, in rank order, the first
+// n % size shards one value longer.
+Range shard_range(int64_t n, int rank, int size);
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "single", "mpi"
+
+  virtual Status barrier() = 0;
+  // `bytes` bytes at data, from rank `root` to every rank.
+  virtual Status broadcast(void* data, int64_t bytes, int root) = 0;
+  // in [n] of every rank summed, this rank's shard (shard_range(n, rank(), size())) written to
+  // out [shard size]: out = in₀ + in₁ + … + in_{N−1}, added in that order.
+  virtual Status reduce_scatter_sum(const float* in, int64_t n, float* out) = 0;
+  // data [n]: every rank's shard of it copied to every other rank (in place).
+  virtual Status all_gather(float* data, int64_t n) = 0;
+  // values [k] of each rank → all [size·k] on every rank, rank r's at r·k.
+  virtual Status all_gather_doubles(const double* values, int64_t k, double* all) = 0;
+  // Ends the whole job with `code` after `message` is printed (every rank stops).
+  [[noreturn]] virtual void abort(int code, const std::string& message) = 0;
+
+  // Bytes this rank has sent since it started (for the benchmarks' bytes per step).
+  int64_t bytes_sent() const { return bytes_sent_; }
+
+  // Helpers over the primitives: a string from root to all (length, then bytes); the sum over ranks of
+  // each of the k values (added in rank order, so every rank gets the same bits).
+  Status broadcast_string(std::string& s, int root);
+  Result<std::vector<double>> sum_doubles(const std::vector<double>& values);
+
+ protected:
+  int64_t bytes_sent_ = 0;
+};
+
+// One process: size 1, every operation a copy or nothing.
+std::unique_ptr<Comm> single_comm();
+
+// True when this binary was built with MPI (DIFFUCODER_MPI).
+bool mpi_built();
+// True when the environment says an MPI launcher started this process as one of several ranks
+// (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK with a size above 1).
+bool launched_as_ranks();
+
+// The communicator of this process: MPI's world when launched as ranks (MPI_Init; errors return
+// instead of aborting, a SIGTERM from the launcher prints who stopped, and a collective that waits
+// longer than timeout_s seconds ends the job with a message naming the operation), else single_comm().
+// Launched as ranks without MPI built in: an error saying data parallelism needs it.
+Result<std::unique_ptr<Comm>> world_comm(double timeout_s);
+
+}  // namespace dc::dist

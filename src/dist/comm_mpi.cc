@@ -1,0 +1,226 @@
+// The MPI backend of Comm (DC_HAVE_MPI, CMake's DIFFUCODER_MPI): MPI_COMM_WORLD with MPI_ERRORS_RETURN,
+// every call checked; a watchdog thread that ends the job when one collective waits past the timeout;
+// a SIGTERM handler that says why the launcher stopped this rank. Without MPI, world_comm() says what
+// data parallelism needs.
+#include "dist/comm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#if DC_HAVE_MPI
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#endif
+
+namespace dc::dist {
+
+#if DC_HAVE_MPI
+namespace {
+
+constexpr int64_t kMaxCount = int64_t{1} << 26;  // values per message (MPI counts are int)
+constexpr int kTag = 7316;
+
+char g_term_message[160];  // written by the SIGTERM handler (async-signal-safe: write + _exit only)
+void on_sigterm(int) {
+  const ssize_t ignored = ::write(2, g_term_message, std::strlen(g_term_message));
+  (void)ignored;
+  ::_exit(143);
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(int rank, int size, double timeout_s) : rank_(rank), size_(size), timeout_ms_(int64_t(timeout_s * 1000)) {
+    std::snprintf(g_term_message, sizeof(g_term_message),
+                  "rank %d: stopped by the MPI launcher (another rank ended or failed: see its message); "
+                  "continue from the last checkpoint with --resume\n", rank_);
+    struct sigaction sa = {};
+    sa.sa_handler = on_sigterm;
+    sigaction(SIGTERM, &sa, nullptr);
+    if (timeout_ms_ > 0) watchdog_ = std::thread([this] { watch(); });
+  }
+  ~MpiComm() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "mpi"; }
+
+  Status barrier() override {
+    Busy busy(this, "barrier");
+    return check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  }
+
+  Status broadcast(void* data, int64_t bytes, int root) override {
+    Busy busy(this, "broadcast");
+    char* p = static_cast<char*>(data);
+    for (int64_t b = 0; b < bytes; b += kMaxCount) {
+      const int count = static_cast<int>(std::min(kMaxCount, bytes - b));
+      DC_RETURN_IF_ERROR(check(MPI_Bcast(p + b, count, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast"));
+      if (rank_ == root) bytes_sent_ += int64_t{count} * (size_ - 1);
+    }
+    return Status();
+  }
+
+  // Every rank sends the owners' parts of `in` (non-blocking); each owner receives them source by source
+  // in rank order and adds them in that order.
+  Status reduce_scatter_sum(const float* in, int64_t n, float* out) override {
+    Busy busy(this, "reduce-scatter of the gradients");
+    std::vector<MPI_Request> sends;
+    for (int owner = 0; owner < size_; ++owner) {
+      if (owner == rank_) continue;
+      const Range r = shard_range(n, owner, size_);
+      for (int64_t b = r.begin; b < r.end; b += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, r.end - b));
+        sends.emplace_back();
+        DC_RETURN_IF_ERROR(check(MPI_Isend(in + b, count, MPI_FLOAT, owner, kTag, MPI_COMM_WORLD, &sends.back()),
+                                 "MPI_Isend"));
+        bytes_sent_ += int64_t{count} * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    const Range mine = shard_range(n, rank_, size_);
+    std::vector<float> part(static_cast<size_t>(std::min(kMaxCount, mine.size())));
+    for (int source = 0; source < size_; ++source) {
+      for (int64_t b = mine.begin; b < mine.end; b += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, mine.end - b));
+        float* dst = out + (b - mine.begin);
+        const float* src = in + b;
+        if (source != rank_) {
+          float* into = source == 0 ? dst : part.data();
+          DC_RETURN_IF_ERROR(check(MPI_Recv(into, count, MPI_FLOAT, source, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                   "MPI_Recv"));
+          src = into;
+        }
+        if (source == 0) {
+          if (src != dst) std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+        } else {
+          for (int i = 0; i < count; ++i) dst[i] += src[i];
+        }
+      }
+    }
+    return check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+
+  // Each owner broadcasts its shard, owners in rank order.
+  Status all_gather(float* data, int64_t n) override {
+    Busy busy(this, "all-gather of the weights");
+    for (int owner = 0; owner < size_; ++owner) {
+      const Range r = shard_range(n, owner, size_);
+      for (int64_t b = r.begin; b < r.end; b += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, r.end - b));
+        DC_RETURN_IF_ERROR(check(MPI_Bcast(data + b, count, MPI_FLOAT, owner, MPI_COMM_WORLD), "MPI_Bcast"));
+        if (owner == rank_) bytes_sent_ += int64_t{count} * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
+      }
+    }
+    return Status();
+  }
+
+  Status all_gather_doubles(const double* values, int64_t k, double* all) override {
+    Busy busy(this, "gathering the metrics");
+    bytes_sent_ += k * static_cast<int64_t>(sizeof(double)) * (size_ - 1);
+    return check(MPI_Allgather(values, static_cast<int>(k), MPI_DOUBLE, all, static_cast<int>(k), MPI_DOUBLE,
+                               MPI_COMM_WORLD), "MPI_Allgather");
+  }
+
+  [[noreturn]] void abort(int code, const std::string& message) override {
+    std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+ private:
+  // Marks this rank as waiting in one collective, for the watchdog.
+  struct Busy {
+    Busy(MpiComm* c, const char* op) : c(c) {
+      c->op_.store(op);
+      c->busy_since_ms_.store(now_ms());
+    }
+    ~Busy() { c->busy_since_ms_.store(0); }
+    MpiComm* c;
+  };
+
+  Status check(int rc, const char* call) const {
+    if (rc == MPI_SUCCESS) return Status();
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    return io_error("rank " + std::to_string(rank_) + ": " + call + " in " + op_.load() + " failed: " +
+                    std::string(text, static_cast<size_t>(len)) +
+                    " (another rank has probably died); continue from the last checkpoint with --resume");
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
+      const int64_t since = busy_since_ms_.load();
+      if (since == 0 || now_ms() - since < timeout_ms_) continue;
+      std::fprintf(stderr,
+                   "rank %d: no answer from the other ranks for %.0f s in the %s (a rank died or hangs); ending the "
+                   "job (raise --dist-timeout for slow steps); continue from the last checkpoint with --resume\n",
+                   rank_, timeout_ms_ / 1000.0, op_.load());
+      std::fflush(stderr);
+      std::_Exit(124);  // the launcher then stops the other ranks
+    }
+  }
+
+  int rank_, size_;
+  int64_t timeout_ms_;
+  std::atomic<int64_t> busy_since_ms_{0};
+  std::atomic<const char*> op_{"start"};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+bool mpi_built() { return true; }
+
+Result<std::unique_ptr<Comm>> world_comm(double timeout_s) {
+  if (!launched_as_ranks()) return single_comm();
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    return io_error("MPI_Init failed: data-parallel training cannot start");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<Comm>(new MpiComm(rank, size, timeout_s));
+}
+
+#else
+
+bool mpi_built() { return false; }
+
+Result<std::unique_ptr<Comm>> world_comm(double) {
+  if (!launched_as_ranks()) return single_comm();
+  return unimplemented("this diffucoder was built without MPI (CMake -DDIFFUCODER_MPI=ON needs Debian's "
+                       "libopenmpi-dev): data-parallel training over ranks needs it; run without mpirun for one "
+                       "process");
+}
+
+#endif
+
+}  // namespace dc::dist

@@ -1,0 +1,188 @@
+// `mpirun -np 2 diffucoder train` against one process over loopback (registered only when MPI is built):
+// 2 ranks equal 1 rank with the same accumulation over 20 steps (losses and final weights within 1e-6
+// relative) while each rank holds half the optimizer state; a rerun is bit-identical; a killed rank ends
+// the job with a message on the survivor and no partial checkpoint, and the run resumes bit-exact on 2
+// ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fixtures.h"
+#include "io/safetensors.h"
+#include "process.h"
+
+namespace dc {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 20;
+
+class TrainDist : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("dc_dist_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream data(dir_ / "sft.jsonl");
+    for (int i = 0; i < 12; ++i)
+      data << R"({"prompt": "def f)" << i << R"((x):", "completion": "\n    return x * )" << i << "\"}\n";
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // `diffucoder train` on `ranks` ranks (1: without mpirun) into dir_/out; stderr folded into out.
+  static testing::RunResult train(int ranks, const std::string& out, const std::string& extra = "", int accum = 2) {
+    const std::string args = " train --model " + testing::fixtures_dir() + "/tiny-vocab --data " +
+                             (dir_ / "sft.jsonl").string() + " --steps " + std::to_string(kSteps) +
+                             " --seq-len 32 --batch-size 1 --grad-accum " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --threads 1"
+                             " --precision f32 --instruct-template --save-every 10 --quiet --out " +
+                             (dir_ / out).string() + " " + extra;
+    const std::string launcher = ranks == 1 ? "" :
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " DC_MPIEXEC " --oversubscribe -np " +
+        std::to_string(ranks) + " --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo ";
+    testing::RunResult r = testing::run_command(launcher + DC_BINARY_PATH + args);
+    r.out += r.err;
+    return r;
+  }
+  static fs::path path(const std::string& p) { return dir_ / p; }
+  static inline fs::path dir_;
+};
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> l;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) l.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return l;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Two f32 safetensors files of the same tensors: ‖a − b‖ / ‖a‖ over all values, and the largest over
+// tensors of max |a − b| / max |a| — leaving out the attention's key biases: their exact gradient is zero
+// (a bias on every key shifts a query's scores by a constant, which the softmax removes), so their
+// gradients are rounding noise that AdamW's normalisation turns into lr-sized steps of any sign.
+struct Difference {
+  double norm_relative = 1e9, max_relative = 1e9;
+};
+Difference difference(const fs::path& a_path, const fs::path& b_path) {
+  auto a = SafetensorsFile::open(a_path.string());
+  auto b = SafetensorsFile::open(b_path.string());
+  EXPECT_TRUE(a.ok() && b.ok()) << a_path << " " << b_path;
+  if (!a.ok() || !b.ok()) return {};
+  double diff2 = 0, norm2 = 0, worst = 0;
+  for (const auto& [name, ta] : a->tensors()) {
+    const TensorInfo* tb = b->find(name);
+    EXPECT_NE(tb, nullptr) << name;
+    if (tb == nullptr || tb->shape != ta.shape) return {};
+    const float* x = reinterpret_cast<const float*>(ta.data);
+    const float* y = reinterpret_cast<const float*>(tb->data);
+    const int64_t n = static_cast<int64_t>(ta.n_bytes / sizeof(float));
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = std::fabs(double(x[i]) - y[i]);
+      diff = std::max(diff, d), scale = std::max(scale, std::fabs(double(x[i])));
+      diff2 += d * d, norm2 += double(x[i]) * x[i];
+    }
+    if (name.find("k_proj.bias") == std::string::npos) worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return {std::sqrt(diff2 / norm2), worst};
+}
+
+void expect_within(const fs::path& a, const fs::path& b, double tolerance) {
+  const Difference d = difference(a, b);
+  EXPECT_LT(d.norm_relative, tolerance) << a << " vs " << b;
+  EXPECT_LT(d.max_relative, tolerance) << a << " vs " << b;
+}
+
+void expect_close_curves(const std::vector<double>& a, const std::vector<double>& b) {
+  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::fabs(a[i])) << "step " << i + 1;
+}
+
+const char* kFinal = "checkpoint-000020";
+
+TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
+  const auto one = train(1, "one");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = train(2, "two");
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  expect_close_curves(losses(path("one/metrics.jsonl")), losses(path("two/metrics.jsonl")));
+  expect_within(path("one") / kFinal / "model.safetensors", path("two") / kFinal / "model.safetensors", 1e-6);
+  // The moments: the two shards, laid end to end, are the unsharded run's (within float rounding).
+  auto whole = SafetensorsFile::open((path("one") / kFinal / "optimizer.safetensors").string());
+  ASSERT_TRUE(whole.ok());
+  int64_t whole_values = 0;
+  for (const auto& [name, t] : whole->tensors()) whole_values += static_cast<int64_t>(t.n_bytes / sizeof(float));
+  int64_t shard_values = 0;
+  for (int r = 0; r < 2; ++r) {
+    const fs::path f = path("two") / kFinal / ("optimizer-rank0000" + std::to_string(r) + "-of-00002.safetensors");
+    auto shard = SafetensorsFile::open(f.string());
+    ASSERT_TRUE(shard.ok()) << f;
+    const TensorInfo* m = shard->find("m");
+    ASSERT_NE(m, nullptr);
+    shard_values += 2 * m->shape[0];
+    // measured: each rank's file holds half of the moments' bytes (to the header)
+    EXPECT_NEAR(static_cast<double>(shard->file_size()), whole->file_size() / 2.0, 0.01 * whole->file_size()) << f;
+  }
+  EXPECT_EQ(shard_values, whole_values);
+  // The ranks' own count of the moments they hold: half of one process's each.
+  const auto j1 = nlohmann::json::parse(one.out.substr(one.out.rfind("{\"steps\"")));
+  const auto j2 = nlohmann::json::parse(two.out.substr(two.out.rfind("{\"steps\"")));
+  EXPECT_EQ(j2["ranks"], 2);
+  const int64_t full = j1["optimizer_state_bytes"][0];
+  EXPECT_EQ(full, whole_values * 4);
+  EXPECT_EQ(j2["optimizer_state_bytes"][0].get<int64_t>() + j2["optimizer_state_bytes"][1].get<int64_t>(), full);
+  EXPECT_GT(j2["bytes_sent_per_step"][0].get<double>(), 0.9 * full / 2);  // half the gradients out, half the weights
+  EXPECT_EQ(j2["peak_rss_bytes"].size(), 2u);
+
+  // The same run again, where rank 1 dies after step 12: the job ends with a message on rank 0; the last
+  // checkpoint is step 10's — the first run's bit for bit (a rerun on 2 ranks is bit-identical) — and no
+  // later one, complete or partial, is there.
+  const auto cut = train(2, "cut", "--exit-after-step 12 --exit-rank 1");
+  EXPECT_NE(cut.exit_code, 0) << cut.out;
+  EXPECT_NE(cut.out.find("rank 0: stopped by the MPI launcher"), std::string::npos) << cut.out;
+  const char* kMid = "checkpoint-000010";
+  for (const char* f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                        "optimizer-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(read_bytes(path("two") / kMid / f) == read_bytes(path("cut") / kMid / f)) << f;
+  for (const auto& e : fs::directory_iterator(path("cut")))
+    EXPECT_TRUE(e.path().filename() == kMid || !fs::is_directory(e.path())) << e.path();
+  fs::copy(path("cut"), path("cut_onto_one"), fs::copy_options::recursive);
+  // Resumed on 2 ranks: the uninterrupted run bit for bit (its whole loss curve too).
+  const auto resumed = train(2, "cut", "--resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  for (const char* f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                        "optimizer-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(read_bytes(path("two") / kFinal / f) == read_bytes(path("cut") / kFinal / f)) << f;
+  EXPECT_EQ(losses(path("two/metrics.jsonl")), losses(path("cut/metrics.jsonl")));
+  // Resumed on 1 process from the 2 ranks' checkpoint: the moments re-sharded, the same run within rounding.
+  const auto onto_one = train(1, "cut_onto_one", "--resume");
+  ASSERT_EQ(onto_one.exit_code, 0) << onto_one.out;
+  expect_close_curves(losses(path("two/metrics.jsonl")), losses(path("cut_onto_one/metrics.jsonl")));
+  expect_within(path("two") / kFinal / "model.safetensors", path("cut_onto_one") / kFinal / "model.safetensors", 1e-6);
+  expect_within(path("one") / kFinal / "optimizer.safetensors", path("cut_onto_one") / kFinal / "optimizer.safetensors",
+                1e-5);
+}
+
+TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
+  const auto r = train(2, "bad", "", 3);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--grad-accum 3 is not a multiple of the 2 ranks"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace dc
