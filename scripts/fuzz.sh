@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (safetensors + config parsers, tokenizer encode, tokenizer.json structure,
+# Builds the libFuzzer targets (safetensors + config parsers, the GGUF reader, tokenizer encode, tokenizer.json structure,
 # the OpenAI request parser) with clang and runs each for SECONDS (default 30), seeded from
 # tests/fuzz/seeds/<target>/ when that exists. Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
@@ -8,7 +8,7 @@ seconds="${1:-30}"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt-get install clang)" >&2; exit 1; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDC_BUILD_FUZZERS=ON \
   -DDC_BUILD_TESTS=OFF >/dev/null
-targets=(safetensors tokenizer tokenizer_json openai_request)
+targets=(safetensors gguf tokenizer tokenizer_json openai_request)
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}" -j"$(nproc)"
 for f in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus-$f"

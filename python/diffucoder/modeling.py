@@ -71,10 +71,11 @@ class DreamModel:
         self._core = _Model(path, tokenizer_path, threads, precision, weight_cache)
         self.name_or_path = path
         info = self._core.info
-        cfg = {}
-        cfg_path = os.path.join(path, "config.json")
-        with open(cfg_path, encoding="utf-8") as f:
-            cfg = json.load(f)  # the engine has just parsed it, so it is valid
+        if path.endswith(".gguf"):  # a GGUF file: its metadata, as the engine read it
+            cfg = {k: v for k, v in info.items() if k != "precision"}
+        else:
+            with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+                cfg = json.load(f)  # the engine has just parsed it, so it is valid
         cfg.update({k: v for k, v in info.items() if k.endswith("_token_id")})
         self.config = SimpleNamespace(**cfg)
         self.precision = info["precision"]
@@ -300,7 +301,7 @@ class _Run:
 
 
 class AutoModel:
-    """`AutoModel.from_pretrained(dir, torch_dtype=..., trust_remote_code=True, ...)`: a DreamModel.
+    """`AutoModel.from_pretrained(dir or FILE.gguf, torch_dtype=..., trust_remote_code=True, ...)`: a DreamModel.
     Engine options: threads (0 = all cores), precision ("auto" | "f32" | "bf16"; overrides torch_dtype),
     weight_cache ("" beside the model, "off", or a directory); generation defaults for every call:
     block_length, cache, threshold, factor, fast, seed."""
@@ -309,8 +310,8 @@ class AutoModel:
     def from_pretrained(path, *args, torch_dtype=None, trust_remote_code=None, device_map=None, precision=None,
                         threads=0, weight_cache="", **kwargs):
         path = os.fspath(path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"{path}: not a checkpoint directory (config.json, *.safetensors)")
+        if not os.path.isdir(path) and not (path.endswith(".gguf") and os.path.isfile(path)):
+            raise FileNotFoundError(f"{path}: not a checkpoint directory (config.json, *.safetensors) or a .gguf file")
         if args:
             raise TypeError("from_pretrained() takes the path and keyword arguments only")
         if device_map not in (None, "cpu", "auto"):

@@ -58,8 +58,13 @@ class DreamTokenizer:
 
     @classmethod
     def from_pretrained(cls, path, *args, trust_remote_code=None, **kwargs):
-        """`path`: a checkpoint directory holding tokenizer.json, or the tokenizer.json file itself."""
+        """`path`: a checkpoint directory holding tokenizer.json, the tokenizer.json file itself, or a
+        dream FILE.gguf (its tokenizer.ggml metadata)."""
         path = os.fspath(path)
+        if path.endswith(".gguf"):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: no such file")
+            return cls(_Tokenizer(path), {}, {})
         directory, file = (path, os.path.join(path, "tokenizer.json")) if os.path.isdir(path) else (os.path.dirname(path), path)
         if not os.path.isfile(file):
             raise FileNotFoundError(f"{file}: no such file (AutoTokenizer.from_pretrained needs a tokenizer.json)")

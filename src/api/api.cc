@@ -5,6 +5,8 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "gguf/dream.h"
+#include "gguf/tokenizer_gguf.h"
 #include "sampler/generate.h"
 #include "tokenizer/chat.h"
 #include "types/forward_batch.h"
@@ -118,8 +120,14 @@ Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& tokenizer_json_path) {
   auto impl = std::make_unique<Impl>();
-  DC_ASSIGN_OR_RETURN(dc::Tokenizer tok, dc::Tokenizer::from_file(tokenizer_json_path));
-  impl->owned = std::make_unique<dc::Tokenizer>(std::move(tok));
+  std::optional<dc::Tokenizer> tok;
+  if (dc::is_gguf_path(tokenizer_json_path)) {  // a GGUF's tokenizer.ggml metadata
+    DC_ASSIGN_OR_RETURN(dc::GgufFile file, dc::GgufFile::open(tokenizer_json_path));
+    DC_ASSIGN_OR_RETURN(tok, dc::gguf_tokenizer(file));
+  } else {
+    DC_ASSIGN_OR_RETURN(tok, dc::Tokenizer::from_file(tokenizer_json_path));
+  }
+  impl->owned = std::make_unique<dc::Tokenizer>(std::move(*tok));
   impl->tok = impl->owned.get();
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }

@@ -214,7 +214,7 @@ int run_bench(const BenchArgs& a) {
 RunFn add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Benchmark generation on a checkpoint or a synthetic model");
-  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory");
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory, or a dream FILE.gguf");
   cmd->add_option("--shape", a->shape, "Synthetic model: diffucoder-7b | qwen2.5-0.5b | tiny (random bf16)");
   cmd->add_option("--prompt-len", a->prompt_len, "Prompt tokens (random ids)")->capture_default_str();
   cmd->add_option("--new-tokens", a->new_tokens, "Generated tokens")->capture_default_str();

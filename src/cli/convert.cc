@@ -1,13 +1,17 @@
 // `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 128] [--force]`: writes a
-// quantized copy of a checkpoint (formats in README.md "Quantized weights"); progress on stderr.
+// quantized copy of a checkpoint (formats in README.md "Quantized weights"); `--out FILE.gguf --weights
+// f32|f16|bf16|q8_0|q4_k` writes a GGUF of architecture dream instead (gguf/writer.h). Progress on stderr.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "gguf/dream.h"
+#include "gguf/writer.h"
 #include "model/convert.h"
 
 namespace dc::cli {
@@ -29,7 +33,37 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
+int run_convert_gguf(const ConvertArgs& args) {
+  static const std::pair<const char*, GgufWeights> kTypes[] = {
+      {"f32", GgufWeights::kF32}, {"f16", GgufWeights::kF16}, {"bf16", GgufWeights::kBF16},
+      {"q8_0", GgufWeights::kQ8_0}, {"q4_k", GgufWeights::kQ4_K}};
+  GgufConvertOptions opt;
+  bool known = false;
+  for (const auto& [name, type] : kTypes)
+    if (args.weights == name) opt.weights = type, known = true;
+  if (!known)
+    return usage_error(invalid_argument("--weights " + args.weights + ": a GGUF output (--out " + args.out_dir +
+                                        ") takes f32, f16, bf16, q8_0 or q4_k"));
+  std::error_code ec;
+  if (std::filesystem::exists(args.out_dir, ec) && !args.force)
+    return usage_error(invalid_argument("--out " + args.out_dir + " exists; pass --force to replace it"));
+  opt.model_dir = args.model_dir;
+  opt.out_path = args.out_dir;
+  if (!args.quiet)
+    opt.on_tensor = [](int64_t i, int64_t n, const std::string& name, const char* type) {
+      std::fprintf(stderr, "[%4lld/%lld] %-32s %s\n", (long long)i, (long long)n, name.c_str(), type);
+    };
+  ThreadPool pool(args.threads);
+  if (const Status s = convert_to_gguf(opt, &pool); !s.ok()) return report(s);
+  if (!args.quiet) std::fprintf(stderr, "wrote %s (GGUF, architecture dream, %s)\n", args.out_dir.c_str(), args.weights.c_str());
+  return 0;
+}
+
 int run_convert(const ConvertArgs& args) {
+  if (is_gguf_path(args.out_dir)) return run_convert_gguf(args);
+  if (args.weights != "q8" && args.weights != "q4")
+    return usage_error(invalid_argument("--weights " + args.weights + ": a checkpoint directory output takes q8 or q4 "
+                                        "(f32, f16, bf16, q8_0, q4_k need --out FILE.gguf)"));
   const bool q4 = args.weights == "q4";
   if (q4 && (args.group_size < 32 || args.group_size > 4096 || args.group_size % 32 != 0))
     return usage_error(invalid_argument("--group-size " + std::to_string(args.group_size) +
@@ -82,13 +116,14 @@ int run_convert(const ConvertArgs& args) {
 
 RunFn add_convert_command(CLI::App& app) {
   auto args = std::make_shared<ConvertArgs>();
-  CLI::App* cmd = app.add_subcommand("convert", "Write a copy of a checkpoint with q8 or q4 quantized weights");
+  CLI::App* cmd = app.add_subcommand("convert", "Write a copy of a checkpoint with q8 or q4 quantized weights, or a GGUF file");
   cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint directory to convert")->required();
-  cmd->add_option("--out", args->out_dir, "Directory to write (must not exist unless --force)")->required();
+  cmd->add_option("--out", args->out_dir, "Directory to write, or FILE.gguf (must not exist unless --force)")->required();
   cmd->add_option("--weights", args->weights,
-                  "q8: int8, one f32 scale per row; q4: 4-bit, f16 scale and min per group of columns")
+                  "q8: int8, one f32 scale per row; q4: 4-bit, f16 scale and min per group of columns; "
+                  "for --out FILE.gguf: f32, f16, bf16, q8_0 or q4_k (llama.cpp's types)")
       ->required()
-      ->check(CLI::IsMember({"q8", "q4"}));
+      ->check(CLI::IsMember({"q8", "q4", "f32", "f16", "bf16", "q8_0", "q4_k"}));
   cmd->add_option("--group-size", args->group_size, "q4: columns per scale and min (a multiple of 32; 32, 64 and multiples of 128 run the int8 kernel)")
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace an existing output directory");

@@ -225,7 +225,7 @@ RunFn add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "HumanEval-format pass@k: generate (or read) completions, run them in the sandbox");
   cmd->add_option("--benchmark", a->benchmark, "Tasks: HumanEval-format .jsonl or .jsonl.gz")->required();
-  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory to generate with");
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory (or dream FILE.gguf) to generate with");
   cmd->add_option("--completions", a->completions,
                   "JSONL of {\"task_id\", \"completion\"} (appended to the prompt) or {\"task_id\", \"solution\"}: score these instead of generating");
   cmd->add_option("--out", a->out, "Results JSONL (settings line, then one line per sample)")->capture_default_str();

@@ -231,7 +231,7 @@ int run_generate(const GenerateArgs& a) {
 RunFn add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Diffusion-generate completions for one or more prompts");
-  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory, or a dream FILE.gguf")->required();
   cmd->add_option("--tokenizer", a->tokenizer_path, "tokenizer.json (default: the model's)");
   cmd->add_option("--prompt", a->prompt, "Prompt text");
   cmd->add_option("--prompt-file", a->prompt_file, "File holding the prompt text");

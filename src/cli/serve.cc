@@ -141,7 +141,7 @@ int run_serve(const ServeArgs& a) {
 RunFn add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory, or a dream FILE.gguf")->required();
   cmd->add_option("--tokenizer", a->tokenizer_path, "tokenizer.json (default: the model's)");
   cmd->add_option("--model-name", a->model_name, "The model id clients see (default: the directory's name)");
   cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();

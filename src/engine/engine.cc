@@ -5,33 +5,62 @@
 #include <filesystem>
 #include <memory>
 
+#include "gguf/dream.h"
+#include "gguf/tokenizer_gguf.h"
 #include "model/kv_cache.h"
 #include "model/weight_cache.h"
 #include "tokenizer/chat.h"
 
 namespace dc {
 
+namespace {
+
+// A GGUF file (gguf/dream.h): its weights, and its tokenizer when the file has one and none was given.
+Status load_gguf(const EngineOptions& options, std::unique_ptr<Model>* model, std::optional<Tokenizer>* tokenizer) {
+  ThreadPool pool(options.n_threads);  // re-quantizes the Q8_0 / Q5_K / Q6_K matrices
+  DC_ASSIGN_OR_RETURN(GgufModel m, load_gguf_model(options.model_dir, &pool));
+  *model = Model::from_weights(std::move(m.config), std::move(m.weights), std::move(m.storage));
+  if (!options.tokenizer_path.empty()) return Status::ok_status();
+  DC_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(options.model_dir));
+  if (gguf_has_tokenizer(file)) {
+    DC_ASSIGN_OR_RETURN(*tokenizer, gguf_tokenizer(file));
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
-  DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(options.model_dir));
+  const bool gguf = is_gguf_path(options.model_dir);
+  std::unique_ptr<Model> model;
+  std::optional<Tokenizer> tok;
   std::string tok_path = options.tokenizer_path;
-  if (tok_path.empty()) {
-    const std::string candidate = (std::filesystem::path(options.model_dir) / "tokenizer.json").string();
-    if (std::filesystem::exists(candidate)) tok_path = candidate;
+  if (gguf) {
+    DC_RETURN_IF_ERROR(load_gguf(options, &model, &tok));
+    if (tok) tok_path = options.model_dir + " (its tokenizer.ggml metadata)";
+  } else {
+    DC_ASSIGN_OR_RETURN(model, Model::load(options.model_dir));
+    if (tok_path.empty()) {
+      const std::string candidate = (std::filesystem::path(options.model_dir) / "tokenizer.json").string();
+      if (std::filesystem::exists(candidate)) tok_path = candidate;
+    }
+  }
+  if (!tok && !tok_path.empty()) {
+    DC_ASSIGN_OR_RETURN(tok, Tokenizer::from_file(tok_path));
   }
   std::unique_ptr<Tokenizer> tokenizer;
-  if (!tok_path.empty()) {
-    DC_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_file(tok_path));
-    if (tok.vocab_size() > model->config().n_vocab)
-      return invalid_argument("tokenizer " + tok_path + " has " + std::to_string(tok.vocab_size()) +
+  if (tok) {
+    if (tok->vocab_size() > model->config().n_vocab)
+      return invalid_argument("tokenizer " + tok_path + " has " + std::to_string(tok->vocab_size()) +
                               " tokens but the model's vocab_size is " + std::to_string(model->config().n_vocab) +
                               " (tokenizer and checkpoint do not belong together)");
-    tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+    tokenizer = std::make_unique<Tokenizer>(std::move(*tok));
   }
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
   engine->ctx_.matmul_precision = options.matmul_precision.value_or(checkpoint_precision(*engine->model_));
   std::string cache_path;
-  if (options.weight_cache != "off") {
+  if (options.weight_cache != "off" && !gguf) {  // a GGUF model is packed at each load (no cache file)
     const std::string precision = engine->ctx_.matmul_precision == MatmulPrecision::kBF16 ? "bf16" : "f32";
     cache_path = options.weight_cache.empty() ? default_weight_cache_path(options.model_dir, precision)
                                               : weight_cache_path_in(options.weight_cache, options.model_dir, precision);

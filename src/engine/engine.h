@@ -17,8 +17,8 @@
 namespace dc {
 
 struct EngineOptions {
-  std::string model_dir;       // a Hugging Face checkpoint directory
-  std::string tokenizer_path;  // "" = model_dir/tokenizer.json when it exists (else no tokenizer)
+  std::string model_dir;       // a Hugging Face checkpoint directory, or a dream FILE.gguf (gguf/dream.h)
+  std::string tokenizer_path;  // "" = model_dir/tokenizer.json (a GGUF's own tokenizer) when it exists, else none
   int n_threads = 0;           // <= 0: all hardware threads
   // The largest KV cache (SamplingParams::cache prefix / dual) a generation may allocate:
   // 2 · n_layer · rows · positions · n_head_kv · head_dim · 4 bytes. Larger requests are refused.

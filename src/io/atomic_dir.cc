@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +22,43 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+Status write_all(int fd, const void* data, size_t n, const std::string& tmp_path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return io_error("cannot write '" + tmp_path + "': " + std::strerror(errno) + " (disk full?)");
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
+
+Status write_file_atomically(const std::string& path, const std::function<Status(const ByteSink& sink)>& fill) {
+  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return io_error("cannot create '" + tmp_path + "': " + std::strerror(errno) +
+                    " (does the directory exist and is it writable?)");
+  }
+  Status status = fill([&](const void* data, size_t n) { return write_all(fd, data, n, tmp_path); });
+  if (status.ok() && ::fsync(fd) != 0) status = io_error("cannot fsync '" + tmp_path + "': " + std::strerror(errno));
+  if (::close(fd) != 0 && status.ok()) status = io_error("cannot close '" + tmp_path + "': " + std::strerror(errno));
+  if (status.ok() && ::rename(tmp_path.c_str(), path.c_str()) != 0) {
+    status = io_error("cannot rename '" + tmp_path + "' to '" + path + "': " + std::strerror(errno));
+  }
+  if (!status.ok()) {
+    ::unlink(tmp_path.c_str());
+    return status;
+  }
+  std::string dir = fs::path(path).parent_path().string();
+  fsync_dir(dir.empty() ? "." : dir);
+  return Status::ok_status();
+}
 
 namespace {
 

@@ -1,6 +1,8 @@
 // Safetensors header validation (every check names the file and the tensor) and the atomic writer.
 #include "io/safetensors.h"
 
+#include "io/atomic_dir.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -238,53 +240,6 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 
 // ---- writer ----------------------------------------------------------------------------------------
 
-namespace {
-
-Status write_all(int fd, const void* data, size_t n, const std::string& tmp_path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return io_error("cannot write '" + tmp_path + "': " + std::strerror(errno) + " (disk full?)");
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::ok_status();
-}
-
-Status fsync_dir(const std::string& file_path) {
-  std::string dir = std::filesystem::path(file_path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open directory '" + dir + "' to fsync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // Some file systems do not support fsync on directories; the rename itself has happened.
-  if (rc != 0 && err != EINVAL && err != ENOTSUP) {
-    return io_error("cannot fsync directory '" + dir + "': " + std::strerror(err));
-  }
-  return Status::ok_status();
-}
-
-// Writes the header and the tensors in `order` to the already-open `fd`, then fsyncs it.
-Status write_contents(int fd, const std::string& tmp_path, const std::string& header_text,
-                      const std::vector<TensorToWrite>& tensors, const std::vector<size_t>& order,
-                      const std::vector<size_t>& n_bytes) {
-  uint8_t prefix[8];
-  uint64_t n_header = header_text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n_header >> (8 * i));
-  DC_RETURN_IF_ERROR(write_all(fd, prefix, 8, tmp_path));
-  DC_RETURN_IF_ERROR(write_all(fd, header_text.data(), header_text.size(), tmp_path));
-  for (size_t i : order) DC_RETURN_IF_ERROR(write_all(fd, tensors[i].data, n_bytes[i], tmp_path));
-  if (::fsync(fd) != 0) return io_error("cannot fsync '" + tmp_path + "': " + std::strerror(errno));
-  return Status::ok_status();
-}
-
-}  // namespace
-
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                          const std::map<std::string, std::string>& metadata) {
   std::vector<size_t> n_bytes(tensors.size());
@@ -335,22 +290,15 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
   }
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // the buffer then starts 8-aligned
 
-  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return io_error("cannot create '" + tmp_path + "': " + std::strerror(errno) +
-                    " (does the directory exist and is it writable?)");
-  }
-  Status status = write_contents(fd, tmp_path, header_text, tensors, order, n_bytes);
-  if (::close(fd) != 0 && status.ok()) status = io_error("cannot close '" + tmp_path + "': " + std::strerror(errno));
-  if (status.ok() && ::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    status = io_error("cannot rename '" + tmp_path + "' to '" + path + "': " + std::strerror(errno));
-  }
-  if (!status.ok()) {
-    ::unlink(tmp_path.c_str());
-    return status;
-  }
-  return fsync_dir(path);
+  return write_file_atomically(path, [&](const ByteSink& sink) -> Status {
+    uint8_t prefix[8];
+    const uint64_t n_header = header_text.size();
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n_header >> (8 * i));
+    DC_RETURN_IF_ERROR(sink(prefix, 8));
+    DC_RETURN_IF_ERROR(sink(header_text.data(), header_text.size()));
+    for (size_t i : order) DC_RETURN_IF_ERROR(sink(tensors[i].data, n_bytes[i]));
+    return Status::ok_status();
+  });
 }
 
 }  // namespace dc

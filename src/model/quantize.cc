@@ -31,25 +31,6 @@ uint16_t f16_round_up(float v) {
 
 constexpr float kMaxQ4Value = 60000.0f;  // q4 mins and scales are f16 (largest finite 65504)
 
-// One row of q8. False when the row holds a non-finite value.
-bool quantize_row_q8(const float* w, int64_t cols, int8_t* q, float* scale) {
-  float amax = 0;
-  bool finite = true;
-  for (int64_t c = 0; c < cols; ++c) {
-    const float a = std::abs(w[c]);
-    finite &= a <= std::numeric_limits<float>::max();  // false for NaN and inf
-    amax = std::max(amax, a);
-  }
-  if (!finite) return false;
-  const float s = amax / 127.0f;
-  *scale = s;
-  for (int64_t c = 0; c < cols; ++c) {
-    const float r = s > 0 ? std::nearbyint(w[c] / s) : 0.0f;
-    q[c] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
-  }
-  return true;
-}
-
 // One row of q4. False when the row holds a non-finite value or one too large for f16 scales.
 bool quantize_row_q4(const float* w, int64_t cols, int64_t group, Q4Variant variant, uint8_t* packed,
                      uint16_t* scales, uint16_t* mins) {
@@ -88,6 +69,24 @@ bool quantize_row_q4(const float* w, int64_t cols, int64_t group, Q4Variant vari
 }
 
 }  // namespace
+
+bool quantize_row_q8(const float* w, int64_t cols, int8_t* q, float* scale) {
+  float amax = 0;
+  bool finite = true;
+  for (int64_t c = 0; c < cols; ++c) {
+    const float a = std::abs(w[c]);
+    finite &= a <= std::numeric_limits<float>::max();  // false for NaN and inf
+    amax = std::max(amax, a);
+  }
+  if (!finite) return false;
+  const float s = amax / 127.0f;
+  *scale = s;
+  for (int64_t c = 0; c < cols; ++c) {
+    const float r = s > 0 ? std::nearbyint(w[c] / s) : 0.0f;
+    q[c] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  return true;
+}
 
 // ---- names ---------------------------------------------------------------------------------------------
 

@@ -57,6 +57,10 @@ struct QuantizedMatrix {
 Result<QuantizedMatrix> quantize_matrix(const WeightView& dense, const QuantizeOptions& options,
                                         const std::string& name, ThreadPool* pool);
 
+// One row of q8 (s = max|w| / 127, q = round(w / s)) into q[cols] and *scale. False when the row holds a
+// non-finite value.
+bool quantize_row_q8(const float* w, int64_t cols, int8_t* q, float* scale);
+
 // Whether `convert` quantizes the matrix `name` of shape [rows, cols] (q4 needs cols % G == 0; the
 // embeddings only with options.embeddings); otherwise it is kept as stored.
 bool should_quantize(const std::string& name, int64_t cols, const QuantizeOptions& options);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -29,6 +30,17 @@ class Tokenizer {
   // Same, from the JSON text; `source` names it in error messages.
   static Result<Tokenizer> from_json_text(std::string_view json_text, const std::string& source);
 
+  // A byte-level BPE given as parts instead of a tokenizer.json (the GGUF tokenizer metadata, gguf/):
+  // the model's tokens with their ids, the merges ("left right", in rank order) and the added tokens,
+  // with Qwen2's pipeline (NFC, the Qwen2 split regex, ByteLevel; tokenizer.ggml.pre "qwen2"). Checked
+  // as a tokenizer.json with those contents would be; `source` names it in error messages.
+  struct BpeParts {
+    std::vector<std::pair<std::string_view, int32_t>> vocab;
+    std::vector<std::string_view> merges;
+    std::vector<AddedToken> added;
+  };
+  static Result<Tokenizer> from_qwen2_bpe(const BpeParts& parts, const std::string& source);
+
   // Token ids of `text`, as HF `encode(text, add_special_tokens=False)`: added tokens are split
   // out first, the rest is NFC-normalised, split by the regex and BPE-encoded. No BOS/EOS.
   // InvalidArgument (naming the byte offset) when `text` is not valid UTF-8.
@@ -48,6 +60,8 @@ class Tokenizer {
   std::optional<std::string_view> id_to_token(int32_t id) const;
   // Max id + 1 over the vocab and the added tokens (DiffuCoder-Instruct: 151668).
   int32_t vocab_size() const { return static_cast<int32_t>(flags_.size()); }
+  // The BPE merges in rank order as (left id, right id) (what a GGUF writer stores as "left right").
+  const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
   // The added tokens in file order, with their ids.
   const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
   // True when `id` is an added token marked special.
@@ -81,6 +95,7 @@ class Tokenizer {
   std::vector<uint8_t> flags_;    // [vocab_size]
   StringIdMap token_ids_;         // views into text_pool_
   std::vector<AddedToken> added_tokens_;
+  std::vector<std::pair<int32_t, int32_t>> merges_;  // rank order
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized = false
   AddedTokenMatcher normalized_matcher_;  // added tokens with normalized = true (content NFC'd)
   bool nfc_ = false;

@@ -303,6 +303,8 @@ class TokenizerLoader {
         }
       }
     }
+    tok->merges_.reserve(merges.size());
+    for (const BpeModel::Merge& m : merges) tok->merges_.emplace_back(m.left, m.right);
     tok->bpe_.emplace(byte_ids, merges, std::move(word_ids), ignore_merges);
     return Status::ok_status();
   }
@@ -370,6 +372,39 @@ class TokenizerLoader {
 
 Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const std::string& source) {
   DC_ASSIGN_OR_RETURN(TokenizerJson doc, parse_tokenizer_json(json_text, source));
+  return TokenizerLoader(source).load(doc);
+}
+
+Result<Tokenizer> Tokenizer::from_qwen2_bpe(const BpeParts& parts, const std::string& source) {
+  // Qwen2's tokenizer.json pipeline, which llama.cpp calls pre-tokenizer "qwen2".
+  static const char* kQwen2Regex =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+";
+  TokenizerJson doc;
+  const Json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  doc.root = {{"normalizer", {{"type", "NFC"}}},
+              {"pre_tokenizer", {{"type", "Sequence"},
+                                 {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2Regex}}},
+                                                     {"behavior", "Isolated"}, {"invert", false}},
+                                                    byte_level}}}},
+              {"decoder", byte_level},
+              {"model", {{"type", "BPE"}, {"ignore_merges", false}}},
+              {"added_tokens", Json::array()}};
+  for (const AddedToken& a : parts.added)
+    doc.root["added_tokens"].push_back({{"id", a.id}, {"content", a.content}, {"special", a.special},
+                                        {"single_word", a.single_word}, {"lstrip", a.lstrip}, {"rstrip", a.rstrip},
+                                        {"normalized", a.normalized}});
+  doc.has_vocab = doc.has_merges = true;
+  for (const auto& [text, id] : parts.vocab) {
+    if (doc.vocab_pool.size() + text.size() > UINT32_MAX) return parse_error(source + ": the vocabulary holds more than 4 GiB");
+    doc.vocab.push_back({static_cast<uint32_t>(doc.vocab_pool.size()), static_cast<uint32_t>(text.size()), id});
+    doc.vocab_pool.append(text);
+  }
+  for (std::string_view m : parts.merges) {
+    if (doc.merge_pool.size() + m.size() > UINT32_MAX) return parse_error(source + ": the merges hold more than 4 GiB");
+    doc.merges.push_back({static_cast<uint32_t>(doc.merge_pool.size()), static_cast<uint32_t>(m.size()), 0, true});
+    doc.merge_pool.append(m);
+  }
   return TokenizerLoader(source).load(doc);
 }
 

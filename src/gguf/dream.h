@@ -1,0 +1,48 @@
+// The `dream` architecture of llama.cpp's converter (convert_hf_to_gguf.py DreamModel): its metadata as
+// our ModelConfig, its tensor names as ours (no permutation: Qwen2 q/k are stored as in Hugging Face, a
+// matrix [rows, cols] as GGUF dims [cols, rows]), and a GGUF file loaded as ModelWeights.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf_file.h"
+#include "model/weights.h"
+#include "types/model_config.h"
+
+namespace dc {
+
+// True when `path` names a GGUF file (ends in ".gguf"): the loaders' dispatch.
+bool is_gguf_path(std::string_view path);
+
+// Our (Hugging Face) tensor name → the GGUF one: "model.embed_tokens.weight" → "token_embd.weight",
+// "model.layers.3.self_attn.q_proj.bias" → "blk.3.attn_q.bias", "lm_head.weight" → "output.weight", ...
+// "" for a name the dream architecture does not have.
+std::string gguf_tensor_name(const std::string& hf_name);
+
+// The ModelConfig of a dream GGUF: general.architecture must be "dream"; dream.embedding_length,
+// feed_forward_length, block_count, attention.head_count (and head_count_kv, key_length when present),
+// context_length, rope.freq_base, attention.layer_norm_rms_epsilon; n_vocab from token_embd.weight;
+// token ids from tokenizer.ggml.{mask,padding,bos,eos}_token_id (mask: else the token "<|mask|>");
+// tied embeddings when output.weight is absent. Validated as config.json is (io/config_json.h); errors
+// name the file and the key.
+Result<ModelConfig> dream_config(const GgufFile& file);
+
+// How loading stores each GGUF type: F32 / F16 / BF16 matrices are mapped as they are; Q4_0 and Q4_K are
+// repacked into our q4 (group 32; Q4_0 exactly, Q4_K with its scale products rounded to f16); Q8_0,
+// Q5_K and Q6_K are dequantized and re-quantized into our q8 (one scale per row: adds at most half a
+// row's step, max|w_row| / 254, per weight). Norms and biases become f32.
+struct GgufModel {
+  ModelConfig config;
+  ModelWeights weights;
+  std::shared_ptr<const void> storage;  // the mapped file, the repacked matrices and the f32 vectors
+};
+
+// Opens `path`, reads its config and binds every tensor the config implies (shape and type checked;
+// errors name the GGUF tensor and our name). `pool` threads the re-quantization.
+Result<GgufModel> load_gguf_model(const std::string& path, ThreadPool* pool);
+
+}  // namespace dc

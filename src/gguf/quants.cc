@@ -1,0 +1,210 @@
+// ggml block formats: dequantization, the Q8_0 / Q4_K quantizers and the q4 repacking (quants.h).
+#include "gguf/quants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace dc {
+namespace {
+
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Stores the smallest f16 at least v (v ≥ 0, finite): the nearest one, or the next when that is below v.
+void put_f16_at_least(uint8_t* p, float v) {
+  uint16_t h = f32_to_f16(v);
+  if (f16_to_f32(h) < v) ++h;
+  std::memcpy(p, &h, 2);
+}
+
+void dequant_q8_0(const uint8_t* b, float* y) {
+  const float d = f16_at(b);
+  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+}
+
+void dequant_q4_0(const uint8_t* b, float* y) {
+  const float d = f16_at(b);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>((b[2 + j] & 0xF) - 8);
+    y[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
+  }
+}
+
+// Q4_K and Q5_K: qh null for Q4_K.
+void dequant_k4_k5(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
+  const float d = f16_at(b), dmin = f16_at(b + 2);
+  const uint8_t* scales = b + 4;
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    k_quant_scale_min(scales, s, &sc, &m);
+    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(m);
+    const uint8_t* q = qs + 32 * (s / 2);
+    for (int l = 0; l < 32; ++l) {
+      int v = s % 2 ? q[l] >> 4 : q[l] & 0xF;
+      if (qh != nullptr && (qh[l] >> s & 1)) v += 16;
+      y[32 * s + l] = ds * static_cast<float>(v) - ms;
+    }
+  }
+}
+
+void dequant_q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = f16_at(b + 208);
+  for (int half = 0; half < 2; ++half) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xF) | ((qh[l] >> 0 & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2 & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+}  // namespace
+
+void k_quant_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void gguf_dequantize(GgufType type, const uint8_t* src, float* dst, int64_t n) {
+  const GgufTypeInfo info = *gguf_type_info(static_cast<uint32_t>(type));
+  DC_CHECK(n % info.block == 0, "gguf_dequantize: n is not a multiple of the block");
+  switch (type) {
+    case GgufType::kF32: convert_to_f32(DType::kF32, src, dst, static_cast<size_t>(n)); return;
+    case GgufType::kF16: convert_to_f32(DType::kF16, src, dst, static_cast<size_t>(n)); return;
+    case GgufType::kBF16: convert_to_f32(DType::kBF16, src, dst, static_cast<size_t>(n)); return;
+    default: break;
+  }
+  for (int64_t b = 0; b < n / info.block; ++b) {
+    const uint8_t* blk = src + b * info.bytes;
+    float* y = dst + b * info.block;
+    switch (type) {
+      case GgufType::kQ8_0: dequant_q8_0(blk, y); break;
+      case GgufType::kQ4_0: dequant_q4_0(blk, y); break;
+      case GgufType::kQ4_K: dequant_k4_k5(blk, nullptr, blk + 16, y); break;
+      case GgufType::kQ5_K: dequant_k4_k5(blk, blk + 16, blk + 48, y); break;
+      case GgufType::kQ6_K: dequant_q6_k(blk, y); break;
+      default: DC_CHECK(false, "gguf_dequantize: unhandled type");
+    }
+  }
+}
+
+void quantize_q8_0(const float* x, uint8_t* out, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, out += 34) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    put_f16(out, amax / 127.0f);
+    const float d = f16_at(out);
+    for (int j = 0; j < 32; ++j) {
+      const float q = d > 0 ? std::nearbyint(x[j] / d) : 0.0f;
+      out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+    }
+  }
+}
+
+void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 144) {
+    float hi[8], neg_min[8];
+    float max_neg_min = 0;
+    for (int s = 0; s < 8; ++s) {
+      float lo = 0;
+      hi[s] = 0;
+      for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * s + l]), hi[s] = std::max(hi[s], x[32 * s + l]);
+      neg_min[s] = -lo;
+      max_neg_min = std::max(max_neg_min, neg_min[s]);
+    }
+    // m rounds up so that −dmin·m ≤ the sub-block's minimum, then sc rounds up so that the 16 levels
+    // reach its maximum; d and dmin are f16 values at least as large as the 6-bit codes need.
+    put_f16_at_least(out + 2, max_neg_min / 63.0f);
+    const float dmin = f16_at(out + 2);
+    int m[8];
+    float need[8], max_need = 0;
+    for (int s = 0; s < 8; ++s) {
+      m[s] = dmin > 0 ? std::min(63, static_cast<int>(std::ceil(neg_min[s] / dmin))) : 0;
+      need[s] = (hi[s] + dmin * static_cast<float>(m[s])) / 15.0f;
+      max_need = std::max(max_need, need[s]);
+    }
+    put_f16_at_least(out, max_need / 63.0f);
+    const float d = f16_at(out);
+    uint8_t* scales = out + 4;
+    uint8_t* qs = out + 16;
+    std::memset(scales, 0, 12);
+    std::memset(qs, 0, 128);
+    for (int s = 0; s < 8; ++s) {
+      const int sc = d > 0 ? std::min(63, static_cast<int>(std::ceil(need[s] / d))) : 0;
+      if (s < 4) {
+        scales[s] = static_cast<uint8_t>(sc);
+        scales[s + 4] = static_cast<uint8_t>(m[s]);
+      } else {
+        scales[s + 4] = static_cast<uint8_t>((sc & 0xF) | ((m[s] & 0xF) << 4));
+        scales[s - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
+        scales[s] |= static_cast<uint8_t>((m[s] >> 4) << 6);
+      }
+      const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(m[s]);
+      for (int l = 0; l < 32; ++l) {
+        const float q = ds > 0 ? std::nearbyint((x[32 * s + l] + ms) / ds) : 0.0f;
+        const uint8_t v = static_cast<uint8_t>(std::clamp(q, 0.0f, 15.0f));
+        qs[32 * (s / 2) + l] |= static_cast<uint8_t>(s % 2 ? v << 4 : v);
+      }
+    }
+  }
+}
+
+void repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins) {
+  DC_CHECK(type == GgufType::kQ4_0 || type == GgufType::kQ4_K, "repack_q4_row: Q4_0 or Q4_K only");
+  std::memset(codes, 0, static_cast<size_t>(n / 2));
+  auto put = [&](int64_t e, int q) { codes[e / 2] |= static_cast<uint8_t>(e % 2 ? q << 4 : q); };
+  if (type == GgufType::kQ4_0) {
+    for (int64_t b = 0; b < n / 32; ++b, src += 18) {
+      std::memcpy(&scales[b], src, 2);
+      mins[b] = f32_to_f16(-8.0f * f16_at(src));
+      for (int j = 0; j < 16; ++j) {
+        put(32 * b + j, src[2 + j] & 0xF);
+        put(32 * b + j + 16, src[2 + j] >> 4);
+      }
+    }
+    return;
+  }
+  for (int64_t b = 0; b < n / 256; ++b, src += 144) {
+    const float d = f16_at(src), dmin = f16_at(src + 2);
+    for (int s = 0; s < 8; ++s) {
+      int sc, m;
+      k_quant_scale_min(src + 4, s, &sc, &m);
+      scales[8 * b + s] = f32_to_f16(d * static_cast<float>(sc));
+      mins[8 * b + s] = f32_to_f16(-dmin * static_cast<float>(m));
+      const uint8_t* q = src + 16 + 32 * (s / 2);
+      for (int l = 0; l < 32; ++l) put(256 * b + 32 * s + l, s % 2 ? q[l] >> 4 : q[l] & 0xF);
+    }
+  }
+}
+
+}  // namespace dc

@@ -1,0 +1,122 @@
+// Helpers of the GGUF model tests: logits of a model, a GGUF loaded as a Model, a tiny dense checkpoint
+// directory written from random weights, and the largest logit error relative to the logits' range.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/context.h"
+#include "core/splitmix64.h"
+#include "core/thread_pool.h"
+#include "gguf/dream.h"
+#include "io/atomic_dir.h"
+#include "io/safetensors.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+namespace dc::test {
+
+inline ThreadPool& pool() {
+  static ThreadPool p(2);
+  return p;
+}
+
+// The logits of every position of one fixed sequence of 7 tokens, at f32 precision.
+inline std::vector<float> logits_of(const Model& m) {
+  const int64_t n_vocab = m.config().n_vocab;
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < 7; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 5) % n_vocab));
+  tokens[3] = static_cast<int32_t>(m.config().mask_token_id);
+  std::vector<int64_t> rows(tokens.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  ForwardBatch b;
+  b.n_batch = 1;
+  b.n_seq = static_cast<int64_t>(tokens.size());
+  b.tokens = tokens.data();
+  b.out_rows = rows.data();
+  b.n_out = static_cast<int64_t>(rows.size());
+  Context ctx{Device::kCpu, &pool()};
+  ctx.matmul_precision = MatmulPrecision::kF32;
+  std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
+  const Status s = m.forward(ctx, b, logits.data());
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return logits;
+}
+
+inline Result<std::unique_ptr<Model>> load_gguf(const std::string& path) {
+  DC_ASSIGN_OR_RETURN(GgufModel g, load_gguf_model(path, &pool()));
+  return Model::from_weights(std::move(g.config), std::move(g.weights), std::move(g.storage));
+}
+
+// max |a − b| / max |b|.
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, range = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    range = std::max(range, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / range;
+}
+
+// A tiny Dream config whose matrices have 256 / 512 columns (the K-quants' 256-value blocks).
+inline ModelConfig wide_config() {
+  ModelConfig c;
+  c.torch_dtype = "float32";
+  c.n_vocab = 320;
+  c.n_embd = 256;
+  c.n_ff = 512;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 512;
+  c.rope_theta = 10000.0;
+  c.mask_token_id = 319;
+  c.pad_token_id = 318;
+  c.bos_token_id = 317;
+  c.eos_token_id = 318;
+  return c;
+}
+
+// Writes `c` as config.json and random f32 weights (matrices ~ U(−0.1, 0.1), norms ~ 1) as
+// model.safetensors into `dir`.
+inline void write_dense_checkpoint(const std::string& dir, const ModelConfig& c, uint64_t seed) {
+  std::filesystem::create_directories(dir);
+  nlohmann::json j = {{"architectures", {"DreamModel"}}, {"model_type", "Dream"}, {"torch_dtype", "float32"},
+                      {"vocab_size", c.n_vocab}, {"hidden_size", c.n_embd}, {"intermediate_size", c.n_ff},
+                      {"num_hidden_layers", c.n_layer}, {"num_attention_heads", c.n_head},
+                      {"num_key_value_heads", c.n_head_kv}, {"max_position_embeddings", c.max_position_embeddings},
+                      {"rope_theta", c.rope_theta}, {"rms_norm_eps", c.rms_norm_eps}, {"tie_word_embeddings", false},
+                      {"mask_token_id", c.mask_token_id}, {"pad_token_id", c.pad_token_id},
+                      {"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id}};
+  ASSERT_TRUE(write_text_file(dir + "/config.json", j.dump()).ok());
+  std::vector<std::vector<float>> values;
+  std::vector<TensorToWrite> tensors;
+  ModelWeights shapes;
+  uint64_t k = seed << 32;
+  visit_weights(c, shapes, [&](const WeightSlot& slot) {
+    int64_t n = 1;
+    for (int64_t d : slot.shape) n *= d;
+    std::vector<float>& v = values.emplace_back(static_cast<size_t>(n));
+    const bool norm = slot.name.find("norm") != std::string::npos;
+    for (float& x : v) {
+      const float u = static_cast<float>(splitmix64(k++) >> 40) / 16777216.0f - 0.5f;
+      x = norm ? 1.0f + 0.2f * u : 0.2f * u;
+    }
+  });
+  size_t i = 0;
+  visit_weights(c, shapes, [&](const WeightSlot& slot) {
+    tensors.push_back({slot.name, DType::kF32, slot.shape, values[i++].data()});
+  });
+  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", tensors).ok());
+}
+
+}  // namespace dc::test
