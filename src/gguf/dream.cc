@@ -3,11 +3,13 @@
 #include "gguf/dream.h"
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "io/config_json.h"
+#include "io/mapped_file.h"
 #include "model/quantize.h"
 #include "gguf/quants.h"
 
@@ -129,6 +131,8 @@ Status bind_matrix(const GgufTensor& t, const WeightSlot& slot, GgufStorage& st,
     case GgufType::kF32: case GgufType::kF16: case GgufType::kBF16:
       v.dtype = dense_dtype(t.type);
       v.data = t.data;
+      if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(v.dtype) != 0)  // general.alignment 1 or 2: copy
+        v.data = st.bytes.emplace_back(t.data, t.data + t.n_bytes).data();
       break;
     case GgufType::kQ4_0: case GgufType::kQ4_K: {
       const int64_t n_groups = cols / 32;
@@ -173,6 +177,9 @@ Status bind_matrix(const GgufTensor& t, const WeightSlot& slot, GgufStorage& st,
       v.scales = scales;
     }
   }
+  // The file's blocks of a repacked matrix are not read again: hand their pages back (RSS stays about
+  // the size of the repacked model, not of both).
+  if (v.data != t.data) release_pages(t.data, t.n_bytes);
   *slot.matrix = v;
   return Status();
 }

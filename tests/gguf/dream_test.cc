@@ -12,6 +12,7 @@
 #include "../fixtures.h"
 #include "core/dtype.h"
 #include "gguf/quants.h"
+#include "gguf/tokenizer_gguf.h"
 #include "gguf/writer.h"
 #include "gguf_model_util.h"
 #include "gguf_test_util.h"
@@ -262,6 +263,30 @@ TEST(GgufDream, MissingTensorAndForeignMetadataAreNamed) {
   auto n = load_gguf(tmp.file("nomask.gguf"));
   ASSERT_FALSE(n.ok());
   EXPECT_NE(n.status().message().find("no mask token"), std::string::npos) << n.status().to_string();
+}
+
+TEST(GgufDream, ChatTemplateTravelsFromTokenizerConfig) {
+  testing::load_manifest();
+  test::TempDir tmp("chat");
+  const std::string dir = tmp.file("m");
+  std::filesystem::copy(fixture("tiny-gqa1"), dir, std::filesystem::copy_options::recursive);
+  GgufConvertOptions o;
+  o.model_dir = dir;
+  o.out_path = tmp.file("plain.gguf");
+  o.weights = GgufWeights::kF16;
+  ASSERT_TRUE(convert_to_gguf(o, &test::pool()).ok());
+  auto plain = GgufFile::open(o.out_path);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(gguf_chat_template(*plain).has_value());
+  const std::string tmpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+  ASSERT_TRUE(write_text_file(dir + "/tokenizer_config.json", nlohmann::json{{"chat_template", tmpl}}.dump()).ok());
+  o.out_path = tmp.file("chat.gguf");
+  ASSERT_TRUE(convert_to_gguf(o, &test::pool()).ok());
+  auto chat = GgufFile::open(o.out_path);
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(gguf_chat_template(*chat), tmpl);
+  EXPECT_EQ(*chat->get_int("general.file_type"), 1);  // MOSTLY_F16
+  EXPECT_EQ(chat->find("dream.attention.causal")->i, 0);
 }
 
 TEST(GgufDream, TensorNames) {
