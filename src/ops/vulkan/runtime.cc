@@ -306,7 +306,7 @@ struct Upload::Impl {
   BufferSlot staging;
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
-  bool waited = false;
+  bool waited = true;  // nothing in flight until a submit succeeds
   ~Impl() {
     if (!rt) return;
     if (!waited && fence) rt->inst.api.vkWaitForFences(rt->device, 1, &fence, VK_TRUE, UINT64_MAX);
@@ -362,34 +362,42 @@ Status Runtime::Impl::submit(VkCommandBuffer cmd, VkFence fence, const char* wha
   return r == VK_SUCCESS ? Status() : vk_status(r, std::string(what) + ": vkQueueSubmit");
 }
 
-Result<Upload> Runtime::upload_async(Buffer& dst, const void* src, int64_t bytes, int64_t offset) {
+// Starts a copy between `device_buffer` at `offset` and a new staging buffer (to_device: from `src`, which
+// is copied into the staging buffer first), submitted with a fence of its own.
+Result<Upload> Runtime::start_copy(const Buffer& device_buffer, int64_t offset, int64_t bytes, bool to_device,
+                                   const void* src) const {
   Impl& m = *impl_;
-  DC_RETURN_IF_ERROR(m.check_range(dst, offset, bytes, "upload"));
+  DC_RETURN_IF_ERROR(m.check_range(device_buffer, offset, bytes, to_device ? "upload" : "download"));
   Upload up;
   up.impl_ = std::make_unique<Upload::Impl>();
   Upload::Impl& u = *up.impl_;
   u.rt = &m;
-  if (bytes == 0) {
-    u.waited = true;
-    return up;
-  }
-  DC_ASSIGN_OR_RETURN(u.staging, m.create_buffer(bytes, true, "an upload's staging buffer"));
-  std::memcpy(u.staging.mapped, src, static_cast<size_t>(bytes));
+  if (bytes == 0) return up;
+  DC_ASSIGN_OR_RETURN(u.staging, m.create_buffer(bytes, true, to_device ? "an upload's staging buffer" : "a download's staging buffer"));
+  if (to_device) std::memcpy(u.staging.mapped, src, static_cast<size_t>(bytes));
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VkResult r = m.inst.api.vkCreateFence(m.device, &fi, nullptr, &u.fence);
+  const VkResult r = m.inst.api.vkCreateFence(m.device, &fi, nullptr, &u.fence);
   if (r != VK_SUCCESS) {
     u.fence = VK_NULL_HANDLE;
     return vk_status(r, "vkCreateFence");
   }
   DC_ASSIGN_OR_RETURN(u.cmd, m.begin_commands());
-  VkBufferCopy region{0, static_cast<VkDeviceSize>(offset), static_cast<VkDeviceSize>(bytes)};
-  m.inst.api.vkCmdCopyBuffer(u.cmd, u.staging.buffer, m.buffers[dst.slot_].buffer, 1, &region);
-  Status s = m.submit(u.cmd, u.fence, "upload");
-  if (!s.ok()) {
-    u.waited = true;  // nothing in flight
-    return s;
+  const VkBuffer device = m.buffers[device_buffer.slot_].buffer;
+  const VkDeviceSize at = static_cast<VkDeviceSize>(offset), size = static_cast<VkDeviceSize>(bytes);
+  if (to_device) {
+    const VkBufferCopy region{0, at, size};
+    m.inst.api.vkCmdCopyBuffer(u.cmd, u.staging.buffer, device, 1, &region);
+  } else {
+    const VkBufferCopy region{at, 0, size};
+    m.inst.api.vkCmdCopyBuffer(u.cmd, device, u.staging.buffer, 1, &region);
   }
+  DC_RETURN_IF_ERROR(m.submit(u.cmd, u.fence, to_device ? "upload" : "download"));
+  u.waited = false;
   return up;
+}
+
+Result<Upload> Runtime::upload_async(Buffer& dst, const void* src, int64_t bytes, int64_t offset) {
+  return start_copy(dst, offset, bytes, true, src);
 }
 
 Status Runtime::upload(Buffer& dst, const void* src, int64_t bytes, int64_t offset) {
@@ -398,28 +406,9 @@ Status Runtime::upload(Buffer& dst, const void* src, int64_t bytes, int64_t offs
 }
 
 Status Runtime::download(const Buffer& src, void* dst, int64_t bytes, int64_t offset) const {
-  Impl& m = *impl_;
-  DC_RETURN_IF_ERROR(m.check_range(src, offset, bytes, "download"));
-  if (bytes == 0) return Status();
-  Upload guard;  // the same staging + command buffer + fence bookkeeping, the copy the other way
-  guard.impl_ = std::make_unique<Upload::Impl>();
-  Upload::Impl& u = *guard.impl_;
-  u.rt = &m;
-  u.waited = true;
-  DC_ASSIGN_OR_RETURN(u.staging, m.create_buffer(bytes, true, "a download's staging buffer"));
-  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VkResult r = m.inst.api.vkCreateFence(m.device, &fi, nullptr, &u.fence);
-  if (r != VK_SUCCESS) {
-    u.fence = VK_NULL_HANDLE;
-    return vk_status(r, "vkCreateFence");
-  }
-  DC_ASSIGN_OR_RETURN(u.cmd, m.begin_commands());
-  VkBufferCopy region{static_cast<VkDeviceSize>(offset), 0, static_cast<VkDeviceSize>(bytes)};
-  m.inst.api.vkCmdCopyBuffer(u.cmd, m.buffers[src.slot_].buffer, u.staging.buffer, 1, &region);
-  DC_RETURN_IF_ERROR(m.submit(u.cmd, u.fence, "download"));
-  r = m.inst.api.vkWaitForFences(m.device, 1, &u.fence, VK_TRUE, UINT64_MAX);
-  if (r != VK_SUCCESS) return vk_status(r, "waiting for a download");
-  std::memcpy(dst, u.staging.mapped, static_cast<size_t>(bytes));
+  DC_ASSIGN_OR_RETURN(Upload copy, start_copy(src, offset, bytes, false, nullptr));
+  DC_RETURN_IF_ERROR(copy.wait());
+  if (bytes > 0) std::memcpy(dst, copy.impl_->staging.mapped, static_cast<size_t>(bytes));
   return Status();
 }
 

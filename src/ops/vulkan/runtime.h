@@ -166,6 +166,7 @@ class Runtime {
   friend class Buffer;
   explicit Runtime(std::unique_ptr<Impl> impl);
   void free_buffer(uint32_t slot);
+  Result<Upload> start_copy(const Buffer& device_buffer, int64_t offset, int64_t bytes, bool to_device, const void* src) const;
   std::unique_ptr<Impl> impl_;
 };
 
