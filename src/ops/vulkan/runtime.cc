@@ -180,6 +180,12 @@ Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
   VkPhysicalDeviceProperties props;
   a.vkGetPhysicalDeviceProperties(impl->physical, &props);
   impl->timestamp_period_ns = props.limits.timestampPeriod;
+  uint32_t n_fam = 0;
+  a.vkGetPhysicalDeviceQueueFamilyProperties(impl->physical, &n_fam, nullptr);
+  std::vector<VkQueueFamilyProperties> fams(n_fam);
+  a.vkGetPhysicalDeviceQueueFamilyProperties(impl->physical, &n_fam, fams.data());
+  const uint32_t bits = fams[impl->family].timestampValidBits;
+  if (bits < 64) impl->timestamp_mask = (uint64_t{1} << bits) - 1;
   a.vkGetPhysicalDeviceMemoryProperties(impl->physical, &impl->memory);
 
   const float priority = 1.0f;

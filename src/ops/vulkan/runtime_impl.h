@@ -40,6 +40,7 @@ struct Runtime::Impl {
   VkPhysicalDevice physical = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties memory{};
   float timestamp_period_ns = 1;
+  uint64_t timestamp_mask = ~uint64_t{0};  // the queue's timestampValidBits
   uint32_t family = 0;
   VkDevice device = VK_NULL_HANDLE;
   VkQueue queue = VK_NULL_HANDLE;

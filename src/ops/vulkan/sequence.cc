@@ -159,7 +159,7 @@ Result<double> Sequence::run_timed() {
   const VkResult r = s.rt->inst.api.vkGetQueryPoolResults(s.rt->device, s.queries, 0, 2, sizeof(stamps), stamps, sizeof(uint64_t),
                                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
   if (r != VK_SUCCESS) return vk_status(r, "reading the sequence's timestamps");
-  return static_cast<double>(stamps[1] - stamps[0]) * s.rt->timestamp_period_ns * 1e-6;
+  return static_cast<double>((stamps[1] - stamps[0]) & s.rt->timestamp_mask) * s.rt->timestamp_period_ns * 1e-6;
 }
 
 }  // namespace dc::vk
