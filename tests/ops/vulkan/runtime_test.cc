@@ -58,14 +58,22 @@ TEST(VulkanRuntime, NoLoaderIsAClearError) {
   EXPECT_EQ(vk::Runtime::open(0, "libvulkan-absent-for-this-test.so.1").status().code(), StatusCode::kNotFound);
 }
 
-// The loader reads VK_ICD_FILENAMES (and its newer name VK_DRIVER_FILES) at each vkCreateInstance.
+// The loader reads VK_ICD_FILENAMES and its newer name VK_DRIVER_FILES at each vkCreateInstance.
 TEST(VulkanRuntime, NoDriverIsAClearError) {
-  const char* old_icd = std::getenv("VK_ICD_FILENAMES");
-  const std::string saved = old_icd ? old_icd : "";
-  setenv("VK_ICD_FILENAMES", "/nonexistent", 1);
+  const char* names[2] = {"VK_ICD_FILENAMES", "VK_DRIVER_FILES"};
+  std::string saved[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) {
+    const char* v = std::getenv(names[i]);
+    had[i] = v != nullptr, saved[i] = v ? v : "";
+    setenv(names[i], "/nonexistent", 1);
+  }
   auto r = vk::list_devices();
   auto opened = vk::Runtime::open(0);
-  if (old_icd) setenv("VK_ICD_FILENAMES", saved.c_str(), 1); else unsetenv("VK_ICD_FILENAMES");
+  for (int i = 0; i < 2; ++i) {
+    if (had[i]) setenv(names[i], saved[i].c_str(), 1);
+    else unsetenv(names[i]);
+  }
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("mesa-vulkan-drivers"), std::string::npos) << r.status().message();
