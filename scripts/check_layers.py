@@ -12,20 +12,34 @@ import pathlib
 import re
 import sys
 
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/[^"]+"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+(?:/[a-z_0-9]+)*)/[^"/]+"', re.M)
 # The public API (include/diffucoder/) is the api layer's: including it is depending on src/api/.
 PUBLIC_INCLUDE = re.compile(r'^\s*#\s*include\s+<diffucoder/[^>]+>', re.M)
 
 
 def declared_layers(cmake_text):
-    """{layer: set of layers it declares} from dc_layer(...) and the diffucoder executable."""
-    layers = {}
+    """({layer: set of layers it declares}, {layer: its folder under src/}) from dc_layer(...) and the
+    diffucoder executable. A layer's folder is its name
+    unless dc_layer names another with DIR (a backend nested in a layer's folder, e.g. ops/vulkan)."""
+    layers, dirs = {}, {}
     for m in re.finditer(r'^dc_layer\(\s*([a-z_0-9]+)([^)]*)\)', cmake_text, re.M):
         layers[m.group(1)] = set(re.findall(r'\bdc_([a-z_0-9]+)\b', m.group(2)))
+        d = re.search(r'\bDIR\s+([a-z_0-9/]+)', m.group(2))
+        dirs[m.group(1)] = d.group(1) if d else m.group(1)
     m = re.search(r'target_link_libraries\(\s*diffucoder\s+PRIVATE([^)]*)\)', cmake_text)
     if m:
         layers['cli'] = set(re.findall(r'\bdc_([a-z_0-9]+)\b', m.group(1)))
-    return layers
+        dirs['cli'] = 'cli'
+    return layers, dirs
+
+
+def owner(path, dirs):
+    """The layer whose folder holds `path` (relative to src/, '/'-separated): the longest folder prefix."""
+    best = None
+    for layer, d in dirs.items():
+        if (path == d or path.startswith(d + '/')) and (best is None or len(d) > len(dirs[best])):
+            best = layer
+    return best
 
 
 def find_cycle(graph):
@@ -54,25 +68,27 @@ def find_cycle(graph):
 def check(root):
     root = pathlib.Path(root)
     src = root / 'src'
-    layers = declared_layers((root / 'CMakeLists.txt').read_text())
+    layers, dirs = declared_layers((root / 'CMakeLists.txt').read_text())
     errors = []
     folders = sorted(p.name for p in src.iterdir() if p.is_dir())
     for folder in folders:
-        if folder not in layers:
+        if folder not in dirs.values():
             errors.append(f'src/{folder}/ is not a layer declared in CMakeLists.txt (dc_layer({folder} DEPS ...))')
     used = {layer: set() for layer in layers}
     for layer in sorted(layers):
-        folder = src / layer
+        folder = src / dirs.get(layer, layer)
         if not folder.is_dir():
             continue
         for path in sorted(folder.rglob('*')):
             if path.suffix not in ('.h', '.cc') or not path.is_file():
                 continue
+            if owner(path.parent.relative_to(src).as_posix(), dirs) != layer:
+                continue  # a nested layer's file
             text = path.read_text(errors='replace')
-            includes = [(m, m.group(1)) for m in INCLUDE.finditer(text)]
+            includes = [(m, owner(m.group(1), dirs)) for m in INCLUDE.finditer(text)]
             includes += [(m, 'api') for m in PUBLIC_INCLUDE.finditer(text)]
             for m, target in includes:
-                if target not in folders or target == layer:
+                if target is None or target == layer:
                     continue
                 used[layer].add(target)
                 if target not in layers[layer]:

@@ -26,6 +26,7 @@ RunFn add_train_command(CLI::App& app);
 RunFn add_eval_command(CLI::App& app);
 RunFn add_grpo_loss_command(CLI::App& app);
 RunFn add_grpo_command(CLI::App& app);
+RunFn add_devices_command(CLI::App& app);
 
 // The optimizer flags `train` and `grpo` share (train.cc): --lr, --lr-schedule (into *schedule),
 // --min-lr-ratio, --beta1, --beta2, --adam-eps, --weight-decay, --max-grad-norm, with the given defaults.

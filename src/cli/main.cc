@@ -1,5 +1,5 @@
 // diffucoder: one binary with subcommands (generate, tokenize, inspect, bench, convert, serve, train,
-// eval, grpo, grpo-loss).
+// eval, grpo, grpo-loss, devices).
 // Exit codes: 0 ok, 1 runtime error (bad model, bad input), 2 usage error.
 #include <CLI/CLI.hpp>
 
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   commands["eval"] = dc::cli::add_eval_command(app);
   commands["grpo"] = dc::cli::add_grpo_command(app);
   commands["grpo-loss"] = dc::cli::add_grpo_loss_command(app);
+  commands["devices"] = dc::cli::add_devices_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,220 @@
+// The kernels' front-ends: shape checks against the buffers, then one recorded dispatch (kernels.h).
+#include "ops/vulkan/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace dc::vk {
+
+namespace {
+
+constexpr int64_t kMaxGroups = 65535;  // the per-dimension workgroup count every device supports
+
+// kInvalidArgument unless `b` holds at least `bytes`.
+Status need(const Buffer& b, int64_t bytes, const char* op, const char* operand) {
+  if (b.empty()) return invalid_argument(std::string(op) + ": " + operand + " is an empty buffer");
+  if (b.bytes() < bytes)
+    return invalid_argument(std::string(op) + ": " + operand + " holds " + std::to_string(b.bytes()) + " bytes, the shape needs " +
+                            std::to_string(bytes));
+  return Status();
+}
+
+Status positive(int64_t v, const char* op, const char* name) {
+  if (v <= 0 || v > (int64_t{1} << 31)) return invalid_argument(std::string(op) + ": " + name + " = " + std::to_string(v) + " must be in [1, 2^31]");
+  return Status();
+}
+
+uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+// Workgroups of `size` invocations for a grid-stride loop over `count` elements.
+uint32_t stride_groups(int64_t count, int64_t size) { return u32(std::min<int64_t>((count + size - 1) / size, kMaxGroups)); }
+
+// One workgroup per row for `rows` rows, as a 2-D grid (the shaders read row = x + y · gx).
+void row_groups(int64_t rows, Dispatch& d) {
+  d.groups_x = u32(std::min<int64_t>(rows, kMaxGroups));
+  d.groups_y = u32((rows + d.groups_x - 1) / d.groups_x);
+}
+
+int32_t weight_type(const DeviceMatrix& w) {
+  switch (w.quant) {
+    case WeightQuant::kQ8: return 3;
+    case WeightQuant::kQ4: return 4;
+    case WeightQuant::kNone: break;
+  }
+  return w.dtype == DType::kF32 ? 0 : w.dtype == DType::kF16 ? 1 : 2;
+}
+
+}  // namespace
+
+Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string_view name) {
+  const std::string what(name);
+  DeviceMatrix d;
+  d.dtype = m.dtype, d.quant = m.quant, d.rows = m.rows, d.cols = m.cols, d.group_size = m.group_size;
+  if (m.rows <= 0 || m.cols <= 0 || !m.data) return invalid_argument(what + ": a matrix needs rows, cols > 0 and data");
+  int64_t data_bytes = 0, table_bytes = 0;
+  switch (m.quant) {
+    case WeightQuant::kNone:
+      if (!is_float_dtype(m.dtype)) return invalid_argument(what + ": a dense matrix is F32, F16 or BF16, not " + dtype_name(m.dtype));
+      data_bytes = m.rows * m.cols * static_cast<int64_t>(dtype_size(m.dtype));
+      break;
+    case WeightQuant::kQ8:
+      if (m.dtype != DType::kI8 || !m.scales) return invalid_argument(what + ": q8 needs I8 codes and f32 row scales");
+      data_bytes = m.rows * m.cols, table_bytes = m.rows * 4;
+      break;
+    case WeightQuant::kQ4:
+      if (m.dtype != DType::kU8 || !m.scales || !m.mins || m.group_size < 2 || m.group_size % 2 || m.cols % m.group_size)
+        return invalid_argument(what + ": q4 needs U8 codes, f16 scales and mins, and an even group_size dividing cols");
+      data_bytes = m.rows * m.cols / 2, table_bytes = m.rows * (m.cols / m.group_size) * 2;
+      break;
+  }
+  // Shaders read whole 32-bit words: round the buffers up (the padding is never used).
+  const auto words = [](int64_t bytes) { return (bytes + 3) / 4 * 4; };
+  DC_ASSIGN_OR_RETURN(d.data, rt.alloc(words(data_bytes), what));
+  std::vector<Upload> pending;
+  DC_ASSIGN_OR_RETURN(Upload up, rt.upload_async(d.data, m.data, data_bytes));
+  pending.push_back(std::move(up));
+  if (table_bytes > 0) {
+    DC_ASSIGN_OR_RETURN(d.scales, rt.alloc(words(table_bytes), what + " scales"));
+    DC_ASSIGN_OR_RETURN(Upload us, rt.upload_async(d.scales, m.scales, table_bytes));
+    pending.push_back(std::move(us));
+  }
+  if (m.quant == WeightQuant::kQ4) {
+    DC_ASSIGN_OR_RETURN(d.mins, rt.alloc(words(table_bytes), what + " mins"));
+    DC_ASSIGN_OR_RETURN(Upload um, rt.upload_async(d.mins, m.mins, table_bytes));
+    pending.push_back(std::move(um));
+  }
+  for (Upload& u : pending) DC_RETURN_IF_ERROR(u.wait());
+  return d;
+}
+
+Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y) {
+  const char* op = "vulkan matmul_nt";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  if (w.data.empty()) return invalid_argument(std::string(op) + ": the weight matrix is not uploaded");
+  DC_RETURN_IF_ERROR(need(x, n * w.cols * 4, op, "x [n, cols]"));
+  DC_RETURN_IF_ERROR(need(y, n * w.rows * 4, op, "y [n, rows]"));
+  if (bias) DC_RETURN_IF_ERROR(need(*bias, w.rows * 4, op, "bias [rows]"));
+  Dispatch d;
+  const bool few_rows = n <= 8;
+  d.shader = few_rows ? "matvec" : "matmul";
+  d.spec = {weight_type(w)};
+  d.buffers = {&x, &w.data, w.scales.empty() ? nullptr : &w.scales, w.mins.empty() ? nullptr : &w.mins, bias, &y};
+  d.push = {u32(n), u32(w.rows), u32(w.cols), u32(w.group_size), bias ? 1u : 0u};
+  if (few_rows) {
+    row_groups(w.rows, d);
+  } else {
+    d.groups_x = u32((w.rows + 63) / 64), d.groups_y = u32((n + 63) / 64);
+    if (d.groups_y > kMaxGroups || d.groups_x > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 tiles of 64 rows");
+  }
+  return seq.record(d);
+}
+
+Status rms_norm(Sequence& seq, const Buffer& x, const Buffer& w, int64_t n, int64_t d, float eps, Buffer& y) {
+  const char* op = "vulkan rms_norm";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  DC_RETURN_IF_ERROR(positive(d, op, "d"));
+  DC_RETURN_IF_ERROR(need(x, n * d * 4, op, "x [n, d]"));
+  DC_RETURN_IF_ERROR(need(w, d * 4, op, "w [d]"));
+  DC_RETURN_IF_ERROR(need(y, n * d * 4, op, "y [n, d]"));
+  Dispatch dispatch{"rms_norm", {}, {&x, &w, &y}, {u32(n), u32(d), push_float(eps)}};
+  row_groups(n, dispatch);
+  return seq.record(dispatch);
+}
+
+Result<Buffer> rope_inv_freq(Runtime& rt, int64_t head_dim, double theta) {
+  if (head_dim <= 0 || head_dim % 2) return invalid_argument("vulkan rope: head_dim " + std::to_string(head_dim) + " must be even and positive");
+  if (!(theta > 0)) return invalid_argument("vulkan rope: rope_theta must be positive");
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  const float base = static_cast<float>(theta);
+  for (int64_t i = 0; i < head_dim / 2; ++i)
+    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  return rt.make_buffer(inv_freq, "RoPE inv_freq");
+}
+
+Status rope_tables(Sequence& seq, const Buffer& positions, int64_t n, int64_t head_dim, const Buffer& inv_freq,
+                   Buffer& cos, Buffer& sin) {
+  const char* op = "vulkan rope_tables";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  if (head_dim <= 0 || head_dim % 2) return invalid_argument(std::string(op) + ": head_dim must be even and positive");
+  const int64_t half = head_dim / 2;
+  DC_RETURN_IF_ERROR(need(positions, n * 4, op, "positions [n]"));
+  DC_RETURN_IF_ERROR(need(inv_freq, half * 4, op, "inv_freq [head_dim/2]"));
+  DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
+  DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
+  return seq.record({"rope_tables", {}, {&positions, &inv_freq, &cos, &sin}, {u32(n), u32(half)}, stride_groups(n * half, 256)});
+}
+
+Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t head_dim, const Buffer& cos,
+                  const Buffer& sin) {
+  const char* op = "vulkan rope_apply";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  DC_RETURN_IF_ERROR(positive(n_heads, op, "n_heads"));
+  if (head_dim <= 0 || head_dim % 2) return invalid_argument(std::string(op) + ": head_dim must be even and positive");
+  const int64_t half = head_dim / 2;
+  DC_RETURN_IF_ERROR(need(x, n * n_heads * head_dim * 4, op, "x [n, n_heads, head_dim]"));
+  DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
+  DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
+  return seq.record({"rope", {}, {&x, &cos, &sin}, {u32(n), u32(n_heads), u32(half)}, stride_groups(n * n_heads * half, 256)});
+}
+
+Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count, Buffer& out) {
+  const char* op = "vulkan swiglu";
+  DC_RETURN_IF_ERROR(positive(count, op, "count"));
+  DC_RETURN_IF_ERROR(need(gate, count * 4, op, "gate"));
+  DC_RETURN_IF_ERROR(need(up, count * 4, op, "up"));
+  DC_RETURN_IF_ERROR(need(out, count * 4, op, "out"));
+  return seq.record({"elementwise", {0}, {&gate, &up, &out}, {u32(count)}, stride_groups(count, 256)});
+}
+
+Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count) {
+  const char* op = "vulkan add_inplace";
+  DC_RETURN_IF_ERROR(positive(count, op, "count"));
+  DC_RETURN_IF_ERROR(need(y, count * 4, op, "y"));
+  DC_RETURN_IF_ERROR(need(x, count * 4, op, "x"));
+  return seq.record({"elementwise", {1}, {&y, &x, &y}, {u32(count)}, stride_groups(count, 256)});
+}
+
+Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, int64_t window_len, const Buffer& q,
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out) {
+  const char* op = "vulkan attention";
+  DC_RETURN_IF_ERROR(positive(s.n_batch, op, "n_batch"));
+  DC_RETURN_IF_ERROR(positive(s.n_seq, op, "n_seq"));
+  DC_RETURN_IF_ERROR(positive(window_len, op, "window_len"));
+  if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv)
+    return invalid_argument(std::string(op) + ": n_head must be a positive multiple of n_head_kv");
+  if (s.head_dim < 16 || s.head_dim > 128 || s.head_dim % 2)
+    return invalid_argument(std::string(op) + ": head_dim " + std::to_string(s.head_dim) + " is not an even size in [16, 128]");
+  if (window_begin < 0 || window_begin + window_len > s.n_seq)
+    return invalid_argument(std::string(op) + ": window [" + std::to_string(window_begin) + ", " + std::to_string(window_begin + window_len) +
+                            ") is outside the sequence of " + std::to_string(s.n_seq));
+  if (s.n_head > kMaxGroups || s.n_batch > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 heads or rows");
+  const int64_t B = s.n_batch, D = s.head_dim;
+  DC_RETURN_IF_ERROR(need(q, B * window_len * s.n_head * D * 4, op, "q [B, W, n_head, head_dim]"));
+  DC_RETURN_IF_ERROR(need(k, B * s.n_seq * s.n_head_kv * D * 4, op, "k [B, L, n_head_kv, head_dim]"));
+  DC_RETURN_IF_ERROR(need(v, B * s.n_seq * s.n_head_kv * D * 4, op, "v [B, L, n_head_kv, head_dim]"));
+  DC_RETURN_IF_ERROR(need(out, B * window_len * s.n_head * D * 4, op, "out [B, W, n_head, head_dim]"));
+  if (valid) DC_RETURN_IF_ERROR(need(*valid, (B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Dispatch d{"attention", {static_cast<int32_t>(D)}, {&q, &k, &v, valid, &out},
+             {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale)},
+             u32((window_len + 15) / 16), u32(s.n_head), u32(B)};
+  return seq.record(d);
+}
+
+Status row_confidence(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, float temperature, Buffer& ids,
+                      Buffer& conf) {
+  const char* op = "vulkan row_confidence";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  DC_RETURN_IF_ERROR(positive(n_vocab, op, "n_vocab"));
+  if (!(temperature > 0)) return invalid_argument(std::string(op) + ": temperature must be > 0 (1: none)");
+  DC_RETURN_IF_ERROR(need(logits, n * n_vocab * 4, op, "logits [n, n_vocab]"));
+  DC_RETURN_IF_ERROR(need(ids, n * 4, op, "ids [n]"));
+  DC_RETURN_IF_ERROR(need(conf, n * 3 * 4, op, "conf [n, 3]"));
+  Dispatch d{"row_confidence", {}, {&logits, &ids, &conf}, {u32(n), u32(n_vocab), push_float(1.0f / temperature)}};
+  row_groups(n, d);
+  return seq.record(d);
+}
+
+}  // namespace dc::vk

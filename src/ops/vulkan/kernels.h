@@ -1,0 +1,81 @@
+// The Vulkan kernels of the Dream forward and the head sampler, each a compute shader (shaders/) behind
+// a front-end that checks the shapes against the buffers and records one dispatch into a Sequence.
+// Operands are device buffers of f32 row-major activations unless stated; shapes are those of the CPU
+// ops (ops/matmul.h, ops/elementwise.h, ops/attention_window.h), which are the kernels' reference.
+// Errors (kInvalidArgument) name the op and the operand; nothing runs until Sequence::run().
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "ops/vulkan/runtime.h"
+#include "types/quantization.h"
+
+namespace dc::vk {
+
+// A weight matrix on the device in its stored row-major layout (ops/weight.h kRowMajor): f32 / f16 /
+// bf16, or q8 (int8 codes + f32 row scales) / q4 (nibbles + f16 scales and mins per group_size columns).
+struct DeviceMatrix {
+  DType dtype = DType::kF32;  // kI8 for q8, kU8 for q4
+  WeightQuant quant = WeightQuant::kNone;
+  int64_t rows = 0, cols = 0, group_size = 0;
+  Buffer data, scales, mins;  // scales / mins empty unless quantized (mins: q4 only)
+};
+
+// Host pointers of a matrix to upload, as a WeightView holds them (row-major only).
+struct HostMatrix {
+  DType dtype = DType::kF32;
+  WeightQuant quant = WeightQuant::kNone;
+  int64_t rows = 0, cols = 0, group_size = 0;
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  const void* mins = nullptr;
+};
+
+// Uploads a matrix (asynchronously, waiting before it returns). Errors: a dtype / quant combination the
+// CPU ops do not have, q4 with an odd group_size or one that does not divide cols, out of device memory.
+Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string_view name);
+
+// y[n, w.rows] = x[n, w.cols] · wᵀ (+ bias[w.rows] when bias != nullptr); overwrites y. f32 accumulation.
+// n <= 8: one workgroup per output column with subgroup reductions (bandwidth-bound rows); otherwise
+// 64×64 tiles through shared memory. (VK_KHR_cooperative_matrix is listed by `diffucoder devices` but
+// no kernel uses it yet.)
+Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y);
+
+// y[n, d] = x * rsqrt(mean(x²) + eps) * w[d]; y may be x.
+Status rms_norm(Sequence& seq, const Buffer& x, const Buffer& w, int64_t n, int64_t d, float eps, Buffer& y);
+
+// inv_freq[head_dim/2] = 1 / theta^(2i / head_dim) in f32, the table of rope_tables (computed on the host
+// once per model, as the CPU's rope_tables computes it).
+Result<Buffer> rope_inv_freq(Runtime& rt, int64_t head_dim, double theta);
+// cos / sin [n, head_dim/2] for int32 positions[n]: angles pos · inv_freq[i] in f32, cos and sin by the
+// device (its own approximations: compare with a tolerance, not bit for bit).
+Status rope_tables(Sequence& seq, const Buffer& positions, int64_t n, int64_t head_dim, const Buffer& inv_freq,
+                   Buffer& cos, Buffer& sin);
+// In place on x[n, n_heads, head_dim], rotate-half RoPE with cos / sin [n, head_dim/2].
+Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t head_dim, const Buffer& cos,
+                  const Buffer& sin);
+
+// out[count] = silu(gate) * up; out may be gate or up.
+Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count, Buffer& out);
+// y[count] += x[count].
+Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count);
+
+struct AttentionDims {
+  int64_t n_batch = 0, n_seq = 0;                   // B, L (keys per row)
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim even, 16..128; n_head % n_head_kv == 0
+};
+// attention_window of ops/attention_window.h: out[B, W, n_head, head_dim] for the W = window_len queries
+// q[B, W, n_head, head_dim] at positions [window_begin, window_begin + W) against k, v [B, L, n_head_kv,
+// head_dim]; `valid` (nullptr: every pair) holds the padding mask as bytes [B, L] (buffer rounded up to
+// whole 4-byte words). window_begin = 0, W = L: the full attention (ops/attention.h).
+Status attention(Sequence& seq, const AttentionDims& dims, int64_t window_begin, int64_t window_len, const Buffer& q,
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out);
+
+// The head sampler's greedy primitives per row of logits[n, n_vocab] divided by temperature (1: none):
+// ids[n] (uint32) the argmax (lowest id on ties), conf[n, 3] of p = softmax: max probability, top-1 − top-2
+// margin, Σ p·log(p + 1e-10) (sampler/filters.h ConfidenceKind with top-k and top-p off).
+Status row_confidence(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, float temperature, Buffer& ids,
+                      Buffer& conf);
+
+}  // namespace dc::vk

@@ -1,0 +1,173 @@
+// The Vulkan compute backend's runtime: device listing and selection, device buffers with host staging,
+// synchronous and fenced asynchronous uploads, compute pipelines (one per shader and specialization),
+// and Sequences: command buffers recorded once per shape and replayed, with GPU timestamps.
+// No Vulkan type appears here (every handle lives in runtime.cc), so callers build without the SDK; the
+// loader (libvulkan.so.1) is opened at run time, and every failure — no loader, no driver, no device,
+// out of device memory, a lost device — is a Status, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dc::vk {
+
+inline constexpr const char* kDefaultLoader = "libvulkan.so.1";
+
+// What `diffucoder devices` lists of one Vulkan physical device.
+struct DeviceInfo {
+  int index = 0;                   // the N of --device vulkan:N (the loader's enumeration order)
+  std::string name;                // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
+  std::string type;                // "discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other"
+  std::string api_version;         // e.g. "1.3.230"
+  int64_t device_local_bytes = 0;  // the largest device-local memory heap
+  int64_t max_buffer_bytes = 0;    // the largest storage-buffer binding (maxStorageBufferRange)
+  uint32_t subgroup_size = 0;
+  bool fp16 = false;               // shaderFloat16 arithmetic
+  bool int8 = false;               // shaderInt8 arithmetic
+  bool bf16 = false;               // VK_KHR_shader_bfloat16
+  bool cooperative_matrix = false; // VK_KHR_cooperative_matrix (or VK_NV_cooperative_matrix)
+  bool compute_queue = false;      // has a queue family with compute: usable by the backend
+};
+
+// True when this build has the backend (DIFFUCODER_VULKAN found the headers and glslc).
+bool compiled_in();
+
+// Every Vulkan device the loader sees. Errors: kUnimplemented (built without Vulkan), kNotFound (no
+// loader library, or no driver: "install mesa-vulkan-drivers or the GPU's driver").
+Result<std::vector<DeviceInfo>> list_devices(const char* loader = kDefaultLoader);
+
+// "vulkan" → 0, "vulkan:N" → N; anything else is kInvalidArgument naming the flag's accepted forms.
+Result<int> parse_device_index(std::string_view spec);
+
+class Runtime;
+
+// A device-local storage buffer of `bytes()` bytes. Move-only; freed on destruction, which must come
+// before the Runtime's. A Sequence that binds it must not be run after it is freed.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+  int64_t bytes() const { return bytes_; }
+  bool empty() const { return runtime_ == nullptr; }
+
+ private:
+  friend class Runtime;
+  friend class Sequence;
+  Runtime* runtime_ = nullptr;
+  uint32_t slot_ = 0;  // index into the runtime's buffer table
+  int64_t bytes_ = 0;
+};
+
+// An upload in flight (Runtime::upload_async): its staging copy, command buffer and fence. wait()
+// returns when the data is on the device; the destructor waits too.
+class Upload {
+ public:
+  Upload() = default;
+  Upload(Upload&& other) noexcept;
+  Upload& operator=(Upload&& other) noexcept;
+  ~Upload();
+  Status wait();
+  struct Impl;
+
+ private:
+  friend class Runtime;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One compute dispatch: a shader by name (shaders/<name>.comp), its specialization constants (ids 0, 1,
+// ... in order), its storage buffers (bindings 0, 1, ... in order; a `nullptr` entry binds a dummy
+// buffer, for bindings a specialization does not read), its push constants (at most 128 bytes) and the
+// workgroup counts.
+struct Dispatch {
+  std::string_view shader;
+  std::vector<int32_t> spec;
+  std::vector<const Buffer*> buffers;
+  std::vector<uint32_t> push;
+  uint32_t groups_x = 1, groups_y = 1, groups_z = 1;
+};
+
+// Push-constant words from floats and integers.
+uint32_t push_float(float f);
+
+// A command buffer recorded once (record() calls, each followed by a barrier so every dispatch sees the
+// writes of the previous ones) and run any number of times: the shapes and buffers are fixed at
+// record time, the buffers' contents may change between runs (the forward of one shape, replayed).
+class Sequence {
+ public:
+  Sequence(Sequence&& other) noexcept;
+  Sequence& operator=(Sequence&& other) noexcept;
+  ~Sequence();
+  // Appends a dispatch. Errors: a shader not embedded, a pipeline the driver refuses, more than 8
+  // buffers or 128 bytes of push constants (kInvalidArgument), recording after the first run().
+  Status record(const Dispatch& dispatch);
+  // Submits the recorded work and waits for it. Errors: a lost device (kInternal, "reopen the device").
+  Status run();
+  // run(), returning the GPU time between the first and the last dispatch in milliseconds (timestamps).
+  Result<double> run_timed();
+  int dispatches() const;
+  struct Impl;
+
+ private:
+  friend class Runtime;
+  explicit Sequence(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One opened device: its instance, logical device, one compute queue, pools and the pipeline cache.
+// One thread at a time (the owner of a Context). Buffers and Sequences must be destroyed before it.
+class Runtime {
+ public:
+  // Opens device `index` of list_devices(). Errors: kUnimplemented (built without Vulkan), kNotFound
+  // (no loader / driver / device), kOutOfRange (index beyond the devices, listing them), kInternal.
+  static Result<std::unique_ptr<Runtime>> open(int index, const char* loader = kDefaultLoader);
+  ~Runtime();
+  const DeviceInfo& info() const;
+
+  // A device-local buffer (contents undefined). `what` names it in errors. Errors: kResourceExhausted
+  // when `bytes` exceeds the device-local heap or the driver runs out of memory; kOutOfRange beyond the
+  // largest storage-buffer binding; kInvalidArgument for bytes <= 0.
+  Result<Buffer> alloc(int64_t bytes, std::string_view what);
+  // Copies bytes from the host into dst at `offset` through a staging buffer and waits.
+  Status upload(Buffer& dst, const void* src, int64_t bytes, int64_t offset = 0);
+  // Starts the same copy and returns at once (the host data is already copied into staging memory, so
+  // `src` may be reused); wait on the Upload before a Sequence reads dst.
+  Result<Upload> upload_async(Buffer& dst, const void* src, int64_t bytes, int64_t offset = 0);
+  // Copies bytes from src at `offset` to the host and waits.
+  Status download(const Buffer& src, void* dst, int64_t bytes, int64_t offset = 0) const;
+  // Typed helpers: a buffer holding `values`, and a buffer's first n elements read back.
+  template <typename T>
+  Result<Buffer> make_buffer(const std::vector<T>& values, std::string_view what) {
+    DC_ASSIGN_OR_RETURN(Buffer b, alloc(static_cast<int64_t>(values.size() * sizeof(T)), what));
+    DC_RETURN_IF_ERROR(upload(b, values.data(), b.bytes()));
+    return b;
+  }
+  template <typename T>
+  Result<std::vector<T>> read(const Buffer& b, int64_t n) const {
+    std::vector<T> out(static_cast<size_t>(n));
+    DC_RETURN_IF_ERROR(download(b, out.data(), n * static_cast<int64_t>(sizeof(T))));
+    return out;
+  }
+
+  Result<Sequence> new_sequence();
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  friend class Buffer;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  void free_buffer(uint32_t slot);
+  Result<Upload> start_copy(const Buffer& device_buffer, int64_t offset, int64_t bytes, bool to_device, const void* src) const;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dc::vk

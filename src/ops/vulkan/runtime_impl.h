@@ -1,0 +1,73 @@
+// The Vulkan handles behind runtime.h (runtime.cc, sequence.cc only).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/vulkan/loader.h"
+#include "ops/vulkan/runtime.h"
+
+namespace dc::vk {
+
+inline constexpr size_t kMaxBindings = 8;
+inline constexpr uint32_t kMaxPushBytes = 128;  // the minimum every device guarantees
+
+// An instance and its physical devices (list_devices, Runtime::open).
+struct Instance {
+  Api api;
+  VkInstance instance = VK_NULL_HANDLE;
+  std::vector<VkPhysicalDevice> physical;
+  Instance() = default;
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+  ~Instance();
+  // Loads `loader`, creates the instance, enumerates the devices; kNotFound when there is none.
+  Status create(const char* loader);
+  // The properties of device `index`; *compute_family: its compute queue family, -1 when none.
+  DeviceInfo describe(int index, int* compute_family) const;
+};
+
+struct BufferSlot {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  void* mapped = nullptr;  // host-visible (staging) buffers only
+};
+
+struct Runtime::Impl {
+  Instance inst;
+  DeviceInfo info;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  VkPhysicalDeviceMemoryProperties memory{};
+  float timestamp_period_ns = 1;
+  uint64_t timestamp_mask = ~uint64_t{0};  // the queue's timestampValidBits
+  uint32_t family = 0;
+  VkDevice device = VK_NULL_HANDLE;
+  VkQueue queue = VK_NULL_HANDLE;
+  VkCommandPool command_pool = VK_NULL_HANDLE;
+  std::vector<BufferSlot> buffers;  // indexed by Buffer::slot_
+  std::vector<uint32_t> free_slots;
+  Buffer dummy;  // bound where a specialization reads no buffer
+  VkDescriptorSetLayout set_layouts[kMaxBindings + 1] = {};      // by number of bindings
+  VkPipelineLayout pipeline_layouts[kMaxBindings + 1] = {};
+  std::map<std::string, VkPipeline> pipelines;  // "shader,spec0,spec1,..."
+
+  struct Pipeline {
+    VkPipeline pipeline;
+    VkPipelineLayout layout;
+    VkDescriptorSetLayout set_layout;
+  };
+  // The pipeline of `shader` with these specialization constants and n_buffers bindings (cached).
+  Result<Pipeline> pipeline(std::string_view shader, const std::vector<int32_t>& spec, size_t n_buffers);
+  Result<BufferSlot> create_buffer(int64_t bytes, bool host_visible, std::string_view what);
+  void destroy_buffer(BufferSlot& s);
+  Status check_range(const Buffer& b, int64_t offset, int64_t bytes, const char* op) const;
+  // A one-time command buffer, begun.
+  Result<VkCommandBuffer> begin_commands();
+  // Ends cmd and submits it, signalling fence.
+  Status submit(VkCommandBuffer cmd, VkFence fence, const char* what);
+  VkBuffer handle(const Buffer* b) const { return buffers[b ? b->slot_ : dummy.slot_].buffer; }
+  const std::string& info_name() const { return info.name; }
+};
+
+}  // namespace dc::vk

@@ -1,0 +1,264 @@
+// Each Vulkan kernel against the CPU reference kernel (Context::reference_kernels) on shapes with odd
+// sizes and tails, on device 0 (lavapipe in CI). Tolerances, relative to the largest reference value:
+// 1e-5 for the f32-accumulated products and reductions (another summation order), 1e-6 for the
+// element-wise ops, 2e-5 for attention (exp of the device), 1e-4 absolute for RoPE's device cos / sin.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernel_test_util.h"
+#include "ops/attention.h"
+#include "ops/attention_window.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/vulkan/kernels.h"
+#include "sampler/filters.h"
+#include "vulkan_test_util.h"
+
+namespace dc {
+namespace {
+
+using testing::expect_close;
+using testing::ok_or_throw;
+using testing::random_floats;
+using testing::vulkan_runtime;
+
+Context cpu_reference() {
+  Context ctx;
+  ctx.reference_kernels = true;
+  return ctx;
+}
+
+// A weight of each stored kind with its host bytes, as the CPU's WeightView and the upload's HostMatrix.
+struct TestWeight {
+  std::vector<uint8_t> data, scales, mins;
+  WeightView view;
+  vk::HostMatrix host;
+};
+
+TestWeight make_weight(const std::string& kind, int64_t rows, int64_t cols, int64_t group_size, uint64_t seed) {
+  TestWeight t;
+  const std::vector<float> values = random_floats(seed, static_cast<size_t>(rows * cols));
+  const std::vector<float> tables = random_floats(seed + 1, static_cast<size_t>(rows * cols), 0.01f, 0.1f);
+  auto put16 = [](std::vector<uint8_t>& out, uint16_t h) { out.push_back(h & 255), out.push_back(h >> 8); };
+  WeightView& v = t.view;
+  v.rows = rows, v.cols = cols;
+  if (kind == "f32") {
+    v.dtype = DType::kF32;
+    t.data.resize(values.size() * 4);
+    std::memcpy(t.data.data(), values.data(), t.data.size());
+  } else if (kind == "f16" || kind == "bf16") {
+    v.dtype = kind == "f16" ? DType::kF16 : DType::kBF16;
+    for (float f : values) put16(t.data, kind == "f16" ? f32_to_f16(f) : f32_to_bf16(f));
+  } else if (kind == "q8") {
+    v.dtype = DType::kI8, v.quant = WeightQuant::kQ8;
+    for (float f : values) t.data.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(f * 127))));
+    t.scales.resize(static_cast<size_t>(rows) * 4);
+    std::memcpy(t.scales.data(), tables.data(), t.scales.size());
+  } else {  // q4
+    v.dtype = DType::kU8, v.quant = WeightQuant::kQ4, v.group_size = group_size;
+    for (int64_t i = 0; i < rows * cols / 2; ++i)
+      t.data.push_back(static_cast<uint8_t>(static_cast<int>((values[i] + 1) * 8) % 16 | (static_cast<int>((values[i + 1] + 1) * 8) % 16) << 4));
+    for (int64_t g = 0; g < rows * cols / group_size; ++g) put16(t.scales, f32_to_f16(tables[g])), put16(t.mins, f32_to_f16(-tables[g + 1] * 4));
+  }
+  v.data = t.data.data();
+  v.scales = t.scales.empty() ? nullptr : t.scales.data();
+  v.mins = t.mins.empty() ? nullptr : t.mins.data();
+  t.host = {v.dtype, v.quant, rows, cols, v.group_size, v.data, v.scales, v.mins};
+  return t;
+}
+
+TEST(VulkanKernels, MatmulEveryWeightKindAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t rows = 67, cols = 42;  // tails in both tile dimensions; q4 groups of 14 columns
+  for (const std::string kind : {"f32", "f16", "bf16", "q8", "q4"}) {
+    const TestWeight w = make_weight(kind, rows, cols, 14, 7);
+    const vk::DeviceMatrix dw = ok_or_throw(vk::upload_matrix(rt, w.host, kind));
+    const std::vector<float> bias = random_floats(3, rows);
+    const vk::Buffer dbias = ok_or_throw(rt.make_buffer(bias, "bias"));
+    for (int64_t n : {1, 3, 8, 9, 70}) {  // n <= 8: the subgroup kernel; above: the tiled one, with a tail
+      for (bool with_bias : {false, true}) {
+        const std::vector<float> x = random_floats(100 + n, static_cast<size_t>(n * cols));
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        matmul_nt(cpu_reference(), x.data(), n, w.view, with_bias ? bias.data() : nullptr, want.data());
+        const vk::Buffer dx = ok_or_throw(rt.make_buffer(x, "x"));
+        vk::Buffer dy = ok_or_throw(rt.alloc(n * rows * 4, "y"));
+        auto seq = ok_or_throw(rt.new_sequence());
+        ok_or_throw(vk::matmul_nt(seq, dx, n, dw, with_bias ? &dbias : nullptr, dy));
+        ok_or_throw(seq.run());
+        expect_close(want, ok_or_throw(rt.read<float>(dy, n * rows)), 1e-5,
+                     kind + " n=" + std::to_string(n) + (with_bias ? " bias" : ""));
+      }
+    }
+  }
+}
+
+TEST(VulkanKernels, MatmulChecksShapes) {
+  vk::Runtime& rt = vulkan_runtime();
+  const TestWeight w = make_weight("f32", 5, 6, 0, 1);
+  const vk::DeviceMatrix dw = ok_or_throw(vk::upload_matrix(rt, w.host, "w"));
+  const vk::Buffer x = ok_or_throw(rt.alloc(2 * 6 * 4, "x"));
+  vk::Buffer small = ok_or_throw(rt.alloc(2 * 5 * 4 - 4, "y"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  const Status s = vk::matmul_nt(seq, x, 2, dw, nullptr, small);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("y [n, rows]"), std::string::npos) << s.message();
+  EXPECT_EQ(vk::matmul_nt(seq, x, 3, dw, nullptr, small).code(), StatusCode::kInvalidArgument);
+  vk::HostMatrix bad = w.host;
+  bad.quant = WeightQuant::kQ4, bad.dtype = DType::kU8, bad.group_size = 4;  // 4 does not divide 6
+  EXPECT_EQ(vk::upload_matrix(rt, bad, "bad").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(VulkanKernels, RmsNormAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  for (int64_t d : {67, 300}) {
+    const int64_t n = 5;
+    const std::vector<float> x = random_floats(d, static_cast<size_t>(n * d), -3, 3), w = random_floats(d + 1, static_cast<size_t>(d));
+    std::vector<float> want(x.size());
+    rms_norm(cpu_reference(), x.data(), w.data(), n, d, 1e-6f, want.data());
+    vk::Buffer dx = ok_or_throw(rt.make_buffer(x, "x"));
+    const vk::Buffer dw = ok_or_throw(rt.make_buffer(w, "w"));
+    auto seq = ok_or_throw(rt.new_sequence());
+    ok_or_throw(vk::rms_norm(seq, dx, dw, n, d, 1e-6f, dx));  // in place
+    ok_or_throw(seq.run());
+    expect_close(want, ok_or_throw(rt.read<float>(dx, n * d)), 1e-5, "rms_norm d=" + std::to_string(d));
+  }
+}
+
+TEST(VulkanKernels, RopeTablesAndApplyAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 7, n_heads = 3, head_dim = 18, half = head_dim / 2;
+  const std::vector<int32_t> positions = {0, 1, 5, 33, 511, 2047, 4000};
+  std::vector<float> cos_want(n * half), sin_want(n * half);
+  rope_tables(positions.data(), n, head_dim, 1e6, cos_want.data(), sin_want.data());
+  const vk::Buffer pos = ok_or_throw(rt.make_buffer(positions, "positions"));
+  const vk::Buffer inv_freq = ok_or_throw(vk::rope_inv_freq(rt, head_dim, 1e6));
+  vk::Buffer cos = ok_or_throw(rt.alloc(n * half * 4, "cos")), sin = ok_or_throw(rt.alloc(n * half * 4, "sin"));
+  auto tables = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::rope_tables(tables, pos, n, head_dim, inv_freq, cos, sin));
+  ok_or_throw(tables.run());
+  expect_close(cos_want, ok_or_throw(rt.read<float>(cos, n * half)), 1e-4, "rope cos");
+  expect_close(sin_want, ok_or_throw(rt.read<float>(sin, n * half)), 1e-4, "rope sin");
+
+  // rope_apply on the CPU's own tables: the same arithmetic.
+  ok_or_throw(rt.upload(cos, cos_want.data(), n * half * 4));
+  ok_or_throw(rt.upload(sin, sin_want.data(), n * half * 4));
+  std::vector<float> x = random_floats(5, static_cast<size_t>(n * n_heads * head_dim));
+  vk::Buffer dx = ok_or_throw(rt.make_buffer(x, "x"));
+  rope_apply(cpu_reference(), x.data(), n, n_heads, head_dim, cos_want.data(), sin_want.data());
+  auto apply = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::rope_apply(apply, dx, n, n_heads, head_dim, cos, sin));
+  ok_or_throw(apply.run());
+  expect_close(x, ok_or_throw(rt.read<float>(dx, n * n_heads * head_dim)), 1e-6, "rope_apply");
+  EXPECT_EQ(vk::rope_apply(apply, dx, n, n_heads, 17, cos, sin).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(VulkanKernels, SwigluAndAddAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t count = 1001;
+  const std::vector<float> gate = random_floats(1, count, -6, 6), up = random_floats(2, count);
+  std::vector<float> want(count), sum = gate;
+  swiglu(cpu_reference(), gate.data(), up.data(), count, want.data());
+  add_inplace(cpu_reference(), sum.data(), up.data(), count);
+  vk::Buffer g = ok_or_throw(rt.make_buffer(gate, "gate")), u = ok_or_throw(rt.make_buffer(up, "up"));
+  vk::Buffer out = ok_or_throw(rt.alloc(count * 4, "out"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::swiglu(seq, g, u, count, out));
+  ok_or_throw(vk::add_inplace(seq, g, u, count));
+  ok_or_throw(seq.run());
+  expect_close(want, ok_or_throw(rt.read<float>(out, count)), 1e-6, "swiglu");
+  expect_close(sum, ok_or_throw(rt.read<float>(g, count)), 1e-6, "add_inplace");
+}
+
+// Full and windowed attention, MHA and GQA, head dims 16..128, a left-padded row (its first 5 keys invalid).
+TEST(VulkanKernels, AttentionAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  struct Case { int64_t n_head, n_head_kv, head_dim; };
+  for (const Case c : {Case{3, 3, 32}, Case{4, 2, 16}, Case{4, 1, 64}, Case{2, 2, 128}}) {
+    AttentionShape shape;
+    shape.n_batch = 2, shape.n_seq = 37, shape.n_head = c.n_head, shape.n_head_kv = c.n_head_kv, shape.head_dim = c.head_dim;
+    const int64_t L = shape.n_seq, B = shape.n_batch, D = c.head_dim;
+    const std::vector<float> q = random_floats(D, static_cast<size_t>(B * L * c.n_head * D), -2, 2);
+    const std::vector<float> k = random_floats(D + 1, static_cast<size_t>(B * L * c.n_head_kv * D), -2, 2);
+    const std::vector<float> v = random_floats(D + 2, static_cast<size_t>(B * L * c.n_head_kv * D));
+    std::vector<uint8_t> valid(static_cast<size_t>(B * L + 3) / 4 * 4, 1);
+    for (int j = 0; j < 5; ++j) valid[L + j] = 0;
+    const vk::Buffer dq = ok_or_throw(rt.make_buffer(q, "q")), dk = ok_or_throw(rt.make_buffer(k, "k"));
+    const vk::Buffer dv = ok_or_throw(rt.make_buffer(v, "v")), dvalid = ok_or_throw(rt.make_buffer(valid, "valid"));
+    const std::string what = "H=" + std::to_string(c.n_head) + " Hkv=" + std::to_string(c.n_head_kv) + " D=" + std::to_string(D);
+    {  // the full forward
+      std::vector<float> want(q.size());
+      attention(cpu_reference(), shape, q.data(), k.data(), v.data(), valid.data(), want.data());
+      vk::Buffer out = ok_or_throw(rt.alloc(static_cast<int64_t>(q.size()) * 4, "out"));
+      auto seq = ok_or_throw(rt.new_sequence());
+      ok_or_throw(vk::attention(seq, {B, L, c.n_head, c.n_head_kv, D}, 0, L, dq, dk, dv, &dvalid, out));
+      ok_or_throw(seq.run());
+      const std::vector<float> got = ok_or_throw(rt.read<float>(out, static_cast<int64_t>(q.size())));
+      expect_close(want, got, 2e-5, "attention " + what);
+      for (int64_t d = 0; d < c.n_head * D; ++d) ASSERT_EQ(got[static_cast<size_t>(L * c.n_head * D + d)], 0.0f) << "padded query";
+    }
+    {  // a window of 9 queries at position 11 against every key (the cached forward)
+      const int64_t begin = 11, W = 9;
+      const std::vector<float> qw(q.begin(), q.begin() + B * W * c.n_head * D);  // any W queries
+      std::vector<float> want(qw.size());
+      attention_window(cpu_reference(), shape, begin, W, qw.data(), k.data(), v.data(), valid.data(), want.data());
+      const vk::Buffer dqw = ok_or_throw(rt.make_buffer(qw, "q window"));
+      vk::Buffer out = ok_or_throw(rt.alloc(static_cast<int64_t>(qw.size()) * 4, "out"));
+      auto seq = ok_or_throw(rt.new_sequence());
+      ok_or_throw(vk::attention(seq, {B, L, c.n_head, c.n_head_kv, D}, begin, W, dqw, dk, dv, &dvalid, out));
+      ok_or_throw(seq.run());
+      expect_close(want, ok_or_throw(rt.read<float>(out, static_cast<int64_t>(qw.size()))), 2e-5, "attention window " + what);
+    }
+  }
+}
+
+TEST(VulkanKernels, AttentionChecksShapes) {
+  vk::Runtime& rt = vulkan_runtime();
+  vk::Buffer b = ok_or_throw(rt.alloc(1 << 16, "b"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  EXPECT_EQ(vk::attention(seq, {1, 8, 2, 2, 130}, 0, 8, b, b, b, nullptr, b).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(vk::attention(seq, {1, 8, 3, 2, 16}, 0, 8, b, b, b, nullptr, b).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(vk::attention(seq, {1, 8, 2, 2, 16}, 4, 5, b, b, b, nullptr, b).code(), StatusCode::kInvalidArgument);
+  vk::Buffer tiny = ok_or_throw(rt.alloc(4, "tiny"));
+  const Status s = vk::attention(seq, {1, 8, 2, 2, 16}, 0, 8, b, tiny, b, nullptr, b);
+  EXPECT_NE(s.message().find("k [B, L, n_head_kv, head_dim]"), std::string::npos) << s.message();
+}
+
+// The greedy choice and the three confidences against the sampler's (top-k and top-p off).
+TEST(VulkanKernels, RowConfidenceAgainstTheSampler) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 4, V = 1001;
+  std::vector<float> logits = random_floats(9, static_cast<size_t>(n * V), -8, 8);
+  logits[2 * V + 700] = logits[2 * V + 300] = 20.0f;  // a tie: the lower id wins, margin 0
+  for (float temperature : {1.0f, 0.7f}) {
+    const vk::Buffer dl = ok_or_throw(rt.make_buffer(logits, "logits"));
+    vk::Buffer ids = ok_or_throw(rt.alloc(n * 4, "ids")), conf = ok_or_throw(rt.alloc(n * 12, "conf"));
+    auto seq = ok_or_throw(rt.new_sequence());
+    ok_or_throw(vk::row_confidence(seq, dl, n, V, temperature, ids, conf));
+    ok_or_throw(seq.run());
+    const std::vector<uint32_t> got_ids = ok_or_throw(rt.read<uint32_t>(ids, n));
+    const std::vector<float> got = ok_or_throw(rt.read<float>(conf, n * 3));
+    const ConfidenceKind kinds[3] = {ConfidenceKind::kProbability, ConfidenceKind::kMargin, ConfidenceKind::kNegEntropy};
+    for (int64_t r = 0; r < n; ++r) {
+      for (int kind = 0; kind < 3; ++kind) {
+        // The sampler's greedy path applies no temperature, so hand it the scaled row.
+        std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+        for (float& z : row) z /= temperature;
+        FilterScratch scratch;
+        Rng rng(1);
+        const TokenSample want = *sample_token(row.data(), V, {0.0f, 1.0f, 0}, kinds[kind], rng, scratch);
+        EXPECT_EQ(got_ids[r], static_cast<uint32_t>(want.token)) << "row " << r;
+        EXPECT_NEAR(got[r * 3 + kind], want.confidence, 2e-5) << "row " << r << " kind " << kind << " T " << temperature;
+      }
+    }
+    EXPECT_EQ(got_ids[2], 300u);
+    EXPECT_EQ(got[2 * 3 + 1], 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace dc

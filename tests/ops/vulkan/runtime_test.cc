@@ -1,0 +1,160 @@
+// The Vulkan runtime on device 0 (lavapipe in CI): listing, selection, buffers, uploads, sequences
+// replayed, and the error cases — no loader, no driver, a bad index, out of device memory.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ops/vulkan/kernels.h"
+#include "ops/vulkan/runtime.h"
+#include "vulkan_test_util.h"
+
+namespace dc {
+namespace {
+
+using testing::ok_or_throw;
+using testing::vulkan_runtime;
+
+TEST(VulkanRuntime, ListsDevicesWithTheirProperties) {
+  auto devices = vk::list_devices();
+  ASSERT_TRUE(devices.ok()) << devices.status().to_string();
+  ASSERT_FALSE(devices->empty());
+  for (const vk::DeviceInfo& d : *devices) {
+    EXPECT_FALSE(d.name.empty());
+    EXPECT_GT(d.device_local_bytes, 0) << d.name;
+    EXPECT_GT(d.max_buffer_bytes, 0) << d.name;
+    EXPECT_GT(d.subgroup_size, 0u) << d.name;
+    EXPECT_EQ(d.api_version.find("1."), 0u) << d.api_version;
+  }
+  EXPECT_EQ(vulkan_runtime().info().name, (*devices)[0].name);
+}
+
+TEST(VulkanRuntime, ParsesDeviceNames) {
+  EXPECT_EQ(*vk::parse_device_index("vulkan"), 0);
+  EXPECT_EQ(*vk::parse_device_index("vulkan:0"), 0);
+  EXPECT_EQ(*vk::parse_device_index("vulkan:12"), 12);
+  for (const char* bad : {"vulkan:", "vulkan:x", "vulkan:-1", "cuda", "vulkan:123456789", "Vulkan"}) {
+    auto r = vk::parse_device_index(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("vulkan:N"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(VulkanRuntime, IndexOutOfRangeListsTheDevices) {
+  auto r = vk::Runtime::open(99);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(r.status().message().find("vulkan:0 ("), std::string::npos) << r.status().message();
+  EXPECT_EQ(vk::Runtime::open(-1).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(VulkanRuntime, NoLoaderIsAClearError) {
+  auto r = vk::list_devices("libvulkan-absent-for-this-test.so.1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("no Vulkan loader"), std::string::npos) << r.status().message();
+  EXPECT_EQ(vk::Runtime::open(0, "libvulkan-absent-for-this-test.so.1").status().code(), StatusCode::kNotFound);
+}
+
+// The loader reads VK_ICD_FILENAMES and its newer name VK_DRIVER_FILES at each vkCreateInstance.
+TEST(VulkanRuntime, NoDriverIsAClearError) {
+  const char* names[2] = {"VK_ICD_FILENAMES", "VK_DRIVER_FILES"};
+  std::string saved[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) {
+    const char* v = std::getenv(names[i]);
+    had[i] = v != nullptr, saved[i] = v ? v : "";
+    setenv(names[i], "/nonexistent", 1);
+  }
+  auto r = vk::list_devices();
+  auto opened = vk::Runtime::open(0);
+  for (int i = 0; i < 2; ++i) {
+    if (had[i]) setenv(names[i], saved[i].c_str(), 1);
+    else unsetenv(names[i]);
+  }
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("mesa-vulkan-drivers"), std::string::npos) << r.status().message();
+  EXPECT_EQ(opened.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(vk::list_devices().ok());  // and the driver is found again
+}
+
+TEST(VulkanRuntime, OutOfDeviceMemoryIsAClearError) {
+  vk::Runtime& rt = vulkan_runtime();
+  auto huge = rt.alloc(rt.info().device_local_bytes + 1, "a test buffer beyond the heap");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("a test buffer beyond the heap"), std::string::npos) << huge.status().message();
+  if (rt.info().max_buffer_bytes < rt.info().device_local_bytes) {
+    auto wide = rt.alloc(rt.info().max_buffer_bytes + 4, "a test buffer beyond the binding range");
+    EXPECT_EQ(wide.status().code(), StatusCode::kOutOfRange);
+  }
+  EXPECT_EQ(rt.alloc(0, "empty").status().code(), StatusCode::kInvalidArgument);
+  // The device still works.
+  const std::vector<float> v = {1, 2, 3};
+  auto b = ok_or_throw(rt.make_buffer(v, "after the failures"));
+  EXPECT_EQ(ok_or_throw(rt.read<float>(b, 3)), v);
+}
+
+TEST(VulkanRuntime, UploadsAndDownloadsAtOffsets) {
+  vk::Runtime& rt = vulkan_runtime();
+  auto b = ok_or_throw(rt.alloc(64, "buf"));
+  const std::vector<uint8_t> ones(64, 1), pattern = {9, 8, 7, 6, 5};
+  ok_or_throw(rt.upload(b, ones.data(), 64));
+  ok_or_throw(rt.upload(b, pattern.data(), 5, 13));
+  std::vector<uint8_t> got(7);
+  ok_or_throw(rt.download(b, got.data(), 7, 12));
+  EXPECT_EQ(got, (std::vector<uint8_t>{1, 9, 8, 7, 6, 5, 1}));
+  EXPECT_EQ(rt.download(b, got.data(), 7, 60).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.upload(b, got.data(), 1, -1).code(), StatusCode::kOutOfRange);
+}
+
+TEST(VulkanRuntime, AsynchronousUploadsLandAfterTheirFences) {
+  vk::Runtime& rt = vulkan_runtime();
+  std::vector<vk::Buffer> buffers;
+  std::vector<vk::Upload> uploads;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<float> v = testing::random_floats(i, 1000);
+    buffers.push_back(ok_or_throw(rt.alloc(4000, "async")));
+    uploads.push_back(ok_or_throw(rt.upload_async(buffers.back(), v.data(), 4000)));
+    v.assign(1000, 0.0f);  // the host copy may change at once: the upload holds its own staging copy
+  }
+  for (vk::Upload& u : uploads) ok_or_throw(u.wait());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(ok_or_throw(rt.read<float>(buffers[i], 1000)), testing::random_floats(i, 1000)) << i;
+}
+
+// A sequence recorded once and replayed reads the buffers' current contents each run.
+TEST(VulkanRuntime, SequencesReplayOnNewContents) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 300;
+  auto y = ok_or_throw(rt.make_buffer(std::vector<float>(n, 1.0f), "y"));
+  auto x = ok_or_throw(rt.make_buffer(std::vector<float>(n, 2.0f), "x"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::add_inplace(seq, y, x, n));
+  ok_or_throw(vk::add_inplace(seq, y, x, n));  // sees the first add's result (the barrier between dispatches)
+  EXPECT_EQ(seq.dispatches(), 2);
+  ok_or_throw(seq.run());
+  EXPECT_EQ(ok_or_throw(rt.read<float>(y, n)), std::vector<float>(n, 5.0f));
+  ok_or_throw(rt.upload(x, std::vector<float>(n, -1.0f).data(), n * 4));
+  const double ms = ok_or_throw(seq.run_timed());
+  EXPECT_GE(ms, 0.0);
+  EXPECT_EQ(ok_or_throw(rt.read<float>(y, n)), std::vector<float>(n, 3.0f));
+  // Recording after the first run is refused (record a new sequence for a new shape).
+  EXPECT_EQ(vk::add_inplace(seq, y, x, n).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(VulkanRuntime, UnknownShaderIsAnError) {
+  vk::Runtime& rt = vulkan_runtime();
+  auto seq = ok_or_throw(rt.new_sequence());
+  auto b = ok_or_throw(rt.alloc(16, "b"));
+  const Status s = seq.record({"no_such_shader", {}, {&b}, {}, 1});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("no_such_shader"), std::string::npos) << s.message();
+  std::vector<uint32_t> too_many(33, 0);
+  EXPECT_EQ(seq.record({"elementwise", {1}, {&b, &b, &b}, too_many, 1}).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dc
