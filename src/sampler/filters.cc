@@ -82,13 +82,26 @@ class SortedPrefix {
     order_.resize(static_cast<size_t>(target));
     for (int64_t i = 0; i < target; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     std::make_heap(order_.begin(), order_.end(), before);
-    for (int64_t i = target; i < n_; ++i) {
-      if (x_[i] > x_[order_.front()]) {
-        std::pop_heap(order_.begin(), order_.end(), before);
-        order_.back() = static_cast<int32_t>(i);
-        std::push_heap(order_.begin(), order_.end(), before);
-      }
+    float worst = x_[order_.front()];  // the logit an id must beat to enter
+    const auto offer = [&](int64_t i) {
+      if (!(x_[i] > worst)) return;
+      std::pop_heap(order_.begin(), order_.end(), before);
+      order_.back() = static_cast<int32_t>(i);
+      std::push_heap(order_.begin(), order_.end(), before);
+      worst = x_[order_.front()];
+    };
+    // Blocks of 64 ids are first tested together (a vectorised compare): past the first blocks almost
+    // none holds an id that enters, so the scan costs one compare per id.
+    constexpr int64_t kBlock = 64;
+    int64_t i = target;
+    for (; i + kBlock <= n_; i += kBlock) {
+      int any = 0;
+#pragma omp simd reduction(| : any)
+      for (int64_t j = i; j < i + kBlock; ++j) any |= x_[j] > worst;
+      if (!any) continue;
+      for (int64_t j = i; j < i + kBlock; ++j) offer(j);
     }
+    for (; i < n_; ++i) offer(i);
     std::sort_heap(order_.begin(), order_.end(), before);
     sorted_ = target;
   }
@@ -137,6 +150,26 @@ double sum_exp(const float* x, int64_t n, float max) {
   double z = tail;
   for (double lane : lanes) z += lane;
   return z;
+}
+
+// Divides x by t (when kDivide) in place, returns the max and sets `bad` if a value is NaN or +inf.
+// An OpenMP simd reduction so that the loop vectorises: one running max is a chain the compiler must
+// otherwise keep in order, and a scalar division per token costs more than the row's other passes
+// together. The sum of (v − v) over the values other than −inf (a banned token) is NaN iff one was NaN
+// or +inf, and exactly 0 otherwise, in any order. The max of a set is the same in any order and x / t is
+// the same IEEE division either way, so the results equal a scalar loop's.
+template <bool kDivide>
+float scan_row(float* x, int64_t n, float t, bool& bad) {
+  float max = -kInf, nan_sum = 0.0f;
+#pragma omp simd reduction(max : max) reduction(+ : nan_sum)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = kDivide ? x[i] / t : x[i];
+    x[i] = v;
+    nan_sum += v == -kInf ? 0.0f : v - v;
+    max = v > max ? v : max;
+  }
+  bad = std::isnan(nan_sum);
+  return max;
 }
 
 // Number of leading entries of the sorted order that survive top-p then top-k (see the header).
@@ -200,23 +233,10 @@ void softmax_in_place(float* x, int64_t n) {
 
 Status filtered_distribution(float* logits, int64_t n_vocab, const FilterConfig& config, FilterScratch& scratch) {
   DC_CHECK(n_vocab >= 1, "filtered_distribution needs n_vocab >= 1");
-  // Temperature and the finiteness check in one pass: !(v < inf) catches NaN and +inf.
+  // Temperature, the finiteness check and the max in one pass.
   bool bad = false;
-  float max = -kInf;
-  if (config.temperature > 0.0f) {
-    const float t = config.temperature;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      const float v = logits[i] / t;
-      logits[i] = v;
-      bad |= !(v < kInf);
-      max = std::max(max, v);
-    }
-  } else {
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      bad |= !(logits[i] < kInf);
-      max = std::max(max, logits[i]);
-    }
-  }
+  const float max = config.temperature > 0.0f ? scan_row<true>(logits, n_vocab, config.temperature, bad)
+                                              : scan_row<false>(logits, n_vocab, 1.0f, bad);
   if (bad) {
     int64_t at = 0;
     while (at < n_vocab && logits[at] < kInf) ++at;
