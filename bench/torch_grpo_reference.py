@@ -6,7 +6,7 @@ Run with Debian's interpreter:
 
 One round (spec §4.2-4.7, the recipe's settings unless a flag says otherwise):
   * rollout: G completions of one prompt with the reference's decoding loop (dream_ref.diffusion_generate's
-    steps: full recompute of prompt + canvas every step, alg entropy, temperature 1.0, top-p 0.95) of
+    steps: full recompute of prompt + canvas every step, alg entropy, temperature 1.0, top-p 0.95, top-k 50) of
     --new-tokens in --steps steps; the lm_head runs on the masked rows only, in chunks of --chunk rows
     (the same work as ours, and no [G, N, V] tensor). With --steps below the recipe's 256 the time is
     multiplied by 256 / --steps (each step of the uncached loop is one full forward; with the linear
@@ -111,7 +111,7 @@ def rollout(model, prompt, a, gen):
         conf, x0 = [], []
         for c in range(0, h.shape[0], a.chunk):
             logits = F.linear(h[c:c + a.chunk], lm_head).float()
-            cc, xx = R.sample_tokens(logits, 1.0, 0.95, None, neg_entropy=True, generator=gen)
+            cc, xx = R.sample_tokens(logits, 1.0, 0.95, 50, neg_entropy=True, generator=gen)
             conf.append(cc)
             x0.append(xx)
         conf, x0 = torch.cat(conf), torch.cat(x0)
