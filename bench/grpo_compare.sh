@@ -71,7 +71,7 @@ for name, r in (("diffucoder grpo", dc), ("PyTorch reference", pt)):
     print(f"| {name} | {r['rollout']:.1f} | {r['rewards']:.3f} | {r['logps']:.1f} | "
           + " + ".join(f"{s:.1f}" for s in r["steps"]) + f" | {total:.1f} | {total / len(r['steps']):.1f} | {r['peak'] / 1e9:.2f} |")
 print()
-print(f"round (= per optimizer step) speed-up: {pt['total'] / dc['total']:.2f}x; rollout {pt['rollout'] / dc['rollout']:.2f}x, "
+print(f"speed-up per round (and so per optimizer step): {pt['total'] / dc['total']:.2f}x; rollout {pt['rollout'] / dc['rollout']:.2f}x, "
       f"log-probs {pt['logps'] / dc['logps']:.2f}x, optimizer steps {sum(pt['steps']) / sum(dc['steps']):.2f}x")
 print(f"mean reward: ours {m[0]['reward_mean']:.3f}, PyTorch {tj['reward_mean']:.3f} (random weights: no completion has the format)")
 EOF
