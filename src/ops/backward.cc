@@ -22,21 +22,24 @@ void rms_norm_backward(const Context& ctx, const float* x, const float* w, const
                        float eps, float* dx, float* dw) {
   const ProfileScope profile(ctx, "rms_norm_backward");
   DC_CHECK(x != nullptr && w != nullptr && dy != nullptr && n >= 0 && d > 0, "rms_norm_backward: bad arguments");
-  cpu::rms_norm_backward(ctx.pool, x, w, dy, n, d, eps, dx, dw);
+  if (ctx.reference_kernels) return cpu::rms_norm_backward(ctx.pool, x, w, dy, n, d, eps, dx, dw);
+  cpu::rms_norm_backward_fast(ctx.pool, x, w, dy, n, d, eps, dx, dw);
 }
 
 void rope_backward(const Context& ctx, float* dx, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                    const float* sin) {
   const ProfileScope profile(ctx, "rope_backward");
   DC_CHECK(dx != nullptr && cos != nullptr && sin != nullptr && head_dim % 2 == 0, "rope_backward: bad arguments");
-  cpu::rope_backward(ctx.pool, dx, n, n_heads, head_dim, cos, sin);
+  if (ctx.reference_kernels) return cpu::rope_backward(ctx.pool, dx, n, n_heads, head_dim, cos, sin);
+  cpu::rope_apply_fast(ctx.pool, dx, n, n_heads, head_dim, cos, sin, /*inverse=*/true);  // a rotation's transpose
 }
 
 void swiglu_backward(const Context& ctx, const float* gate, const float* up, const float* dout, int64_t count,
                      float* dgate, float* dup) {
   const ProfileScope profile(ctx, "swiglu_backward");
   DC_CHECK(gate && up && dout && dgate && dup && count >= 0, "swiglu_backward: bad arguments");
-  cpu::swiglu_backward(ctx.pool, gate, up, dout, count, dgate, dup);
+  if (ctx.reference_kernels) return cpu::swiglu_backward(ctx.pool, gate, up, dout, count, dgate, dup);
+  cpu::swiglu_backward_fast(ctx.pool, gate, up, dout, count, dgate, dup);
 }
 
 void embedding_backward(const Context& ctx, const int32_t* ids, int64_t n, const float* dy, int64_t cols,
@@ -164,7 +167,8 @@ double cross_entropy(const Context& ctx, const float* logits, const int32_t* tar
                      int64_t n, int64_t n_vocab, float* dlogits, float* ce) {
   const ProfileScope profile(ctx, "cross_entropy");
   DC_CHECK(logits && targets && weights && n >= 0 && n_vocab > 0, "cross_entropy: bad arguments");
-  return cpu::cross_entropy(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
+  if (ctx.reference_kernels) return cpu::cross_entropy(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
+  return cpu::cross_entropy_fast(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
 }
 
 }  // namespace dc

@@ -55,7 +55,7 @@ void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& 
                               int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels);
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
-                     const float* sin);
+                     const float* sin, bool inverse = false);
 void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count);
 void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k, const float* v,
