@@ -20,7 +20,10 @@ using simd::mask16;
 // is the caller's). g may alias x.
 DC_TARGET_AVX512 double row_lse(const float* x, int64_t v, float w, float* g) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t c = 0; c < v; c += 16) mx = _mm512_mask_max_ps(mx, mask16(v - c), mx, _mm512_loadu_ps(x + c));
+  for (int64_t c = 0; c < v; c += 16) {
+    const __mmask16 m = mask16(v - c);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + c));
+  }
   const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
   for (int64_t c = 0; c < v; c += 16) {
