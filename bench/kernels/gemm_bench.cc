@@ -6,6 +6,9 @@
 //                   [--time S] [--cpu-time] [--attention] [--cold]
 // --cold: weights cycled through 256 MB of copies, so they come from memory as in a real forward.
 // --attention: the attention op instead (reference vs fast, GFLOP/s).
+// --dw: the backward's dW = dyᵀ·x (bf16 operands, f32 sums) at the same shapes with n tokens, side by
+// side: through transposed copies (dy → dyᵀ f32, x → xᵀ bf16, then matmul_nt_add: the previous path)
+// and matmul_tn_add reading dy and x in place.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +23,7 @@
 
 #include "core/context.h"
 #include "ops/attention.h"
+#include "ops/cpu/backward_kernels.h"
 #include "ops/matmul.h"
 #include "ops/peak.h"
 
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::string model = "all", only;
   std::vector<int64_t> ns = {1, 32, 128, 320, 512};
-  bool reference = true, attention_only = false, cold = false;
+  bool reference = true, attention_only = false, cold = false, dw_only = false;
   double min_time = 0.3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -144,10 +148,11 @@ int main(int argc, char** argv) {
     else if (a == "--cpu-time") g_cpu_time = true;
     else if (a == "--attention") attention_only = true;
     else if (a == "--cold") cold = true;
+    else if (a == "--dw") dw_only = true;
     else if (a == "--time" && i + 1 < argc) min_time = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME]\n"
-                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold]\n");
+                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold] [--dw]\n");
       return 2;
     }
   }
@@ -180,6 +185,35 @@ int main(int argc, char** argv) {
       std::snprintf(name, sizeof name, "%ld,%ld,%ld/%ld,%ld", long(a.n_batch), long(a.n_seq), long(a.n_head),
                     long(a.n_head_kv), long(a.head_dim));
       std::printf("%-22s %9.1f %9.1f\n", name, reference ? rate(ref_ctx) : NAN, rate(fast_ctx));
+    }
+    return 0;
+  }
+  if (dw_only) {
+    dc::Context ctx{dc::Device::kCpu, &pool};
+    ctx.matmul_precision = dc::MatmulPrecision::kBF16;
+    if (!dc::bf16_backward(ctx)) return std::fprintf(stderr, "gemm_bench --dw needs AVX512_BF16\n"), 1;
+    std::printf("%-16s %5s %11s %9s %7s   (dW = dyᵀ·x GFLOP/s, best of runs)\n", "shape [m x k]", "n",
+                "transposed", "in place", "gain");
+    for (const Shape& s : kShapes) {
+      if ((model != "all" && model != s.model) || (!only.empty() && std::string(s.name).find(only) == std::string::npos))
+        continue;
+      for (int64_t n : ns) {
+        std::vector<float> dy(n * s.m), x(n * s.k), dw(s.m * s.k, 0.0f), dyt(s.m * n);  // dyt: [m, n]
+        std::vector<uint16_t> xt(s.k * n);                                                // [k, n]
+        for (auto* v : {&dy, &x})
+          for (auto& e : *v) e = dist(gen);
+        const double gflop = 2.0 * n * s.m * s.k * 1e-9;
+        const double transposed = gflop / best_seconds([&] {
+          dc::cpu::transpose_fast(&pool, dy.data(), n, s.m, dyt.data());
+          dc::transpose_to_bf16(ctx, dc::WeightView{dc::DType::kF32, x.data(), n, s.k}, xt.data());
+          dc::matmul_nt_add(ctx, dyt.data(), s.m, dc::WeightView{dc::DType::kBF16, xt.data(), s.k, n}, dw.data());
+        }, min_time);
+        const double in_place =
+            gflop / best_seconds([&] { dc::matmul_tn_add(ctx, dy.data(), n, s.m, x.data(), s.k, dw.data()); }, min_time);
+        std::printf("%-16s %5ld %11.1f %9.1f %6.2fx\n", s.name, static_cast<long>(n), transposed, in_place,
+                    in_place / transposed);
+        std::fflush(stdout);
+      }
     }
     return 0;
   }

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/profiler.h"
 #include "io/checkpoint.h"
 #include "model/params.h"
 #include "model/synthetic.h"
@@ -66,6 +68,23 @@ struct StepRecord {
   int64_t n_out = 0;  // loss rows (masked positions) of the batch
 };
 
+// The --profile table: every timed path (exclusive of its nested scopes) per step, longest first, with
+// its share of the whole step (forward, backward, loss, optimizer, masking; what no scope covers — the
+// loss's bookkeeping, clipping, the optimizer's vectors — is the rest).
+void print_profile(const Profiler& profiler, int steps, double step_total) {
+  std::vector<std::pair<std::string, Profiler::Entry>> rows(profiler.entries().begin(), profiler.entries().end());
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+  std::printf("\n| phase (exclusive of the phases nested in it) | ms/step | calls/step | %% of the step |\n|---|---|---|---|\n");
+  double covered = 0;
+  for (const auto& [path, e] : rows) {
+    covered += e.seconds;
+    std::printf("| %s | %.1f | %.0f | %.1f |\n", path.c_str(), 1e3 * e.seconds / steps, double(e.calls) / steps,
+                step_total > 0 ? 100 * e.seconds / step_total : 0.0);
+  }
+  std::printf("| (the rest of the step) | %.1f | | %.1f |\n", 1e3 * (step_total - covered) / steps,
+              step_total > 0 ? 100 * (step_total - covered) / step_total : 0.0);
+}
+
 Status check_args(const BenchTrainArgs& a) {
   if (a.model_dir.empty() == a.shape.empty()) return invalid_argument("give exactly one of --model DIR or --shape NAME");
   if (a.seq_len < 2) return invalid_argument("--seq-len must be at least 2 (got " + std::to_string(a.seq_len) + ")");
@@ -104,14 +123,19 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
   cmd->add_option("--layers", a->layers,
                   "--train with --shape: only the first N layers of the shape (e.g. a 7B-shape layer stack that fits "
                   "in memory); 0 = all");
+  cmd->add_flag("--profile", a->profile,
+                "--train: time every op of the timed steps (forward, backward, loss, optimizer) and print the "
+                "per-phase table (cheap timers, off by default)");
   cmd->add_option("--vocab", a->vocab, "--train with --shape: this vocabulary size instead of the shape's; 0 = the shape's");
 }
 
 int run_bench_train(const BenchTrainArgs& a) {
   if (Status s = check_args(a); !s.ok()) return usage_error(s);
   ThreadPool pool(a.threads);
+  Profiler profiler;
   Context ctx;
   ctx.pool = &pool;
+  if (a.profile) ctx.profiler = &profiler;
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return report(precision.status());
   const MatmulPrecision mode = precision->value_or(MatmulPrecision::kBF16);
@@ -178,6 +202,7 @@ int run_bench_train(const BenchTrainArgs& a) {
     r.grad_norm = stats->grad_norm;
     r.n_out = stats->loss_rows;
     records.push_back(r);
+    if (step == 0) profiler.reset();  // the table covers the timed steps only
     std::fprintf(stderr, "bench --train: %s %d/%d  %.2f s (fwd+bwd %.2f, optimizer %.2f)  loss %.4f  |g| %.3e\n",
                  step == 0 ? "warm-up" : "step", step == 0 ? 0 : step, a.steps, r.seconds, r.fwd_bwd_s,
                  r.optimizer_s, r.loss, r.grad_norm);
@@ -201,7 +226,7 @@ int run_bench_train(const BenchTrainArgs& a) {
   const double tokens = static_cast<double>(a.batch * a.seq_len);
   const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
   const int64_t rss = peak_rss_bytes();
-  const nlohmann::json j = {
+  nlohmann::json j = {
       {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
       {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
@@ -216,6 +241,12 @@ int run_bench_train(const BenchTrainArgs& a) {
       {"fraction_of_peak", peak > 0 ? median(gflops) / peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
       {"per_step", steps_json}, {"peak_rss_bytes", rss}};
+  const double step_total = std::accumulate(secs.begin(), secs.end(), 0.0);
+  if (a.profile) {
+    nlohmann::json& profile = j["profile"];  // path → seconds and calls per timed step (exclusive times)
+    for (const auto& [path, e] : profiler.entries())
+      profile[path] = {{"seconds_per_step", e.seconds / a.steps}, {"calls_per_step", double(e.calls) / a.steps}};
+  }
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -245,6 +276,7 @@ int run_bench_train(const BenchTrainArgs& a) {
                 "written by AdamW, in its time) |\n", median(relayout));
   std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
+  if (a.profile) print_profile(profiler, a.steps, step_total);
   return 0;
 }
 

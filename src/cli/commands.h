@@ -44,6 +44,7 @@ struct BenchTrainArgs {
   double mask_ratio = 0.5, lr = 1e-4;
   uint64_t seed = 0;
   bool json = false, grad_checkpointing = false, no_peak = false;
+  bool profile = false;            // per-phase timers (core/profiler.h) of the timed steps
   std::string precision = "auto";  // bench's --precision: auto / bf16 = mixed precision, f32
   int64_t layers = 0, vocab = 0;   // --shape with only this many layers / this vocabulary (0: the shape's)
 };

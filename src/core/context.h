@@ -7,6 +7,8 @@
 
 namespace dc {
 
+class Profiler;  // core/profiler.h
+
 enum class Device { kCpu };
 
 // What the fast CPU matmul feeds to bf16 weights. kF32: activations stay f32 (weights widened to f32,
@@ -25,6 +27,8 @@ struct Context {
   // (correct, but pays the allocation every call). One call at a time per workspace: concurrent calls
   // need a Context each (Engine::logits_fn gives every generation its own).
   Workspace* workspace = nullptr;
+  // Phase timers (core/profiler.h; not owned), null = off: the ops' ProfileScopes then cost a branch.
+  Profiler* profiler = nullptr;
 };
 
 }  // namespace dc

@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "core/profiler.h"
 #include "core/workspace.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
@@ -74,6 +75,7 @@ Status Model::check_batch(const ForwardBatch& b) const {
 
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
                       Activations* train) const {
+  const ProfileScope profile(ctx, "forward");
   DC_RETURN_IF_ERROR(check_batch(b));
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page

@@ -4,6 +4,7 @@
 #include <new>
 #include <vector>
 
+#include "core/profiler.h"
 #include "model/transformer.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -13,6 +14,7 @@ namespace dc {
 
 Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                        const ModelWeights* transposed) const {
+  const ProfileScope profile(ctx, "backward");
   Workspace own_workspace;  // without ctx.workspace, this call's scratch (freed on return)
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;

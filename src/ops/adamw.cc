@@ -2,6 +2,7 @@
 #include "ops/adamw.h"
 
 #include "core/check.h"
+#include "core/profiler.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc {
@@ -21,6 +22,7 @@ AdamWStep adamw_scalars(int64_t t, double lr, double beta1, double beta2, double
 
 void adamw_update_panels(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v,
                          int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels) {
+  const ProfileScope profile(ctx, "adamw_update_panels");
   DC_CHECK(p != nullptr && g != nullptr && m != nullptr && v != nullptr && rows > 0 && cols > 0,
            "adamw_update_panels: bad arguments");
   DC_CHECK(reinterpret_cast<uintptr_t>(w_panels) % 64 == 0 && reinterpret_cast<uintptr_t>(wt_panels) % 64 == 0,

@@ -2,12 +2,14 @@
 #include "ops/attention.h"
 
 #include "core/check.h"
+#include "core/profiler.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc {
 
 void attention(const Context& ctx, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out) {
+  const ProfileScope profile(ctx, "attention");
   DC_CHECK(q && k && v && out, "attention: null operand");
   DC_CHECK(shape.n_head > 0 && shape.n_head_kv > 0 && shape.n_head % shape.n_head_kv == 0,
            "attention: n_head must be a multiple of n_head_kv");

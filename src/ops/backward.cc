@@ -1,11 +1,13 @@
 // Front-ends of the backward ops and the fused cross-entropy: check the arguments once, dispatch to
-// the CPU kernels (ops/cpu/backward_kernels.h). matmul_nt_backward reuses matmul_nt on transposed copies
-// (f32, or bf16 in mixed precision) held in per-thread buffers.
+// the CPU kernels (ops/cpu/backward_kernels.h). matmul_nt_backward reuses matmul_nt_add (dx; in f32 on
+// transposed copies) and matmul_tn_add (dW in mixed precision, on the operands as they are).
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/profiler.h"
 #include "core/workspace.h"
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
@@ -18,24 +20,31 @@ namespace dc {
 
 void rms_norm_backward(const Context& ctx, const float* x, const float* w, const float* dy, int64_t n, int64_t d,
                        float eps, float* dx, float* dw) {
+  const ProfileScope profile(ctx, "rms_norm_backward");
   DC_CHECK(x != nullptr && w != nullptr && dy != nullptr && n >= 0 && d > 0, "rms_norm_backward: bad arguments");
-  cpu::rms_norm_backward(ctx.pool, x, w, dy, n, d, eps, dx, dw);
+  if (ctx.reference_kernels) return cpu::rms_norm_backward(ctx.pool, x, w, dy, n, d, eps, dx, dw);
+  cpu::rms_norm_backward_fast(ctx.pool, x, w, dy, n, d, eps, dx, dw);
 }
 
 void rope_backward(const Context& ctx, float* dx, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                    const float* sin) {
+  const ProfileScope profile(ctx, "rope_backward");
   DC_CHECK(dx != nullptr && cos != nullptr && sin != nullptr && head_dim % 2 == 0, "rope_backward: bad arguments");
-  cpu::rope_backward(ctx.pool, dx, n, n_heads, head_dim, cos, sin);
+  if (ctx.reference_kernels) return cpu::rope_backward(ctx.pool, dx, n, n_heads, head_dim, cos, sin);
+  cpu::rope_apply_fast(ctx.pool, dx, n, n_heads, head_dim, cos, sin, /*inverse=*/true);  // a rotation's transpose
 }
 
 void swiglu_backward(const Context& ctx, const float* gate, const float* up, const float* dout, int64_t count,
                      float* dgate, float* dup) {
+  const ProfileScope profile(ctx, "swiglu_backward");
   DC_CHECK(gate && up && dout && dgate && dup && count >= 0, "swiglu_backward: bad arguments");
-  cpu::swiglu_backward(ctx.pool, gate, up, dout, count, dgate, dup);
+  if (ctx.reference_kernels) return cpu::swiglu_backward(ctx.pool, gate, up, dout, count, dgate, dup);
+  cpu::swiglu_backward_fast(ctx.pool, gate, up, dout, count, dgate, dup);
 }
 
 void embedding_backward(const Context& ctx, const int32_t* ids, int64_t n, const float* dy, int64_t cols,
                         float* dtable) {
+  const ProfileScope profile(ctx, "embedding_backward");
   DC_CHECK(ids && dy && dtable && n >= 0 && cols > 0, "embedding_backward: bad arguments");
   cpu::embedding_backward(ctx.pool, ids, n, dy, cols, dtable);
 }
@@ -43,6 +52,7 @@ void embedding_backward(const Context& ctx, const int32_t* ids, int64_t n, const
 void attention_backward(const Context& ctx, const AttentionShape& s, const float* q, const float* k, const float* v,
                         const uint8_t* valid, const float* out, const float* dout, float* dq, float* dk,
                         float* dv) {
+  const ProfileScope profile(ctx, "attention_backward");
   DC_CHECK(q && k && v && out && dout && dq && dk && dv, "attention_backward: null operand");
   DC_CHECK(s.n_batch > 0 && s.n_seq > 0 && s.head_dim > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0,
            "attention_backward: bad shape");
@@ -86,6 +96,7 @@ void transpose(const Context& ctx, const float* x, int64_t rows, int64_t cols, f
 
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias, const WeightView* wt) {
+  const ProfileScope profile(ctx, [&] { return "matmul_nt_backward, W " + std::to_string(w.rows) + "×" + std::to_string(w.cols); });
   DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
   DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
@@ -95,14 +106,13 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
   // than the GEMM it feeds. They keep the largest size seen. Without a workspace, this call's own.
   Workspace own_workspace;
   Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
-  float* dyt = ws.floats("matmul_backward.dyt", out * n);  // [out, n]
-  transpose(ctx, dy, n, out, dyt);
   // bf16 buffers as halves of f32 ones.
   auto bf16_buffer = [&](const char* name, int64_t count) {
     return reinterpret_cast<uint16_t*>(ws.floats(name, (count + 1) / 2));
   };
-  if (bf16_backward(ctx)) {  // mixed precision: bf16 operands (the kernel rounds dy / dyᵀ), f32 sums
+  if (bf16_backward(ctx)) {  // mixed precision: bf16 operands (the kernels round dy and x), f32 sums
     if (dx != nullptr) {
+      const ProfileScope p(ctx, "dx = dy·W GEMM");
       WeightView t = wt != nullptr ? *wt : WeightView{};
       if (wt == nullptr) {
         uint16_t* tb = bf16_buffer("matmul_backward.wt_bf16", in * out);  // [in, out]
@@ -112,11 +122,15 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
       matmul_nt_add(ctx, dy, n, t, dx);
     }
     if (dw != nullptr) {
-      uint16_t* xb = bf16_buffer("matmul_backward.xt_bf16", in * n);  // [in, n]: xᵀ in bf16
-      transpose_to_bf16(ctx, WeightView{DType::kF32, x, n, in}, xb);
-      matmul_nt_add(ctx, dyt, out, WeightView{DType::kBF16, xb, in, n}, dw);
+      const ProfileScope p(ctx, "dW = dyᵀ·x GEMM");
+      matmul_tn_add(ctx, dy, n, out, x, in, dw);
     }
   } else {
+    float* dyt = ws.floats("matmul_backward.dyt", out * n);  // [out, n]
+    {
+      const ProfileScope p(ctx, "transpose dy");
+      transpose(ctx, dy, n, out, dyt);
+    }
     if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
       float* w_t = ws.floats("matmul_backward.wt", in * out);  // [in, out]
       if (w.dtype == DType::kF32) {
@@ -134,21 +148,27 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
       matmul_nt_add(ctx, dyt, out, WeightView{DType::kF32, xt, in, n}, dw);
     }
   }
-  if (dbias != nullptr) {
-    parallel_for(ctx.pool, out, [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        double sum = 0;
-        for (int64_t i = 0; i < n; ++i) sum += dyt[o * n + i];
-        dbias[o] += static_cast<float>(sum);
+  if (dbias != nullptr) {  // Σ_rows dy over 16 columns at a time, rows in order, in double
+    const ProfileScope p(ctx, "dbias");
+    constexpr int64_t kCols = 16;
+    parallel_for(ctx.pool, (out + kCols - 1) / kCols, [&](int64_t b, int64_t e) {
+      for (int64_t o0 = b * kCols; o0 < std::min(out, e * kCols); o0 += kCols) {
+        const int64_t nc = std::min(kCols, out - o0);
+        double sum[kCols] = {};
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t o = 0; o < nc; ++o) sum[o] += dy[i * out + o0 + o];
+        for (int64_t o = 0; o < nc; ++o) dbias[o0 + o] += static_cast<float>(sum[o]);
       }
-    }, 16);
+    });
   }
 }
 
 double cross_entropy(const Context& ctx, const float* logits, const int32_t* targets, const float* weights,
                      int64_t n, int64_t n_vocab, float* dlogits, float* ce) {
+  const ProfileScope profile(ctx, "cross_entropy");
   DC_CHECK(logits && targets && weights && n >= 0 && n_vocab > 0, "cross_entropy: bad arguments");
-  return cpu::cross_entropy(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
+  if (ctx.reference_kernels) return cpu::cross_entropy(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
+  return cpu::cross_entropy_fast(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
 }
 
 }  // namespace dc

@@ -6,11 +6,13 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/profiler.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc {
 
 void rms_norm(const Context& ctx, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
+  const ProfileScope profile(ctx, "rms_norm");
   DC_CHECK(x && w && y && n >= 0 && d > 0 && eps > 0, "rms_norm: bad arguments");
   switch (ctx.device) {
     case Device::kCpu:
@@ -40,6 +42,7 @@ void rope_tables(const int32_t* positions, int64_t n, int64_t head_dim, double t
 
 void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                 const float* sin) {
+  const ProfileScope profile(ctx, "rope");
   DC_CHECK(x && cos && sin && head_dim % 2 == 0 && n_heads > 0, "rope_apply: bad arguments");
   switch (ctx.device) {
     case Device::kCpu:
@@ -49,6 +52,7 @@ void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_
 }
 
 void swiglu(const Context& ctx, const float* gate, const float* up, int64_t count, float* out) {
+  const ProfileScope profile(ctx, "swiglu");
   DC_CHECK(gate && up && out && count >= 0, "swiglu: bad arguments");
   switch (ctx.device) {
     case Device::kCpu:
@@ -58,6 +62,7 @@ void swiglu(const Context& ctx, const float* gate, const float* up, int64_t coun
 }
 
 void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
+  const ProfileScope profile(ctx, "residual add");
   DC_CHECK(y && x && count >= 0, "add_inplace: bad arguments");
   switch (ctx.device) {
     case Device::kCpu:
@@ -67,6 +72,7 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
 }
 
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out) {
+  const ProfileScope profile(ctx, "embedding");
   DC_CHECK(!table.empty() && ids && out, "embedding: bad arguments");
   for (int64_t i = 0; i < n; ++i) DC_CHECK(ids[i] >= 0 && ids[i] < table.rows, "embedding: id out of range");
   switch (ctx.device) {

@@ -2,13 +2,17 @@
 // picks the reference kernel or the fast one (and the fast one's activation precision).
 #include "ops/matmul.h"
 
+#include <string>
+
 #include "core/check.h"
+#include "core/profiler.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"
 
 namespace dc {
 
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y) {
+  const ProfileScope profile(ctx, [&] { return "GEMM x·Wᵀ, W " + std::to_string(w.rows) + "×" + std::to_string(w.cols); });
   DC_CHECK(x != nullptr && y != nullptr && !w.empty(), "matmul_nt: null operand");
   DC_CHECK(n >= 0 && w.rows > 0 && w.cols > 0, "matmul_nt: bad sizes");
   DC_CHECK(w.layout == WeightLayout::kRowMajor || w.dtype == DType::kBF16 || w.quantized(),
@@ -47,6 +51,17 @@ void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightVi
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::matmul_nt(ctx.pool, x, n, w, nullptr, y, /*accumulate=*/true);
       return cpu::matmul_nt_fast(ctx.pool, ws, x, n, w, nullptr, y, ctx.matmul_precision, /*accumulate=*/true);
+  }
+}
+
+void matmul_tn_add(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y) {
+  DC_CHECK(a != nullptr && b != nullptr && y != nullptr && n >= 0 && m >= 0 && k >= 0, "matmul_tn_add: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu:
+      if (!bf16_backward(ctx)) return cpu::matmul_tn_add(ctx.pool, a, n, m, b, k, y);
+      Workspace own_workspace;  // the kernel's packing buffers: ctx's, or (without one) this call's
+      return cpu::matmul_tn_add_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, a, n, m,
+                                     b, k, y);
   }
 }
 

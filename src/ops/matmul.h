@@ -20,6 +20,12 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
 // f32 / f16 / bf16 weights), for the backward's products, which add into the caller's gradients.
 void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightView& w, float* y);
 
+// y[m, k] += a[n, m]ᵀ · b[n, k]: the backward's dW = dyᵀ·x, summing over the rows of a and b, which are
+// read in the layout they have (no transposed copies). bf16_backward(ctx): a and b rounded to bf16, f32
+// sums (the fast kernel: AMX-BF16 tiles where the CPU and OS allow them, else AVX512_BF16); otherwise
+// the reference kernel in f32. The result does not depend on the thread count.
+void matmul_tn_add(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y);
+
 // The kPanels copy (ops/weight.h) of a weight, as pack_panels writes it.
 struct PanelSizes {
   int64_t panels = 0;       // panels of panel_rows rows
@@ -50,12 +56,12 @@ WeightView panel_view(const WeightView& w, const void* data, const void* scales,
 
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
-// Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). Both products
-// run through matmul_nt_add, summing straight into dx and dw (the fast kernel unless
-// ctx.reference_kernels): in f32 on transposed f32 copies,
-// or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32 accumulation: dx against
-// `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, laid out once per optimizer step by the caller; without
-// it a bf16 wᵀ is made per call), dw against xᵀ rounded to bf16 (an activation-sized copy per call).
+// Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). The products sum
+// straight into dx and dw (the fast kernels unless ctx.reference_kernels): in f32 through matmul_nt_add
+// on transposed f32 copies, or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32
+// accumulation: dx through matmul_nt_add against `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, laid out
+// once per optimizer step by the caller; without it a bf16 wᵀ is made per call), dw through
+// matmul_tn_add on dy and x as they are (no copies).
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias, const WeightView* wt = nullptr);
 

@@ -141,8 +141,9 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
 }
 
 TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
-  // The second run also measures the bf16 GEMM peak, on the tiny shape cut to 1 layer and 64 tokens.
-  for (const std::string extra : {" --no-peak", " --grad-checkpointing --layers 1 --vocab 64"}) {
+  // The second run also measures the bf16 GEMM peak, on the tiny shape cut to 1 layer and 64 tokens,
+  // with the per-op profile.
+  for (const std::string extra : {" --no-peak", " --grad-checkpointing --layers 1 --vocab 64 --profile"}) {
     auto r = run("bench --train --shape tiny --seq-len 32 --prompt-len 8 --steps 2 --threads 2 --json" + extra);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
@@ -159,6 +160,17 @@ TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
       EXPECT_GT(s["n_loss_rows"].get<int64_t>(), 0);
     }
     EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0);
+    ASSERT_EQ(j.contains("profile"), second);
+    if (!second) continue;
+    const auto& profile = j["profile"];  // path → per-step seconds and calls of the timed steps
+    EXPECT_EQ(profile["forward"]["calls_per_step"].get<double>(), 1.0);
+    EXPECT_EQ(profile["cross_entropy"]["calls_per_step"].get<double>(), 1.0);
+    int backward_products = 0;
+    for (const auto& [path, e] : profile.items()) {
+      EXPECT_GE(e["seconds_per_step"].get<double>(), 0.0) << path;
+      backward_products += path.rfind("backward/matmul_nt_backward", 0) == 0;
+    }
+    EXPECT_GT(backward_products, 0);
   }
   auto bad = run("bench --train --shape nope");
   EXPECT_NE(bad.exit_code, 0);

@@ -212,13 +212,57 @@ TEST_P(BackwardTest, MatmulNtBf16) {
     std::vector<uint32_t> panels(static_cast<size_t>(sizes.data_bytes / 4) + 16);
     uint32_t* aligned = panels.data() + (64 - reinterpret_cast<uintptr_t>(panels.data()) % 64) % 64 / 4;
     const WeightView wt_packed = pack_panels(ctx, wt_rm, aligned, nullptr, nullptr, 0, sizes.panels);
+    Vec want_db(out, 0.0);  // the bias gradient sums the unrounded dy
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < out; ++o) want_db[o] += dy[i * out + o];
     for (const WeightView* laid : {static_cast<const WeightView*>(nullptr), &wt_packed}) {
-      std::vector<float> dx(n * in, 1.0f), dw(out * in, 2.0f);  // accumulated into
-      matmul_nt_backward(ctx, xf.data(), n, wv, dyf.data(), dx.data(), dw.data(), nullptr, laid);
+      std::vector<float> dx(n * in, 1.0f), dw(out * in, 2.0f), db(out, 3.0f);  // accumulated into
+      matmul_nt_backward(ctx, xf.data(), n, wv, dyf.data(), dx.data(), dw.data(), db.data(), laid);
       for (float& v : dx) v -= 1.0f;
       for (float& v : dw) v -= 2.0f;
+      for (float& v : db) v -= 3.0f;
       expect_grad(want_dx, dx.data(), 1e-5, laid ? "dx (wᵀ laid out)" : "dx (wᵀ per call)");
       expect_grad(want_dw, dw.data(), 1e-5, "dw");
+      expect_grad(want_db, db.data(), 1e-6, "db");
+    }
+  }
+}
+
+// dW = dyᵀ·x read in place: the fast bf16 kernel (AMX tiles where allowed) against the reference kernel
+// on the same bf16-rounded operands (only the summation order differs), on shapes with tails in every
+// dimension: odd token counts (a zero-padded last pair), rows past the last whole tile block, partial
+// column panels, more tokens than one block of pairs; accumulating into y; and the same bits whatever
+// the thread count.
+TEST_P(BackwardTest, MatmulTnAddBf16MatchesReference) {
+  Context fast = ctx_;
+  fast.matmul_precision = MatmulPrecision::kBF16;
+  if (!bf16_backward(fast)) GTEST_SKIP() << "no AVX512_BF16";
+  Context ref = fast;
+  ref.reference_kernels = true;
+  for (const auto [n, m, k] : {std::array<int64_t, 3>{1, 1, 1}, {7, 33, 65}, {37, 97, 130}, {256, 200, 150},
+                               {1031, 45, 70}}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens, dy " + std::to_string(m) + " wide, x " + std::to_string(k) + " wide");
+    auto round = [](Vec v) {
+      for (double& e : v) e = bf16_to_f32(f32_to_bf16(static_cast<float>(e)));
+      return v;
+    };
+    const Vec a = random_vec(n * m, 31), b = random_vec(n * k, 32, 0.5), y0 = random_vec(m * k, 33);
+    std::vector<float> want = to_f32(y0), got = to_f32(y0);
+    matmul_tn_add(ref, to_f32(round(a)).data(), n, m, to_f32(round(b)).data(), k, want.data());
+    matmul_tn_add(fast, to_f32(a).data(), n, m, to_f32(b).data(), k, got.data());  // rounds a and b itself
+    Vec abs_sum(m * k, 0.0);  // Σ_t |a[t, i] b[t, j]|: the scale of the summation-order difference
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < k; ++j) abs_sum[i * k + j] += std::abs(a[t * m + i] * b[t * k + j]);
+    for (int64_t i = 0; i < m * k; ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4 * abs_sum[i] + 1e-6) << "index " << i;
+    ThreadPool three(3);  // other thread counts: the same bits
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &three}) {
+      Context other = fast;
+      other.pool = pool;
+      std::vector<float> again = to_f32(y0);
+      matmul_tn_add(other, to_f32(a).data(), n, m, to_f32(b).data(), k, again.data());
+      ASSERT_EQ(again, got);
     }
   }
 }

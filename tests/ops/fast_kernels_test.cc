@@ -14,6 +14,7 @@
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
 #include "ops/elementwise.h"
+#include "ops/loss.h"
 #include "ops/matmul.h"
 #include "ops/peak.h"
 
@@ -295,6 +296,9 @@ TEST_P(FastKernelsTest, Rope) {
     rope_apply(ref_, want.data(), n, heads, D, cos.data(), sin.data());
     rope_apply(fast_, got.data(), n, heads, D, cos.data(), sin.data());
     expect_close(want, got, 1e-6, "rope D=" + std::to_string(D));
+    rope_backward(ref_, want.data(), n, heads, D, cos.data(), sin.data());  // the inverse rotation
+    rope_backward(fast_, got.data(), n, heads, D, cos.data(), sin.data());
+    expect_close(want, got, 1e-6, "rope_backward D=" + std::to_string(D));
   }
 }
 
@@ -313,6 +317,67 @@ TEST_P(FastKernelsTest, SwigluAndAdd) {
     add_inplace(ref_, y_want.data(), want.data(), count);
     add_inplace(fast_, y_got.data(), want.data(), count);
     EXPECT_EQ(y_want, y_got);
+  }
+}
+
+// The backward element-wise passes: RMSNorm's (Σ in one pass, dx added into the residual gradient; the
+// same bits on 1 and 3 threads), SwiGLU's (in place over dout, as the model calls it), against the
+// reference kernels on tails of every width. RoPE's inverse rotation: in the Rope test.
+TEST_P(FastKernelsTest, ElementwiseBackwardMatchesReference) {
+  for (int64_t d : {1, 15, 16, 37, 899}) {
+    const int64_t n = d == 899 ? 70 : 23;
+    const auto x = random_vec(n * d, 11, 3.0f), w = random_vec(d, 12), dy = random_vec(n * d, 13),
+               dx0 = random_vec(n * d, 14), dw0 = random_vec(d, 15);
+    std::vector<std::vector<float>> results;  // dx, dw of ref, fast, fast on one thread
+    for (const Context* ctx : {&ref_, &fast_, &fast1_}) {
+      std::vector<float> dx = dx0, dw = dw0;
+      rms_norm_backward(*ctx, x.data(), w.data(), dy.data(), n, d, 1e-6f, dx.data(), dw.data());
+      results.push_back(dx), results.push_back(dw);
+    }
+    expect_close(results[0], results[2], 1e-5, "rms_norm_backward dx d=" + std::to_string(d));
+    expect_close(results[1], results[3], 1e-5, "rms_norm_backward dw d=" + std::to_string(d));
+    EXPECT_EQ(results[2], results[4]);
+    EXPECT_EQ(results[3], results[5]);
+    std::vector<float> dw_only = dw0;  // dx not wanted
+    rms_norm_backward(fast_, x.data(), w.data(), dy.data(), n, d, 1e-6f, nullptr, dw_only.data());
+    EXPECT_EQ(dw_only, results[3]);
+  }
+  for (int64_t count : {1, 15, 17, 1000, 70001}) {
+    auto g = random_vec(count, 17, 4.0f);
+    if (count > 4) g[0] = 100.0f, g[1] = -100.0f, g[2] = 88.0f, g[3] = -90.0f;  // exp over/underflow
+    const auto u = random_vec(count, 18), dout = random_vec(count, 19);
+    std::vector<float> want_g(count), want_u(count), got_g = dout, got_u(count);
+    swiglu_backward(ref_, g.data(), u.data(), dout.data(), count, want_g.data(), want_u.data());
+    swiglu_backward(fast_, g.data(), u.data(), got_g.data(), count, got_g.data(), got_u.data());  // dgate aliases dout
+    expect_close(want_g, got_g, 1e-6, "swiglu_backward dgate count=" + std::to_string(count));
+    expect_close(want_u, got_u, 1e-6, "swiglu_backward dup count=" + std::to_string(count));
+  }
+}
+
+// The fused cross-entropy: loss, per-row CE and dlogits (in place over the logits) against the
+// reference on vocabularies with tails, a dominant logit and very negative ones; the same bits on 1 and 3
+// threads.
+TEST_P(FastKernelsTest, CrossEntropyMatchesReference) {
+  for (int64_t V : {1, 17, 1001, 40000}) {
+    const int64_t n = 5;
+    auto logits = random_vec(n * V, 21, 4.0f);
+    if (V > 2) logits[1] = 60.0f, logits[V] = -200.0f;  // row 0 dominated; row 1 with an underflowing exp
+    const std::vector<int32_t> targets = {0, static_cast<int32_t>(V - 1), static_cast<int32_t>(V / 2), 0,
+                                          static_cast<int32_t>(V / 3)};
+    const std::vector<float> weights = {1.0f, 0.5f, 2.0f, 0.0f, 1.5f};
+    std::vector<std::vector<float>> grads, ces;
+    std::vector<double> losses;
+    for (const Context* ctx : {&ref_, &fast_, &fast1_}) {
+      std::vector<float> g = logits, ce(n);
+      losses.push_back(cross_entropy(*ctx, g.data(), targets.data(), weights.data(), n, V, g.data(), ce.data()));
+      grads.push_back(g), ces.push_back(ce);
+    }
+    const std::string what = "cross_entropy V=" + std::to_string(V);
+    EXPECT_NEAR(losses[1], losses[0], 1e-6 * (1.0 + std::abs(losses[0]))) << what;
+    expect_close(ces[0], ces[1], 1e-6, what + " ce");
+    expect_close(grads[0], grads[1], 1e-6, what + " dlogits");
+    EXPECT_EQ(losses[1], losses[2]);
+    EXPECT_EQ(grads[1], grads[2]);
   }
 }
 

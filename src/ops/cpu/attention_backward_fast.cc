@@ -3,7 +3,8 @@
 // contiguous [L, D] tiles,
 //   S = Q·Kᵀ·scale → P = softmax(S) over the valid keys      dP = dO·Vᵀ      δ_i = Σ_t dO[i,t]·O[i,t]
 //   dS = P ⊙ (dP − δ)·scale      dQ = dS·K      dK += dSᵀ·Q      dV += Pᵀ·dO
-// each product through the fast f32 matmul kernel on the calling thread (the items are the parallelism).
+// each product through the fast f32 matmul kernel on the calling thread (the items are the parallelism),
+// the transposes by 16 × 16 AVX-512 blocks and the softmax / dS row pass in AVX-512 (exp_ps).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,14 +12,50 @@
 
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/simd_avx512.h"
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace dc::cpu {
 namespace {
 
-// y [rows, cols] = x [cols, rows]ᵀ
-void transpose_into(const float* x, int64_t rows, int64_t cols, float* y) {
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r = 0; r < rows; ++r) y[r * cols + c] = x[c * rows + r];
+using simd::mask16;
+
+// y [rows, cols] = x [cols, rows]ᵀ on this thread.
+void transpose_into(const float* x, int64_t rows, int64_t cols, float* y) { transpose_fast(nullptr, x, cols, rows, y); }
+
+// The keys of [j, j + 16) that are valid (and < L): all of them without a mask.
+DC_TARGET_AVX512 DC_INLINE __mmask16 valid16(const uint8_t* rv, int64_t j, int64_t L) {
+  const __mmask16 in = mask16(L - j);
+  if (rv == nullptr) return in;
+  return _mm_mask_cmpneq_epi8_mask(in, _mm_maskz_loadu_epi8(in, rv + j), _mm_setzero_si128());
+}
+
+// One query row: p [L] from scores to softmax(scores · scale) over the valid keys (0 elsewhere), and
+// dp [L] from dP to dS = p ⊙ (dP − delta) · scale.
+DC_TARGET_AVX512 void softmax_ds_row(float* p, float* dp, int64_t L, const uint8_t* rv, float scale, float delta) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < L; j += 16)
+    mx = _mm512_mask_max_ps(mx, valid16(rv, j, L), mx, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(L - j), p + j), sc));
+  const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < L; j += 16) {
+    const __mmask16 in = mask16(L - j);
+    const __m512 s_j = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(in, p + j), sc, mv);
+    const __m512 e = _mm512_maskz_mov_ps(valid16(rv, j, L), simd::exp_ps(s_j));
+    _mm512_mask_storeu_ps(p + j, in, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum)), dl = _mm512_set1_ps(delta);
+  for (int64_t j = 0; j < L; j += 16) {
+    const __mmask16 in = mask16(L - j);
+    const __m512 pj = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, p + j), inv);
+    _mm512_mask_storeu_ps(p + j, in, pj);
+    const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(pj, _mm512_sub_ps(_mm512_maskz_loadu_ps(in, dp + j), dl)), sc);
+    _mm512_mask_storeu_ps(dp + j, in, ds);
+  }
 }
 
 // y[n, m] = x[n, k] · w[m, k]ᵀ on this thread, f32.
@@ -69,19 +106,7 @@ void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionSha
             std::fill_n(dpi, L, 0.0f);
             continue;
           }
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < L; ++j)
-            if (ok(j)) mx = std::max(mx, pi[j] * scale);
-          float sum = 0;
-          for (int64_t j = 0; j < L; ++j) {
-            pi[j] = ok(j) ? std::exp(pi[j] * scale - mx) : 0.0f;
-            sum += pi[j];
-          }
-          const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < L; ++j) {
-            pi[j] *= inv;
-            dpi[j] = pi[j] * (dpi[j] - delta[i]) * scale;  // dS
-          }
+          softmax_ds_row(pi, dpi, L, rv, scale, delta[i]);
         }
         // dQ = dS · K: against Kᵀ [D, L]
         gemm_nt(ws, dp.data(), L, kt.data(), D, L, res.data());

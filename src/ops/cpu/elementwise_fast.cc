@@ -43,9 +43,10 @@ DC_TARGET_AVX512 void rms_norm_rows(const float* x, const float* w, int64_t i0, 
   }
 }
 
-// Rows [i0, i1) of x[n, n_heads, head_dim] rotated in place (rotate-half RoPE).
+// Rows [i0, i1) of x[n, n_heads, head_dim] rotated in place (rotate-half RoPE), by −θ when inverse.
 DC_TARGET_AVX512 void rope_rows(float* x, int64_t i0, int64_t i1, int64_t n_heads, int64_t head_dim,
-                                const float* cos, const float* sin) {
+                                const float* cos, const float* sin, bool inverse) {
+  const __m512 sign = _mm512_set1_ps(inverse ? -1.0f : 1.0f);
   const int64_t half = head_dim / 2;
   for (int64_t i = i0; i < i1; ++i) {
     const float* c = cos + i * half;
@@ -55,7 +56,7 @@ DC_TARGET_AVX512 void rope_rows(float* x, int64_t i0, int64_t i1, int64_t n_head
       for (int64_t t = 0; t < half; t += 16) {
         const __mmask16 m = mask16(half - t);
         const __m512 x1 = _mm512_maskz_loadu_ps(m, v + t), x2 = _mm512_maskz_loadu_ps(m, v + half + t);
-        const __m512 ct = _mm512_maskz_loadu_ps(m, c + t), st = _mm512_maskz_loadu_ps(m, s + t);
+        const __m512 ct = _mm512_maskz_loadu_ps(m, c + t), st = _mm512_mul_ps(sign, _mm512_maskz_loadu_ps(m, s + t));
         _mm512_mask_storeu_ps(v + t, m, _mm512_sub_ps(_mm512_mul_ps(x1, ct), _mm512_mul_ps(x2, st)));
         _mm512_mask_storeu_ps(v + half + t, m, _mm512_add_ps(_mm512_mul_ps(x2, ct), _mm512_mul_ps(x1, st)));
       }
@@ -89,10 +90,10 @@ void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, 
 }
 
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
-                     const float* sin) {
-  if (!cpu_has_avx512()) return rope_apply(pool, x, n, n_heads, head_dim, cos, sin);
+                     const float* sin, bool inverse) {
+  if (!cpu_has_avx512()) return rope_apply(pool, x, n, n_heads, head_dim, cos, sin, inverse);
   parallel_for(pool_for(pool, n * n_heads * head_dim), n,
-               [&](int64_t b, int64_t e) { rope_rows(x, b, e, n_heads, head_dim, cos, sin); }, 4);
+               [&](int64_t b, int64_t e) { rope_rows(x, b, e, n_heads, head_dim, cos, sin, inverse); }, 4);
 }
 
 void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out) {

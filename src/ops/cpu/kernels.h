@@ -17,6 +17,8 @@ namespace dc::cpu {
 void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                bool accumulate = false);
 void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
+// matmul_tn_add (ops/matmul.h) in f32.
+void matmul_tn_add(ThreadPool* pool, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y);
 // inverse: rotate by −θ instead of θ (the rotation's transpose: RoPE's backward, ops/cpu/backward_kernels.h).
 void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                 const float* sin, bool inverse = false);
@@ -41,6 +43,10 @@ void force_portable_kernels_for_testing(bool on);
 // threads' buffers of `ws` (Workspace::thread_buffer: the context's, or the op call's own).
 void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w, const float* bias,
                     float* y, MatmulPrecision precision, bool accumulate = false);
+// matmul_tn_add on bf16 operands (rounded on the way, a and b read in place) with f32 sums, AMX-BF16
+// tiles where cpu_has_amx_bf16(); AVX512_BF16 only (matmul_tn_fast.cc).
+void matmul_tn_add_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
+                        float* y);
 // Panels [panel_begin, panel_end) of the kPanels copy (ops/weight.h) of the row-major bf16 weight w, into
 // out (the whole copy: ⌈w.rows/64⌉ · ⌈w.cols/2⌉ · 64 words, 64-byte aligned).
 void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out);
@@ -49,7 +55,7 @@ void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& 
                               int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels);
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
-                     const float* sin);
+                     const float* sin, bool inverse = false);
 void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count);
 void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k, const float* v,
