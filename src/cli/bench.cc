@@ -41,14 +41,14 @@ struct BenchArgs {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// FLOPs of one forward: the GEMMs of every layer over the computed positions (the window with a KV
-// cache), their attention over all L keys, and lm_head on the rows whose logits are wanted.
+// FLOPs of one forward to the hidden rows: the GEMMs of every layer over the computed positions (the
+// window with a KV cache) and their attention over all L keys (not the lm_head: the sampling runs it).
 double forward_flops(const ModelConfig& c, const ForwardBatch& b) {
   const double T = static_cast<double>(b.n_computed()), L = static_cast<double>(b.n_seq);
   const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
   const double per_token = 2.0 * (E * q + 2 * E * kv + q * E + 3 * E * F);
   const double attention = 4.0 * T * L * q;  // q·kᵀ and p·v
-  return c.n_layer * (T * per_token + attention) + 2.0 * b.n_out * E * c.n_vocab;
+  return c.n_layer * (T * per_token + attention);
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -149,14 +149,14 @@ int run_bench(const BenchArgs& a) {
       std::fprintf(stderr, "bench: step %d/%d, %.1f ms/step\n", s.step + 1, s.n_steps, step_ms.back());
     return a.max_steps <= 0 || s.step + 1 < a.max_steps;
   };
-  const LogitsFn inner = engine->logits_fn();
-  const LogitsFn timed = [&](const ForwardBatch& b, float* logits) {
+  const HeadFn inner = engine->head_fn();
+  const HeadFn timed = [&](const ForwardBatch& b) {
     const auto t = Clock::now();
-    Status s = inner(b, logits);
+    Result<HeadSampler*> head = inner(b);
     forward_ms += ms_since(t);
     if (first_forward_ms < 0) first_forward_ms = ms_since(t_gen);
     flops += forward_flops(c, b);
-    return s;
+    return head;
   };
   hooks.pool = &engine->pool();
   t_gen = Clock::now();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "engine/head_sampler.h"
 #include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
 #include "model/kv_cache.h"
@@ -130,24 +131,43 @@ Status kv_cache_too_large(int64_t bytes, int64_t limit, int64_t n_rows, int64_t 
                       " (EngineOptions::max_kv_cache_bytes); use cache none, fewer rows or fewer new tokens");
 }
 
+// One generation's KV cache and forward scratch (one generation at a time), freed with its function.
+struct Generation {
+  KvCache cache;
+  Workspace workspace;
+};
+
+// `batch` with the generation's cache when its cache_op needs one and it brings none; a refresh larger
+// than max_kv_cache_bytes is refused.
+Result<ForwardBatch> with_cache(const Model& model, int64_t max_kv_cache_bytes, Generation& gen,
+                                const ForwardBatch& batch) {
+  if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return batch;
+  if (batch.cache_op == CacheOp::kRefresh) {
+    const int64_t bytes = kv_bytes(model.config(), batch.n_batch, batch.n_seq);
+    if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, batch.n_batch, batch.n_seq);
+  }
+  ForwardBatch b = batch;
+  b.cache = &gen.cache;
+  return b;
+}
+
 LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
-  // This function's own KV cache and scratch (one generation at a time), freed with the function.
-  struct Generation {
-    KvCache cache;
-    Workspace workspace;
-  };
   auto gen = std::make_shared<Generation>();
   return [&model, ctx, max_kv_cache_bytes, gen](const ForwardBatch& batch, float* logits) -> Status {
     Context call_ctx = ctx;
     call_ctx.workspace = &gen->workspace;
-    if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return model.forward(call_ctx, batch, logits);
-    if (batch.cache_op == CacheOp::kRefresh) {
-      const int64_t bytes = kv_bytes(model.config(), batch.n_batch, batch.n_seq);
-      if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, batch.n_batch, batch.n_seq);
-    }
-    ForwardBatch with_cache = batch;
-    with_cache.cache = &gen->cache;
-    return model.forward(call_ctx, with_cache, logits);
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *gen, batch));
+    return model.forward(call_ctx, b, logits);
+  };
+}
+
+HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
+  auto gen = std::make_shared<Generation>();  // its workspace is unused: the head has its own
+  auto head = std::make_shared<CpuHeadSampler>(model, ctx);
+  return [&model, max_kv_cache_bytes, gen, head](const ForwardBatch& batch) -> Result<HeadSampler*> {
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *gen, batch));
+    DC_RETURN_IF_ERROR(head->forward(b));
+    return static_cast<HeadSampler*>(head.get());
   };
 }
 
@@ -156,6 +176,13 @@ LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_
 int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const { return kv_bytes(config(), n_rows, n_seq); }
 
 LogitsFn Engine::logits_fn() { return model_logits_fn(*model_, ctx_, max_kv_cache_bytes_); }
+
+HeadFn Engine::head_fn() { return model_head_fn(*model_, ctx_, max_kv_cache_bytes_); }
+
+HeadMemory Engine::head_memory() const {
+  return HeadMemory{config().n_embd * static_cast<int64_t>(sizeof(float)) + kSamplerBytesPerPosition,
+                    CpuHeadSampler::chunk_bytes(*model_)};
+}
 
 Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool chat) const {
   if (tokenizer_ == nullptr)
@@ -190,7 +217,7 @@ Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx,
     if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, rows, length);
   }
   if (hooks.pool == nullptr) hooks.pool = ctx.pool;
-  return dc::generate(model_logits_fn(model, ctx, max_kv_cache_bytes), c.n_vocab, prompts, params, hooks);
+  return dc::generate(model_head_fn(model, ctx, max_kv_cache_bytes), c.n_vocab, prompts, params, hooks);
 }
 
 Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,

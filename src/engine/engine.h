@@ -41,9 +41,9 @@ MatmulPrecision checkpoint_precision(const Model& model);
 
 // Engine::generate over any model: checks the prompts against the vocabulary and the context length
 // (and, with a KV cache, its size against max_kv_cache_bytes), then runs the sampler with a fresh
-// LogitsFn over `model` computing with ctx's pool and precision (its own KV cache and forward scratch;
-// ctx.workspace is not used). hooks.pool null: ctx.pool samples. Errors name the prompt index. GRPO
-// rollouts use it over the policy's weights in training.
+// chunked HeadFn (as Engine::head_fn) over `model` computing with ctx's pool and precision (its own KV
+// cache and scratch; ctx.workspace is not used). hooks.pool null: ctx.pool samples a logits_hook's rows.
+// Errors name the prompt index. GRPO rollouts use it over the policy's weights in training.
 Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          const SamplingParams& params, GenerateHooks hooks = {});
@@ -86,6 +86,14 @@ class Engine {
   // cache is null, and its own scratch for the forward's activations (Context::workspace), both freed
   // with the function: use one function per generation, from one thread at a time.
   LogitsFn logits_fn();
+
+  // The model as generate() uses it by default: the forward to the final-normed hidden rows, then the
+  // lm_head and the sampling in chunks of Model::kHeadChunkRows rows (engine/head_sampler.h), never the
+  // whole [n_out, n_vocab] logits; the same tokens as logits_fn(). Its own KV cache, scratch and chunk
+  // block, as logits_fn()'s: one function per generation, from one thread at a time.
+  HeadFn head_fn();
+  // What head_fn()'s steps hold: the hidden row per out row, and the chunk block once per function.
+  HeadMemory head_memory() const;
 
   // Bytes of the KV cache a generation of `n_rows` canvases of `n_seq` positions needs with cache on.
   int64_t kv_cache_bytes(int64_t n_rows, int64_t n_seq) const;

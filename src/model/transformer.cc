@@ -75,6 +75,15 @@ Status Model::check_batch(const ForwardBatch& b) const {
 
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
                       Activations* train) const {
+  return forward_checked(ctx, b, nullptr, logits, observer, train);
+}
+
+Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* hidden) const {
+  return forward_checked(ctx, b, hidden, nullptr, nullptr, nullptr);
+}
+
+Status Model::forward_checked(const Context& ctx, const ForwardBatch& b, float* hidden, float* logits,
+                              const ForwardObserver* observer, Activations* train) const {
   const ProfileScope profile(ctx, "forward");
   DC_RETURN_IF_ERROR(check_batch(b));
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
@@ -84,7 +93,11 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    return forward_body(with_ws, b, logits, observer, train);
+    if (hidden == nullptr && b.n_out > 0) hidden = with_ws.workspace->floats("forward.hidden", b.n_out * config_.n_embd);
+    DC_RETURN_IF_ERROR(forward_body(with_ws, b, hidden, observer, train));
+    // Training mode: one product (the loss wants every row; chunks would stream the weight again each).
+    if (logits != nullptr) lm_head(with_ws, hidden, b.n_out, logits, train != nullptr ? std::max<int64_t>(b.n_out, 1) : kHeadChunkRows);
+    return Status();
   } catch (const std::bad_alloc&) {  // the workspace, the kernels' scratch (rethrown by the pool) or the cache
     if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
     const int64_t positions = b.n_batch * (b.window_stop() - b.window_begin);
@@ -95,7 +108,14 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   }
 }
 
-Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
+void Model::lm_head(const Context& ctx, const float* hidden, int64_t n, float* logits, int64_t chunk_rows) const {
+  DC_CHECK(chunk_rows > 0, "Model::lm_head: chunk_rows must be positive");
+  const int64_t E = config_.n_embd, V = config_.n_vocab;
+  for (int64_t r = 0; r < n; r += chunk_rows)
+    matmul_nt(ctx, hidden + r * E, std::min(chunk_rows, n - r), weights_.output, nullptr, logits + r * V);
+}
+
+Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hidden, const ForwardObserver* observer,
                            Activations* train) const {
   if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))
     return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
@@ -163,16 +183,15 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* log
   }
   if (refresh) cache->set_filled(true);
   if (b.n_out == 0) return Status();
-  std::vector<float> rows(b.n_out * E);  // [n_out, E]: only the rows whose logits are wanted
+  float* rows = hidden;  // [n_out, E]: only the rows whose logits are wanted
   for (int64_t r = 0; r < b.n_out; ++r) {
     const int64_t row = b.out_rows[r] / L, i = b.out_rows[r] % L;
-    std::copy_n(h + (row * W + i - wb) * E, E, rows.data() + r * E);
+    std::copy_n(h + (row * W + i - wb) * E, E, rows + r * E);
   }
-  if (train) std::copy(rows.begin(), rows.end(), train->final_x.begin());
-  rms_norm(ctx, rows.data(), weights_.output_norm.data(), b.n_out, E, eps, rows.data());
-  if (train) std::copy(rows.begin(), rows.end(), train->final_norm.begin());
-  observe("output_norm", rows.data(), {b.n_out, E});
-  matmul_nt(ctx, rows.data(), b.n_out, weights_.output, nullptr, logits);
+  if (train) std::copy_n(rows, b.n_out * E, train->final_x.begin());
+  rms_norm(ctx, rows, weights_.output_norm.data(), b.n_out, E, eps, rows);
+  if (train) std::copy_n(rows, b.n_out * E, train->final_norm.begin());
+  observe("output_norm", rows, {b.n_out, E});
   return Status();
 }
 

@@ -78,7 +78,8 @@ class Model {
   Status wait_for_weight_cache();
 
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
-  // batch.out_rows to logits[n_out, n_vocab], f32. With batch.cache_op kRefresh it also stores every
+  // batch.out_rows to logits[n_out, n_vocab], f32: forward_hidden, then lm_head in chunks of
+  // kHeadChunkRows (training mode: one product). With batch.cache_op kRefresh it also stores every
   // layer's K/V in batch.cache; with kUse it computes only the positions of batch.window (see CacheOp in
   // forward_batch.h). Checks the batch (ids, positions, rows in range and in the window, window and cache
   // consistent) and returns invalid_argument naming the bad field; when memory runs out (workspace,
@@ -91,6 +92,22 @@ class Model {
   // activations backward() needs (model/activations.h). Same results as without.
   Status forward(const Context& ctx, const ForwardBatch& batch, float* logits,
                  const ForwardObserver* observer = nullptr, Activations* train = nullptr) const;
+
+  // The rows the lm_head computes in one product by default (forward(), the engine's HeadSampler): a
+  // [kHeadChunkRows, n_vocab] f32 block (39 MB at the 152k vocabulary) instead of [n_out, n_vocab].
+  static constexpr int64_t kHeadChunkRows = 64;
+
+  // forward() without the lm_head: writes the final-normed hidden rows of batch.out_rows to hidden[n_out,
+  // n_embd] (the lm_head's input). Same checks, errors and thread safety as forward(); no training mode.
+  Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const;
+
+  // The lm_head: logits[n, n_vocab] = hidden[n, n_embd] · outputᵀ, one matmul_nt per chunk of chunk_rows
+  // rows counted from hidden's first row. The fast kernels' summation order depends on a product's row
+  // count, so a row's logits are a function of its row, its index modulo chunk_rows and the rows of its
+  // chunk's size: callers that must agree bit for bit (forward() and the engine's HeadSampler) use the
+  // same chunk_rows from the same first row. Overwrites logits. Throws std::bad_alloc (kernel scratch).
+  void lm_head(const Context& ctx, const float* hidden, int64_t n, float* logits,
+               int64_t chunk_rows = kHeadChunkRows) const;
 
   // Backward of a training-mode forward (model/transformer_backward.cc): given dlogits[n_out, n_vocab]
   // = ∂loss/∂logits of the rows batch.out_rows, ADDS ∂loss/∂w of every weight into `grads` (the caller
@@ -120,9 +137,13 @@ class Model {
   };
   std::vector<PackTarget> pack_targets(const Context& ctx);
 
+  // forward and forward_hidden: checks the batch, runs forward_body into `hidden` ([n_out, E]; null: the
+  // workspace's), then the lm_head into `logits` unless it is null; out of memory → resource_exhausted.
+  Status forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
+                         const ForwardObserver* observer, Activations* train) const;
   // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
   // resource_exhausted).
-  Status forward_body(const Context& ctx, const ForwardBatch& batch, float* logits, const ForwardObserver* observer,
+  Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
                       Activations* train) const;
   Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                        const ModelWeights* transposed) const;

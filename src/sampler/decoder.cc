@@ -33,10 +33,6 @@ ConfidenceKind confidence_kind(Algorithm alg) {
   }
 }
 
-std::string where(int step, int64_t row, int64_t position) {
-  return "step " + std::to_string(step) + " row " + std::to_string(row) + " position " + std::to_string(position);
-}
-
 // The padded canvas and the ForwardBatch side arrays (empty when no row needs padding).
 struct Canvas {
   int64_t n_rows = 0, n_seq = 0, prompt_width = 0;
@@ -160,9 +156,12 @@ PositionSet origin_transfers(const PositionSet& masked, int64_t n_rows, float p,
 struct StepBuffers {
   std::vector<int64_t> out_rows;    // [n_out] flat canvas indices asked of the model
   std::vector<int64_t> out_of;      // [n] which out row each sampled position reads
-  std::vector<float> logits;        // [n, n_vocab] one row per sampled position (allocated when written)
-  std::vector<float> dedup_logits;  // [n_out, n_vocab] when positions share a row (j = 0 and 1)
-  float* external = nullptr;        // [n_out, n_vocab] in the caller's buffer (set_logits), else null
+  HeadSampler* head = nullptr;      // the forward's hidden rows (set_head), or null
+  int64_t first_row = 0;            // out row 0 is head's hidden row first_row
+  std::vector<HeadRow> head_rows;   // [n] what head->sample() draws
+  std::vector<TokenSample> samples;  // [n]
+  std::vector<float> logits;        // [n, n_vocab] one row per position, only for a logits_hook
+  std::vector<float> dedup_logits;  // [n_out, n_vocab] when a logits_hook's positions share a row
   std::vector<int32_t> proposed;    // [n]
   std::vector<float> confidence;    // [n]
 };
@@ -172,43 +171,6 @@ struct ForwardPlan {
   CacheOp op = CacheOp::kNone;
   int64_t window_begin = 0, window_end = -1;
 };
-
-// Draws a token and its confidence for every position of `set` from `logits` ([n, n_vocab], one row per
-// position, overwritten by the temperature), in parallel when a pool is given.
-Status sample_positions(const PositionSet& set, float* logits, int64_t n_vocab, const SamplingParams& params,
-                        ConfidenceKind kind, int step, ThreadPool* pool, StepBuffers& buf) {
-  const int64_t n = static_cast<int64_t>(set.positions.size());
-  buf.proposed.resize(static_cast<size_t>(n));
-  buf.confidence.resize(static_cast<size_t>(n));
-  const FilterConfig config{params.temperature, params.top_p, params.top_k};
-  std::vector<Status> errors(static_cast<size_t>(n));
-  auto run = [&](int64_t begin, int64_t end) {
-    FilterScratch scratch;
-    for (int64_t e = begin; e < end; ++e) {
-      const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
-      Rng rng = Rng::for_stream(params.seed, RngPurpose::kToken, step, mp.row, mp.position);
-      Result<TokenSample> r = sample_token(logits + e * n_vocab, n_vocab, config, kind, rng, scratch);
-      if (!r.ok()) {
-        errors[static_cast<size_t>(e)] = r.status();
-        continue;
-      }
-      buf.proposed[static_cast<size_t>(e)] = r->token;
-      buf.confidence[static_cast<size_t>(e)] = r->confidence;
-    }
-  };
-  if (pool != nullptr) {
-    pool->parallel_for(n, run, 1);
-  } else {
-    run(0, n);
-  }
-  for (int64_t e = 0; e < n; ++e) {
-    if (!errors[static_cast<size_t>(e)].ok()) {
-      const MaskedPosition& mp = set.positions[static_cast<size_t>(e)];
-      return errors[static_cast<size_t>(e)].with_context(where(step, mp.row, mp.position));
-    }
-  }
-  return Status::ok_status();
-}
 
 // The k entries of [begin, end) with the largest confidence, ties → lowest position; O(n).
 void select_top_k(const std::vector<float>& confidence, int64_t begin, int64_t end, int64_t k,
@@ -436,7 +398,7 @@ void Decoder::prepare() {
       buf.out_of[e] = static_cast<int64_t>(buf.out_rows.size()) - 1;
     }
   }
-  buf.external = nullptr;
+  buf.head = nullptr;
   s.prepared = true;
 }
 
@@ -459,21 +421,9 @@ ForwardBatch Decoder::forward_batch() const {
   return batch;
 }
 
-std::span<float> Decoder::logits_buffer() {
-  StepBuffers& buf = s_->buf;
-  const size_t size = buf.out_rows.size() * static_cast<size_t>(s_->n_vocab);
-  buf.external = nullptr;
-  std::vector<float>& dst = buf.out_rows.size() != s_->to_sample.positions.size() ? buf.dedup_logits : buf.logits;
-  if (dst.size() < size) dst.resize(size);
-  return std::span<float>(dst.data(), size);
-}
-
-void Decoder::set_logits(float* logits) {
-  StepBuffers& buf = s_->buf;
-  buf.external = logits;
-  // The own buffers of earlier steps are not needed while the caller's serve (they come back on demand).
-  std::vector<float>().swap(buf.dedup_logits);
-  if (!s_->hooks.logits_hook) std::vector<float>().swap(buf.logits);
+void Decoder::set_head(HeadSampler* head, int64_t first_row) {
+  s_->buf.head = head;
+  s_->buf.first_row = first_row;
 }
 
 void Decoder::set_pool(ThreadPool* pool) { s_->hooks.pool = pool; }
@@ -501,29 +451,52 @@ Status Decoder::step() {
   return s.after_step(step);
 }
 
-// The prepared step's logits (expanded where positions shared a row) through logits_hook, then the
-// proposed tokens and confidences of every position to sample.
+// The proposed tokens and confidences of every position to sample: from the head's chunks, or, with a
+// logits_hook, from whole rows (expanded where positions share a row) that the hook may edit first.
 Status Decoder::State::sample_step() {
+  DC_CHECK(buf.head != nullptr, "Decoder::step: the step needs a forward; call set_head() first");
   const size_t n = to_sample.positions.size();
   const size_t v = static_cast<size_t>(n_vocab);
   refresh_pending = false;
-  float* rows = buf.external != nullptr ? buf.external
-                : buf.out_rows.size() != n ? buf.dedup_logits.data()
-                                           : buf.logits.data();  // [n_out, n_vocab]
-  if (buf.out_rows.size() != n || (hooks.logits_hook && rows != buf.logits.data())) {
-    // One row per position in our own buffer: positions shared a row (j = 0 and 1), or the hook may write.
-    if (buf.logits.size() < n * v) buf.logits.resize(n * v);
-    for (size_t e = 0; e < n; ++e)
-      std::memcpy(buf.logits.data() + e * v, rows + static_cast<size_t>(buf.out_of[e]) * v, v * sizeof(float));
-    rows = buf.logits.data();
+  HeadSampling args{FilterConfig{params.temperature, params.top_p, params.top_k}, kind, params.seed, step, {}};
+  buf.head_rows.resize(n);
+  for (size_t e = 0; e < n; ++e) {
+    const MaskedPosition& mp = to_sample.positions[e];
+    buf.head_rows[e] = HeadRow{buf.first_row + buf.out_of[e], mp.row, mp.position};
   }
-  if (hooks.logits_hook) {
+  buf.samples.resize(n);
+  if (!hooks.logits_hook) {
+    args.rows = buf.head_rows;
+    DC_RETURN_IF_ERROR(buf.head->sample(args, buf.samples));
+  } else {
+    // The full path: one row per position in our own buffer, which the hook may write.
+    const size_t n_out = buf.out_rows.size();
+    if (buf.logits.size() < n * v) buf.logits.resize(n * v);
+    if (n_out == n) {
+      DC_RETURN_IF_ERROR(buf.head->logits(buf.first_row, static_cast<int64_t>(n_out), buf.logits.data()));
+    } else {  // positions shared a row (j = 0 and 1)
+      if (buf.dedup_logits.size() < n_out * v) buf.dedup_logits.resize(n_out * v);
+      DC_RETURN_IF_ERROR(buf.head->logits(buf.first_row, static_cast<int64_t>(n_out), buf.dedup_logits.data()));
+      for (size_t e = 0; e < n; ++e)
+        std::memcpy(buf.logits.data() + e * v, buf.dedup_logits.data() + static_cast<size_t>(buf.out_of[e]) * v,
+                    v * sizeof(float));
+    }
     hooks.logits_hook(LogitsHookArgs{step, n_steps, c.n_rows, c.n_seq, n_vocab,
                                      std::span<const int32_t>(c.tokens),
                                      std::span<const MaskedPosition>(to_sample.positions),
-                                     std::span<float>(buf.logits.data(), n * static_cast<size_t>(n_vocab))});
+                                     std::span<float>(buf.logits.data(), n * v)});
+    for (size_t e = 0; e < n; ++e) buf.head_rows[e].hidden_row = static_cast<int64_t>(e);
+    args.rows = buf.head_rows;
+    DC_RETURN_IF_ERROR(sample_head_rows(args, 0, static_cast<int64_t>(n), buf.logits.data(), 0, n_vocab, hooks.pool,
+                                        buf.samples));
   }
-  return sample_positions(to_sample, rows, n_vocab, params, kind, step, hooks.pool, buf);
+  buf.proposed.resize(n);
+  buf.confidence.resize(n);
+  for (size_t e = 0; e < n; ++e) {
+    buf.proposed[e] = buf.samples[e].token;
+    buf.confidence[e] = buf.samples[e].confidence;
+  }
+  return Status::ok_status();
 }
 
 // Which sampled positions commit (indices into to_sample, sorted), per row: all (origin), the policy's,

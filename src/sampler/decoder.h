@@ -1,6 +1,7 @@
 // Decoder: one generation's decoding state (its canvas, params, block plan, RNG streams and step counter),
-// advanced one step at a time given the logits it asks for. generate() is a loop over it, and the server
-// advances many Decoders together from one batched forward, so there is one implementation of the rules.
+// advanced one step at a time given the model's head over the rows it asks for. generate() is a loop over
+// it, and the server advances many Decoders together from one batched forward, so there is one
+// implementation of the rules.
 #pragma once
 
 #include <cstdint>
@@ -41,20 +42,18 @@ class Decoder {
   // The forward the prepared step needs, over this decoder's own canvas ([n_rows, n_seq], its own padding,
   // out_rows deduplicated and ascending, the cache op and window). Pointers are valid until step().
   ForwardBatch forward_batch() const;
-  // Where the forward's logits go: [forward_batch().n_out, n_vocab], filled by the caller before step().
-  std::span<float> logits_buffer();
-  // Instead of logits_buffer(): the prepared step's logits are at `logits` ([forward_batch().n_out,
-  // n_vocab], in the caller's buffer, valid until step() returns); step() samples from them where they
-  // are (no copy; it overwrites them, as its own buffer), and the decoder's own buffer is given back.
-  // Same results as logits_buffer().
-  void set_logits(float* logits);
-  // The pool that parallelises step()'s sampling (replaces hooks.pool; nullptr = serial). Results do not
-  // depend on it. A caller that steps several decoders in parallel passes nullptr.
+  // After the forward: the prepared step's out rows (forward_batch().out_rows, in order) are the hidden
+  // rows [first_row, first_row + n_out) of `head` (types/head_sampler.h; valid until step() returns).
+  // step() draws its tokens from head->sample() in the head's chunks, or, with a logits_hook, from the
+  // whole rows of head->logits(). Must be called before step() when needs_forward().
+  void set_head(HeadSampler* head, int64_t first_row);
+  // The pool that parallelises step()'s sampling of a logits_hook's rows (replaces hooks.pool; nullptr =
+  // serial; the head samples with its own). Results do not depend on it.
   void set_pool(ThreadPool* pool);
   // Records a forward's cost in timings() (forward_ms, forwards, cache_refreshes, positions_computed).
   void record_forward(double ms, int64_t positions_computed);
 
-  // Samples, selects and commits the prepared step (reading logits_buffer() when needs_forward()), then
+  // Samples, selects and commits the prepared step (from set_head()'s rows when needs_forward()), then
   // calls tokens_hook and on_step. Errors: non-finite logits, a bad unmask_policy answer or tokens_hook
   // write, and cancellation by on_step (is_cancelled()). After an error the decoder must not be stepped.
   Status step();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 
 namespace dc {
 namespace {
@@ -311,6 +312,40 @@ Result<TokenSample> sample_token(float* logits, int64_t n_vocab, const FilterCon
     }
   }
   return out;
+}
+
+Status sample_head_rows(const HeadSampling& args, int64_t begin, int64_t end, float* logits, int64_t first_row,
+                        int64_t n_vocab, ThreadPool* pool, std::span<TokenSample> out) {
+  const std::span<const HeadRow> rows = args.rows;
+  std::vector<Status> errors(static_cast<size_t>(end - begin));
+  auto shared = [&](int64_t e) {
+    const int64_t h = rows[e].hidden_row;
+    return (e > begin && rows[e - 1].hidden_row == h) || (e + 1 < end && rows[e + 1].hidden_row == h);
+  };
+  auto run = [&](int64_t b, int64_t e_end) {
+    FilterScratch scratch;
+    for (int64_t e = begin + b; e < begin + e_end; ++e) {
+      const HeadRow& r = rows[e];
+      float* row = logits + (r.hidden_row - first_row) * n_vocab;
+      if (shared(e)) {  // the temperature overwrites the row: the other entry needs it intact
+        scratch.row.assign(row, row + n_vocab);
+        row = scratch.row.data();
+      }
+      Rng rng = Rng::for_stream(args.seed, RngPurpose::kToken, args.step, r.row, r.position);
+      Result<TokenSample> s = sample_token(row, n_vocab, args.filter, args.kind, rng, scratch);
+      if (s.ok()) out[e] = *s;
+      else errors[static_cast<size_t>(e - begin)] = s.status();
+    }
+  };
+  if (pool != nullptr) pool->parallel_for(end - begin, run, 1);
+  else run(0, end - begin);
+  for (int64_t e = begin; e < end; ++e) {
+    if (!errors[static_cast<size_t>(e - begin)].ok())
+      return errors[static_cast<size_t>(e - begin)].with_context(
+          "step " + std::to_string(args.step) + " row " + std::to_string(rows[e].row) + " position " +
+          std::to_string(rows[e].position));
+  }
+  return Status::ok_status();
 }
 
 }  // namespace dc

@@ -9,21 +9,9 @@
 
 #include "core/status.h"
 #include "sampler/rng.h"
+#include "ops/head_sampler.h"  // ConfidenceKind, FilterConfig, TokenSample, HeadSampling
 
 namespace dc {
-
-// How a masked position's confidence is measured (larger = unmask first).
-enum class ConfidenceKind {
-  kProbability,  // maskgit_plus: probability of the chosen token
-  kMargin,       // topk_margin: top-1 minus top-2 probability (top-2 = 0 if only one token survives)
-  kNegEntropy,   // entropy: Σ p·log(p + 1e-10) = −H (≤ 0)
-};
-
-struct FilterConfig {
-  float temperature = 1.0f;  // > 0: logits are divided by it and the token is sampled; 0: greedy
-  float top_p = 1.0f;        // in (0, 1]; 1 = off
-  int64_t top_k = 50;        // <= 0 = off; k = min(top_k, n_vocab)
-};
 
 // Memory reused across rows by one thread (never shared between threads).
 struct FilterScratch {
@@ -31,6 +19,7 @@ struct FilterScratch {
   std::vector<float> values;   // a copy of the logits for top_k_filter
   std::vector<int32_t> ids;    // surviving token ids of the last filtered_distribution
   std::vector<float> probs;    // their probabilities (same order as ids), sum 1
+  std::vector<float> row;      // sample_head_rows: a copy of a logits row that several entries share
 };
 
 // ---- The individual steps, in place on one row (used by tests and by callers that need dense rows).
@@ -61,15 +50,22 @@ void softmax_in_place(float* x, int64_t n);
 // Errors: a NaN or +inf logit (before or after dividing by the temperature), or every logit −inf.
 Status filtered_distribution(float* logits, int64_t n_vocab, const FilterConfig& config, FilterScratch& scratch);
 
-struct TokenSample {
-  int32_t token = 0;
-  float confidence = 0.0f;
-};
-
 // filtered_distribution, then the token: temperature > 0 → one categorical draw from `rng`; else the
 // argmax (ties → lowest id). Then the confidence of `kind` over the filtered distribution.
 // Thread safety: touches only its arguments.
 Result<TokenSample> sample_token(float* logits, int64_t n_vocab, const FilterConfig& config, ConfidenceKind kind,
                                  Rng& rng, FilterScratch& scratch);
+
+class ThreadPool;
+
+// The CPU kernel of HeadSampler::sample (types/head_sampler.h) for one block of logits: out[e] =
+// sample_token of args.rows[e] for e in [begin, end), whose hidden rows lie in [first_row, first_row +
+// n_logits_rows) and whose logits are logits[(hidden_row − first_row) · n_vocab ...] ([n_logits_rows,
+// n_vocab], overwritten; a row shared by several entries is copied first so each entry sees it intact).
+// Each entry draws from its own stream (seed, kToken, step, row, position): the results do not depend
+// on the blocks or the pool (parallel over entries; nullptr = serial). Errors: sample_token's, naming the
+// step, row and position of the first failing entry.
+Status sample_head_rows(const HeadSampling& args, int64_t begin, int64_t end, float* logits, int64_t first_row,
+                        int64_t n_vocab, ThreadPool* pool, std::span<TokenSample> out);
 
 }  // namespace dc

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "types/forward_batch.h"
+#include "ops/head_sampler.h"
 
 namespace dc {
 
@@ -131,6 +132,33 @@ Status check_prompt_ids(std::span<const int32_t> ids, int64_t n_vocab, const std
 // the model's UNSHIFTED output at that index. generate() asks for index j − 1 to sample position j
 // (j = 0 uses its own row; spec §2.6). Called from the thread that called generate().
 using LogitsFn = std::function<Status(const ForwardBatch& batch, float* logits)>;
+
+// The model as generation uses it by default: runs the forward of `batch` up to its final-normed hidden
+// rows (row r for batch.out_rows[r]) and returns the HeadSampler over them (owned by the function, valid
+// until its next call), from which each step draws its tokens in chunks, never holding [n_out, n_vocab]
+// at once (logits are materialised only for a logits_hook). Called from the thread that called generate().
+using HeadFn = std::function<Result<HeadSampler*>(const ForwardBatch& batch)>;
+
+// The memory a HeadFn's steps hold: per out row of a forward (its hidden row plus the sampler's numbers
+// per position) and once per HeadFn (e.g. the CPU head's [chunk, n_vocab] logits block). A server
+// budgets its jobs with it.
+struct HeadMemory {
+  int64_t bytes_per_row = 0;
+  int64_t fixed_bytes = 0;
+};
+
+// What the Decoder keeps per sampled position besides the head's rows (out row, HeadRow, sample,
+// proposal, confidence, its canvas entry in the merged batch).
+inline constexpr int64_t kSamplerBytesPerPosition = 64;
+
+// A HeadFn over a LogitsFn (the full path: each forward fills one [n_out, n_vocab] buffer of the
+// function's own, and sample() reads it, parallel over `pool` when not null). Same results as the
+// LogitsFn in generate().
+HeadFn head_fn_from_logits(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool);
+// Its HeadMemory: a whole [n_vocab] f32 row per out row.
+inline HeadMemory logits_head_memory(int64_t n_vocab) {
+  return HeadMemory{n_vocab * static_cast<int64_t>(sizeof(float)) + kSamplerBytesPerPosition, 0};
+}
 
 struct MaskedPosition {
   int64_t row = 0;       // canvas row (after num_return_sequences expansion)
@@ -270,6 +298,11 @@ struct GenerateOutput {
 // tokens_hook writing an out-of-range id, and cancellation by on_step (StatusCode::kCancelled:
 // is_cancelled() in core/status.h is true).
 Result<GenerateOutput> generate(const LogitsFn& logits_fn, int64_t n_vocab,
+                                const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                                const GenerateHooks& hooks = {});
+// generate() over a HeadFn (e.g. Engine's chunked lm_head): the same results as over the LogitsFn
+// that materialises the same logits.
+Result<GenerateOutput> generate(const HeadFn& head_fn, int64_t n_vocab,
                                 const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                 const GenerateHooks& hooks = {});
 

@@ -325,9 +325,9 @@ struct HttpServer::Impl {
       case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
       case SubmitResult::kOverMemory: {
         metrics.on_rejected();
-        const int64_t need = job_memory_bytes(r.params, prompt_tokens, engine.config().n_vocab);
+        const int64_t need = job_memory_bytes(r.params, prompt_tokens, engine.head_memory());
         ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) +
-                                " MiB of step buffers (logits of every masked position), more than the server's "
+                                " MiB of step buffers (a hidden row per masked position), more than the server's "
                                 "memory budget of " + std::to_string(options.scheduler.max_memory_bytes >> 20) +
                                 " MiB (--max-memory); ask for fewer tokens or rows, or decode in blocks (block_length)");
         e.param = r.n > 1 ? "n" : "max_tokens";
@@ -646,9 +646,9 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options) {
   impl_ = std::make_unique<Impl>(engine, std::move(options), metrics_);
   impl_->stop_ids = engine.stop_ids();
   impl_->mask_id = static_cast<int32_t>(engine.config().mask_token_id);
-  impl_->scheduler = std::make_unique<Scheduler>(engine.logits_fn(), engine.config().n_vocab, &engine.pool(),
-                                                 impl_->options.scheduler, &metrics_,
-                                                 [&engine] { return engine.logits_fn(); });
+  impl_->scheduler = std::make_unique<Scheduler>(engine.head_fn(), engine.config().n_vocab, engine.head_memory(),
+                                                 &engine.pool(), impl_->options.scheduler, &metrics_,
+                                                 [&engine] { return engine.head_fn(); });
   impl_->routes();
 }
 

@@ -28,10 +28,6 @@ int64_t canvas_of(const Job& job) {
   return length.ok() ? *length : 0;
 }
 
-int64_t memory_of(const Job& job, int64_t n_vocab) {
-  return job_memory_bytes(job.params(), static_cast<int64_t>(job.prompt().size()), n_vocab);
-}
-
 // The generated part of every row of the decoder's canvas (after the padded prompt).
 std::vector<std::vector<int32_t>> generated_rows(const Decoder& d) {
   std::vector<std::vector<int32_t>> rows;
@@ -74,15 +70,14 @@ Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& promp
 
 }  // namespace
 
-int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, int64_t n_vocab) {
+int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, const HeadMemory& head) {
   const Result<int64_t> n_seq = canvas_length(params, prompt_tokens);
   if (!n_seq.ok()) return 0;  // Decoder::start fails such a job with the reason
   const int64_t rows = params.num_return_sequences, new_tokens = *n_seq - prompt_tokens;
   const int64_t window = params.block_length > 0 ? std::min(params.block_length, new_tokens) : new_tokens;
   constexpr int64_t kCanvasBytesPerPosition = 16;  // tokens, validity, positions, history of one position
-  return rows * window * n_vocab * static_cast<int64_t>(sizeof(float)) + rows * *n_seq * kCanvasBytesPerPosition;
+  return rows * window * head.bytes_per_row + rows * *n_seq * kCanvasBytesPerPosition;
 }
-
 
 // ---------------------------------------------------------------------------------------------------
 // Job
@@ -139,14 +134,15 @@ struct Scheduler::Active {
   std::shared_ptr<Job> job;
   Decoder decoder;
   Clock::time_point started;
-  LogitsFn cached_fn;  // jobs with a KV cache: their own model function (own cache), else empty
+  HeadFn cached_fn;  // jobs with a KV cache: their own model function (own cache), else empty
 };
 
-Scheduler::Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, SchedulerOptions options,
-                     Metrics* metrics, std::function<LogitsFn()> make_cached_fn)
-    : logits_fn_(std::move(logits_fn)),
+Scheduler::Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
+                     Metrics* metrics, std::function<HeadFn()> make_cached_fn)
+    : head_fn_(std::move(head_fn)),
       make_cached_fn_(std::move(make_cached_fn)),
       n_vocab_(n_vocab),
+      head_(head),
       pool_(pool),
       options_(options),
       metrics_(metrics) {
@@ -154,6 +150,11 @@ Scheduler::Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, Sche
 }
 
 Scheduler::~Scheduler() { stop(); }
+
+int64_t Scheduler::memory_of(const Job& job) const {
+  const int64_t own_head = job.params().cache != CacheMode::kNone ? head_.fixed_bytes : 0;
+  return job_memory_bytes(job.params(), static_cast<int64_t>(job.prompt().size()), head_) + own_head;
+}
 
 void Scheduler::stop() {
   {
@@ -167,7 +168,7 @@ void Scheduler::stop() {
 SubmitResult Scheduler::submit(const std::shared_ptr<Job>& job) {
   if (job->n_rows() > options_.max_batch_rows || job->n_rows() * canvas_of(*job) > options_.max_batch_positions)
     return SubmitResult::kTooLarge;
-  if (options_.max_memory_bytes > 0 && memory_of(*job, n_vocab_) > options_.max_memory_bytes)
+  if (options_.max_memory_bytes > 0 && head_.fixed_bytes + memory_of(*job) > options_.max_memory_bytes)
     return SubmitResult::kOverMemory;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -206,16 +207,16 @@ bool Scheduler::admit(std::vector<Active>& active) {
       ++it;
     }
   }
-  int64_t rows = 0, width = 0, memory = 0;
+  int64_t rows = 0, width = 0, memory = head_.fixed_bytes;  // the batched head's block
   for (const Active& a : active) {
     rows += a.decoder.n_rows();
     width = std::max(width, a.decoder.n_seq());
-    memory += memory_of(*a.job, n_vocab_);
+    memory += memory_of(*a.job);
   }
   while (!queue_.empty()) {
     std::shared_ptr<Job> job = queue_.front();
     const int64_t w = std::max(width, canvas_of(*job));
-    const int64_t m = memory_of(*job, n_vocab_);
+    const int64_t m = memory_of(*job);
     if (rows + job->n_rows() > options_.max_batch_rows || (rows + job->n_rows()) * w > options_.max_batch_positions)
       break;
     if (options_.max_memory_bytes > 0 && memory + m > options_.max_memory_bytes)
@@ -247,7 +248,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     width = w;
     memory += m;
     job->set_admitted();
-    active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : LogitsFn()});
+    active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : HeadFn()});
   }
   if (metrics_ != nullptr) {
     metrics_->set_queue_depth(static_cast<int64_t>(queue_.size()));
@@ -274,10 +275,7 @@ void Scheduler::run() {
       }
       active.clear();
     }
-    if (active.empty()) {  // idle: hand the step buffers of the last batch back to the system
-      std::vector<float>().swap(logits_);
-      malloc_trim(0);
-    }
+    if (active.empty()) malloc_trim(0);  // idle: hand the step buffers of the last batch back to the system
   }
   for (Active& a : active) {
     JobResult r;
@@ -338,8 +336,33 @@ void Scheduler::retire_and_prepare(std::vector<Active>& active) {
   }
 }
 
+// Runs `fn` over `batch` and hands its head to the decoders of `parts` (decoder k's rows start at
+// first_rows[k]); on failure those jobs are retired (descending indices) and false is returned.
+bool Scheduler::run_head(std::vector<Active>& active, const HeadFn& fn, const ForwardBatch& batch,
+                         const std::vector<size_t>& jobs, const std::vector<int64_t>& first_rows,
+                         const std::vector<int64_t>& computed, double* forward_s) {
+  const Clock::time_point tf = Clock::now();
+  Result<HeadSampler*> head = fn(batch);
+  const double s = ms_between(tf, Clock::now()) / 1000.0;
+  *forward_s += s;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    Decoder& d = active[jobs[k]].decoder;
+    if (head.ok()) d.set_head(*head, first_rows[k]);
+    d.record_forward(s * 1000.0, computed[k]);
+  }
+  if (head.ok()) return true;
+  for (size_t k = jobs.size(); k-- > 0;) {  // the model failed: every job of this forward fails
+    JobResult r;
+    r.status = head.status().with_context("forward");
+    r.model_error = true;
+    retire(active, jobs[k], std::move(r));
+  }
+  return false;
+}
+
 // One forward over every row that needs logits, left-padded to the widest canvas (merge_left_padded),
-// its logits scattered back to the decoders. False when the model failed (those jobs are retired).
+// its head handed to the decoders, each reading its own rows. False when the model failed (those jobs
+// are retired).
 bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   // Jobs with a KV cache run their own forward over their window, with their own cache (a failure
   // retires only that job).
@@ -347,97 +370,49 @@ bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
     Active& a = active[i];
     if (!a.cached_fn || !a.decoder.needs_forward()) continue;
     const ForwardBatch fb = a.decoder.forward_batch();
-    const Clock::time_point tf = Clock::now();
-    const Status st = a.cached_fn(fb, a.decoder.logits_buffer().data());
-    const double s = ms_between(tf, Clock::now()) / 1000.0;
-    *forward_s += s;
-    a.decoder.record_forward(s * 1000.0, fb.n_computed());
-    if (!st.ok()) {
-      JobResult r;
-      r.status = st.with_context("forward");
-      r.model_error = true;
-      retire(active, i, std::move(r));
-    }
+    run_head(active, a.cached_fn, fb, {i}, {0}, {fb.n_computed()}, forward_s);
   }
   std::vector<size_t> forward_jobs;  // the others: one batched forward
-  size_t capacity = 0;  // the logits of every such job's widest step: what logits_ may hold at most
-  for (size_t i = 0; i < active.size(); ++i) {
-    if (active[i].cached_fn) continue;
-    capacity += static_cast<size_t>(memory_of(*active[i].job, n_vocab_)) / sizeof(float);
-    if (active[i].decoder.needs_forward()) forward_jobs.push_back(i);
+  for (size_t i = 0; i < active.size(); ++i)
+    if (!active[i].cached_fn && active[i].decoder.needs_forward()) forward_jobs.push_back(i);
+  if (forward_jobs.empty()) return true;
+  if (forward_jobs.size() == 1) {  // one job: its own batch (no padding)
+    const ForwardBatch fb = active[forward_jobs[0]].decoder.forward_batch();
+    return run_head(active, head_fn_, fb, forward_jobs, {0}, {fb.n_computed()}, forward_s);
   }
-  if (logits_.capacity() > capacity) std::vector<float>().swap(logits_);  // jobs left: give their part back
-  logits_.reserve(capacity);
-  if (forward_jobs.size() == 1) {  // one job: its own batch (no padding), read in place by its decoder
-    Decoder& d = active[forward_jobs[0]].decoder;
-    const ForwardBatch fb = d.forward_batch();
-    logits_.resize(static_cast<size_t>(fb.n_out) * static_cast<size_t>(n_vocab_));
-    const Clock::time_point tf = Clock::now();
-    const Status st = logits_fn_(fb, logits_.data());
-    if (st.ok()) d.set_logits(logits_.data());
-    const double s = ms_between(tf, Clock::now()) / 1000.0;
-    *forward_s += s;
-    d.record_forward(s * 1000.0, fb.n_computed());
-    if (!st.ok()) {
+  std::vector<ForwardBatch> parts;
+  std::vector<int64_t> computed;
+  for (size_t i : forward_jobs) {
+    parts.push_back(active[i].decoder.forward_batch());
+    computed.push_back(parts.back().n_computed());
+  }
+  const Result<MergedBatch> merged = merge_left_padded(parts);
+  if (!merged.ok()) {
+    for (size_t k = forward_jobs.size(); k-- > 0;) {
       JobResult r;
-      r.status = st.with_context("forward");
+      r.status = merged.status().with_context("forward");
       r.model_error = true;
-      retire(active, forward_jobs[0], std::move(r));
-      return false;
+      retire(active, forward_jobs[k], std::move(r));
     }
-  } else if (!forward_jobs.empty()) {
-    std::vector<ForwardBatch> parts;
-    for (size_t i : forward_jobs) parts.push_back(active[i].decoder.forward_batch());
-    const Result<MergedBatch> merged = merge_left_padded(parts);
-    Status st = merged.status();
-    if (st.ok()) {
-      std::vector<float>& logits = logits_;
-      logits.resize(merged->out_rows.size() * static_cast<size_t>(n_vocab_));
-      const Clock::time_point tf = Clock::now();
-      st = logits_fn_(merged->batch(), logits.data());
-      const double s = ms_between(tf, Clock::now()) / 1000.0;
-      *forward_s += s;
-      for (size_t k = 0; k < forward_jobs.size(); ++k) {
-        Decoder& d = active[forward_jobs[k]].decoder;
-        if (st.ok()) d.set_logits(logits.data() + merged->out_begin[k] * n_vocab_);  // read in place, no copy
-        d.record_forward(s * 1000.0, parts[k].n_computed());
-      }
-    }
-    if (!st.ok()) {  // the model failed: every job of this forward fails
-      for (size_t k = forward_jobs.size(); k-- > 0;) {
-        JobResult r;
-        r.status = st.with_context("forward");
-        r.model_error = true;
-        retire(active, forward_jobs[k], std::move(r));
-      }
-      return false;
-    }
+    return false;
   }
-  return true;
+  return run_head(active, head_fn_, merged->batch(), forward_jobs, merged->out_begin, computed, forward_s);
 }
 
-// Steps every decoder: alone, with the pool inside its sampling; several, in parallel over the pool
-// (each serial inside). statuses[i] and unmasked[i] (positions committed) are active[i]'s.
+// Steps every decoder, one after another: each step's lm_head and sampling run on the head's pool (they
+// dominate; the selection after them is cheap). statuses[i] and unmasked[i] (positions committed) are
+// active[i]'s.
 void Scheduler::step_decoders(std::vector<Active>& active, std::vector<Status>& statuses,
                               std::vector<int64_t>& unmasked) {
-  const size_t n_active = active.size();
-  statuses.assign(n_active, Status());
-  unmasked.assign(n_active, 0);
-  auto step_range = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      Decoder& d = active[static_cast<size_t>(i)].decoder;
-      const int32_t mask = active[static_cast<size_t>(i)].job->params().mask_token_id;
-      const int64_t before = std::count(d.canvas().begin(), d.canvas().end(), mask);
-      statuses[static_cast<size_t>(i)] = d.step();
-      unmasked[static_cast<size_t>(i)] = before - std::count(d.canvas().begin(), d.canvas().end(), mask);
-    }
-  };
-  if (n_active == 1 || pool_ == nullptr) {
-    for (Active& a : active) a.decoder.set_pool(n_active == 1 ? pool_ : nullptr);
-    step_range(0, static_cast<int64_t>(n_active));
-  } else {
-    for (Active& a : active) a.decoder.set_pool(nullptr);
-    pool_->parallel_for(static_cast<int64_t>(n_active), step_range, 1);
+  statuses.assign(active.size(), Status());
+  unmasked.assign(active.size(), 0);
+  for (size_t i = 0; i < active.size(); ++i) {
+    Decoder& d = active[i].decoder;
+    const int32_t mask = active[i].job->params().mask_token_id;
+    const int64_t before = std::count(d.canvas().begin(), d.canvas().end(), mask);
+    d.set_pool(pool_);
+    statuses[i] = d.step();
+    unmasked[i] = before - std::count(d.canvas().begin(), d.canvas().end(), mask);
   }
 }
 

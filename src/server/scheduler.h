@@ -89,24 +89,26 @@ struct SchedulerOptions {
   int max_queue = 256;                // jobs waiting; more are refused (503)
   double max_queue_seconds = 120.0;   // a job waiting longer fails with queue_timeout (503)
   int max_snapshots = 4096;           // unread snapshots kept per job (a slow client skips older ones)
-  int64_t max_memory_bytes = 0;       // step buffers (logits) of the batch at most; 0 = no limit
+  int64_t max_memory_bytes = 0;       // step buffers of the batch at most (job_memory_bytes, plus the
+                                      // heads' fixed blocks); 0 = no limit
 };
 
 enum class SubmitResult { kOk, kQueueFull, kTooLarge, kOverMemory, kStopped };
 
-// The step buffers a job needs at most: the logits of its widest step (rows × masked window × vocabulary,
-// f32) and its canvas. A batch needs the sum over its jobs: the forward writes one logits buffer that the
-// decoders read in place, sized for the active jobs' widest steps.
-int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, int64_t n_vocab);
+// The step buffers a job needs at most: what its widest step holds per out row (rows × masked window ×
+// head.bytes_per_row: the hidden row and the sampler's numbers; the head turns them into logits a chunk of
+// rows at a time) and its canvas. A batch needs the sum over its jobs plus each head's fixed block.
+int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, const HeadMemory& head);
 
 class Scheduler {
  public:
-  // `logits_fn` is called only from the engine thread; `pool` (may be null) parallelises sampling.
-  // `make_cached_fn` (may be empty: such jobs then fail as unimplemented) makes a model function with a
-  // KV cache of its own for each job whose params use one (CacheMode prefix / dual); those jobs run their
-  // own forward over their window each step instead of joining the batched one.
-  Scheduler(LogitsFn logits_fn, int64_t n_vocab, ThreadPool* pool, SchedulerOptions options, Metrics* metrics,
-            std::function<LogitsFn()> make_cached_fn = nullptr);
+  // `head_fn` (the batched forward; its HeadMemory `head`) is called only from the engine thread; `pool`
+  // (may be null) samples a logits_hook's rows (the head samples with its own). `make_cached_fn` (may be
+  // empty: such jobs then fail as unimplemented) makes a model function with a KV cache of its own for
+  // each job whose params use one (CacheMode prefix / dual; each holds head.fixed_bytes more); those jobs
+  // run their own forward over their window each step instead of joining the batched one.
+  Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
+            Metrics* metrics, std::function<HeadFn()> make_cached_fn = nullptr);
   ~Scheduler();  // stops the engine thread; unfinished jobs finish with an error
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -128,14 +130,20 @@ class Scheduler {
   void retire(std::vector<Active>& active, size_t i, JobResult result);
   void retire_and_prepare(std::vector<Active>& active);  // cancelled and finished jobs leave; prepare()
   bool forward(std::vector<Active>& active, double* forward_s);
+  bool run_head(std::vector<Active>& active, const HeadFn& fn, const ForwardBatch& batch, const std::vector<size_t>& jobs,
+                const std::vector<int64_t>& first_rows, const std::vector<int64_t>& computed, double* forward_s);
   void step_decoders(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<int64_t>& unmasked);
   void publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
                           const std::vector<int64_t>& unmasked, std::chrono::steady_clock::time_point t0,
                           double forward_s);
 
-  LogitsFn logits_fn_;
-  std::function<LogitsFn()> make_cached_fn_;
+  // The memory the budget counts for `job` (its step buffers, plus a head of its own when cached).
+  int64_t memory_of(const Job& job) const;
+
+  HeadFn head_fn_;
+  std::function<HeadFn()> make_cached_fn_;
   const int64_t n_vocab_;
+  const HeadMemory head_;
   ThreadPool* pool_;
   const SchedulerOptions options_;
   Metrics* metrics_;
@@ -144,9 +152,6 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
-  // [n_out, n_vocab] of the last forward (one job's or the batched one), read in place by the decoders;
-  // its capacity follows the active jobs' widest steps; engine thread only; freed when idle.
-  std::vector<float> logits_;
   std::thread thread_;
 };
 

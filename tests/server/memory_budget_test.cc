@@ -1,7 +1,8 @@
 // Issue 20, memory: admission under a memory budget. 16 concurrent max_tokens 1024 completions on the tiny
-// model with the real 152k vocabulary (about 620 MB of logits each at their first step) each complete or
-// get 503, the process's peak RSS stays under 1.5 GB, and the server answers after. A request whose step
-// buffers alone exceed the budget is a 503 that names --max-memory.
+// model with the real 152k vocabulary (1024 masked positions each at their first step, whose logits the
+// head computes 64 rows at a time) each complete or get 503, the process's peak RSS stays under 1.5 GB,
+// and the server answers after. A request whose step buffers alone exceed the budget is a 503 that names
+// --max-memory.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -54,14 +55,7 @@ TEST(MemoryBudget, SixteenLargeCompletionsStayUnderIt) {
   EXPECT_EQ(other.load(), 0);
   EXPECT_GE(ok.load(), 1);
   EXPECT_EQ(ok.load() + busy.load(), 16);
-  // Two rows of it can never fit: refused before queueing, naming the flag.
   httplib::Client c("127.0.0.1", s.port());
-  auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1024, "n": 2})", "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503) << r->body;
-  const json err = json::parse(r->body)["error"];
-  EXPECT_EQ(err["param"], "n") << r->body;
-  EXPECT_NE(err["message"].get<std::string>().find("--max-memory"), std::string::npos) << r->body;
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
@@ -70,6 +64,27 @@ TEST(MemoryBudget, SixteenLargeCompletionsStayUnderIt) {
 #endif
   std::printf("peak RSS %lld MiB; %d completed, %d got 503\n", static_cast<long long>(peak_rss_bytes() >> 20),
               ok.load(), busy.load());
+}
+
+// A job's step buffers are a hidden row per masked position (the lm_head runs in chunks of 64 rows, a
+// block every head holds once): a budget that leaves less than that for 8 rows × 1024 tokens refuses
+// the request before queueing it, naming the flag.
+TEST(MemoryBudget, RequestThatCanNeverFitIsRefused) {
+  auto e = testing::load_engine(dc::testing::fixtures_dir() + "/tiny-vocab", 2);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  const HeadMemory head = (*e)->head_memory();
+  ServerOptions o;
+  o.port = 0;
+  o.limits.max_tokens = 1024;
+  o.scheduler.max_memory_bytes = head.fixed_bytes + 1024 * head.bytes_per_row * 4;  // 4 rows of 1024, not 8
+  Running s(**e, o);
+  httplib::Client c("127.0.0.1", s.port());
+  auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1024, "n": 8})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  const json err = json::parse(r->body)["error"];
+  EXPECT_EQ(err["param"], "n") << r->body;
+  EXPECT_NE(err["message"].get<std::string>().find("--max-memory"), std::string::npos) << r->body;
 }
 
 }  // namespace

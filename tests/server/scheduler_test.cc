@@ -69,12 +69,12 @@ std::vector<Case> mixed_cases() {
   return cases;
 }
 
-// A LogitsFn wrapper that blocks its first call until release() and records each forward's row count.
+// A HeadFn wrapper that blocks its first call until release() and records each forward's row count.
 class Gate {
  public:
-  explicit Gate(LogitsFn inner) : inner_(std::move(inner)) {}
-  LogitsFn fn() {
-    return [this](const ForwardBatch& batch, float* logits) {
+  explicit Gate(HeadFn inner) : inner_(std::move(inner)) {}
+  HeadFn fn() {
+    return [this](const ForwardBatch& batch) {
       {
         std::unique_lock<std::mutex> lock(mu_);
         entered_ = true;
@@ -82,7 +82,7 @@ class Gate {
         cv_.wait(lock, [&] { return open_; });
         rows_.push_back(batch.n_batch);
       }
-      return inner_(batch, logits);
+      return inner_(batch);
     };
   }
   void wait_entered() {
@@ -100,7 +100,7 @@ class Gate {
   }
 
  private:
-  LogitsFn inner_;
+  HeadFn inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool entered_ = false, open_ = false;
@@ -117,11 +117,11 @@ JobResult wait_result(Job& job, std::vector<JobSnapshot>* snapshots = nullptr) {
 TEST(Scheduler, BatchedEqualsAloneAndJoinsAtStepBoundaries) {
   const std::vector<Case> cases = mixed_cases();
   dc::testing::FakeModel model(kVocab, fake_row);
-  Gate gate(model.logits_fn());
+  Gate gate(head_fn_from_logits(model.logits_fn(), kVocab, nullptr));
   Metrics metrics;
   SchedulerOptions options;
   options.max_batch_rows = 16;
-  Scheduler scheduler(gate.fn(), kVocab, nullptr, options, &metrics);
+  Scheduler scheduler(gate.fn(), kVocab, logits_head_memory(kVocab), nullptr, options, &metrics);
   std::vector<std::shared_ptr<Job>> jobs;
   jobs.push_back(std::make_shared<Job>(cases[0].prompt, cases[0].params, std::vector<int32_t>{}, true));
   ASSERT_EQ(scheduler.submit(jobs[0]), SubmitResult::kOk);
@@ -157,7 +157,8 @@ TEST(Scheduler, OneAtATimeGivesTheSameTokens) {
   dc::testing::FakeModel model(kVocab, fake_row);
   SchedulerOptions options;
   options.max_batch_rows = 2;  // the job with n = 2 fills a batch alone
-  Scheduler scheduler(model.logits_fn(), kVocab, nullptr, options, nullptr);
+  Scheduler scheduler(head_fn_from_logits(model.logits_fn(), kVocab, nullptr), kVocab, logits_head_memory(kVocab),
+                      nullptr, options, nullptr);
   std::vector<std::shared_ptr<Job>> jobs;
   for (const Case& c : cases) {
     jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
@@ -175,8 +176,8 @@ TEST(Scheduler, OneAtATimeGivesTheSameTokens) {
 
 TEST(Scheduler, CancelFreesTheRows) {
   dc::testing::FakeModel model(kVocab, fake_row);
-  Gate gate(model.logits_fn());
-  Scheduler scheduler(gate.fn(), kVocab, nullptr, SchedulerOptions{}, nullptr);
+  Gate gate(head_fn_from_logits(model.logits_fn(), kVocab, nullptr));
+  Scheduler scheduler(gate.fn(), kVocab, logits_head_memory(kVocab), nullptr, SchedulerOptions{}, nullptr);
   SamplingParams p = base_params();
   p.max_new_tokens = 32;
   p.steps = 32;
@@ -202,12 +203,12 @@ TEST(Scheduler, CancelFreesTheRows) {
 
 TEST(Scheduler, QueueFullTooLargeAndQueueTimeout) {
   dc::testing::FakeModel model(kVocab, fake_row);
-  Gate gate(model.logits_fn());
+  Gate gate(head_fn_from_logits(model.logits_fn(), kVocab, nullptr));
   SchedulerOptions options;
   options.max_batch_rows = 2;
   options.max_queue = 1;
   options.max_queue_seconds = 0.05;
-  Scheduler scheduler(gate.fn(), kVocab, nullptr, options, nullptr);
+  Scheduler scheduler(gate.fn(), kVocab, logits_head_memory(kVocab), nullptr, options, nullptr);
   SamplingParams p = base_params();
   p.max_new_tokens = 4;
   p.steps = 4;
@@ -237,7 +238,8 @@ TEST(Scheduler, StopsEarlyWhenEveryRowHasAFinalStopToken) {
     for (int64_t v = 0; v < kVocab; ++v) logits[v] = v == 5 ? 10.0f : 0.0f;
   };
   dc::testing::FakeModel model(kVocab, row);
-  Scheduler scheduler(model.logits_fn(), kVocab, nullptr, SchedulerOptions{}, nullptr);
+  Scheduler scheduler(head_fn_from_logits(model.logits_fn(), kVocab, nullptr), kVocab, logits_head_memory(kVocab),
+                      nullptr, SchedulerOptions{}, nullptr);
   SamplingParams p = base_params();
   p.max_new_tokens = 16;
   p.steps = 16;
@@ -278,8 +280,8 @@ TEST(Scheduler, TinyModelBatchedEqualsAlone) {
     for (int j = 0; j < 3 + 4 * i; ++j) prompt.push_back(static_cast<int32_t>((37 * j + 11 * i) % 200 + 1));
     cases.push_back({prompt, p});
   }
-  Gate gate(e.logits_fn());
-  Scheduler scheduler(gate.fn(), e.config().n_vocab, &e.pool(), SchedulerOptions{}, nullptr);
+  Gate gate(e.head_fn());
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr);
   std::vector<std::shared_ptr<Job>> jobs;
   for (const Case& c : cases) {
     jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
@@ -321,8 +323,8 @@ TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
     for (int j = 0; j < 3 + 2 * i; ++j) prompt.push_back(static_cast<int32_t>((29 * j + 7 * i) % 200 + 1));
     cases.push_back({prompt, p});
   }
-  Scheduler scheduler(e.logits_fn(), e.config().n_vocab, &e.pool(), SchedulerOptions{}, nullptr,
-                      [&e] { return e.logits_fn(); });
+  Scheduler scheduler(e.head_fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); });
   std::vector<std::shared_ptr<Job>> jobs;
   for (const Case& c : cases) {
     jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
@@ -339,7 +341,7 @@ TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
     if (cases[i].params.cache != CacheMode::kNone) EXPECT_GT(results[i].timings.cache_refreshes, 0) << "case " << i;
   }
   // Without a factory such jobs fail cleanly.
-  Scheduler plain(e.logits_fn(), e.config().n_vocab, &e.pool(), SchedulerOptions{}, nullptr);
+  Scheduler plain(e.head_fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr);
   auto job = std::make_shared<Job>(cases[0].prompt, cases[0].params, std::vector<int32_t>{}, false);
   ASSERT_EQ(plain.submit(job), SubmitResult::kOk);
   EXPECT_EQ(wait_result(*job).status.code(), StatusCode::kUnimplemented);
@@ -366,7 +368,8 @@ TEST(Scheduler, OutOfMemoryAndModelErrorsFailTheJobNotTheThread) {
     }
     return good(batch, logits);
   };
-  Scheduler scheduler(flaky, kVocab, nullptr, SchedulerOptions{}, nullptr);
+  Scheduler scheduler(head_fn_from_logits(flaky, kVocab, nullptr), kVocab, logits_head_memory(kVocab), nullptr,
+                      SchedulerOptions{}, nullptr);
   SamplingParams p = base_params();
   p.max_new_tokens = 4;
   p.steps = 4;

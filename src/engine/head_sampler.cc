@@ -1,0 +1,67 @@
+// CpuHeadSampler: the forward to hidden rows, then lm_head and sampling chunk by chunk.
+#include "engine/head_sampler.h"
+
+#include <algorithm>
+#include <new>
+#include <string>
+
+#include "core/check.h"
+#include "sampler/filters.h"
+
+namespace dc {
+
+CpuHeadSampler::CpuHeadSampler(const Model& model, const Context& ctx, int64_t chunk_rows)
+    : model_(model), ctx_(ctx), chunk_rows_(chunk_rows) {
+  DC_CHECK(chunk_rows > 0, "CpuHeadSampler: chunk_rows must be positive");
+  ctx_.workspace = &workspace_;
+}
+
+Status CpuHeadSampler::forward(const ForwardBatch& batch) {
+  n_rows_ = 0;
+  try {
+    hidden_.resize(static_cast<size_t>(std::max<int64_t>(batch.n_out, 0) * model_.config().n_embd));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("forward: out of memory for the hidden rows of " + std::to_string(batch.n_out) +
+                              " positions");
+  }
+  DC_RETURN_IF_ERROR(model_.forward_hidden(ctx_, batch, hidden_.data()));
+  n_rows_ = batch.n_out;
+  return Status::ok_status();
+}
+
+Status CpuHeadSampler::logits(int64_t first, int64_t n, float* out) {
+  DC_CHECK(first >= 0 && n >= 0 && first + n <= n_rows_, "CpuHeadSampler::logits: rows outside the forward's");
+  try {
+    model_.lm_head(ctx_, hidden_.data() + first * model_.config().n_embd, n, out, chunk_rows_);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("lm_head: out of memory for the kernels' scratch of " + std::to_string(n) + " rows");
+  }
+  return Status::ok_status();
+}
+
+Status CpuHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> out) {
+  const std::span<const HeadRow> rows = args.rows;
+  DC_CHECK(out.size() == rows.size(), "CpuHeadSampler::sample: out and rows differ in size");
+  if (rows.empty()) return Status::ok_status();
+  const int64_t E = model_.config().n_embd, V = model_.config().n_vocab;
+  const int64_t first = rows.front().hidden_row, last = rows.back().hidden_row;
+  DC_CHECK(first >= 0 && last < n_rows_, "CpuHeadSampler::sample: rows outside the forward's");
+  try {
+    float* block = workspace_.floats("head.logits", std::min(chunk_rows_, last + 1 - first) * V);  // [chunk, V]
+    int64_t e = 0;
+    for (int64_t c0 = first; c0 <= last; c0 += chunk_rows_) {
+      const int64_t c1 = std::min(c0 + chunk_rows_, last + 1);
+      const int64_t e_begin = e;
+      while (e < static_cast<int64_t>(rows.size()) && rows[e].hidden_row < c1) ++e;
+      if (e == e_begin) continue;  // no position reads this chunk
+      model_.lm_head(ctx_, hidden_.data() + c0 * E, c1 - c0, block, chunk_rows_);
+      DC_RETURN_IF_ERROR(sample_head_rows(args, e_begin, e, block, c0, V, ctx_.pool, out));
+    }
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("lm_head: out of memory for the [" + std::to_string(chunk_rows_) + " × " +
+                              std::to_string(V) + "] logits block or the kernels' scratch");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace dc

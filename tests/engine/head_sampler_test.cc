@@ -1,0 +1,140 @@
+// Issue 20: the CPU HeadSampler (forward to hidden rows, then the lm_head and the sampling chunk by
+// chunk) against the full path (the whole [n_out, n_vocab] logits of Model::forward) on the fixture
+// models, at both matmul precisions (bf16 goes through the fast kernels whose summation order depends on
+// a product's row count): the same tokens bit for bit, with steps of more rows than a chunk.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "engine/engine.h"
+#include "engine/head_sampler.h"
+#include "engine_fixtures.h"
+#include "fixtures.h"
+
+namespace dc {
+namespace {
+
+// The full path with the lm_head in chunks of `chunk` rows: one [n_out, n_vocab] buffer per step.
+LogitsFn full_logits(const Model& model, const Context& ctx, int64_t chunk) {
+  auto hidden = std::make_shared<std::vector<float>>();
+  return [&model, ctx, chunk, hidden](const ForwardBatch& batch, float* logits) -> Status {
+    hidden->resize(static_cast<size_t>(batch.n_out * model.config().n_embd));
+    DC_RETURN_IF_ERROR(model.forward_hidden(ctx, batch, hidden->data()));
+    model.lm_head(ctx, hidden->data(), batch.n_out, logits, chunk);
+    return Status::ok_status();
+  };
+}
+
+HeadFn chunked(const Model& model, const Context& ctx, int64_t chunk) {
+  auto head = std::make_shared<CpuHeadSampler>(model, ctx, chunk);
+  return [head](const ForwardBatch& batch) -> Result<HeadSampler*> {
+    DC_RETURN_IF_ERROR(head->forward(batch));
+    return static_cast<HeadSampler*>(head.get());
+  };
+}
+
+std::vector<SamplingParams> cases(const Engine& e) {
+  std::vector<SamplingParams> out;
+  const Algorithm algs[] = {Algorithm::kOrigin, Algorithm::kMaskgitPlus, Algorithm::kTopkMargin, Algorithm::kEntropy};
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = 70;  // the first step samples 70 rows: more than a 64-row chunk
+    p.steps = 3;
+    p.alg = algs[i];
+    p.temperature = i % 2 == 0 ? 0.8f : 0.0f;
+    p.top_p = i == 2 ? 0.9f : 1.0f;
+    p.seed = static_cast<uint64_t>(i);
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(CpuHeadSampler, ChunkedEqualsFullLogitsAtEveryChunkSize) {
+  const auto manifest = dc::testing::load_manifest();
+  for (const char* name : {"tiny-gqa4-bf16", "tiny-gqa2"}) {
+    auto engine = testing::load_engine(dc::testing::fixtures_dir() + "/" + name, 2);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    Engine& e = **engine;
+    Context ctx;
+    ctx.pool = &e.pool();
+    ctx.matmul_precision = e.matmul_precision();
+    const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7}, {8, 9}};
+    for (const SamplingParams& p : cases(e)) {
+      // The default: Engine::generate against the engine's own full path (Model::forward).
+      auto by_engine = e.generate(prompts, p);
+      GenerateHooks hooks;
+      hooks.pool = &e.pool();
+      auto by_full = generate(e.logits_fn(), e.config().n_vocab, prompts, p, hooks);
+      ASSERT_TRUE(by_engine.ok() && by_full.ok()) << by_engine.status().to_string();
+      EXPECT_EQ(by_engine->sequences, by_full->sequences) << name << " " << algorithm_name(p.alg);
+      EXPECT_EQ(by_engine->committed_counts, by_full->committed_counts) << name << " " << algorithm_name(p.alg);
+      for (int64_t chunk : {1, 7, 48}) {  // 70 and 140 rows: none of them divides
+        // A policy (the reference's top-k rule) that records every confidence, compared bit for bit.
+        std::vector<float> seen[2];
+        auto hooks_of = [&](int path) {
+          GenerateHooks h;
+          h.unmask_policy = [&seen, path](const PolicyInput& in) {
+            seen[path].insert(seen[path].end(), in.confidences.begin(), in.confidences.end());
+            std::vector<int64_t> order(in.masked_positions.size());
+            for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int64_t>(j);
+            std::stable_sort(order.begin(), order.end(),
+                             [&](int64_t a, int64_t b) { return in.confidences[a] > in.confidences[b]; });
+            std::vector<int64_t> chosen;
+            for (int64_t j = 0; j < in.k; ++j) chosen.push_back(in.masked_positions[order[j]]);
+            return chosen;
+          };
+          return h;
+        };
+        auto got = generate(chunked(e.model(), ctx, chunk), e.config().n_vocab, prompts, p, hooks_of(0));
+        auto want = generate(full_logits(e.model(), ctx, chunk), e.config().n_vocab, prompts, p, hooks_of(1));
+        ASSERT_TRUE(got.ok() && want.ok()) << got.status().to_string() << want.status().to_string();
+        EXPECT_EQ(got->sequences, want->sequences) << name << " " << algorithm_name(p.alg) << " chunk " << chunk;
+        EXPECT_EQ(seen[0], seen[1]) << name << " " << algorithm_name(p.alg) << " chunk " << chunk;
+        EXPECT_GT(seen[0].size(), 140u);
+      }
+    }
+  }
+}
+
+// The chunked path's memory: sampling 140 rows of the 152k vocabulary holds one 64-row block of logits
+// (plus the tiny model's activations), not 140 rows; logits() of a row equals forward()'s.
+TEST(CpuHeadSampler, HoldsOneChunkOfLogits) {
+  auto engine = testing::load_engine(dc::testing::fixtures_dir() + "/tiny-vocab", 2);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  const int64_t V = e.config().n_vocab, n_seq = 70;
+  const HeadMemory m = e.head_memory();
+  EXPECT_EQ(m.fixed_bytes, Model::kHeadChunkRows * V * 4);
+  EXPECT_LT(m.bytes_per_row, V * 4 / 100);  // a hidden row, not a vocabulary row
+  std::vector<int32_t> tokens(2 * n_seq);
+  std::vector<int64_t> out_rows(2 * n_seq);
+  for (int64_t i = 0; i < 2 * n_seq; ++i) tokens[i] = static_cast<int32_t>(i * 37 % 1000), out_rows[i] = i;
+  ForwardBatch batch;
+  batch.n_batch = 2, batch.n_seq = n_seq, batch.tokens = tokens.data();
+  batch.out_rows = out_rows.data(), batch.n_out = 2 * n_seq;
+  Context ctx;
+  ctx.pool = &e.pool();
+  ctx.matmul_precision = e.matmul_precision();
+  CpuHeadSampler head(e.model(), ctx);
+  ASSERT_TRUE(head.forward(batch).ok());
+  std::vector<HeadRow> rows;
+  for (int64_t r = 0; r < batch.n_out; ++r) rows.push_back({r, r / n_seq, r % n_seq});
+  std::vector<TokenSample> samples(rows.size());
+  HeadSampling args{FilterConfig{0.0f, 1.0f, 0}, ConfidenceKind::kProbability, 1, 0, rows};
+  ASSERT_TRUE(head.sample(args, samples).ok());
+  EXPECT_GE(head.workspace_bytes(), Model::kHeadChunkRows * V * 4);
+  EXPECT_LT(head.workspace_bytes(), 100 * V * 4) << "more than a chunk of logit rows held";
+  // The greedy token of row 100 is the argmax of forward()'s logits row 100.
+  std::vector<float> logits(static_cast<size_t>(batch.n_out * V));
+  ASSERT_TRUE(e.model().forward(ctx, batch, logits.data()).ok());
+  const float* row = logits.data() + 100 * V;
+  EXPECT_EQ(samples[100].token, std::max_element(row, row + V) - row);
+  // Rows [64, 140) from row 64: the same chunks as forward()'s, the same logits bit for bit.
+  std::vector<float> tail(static_cast<size_t>(76 * V));
+  ASSERT_TRUE(head.logits(64, 76, tail.data()).ok());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), logits.begin() + 64 * V));
+}
+
+}  // namespace
+}  // namespace dc
