@@ -1,7 +1,8 @@
 // `diffucoder bench --train`: times Trainer::step (make_masked_batch → loss_and_grads → clip_grad_norm →
 // adamw_step) on random sequences, on a synthetic model of a named shape or a checkpoint, in bf16 mixed
 // precision (the training default) or f32, with a trainer that writes no files. Prints s/step, training
-// tokens/s, forward and backward GFLOP/s, peak RSS.
+// tokens/s, forward and backward GFLOP/s, peak RSS; under mpirun, data parallel (ZeRO), with each rank's
+// peak RSS, optimizer-state bytes and bytes sent.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -129,8 +130,13 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
   cmd->add_option("--vocab", a->vocab, "--train with --shape: this vocabulary size instead of the shape's; 0 = the shape's");
 }
 
-int run_bench_train(const BenchTrainArgs& a) {
+// Under mpirun: data parallel, each rank one micro-batch of --batch sequences of every step (the
+// trainer's --grad-accum = ranks); rank 0 prints, with every rank's peak RSS, moment bytes and bytes
+// sent per step.
+int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   if (Status s = check_args(a); !s.ok()) return usage_error(s);
+  const int ranks = comm.size();
+  const bool talk = comm.rank() == 0;
   ThreadPool pool(a.threads);
   Profiler profiler;
   Context ctx;
@@ -143,7 +149,7 @@ int run_bench_train(const BenchTrainArgs& a) {
       !bf16_backward([&] { Context c = ctx; c.matmul_precision = mode; return c; }()))
     return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
   const bool mixed = mode == MatmulPrecision::kBF16;
-  if (!a.no_peak) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
+  if (!a.no_peak && talk) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
   const double peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&pool);
   const auto t_load = Clock::now();
   ModelConfig c;
@@ -166,13 +172,14 @@ int run_bench_train(const BenchTrainArgs& a) {
   if (a.mask_ratio > 0) o.masking.fixed_t.assign(a.batch, a.mask_ratio);
   o.recompute = a.grad_checkpointing;
   o.precision = mode;
+  if (ranks > 1) o.comm = &comm, o.grad_accum = ranks;
 
   // Random sequences, one batch per step: ids below min(n_vocab, 150000) except the mask id; the first
   // prompt_len positions are the prompt (never masked), the rest the completion.
   std::mt19937 gen(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
   train::Dataset data;
-  data.sequences.resize(static_cast<size_t>(n_total * a.batch));
+  data.sequences.resize(static_cast<size_t>(n_total * a.batch * ranks));
   for (train::TrainSequence& s : data.sequences) {
     s.tokens.resize(a.seq_len);
     for (int32_t& t : s.tokens) {
@@ -203,7 +210,8 @@ int run_bench_train(const BenchTrainArgs& a) {
     r.n_out = stats->loss_rows;
     records.push_back(r);
     if (step == 0) profiler.reset();  // the table covers the timed steps only
-    std::fprintf(stderr, "bench --train: %s %d/%d  %.2f s (fwd+bwd %.2f, optimizer %.2f)  loss %.4f  |g| %.3e\n",
+    if (talk)
+      std::fprintf(stderr, "bench --train: %s %d/%d  %.2f s (fwd+bwd %.2f, optimizer %.2f)  loss %.4f  |g| %.3e\n",
                  step == 0 ? "warm-up" : "step", step == 0 ? 0 : step, a.steps, r.seconds, r.fwd_bwd_s,
                  r.optimizer_s, r.loss, r.grad_norm);
   }
@@ -213,7 +221,7 @@ int run_bench_train(const BenchTrainArgs& a) {
   nlohmann::json losses = nlohmann::json::array(), steps_json = nlohmann::json::array();
   for (const StepRecord& r : timed) {
     secs.push_back(r.seconds), fwd_bwd.push_back(r.fwd_bwd_s), opt.push_back(r.optimizer_s);
-    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out);  // forward 1/3, backward 2/3
+    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out / ranks);  // one rank's; forward 1/3, backward 2/3
     gflops.push_back(flops / r.fwd_bwd_s / 1e9);
     fwd_gflops.push_back(flops / 3 / r.forward_s / 1e9);
     bwd_gflops.push_back(flops * 2 / 3 / r.backward_s / 1e9);
@@ -223,9 +231,19 @@ int run_bench_train(const BenchTrainArgs& a) {
                           {"optimizer_s", r.optimizer_s}, {"loss", r.loss}, {"grad_norm", r.grad_norm},
                           {"n_loss_rows", r.n_out}});
   }
-  const double tokens = static_cast<double>(a.batch * a.seq_len);
+  const double tokens = static_cast<double>(a.batch * a.seq_len * ranks);  // the global batch's
   const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
   const int64_t rss = peak_rss_bytes();
+  const std::vector<double> per_rank = gather_per_rank(
+      comm, {static_cast<double>(rss), static_cast<double>((*trainer)->optimizer().optimizer_state_bytes()),
+             static_cast<double>(comm.bytes_sent()) / n_total});
+  if (per_rank.empty()) return 1;
+  if (!talk) return 0;
+  nlohmann::json rss_ranks = nlohmann::json::array(), state_ranks = nlohmann::json::array(),
+                 sent_ranks = nlohmann::json::array();
+  for (int r = 0; r < ranks; ++r)
+    rss_ranks.push_back(per_rank[3 * r]), state_ranks.push_back(per_rank[3 * r + 1]),
+        sent_ranks.push_back(per_rank[3 * r + 2]);
   nlohmann::json j = {
       {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
@@ -240,7 +258,8 @@ int run_bench_train(const BenchTrainArgs& a) {
       {"relayout_s_median", median(relayout)}, {"peak_gemm_gflops", peak},
       {"fraction_of_peak", peak > 0 ? median(gflops) / peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
-      {"per_step", steps_json}, {"peak_rss_bytes", rss}};
+      {"per_step", steps_json}, {"peak_rss_bytes", rss}, {"ranks", ranks}, {"peak_rss_bytes_per_rank", rss_ranks},
+      {"optimizer_state_bytes_per_rank", state_ranks}, {"bytes_sent_per_step_per_rank", sent_ranks}};
   const double step_total = std::accumulate(secs.begin(), secs.end(), 0.0);
   if (a.profile) {
     nlohmann::json& profile = j["profile"];  // path → seconds and calls per timed step (exclusive times)
@@ -272,12 +291,21 @@ int run_bench_train(const BenchTrainArgs& a) {
               median(gflops), median(fwd_gflops), median(bwd_gflops), peak > 0 ? 100 * median(gflops) / peak : 0.0,
               peak);
   if (mixed)
-    std::printf("| bf16 re-layout of the weights per step | %.3f s outside the optimizer (after the first step it is "
-                "written by AdamW, in its time) |\n", median(relayout));
+    std::printf("| bf16 re-layout of the weights per step | %.3f s outside the optimizer (%s) |\n", median(relayout),
+                ranks > 1 ? "every step: the weights come from the all-gather"
+                          : "after the first step it is written by AdamW, in its time");
   std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
+  if (ranks > 1)
+    for (int r = 0; r < ranks; ++r)
+      std::printf("| rank %d of %d | peak RSS %.2f GB, Adam moments %.2f GB, %.3f GB sent per step |\n", r, ranks,
+                  per_rank[3 * r] / 1e9, per_rank[3 * r + 1] / 1e9, per_rank[3 * r + 2] / 1e9);
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
   if (a.profile) print_profile(profiler, a.steps, step_total);
   return 0;
+}
+
+int run_bench_train(const BenchTrainArgs& a) {
+  return run_on_ranks(600, [&a](dist::Comm& comm) { return bench_train_on_ranks(a, comm); });
 }
 
 }  // namespace dc::cli

@@ -66,4 +66,22 @@ int64_t peak_rss_bytes() {
   return 0;
 }
 
+int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body) {
+  auto comm = dist::world_comm(timeout_s);
+  if (!comm.ok()) return report(comm.status());
+  const int code = body(**comm);
+  if (code != 0 && (*comm)->size() > 1) (*comm)->abort(code, "failed (see the message above); stopping every rank");
+  return code;
+}
+
+std::vector<double> gather_per_rank(dist::Comm& comm, const std::vector<double>& values) {
+  std::vector<double> all(values.size() * static_cast<size_t>(comm.size()));
+  const Status s = comm.all_gather_doubles(values.data(), static_cast<int64_t>(values.size()), all.data());
+  if (!s.ok()) {
+    report(s);
+    return {};
+  }
+  return all;
+}
+
 }  // namespace dc::cli

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/context.h"
 #include "core/status.h"
+#include "dist/comm.h"
 #include "engine/engine.h"
 
 namespace dc::cli {
@@ -35,5 +37,12 @@ inline void print_load_note(const Engine& engine, double load_ms) { print_load_n
 
 // Peak resident set size of this process in bytes (VmHWM of /proc/self/status; 0 if unreadable).
 int64_t peak_rss_bytes();
+
+// Runs body over this process's communicator (dist::world_comm: MPI's world under mpirun, else one
+// process) and returns its exit code; a rank whose body fails ends the job on every rank (the others
+// would wait for it in their next collective).
+int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body);
+// Every rank's `values` gathered (rank r's at r·values.size()); on an error, empty.
+std::vector<double> gather_per_rank(dist::Comm& comm, const std::vector<double>& values);
 
 }  // namespace dc::cli

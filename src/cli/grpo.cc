@@ -44,6 +44,8 @@ std::string metric(const train::GrpoStepStats& s, const std::string& name) {
 }
 
 int run_grpo(GrpoArgs& a) {
+  if (dist::launched_as_ranks())  // N copies of the same run would write the same --out
+    return usage_error(unimplemented("grpo is not data parallel yet (only train is): run it without mpirun"));
   auto schedule = train::parse_lr_schedule(a.schedule);
   if (!schedule.ok()) return usage_error(schedule.status());
   a.opt.lr.schedule = *schedule;

@@ -29,18 +29,7 @@ struct TrainArgs {
   double dist_timeout = 600;
 };
 
-int run_on_ranks(TrainArgs& a, dist::Comm& comm);
-
-int run_train(TrainArgs& a) {
-  auto comm = dist::world_comm(a.dist_timeout);
-  if (!comm.ok()) return report(comm.status());
-  const int code = run_on_ranks(a, **comm);
-  // A rank that fails stops them all (the others would wait for it in the next collective).
-  if (code != 0 && (*comm)->size() > 1) (*comm)->abort(code, "train failed (see the message above); stopping every rank");
-  return code;
-}
-
-int run_on_ranks(TrainArgs& a, dist::Comm& comm) {
+int run_train(TrainArgs& a, dist::Comm& comm) {
   if (a.opt.batch_size * a.opt.seq_len > (int64_t{1} << 24))
     return usage_error(invalid_argument("--batch-size × --seq-len must be at most 16777216 tokens per micro-batch"));
   auto schedule = train::parse_lr_schedule(a.schedule);
@@ -87,11 +76,10 @@ int run_on_ranks(TrainArgs& a, dist::Comm& comm) {
   if (!saved.ok()) return report(saved);
   // Every rank's peak memory, optimizer-state bytes and bytes sent per step, gathered on every rank.
   const int64_t steps_here = std::max<int64_t>(1, done_here);
-  const double mine[3] = {static_cast<double>(peak_rss_bytes()), static_cast<double>(t.optimizer().optimizer_state_bytes()),
-                          static_cast<double>(comm.bytes_sent()) / static_cast<double>(steps_here)};
-  std::vector<double> all(3 * comm.size());
-  const Status gathered = comm.all_gather_doubles(mine, 3, all.data());
-  if (!gathered.ok()) return report(gathered);
+  const std::vector<double> all = gather_per_rank(
+      comm, {static_cast<double>(peak_rss_bytes()), static_cast<double>(t.optimizer().optimizer_state_bytes()),
+             static_cast<double>(comm.bytes_sent()) / static_cast<double>(steps_here)});
+  if (all.empty()) return 1;
   if (comm.rank() != 0) return 0;
   std::string rss, state, sent;
   for (int r = 0; r < comm.size(); ++r) {
@@ -169,7 +157,7 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_option("--dist-timeout", a->dist_timeout,
                   "Under mpirun: seconds a rank waits for the others in one collective before ending the job (0: no limit)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  return [a] { return run_train(*a); };
+  return [a] { return run_on_ranks(a->dist_timeout, [a](dist::Comm& comm) { return run_train(*a, comm); }); };
 }
 
 }  // namespace dc::cli

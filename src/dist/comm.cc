@@ -40,12 +40,12 @@ class SingleComm final : public Comm {
   Status barrier() override { return Status(); }
   Status broadcast(void*, int64_t, int) override { return Status(); }
   Status reduce_scatter_sum(const float* in, int64_t n, float* out) override {
-    if (in != out) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+    if (in != out && n > 0) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
     return Status();
   }
   Status all_gather(float*, int64_t) override { return Status(); }
   Status all_gather_doubles(const double* values, int64_t k, double* all) override {
-    std::memcpy(all, values, static_cast<size_t>(k) * sizeof(double));
+    if (k > 0) std::memcpy(all, values, static_cast<size_t>(k) * sizeof(double));
     return Status();
   }
   [[noreturn]] void abort(int code, const std::string& message) override {

@@ -37,7 +37,8 @@ class Comm {
   // `bytes` bytes at data, from rank `root` to every rank.
   virtual Status broadcast(void* data, int64_t bytes, int root) = 0;
   // in [n] of every rank summed, this rank's shard (shard_range(n, rank(), size())) written to
-  // out [shard size]: out = in₀ + in₁ + … + in_{N−1}, added in that order.
+  // out [shard size]: out = in₀ + in₁ + … + in_{N−1}, added in that order. out may be in + shard.begin
+  // (in place).
   virtual Status reduce_scatter_sum(const float* in, int64_t n, float* out) = 0;
   // data [n]: every rank's shard of it copied to every other rank (in place).
   virtual Status all_gather(float* data, int64_t n) = 0;

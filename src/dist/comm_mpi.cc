@@ -26,7 +26,8 @@ namespace dc::dist {
 #if DC_HAVE_MPI
 namespace {
 
-constexpr int64_t kMaxCount = int64_t{1} << 26;  // values per message (MPI counts are int)
+constexpr int64_t kMaxCount = int64_t{1} << 26;     // values per message (MPI counts are int)
+constexpr int64_t kReduceChunk = int64_t{1} << 20;  // values per reduce-scatter message: 4 MiB of sum buffer
 constexpr int kTag = 7316;
 
 char g_term_message[160];  // written by the SIGTERM handler (async-signal-safe: write + _exit only)
@@ -82,16 +83,17 @@ class MpiComm final : public Comm {
     return Status();
   }
 
-  // Every rank sends the owners' parts of `in` (non-blocking); each owner receives them source by source
-  // in rank order and adds them in that order.
+  // Every rank sends the owners' parts of `in` (non-blocking, in chunks); each owner takes its shard
+  // chunk by chunk, receiving the chunk from each rank in rank order and adding it in that order into a
+  // chunk-sized sum, then stores the sum (so `out` may be `in`'s own shard: the reduction in place).
   Status reduce_scatter_sum(const float* in, int64_t n, float* out) override {
     Busy busy(this, "reduce-scatter of the gradients");
     std::vector<MPI_Request> sends;
     for (int owner = 0; owner < size_; ++owner) {
       if (owner == rank_) continue;
       const Range r = shard_range(n, owner, size_);
-      for (int64_t b = r.begin; b < r.end; b += kMaxCount) {
-        const int count = static_cast<int>(std::min(kMaxCount, r.end - b));
+      for (int64_t b = r.begin; b < r.end; b += kReduceChunk) {
+        const int count = static_cast<int>(std::min(kReduceChunk, r.end - b));
         sends.emplace_back();
         DC_RETURN_IF_ERROR(check(MPI_Isend(in + b, count, MPI_FLOAT, owner, kTag, MPI_COMM_WORLD, &sends.back()),
                                  "MPI_Isend"));
@@ -99,24 +101,24 @@ class MpiComm final : public Comm {
       }
     }
     const Range mine = shard_range(n, rank_, size_);
-    std::vector<float> part(static_cast<size_t>(std::min(kMaxCount, mine.size())));
-    for (int source = 0; source < size_; ++source) {
-      for (int64_t b = mine.begin; b < mine.end; b += kMaxCount) {
-        const int count = static_cast<int>(std::min(kMaxCount, mine.end - b));
-        float* dst = out + (b - mine.begin);
+    const size_t chunk = static_cast<size_t>(std::min(kReduceChunk, mine.size()));
+    std::vector<float> sum(chunk), part(chunk);
+    for (int64_t b = mine.begin; b < mine.end; b += kReduceChunk) {
+      const int count = static_cast<int>(std::min(kReduceChunk, mine.end - b));
+      for (int source = 0; source < size_; ++source) {
         const float* src = in + b;
         if (source != rank_) {
-          float* into = source == 0 ? dst : part.data();
-          DC_RETURN_IF_ERROR(check(MPI_Recv(into, count, MPI_FLOAT, source, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-                                   "MPI_Recv"));
-          src = into;
+          DC_RETURN_IF_ERROR(check(
+              MPI_Recv(part.data(), count, MPI_FLOAT, source, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv"));
+          src = part.data();
         }
         if (source == 0) {
-          if (src != dst) std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+          std::memcpy(sum.data(), src, static_cast<size_t>(count) * sizeof(float));
         } else {
-          for (int i = 0; i < count; ++i) dst[i] += src[i];
+          for (int i = 0; i < count; ++i) sum[i] += src[i];
         }
       }
+      std::memcpy(out + (b - mine.begin), sum.data(), static_cast<size_t>(count) * sizeof(float));
     }
     return check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }

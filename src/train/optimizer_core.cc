@@ -24,7 +24,6 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
     c.shard_ = dist::shard_range(c.params_.n_values(), comm->rank(), comm->size());
     c.m_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
     c.v_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
-    c.g_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
   } else {
     c.shard_ = {0, c.params_.n_values()};
     c.m_ = ModelParams::zeros(config);
@@ -54,13 +53,14 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
   s.lr = learning_rate(options_.lr, state_.step);
   if (sharded()) {  // ZeRO: reduce-scatter, the norm of all shards, AdamW on this shard, all-gather
     const int64_t n = params_.n_values();
-    Status st = comm_->reduce_scatter_sum(grads_.data(), n, g_shard_.data());
+    float* g_shard = grads_.data() + shard_.begin;  // the reduced gradients of this shard, in place
+    Status st = comm_->reduce_scatter_sum(grads_.data(), n, g_shard);
     Result<std::vector<double>> sum = std::vector<double>{};
-    if (st.ok()) sum = comm_->sum_doubles({sum_of_squares(g_shard_.data(), shard_.size(), ctx.pool)});
+    if (st.ok()) sum = comm_->sum_doubles({sum_of_squares(g_shard, shard_.size(), ctx.pool)});
     if (st.ok()) st = sum.status();
     if (st.ok()) {
       s.grad_norm = std::sqrt((*sum)[0]);
-      adamw_shard(params_, shard_, g_shard_.data(), m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
+      adamw_shard(params_, shard_, g_shard, m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
                   options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
       st = comm_->all_gather(params_.data(), n);
     }

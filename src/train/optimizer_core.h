@@ -2,10 +2,11 @@
 // weights, their gradients and both Adam moments (four ModelParams, one contiguous buffer each), global-norm
 // clipping, AdamW with a learning-rate schedule, the step count, checkpoints (weights + moments + state,
 // atomic, plus the driver's own files) with bit-exact resume, and out_dir/metrics.jsonl.
-// Data parallel (a dist::Comm of N > 1 ranks): ZeRO stages 1 and 2 — each rank keeps the Adam moments and
-// the reduced gradients of its shard of the flat buffer only (dist::shard_range), the local gradients are
-// reduce-scattered in rank order, the clip uses the all-reduced norm, AdamW updates the shard and the
-// weights are all-gathered; checkpoints hold one moment file per rank.
+// Data parallel (a dist::Comm of N > 1 ranks): ZeRO stage 1 and the reduction of stage 2 — each rank keeps
+// the Adam moments of its shard of the flat buffer only (dist::shard_range), the local gradients are
+// reduce-scattered in rank order into that shard of grads() (the rest of the local buffer is not
+// released), the clip uses the all-reduced norm, AdamW updates the shard and the weights are
+// all-gathered; checkpoints hold one moment file per rank.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +67,7 @@ class OptimizerCore {
   // Sharded over ranks: this rank's range of the flat buffer; else the whole of it.
   bool sharded() const { return comm_ != nullptr && comm_->size() > 1; }
   dist::Range shard() const { return shard_; }
-  // Bytes of the Adam moments this rank holds (of its shard when sharded; sharded, it also holds the
-  // reduced gradients of its shard, half as much again).
+  // Bytes of the Adam moments this rank holds (of its shard when sharded).
   int64_t optimizer_state_bytes() const;
   // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.
   TrainState& state() { return state_; }
@@ -103,7 +103,7 @@ class OptimizerCore {
   ModelParams params_, grads_, m_, v_;
   dist::Comm* comm_ = nullptr;
   dist::Range shard_;
-  std::vector<float> m_shard_, v_shard_, g_shard_;  // sharded: [shard_.size()] each
+  std::vector<float> m_shard_, v_shard_;  // sharded: [shard_.size()] each
   TrainState state_;
   std::string metrics_path_;  // "" until open_metrics
 };

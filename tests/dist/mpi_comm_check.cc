@@ -3,8 +3,11 @@
 // for bit, the contributions added in rank order (its determinism contract) for sizes that split unevenly
 // and span several messages' worth of chunks; all-gather, broadcast and the metric sums must be exact.
 // Exit 0 when every check holds; else a line per failure and exit 1.
+// `mpi_comm_check --hang`: the timeout path instead — rank 1 never joins the barrier, so rank 0's watchdog
+// (a 2 s timeout) must end the job with its message (ctest dist_mpi_timeout matches it).
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 
 #include "core/splitmix64.h"
@@ -30,17 +33,24 @@ __attribute__((noinline)) float value(int r, int64_t i) {
 
 }  // namespace
 
-int main() {
-  auto comm_or = dc::dist::world_comm(60);
+int main(int argc, char** argv) {
+  const bool hang = argc > 1 && std::strcmp(argv[1], "--hang") == 0;
+  auto comm_or = dc::dist::world_comm(hang ? 2 : 60);
   if (!comm_or.ok()) {
     std::fprintf(stderr, "%s\n", comm_or.status().message().c_str());
     return 1;
   }
   dc::dist::Comm& comm = **comm_or;
   const int rank = comm.rank(), size = comm.size();
+  if (hang) {
+    if (rank == 1) sleep(30);  // the launcher stops it when rank 0 ends the job
+    const dc::Status s = comm.barrier();
+    std::fprintf(stderr, "rank %d: the barrier returned (%s) instead of timing out\n", rank, s.message().c_str());
+    return 1;
+  }
   expect(size > 1, "launched as more than one rank", rank);
   expect(std::strcmp(comm.backend(), "mpi") == 0, "the MPI backend", rank);
-  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000}, int64_t{300001}}) {
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000}, int64_t{3000001}}) {  // the last: several chunks per shard
     std::vector<float> in(n);
     for (int64_t i = 0; i < n; ++i) in[i] = value(rank, i);
     const dc::dist::Range mine = dc::dist::shard_range(n, rank, size);
@@ -57,6 +67,11 @@ int main() {
                      (long long)i, out[i - mine.begin], want), same = false;
     }
     expect(same, "reduce-scatter equals the rank-order sum bit for bit", rank);
+    std::vector<float> in_place = in;  // out = the input's own shard
+    expect(comm.reduce_scatter_sum(in_place.data(), n, in_place.data() + mine.begin).ok(), "in place: ok", rank);
+    expect(mine.size() == 0 ||  // (an empty shard: rank 1 of n = 1)
+               std::memcmp(in_place.data() + mine.begin, out.data(), mine.size() * sizeof(float)) == 0,
+           "in place: the same sums", rank);
     // all-gather: each rank fills only its shard; afterwards all hold everything.
     std::vector<float> data(n, -1.0f);
     for (int64_t i = mine.begin; i < mine.end; ++i) data[i] = static_cast<float>(i) * 0.5f;

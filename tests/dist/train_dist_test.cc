@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,15 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kSteps = 20;
+
+// Under the sanitizers (ASAN_OPTIONS set, scripts/test.sh --sanitize): the ranks get OpenMPI's leak
+// suppressions and the full unwinder they need (tests/dist/lsan_openmpi.supp); else nothing.
+std::string sanitizer_options() {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  if (asan == nullptr) return " ";
+  return std::string(" -x ASAN_OPTIONS=") + asan + ":fast_unwind_on_malloc=0 -x LSAN_OPTIONS=suppressions=" +
+         DC_LSAN_SUPPRESSIONS + " ";
+}
 
 class TrainDist : public ::testing::Test {
  protected:
@@ -47,7 +57,8 @@ class TrainDist : public ::testing::Test {
                              (dir_ / out).string() + " " + extra;
     const std::string launcher = ranks == 1 ? "" :
         "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " DC_MPIEXEC " --oversubscribe -np " +
-        std::to_string(ranks) + " --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo ";
+        std::to_string(ranks) + " --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" +
+        sanitizer_options();
     testing::RunResult r = testing::run_command(launcher + DC_BINARY_PATH + args);
     r.out += r.err;
     return r;
