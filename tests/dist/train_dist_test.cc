@@ -151,8 +151,13 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   }
   EXPECT_EQ(shard_values, whole_values);
   // The ranks' own count of the moments they hold: half of one process's each.
-  const auto j1 = nlohmann::json::parse(one.out.substr(one.out.rfind("{\"steps\"")));
-  const auto j2 = nlohmann::json::parse(two.out.substr(two.out.rfind("{\"steps\"")));
+  // The summary line only: under mpirun, launcher notices may follow it on stdout.
+  const auto summary = [](const std::string& out) {
+    const size_t at = out.rfind("{\"steps\"");
+    return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
+  };
+  const auto j1 = summary(one.out);
+  const auto j2 = summary(two.out);
   EXPECT_EQ(j2["ranks"], 2);
   const int64_t full = j1["optimizer_state_bytes"][0];
   EXPECT_EQ(full, whole_values * 4);
