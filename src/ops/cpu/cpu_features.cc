@@ -14,11 +14,17 @@ namespace {
 
 std::atomic<bool> g_force_portable{false};
 
+// F16C is CPUID.1:ECX bit 29 (read directly: clang 14's __builtin_cpu_supports does not know "f16c").
+bool detect_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 bool detect_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+         __builtin_cpu_supports("fma") && detect_f16c();
 }
 
 // AMX-TILE and AMX-BF16 (CPUID.(7,0):EDX bits 24, 22), and Linux's permission for this process to use

@@ -542,17 +542,10 @@ DC_TARGET_VNNI void matmul_vnni(ThreadPool* pool, Workspace& ws, const float* x,
   });
 }
 
-bool detect_vnni() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-
 }  // namespace
 
 bool cpu_has_avx512_vnni() {
-  static const bool has = detect_vnni();
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512vnni"));
   return has && cpu_has_avx512();  // cpu_has_avx512() honours force_portable_kernels_for_testing
 }
 
