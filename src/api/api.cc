@@ -5,7 +5,6 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
 #include "sampler/generate.h"
 #include "tokenizer/chat.h"
@@ -120,14 +119,8 @@ Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& tokenizer_json_path) {
   auto impl = std::make_unique<Impl>();
-  std::optional<dc::Tokenizer> tok;
-  if (dc::is_gguf_path(tokenizer_json_path)) {  // a GGUF's tokenizer.ggml metadata
-    DC_ASSIGN_OR_RETURN(dc::GgufFile file, dc::GgufFile::open(tokenizer_json_path));
-    DC_ASSIGN_OR_RETURN(tok, dc::gguf_tokenizer(file));
-  } else {
-    DC_ASSIGN_OR_RETURN(tok, dc::Tokenizer::from_file(tokenizer_json_path));
-  }
-  impl->owned = std::make_unique<dc::Tokenizer>(std::move(*tok));
+  DC_ASSIGN_OR_RETURN(dc::Tokenizer tok, dc::load_tokenizer_file(tokenizer_json_path));  // tokenizer.json or .gguf
+  impl->owned = std::make_unique<dc::Tokenizer>(std::move(tok));
   impl->tok = impl->owned.get();
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }

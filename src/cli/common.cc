@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <new>
 
 namespace dc::cli {
 
@@ -69,7 +70,13 @@ int64_t peak_rss_bytes() {
 int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body) {
   auto comm = dist::world_comm(timeout_s);
   if (!comm.ok()) return report(comm.status());
-  const int code = body(**comm);
+  int code = 1;
+  try {
+    code = body(**comm);
+  } catch (const std::bad_alloc&) {  // a rank out of memory stops the others, which would wait in a collective
+    if ((*comm)->size() > 1) (*comm)->abort(1, "out of memory; stopping every rank (fewer ranks per host, or a smaller model)");
+    throw;  // one process: main's message
+  }
   if (code != 0 && (*comm)->size() > 1) (*comm)->abort(code, "failed (see the message above); stopping every rank");
   return code;
 }

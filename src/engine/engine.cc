@@ -20,12 +20,10 @@ namespace {
 Status load_gguf(const EngineOptions& options, std::unique_ptr<Model>* model, std::optional<Tokenizer>* tokenizer) {
   ThreadPool pool(options.n_threads);  // re-quantizes the Q8_0 / Q5_K / Q6_K matrices
   DC_ASSIGN_OR_RETURN(GgufModel m, load_gguf_model(options.model_dir, &pool));
-  *model = Model::from_weights(std::move(m.config), std::move(m.weights), std::move(m.storage));
-  if (!options.tokenizer_path.empty()) return Status::ok_status();
-  DC_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(options.model_dir));
-  if (gguf_has_tokenizer(file)) {
-    DC_ASSIGN_OR_RETURN(*tokenizer, gguf_tokenizer(file));
+  if (options.tokenizer_path.empty() && gguf_has_tokenizer(*m.file)) {
+    DC_ASSIGN_OR_RETURN(*tokenizer, gguf_tokenizer(*m.file));
   }
+  *model = Model::from_weights(std::move(m.config), std::move(m.weights), std::move(m.storage));
   return Status::ok_status();
 }
 
@@ -47,7 +45,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
     }
   }
   if (!tok && !tok_path.empty()) {
-    DC_ASSIGN_OR_RETURN(tok, Tokenizer::from_file(tok_path));
+    DC_ASSIGN_OR_RETURN(tok, load_tokenizer_file(tok_path));
   }
   std::unique_ptr<Tokenizer> tokenizer;
   if (tok) {

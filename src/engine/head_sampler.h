@@ -1,4 +1,4 @@
-// CpuHeadSampler: the CPU implementation of HeadSampler (types/head_sampler.h) over a Model: the forward
+// CpuHeadSampler: the CPU implementation of HeadSampler (ops/head_sampler.h) over a Model: the forward
 // up to the final-normed hidden rows, then the lm_head in chunks of rows into one reused [chunk, n_vocab]
 // block, each chunk's positions sampled from it (sampler/filters.h's sample_head_rows) before the next.
 #pragma once

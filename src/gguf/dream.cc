@@ -79,18 +79,13 @@ Result<ModelConfig> dream_config(const GgufFile& f) {
   }
   DC_ASSIGN_OR_RETURN(j["rms_norm_eps"], f.get_float("dream.attention.layer_norm_rms_epsilon"));
   j["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
-  j["torch_dtype"] = embd->type == GgufType::kF32 ? "float32" : "bfloat16";
-  static const std::pair<const char*, const char*> kIds[] = {
-      {"tokenizer.ggml.padding_token_id", "pad_token_id"},
-      {"tokenizer.ggml.bos_token_id", "bos_token_id"},
-      {"tokenizer.ggml.eos_token_id", "eos_token_id"},
-  };
-  for (const auto& [key, field] : kIds) {
-    DC_ASSIGN_OR_RETURN(j[field], f.get_int_or(key, -1));
+  j["torch_dtype"] = embd->type == GgufType::kF32 ? "float32" : embd->type == GgufType::kF16 ? "float16" : "bfloat16";
+  for (const GgufTokenIdKey& id : kGgufTokenIds) {
+    DC_ASSIGN_OR_RETURN(j[id.config_field], f.get_int_or(id.key, -1));
   }
   int64_t mask = -1;
-  if (f.find("tokenizer.ggml.mask_token_id") != nullptr) {
-    DC_ASSIGN_OR_RETURN(mask, f.get_int("tokenizer.ggml.mask_token_id"));
+  if (f.find(kGgufMaskTokenId) != nullptr) {
+    DC_ASSIGN_OR_RETURN(mask, f.get_int(kGgufMaskTokenId));
   } else if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens")) {
     for (size_t k = 0; k < tokens->strings.size(); ++k)
       if (tokens->strings[k] == "<|mask|>") mask = static_cast<int64_t>(k);
@@ -122,6 +117,11 @@ DType dense_dtype(GgufType t) {
   return t == GgufType::kF32 ? DType::kF32 : t == GgufType::kF16 ? DType::kF16 : DType::kBF16;
 }
 
+Status non_finite_row(const GgufStorage& st, const GgufTensor& t, int64_t row) {
+  return invalid_argument(st.file.path() + ": tensor '" + t.name + "' row " + std::to_string(row) +
+                          " holds a non-finite value (or a scale beyond f16's range)");
+}
+
 Status bind_matrix(const GgufTensor& t, const WeightSlot& slot, GgufStorage& st, ThreadPool* pool) {
   const int64_t rows = slot.shape[0], cols = slot.shape[1];
   WeightView v;
@@ -141,11 +141,14 @@ Status bind_matrix(const GgufTensor& t, const WeightSlot& slot, GgufStorage& st,
       std::vector<uint8_t>& tables = st.bytes.emplace_back(static_cast<size_t>(rows * n_groups * 4));
       uint16_t* scales = reinterpret_cast<uint16_t*>(tables.data());
       uint16_t* mins = scales + rows * n_groups;
+      std::atomic<int64_t> bad_row{-1};
       parallel_for(pool, rows, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
-          repack_q4_row(t.type, t.data + r * src_row, cols, codes.data() + r * cols / 2, scales + r * n_groups,
-                        mins + r * n_groups);
+          if (!repack_q4_row(t.type, t.data + r * src_row, cols, codes.data() + r * cols / 2, scales + r * n_groups,
+                             mins + r * n_groups))
+            bad_row.store(r);
       }, 16);
+      if (bad_row.load() >= 0) return non_finite_row(st, t, bad_row.load());
       v.dtype = DType::kU8;
       v.quant = WeightQuant::kQ4;
       v.data = codes.data();
@@ -168,9 +171,7 @@ Status bind_matrix(const GgufTensor& t, const WeightSlot& slot, GgufStorage& st,
             bad_row.store(r);
         }
       }, 16);
-      if (bad_row.load() >= 0)
-        return invalid_argument(st.file.path() + ": tensor '" + t.name + "' row " + std::to_string(bad_row.load()) +
-                                " holds a non-finite value");
+      if (bad_row.load() >= 0) return non_finite_row(st, t, bad_row.load());
       v.dtype = DType::kI8;
       v.quant = WeightQuant::kQ8;
       v.data = codes.data();
@@ -211,11 +212,18 @@ Result<GgufModel> load_gguf_model(const std::string& path, ThreadPool* pool) {
       return;
     }
     const std::span<float> dst = st->vectors.take(slot.shape[0]);
-    gguf_dequantize(t->type, t->data, dst.data(), slot.shape[0]);
+    const uint8_t* src = t->data;
+    std::vector<uint8_t> aligned;
+    if (reinterpret_cast<uintptr_t>(src) % 4 != 0) {  // general.alignment below 4: read from a copy
+      aligned.assign(src, src + t->n_bytes);
+      src = aligned.data();
+    }
+    gguf_dequantize(t->type, src, dst.data(), slot.shape[0]);
     *slot.vector = dst;
   });
   if (!status.ok()) return status;
   if (m.config.tie_word_embeddings) m.weights.output = m.weights.tok_embd;
+  m.file = &st->file;
   m.storage = std::move(st);
   return m;
 }

@@ -23,6 +23,20 @@ bool is_gguf_path(std::string_view path);
 // "" for a name the dream architecture does not have.
 std::string gguf_tensor_name(const std::string& hf_name);
 
+// The special token ids GGUF keeps as tokenizer.ggml.*_token_id, and the config.json field / ModelConfig
+// member each fills (the mask token has its own key and a fallback: see dream_config).
+struct GgufTokenIdKey {
+  const char* key;
+  const char* config_field;
+  int64_t ModelConfig::*member;
+};
+inline constexpr GgufTokenIdKey kGgufTokenIds[] = {
+    {"tokenizer.ggml.bos_token_id", "bos_token_id", &ModelConfig::bos_token_id},
+    {"tokenizer.ggml.eos_token_id", "eos_token_id", &ModelConfig::eos_token_id},
+    {"tokenizer.ggml.padding_token_id", "pad_token_id", &ModelConfig::pad_token_id},
+};
+inline constexpr const char* kGgufMaskTokenId = "tokenizer.ggml.mask_token_id";
+
 // The ModelConfig of a dream GGUF: general.architecture must be "dream"; dream.embedding_length,
 // feed_forward_length, block_count, attention.head_count (and head_count_kv, key_length when present),
 // context_length, rope.freq_base, attention.layer_norm_rms_epsilon; n_vocab from token_embd.weight;
@@ -39,6 +53,7 @@ struct GgufModel {
   ModelConfig config;
   ModelWeights weights;
   std::shared_ptr<const void> storage;  // the mapped file, the repacked matrices and the f32 vectors
+  const GgufFile* file = nullptr;       // the mapped file (its metadata, e.g. the tokenizer), in storage
 };
 
 // Opens `path`, reads its config and binds every tensor the config implies (shape and type checked;

@@ -145,6 +145,9 @@ class Cursor {
     const uint64_t min_bytes = elem_size != 0 ? elem_size : 8;
     if (v.n > left() / min_bytes)
       return error("metadata '" + key + "' claims " + std::to_string(v.n) + " elements, more than the file holds");
+    if (v.n > kMaxGgufArrayElements)
+      return error("metadata '" + key + "' claims " + std::to_string(v.n) + " elements, over the limit of " +
+                   std::to_string(kMaxGgufArrayElements));
     if (elem_size != 0) {
       v.raw = here();
       for (uint64_t k = 0; k < v.n; ++k) {
@@ -160,6 +163,10 @@ class Cursor {
         v.strings.push_back(s);
       }
     } else {
+      nested_arrays_ += v.n;
+      if (nested_arrays_ > kMaxGgufNestedArrays)
+        return error("metadata '" + key + "' nests more than " + std::to_string(kMaxGgufNestedArrays) +
+                     " arrays in the file");
       for (uint64_t k = 0; k < v.n; ++k) {
         DC_ASSIGN_OR_RETURN(GgufValue item, value(static_cast<uint32_t>(GgufValueType::kArray),
                                                   key + "[" + std::to_string(k) + "]", depth + 1));
@@ -173,6 +180,7 @@ class Cursor {
   const uint8_t* p_;
   size_t size_;
   size_t pos_ = 0;
+  uint64_t nested_arrays_ = 0;  // arrays inside arrays read so far
   const std::string& path_;
 };
 
@@ -187,12 +195,6 @@ int64_t GgufValue::int_at(uint64_t k) const {
   GgufValue v;
   read_scalar(elem, raw + k * scalar_size(elem), &v);
   return v.i;
-}
-
-int64_t GgufTensor::n_elements() const {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
 }
 
 Result<ParsedGguf> parse_gguf(const uint8_t* bytes, size_t size, const std::string& path) {

@@ -66,7 +66,6 @@ struct GgufTensor {
   uint64_t offset = 0;        // relative to the data section
   const uint8_t* data = nullptr;
   size_t n_bytes = 0;
-  int64_t n_elements() const;
 };
 
 // Limits on what a file may declare, checked before anything is sized by it.
@@ -74,6 +73,10 @@ inline constexpr uint64_t kMaxGgufTensors = 1u << 20;
 inline constexpr uint64_t kMaxGgufMetadata = 1u << 20;
 inline constexpr uint64_t kMaxGgufStringBytes = uint64_t{1} << 26;
 inline constexpr int kMaxGgufArrayDepth = 8;
+// Elements of one array, and nested arrays in the whole file (each costs a GgufValue in memory, ~12x its
+// bytes in the file); a 152k-token vocabulary is far below both.
+inline constexpr uint64_t kMaxGgufArrayElements = uint64_t{1} << 24;
+inline constexpr uint64_t kMaxGgufNestedArrays = uint64_t{1} << 16;
 inline constexpr uint32_t kMaxGgufDims = 4;
 
 // A parsed GGUF image. The views point into the bytes given to parse_gguf (or the file's mapping).
@@ -100,7 +103,6 @@ class GgufFile {
   static Result<GgufFile> open(const std::string& path);
 
   const std::string& path() const { return file_.path(); }
-  const ParsedGguf& parsed() const { return parsed_; }
   const std::vector<GgufTensor>& tensors() const { return parsed_.tensors; }
   // nullptr when absent.
   const GgufValue* find(std::string_view key) const;

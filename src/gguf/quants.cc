@@ -83,7 +83,45 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+bool f16_finite(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
+bool f16_finite_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_finite(h);
+}
+
 }  // namespace
+
+bool gguf_row_finite(GgufType type, const uint8_t* row, int64_t n) {
+  const GgufTypeInfo info = *gguf_type_info(static_cast<uint32_t>(type));
+  for (int64_t b = 0; b < n / info.block; ++b) {
+    const uint8_t* p = row + b * info.bytes;
+    switch (type) {
+      case GgufType::kF32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        if (!std::isfinite(v)) return false;
+        break;
+      }
+      case GgufType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        if ((h & 0x7F80) == 0x7F80) return false;
+        break;
+      }
+      case GgufType::kF16: case GgufType::kQ8_0: case GgufType::kQ4_0:
+        if (!f16_finite_at(p)) return false;
+        break;
+      case GgufType::kQ4_K: case GgufType::kQ5_K:
+        if (!f16_finite_at(p) || !f16_finite_at(p + 2)) return false;
+        break;
+      case GgufType::kQ6_K:
+        if (!f16_finite_at(p + 208)) return false;
+        break;
+    }
+  }
+  return true;
+}
 
 void k_quant_scale_min(const uint8_t* q, int j, int* sc, int* m) {
   if (j < 4) {
@@ -179,7 +217,7 @@ void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   }
 }
 
-void repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins) {
+bool repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins) {
   DC_CHECK(type == GgufType::kQ4_0 || type == GgufType::kQ4_K, "repack_q4_row: Q4_0 or Q4_K only");
   std::memset(codes, 0, static_cast<size_t>(n / 2));
   auto put = [&](int64_t e, int q) { codes[e / 2] |= static_cast<uint8_t>(e % 2 ? q << 4 : q); };
@@ -192,19 +230,22 @@ void repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes,
         put(32 * b + j + 16, src[2 + j] >> 4);
       }
     }
-    return;
-  }
-  for (int64_t b = 0; b < n / 256; ++b, src += 144) {
-    const float d = f16_at(src), dmin = f16_at(src + 2);
-    for (int s = 0; s < 8; ++s) {
-      int sc, m;
-      k_quant_scale_min(src + 4, s, &sc, &m);
-      scales[8 * b + s] = f32_to_f16(d * static_cast<float>(sc));
-      mins[8 * b + s] = f32_to_f16(-dmin * static_cast<float>(m));
-      const uint8_t* q = src + 16 + 32 * (s / 2);
-      for (int l = 0; l < 32; ++l) put(256 * b + 32 * s + l, s % 2 ? q[l] >> 4 : q[l] & 0xF);
+  } else {
+    for (int64_t b = 0; b < n / 256; ++b, src += 144) {
+      const float d = f16_at(src), dmin = f16_at(src + 2);
+      for (int s = 0; s < 8; ++s) {
+        int sc, m;
+        k_quant_scale_min(src + 4, s, &sc, &m);
+        scales[8 * b + s] = f32_to_f16(d * static_cast<float>(sc));
+        mins[8 * b + s] = f32_to_f16(-dmin * static_cast<float>(m));
+        const uint8_t* q = src + 16 + 32 * (s / 2);
+        for (int l = 0; l < 32; ++l) put(256 * b + 32 * s + l, s % 2 ? q[l] >> 4 : q[l] & 0xF);
+      }
     }
   }
+  for (int64_t g = 0; g < n / 32; ++g)
+    if (!f16_finite(scales[g]) || !f16_finite(mins[g])) return false;
+  return true;
 }
 
 }  // namespace dc

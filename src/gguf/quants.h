@@ -32,13 +32,18 @@ void k_quant_scale_min(const uint8_t* scales, int j, int* sc, int* m);
 //         f16 values that let the largest sub-block fit in 63), so every value lies within 15 steps and
 //         q = round((x + dmin·m) / (d·sc)) in [0, 15] is within half a step: |x − x̂| ≤ d·sc / 2.
 // Non-finite inputs are the caller's to refuse.
+// Whether the f32 / f16 / bf16 fields of n values stored as `type` are finite: the elements of the
+// float types, the block scales (d, dmin) of the quantized ones.
+bool gguf_row_finite(GgufType type, const uint8_t* row, int64_t n);
+
 void quantize_q8_0(const float* x, uint8_t* out, int64_t n);
 void quantize_q4_k(const float* x, uint8_t* out, int64_t n);
 
 // Repacks one row of n values stored as Q4_0 or Q4_K (n a multiple of the block) into our q4 layout
 // with group size 32 (types/quantization.h): codes[n/2] (value 2i in the low nibble of byte i), f16
 // scales[n/32] and mins[n/32] with x = scale·q + min. Q4_0 is exact (scale = d, min = −8d); Q4_K rounds
-// d·sc and −dmin·m to f16, so each value moves by at most (15·|d·sc| + |dmin·m|)·2⁻¹¹.
-void repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins);
+// d·sc and −dmin·m to f16, so each value moves by at most (15·|d·sc| + |dmin·m|)·2⁻¹¹. False when a
+// scale or min is not finite (a damaged block, or −8d / d·sc beyond f16's range).
+bool repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins);
 
 }  // namespace dc

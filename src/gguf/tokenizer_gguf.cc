@@ -1,6 +1,8 @@
 // tokenizer.ggml.* metadata ↔ Tokenizer (tokenizer_gguf.h).
 #include "gguf/tokenizer_gguf.h"
 
+#include "gguf/dream.h"
+
 namespace dc {
 namespace {
 
@@ -91,6 +93,12 @@ GgufVocab gguf_vocab(const Tokenizer& tok, int64_t n_vocab) {
   for (const auto& [left, right] : tok.merges())
     v.merges.push_back(std::string(*tok.id_to_token(left)) + " " + std::string(*tok.id_to_token(right)));
   return v;
+}
+
+Result<Tokenizer> load_tokenizer_file(const std::string& path) {
+  if (!is_gguf_path(path)) return Tokenizer::from_file(path);
+  DC_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+  return gguf_tokenizer(file);
 }
 
 }  // namespace dc

@@ -28,6 +28,10 @@ bool gguf_has_tokenizer(const GgufFile& file);
 // Errors name the file and the key.
 Result<Tokenizer> gguf_tokenizer(const GgufFile& file);
 
+// A tokenizer from `path`: a GGUF file's tokenizer.ggml metadata when it ends in ".gguf", else a
+// tokenizer.json.
+Result<Tokenizer> load_tokenizer_file(const std::string& path);
+
 // tokenizer.chat_template, nullopt when absent.
 std::optional<std::string> gguf_chat_template(const GgufFile& file);
 

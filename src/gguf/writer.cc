@@ -170,11 +170,13 @@ GgufWriter::Producer matrix_producer(const TensorInfo& t, int64_t rows, int64_t 
             case GgufType::kQ4_K: quantize_q4_k(x, y, cols); break;
             default: break;
           }
+          if (!gguf_row_finite(type, y, cols)) bad_row.store(r0 + r);  // e.g. a finite value beyond f16's range
         }
       }, 4);
       if (bad_row.load() >= 0)
         return invalid_argument("tensor '" + t.name + "' in " + t.file + " row " + std::to_string(bad_row.load()) +
-                                " holds a non-finite value; cannot convert it");
+                                " holds a non-finite value or one beyond the range of " +
+                                gguf_type_info(static_cast<uint32_t>(type))->name + "; cannot convert it");
       DC_RETURN_IF_ERROR(sink(out.data(), static_cast<size_t>(n) * row_bytes));
     }
     return Status::ok_status();
@@ -219,14 +221,9 @@ Status convert_to_gguf(const GgufConvertOptions& o, ThreadPool* pool) {
     w.add_i32s("tokenizer.ggml.token_type", vocab.types);
     w.add_strings("tokenizer.ggml.merges", vocab.merges);
   }
-  static const std::pair<const char*, int64_t ModelConfig::*> kIds[] = {
-      {"tokenizer.ggml.bos_token_id", &ModelConfig::bos_token_id},
-      {"tokenizer.ggml.eos_token_id", &ModelConfig::eos_token_id},
-      {"tokenizer.ggml.padding_token_id", &ModelConfig::pad_token_id},
-      {"tokenizer.ggml.mask_token_id", &ModelConfig::mask_token_id},
-  };
-  for (const auto& [key, field] : kIds)
-    if (c.*field >= 0) w.add_u32(key, static_cast<uint32_t>(c.*field));
+  for (const GgufTokenIdKey& id : kGgufTokenIds)
+    if (c.*id.member >= 0) w.add_u32(id.key, static_cast<uint32_t>(c.*id.member));
+  if (c.mask_token_id >= 0) w.add_u32(kGgufMaskTokenId, static_cast<uint32_t>(c.mask_token_id));
   const std::string tc_path = (fs::path(o.model_dir) / "tokenizer_config.json").string();
   if (fs::exists(tc_path)) {
     DC_ASSIGN_OR_RETURN(std::string text, read_text_file(tc_path));

@@ -3,14 +3,8 @@
 
 #include "io/atomic_dir.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>

@@ -43,7 +43,7 @@ class Decoder {
   // out_rows deduplicated and ascending, the cache op and window). Pointers are valid until step().
   ForwardBatch forward_batch() const;
   // After the forward: the prepared step's out rows (forward_batch().out_rows, in order) are the hidden
-  // rows [first_row, first_row + n_out) of `head` (types/head_sampler.h; valid until step() returns).
+  // rows [first_row, first_row + n_out) of `head` (ops/head_sampler.h; valid until step() returns).
   // step() draws its tokens from head->sample() in the head's chunks, or, with a logits_hook, from the
   // whole rows of head->logits(). Must be called before step() when needs_forward().
   void set_head(HeadSampler* head, int64_t first_row);

@@ -58,7 +58,7 @@ Result<TokenSample> sample_token(float* logits, int64_t n_vocab, const FilterCon
 
 class ThreadPool;
 
-// The CPU kernel of HeadSampler::sample (types/head_sampler.h) for one block of logits: out[e] =
+// The CPU kernel of HeadSampler::sample (ops/head_sampler.h) for one block of logits: out[e] =
 // sample_token of args.rows[e] for e in [begin, end), whose hidden rows lie in [first_row, first_row +
 // n_logits_rows) and whose logits are logits[(hidden_row − first_row) · n_vocab ...] ([n_logits_rows,
 // n_vocab], overwritten; a row shared by several entries is copied first so each entry sees it intact).

@@ -137,6 +137,20 @@ TEST(GgufFile, AbsurdCountsAndLengths) {
   a.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(1);
   a.str("big").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(uint64_t{1} << 60);
   expect_error(a, "more than the file holds");
+  // An array of 2^24 + 1 one-byte elements (the file holds them): over the per-array limit.
+  Bytes wide;
+  wide.b = {'G', 'G', 'U', 'F'};
+  wide.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(1);
+  wide.str("wide").put<uint32_t>(9).put<uint32_t>(0).put<uint64_t>(kMaxGgufArrayElements + 1);
+  wide.b.resize(wide.b.size() + kMaxGgufArrayElements + 1);
+  expect_error(wide, "over the limit");
+  // 2^16 + 1 empty arrays inside one array (12 file bytes each, a GgufValue each in memory).
+  Bytes nested;
+  nested.b = {'G', 'G', 'U', 'F'};
+  nested.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(1);
+  nested.str("nested").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(kMaxGgufNestedArrays + 1);
+  for (uint64_t k = 0; k <= kMaxGgufNestedArrays; ++k) nested.put<uint32_t>(4).put<uint64_t>(0);
+  expect_error(nested, "nests more than");
   // A dimension of zero and five dimensions.
   Bytes d;
   d.b = {'G', 'G', 'U', 'F'};

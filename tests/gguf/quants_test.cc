@@ -187,6 +187,34 @@ TEST(GgufQuants, RepackQ4_0IsExact) {
   EXPECT_EQ(q4_values(codes, scales, mins, n), dequant(GgufType::kQ4_0, src, n));
 }
 
+TEST(GgufQuants, RepackRefusesNonFiniteScales) {
+  std::vector<uint8_t> q40(18, 0x11);
+  set_f16(q40, 0, 0x7C00);  // d = inf
+  std::vector<uint8_t> codes(16);
+  std::vector<uint16_t> scales(1), mins(1);
+  EXPECT_FALSE(repack_q4_row(GgufType::kQ4_0, q40.data(), 32, codes.data(), scales.data(), mins.data()));
+  set_f16(q40, 0, 0x7BFF);  // d = 65504: finite, but its min −8d is beyond f16's range
+  EXPECT_FALSE(repack_q4_row(GgufType::kQ4_0, q40.data(), 32, codes.data(), scales.data(), mins.data()));
+  set_f16(q40, 0, 0x3C00);  // d = 1
+  EXPECT_TRUE(repack_q4_row(GgufType::kQ4_0, q40.data(), 32, codes.data(), scales.data(), mins.data()));
+}
+
+TEST(GgufQuants, RowFiniteChecksEachTypesScales) {
+  std::vector<uint8_t> q6(210, 0);
+  EXPECT_TRUE(gguf_row_finite(GgufType::kQ6_K, q6.data(), 256));
+  set_f16(q6, 208, 0x7E00);  // d = NaN
+  EXPECT_FALSE(gguf_row_finite(GgufType::kQ6_K, q6.data(), 256));
+  std::vector<uint8_t> q4k(144, 0);
+  set_f16(q4k, 2, 0xFC00);  // dmin = −inf
+  EXPECT_FALSE(gguf_row_finite(GgufType::kQ4_K, q4k.data(), 256));
+  std::vector<uint8_t> f16(4, 0);
+  set_f16(f16, 2, 0x7C00);
+  EXPECT_FALSE(gguf_row_finite(GgufType::kF16, f16.data(), 2));
+  const std::vector<uint8_t> bf16 = {0x80, 0x3F, 0x80, 0x7F};  // 1.0, +inf
+  EXPECT_FALSE(gguf_row_finite(GgufType::kBF16, bf16.data(), 2));
+  EXPECT_TRUE(gguf_row_finite(GgufType::kBF16, bf16.data(), 1));
+}
+
 TEST(GgufQuants, RepackQ4_KWithinItsBound) {
   const int64_t n = 256;
   const auto x = random_values(n, 9, 1.0f);

@@ -134,6 +134,12 @@ TEST_F(GgufTokenizer, EngineLoadsTheFileAndGeneratesAsTheDirectory) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->sequences, b->sequences);
   EXPECT_EQ(*(*from_gguf)->completion_text(a->generated[0]), *(*from_dir)->completion_text(b->generated[0]));
+  // A directory's weights with the GGUF file as the tokenizer.
+  o.model_dir = dir();
+  o.tokenizer_path = path();
+  auto mixed = Engine::load(o);
+  ASSERT_TRUE(mixed.ok()) << mixed.status().to_string();
+  EXPECT_EQ(*(*mixed)->encode_prompt("def add(a, b):", true), *prompt);
 }
 
 TEST_F(GgufTokenizer, CliConvertsAndGeneratesFromTheFile) {
