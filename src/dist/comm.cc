@@ -64,7 +64,9 @@ int env_int(const char* name) {
 std::unique_ptr<Comm> single_comm() { return std::make_unique<SingleComm>(); }
 
 bool launched_as_ranks() {
-  return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 || env_int("PMIX_SIZE") > 1;
+  // PMIx (srun --mpi=pmix, prterun) sets PMIX_RANK but no size; under Slurm the size is SLURM_NTASKS.
+  return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 ||
+         (env_int("PMIX_RANK") >= 0 && env_int("SLURM_NTASKS") > 1);
 }
 
 }  // namespace dc::dist

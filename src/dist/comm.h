@@ -62,10 +62,8 @@ class Comm {
 // One process: size 1, every operation a copy or nothing.
 std::unique_ptr<Comm> single_comm();
 
-// True when this binary was built with MPI (DIFFUCODER_MPI).
-bool mpi_built();
 // True when the environment says an MPI launcher started this process as one of several ranks
-// (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK with a size above 1).
+// (OMPI_COMM_WORLD_SIZE or PMI_SIZE above 1, or PMIX_RANK set with SLURM_NTASKS above 1).
 bool launched_as_ranks();
 
 // The communicator of this process: MPI's world when launched as ranks (MPI_Init; errors return

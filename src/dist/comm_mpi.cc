@@ -198,8 +198,6 @@ class MpiComm final : public Comm {
 
 }  // namespace
 
-bool mpi_built() { return true; }
-
 Result<std::unique_ptr<Comm>> world_comm(double timeout_s) {
   if (!launched_as_ranks()) return single_comm();
   int provided = 0;
@@ -213,8 +211,6 @@ Result<std::unique_ptr<Comm>> world_comm(double timeout_s) {
 }
 
 #else
-
-bool mpi_built() { return false; }
 
 Result<std::unique_ptr<Comm>> world_comm(double) {
   if (!launched_as_ranks()) return single_comm();

@@ -146,9 +146,10 @@ Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, c
     return renamed == 1 ? Status() : io_error("checkpoint " + dir + ": rank 0 could not finish it (see its message)");
   }
   bool announced = false;
-  Status status = checkpoint_config(source_model_dir).status();
+  Result<Json> source_config = checkpoint_config(source_model_dir);
+  Status status = source_config.status();
   if (status.ok()) {
-    const Json config = *checkpoint_config(source_model_dir);
+    const Json& config = *source_config;
     status = write_dir_atomically(dir, /*replace=*/true, [&](const std::string& tmp) -> Status {
       std::string name = tmp;
       announced = true;
@@ -241,12 +242,6 @@ Status load_moments(const std::string& dir, int optimizer_shards, const ModelPar
     }
   }
   return Status();
-}
-
-Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state) {
-  int shards = 1;
-  DC_RETURN_IF_ERROR(load_train_state(dir, state, &shards));
-  return load_moments(dir, shards, m, {0, m.n_values()}, m.data(), v.data());
 }
 
 Status write_params_safetensors(const std::string& path, const ModelParams& params) {

@@ -52,11 +52,8 @@ std::string find_latest_checkpoint(const std::string& out_dir);
 // none or out_dir is ""), else "". invalid_argument when out_dir holds one and neither resume nor force.
 Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume, bool force);
 
-// Reads optimizer.safetensors and trainer_state.json of a checkpoint into m, v (shaped like the model)
-// and state. Errors name the file and the tensor.
-Status load_train_state(const std::string& dir, ModelParams& m, ModelParams& v, TrainState& state);
-// Its two parts: trainer_state.json (and the number of optimizer shards it was saved with), and the
-// moments of the flat values `range` of a model shaped like `layout` into m, v [range.size()] each,
+// A checkpoint's training state in two parts (errors name the file and the tensor): trainer_state.json
+// (and the number of optimizer shards it was saved with), and the moments of the flat values `range` of a model shaped like `layout` into m, v [range.size()] each,
 // from optimizer.safetensors or from the saved shards (re-sharded: any N reads any N's checkpoint).
 Status load_train_state(const std::string& dir, TrainState& state, int* optimizer_shards);
 Status load_moments(const std::string& dir, int optimizer_shards, const ModelParams& layout, dist::Range range,
