@@ -1,4 +1,4 @@
-// Fast CPU y[m, k] += aᵀ · b over bf16 operands with f32 sums (the backward's dW = dyᵀ·x), reading a
+// Fast CPU y[m, k] (+)= aᵀ · b over bf16 operands with f32 sums (the backward's dW = dyᵀ·x), reading a
 // [n, m] and b [n, k] in the layout they have: the sum runs over their rows (tokens), which the bf16
 // kernels want as pairs inside 32-bit words. Per task (rows [i0, i1) of y × panels of 64 columns) and
 // block of kKcPairs pairs of rows of a and b:
@@ -80,13 +80,14 @@ struct Job {
   float* y;        // [m, k]
   int64_t n, m, k;
   bool amx;
+  bool accumulate;  // false: the first block of pairs overwrites y
   Workspace* ws;
 };
 
 template <int MR>
 void run_micro(const uint32_t* a, int64_t lda, const uint32_t* panel, int64_t np16, float* c, int64_t ldc,
-               int64_t cols) {
-  gemm::micro_bf16<MR>(np16, a, lda, panel, c, ldc, cols, Init::kLoad, nullptr);
+               int64_t cols, Init init) {
+  gemm::micro_bf16<MR>(np16, a, lda, panel, c, ldc, cols, init, nullptr);
 }
 
 // Rows [i0, i1) × panels [q0, q1) of y.
@@ -97,6 +98,7 @@ void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
   if (j.amx) gemm::amx_configure();
   for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
     const int64_t np16 = (std::min(kKcPairs, pairs - p0) + 15) / 16 * 16, lda = np16;
+    const Init init = p0 == 0 && !j.accumulate ? Init::kZero : Init::kLoad;
     pack_a_transposed(j.a, j.n, j.m, i0, i1, p0, np16, apk, lda);
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t j0 = q * kPanel, cols = std::min(kPanel, j.k - j0);
@@ -106,16 +108,16 @@ void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
         for (; i + kAmxRows <= i1; i += kAmxRows)
           for (int64_t h = 0; h < cols; h += 32)
             gemm::micro_amx(np16, apk + (i - i0) * lda, lda, bpk + h, j.y + i * j.k + j0 + h, j.k,
-                            std::min<int64_t>(32, cols - h), Init::kLoad, nullptr);
-      for (; i + kMr <= i1; i += kMr) run_micro<kMr>(apk + (i - i0) * lda, lda, bpk, np16, j.y + i * j.k + j0, j.k, cols);
+                            std::min<int64_t>(32, cols - h), init, nullptr);
+      for (; i + kMr <= i1; i += kMr) run_micro<kMr>(apk + (i - i0) * lda, lda, bpk, np16, j.y + i * j.k + j0, j.k, cols, init);
       const uint32_t* at = apk + (i - i0) * lda;
       float* c = j.y + i * j.k + j0;
       switch (i1 - i) {
-        case 5: run_micro<5>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 4: run_micro<4>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 3: run_micro<3>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 2: run_micro<2>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 1: run_micro<1>(at, lda, bpk, np16, c, j.k, cols); break;
+        case 5: run_micro<5>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 4: run_micro<4>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 3: run_micro<3>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 2: run_micro<2>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 1: run_micro<1>(at, lda, bpk, np16, c, j.k, cols, init); break;
         default: break;
       }
     }
@@ -125,10 +127,14 @@ void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
 
 }  // namespace
 
-void matmul_tn_add_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
-                        float* y) {
-  if (n == 0 || m == 0 || k == 0) return;
-  const Job job{a, b, y, n, m, k, cpu_has_amx_bf16(), &ws};
+void matmul_tn_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
+                    float* y, bool accumulate) {
+  if (m == 0 || k == 0) return;
+  if (n == 0) {
+    if (!accumulate) std::fill(y, y + m * k, 0.0f);
+    return;
+  }
+  const Job job{a, b, y, n, m, k, cpu_has_amx_bf16(), accumulate, &ws};
   const int64_t threads = pool ? pool->n_threads() : 1;
   // Row blocks as tall as the A buffer allows (whole kRowUnit rows, so which rows take the tiles does not
   // depend on the split): every row block packs each panel of b again, while every split of the panels
