@@ -8,7 +8,8 @@
 // --attention: the attention op instead (reference vs fast, GFLOP/s).
 // --dw: the backward's dW = dyᵀ·x (bf16 operands, f32 sums) at the same shapes with n tokens, side by
 // side: through transposed copies (dy → dyᵀ f32, x → xᵀ bf16, then matmul_nt_add: the previous path)
-// and matmul_tn_add reading dy and x in place.
+// and matmul_tn_add reading dy and x in place, and matmul_tn overwriting dW (a step's first micro-batch);
+// with --cold, dW is cycled through 256 MB of copies, as the gradients come from memory in a step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -192,8 +193,8 @@ int main(int argc, char** argv) {
     dc::Context ctx{dc::Device::kCpu, &pool};
     ctx.matmul_precision = dc::MatmulPrecision::kBF16;
     if (!dc::bf16_backward(ctx)) return std::fprintf(stderr, "gemm_bench --dw needs AVX512_BF16\n"), 1;
-    std::printf("%-16s %5s %11s %9s %7s   (dW = dyᵀ·x GFLOP/s, best of runs)\n", "shape [m x k]", "n",
-                "transposed", "in place", "gain");
+    std::printf("%-16s %5s %11s %9s %7s %10s   (dW = dyᵀ·x GFLOP/s, best of runs)\n", "shape [m x k]", "n",
+                "transposed", "in place", "gain", "overwrite");
     for (const Shape& s : kShapes) {
       if ((model != "all" && model != s.model) || (!only.empty() && std::string(s.name).find(only) == std::string::npos))
         continue;
@@ -208,10 +209,16 @@ int main(int argc, char** argv) {
           dc::transpose_to_bf16(ctx, dc::WeightView{dc::DType::kF32, x.data(), n, s.k}, xt.data());
           dc::matmul_nt_add(ctx, dyt.data(), s.m, dc::WeightView{dc::DType::kBF16, xt.data(), s.k, n}, dw.data());
         }, min_time);
+        const int64_t copies = cold ? std::max<int64_t>(1, (256 << 20) / (s.m * s.k * 4)) : 1;
+        std::vector<float> dws(s.m * s.k * copies, 0.0f);  // the dW products' outputs, cycled through
+        int64_t call = 0;
+        auto next_dw = [&] { return dws.data() + (call++ % copies) * s.m * s.k; };
         const double in_place =
-            gflop / best_seconds([&] { dc::matmul_tn_add(ctx, dy.data(), n, s.m, x.data(), s.k, dw.data()); }, min_time);
-        std::printf("%-16s %5ld %11.1f %9.1f %6.2fx\n", s.name, static_cast<long>(n), transposed, in_place,
-                    in_place / transposed);
+            gflop / best_seconds([&] { dc::matmul_tn_add(ctx, dy.data(), n, s.m, x.data(), s.k, next_dw()); }, min_time);
+        const double overwrite =
+            gflop / best_seconds([&] { dc::matmul_tn(ctx, dy.data(), n, s.m, x.data(), s.k, next_dw()); }, min_time);
+        std::printf("%-16s %5ld %11.1f %9.1f %6.2fx %10.1f\n", s.name, static_cast<long>(n), transposed, in_place,
+                    in_place / transposed, overwrite);
         std::fflush(stdout);
       }
     }

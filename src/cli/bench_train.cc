@@ -70,8 +70,8 @@ struct StepRecord {
 };
 
 // The --profile table: every timed path (exclusive of its nested scopes) per step, longest first, with
-// its share of the whole step (forward, backward, loss, optimizer, masking; what no scope covers — the
-// loss's bookkeeping, clipping, the optimizer's vectors — is the rest).
+// its share of the whole step (forward, backward, loss, the optimizer's passes, the gradient norm, masking;
+// what no scope covers — the loss's logits buffer, the metrics line — is the rest).
 void print_profile(const Profiler& profiler, int steps, double step_total) {
   std::vector<std::pair<std::string, Profiler::Entry>> rows(profiler.entries().begin(), profiler.entries().end());
   std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });

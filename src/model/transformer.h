@@ -111,14 +111,17 @@ class Model {
 
   // Backward of a training-mode forward (model/transformer_backward.cc): given dlogits[n_out, n_vocab]
   // = ∂loss/∂logits of the rows batch.out_rows, ADDS ∂loss/∂w of every weight into `grads` (the caller
-  // zeroes it; writable f32 spans shaped like the weights, e.g. ModelParams::spans(), see model/params.h). Needs dense weights. With tied embeddings the lm_head
+  // zeroes it; writable f32 spans shaped like the weights, e.g. ModelParams::spans(), see model/params.h),
+  // or with `write` kOverwrite writes them (grads may hold anything before; the same values bit for bit:
+  // the dW products overwrite, the rest is zeroed first — the norm weights and an untied embedding table,
+  // whose gradient is a scatter). Needs dense weights. With tied embeddings the lm_head
   // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
   // saved input into acts.scratch first (same gradients, bit for bit). Out of memory: resource_exhausted
   // (grads then partly written). Not thread-safe against other calls writing the same grads. Mixed
   // precision (bf16_backward(ctx)): `transposed` (may be null) holds every matrix's wᵀ in bf16
   // (MixedPrecisionWeights::transposed()) for the dx products.
   Status backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
-                  const ModelWeights* transposed = nullptr) const;
+                  const ModelWeights* transposed = nullptr, GradWrite write = GradWrite::kAdd) const;
 
  private:
   Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,
@@ -146,7 +149,7 @@ class Model {
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
                       Activations* train) const;
   Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
-                       const ModelWeights* transposed) const;
+                       const ModelWeights* transposed, GradWrite write) const;
 
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
   struct LayerPass {

@@ -13,13 +13,13 @@
 namespace dc {
 
 Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
-                       const ModelWeights* transposed) const {
+                       const ModelWeights* transposed, GradWrite write) const {
   const ProfileScope profile(ctx, "backward");
   Workspace own_workspace;  // without ctx.workspace, this call's scratch (freed on return)
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    return backward_body(with_ws, acts, dlogits, grads, transposed);
+    return backward_body(with_ws, acts, dlogits, grads, transposed, write);
   } catch (const std::bad_alloc&) {  // the workspace or the kernels' scratch (rethrown by the pool)
     return resource_exhausted("backward: out of memory for the gradients' workspace of " +
                               std::to_string(acts.n_batch) + " rows × " + std::to_string(acts.n_seq) +
@@ -27,8 +27,28 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
   }
 }
 
+namespace {
+
+// kOverwrite: zeroes the gradients no product overwrites: the norm weights' (their backward adds, row by
+// row) and an untied embedding table's (a scatter of the token rows; tied, the lm_head's dW writes it first).
+void zero_added_grads(const Context& ctx, const ModelConfig& c, const ModelSpans& grads) {
+  const ProfileScope profile(ctx, "zero the added gradients");
+  for (const LayerSpans& g : grads.layers) {
+    std::fill(g.attn_norm.begin(), g.attn_norm.end(), 0.0f);
+    std::fill(g.ffn_norm.begin(), g.ffn_norm.end(), 0.0f);
+  }
+  std::fill(grads.output_norm.begin(), grads.output_norm.end(), 0.0f);
+  if (c.tie_word_embeddings) return;
+  float* t = grads.tok_embd.data();
+  parallel_for(ctx.pool, static_cast<int64_t>(grads.tok_embd.size()), [&](int64_t b, int64_t e) {
+    std::fill(t + b, t + e, 0.0f);
+  }, 1 << 16);
+}
+
+}  // namespace
+
 Status Model::backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
-                            const ModelWeights* transposed) const {
+                            const ModelWeights* transposed, GradWrite write) const {
   const ModelConfig& c = config_;
   const int64_t B = acts.n_batch, L = acts.n_seq, T = B * L, E = c.n_embd, D = c.head_dim, F = c.n_ff;
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
@@ -43,12 +63,13 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   for (const WeightView* w : {&weights_.tok_embd, &weights_.output})
     if (w->quantized()) return invalid_argument("backward: quantized weights cannot be trained");
   const uint8_t* valid = acts.valid.empty() ? nullptr : acts.valid.data();
+  if (write == GradWrite::kOverwrite) zero_added_grads(ctx, c, grads);
 
   std::vector<float> dh(T * E, 0.0f);  // [T, E] ∂loss/∂(residual stream)
   {  // lm_head and the final norm, on the n_out rows only
     std::vector<float> dnorm(n_out * E, 0.0f), dx(n_out * E, 0.0f);
     matmul_nt_backward(ctx, acts.final_norm.data(), n_out, weights_.output, dlogits, dnorm.data(),
-                       grads.output.data(), nullptr, transposed != nullptr ? &transposed->output : nullptr);
+                       grads.output.data(), nullptr, transposed != nullptr ? &transposed->output : nullptr, write);
     rms_norm_backward(ctx, acts.final_x.data(), weights_.output_norm.data(), dnorm.data(), n_out, E, eps, dx.data(),
                       grads.output_norm.data());
     for (int64_t r = 0; r < n_out; ++r) {  // rows may repeat: add in order
@@ -80,23 +101,23 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     const LayerActivations& a = acts.recompute ? acts.scratch : acts.layers[il];
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
     std::fill(dbig1.begin(), dbig1.end(), 0.0f);
-    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), g.w_down.data(), nullptr, wt(&LayerWeights::w_down));
+    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), g.w_down.data(), nullptr, wt(&LayerWeights::w_down), write);
     swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1.data(), T * F, dbig1.data(), dbig2.data());
     std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), g.w_gate.data(), nullptr, wt(&LayerWeights::w_gate));
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), g.w_up.data(), nullptr, wt(&LayerWeights::w_up));
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), g.w_gate.data(), nullptr, wt(&LayerWeights::w_gate), write);
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), g.w_up.data(), nullptr, wt(&LayerWeights::w_up), write);
     rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da.data(), T, E, eps, dh.data(), g.ffn_norm.data());
     // Attention: h_mid = x + attn·W_oᵀ
     std::fill(dattn.begin(), dattn.end(), 0.0f);
-    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), g.wo.data(), nullptr, wt(&LayerWeights::wo));
+    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), g.wo.data(), nullptr, wt(&LayerWeights::wo), write);
     attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn.data(), dq.data(),
                        dk.data(), dv.data());
     rope_backward(ctx, dq.data(), T, c.n_head, D, acts.cos.data(), acts.sin.data());
     rope_backward(ctx, dk.data(), T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
     std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), g.wq.data(), g.bq.data(), wt(&LayerWeights::wq));
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), g.wk.data(), g.bk.data(), wt(&LayerWeights::wk));
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), g.wv.data(), g.bv.data(), wt(&LayerWeights::wv));
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), g.wq.data(), g.bq.data(), wt(&LayerWeights::wq), write);
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), g.wk.data(), g.bk.data(), wt(&LayerWeights::wk), write);
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), g.wv.data(), g.bv.data(), wt(&LayerWeights::wv), write);
     rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da.data(), T, E, eps, dh.data(), g.attn_norm.data());
   }
   embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grads.tok_embd.data());

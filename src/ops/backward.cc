@@ -95,12 +95,17 @@ void transpose(const Context& ctx, const float* x, int64_t rows, int64_t cols, f
 }  // namespace
 
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
-                        float* dx, float* dw, float* dbias, const WeightView* wt) {
+                        float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write) {
   const ProfileScope profile(ctx, [&] { return "matmul_nt_backward, W " + std::to_string(w.rows) + "×" + std::to_string(w.cols); });
   DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
   DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
-  if (n == 0) return;
+  const bool add = write == GradWrite::kAdd;
+  if (n == 0) {  // no rows: nothing to add, zeros to write
+    if (!add && dw != nullptr) std::fill(dw, dw + out * in, 0.0f);
+    if (!add && dbias != nullptr) std::fill(dbias, dbias + out, 0.0f);
+    return;
+  }
   // The temporaries live in ctx.workspace (the trainer's), reused across calls: a fresh [out, in]
   // allocation per call (0.5 GB for a 0.5B model's lm_head) cost more in zero-filling and page faults
   // than the GEMM it feeds. They keep the largest size seen. Without a workspace, this call's own.
@@ -123,7 +128,8 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
     }
     if (dw != nullptr) {
       const ProfileScope p(ctx, "dW = dyᵀ·x GEMM");
-      matmul_tn_add(ctx, dy, n, out, x, in, dw);
+      if (add) matmul_tn_add(ctx, dy, n, out, x, in, dw);
+      else matmul_tn(ctx, dy, n, out, x, in, dw);
     }
   } else {
     float* dyt = ws.floats("matmul_backward.dyt", out * n);  // [out, n]
@@ -145,19 +151,23 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
     if (dw != nullptr) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
       float* xt = ws.floats("matmul_backward.xt", in * n);  // [in, n]
       transpose(ctx, x, n, in, xt);
-      matmul_nt_add(ctx, dyt, out, WeightView{DType::kF32, xt, in, n}, dw);
+      const WeightView x_t{DType::kF32, xt, in, n};
+      if (add) matmul_nt_add(ctx, dyt, out, x_t, dw);
+      else matmul_nt(ctx, dyt, out, x_t, nullptr, dw);
     }
   }
   if (dbias != nullptr) {  // Σ_rows dy over 16 columns at a time, rows in order, in double
     const ProfileScope p(ctx, "dbias");
     constexpr int64_t kCols = 16;
-    parallel_for(ctx.pool, (out + kCols - 1) / kCols, [&](int64_t b, int64_t e) {
+    // A few hundred thousand additions (the 0.5B shape's q/k/v biases): cheaper than waking the pool.
+    ThreadPool* pool = n * out < (int64_t{1} << 20) ? nullptr : ctx.pool;
+    parallel_for(pool, (out + kCols - 1) / kCols, [&](int64_t b, int64_t e) {
       for (int64_t o0 = b * kCols; o0 < std::min(out, e * kCols); o0 += kCols) {
         const int64_t nc = std::min(kCols, out - o0);
         double sum[kCols] = {};
         for (int64_t i = 0; i < n; ++i)
           for (int64_t o = 0; o < nc; ++o) sum[o] += dy[i * out + o0 + o];
-        for (int64_t o = 0; o < nc; ++o) dbias[o0 + o] += static_cast<float>(sum[o]);
+        for (int64_t o = 0; o < nc; ++o) dbias[o0 + o] = (add ? dbias[o0 + o] : 0.0f) + static_cast<float>(sum[o]);
       }
     });
   }

@@ -54,15 +54,29 @@ void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightVi
   }
 }
 
-void matmul_tn_add(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y) {
-  DC_CHECK(a != nullptr && b != nullptr && y != nullptr && n >= 0 && m >= 0 && k >= 0, "matmul_tn_add: bad arguments");
+namespace {
+
+void matmul_tn_dispatch(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y,
+                        bool accumulate) {
+  DC_CHECK((n == 0 || (a != nullptr && b != nullptr)) && y != nullptr && n >= 0 && m >= 0 && k >= 0,
+           "matmul_tn: bad arguments");
   switch (ctx.device) {
     case Device::kCpu:
-      if (!bf16_backward(ctx)) return cpu::matmul_tn_add(ctx.pool, a, n, m, b, k, y);
+      if (!bf16_backward(ctx)) return cpu::matmul_tn(ctx.pool, a, n, m, b, k, y, accumulate);
       Workspace own_workspace;  // the kernel's packing buffers: ctx's, or (without one) this call's
-      return cpu::matmul_tn_add_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, a, n, m,
-                                     b, k, y);
+      return cpu::matmul_tn_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, a, n, m, b, k,
+                                 y, accumulate);
   }
+}
+
+}  // namespace
+
+void matmul_tn_add(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y) {
+  matmul_tn_dispatch(ctx, a, n, m, b, k, y, /*accumulate=*/true);
+}
+
+void matmul_tn(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y) {
+  matmul_tn_dispatch(ctx, a, n, m, b, k, y, /*accumulate=*/false);
 }
 
 PanelSizes panel_sizes(const WeightView& w) {

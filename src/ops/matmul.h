@@ -25,6 +25,9 @@ void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightVi
 // sums (the fast kernel: AMX-BF16 tiles where the CPU and OS allow them, else AVX512_BF16); otherwise
 // the reference kernel in f32. The result does not depend on the thread count.
 void matmul_tn_add(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y);
+// y[m, k] = a[n, m]ᵀ · b[n, k]: matmul_tn_add overwriting y (zeros when n = 0), the same values bit for bit
+// as matmul_tn_add into a zeroed y (the first gradient of a step, written without zeroing it first).
+void matmul_tn(const Context& ctx, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y);
 
 // The kPanels copy (ops/weight.h) of a weight, as pack_panels writes it.
 struct PanelSizes {
@@ -54,16 +57,22 @@ WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void
 // earlier pack_panels whose bytes were saved and mapped again; what pack_panels returns.
 WeightView panel_view(const WeightView& w, const void* data, const void* scales, const void* mins);
 
+// Whether a backward adds its weight gradients into the caller's buffers or overwrites them (the first
+// micro-batch of an optimizer step: no zeroing pass over the gradients, and the dW products do not read
+// them). The same values bit for bit as adding into zeroed buffers.
+enum class GradWrite { kAdd, kOverwrite };
+
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
-// Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). The products sum
+// (dw and dbias overwritten instead with `write` kOverwrite). Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). The products sum
 // straight into dx and dw (the fast kernels unless ctx.reference_kernels): in f32 through matmul_nt_add
 // on transposed f32 copies, or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32
 // accumulation: dx through matmul_nt_add against `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, laid out
 // once per optimizer step by the caller; without it a bf16 wᵀ is made per call), dw through
 // matmul_tn_add on dy and x as they are (no copies).
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
-                        float* dx, float* dw, float* dbias, const WeightView* wt = nullptr);
+                        float* dx, float* dw, float* dbias, const WeightView* wt = nullptr,
+                        GradWrite write = GradWrite::kAdd);
 
 // True when matmul_nt_backward runs its products in bf16: ctx.matmul_precision kBF16 on a CPU with
 // AVX512_BF16, fast kernels.

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/profiler.h"
 #include "ops/adamw.h"
 
 namespace dc::train {
@@ -72,7 +73,10 @@ void adamw_step_mixed(const Context& ctx, ModelParams& params, const ModelParams
   std::vector<std::pair<size_t, int64_t>> rest;  // the chunks of the tensors without bf16 copies
   for (const auto& item : chunks(params))
     if (panels[item.first].w == nullptr) rest.push_back(item);
-  adamw_chunks(params, grads, m, v, rest, t, lr, o, grad_scale, ctx.pool);
+  {
+    const ProfileScope profile(ctx, "AdamW of the tensors without bf16 copies");
+    adamw_chunks(params, grads, m, v, rest, t, lr, o, grad_scale, ctx.pool);
+  }
   const AdamWStep s = adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale);  // matrices
   for (size_t i = 0; i < ps.size(); ++i)
     if (panels[i].w != nullptr)

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/profiler.h"
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 
@@ -66,7 +67,10 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
     }
     if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
   } else if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
-    s.grad_norm = global_grad_norm(grads_, ctx.pool);
+    {
+      const ProfileScope profile(ctx, "gradient norm");
+      s.grad_norm = global_grad_norm(grads_, ctx.pool);
+    }
     adamw_step_mixed(ctx, params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam,
                      clip_coefficient(s.grad_norm, options_.max_grad_norm), *mixed);
   } else {

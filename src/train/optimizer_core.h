@@ -59,7 +59,8 @@ class OptimizerCore {
   // The master weights, changed in place by step(): a Model built once over params().weights() (or over
   // MixedPrecisionWeights refreshed from it) sees every step's values.
   const ModelParams& params() const { return params_; }
-  // The gradients: losses ADD into grads().spans() (Model::backward) until zero_grads().
+  // The gradients: losses ADD into grads().spans() (Model::backward) until zero_grads(), or the first loss of
+  // a step writes them (GradWrite::kOverwrite: the SFT Trainer, with no zeroing pass).
   ModelParams& grads() { return grads_; }
   // The moments (unsharded runs only: empty when sharded).
   const ModelParams& m() const { return m_; }

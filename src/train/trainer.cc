@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/profiler.h"
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 #include "ops/loss.h"
@@ -23,7 +24,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
-                              ModelParams& grads, Activations& acts, const ModelWeights* transposed, LossTimes* times) {
+                              ModelParams& grads, Activations& acts, const ModelWeights* transposed, LossTimes* times,
+                              GradWrite write) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_out = static_cast<int64_t>(batch.out_rows.size()), V = model.config().n_vocab;
   ForwardBatch fb;
@@ -36,13 +38,16 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
   fb.n_out = n_out;
   std::vector<float> logits(n_out * V);  // [n_out, V], becomes dlogits
   DC_RETURN_IF_ERROR(model.forward(ctx, fb, logits.data(), nullptr, &acts));
-  if (n_out == 0) return 0.0;
+  if (n_out == 0) {
+    if (write == GradWrite::kOverwrite) grads.zero();
+    return 0.0;
+  }
   const double loss =
       cross_entropy(ctx, logits.data(), batch.targets.data(), batch.weights.data(), n_out, V, logits.data());
   const auto t1 = std::chrono::steady_clock::now();
   if (grad_scale != 1.0f)
     for (float& g : logits) g *= grad_scale;
-  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.spans(), transposed));
+  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.spans(), transposed, write));
   if (times != nullptr) {
     times->forward_s = std::chrono::duration<double>(t1 - t0).count();
     times->backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -256,7 +261,6 @@ Result<StepStats> Trainer::step_or_throw() {
   // Views of the master weights (and their bf16 copies), which AdamW updates in place: built once.
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
-  core_.zero_grads();
   TrainState& state = core_.state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
   // This rank's contiguous run of the global batch's micro-batches (all of them in one process).
@@ -267,11 +271,17 @@ Result<StepStats> Trainer::step_or_throw() {
     for (int64_t i = 0; i < opt_.batch_size; ++i)
       seqs.push_back(data_.sequences[order_->sample_at(first + micro * opt_.batch_size + i)]);
     const uint64_t key = hash_counters(state.seed, 0x6d61736b, static_cast<uint64_t>(state.step * opt_.grad_accum + micro));
-    DC_ASSIGN_OR_RETURN(MaskedBatch batch, make_masked_batch(seqs, opt_.masking, key, core_.config().n_vocab));
+    MaskedBatch batch;
+    {
+      const ProfileScope profile(ctx_, "masking");
+      DC_ASSIGN_OR_RETURN(batch, make_masked_batch(seqs, opt_.masking, key, core_.config().n_vocab));
+    }
     const auto t_fwd = std::chrono::steady_clock::now();
     LossTimes times;
+    // The first micro-batch writes the gradients (no zeroing pass over them), the others add.
+    const GradWrite write = micro == rank * per_rank ? GradWrite::kOverwrite : GradWrite::kAdd;
     DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
-                                                    mixed ? &mixed_.transposed() : nullptr, &times));
+                                                    mixed ? &mixed_.transposed() : nullptr, &times, write));
     s.fwd_bwd_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     s.forward_seconds += times.forward_s;
     s.backward_seconds += times.backward_s;

@@ -23,7 +23,9 @@ namespace dc::train {
 
 // Loss and gradients of one noised batch: forward in training mode on batch.tokens (with batch.valid
 // and batch.positions when set), the weighted cross-entropy of ops/loss.h on batch.out_rows, and
-// Model::backward with dlogits scaled by `grad_scale`, ADDED into grads (e.g. OptimizerCore::grads()). Returns the loss (unscaled).
+// Model::backward with dlogits scaled by `grad_scale`, ADDED into grads (e.g. OptimizerCore::grads()), or
+// with `write` kOverwrite written into them (the first micro-batch of a step: no zeroing pass; a batch
+// without loss rows writes zeros). Returns the loss (unscaled).
 // Mixed precision (bf16_backward(ctx)): `transposed` holds the bf16 wᵀ of every matrix
 // (MixedPrecisionWeights::transposed()); without it they are made per call. `times` (may be null)
 // receives the forward's and the backward's wall time.
@@ -32,7 +34,7 @@ struct LossTimes {
 };
 Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
                               ModelParams& grads, Activations& acts, const ModelWeights* transposed = nullptr,
-                              LossTimes* times = nullptr);
+                              LossTimes* times = nullptr, GradWrite write = GradWrite::kAdd);
 
 struct TrainOptions {
   std::string model_dir, data_path;

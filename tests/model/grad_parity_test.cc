@@ -197,6 +197,48 @@ TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
   }
 }
 
+// GradWrite::kOverwrite (the first micro-batch of a step, no zeroing pass): the same bits as adding into
+// zeroed gradients, whatever the buffers held, in f32 and in mixed precision, with an untied lm_head
+// (the embedding table's scatter zeroed first) and tied (the lm_head's dW writes the table first).
+TEST_P(GradParity, OverwriteEqualsAddIntoZeros) {
+  const auto c = testing::load_json((kDir / "grad_cases.json").string())[0];
+  for (const bool tied : {false, true}) {
+    for (const MatmulPrecision precision : {MatmulPrecision::kF32, MatmulPrecision::kBF16}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + (precision == MatmulPrecision::kBF16 ? ", bf16" : ", f32"));
+      Context ctx = ctx_;
+      ctx.matmul_precision = precision;
+      if (precision == MatmulPrecision::kBF16 && !bf16_backward(ctx)) continue;
+      ModelConfig cfg = cfg_;
+      cfg.tie_word_embeddings = tied;
+      auto params = ModelParams::from_weights(cfg, params_.weights());
+      ASSERT_TRUE(params.ok()) << params.status().message();
+      MixedPrecisionWeights mixed;
+      const bool bf16 = precision == MatmulPrecision::kBF16;
+      if (bf16) {
+        ASSERT_TRUE(mixed.refresh(ctx, params->weights()).ok());
+      }
+      const auto model = Model::from_weights(cfg, bf16 ? mixed.forward() : params->weights(), nullptr);
+      const Case k = make_case(c, static_cast<int32_t>(cfg.mask_token_id));
+      ForwardBatch fb = k.batch();
+      fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
+      const int64_t n_out = fb.n_out;
+      std::vector<float> dlogits(n_out * cfg.n_vocab);
+      Activations acts;
+      ASSERT_TRUE(model->forward(ctx, fb, dlogits.data(), nullptr, &acts).ok());
+      cross_entropy(ctx, dlogits.data(), k.targets.data(), k.weights.data(), n_out, cfg.n_vocab, dlogits.data());
+      ModelParams added = ModelParams::zeros(cfg), written = ModelParams::zeros(cfg);
+      std::fill(written.data(), written.data() + written.n_values(), std::nanf(""));
+      const ModelWeights* wt = bf16 ? &mixed.transposed() : nullptr;
+      ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), added.spans(), wt).ok());
+      ASSERT_TRUE(model->backward(ctx, acts, dlogits.data(), written.spans(), wt, GradWrite::kOverwrite).ok());
+      for (size_t i = 0; i < added.tensors().size(); ++i) {
+        const auto& want = added.tensors()[i];
+        ASSERT_EQ(0, std::memcmp(want.data, written.tensors()[i].data, want.size * sizeof(float))) << want.name;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, GradParity, ::testing::Values(1, 2));
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <array>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -263,6 +264,37 @@ TEST_P(BackwardTest, MatmulTnAddBf16MatchesReference) {
       std::vector<float> again = to_f32(y0);
       matmul_tn_add(other, to_f32(a).data(), n, m, to_f32(b).data(), k, again.data());
       ASSERT_EQ(again, got);
+    }
+  }
+}
+
+// matmul_tn overwrites y: the same bits as matmul_tn_add into zeros, whatever y held (NaN here), in the
+// fast bf16 kernel and the f32 reference, over one and several blocks of pairs; zeros for no rows; and
+// matmul_nt_backward's GradWrite::kOverwrite likewise for dW and dbias (dx still adds).
+TEST_P(BackwardTest, MatmulTnOverwriteEqualsAddIntoZeros) {
+  for (const MatmulPrecision precision : {MatmulPrecision::kF32, MatmulPrecision::kBF16}) {
+    Context ctx = ctx_;
+    ctx.matmul_precision = precision;
+    if (precision == MatmulPrecision::kBF16 && !bf16_backward(ctx)) continue;
+    for (const auto [n, m, k] : {std::array<int64_t, 3>{0, 5, 7}, {7, 33, 65}, {1031, 45, 70}}) {
+      SCOPED_TRACE(std::to_string(n) + " tokens, " + std::to_string(m) + " × " + std::to_string(k));
+      const std::vector<float> a = to_f32(random_vec(n * m, 41)), b = to_f32(random_vec(n * k, 42));
+      std::vector<float> added(m * k, 0.0f), written(m * k, std::nanf(""));
+      matmul_tn_add(ctx, a.data(), n, m, b.data(), k, added.data());
+      matmul_tn(ctx, a.data(), n, m, b.data(), k, written.data());
+      ASSERT_EQ(0, std::memcmp(added.data(), written.data(), added.size() * sizeof(float)));
+      if (n == 0) continue;
+      // matmul_nt_backward of y = x·wᵀ + bias with w [m, k]: dy [n, m], x [n, k].
+      const std::vector<float> w = to_f32(random_vec(m * k, 43));
+      std::vector<float> dx_add(n * k, 1.0f), dx_written(n * k, 1.0f), dw_add(m * k, 0.0f), db_add(m, 0.0f);
+      std::vector<float> dw_written(m * k, std::nanf("")), db_written(m, std::nanf(""));
+      const WeightView wv{DType::kF32, w.data(), m, k};
+      matmul_nt_backward(ctx, b.data(), n, wv, a.data(), dx_add.data(), dw_add.data(), db_add.data());
+      matmul_nt_backward(ctx, b.data(), n, wv, a.data(), dx_written.data(), dw_written.data(), db_written.data(),
+                         nullptr, GradWrite::kOverwrite);
+      ASSERT_EQ(0, std::memcmp(dw_add.data(), dw_written.data(), dw_add.size() * sizeof(float)));
+      ASSERT_EQ(0, std::memcmp(db_add.data(), db_written.data(), db_add.size() * sizeof(float)));
+      ASSERT_EQ(dx_add, dx_written);
     }
   }
 }

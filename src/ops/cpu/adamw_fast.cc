@@ -3,7 +3,8 @@
 // buffer while it is in cache; the strip is then written as W panels (16×16 transposes of bf16 pairs:
 // one 64-byte line per pair of columns) and as Wᵀ panels (pairs of rows interleaved: 64-byte lines).
 // Strips past the last row write the panels' zero padding, so the copy is complete whatever the
-// buffers held before.
+// buffers held before. The panels are written with streaming stores (whole 64-byte lines, not read
+// first: the copies are far larger than the caches and read only by the next step's GEMMs).
 #include <algorithm>
 #include <cstring>
 
@@ -28,7 +29,7 @@ DC_TARGET_AVX512 void write_w_panels(const uint16_t* buf, int64_t ld, int64_t r0
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(buf + i * ld + 2 * pp0);
     simd::transpose16x16_epi32(r);  // r[t] lane i: pair pp0 + t of row r0 + i
     const int64_t nt = std::min<int64_t>(16, pairs - pp0);
-    for (int64_t t = 0; t < nt; ++t) _mm512_store_si512(base + (pp0 + t) * kPanelRows, r[t]);
+    for (int64_t t = 0; t < nt; ++t) _mm512_stream_si512(reinterpret_cast<__m512i*>(base + (pp0 + t) * kPanelRows), r[t]);
   }
 }
 
@@ -49,8 +50,8 @@ DC_TARGET_AVX512 void write_wt_panels(const uint16_t* buf, int64_t ld, int64_t r
     for (int64_t c = 0; c < padded; c += 32) {
       const __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
       uint32_t* dst = out + ((c / kPanelRows) * row_pairs + (r0 + i) / 2) * kPanelRows + c % kPanelRows;
-      _mm512_store_si512(dst, _mm512_permutex2var_epi16(va, lo, vb));
-      _mm512_store_si512(dst + 16, _mm512_permutex2var_epi16(va, hi, vb));
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), _mm512_permutex2var_epi16(va, lo, vb));
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 16), _mm512_permutex2var_epi16(va, hi, vb));
     }
   }
 }
@@ -87,6 +88,7 @@ void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& 
   parallel_for(pool, n_strips, [&](int64_t b, int64_t e) {
     uint16_t* buf = ws.thread_buffer<uint16_t>("adamw.strip", kStrip * ld);  // [16, ld] the strip in bf16
     for (int64_t st = b; st < e; ++st) strip(s, p, g, m, v, st * kStrip, rows, cols, ld, buf, w_panels, wt_panels);
+    _mm_sfence();  // the streaming stores are visible before the pool reports the range done
   });
 }
 

@@ -17,8 +17,9 @@ namespace dc::cpu {
 void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w, const float* bias, float* y,
                bool accumulate = false);
 void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
-// matmul_tn_add (ops/matmul.h) in f32.
-void matmul_tn_add(ThreadPool* pool, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y);
+// y[m, k] = aᵀ·b (accumulate: y += aᵀ·b) in f32: matmul_tn_add / matmul_tn (ops/matmul.h).
+void matmul_tn(ThreadPool* pool, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y,
+               bool accumulate);
 // inverse: rotate by −θ instead of θ (the rotation's transpose: RoPE's backward, ops/cpu/backward_kernels.h).
 void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                 const float* sin, bool inverse = false);
@@ -43,10 +44,10 @@ void force_portable_kernels_for_testing(bool on);
 // threads' buffers of `ws` (Workspace::thread_buffer: the context's, or the op call's own).
 void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w, const float* bias,
                     float* y, MatmulPrecision precision, bool accumulate = false);
-// matmul_tn_add on bf16 operands (rounded on the way, a and b read in place) with f32 sums, AMX-BF16
+// matmul_tn on bf16 operands (rounded on the way, a and b read in place) with f32 sums, AMX-BF16
 // tiles where cpu_has_amx_bf16(); AVX512_BF16 only (matmul_tn_fast.cc).
-void matmul_tn_add_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
-                        float* y);
+void matmul_tn_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
+                    float* y, bool accumulate);
 // Panels [panel_begin, panel_end) of the kPanels copy (ops/weight.h) of the row-major bf16 weight w, into
 // out (the whole copy: ⌈w.rows/64⌉ · ⌈w.cols/2⌉ · 64 words, 64-byte aligned).
 void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out);

@@ -73,14 +73,15 @@ void matmul_nt(ThreadPool* pool, const float* x, int64_t n, const WeightView& w,
   });
 }
 
-void matmul_tn_add(ThreadPool* pool, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y) {
+void matmul_tn(ThreadPool* pool, const float* a, int64_t n, int64_t m, const float* b, int64_t k, float* y,
+               bool accumulate) {
   parallel_for(pool, m, [&](int64_t i0, int64_t i1) {
     std::vector<float> row(static_cast<size_t>(k));  // [k] the sums of row i, over t in order
     for (int64_t i = i0; i < i1; ++i) {
       std::fill(row.begin(), row.end(), 0.0f);
       for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < k; ++j) row[j] += a[t * m + i] * b[t * k + j];
-      for (int64_t j = 0; j < k; ++j) y[i * k + j] += row[j];
+      for (int64_t j = 0; j < k; ++j) y[i * k + j] = accumulate ? y[i * k + j] + row[j] : row[j];
     }
   });
 }

@@ -1,4 +1,4 @@
-// Fast CPU y[m, k] += aᵀ · b over bf16 operands with f32 sums (the backward's dW = dyᵀ·x), reading a
+// Fast CPU y[m, k] (+)= aᵀ · b over bf16 operands with f32 sums (the backward's dW = dyᵀ·x), reading a
 // [n, m] and b [n, k] in the layout they have: the sum runs over their rows (tokens), which the bf16
 // kernels want as pairs inside 32-bit words. Per task (rows [i0, i1) of y × panels of 64 columns) and
 // block of kKcPairs pairs of rows of a and b:
@@ -80,42 +80,57 @@ struct Job {
   float* y;        // [m, k]
   int64_t n, m, k;
   bool amx;
+  bool accumulate;  // false: the first block of pairs overwrites y
   Workspace* ws;
 };
 
 template <int MR>
 void run_micro(const uint32_t* a, int64_t lda, const uint32_t* panel, int64_t np16, float* c, int64_t ldc,
-               int64_t cols) {
-  gemm::micro_bf16<MR>(np16, a, lda, panel, c, ldc, cols, Init::kLoad, nullptr);
+               int64_t cols, Init init) {
+  gemm::micro_bf16<MR>(np16, a, lda, panel, c, ldc, cols, init, nullptr);
 }
 
 // Rows [i0, i1) × panels [q0, q1) of y.
-void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
+DC_TARGET_AVX512 void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
   const int64_t pairs = ceil_div(j.n, 2);
   uint32_t* apk = j.ws->thread_buffer<uint32_t>("matmul_tn.a", kMaxRowBlock * kKcPairs);
   uint32_t* bpk = j.ws->thread_buffer<uint32_t>("matmul_tn.b", kKcPairs * kPanel);
   if (j.amx) gemm::amx_configure();
   for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
     const int64_t np16 = (std::min(kKcPairs, pairs - p0) + 15) / 16 * 16, lda = np16;
+    const Init init = p0 == 0 && !j.accumulate ? Init::kZero : Init::kLoad;
     pack_a_transposed(j.a, j.n, j.m, i0, i1, p0, np16, apk, lda);
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t j0 = q * kPanel, cols = std::min(kPanel, j.k - j0);
+      // Overwriting y: each 32-row group's lines are loaded before its tiles are stored, as kLoad does.
+      // AMX tile stores to lines not in the cache made the overwrite ~1.3x slower than loading y and
+      // adding (measured on the 0.5B dW shapes; write prefetches did not help, plain loads do).
+      auto load_rows = [&](int64_t r0) {
+        if (init != Init::kZero) return;
+        __m512 sink = _mm512_setzero_ps();
+        for (int64_t r = r0; r < std::min(i1, r0 + kAmxRows); ++r)
+          for (int64_t c = 0; c < cols; c += 16)
+            sink = _mm512_or_ps(sink, _mm512_maskz_loadu_ps(mask16(cols - c), j.y + r * j.k + j0 + c));
+        asm volatile("" : : "v"(sink));  // the loads are kept
+      };
       pack_b_panel(j.b, j.n, j.k, j0, p0, np16, bpk);
       int64_t i = i0;
       if (j.amx)
-        for (; i + kAmxRows <= i1; i += kAmxRows)
+        for (; i + kAmxRows <= i1; i += kAmxRows) {
+          load_rows(i);
           for (int64_t h = 0; h < cols; h += 32)
             gemm::micro_amx(np16, apk + (i - i0) * lda, lda, bpk + h, j.y + i * j.k + j0 + h, j.k,
-                            std::min<int64_t>(32, cols - h), Init::kLoad, nullptr);
-      for (; i + kMr <= i1; i += kMr) run_micro<kMr>(apk + (i - i0) * lda, lda, bpk, np16, j.y + i * j.k + j0, j.k, cols);
+                            std::min<int64_t>(32, cols - h), init, nullptr);
+        }
+      for (; i + kMr <= i1; i += kMr) run_micro<kMr>(apk + (i - i0) * lda, lda, bpk, np16, j.y + i * j.k + j0, j.k, cols, init);
       const uint32_t* at = apk + (i - i0) * lda;
       float* c = j.y + i * j.k + j0;
       switch (i1 - i) {
-        case 5: run_micro<5>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 4: run_micro<4>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 3: run_micro<3>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 2: run_micro<2>(at, lda, bpk, np16, c, j.k, cols); break;
-        case 1: run_micro<1>(at, lda, bpk, np16, c, j.k, cols); break;
+        case 5: run_micro<5>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 4: run_micro<4>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 3: run_micro<3>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 2: run_micro<2>(at, lda, bpk, np16, c, j.k, cols, init); break;
+        case 1: run_micro<1>(at, lda, bpk, np16, c, j.k, cols, init); break;
         default: break;
       }
     }
@@ -125,10 +140,14 @@ void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
 
 }  // namespace
 
-void matmul_tn_add_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
-                        float* y) {
-  if (n == 0 || m == 0 || k == 0) return;
-  const Job job{a, b, y, n, m, k, cpu_has_amx_bf16(), &ws};
+void matmul_tn_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, int64_t m, const float* b, int64_t k,
+                    float* y, bool accumulate) {
+  if (m == 0 || k == 0) return;
+  if (n == 0) {
+    if (!accumulate) std::fill(y, y + m * k, 0.0f);
+    return;
+  }
+  const Job job{a, b, y, n, m, k, cpu_has_amx_bf16(), accumulate, &ws};
   const int64_t threads = pool ? pool->n_threads() : 1;
   // Row blocks as tall as the A buffer allows (whole kRowUnit rows, so which rows take the tiles does not
   // depend on the split): every row block packs each panel of b again, while every split of the panels
