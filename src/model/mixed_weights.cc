@@ -8,7 +8,7 @@
 
 namespace dc {
 
-Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& master) {
+Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& master, bool with_transposed) {
   if (!bf16_backward(ctx)) return invalid_argument("mixed precision needs matmul precision bf16 on a CPU with AVX512_BF16");
   const bool repack = !written_ || matrices_.empty();
   written_ = false;
@@ -41,8 +41,10 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
       for (int64_t i = b; i < e; ++i) t[i] = f32_to_bf16(src[i]);
     }, 1 << 16);
     DC_ASSIGN_OR_RETURN(fwd, pack(w.rows, w.cols));
-    transpose_to_bf16(ctx, w, t);
-    DC_ASSIGN_OR_RETURN(tr, pack(w.cols, w.rows));
+    if (with_transposed) {
+      transpose_to_bf16(ctx, w, t);
+      DC_ASSIGN_OR_RETURN(tr, pack(w.cols, w.rows));
+    }
     matrices_.push_back(Matrix{src, fwd, tr});
     return Status();
   };

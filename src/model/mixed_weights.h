@@ -22,8 +22,9 @@ class MixedPrecisionWeights {
   // buffers of the previous refresh (so a Model built once over forward() reads each step's copies): re-lays every matrix, unless the optimizer wrote the panels from
   // these master weights since the last refresh (mark_written), in which case only the master's norm
   // weights and biases are taken again. Needs bf16_backward(ctx) (kBF16 precision, AVX512_BF16). Fails
-  // only when memory runs out.
-  Status refresh(const Context& ctx, const ModelWeights& master);
+  // only when memory runs out. with_transposed false: W only (a frozen model's forward passes, e.g. GRPO's
+  // reference model), transposed() left empty — half the bf16 bytes (keep one value per object: buffers are reused in order).
+  Status refresh(const Context& ctx, const ModelWeights& master, bool with_transposed = true);
 
   // The forward's weights: bf16 kPanels matrices, views of the master's f32 everything else.
   const ModelWeights& forward() const { return forward_; }

@@ -133,6 +133,13 @@ TEST(AdamW, MixedStepMatchesClipThenStepAndARefresh) {
     same(mixed.forward().output, fresh.forward().output, "lm_head W");
     same(mixed.transposed().output, fresh.transposed().output, "lm_head Wᵀ");
     EXPECT_EQ(mixed.forward().layers[1].ffn_norm.data(), p.weights().layers[1].ffn_norm.data());  // views of the master's vectors
+    // A frozen model's copy (GRPO's reference model): the same W, no Wᵀ.
+    MixedPrecisionWeights forward_only;
+    ASSERT_TRUE(forward_only.refresh(ctx, p.weights(), /*with_transposed=*/false).ok());
+    same(forward_only.forward().layers[0].w_up, fresh.forward().layers[0].w_up, "W, forward only");
+    same(forward_only.forward().output, fresh.forward().output, "lm_head W, forward only");
+    EXPECT_EQ(forward_only.transposed().layers[0].w_up.data, nullptr);
+    EXPECT_EQ(forward_only.transposed().output.data, nullptr);
   }
 }
 
