@@ -1,6 +1,7 @@
 // HttpServer: cpp-httplib routes around the Scheduler. Completions are tokenized and checked here, queued as
 // Jobs, and answered as one JSON object or as server-sent events (text final from the left, optional canvas
-// events); a client that goes away cancels its job so its rows leave the batch.
+// events; written by the ConnectionHub, not a worker); a client that goes away cancels its job so its rows
+// leave the batch.
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -43,9 +44,10 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
-// The connection of the request a worker serves (set by Impl::serve_connection), and whether its response
-// asked to close it (set by the logger, which sees the response).
+// The connection of the request a worker serves and its stream (set by Impl::serve_connection), and whether
+// its response asked to close it (set by the logger, which sees the response).
 thread_local int t_connection_fd = -1;
+thread_local DeadlineStream* t_stream = nullptr;
 thread_local bool t_close_after = false;
 
 // Writes all of `data` to `fd` directly (waiting up to 5 s per write); false when the peer is gone.
@@ -107,7 +109,6 @@ class PeerWatch {
     char c;
     return (p.revents & POLLRDHUP) != 0 || recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
-  int fd() const { return fd_; }
 
  private:
   int fd_;
@@ -195,6 +196,28 @@ class InlineQueue : public httplib::TaskQueue {
   void shutdown() override {}
 };
 
+// One streamed response: what was sent so far. Used by the hub's thread only (StreamBody).
+struct StreamState {
+  ApiRequest request;
+  std::shared_ptr<Job> job;
+  ResponseMeta meta;
+  int64_t prompt_tokens = 0;
+  std::vector<std::string> sent;      // text sent per choice
+  std::vector<std::string> finished;  // finish_reason per choice ("" = running)
+  std::vector<int64_t> tokens;        // completion tokens per choice
+  bool started = false, done = false;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+};
+
+// A stream the handler prepared (its response head and state): serve_connection hands it to the hub once
+// httplib is done with the request.
+struct Handoff {
+  std::string head;
+  std::shared_ptr<StreamState> state;
+  bool keep = false;
+};
+thread_local std::optional<Handoff> t_handoff;
+
 // The text of a row's final prefix (unmasked from the left), cut at stop ids; `stopped` when a stop id is in it.
 struct RowText {
   std::string text;
@@ -227,14 +250,29 @@ struct HttpServer::Impl {
     http.on_accept = [this](int fd) { hub->accept(fd); };
   }
 
-  // On a worker: one complete request of connection `fd`, then the connection goes back to the hub.
+  // On a worker: one complete request of connection `fd`, then the connection goes back to the hub: to wait
+  // for its next request, or to be written its stream.
   void serve_connection(int fd, SteadyTime deadline, size_t head_bytes) {
     t_connection_fd = fd;
     t_close_after = false;
-    DeadlineStream strm(fd, deadline, options.io_timeout_s, head_bytes);
+    DeadlineStream strm(fd, deadline, options.connections.io_timeout_s, head_bytes);
+    t_stream = &strm;
     const bool keep = http.serve_one(strm) && !t_close_after && http.is_running();
     t_connection_fd = -1;
-    hub->release(fd, keep);
+    t_stream = nullptr;
+    if (!t_handoff) return hub->release(fd, keep);
+    Handoff h = std::move(*t_handoff);
+    t_handoff.reset();
+    std::shared_ptr<StreamState> st = h.state;
+    StreamBody body{[this, st](bool* done) { return stream_some(*st, done); },
+                    [this, st](bool) {
+                      if (!st->done) {  // the client went away mid-stream (or read too slowly): free the rows
+                        st->job->cancel();
+                        metrics.on_disconnect();
+                      }
+                      --open_streams;
+                    }};
+    st->job->set_listener(hub->stream(fd, std::move(h.head), std::move(body), h.keep && http.is_running()));
   }
 
   RowText row_text(const std::vector<int32_t>& generated) const {
@@ -359,8 +397,7 @@ struct HttpServer::Impl {
       if (early.queue_timeout || early.unavailable) metrics.on_rejected();
       return send_error(res, job_error(early));
     }
-    if (r.stream && peer.half_closed()) return stream_direct(res, peer.fd(), std::move(r), job, meta, prompt_tokens);
-    if (r.stream) return stream(res, std::move(r), job, meta, prompt_tokens);
+    if (r.stream) return stream(req, res, peer.half_closed(), std::move(r), job, meta, prompt_tokens);
 
     JobResult result;
     while (!job->wait(200ms, nullptr, &result)) {
@@ -398,18 +435,6 @@ struct HttpServer::Impl {
     peer.answer_if_half_closed(res);
   }
 
-  struct StreamState {
-    ApiRequest request;
-    std::shared_ptr<Job> job;
-    ResponseMeta meta;
-    int64_t prompt_tokens = 0;
-    std::vector<std::string> sent;      // text sent per choice
-    std::vector<std::string> finished;  // finish_reason per choice ("" = running)
-    std::vector<int64_t> tokens;        // completion tokens per choice
-    bool started = false, done = false;
-    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-  };
-
   static std::shared_ptr<StreamState> stream_state(ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
                                                    int64_t prompt_tokens) {
     auto st = std::make_shared<StreamState>();
@@ -424,55 +449,22 @@ struct HttpServer::Impl {
     return st;
   }
 
-  // The stream of a client that shut down its sending side (httplib 0.11 will not write to it): the same
-  // events, written here as a chunked response on the socket (httplib's own write then fails quietly).
-  void stream_direct(httplib::Response& res, int fd, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
-                     int64_t prompt_tokens) {
-    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
+  // Hands the response to the hub (serve_connection): httplib's own response is not sent. A client that shut
+  // down its sending side (`half_closed`) still reads its stream; its connection closes after it.
+  void stream(const httplib::Request& req, httplib::Response& res, bool half_closed, ApiRequest r,
+              std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
+    const bool keep = !half_closed && req.version == "HTTP/1.1" && req.get_header_value("Connection") != "close";
+    t_handoff = Handoff{"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                        "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
+                            std::string(keep ? "" : "Connection: close\r\n") + "\r\n",
+                        stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens), keep};
     ++open_streams;
-    bool alive = send_raw(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                              "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n");
-    bool ended = false;
-    httplib::DataSink sink;
-    sink.write = [&](const char* data, size_t size) {
-      char len[32];
-      std::snprintf(len, sizeof(len), "%zx\r\n", size);
-      return alive = alive && send_raw(fd, len + std::string(data, size) + "\r\n");
-    };
-    sink.done = [&] {
-      ended = true;
-      alive = alive && send_raw(fd, "0\r\n\r\n");
-    };
-    sink.is_writable = [&] { return alive; };
-    while (alive && !ended && stream_some(*st, sink)) {
-    }
-    if (!st->done) {
-      st->job->cancel();
-      metrics.on_disconnect();
-    }
-    --open_streams;
-    res.status = 200;
+    t_stream->discard_writes();
+    res.status = 200;  // for the logger's count
   }
 
-  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
-    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    ++open_streams;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
-        [this, st](bool success) {
-          if (!st->done) {  // the client went away mid-stream: free the rows
-            st->job->cancel();
-            metrics.on_disconnect();
-          }
-          --open_streams;
-        });
-  }
-
-  // Writes what is new; false stops the response (client gone).
-  bool stream_some(StreamState& st, httplib::DataSink& sink) {
+  // On the hub's thread: the events that are new (never waits); *done after `data: [DONE]`.
+  std::string stream_some(StreamState& st, bool* done) {
     const ApiRequest& r = st.request;
     std::string out;
     if (!st.started) {
@@ -482,7 +474,7 @@ struct HttpServer::Impl {
     }
     std::vector<JobSnapshot> snaps;
     JobResult result;
-    const bool finished = st.job->wait(out.empty() ? 250ms : 0ms, &snaps, &result);
+    const bool finished = st.job->wait(0ms, &snaps, &result);
     if (r.stream_canvas) {
       for (const JobSnapshot& s : snaps)
         out += sse_event(json{{"step", s.step}, {"n_steps", s.n_steps}, {"rows", canvas_rows(s)}}, "canvas");
@@ -534,15 +526,9 @@ struct HttpServer::Impl {
     }
     const auto now = std::chrono::steady_clock::now();
     if (out.empty() && now - st.last_write > 1s) out = ": keep-alive\n\n";  // finds a client that went away
-    if (!out.empty()) {
-      st.last_write = now;
-      if (!sink.write(out.data(), out.size())) {
-        st.done = false;
-        return false;
-      }
-    }
-    if (st.done) sink.done();
-    return true;
+    if (!out.empty()) st.last_write = now;
+    *done = st.done;
+    return out;
   }
 
   void routes() {
