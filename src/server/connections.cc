@@ -312,7 +312,12 @@ void ConnectionHub::run() {
       } else if (ev.events & (EPOLLERR | EPOLLHUP)) {
         drop(st, false, false);
       } else {
-        if (ev.events & EPOLLRDHUP) st->keep = false;  // it may still read (shutdown(SHUT_WR)): close at the end
+        if (ev.events & EPOLLRDHUP) {  // it may still read (shutdown(SHUT_WR)): close at the end
+          st->keep = false;
+          // Before any byte of the answer (the job waits in the queue), an interim response probes it: a peer
+          // that closed answers with a reset (EPOLLERR), one that only shut down its sending side reads on.
+          if (!st->wrote && st->out.empty()) st->out = "HTTP/1.1 102 Processing\r\n\r\n";
+        }
         pump(st, false);
       }
     }
@@ -329,11 +334,10 @@ void ConnectionHub::run() {
   }
 }
 
-std::function<void()> ConnectionHub::stream(int fd, std::string head, StreamBody body, bool keep) {
+std::function<void()> ConnectionHub::stream(int fd, StreamBody body, bool keep) {
   auto st = std::make_shared<Streaming>();
   st->fd = fd;
   st->keep = keep;
-  st->out = std::move(head);
   st->progress = st->pulled = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -346,7 +350,7 @@ std::function<void()> ConnectionHub::stream(int fd, std::string head, StreamBody
     } else {
       st->body = std::move(body);
       streams_[fd] = st;
-      st->woken = true;  // the head goes out, and what is already there
+      st->woken = true;  // what is already there goes out
       woken_.push_back(st);
     }
   }
@@ -379,21 +383,15 @@ void ConnectionHub::pump(const std::shared_ptr<Streaming>& st, bool pull) {
     bool done = false;
     const std::string more = st->body.pull(&done);
     if (st->at == st->out.size()) st->progress = now;  // the reader is behind from now on, not before
-    if (!more.empty()) {
-      char size[24];
-      std::snprintf(size, sizeof(size), "%zx\r\n", more.size());
-      st->out.append(size).append(more).append("\r\n");
-    }
-    if (done) {
-      st->out.append("0\r\n\r\n");
-      st->done = true;
-    }
+    st->out += more;
+    st->done = done;
   }
   while (st->at < st->out.size()) {
     const ssize_t n = send(st->fd, st->out.data() + st->at, st->out.size() - st->at, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       st->at += static_cast<size_t>(n);
       st->progress = now;
+      st->wrote = true;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       break;
     } else if (n < 0 && errno != EINTR) {

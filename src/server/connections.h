@@ -66,7 +66,7 @@ class DeadlineStream : public httplib::Stream {
 
 // The body of a streamed response; both functions run on the hub's thread (or in stop(), after it ended).
 struct StreamBody {
-  std::function<std::string(bool* done)> pull;  // what is new (may be empty); *done once the body is complete
+  std::function<std::string(bool* done)> pull;  // the bytes that are new (may be none); *done: the response is whole
   std::function<void(bool complete)> closed;    // once: the body was written whole, or the client was dropped
 };
 
@@ -85,13 +85,13 @@ class ConnectionHub {
   void accept(int fd);
   // After a served request: waits for the next one (keep-alive), or is closed.
   void release(int fd, bool keep);
-  // After a worker answered a request with a stream: the hub writes `head`, then the body that `body.pull`
-  // produces, as chunks (Transfer-Encoding: chunked) as the socket allows; once the body is done and
-  // written, the connection waits for its next request (`keep`, and the client did not shut down its
-  // sending side) or is closed. Returns the wake function: any thread (the engine thread's step callback)
-  // calls it when there is news; it never blocks on the client. A reader whose unsent bytes exceed
-  // max_stream_buffer_bytes, or that takes no byte for io_timeout_s, is dropped: body.closed(false).
-  std::function<void()> stream(int fd, std::string head, StreamBody body, bool keep);
+  // After a worker queued a request whose answer is a stream: the hub writes what `body.pull` produces (the
+  // response head, then its chunks) as the socket allows; once the body is done and written, the connection
+  // waits for its next request (`keep`, and the client did not shut down its sending side) or is closed.
+  // Returns the wake function: any thread (the engine thread's step callback) calls it when there is news;
+  // it never blocks on the client. A reader whose unsent bytes exceed max_stream_buffer_bytes, or that takes
+  // no byte for io_timeout_s, is dropped, as is a client that went away: body.closed(false).
+  std::function<void()> stream(int fd, StreamBody body, bool keep);
   // Closes every waiting connection; later accept() and release() close at once.
   void stop();
 
@@ -106,9 +106,10 @@ class ConnectionHub {
     int fd = -1;
     StreamBody body;
     bool keep = false;
-    bool done = false;        // the whole body is in `out`
+    bool done = false;        // the whole response is in `out`
+    bool wrote = false;       // a byte of it went out
     bool woken = false;       // in woken_
-    std::string out;          // unsent bytes (head, chunks) from `at`
+    std::string out;          // unsent bytes from `at`
     size_t at = 0;
     SteadyTime progress;      // the last time bytes went out, or the buffer was empty
     SteadyTime pulled;        // the last pull

@@ -62,6 +62,15 @@ bool send_raw(int fd, const std::string& data) {
   return true;
 }
 
+// A whole response with a body, for writing on the socket ourselves.
+std::string raw_response(int status, const std::string& content_type, const std::string& body, bool close) {
+  const char* reason = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found"
+                     : status == 500 ? "Internal Server Error" : status == 503 ? "Service Unavailable" : "Error";
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + content_type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + (close ? "\r\nConnection: close" : "") + "\r\n\r\n" +
+         body;
+}
+
 // Whether the client of a waiting request went away; a request it pipelined counts as alive.
 // A client that only shut down its sending side (shutdown(SHUT_WR), `nc -N`) still reads the answer, and
 // end-of-file alone cannot tell it from one that closed: on the first end-of-file a 1xx interim response
@@ -90,15 +99,7 @@ class PeerWatch {
   // gone). A client that only shut down its sending side still reads: send it `res` here, whole, with
   // Connection: close (httplib's own write then fails quietly). No-op for a client that is still sending.
   void answer_if_half_closed(const httplib::Response& res) const {
-    if (!half_closed()) return;
-    const int st = res.status;
-    const char* reason = st == 200 ? "OK" : st == 400 ? "Bad Request" : st == 404 ? "Not Found"
-                       : st == 500 ? "Internal Server Error" : st == 503 ? "Service Unavailable" : "Error";
-    std::string out = "HTTP/1.1 " + std::to_string(st) + " " + reason +
-                      "\r\nContent-Type: " + res.get_header_value("Content-Type") +
-                      "\r\nContent-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n" +
-                      res.body;
-    send_raw(fd_, out);
+    if (half_closed()) send_raw(fd_, raw_response(res.status, res.get_header_value("Content-Type"), res.body, true));
   }
 
   // True when the peer sent end-of-file but can still read (no reset or hang-up seen).
@@ -205,18 +206,13 @@ struct StreamState {
   std::vector<std::string> sent;      // text sent per choice
   std::vector<std::string> finished;  // finish_reason per choice ("" = running)
   std::vector<int64_t> tokens;        // completion tokens per choice
-  bool started = false, done = false;
+  bool keep = false;                  // the connection stays open after the response
+  bool head_sent = false, started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
-// A stream the handler prepared (its response head and state): serve_connection hands it to the hub once
-// httplib is done with the request.
-struct Handoff {
-  std::string head;
-  std::shared_ptr<StreamState> state;
-  bool keep = false;
-};
-thread_local std::optional<Handoff> t_handoff;
+// A stream the handler queued: serve_connection hands it to the hub once httplib is done with the request.
+thread_local std::shared_ptr<StreamState> t_handoff;
 
 // The text of a row's final prefix (unmasked from the left), cut at stop ids; `stopped` when a stop id is in it.
 struct RowText {
@@ -260,10 +256,9 @@ struct HttpServer::Impl {
     const bool keep = http.serve_one(strm) && !t_close_after && http.is_running();
     t_connection_fd = -1;
     t_stream = nullptr;
-    if (!t_handoff) return hub->release(fd, keep);
-    Handoff h = std::move(*t_handoff);
-    t_handoff.reset();
-    std::shared_ptr<StreamState> st = h.state;
+    if (t_handoff == nullptr) return hub->release(fd, keep);
+    std::shared_ptr<StreamState> st = std::move(t_handoff);
+    t_handoff = nullptr;
     StreamBody body{[this, st](bool* done) { return stream_some(*st, done); },
                     [this, st](bool) {
                       if (!st->done) {  // the client went away mid-stream (or read too slowly): free the rows
@@ -272,7 +267,7 @@ struct HttpServer::Impl {
                       }
                       --open_streams;
                     }};
-    st->job->set_listener(hub->stream(fd, std::move(h.head), std::move(body), h.keep && http.is_running()));
+    st->job->set_listener(hub->stream(fd, std::move(body), st->keep && http.is_running()));
   }
 
   RowText row_text(const std::vector<int32_t>& generated) const {
@@ -380,6 +375,9 @@ struct HttpServer::Impl {
         return send_error(res, e);
       }
     }
+    const ResponseMeta meta{random_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_now(),
+                            r.model.empty() ? options.model_name : r.model};
+    if (r.stream) return stream(req, res, std::move(r), job, meta, prompt_tokens);
     PeerWatch peer(t_connection_fd);
     // Wait in the queue (watching the client), so that a queue timeout is still a 503.
     while (!job->wait_admitted(100ms)) {
@@ -390,14 +388,11 @@ struct HttpServer::Impl {
         return;
       }
     }
-    ResponseMeta meta{random_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_now(),
-                      r.model.empty() ? options.model_name : r.model};
     JobResult early;
     if (job->wait(0ms, nullptr, &early) && !early.status.ok()) {
       if (early.queue_timeout || early.unavailable) metrics.on_rejected();
       return send_error(res, job_error(early));
     }
-    if (r.stream) return stream(req, res, peer.half_closed(), std::move(r), job, meta, prompt_tokens);
 
     JobResult result;
     while (!job->wait(200ms, nullptr, &result)) {
@@ -449,32 +444,51 @@ struct HttpServer::Impl {
     return st;
   }
 
-  // Hands the response to the hub (serve_connection): httplib's own response is not sent. A client that shut
-  // down its sending side (`half_closed`) still reads its stream; its connection closes after it.
-  void stream(const httplib::Request& req, httplib::Response& res, bool half_closed, ApiRequest r,
-              std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
-    const bool keep = !half_closed && req.version == "HTTP/1.1" && req.get_header_value("Connection") != "close";
-    t_handoff = Handoff{"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                        "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
-                            std::string(keep ? "" : "Connection: close\r\n") + "\r\n",
-                        stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens), keep};
+  // A queued stream: the hub answers it (serve_connection), from its wait in the queue on, and httplib's own
+  // response is not sent. A client that shut down its sending side still reads its stream; its connection
+  // closes after it.
+  void stream(const httplib::Request& req, httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job,
+              ResponseMeta meta, int64_t prompt_tokens) {
+    t_handoff = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
+    t_handoff->keep = !PeerWatch(t_connection_fd).half_closed() && req.version == "HTTP/1.1" &&
+                      req.get_header_value("Connection") != "close";
     ++open_streams;
     t_stream->discard_writes();
-    res.status = 200;  // for the logger's count
+    res.status = 200;  // (the logger does not count it: stream_some counts the response it sends)
   }
 
-  // On the hub's thread: the events that are new (never waits); *done after `data: [DONE]`.
+  // On the hub's thread: the bytes that are new (never waits; none while the job is queued): the response
+  // head once the job is admitted (or an error response, as without streaming, when it failed before its
+  // first step), then its events as chunks; *done after `data: [DONE]`.
   std::string stream_some(StreamState& st, bool* done) {
     const ApiRequest& r = st.request;
+    *done = false;
+    if (!st.head_sent && !st.job->wait_admitted(0ms)) return "";
+    std::vector<JobSnapshot> snaps;
+    JobResult result;
+    const bool finished = st.job->wait(0ms, &snaps, &result);
+    std::string wire;
+    if (!st.head_sent) {
+      st.head_sent = true;
+      if (finished && !result.status.ok()) {
+        if (result.queue_timeout || result.unavailable) metrics.on_rejected();
+        const ApiError e = job_error(result);
+        metrics.on_response(e.http_status);
+        st.done = *done = true;
+        return raw_response(e.http_status, "application/json",
+                            e.to_json().dump(-1, ' ', false, json::error_handler_t::replace), !st.keep);
+      }
+      metrics.on_response(200);
+      wire = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+             "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
+             std::string(st.keep ? "" : "Connection: close\r\n") + "\r\n";
+    }
     std::string out;
     if (!st.started) {
       st.started = true;
       if (r.endpoint == Endpoint::kChatCompletions)
         for (int i = 0; i < r.n; ++i) out += sse_event(chunk_json(r.endpoint, st.meta, i, "", true, ""));
     }
-    std::vector<JobSnapshot> snaps;
-    JobResult result;
-    const bool finished = st.job->wait(0ms, &snaps, &result);
     if (r.stream_canvas) {
       for (const JobSnapshot& s : snaps)
         out += sse_event(json{{"step", s.step}, {"n_steps", s.n_steps}, {"rows", canvas_rows(s)}}, "canvas");
@@ -526,9 +540,15 @@ struct HttpServer::Impl {
     }
     const auto now = std::chrono::steady_clock::now();
     if (out.empty() && now - st.last_write > 1s) out = ": keep-alive\n\n";  // finds a client that went away
-    if (!out.empty()) st.last_write = now;
+    if (!out.empty()) {
+      st.last_write = now;
+      char size[24];
+      std::snprintf(size, sizeof(size), "%zx\r\n", out.size());
+      wire.append(size).append(out).append("\r\n");
+    }
+    if (st.done) wire += "0\r\n\r\n";
     *done = st.done;
-    return out;
+    return wire;
   }
 
   void routes() {
@@ -566,7 +586,7 @@ struct HttpServer::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
-      metrics.on_response(res.status);
+      if (t_handoff == nullptr) metrics.on_response(res.status);
       if (res.get_header_value("Connection") == "close") t_close_after = true;
     });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -217,17 +217,21 @@ bool eventually(F done, std::chrono::milliseconds wait) {
 
 // More streams than workers: 12 streams whose clients read nothing, on 4 workers. Every one is admitted
 // (a worker only parses and queues it; the hub writes it), and /health and a completion answer at once while
-// they run. Before the hub wrote streams, 4 of them held the 4 workers for their whole life.
+// they run. Then 4 more streams wait in the queue (the batch is full): they hold no worker either. Before the
+// hub wrote streams, 4 of them held the 4 workers for their whole life.
 TEST_F(Connections, StreamsHoldNoWorker) {
   ServerOptions o = options();
   o.http_threads = 4;
   o.connections.io_timeout_s = 30;
+  o.scheduler.max_batch_rows = 13;  // the 12 streams and the completion
   Running s(engine(), o);
   std::vector<int> streams;
-  for (int i = 0; i < 12; ++i)
+  auto open_long_stream = [&](int i) {
     streams.push_back(open_stream(
         s.port(), R"({"prompt": "s)" + std::to_string(i) + R"(", "max_tokens": 1024, "block_length": 8, "stream": true})",
         true));
+  };
+  for (int i = 0; i < 12; ++i) open_long_stream(i);
   ASSERT_TRUE(eventually([&] { return s.metrics().active_rows() >= 12; }, 10s))
       << "streams being decoded: " << s.metrics().active_rows();
   httplib::Client c("127.0.0.1", s.port());
@@ -241,9 +245,18 @@ TEST_F(Connections, StreamsHoldNoWorker) {
   auto r = c.Post("/v1/completions", R"({"prompt": "y", "max_tokens": 8})", "application/json");
   ASSERT_TRUE(r) << "a completion did not finish within 10 s while 12 streams ran on 4 workers";
   EXPECT_EQ(r->status, 200) << r->body;
+  for (int i = 12; i < 16; ++i) open_long_stream(i);
+  ASSERT_TRUE(eventually([&] { return s.metrics().queue_depth() == 4; }, 10s))
+      << "streams queued: " << s.metrics().queue_depth();
+  t0 = std::chrono::steady_clock::now();
+  h = c.Get("/health");
+  ASSERT_TRUE(h) << "/health did not answer while 4 streams waited in the queue on 4 workers";
+  EXPECT_EQ(h->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_GE(s.metrics().active_rows(), 12) << "the streams ended before the checks: make them longer";
-  for (int fd : streams) close(fd);  // hanging up cancels their jobs
-  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << s.metrics().render();
+  for (int fd : streams) close(fd);  // hanging up cancels their jobs, queued or running
+  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0 && s.metrics().queue_depth() == 0; }, 10s))
+      << s.metrics().render();
   EXPECT_EQ(s.metrics().slow_readers(), 0);
 }
 
@@ -282,6 +295,24 @@ TEST_F(Connections, StalledStreamReaderIsDroppedAtTheDeadline) {
   ASSERT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 20s)) << s.metrics().render();
   EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
   close(fd);
+}
+
+// A stream waits in the queue in the hub; one that waits too long gets the same 503 as a completion would,
+// as a plain response (no stream was started).
+TEST_F(Connections, QueuedStreamTimesOutWith503) {
+  ServerOptions o = options();
+  o.scheduler.max_batch_rows = 1;
+  o.scheduler.max_queue_seconds = 0.3;
+  Running s(engine(), o);
+  const int running = open_stream(s.port(), R"({"prompt": "x", "max_tokens": 1024, "block_length": 8, "stream": true})", true);
+  ASSERT_TRUE(eventually([&] { return s.metrics().active_rows() == 1; }, 10s));
+  const int queued = open_stream(s.port(), R"({"prompt": "y", "max_tokens": 4, "stream": true})", true);
+  const std::string got = test::read_all(queued);
+  close(queued);
+  close(running);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("\"server_overloaded\""), std::string::npos) << got;
+  EXPECT_NE(s.metrics().render().find("dc_responses_total{class=\"5xx\"} 1"), std::string::npos) << s.metrics().render();
 }
 
 // After a stream ends, its connection is kept alive (the client did not ask to close): the next request on it
