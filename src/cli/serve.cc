@@ -157,7 +157,7 @@ RunFn add_serve_command(CLI::App& app) {
                 "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
                 "(blocks of 32, dual cache, threshold 0.9; approximate)");
   cmd->add_option("--http-threads", a->http_threads,
-                  "Requests served at once (connections waiting for a request hold none)")->capture_default_str()
+                  "Requests parsed or answered at once (waiting connections and streams hold none)")->capture_default_str()
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--max-connections", a->connections.max_connections, "Open connections in total; more get 503")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));

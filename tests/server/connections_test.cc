@@ -260,18 +260,24 @@ TEST_F(Connections, StreamsHoldNoWorker) {
   EXPECT_EQ(s.metrics().slow_readers(), 0);
 }
 
+// Opens a stream of ~500 canvas events of ~3 KB (more than the socket buffers hold) that is never read, and
+// expects the server to drop it as a slow reader and cancel its job. Returns its socket.
+int expect_unread_stream_dropped(Running& s) {
+  const int fd = open_stream(
+      s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
+      false);
+  EXPECT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 20s)) << s.metrics().render();
+  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
+  return fd;
+}
+
 // A reader further behind than --max-stream-buffer is dropped and its job cancelled; the server goes on.
 TEST_F(Connections, StreamReaderTooFarBehindIsDropped) {
   ServerOptions o = options();
   o.connections.io_timeout_s = 30;
   o.connections.max_stream_buffer_bytes = 64 << 10;
   Running s(engine(), o);
-  // ~500 canvas events of ~3 KB: more than the socket buffers and 64 KiB.
-  const int fd = open_stream(
-      s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
-      false);
-  ASSERT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 20s)) << s.metrics().render();
-  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
+  const int fd = expect_unread_stream_dropped(s);
   EXPECT_NE(s.metrics().render().find("dc_client_disconnects_total 1"), std::string::npos);
   const std::string got = test::read_all(fd);  // what the socket buffers held, then the end
   close(fd);
@@ -289,12 +295,7 @@ TEST_F(Connections, StalledStreamReaderIsDroppedAtTheDeadline) {
   o.connections.io_timeout_s = 1;
   o.connections.max_stream_buffer_bytes = size_t{64} << 20;
   Running s(engine(), o);
-  const int fd = open_stream(
-      s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
-      false);
-  ASSERT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 20s)) << s.metrics().render();
-  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
-  close(fd);
+  close(expect_unread_stream_dropped(s));
 }
 
 // A stream waits in the queue in the hub; one that waits too long gets the same 503 as a completion would,
