@@ -339,6 +339,7 @@ std::function<void()> ConnectionHub::stream(int fd, StreamBody body, bool keep) 
   st->fd = fd;
   st->keep = keep;
   st->progress = st->pulled = Clock::now();
+  bool taken = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     epoll_event ev{};
@@ -346,15 +347,15 @@ std::function<void()> ConnectionHub::stream(int fd, StreamBody body, bool keep) 
     ev.data.fd = fd;
     if (stopping_ || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
       close_locked(fd);
-      st->fd = -1;
     } else {
       st->body = std::move(body);
       streams_[fd] = st;
       st->woken = true;  // what is already there goes out
       woken_.push_back(st);
+      taken = true;
     }
   }
-  if (st->fd < 0) {
+  if (!taken) {
     body.closed(false);
     return [] {};
   }
