@@ -2,12 +2,14 @@
 """The attack of issue 20 against one or more `diffucoder serve` binaries, side by side, loopback only.
 
 For each binary: start `serve` on a free port, open SLOW connections that send a partial request head and
-then one byte every 2 s, and IDLE kept-alive connections (one answered /health each, then silence); then
-for SECONDS probe GET /health once a second from a fresh, well-behaved client (1 s timeout) and post one
-small completion. Prints per binary: probes answered within 1 s, the slowest probe, the completion's
-status, and how many slow connections the server had closed by the end.
+then one byte every 2 s, IDLE kept-alive connections (one answered /health each, then silence), and STREAMS
+streaming completions (max_tokens 1024, blocks of 8) whose clients never read; then for SECONDS probe
+GET /health once a second from a fresh, well-behaved client (1 s timeout) and post one small completion
+(10 s timeout). Prints per binary: probes answered within 1 s, the slowest probe, the completion's status
+and latency, and how many slow connections the server had closed by the end.
 
-usage: bench/slow_clients.py MODEL_DIR BINARY [BINARY ...] [--slow 300] [--idle 50] [--seconds 20]
+usage: bench/slow_clients.py MODEL_DIR BINARY [BINARY ...] [--slow 300] [--idle 50] [--streams 0]
+       [--http-threads 128] [--seconds 20]
 """
 import argparse
 import http.client
@@ -18,8 +20,9 @@ import threading
 import time
 
 
-def start(binary, model):
-    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--threads", "2"],
+def start(binary, model, http_threads):
+    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--threads", "2",
+                             "--http-threads", str(http_threads)],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     for line in proc.stderr:
         m = re.search(r"on http://[^:]+:(\d+)", line)
@@ -63,10 +66,20 @@ def trickle(slow, stop):
                 pass
 
 
-def run(binary, model, n_slow, n_idle, seconds):
-    proc, port = start(binary, model)
+def open_stream(port, i):
+    """A streaming completion whose client never reads (sent whole, then silence)."""
+    body = ('{"prompt": "s%d", "max_tokens": 1024, "block_length": 8, "stream": true}' % i).encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return s
+
+
+def run(binary, model, n_slow, n_idle, n_streams, http_threads, seconds):
+    proc, port = start(binary, model, http_threads)
     time.sleep(0.5)
     slow, idle = [], []
+    streams = [open_stream(port, i) for i in range(n_streams)]
     for _ in range(n_slow):
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
@@ -78,13 +91,14 @@ def run(binary, model, n_slow, n_idle, seconds):
         s = socket.create_connection(("127.0.0.1", port))  # would not answer)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         idle.append(s)
-    answered, slowest, completion = 0, 0.0, None
+    answered, slowest, completion, took_completion = 0, 0.0, None, None
     start_t = time.monotonic()
     for second in range(seconds):
         ok, took = probe(port, 1.0)
         answered += ok and took < 1.0
         slowest = max(slowest, took)
         if completion is None:
+            t0 = time.monotonic()
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
                 c.request("POST", "/v1/completions", '{"prompt": "x", "max_tokens": 8}',
@@ -92,16 +106,17 @@ def run(binary, model, n_slow, n_idle, seconds):
                 completion = c.getresponse().status
             except OSError as e:
                 completion = type(e).__name__
+            took_completion = time.monotonic() - t0
 
         time.sleep(max(0.0, start_t + second + 1 - time.monotonic()))
     stop.set()
     sender.join()
     closed = sum(closed_by_server(s) for s in slow)
-    for s in slow + idle:
+    for s in slow + idle + streams:
         s.close()
     proc.terminate()
     proc.wait(timeout=30)
-    return answered, slowest, completion, closed
+    return answered, slowest, completion, took_completion, closed
 
 
 def main():
@@ -110,14 +125,20 @@ def main():
     ap.add_argument("binaries", nargs="+")
     ap.add_argument("--slow", type=int, default=300)
     ap.add_argument("--idle", type=int, default=50)
+    ap.add_argument("--streams", type=int, default=0)
+    ap.add_argument("--http-threads", type=int, default=128)
     ap.add_argument("--seconds", type=int, default=20)
     a = ap.parse_args()
-    print(f"{a.slow} slow + {a.idle} idle connections for {a.seconds} s; /health probed once a second")
-    print("| binary | /health answered within 1 s | slowest probe | completion | slow connections closed by the server |")
-    print("|---|---|---|---|---|")
+    print(f"{a.slow} slow + {a.idle} idle connections + {a.streams} unread streams for {a.seconds} s, "
+          f"--http-threads {a.http_threads}; /health probed once a second")
+    print("| binary | /health answered within 1 s | slowest probe | completion | its latency | "
+          "slow connections closed by the server |")
+    print("|---|---|---|---|---|---|")
     for b in a.binaries:
-        answered, slowest, completion, closed = run(b, a.model, a.slow, a.idle, a.seconds)
-        print(f"| {b} | {answered} / {a.seconds} | {slowest:.3f} s | {completion} | {closed} / {a.slow} |", flush=True)
+        answered, slowest, completion, took, closed = run(b, a.model, a.slow, a.idle, a.streams, a.http_threads,
+                                                          a.seconds)
+        print(f"| {b} | {answered} / {a.seconds} | {slowest:.3f} s | {completion} | {took:.3f} s | "
+              f"{closed} / {a.slow} |", flush=True)
 
 
 if __name__ == "__main__":

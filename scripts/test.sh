@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite with ctest (unit tests, PyTorch-reference parity, tokenizer
 # goldens, CLI). Usage: scripts/test.sh [--sanitize | --tsan]   (--sanitize: ASan + UBSan build in
-# build-asan/; --tsan: ThreadSanitizer build in build-tsan/ of only the concurrency tests: the thread pool
-# and generations on one and on two engines from two threads)
+# build-asan/; --tsan: ThreadSanitizer build in build-tsan/ of only the concurrency tests: the thread pool,
+# generations on one and on two engines from two threads, and the server's streams, which its connection hub
+# writes while the engine thread wakes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --no-build
@@ -10,11 +11,14 @@ dir=build; flags=(-DCMAKE_BUILD_TYPE=Release); exclude=()
 if [ "${1:-}" = "--tsan" ]; then
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDC_SANITIZE_THREAD=ON \
     -DDC_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-tsan -j"$(nproc)" --target test_core test_engine
+  cmake --build build-tsan -j"$(nproc)" --target test_core test_engine test_server
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   # (a pool that lets two callers overwrite each other's job deadlocks: the timeout turns that into a failure)
   timeout 600 build-tsan/tests/test_core --gtest_filter='ThreadPool.*'
   timeout 600 build-tsan/tests/test_engine --gtest_filter='Concurrency.*'
+  # (the server tests whose timing does not depend on the decoding speed, which ThreadSanitizer divides by ~30)
+  [ -e build-tsan/fixtures/.complete ] || (cd build-tsan && ctest -R '^reference_fixtures$' >/dev/null)
+  timeout 600 build-tsan/tests/test_server --gtest_filter='Scheduler.Listener*:Scheduler.Cancel*:Connections.KeepAlive*:Connections.ConnectionIsKeptAliveAfterAStream:Connections.QueuedStreamTimesOutWith503:HttpTest.Stream*:HttpTest.ChatStream*:HttpTest.Disconnects*:HostileHttp.StopEndsOpenStreamsCleanly:HostileHttp.HalfClosedClientGetsItsAnswer'
   exit 0
 fi
 if [ "${1:-}" = "--sanitize" ]; then

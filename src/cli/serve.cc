@@ -157,7 +157,7 @@ RunFn add_serve_command(CLI::App& app) {
                 "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
                 "(blocks of 32, dual cache, threshold 0.9; approximate)");
   cmd->add_option("--http-threads", a->http_threads,
-                  "Requests served at once (connections waiting for a request hold none)")->capture_default_str()
+                  "Requests parsed or answered at once (waiting connections and streams hold none)")->capture_default_str()
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--max-connections", a->connections.max_connections, "Open connections in total; more get 503")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -169,6 +169,12 @@ RunFn add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 3600));
   cmd->add_option("--keep-alive-timeout", a->connections.keep_alive_timeout_s,
                   "Seconds an idle kept-alive connection stays open")->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--io-timeout", a->connections.io_timeout_s,
+                  "Seconds a client may take no byte of its response (a stream's reader included); then it is dropped")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--max-stream-buffer", a->connections.max_stream_buffer_bytes,
+                  "Bytes of a stream its reader may fall behind (past the socket's buffers); then it is dropped and "
+                  "its job cancelled")->capture_default_str()->check(CLI::Range(size_t{4096}, size_t{1} << 34));
   cmd->add_option("--max-memory", a->max_memory,
                   "Budget for the batch's step buffers (logits), e.g. 8G; requests wait for room, and one that "
                   "can never fit gets 503 (auto: 3/4 of the memory available after loading)")->capture_default_str();

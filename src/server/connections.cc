@@ -1,6 +1,6 @@
 // ConnectionHub: an epoll thread that holds connections between requests (peeking, never reading, until a
-// request head is complete, so that httplib's parser sees every byte), and DeadlineStream, the socket of
-// one request for httplib's parser.
+// request head is complete, so that httplib's parser sees every byte) and writes streamed responses, and
+// DeadlineStream, the socket of one request for httplib's parser.
 #include "server/connections.h"
 
 #include <arpa/inet.h>
@@ -28,6 +28,7 @@ using namespace std::chrono_literals;
 
 constexpr size_t kPeekBody = size_t{64} << 10;  // body bytes awaited in the hub; the rest is read under the deadline
 constexpr int kSendBufferBytes = 256 << 10;      // per connection (the kernel doubles it for its bookkeeping)
+constexpr auto kPullEvery = 250ms;               // a stream is also pulled this often without news (keep-alives)
 
 std::string address_of(const sockaddr_storage& a, int* port) {
   char buf[INET6_ADDRSTRLEN] = "";
@@ -152,6 +153,7 @@ bool DeadlineStream::is_writable() const {
 }
 
 ssize_t DeadlineStream::write(const char* ptr, size_t size) {
+  if (discard_) return static_cast<ssize_t>(size);
   if (!is_writable()) return -1;
   return send(fd_, ptr, size, MSG_NOSIGNAL);
 }
@@ -194,8 +196,13 @@ void ConnectionHub::stop() {
   const uint64_t one = 1;
   (void)::write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  while (!waiting_.empty()) close_locked(waiting_.begin()->first);
+  std::vector<std::shared_ptr<Streaming>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!waiting_.empty()) close_locked(waiting_.begin()->first);
+    for (const auto& [fd, st] : streams_) streams.push_back(st);
+  }
+  for (const auto& st : streams) drop(st, false, false);
 }
 
 void ConnectionHub::accept(int fd) {
@@ -246,7 +253,7 @@ void ConnectionHub::wait_locked(int fd, SteadyTime deadline, bool idle) {
 }
 
 void ConnectionHub::close_locked(int fd) {
-  if (waiting_.erase(fd) > 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (waiting_.erase(fd) > 0 || streams_.erase(fd) > 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   auto it = client_of_.find(fd);
   if (it != client_of_.end()) {
     if (--per_client_[it->second] <= 0) per_client_.erase(it->second);
@@ -288,10 +295,139 @@ void ConnectionHub::run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
     }
-    for (int i = 0; i < n; ++i)
-      if (events[static_cast<size_t>(i)].data.fd != wake_fd_) check(events[static_cast<size_t>(i)].data.fd);
+    for (int i = 0; i < n; ++i) {
+      const epoll_event& ev = events[static_cast<size_t>(i)];
+      if (ev.data.fd == wake_fd_) {
+        uint64_t count;
+        (void)::read(wake_fd_, &count, sizeof(count));
+        continue;
+      }
+      std::shared_ptr<Streaming> st;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = streams_.find(ev.data.fd); it != streams_.end()) st = it->second;
+      }
+      if (st == nullptr) {
+        check(ev.data.fd);
+      } else if (ev.events & (EPOLLERR | EPOLLHUP)) {
+        drop(st, false, false);
+      } else {
+        if (ev.events & EPOLLRDHUP) {  // it may still read (shutdown(SHUT_WR)): close at the end
+          st->keep = false;
+          // Before any byte of the answer (the job waits in the queue), an interim response probes it: a peer
+          // that closed answers with a reset (EPOLLERR), one that only shut down its sending side reads on.
+          if (!st->wrote && st->out.empty()) st->out = "HTTP/1.1 102 Processing\r\n\r\n";
+        }
+        pump(st, false);
+      }
+    }
+    std::vector<std::weak_ptr<Streaming>> woken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      woken.swap(woken_);
+      for (const auto& w : woken)
+        if (auto st = w.lock()) st->woken = false;
+    }
+    for (const auto& w : woken)
+      if (auto st = w.lock()) pump(st, true);
     expire(Clock::now());
   }
+}
+
+std::function<void()> ConnectionHub::stream(int fd, StreamBody body, bool keep) {
+  auto st = std::make_shared<Streaming>();
+  st->fd = fd;
+  st->keep = keep;
+  st->progress = st->pulled = Clock::now();
+  bool taken = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLRDHUP | EPOLLET;  // edge-triggered: written until EAGAIN, then the next edge
+    ev.data.fd = fd;
+    if (stopping_ || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close_locked(fd);
+    } else {
+      st->body = std::move(body);
+      streams_[fd] = st;
+      st->woken = true;  // what is already there goes out
+      woken_.push_back(st);
+      taken = true;
+    }
+  }
+  if (!taken) {
+    body.closed(false);
+    return [] {};
+  }
+  const uint64_t one = 1;
+  (void)::write(wake_fd_, &one, sizeof(one));
+  return [this, w = std::weak_ptr<Streaming>(st)] { wake(w); };
+}
+
+void ConnectionHub::wake(const std::weak_ptr<Streaming>& w) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = w.lock();
+    if (st == nullptr || st->fd < 0 || st->woken) return;
+    st->woken = true;
+    woken_.push_back(w);
+  }
+  const uint64_t one = 1;
+  (void)::write(wake_fd_, &one, sizeof(one));
+}
+
+void ConnectionHub::pump(const std::shared_ptr<Streaming>& st, bool pull) {
+  if (st->fd < 0) return;
+  const SteadyTime now = Clock::now();
+  if (pull && !st->done) {
+    st->pulled = now;
+    bool done = false;
+    const std::string more = st->body.pull(&done);
+    if (st->at == st->out.size()) st->progress = now;  // the reader is behind from now on, not before
+    st->out += more;
+    st->done = done;
+  }
+  while (st->at < st->out.size()) {
+    const ssize_t n = send(st->fd, st->out.data() + st->at, st->out.size() - st->at, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      st->at += static_cast<size_t>(n);
+      st->progress = now;
+      st->wrote = true;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else if (n < 0 && errno != EINTR) {
+      return drop(st, false, false);  // the client went away
+    }
+  }
+  if (st->at == st->out.size()) {
+    st->out.clear();
+    st->at = 0;
+    if (st->done) drop(st, true, false);
+    return;
+  }
+  if (st->out.size() - st->at > limits_.max_stream_buffer_bytes) return drop(st, false, true);
+  if (st->at > st->out.size() / 2) {  // keeps the buffer at most twice what is unsent
+    st->out.erase(0, st->at);
+    st->at = 0;
+  }
+}
+
+void ConnectionHub::drop(const std::shared_ptr<Streaming>& st, bool complete, bool slow) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (st->fd < 0) return;
+    const int fd = st->fd;
+    st->fd = -1;
+    if (complete && st->keep && !stopping_) {
+      streams_.erase(fd);
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      wait_locked(fd, Clock::now() + std::chrono::seconds(limits_.keep_alive_timeout_s), true);
+    } else {
+      close_locked(fd);
+    }
+  }
+  if (slow && metrics_ != nullptr) metrics_->on_slow_reader();
+  st->body.closed(complete);
 }
 
 void ConnectionHub::check(int fd) {
@@ -339,13 +475,24 @@ void ConnectionHub::check(int fd) {
 }
 
 void ConnectionHub::expire(SteadyTime now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int> late;
-  for (const auto& [fd, w] : waiting_)
-    if (w.deadline <= now) late.push_back(fd);
-  for (int fd : late) {
-    if (metrics_ != nullptr && !waiting_[fd].idle) metrics_->on_connection_timeout();
-    close_locked(fd);
+  std::vector<std::shared_ptr<Streaming>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int> late;
+    for (const auto& [fd, w] : waiting_)
+      if (w.deadline <= now) late.push_back(fd);
+    for (int fd : late) {
+      if (metrics_ != nullptr && !waiting_[fd].idle) metrics_->on_connection_timeout();
+      close_locked(fd);
+    }
+    for (const auto& [fd, st] : streams_) streams.push_back(st);
+  }
+  for (const auto& st : streams) {
+    if (st->at < st->out.size() && now - st->progress > std::chrono::seconds(limits_.io_timeout_s)) {
+      drop(st, false, true);  // took no byte for io_timeout_s
+    } else if (now - st->pulled >= kPullEvery) {
+      pump(st, true);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // HttpServer: cpp-httplib routes around the Scheduler. Completions are tokenized and checked here, queued as
 // Jobs, and answered as one JSON object or as server-sent events (text final from the left, optional canvas
-// events); a client that goes away cancels its job so its rows leave the batch.
+// events; written by the ConnectionHub, not a worker); a client that goes away cancels its job so its rows
+// leave the batch.
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -43,9 +44,10 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
-// The connection of the request a worker serves (set by Impl::serve_connection), and whether its response
-// asked to close it (set by the logger, which sees the response).
+// The connection of the request a worker serves and its stream (set by Impl::serve_connection), and whether
+// its response asked to close it (set by the logger, which sees the response).
 thread_local int t_connection_fd = -1;
+thread_local DeadlineStream* t_stream = nullptr;
 thread_local bool t_close_after = false;
 
 // Writes all of `data` to `fd` directly (waiting up to 5 s per write); false when the peer is gone.
@@ -58,6 +60,15 @@ bool send_raw(int fd, const std::string& data) {
     if (n > 0) at += static_cast<size_t>(n);
   }
   return true;
+}
+
+// A whole response with a body, for writing on the socket ourselves.
+std::string raw_response(int status, const std::string& content_type, const std::string& body, bool close) {
+  const char* reason = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found"
+                     : status == 500 ? "Internal Server Error" : status == 503 ? "Service Unavailable" : "Error";
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + content_type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + (close ? "\r\nConnection: close" : "") + "\r\n\r\n" +
+         body;
 }
 
 // Whether the client of a waiting request went away; a request it pipelined counts as alive.
@@ -88,15 +99,7 @@ class PeerWatch {
   // gone). A client that only shut down its sending side still reads: send it `res` here, whole, with
   // Connection: close (httplib's own write then fails quietly). No-op for a client that is still sending.
   void answer_if_half_closed(const httplib::Response& res) const {
-    if (!half_closed()) return;
-    const int st = res.status;
-    const char* reason = st == 200 ? "OK" : st == 400 ? "Bad Request" : st == 404 ? "Not Found"
-                       : st == 500 ? "Internal Server Error" : st == 503 ? "Service Unavailable" : "Error";
-    std::string out = "HTTP/1.1 " + std::to_string(st) + " " + reason +
-                      "\r\nContent-Type: " + res.get_header_value("Content-Type") +
-                      "\r\nContent-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n" +
-                      res.body;
-    send_raw(fd_, out);
+    if (half_closed()) send_raw(fd_, raw_response(res.status, res.get_header_value("Content-Type"), res.body, true));
   }
 
   // True when the peer sent end-of-file but can still read (no reset or hang-up seen).
@@ -107,7 +110,6 @@ class PeerWatch {
     char c;
     return (p.revents & POLLRDHUP) != 0 || recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
-  int fd() const { return fd_; }
 
  private:
   int fd_;
@@ -195,6 +197,23 @@ class InlineQueue : public httplib::TaskQueue {
   void shutdown() override {}
 };
 
+// One streamed response: what was sent so far. Used by the hub's thread only (StreamBody).
+struct StreamState {
+  ApiRequest request;
+  std::shared_ptr<Job> job;
+  ResponseMeta meta;
+  int64_t prompt_tokens = 0;
+  std::vector<std::string> sent;      // text sent per choice
+  std::vector<std::string> finished;  // finish_reason per choice ("" = running)
+  std::vector<int64_t> tokens;        // completion tokens per choice
+  bool keep = false;                  // the connection stays open after the response
+  bool head_sent = false, started = false, done = false;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+};
+
+// A stream the handler queued: serve_connection hands it to the hub once httplib is done with the request.
+thread_local std::shared_ptr<StreamState> t_handoff;
+
 // The text of a row's final prefix (unmasked from the left), cut at stop ids; `stopped` when a stop id is in it.
 struct RowText {
   std::string text;
@@ -227,14 +246,28 @@ struct HttpServer::Impl {
     http.on_accept = [this](int fd) { hub->accept(fd); };
   }
 
-  // On a worker: one complete request of connection `fd`, then the connection goes back to the hub.
+  // On a worker: one complete request of connection `fd`, then the connection goes back to the hub: to wait
+  // for its next request, or to be written its stream.
   void serve_connection(int fd, SteadyTime deadline, size_t head_bytes) {
     t_connection_fd = fd;
     t_close_after = false;
-    DeadlineStream strm(fd, deadline, options.io_timeout_s, head_bytes);
+    DeadlineStream strm(fd, deadline, options.connections.io_timeout_s, head_bytes);
+    t_stream = &strm;
     const bool keep = http.serve_one(strm) && !t_close_after && http.is_running();
     t_connection_fd = -1;
-    hub->release(fd, keep);
+    t_stream = nullptr;
+    if (t_handoff == nullptr) return hub->release(fd, keep);
+    std::shared_ptr<StreamState> st = std::move(t_handoff);
+    t_handoff = nullptr;
+    StreamBody body{[this, st](bool* done) { return stream_some(*st, done); },
+                    [this, st](bool) {
+                      if (!st->done) {  // the client went away mid-stream (or read too slowly): free the rows
+                        st->job->cancel();
+                        metrics.on_disconnect();
+                      }
+                      --open_streams;
+                    }};
+    st->job->set_listener(hub->stream(fd, std::move(body), st->keep && http.is_running()));
   }
 
   RowText row_text(const std::vector<int32_t>& generated) const {
@@ -342,6 +375,9 @@ struct HttpServer::Impl {
         return send_error(res, e);
       }
     }
+    const ResponseMeta meta{random_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_now(),
+                            r.model.empty() ? options.model_name : r.model};
+    if (r.stream) return stream(req, res, std::move(r), job, meta, prompt_tokens);
     PeerWatch peer(t_connection_fd);
     // Wait in the queue (watching the client), so that a queue timeout is still a 503.
     while (!job->wait_admitted(100ms)) {
@@ -352,15 +388,11 @@ struct HttpServer::Impl {
         return;
       }
     }
-    ResponseMeta meta{random_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_now(),
-                      r.model.empty() ? options.model_name : r.model};
     JobResult early;
     if (job->wait(0ms, nullptr, &early) && !early.status.ok()) {
       if (early.queue_timeout || early.unavailable) metrics.on_rejected();
       return send_error(res, job_error(early));
     }
-    if (r.stream && peer.half_closed()) return stream_direct(res, peer.fd(), std::move(r), job, meta, prompt_tokens);
-    if (r.stream) return stream(res, std::move(r), job, meta, prompt_tokens);
 
     JobResult result;
     while (!job->wait(200ms, nullptr, &result)) {
@@ -398,18 +430,6 @@ struct HttpServer::Impl {
     peer.answer_if_half_closed(res);
   }
 
-  struct StreamState {
-    ApiRequest request;
-    std::shared_ptr<Job> job;
-    ResponseMeta meta;
-    int64_t prompt_tokens = 0;
-    std::vector<std::string> sent;      // text sent per choice
-    std::vector<std::string> finished;  // finish_reason per choice ("" = running)
-    std::vector<int64_t> tokens;        // completion tokens per choice
-    bool started = false, done = false;
-    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-  };
-
   static std::shared_ptr<StreamState> stream_state(ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
                                                    int64_t prompt_tokens) {
     auto st = std::make_shared<StreamState>();
@@ -424,65 +444,51 @@ struct HttpServer::Impl {
     return st;
   }
 
-  // The stream of a client that shut down its sending side (httplib 0.11 will not write to it): the same
-  // events, written here as a chunked response on the socket (httplib's own write then fails quietly).
-  void stream_direct(httplib::Response& res, int fd, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
-                     int64_t prompt_tokens) {
-    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
+  // A queued stream: the hub answers it (serve_connection), from its wait in the queue on, and httplib's own
+  // response is not sent. A client that shut down its sending side still reads its stream; its connection
+  // closes after it.
+  void stream(const httplib::Request& req, httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job,
+              ResponseMeta meta, int64_t prompt_tokens) {
+    t_handoff = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
+    t_handoff->keep = !PeerWatch(t_connection_fd).half_closed() && req.version == "HTTP/1.1" &&
+                      req.get_header_value("Connection") != "close";
     ++open_streams;
-    bool alive = send_raw(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                              "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n");
-    bool ended = false;
-    httplib::DataSink sink;
-    sink.write = [&](const char* data, size_t size) {
-      char len[32];
-      std::snprintf(len, sizeof(len), "%zx\r\n", size);
-      return alive = alive && send_raw(fd, len + std::string(data, size) + "\r\n");
-    };
-    sink.done = [&] {
-      ended = true;
-      alive = alive && send_raw(fd, "0\r\n\r\n");
-    };
-    sink.is_writable = [&] { return alive; };
-    while (alive && !ended && stream_some(*st, sink)) {
-    }
-    if (!st->done) {
-      st->job->cancel();
-      metrics.on_disconnect();
-    }
-    --open_streams;
-    res.status = 200;
+    t_stream->discard_writes();
+    res.status = 200;  // (the logger does not count it: stream_some counts the response it sends)
   }
 
-  void stream(httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta, int64_t prompt_tokens) {
-    auto st = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    ++open_streams;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
-        [this, st](bool success) {
-          if (!st->done) {  // the client went away mid-stream: free the rows
-            st->job->cancel();
-            metrics.on_disconnect();
-          }
-          --open_streams;
-        });
-  }
-
-  // Writes what is new; false stops the response (client gone).
-  bool stream_some(StreamState& st, httplib::DataSink& sink) {
+  // On the hub's thread: the bytes that are new (never waits; none while the job is queued): the response
+  // head once the job is admitted (or an error response, as without streaming, when it failed before its
+  // first step), then its events as chunks; *done after `data: [DONE]`.
+  std::string stream_some(StreamState& st, bool* done) {
     const ApiRequest& r = st.request;
+    *done = false;
+    if (!st.head_sent && !st.job->wait_admitted(0ms)) return "";
+    std::vector<JobSnapshot> snaps;
+    JobResult result;
+    const bool finished = st.job->wait(0ms, &snaps, &result);
+    std::string wire;
+    if (!st.head_sent) {
+      st.head_sent = true;
+      if (finished && !result.status.ok()) {
+        if (result.queue_timeout || result.unavailable) metrics.on_rejected();
+        const ApiError e = job_error(result);
+        metrics.on_response(e.http_status);
+        st.done = *done = true;
+        return raw_response(e.http_status, "application/json",
+                            e.to_json().dump(-1, ' ', false, json::error_handler_t::replace), !st.keep);
+      }
+      metrics.on_response(200);
+      wire = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+             "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
+             std::string(st.keep ? "" : "Connection: close\r\n") + "\r\n";
+    }
     std::string out;
     if (!st.started) {
       st.started = true;
       if (r.endpoint == Endpoint::kChatCompletions)
         for (int i = 0; i < r.n; ++i) out += sse_event(chunk_json(r.endpoint, st.meta, i, "", true, ""));
     }
-    std::vector<JobSnapshot> snaps;
-    JobResult result;
-    const bool finished = st.job->wait(out.empty() ? 250ms : 0ms, &snaps, &result);
     if (r.stream_canvas) {
       for (const JobSnapshot& s : snaps)
         out += sse_event(json{{"step", s.step}, {"n_steps", s.n_steps}, {"rows", canvas_rows(s)}}, "canvas");
@@ -536,13 +542,13 @@ struct HttpServer::Impl {
     if (out.empty() && now - st.last_write > 1s) out = ": keep-alive\n\n";  // finds a client that went away
     if (!out.empty()) {
       st.last_write = now;
-      if (!sink.write(out.data(), out.size())) {
-        st.done = false;
-        return false;
-      }
+      char size[24];
+      std::snprintf(size, sizeof(size), "%zx\r\n", out.size());
+      wire.append(size).append(out).append("\r\n");
     }
-    if (st.done) sink.done();
-    return true;
+    if (st.done) wire += "0\r\n\r\n";
+    *done = st.done;
+    return wire;
   }
 
   void routes() {
@@ -580,7 +586,7 @@ struct HttpServer::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
-      metrics.on_response(res.status);
+      if (t_handoff == nullptr) metrics.on_response(res.status);
       if (res.get_header_value("Connection") == "close") t_close_after = true;
     });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

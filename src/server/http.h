@@ -24,9 +24,8 @@ struct ServerOptions {
   int port = 8080;                      // 0 = any free port (see HttpServer::port())
   std::string model_name;               // the id of /v1/models and of responses ("" = the model dir's name)
   size_t max_body_bytes = size_t{1} << 20;  // larger bodies get 413
-  int http_threads = 128;               // requests served at once (idle and arriving connections hold none)
-  int io_timeout_s = 10;                // a client that reads nothing this long is dropped
-  ConnectionLimits connections;         // caps, the request-head deadline, keep-alive
+  int http_threads = 128;               // requests answered at once (waiting connections and streams hold none)
+  ConnectionLimits connections;         // caps, deadlines, keep-alive, the stream buffer
   ApiKeys api_keys;                     // empty: no key needed
   bool metrics_open = false;            // with keys: /metrics without a key too
   bool web_page = true;                 // serve the page at /

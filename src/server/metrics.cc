@@ -72,6 +72,9 @@ std::string Metrics::render() const {
        static_cast<double>(connections_refused_.load()));
   line(out, "dc_connections_timed_out_total", "counter", "connections closed because a request head did not arrive in time",
        static_cast<double>(connections_timed_out_.load()));
+  line(out, "dc_slow_readers_dropped_total", "counter",
+       "streams dropped because their reader fell too far behind or took nothing for --io-timeout",
+       static_cast<double>(slow_readers_.load()));
   line(out, "dc_unauthorized_total", "counter", "requests refused with 401 (no or a wrong API key)",
        static_cast<double>(unauthorized_.load()));
   line(out, "dc_queue_depth", "gauge", "requests waiting for a batch slot", static_cast<double>(queue_depth_.load()));

@@ -22,6 +22,7 @@ class Metrics {
   void on_connection_refused() { connections_refused_.fetch_add(1); }  // over --max-connections(-per-client)
   void on_connection_timeout() { connections_timed_out_.fetch_add(1); }  // request head not in time
   void on_unauthorized() { unauthorized_.fetch_add(1); }                // 401: no or a wrong API key
+  void on_slow_reader() { slow_readers_.fetch_add(1); }  // a stream's reader too far behind, or stalled: dropped
   void set_connections_open(int64_t n) { connections_open_.store(n); }
 
   // Engine side: one batched step of `rows` rows that committed `tokens` tokens.
@@ -34,6 +35,7 @@ class Metrics {
   int64_t active_rows() const { return active_rows_.load(); }
   int64_t connections_open() const { return connections_open_.load(); }
   int64_t steps() const { return steps_.load(); }
+  int64_t slow_readers() const { return slow_readers_.load(); }
   // Tokens committed per second over the last 10 s.
   double tokens_per_second() const;
 
@@ -43,7 +45,7 @@ class Metrics {
  private:
   using Clock = std::chrono::steady_clock;
   std::atomic<int64_t> requests_{0}, responses_2xx_{0}, responses_4xx_{0}, responses_5xx_{0}, rejected_{0},
-      disconnects_{0}, connections_refused_{0}, connections_timed_out_{0}, unauthorized_{0},
+      disconnects_{0}, connections_refused_{0}, connections_timed_out_{0}, unauthorized_{0}, slow_readers_{0},
       connections_open_{0}, steps_{0}, rows_stepped_{0}, tokens_{0}, jobs_done_{0}, queue_depth_{0}, active_rows_{0};
   mutable std::mutex mu_;
   double step_seconds_ = 0.0, forward_seconds_ = 0.0, queue_seconds_ = 0.0, run_seconds_ = 0.0;

@@ -114,17 +114,42 @@ void Job::set_admitted() {
   cv_.notify_all();
 }
 
+void Job::set_listener(std::function<void()> fn) {
+  bool news;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = std::move(fn);
+    news = finished_ || !snapshots_.empty();
+  }
+  if (news) notify();
+}
+
+void Job::notify() {
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn = listener_;
+  }
+  if (fn) fn();
+}
+
 void Job::publish(JobSnapshot snapshot) {
-  std::lock_guard<std::mutex> lock(mu_);
-  snapshots_.push_back(std::move(snapshot));
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshots_.push_back(std::move(snapshot));
+    cv_.notify_all();
+  }
+  notify();
 }
 
 void Job::finish(JobResult result) {
-  std::lock_guard<std::mutex> lock(mu_);
-  result_ = std::move(result);
-  finished_ = true;
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    result_ = std::move(result);
+    finished_ = true;
+    cv_.notify_all();
+  }
+  notify();
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -63,12 +63,17 @@ class Job {
   // Blocks until news or `timeout`: moves the snapshots published since the last call into *steps (may be
   // nullptr) and returns true once the job has finished, with the result in *result.
   bool wait(std::chrono::milliseconds timeout, std::vector<JobSnapshot>* steps, JobResult* result);
+  // `fn` is called after every published snapshot and when the job finishes (on the thread that publishes or
+  // finishes: the engine thread, or stop()'s; outside the job's lock), and at once when news is waiting. It
+  // must not block: the engine thread waits for it.
+  void set_listener(std::function<void()> fn);
 
  private:
   friend class Scheduler;
   void set_admitted();
   void publish(JobSnapshot snapshot);
   void finish(JobResult result);
+  void notify();  // calls the listener, if any (not under mu_)
 
   const std::vector<int32_t> prompt_;
   const SamplingParams params_;
@@ -81,6 +86,7 @@ class Job {
   bool cancelled_ = false, admitted_flag_ = false, finished_ = false;
   std::deque<JobSnapshot> snapshots_;
   JobResult result_;
+  std::function<void()> listener_;
 };
 
 struct SchedulerOptions {

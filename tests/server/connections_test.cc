@@ -1,6 +1,7 @@
 // Issue 20, connections: slow and idle clients cannot stall the server (they wait in the ConnectionHub, not on
 // a worker), the request head has one deadline, connections are capped per client, keep-alive and pipelining
-// go through the hub, a malformed head line is a 400, and a stream nobody reads delays nobody else.
+// go through the hub, a malformed head line is a 400, a stream nobody reads delays nobody else and holds no
+// worker, and a stream's reader that falls too far behind (or takes nothing for --io-timeout) is dropped.
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -166,11 +167,12 @@ TEST_F(Connections, KeepAliveAndPipelining) {
   EXPECT_EQ(third.rfind("HTTP/1.1 200", 0), 0u) << third;
 }
 
-// A streaming client that stops reading holds only its own worker: another client's completion finishes
-// while that stream is stuck.
+// A streaming client that stops reading holds no worker: another client's completion finishes while that
+// stream is stuck.
 TEST_F(Connections, StalledStreamReaderDoesNotDelayOthers) {
   ServerOptions o = options();
-  o.io_timeout_s = 30;  // the stuck stream stays stuck for the whole test
+  o.connections.io_timeout_s = 30;  // the stuck stream stays stuck for the whole test
+  o.connections.max_stream_buffer_bytes = size_t{16} << 20;  // and is not dropped for being behind
   Running s(engine(), o);
   const int stuck = connect_to(s.port(), 5);
   // ~500 canvas events of ~3 KB: more than the socket buffers (the server's 512 KiB, the client's ~128 KiB) hold,
@@ -179,7 +181,7 @@ TEST_F(Connections, StalledStreamReaderDoesNotDelayOthers) {
       R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})";
   send_all(stuck, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
                       std::to_string(body.size()) + "\r\n\r\n" + body);
-  std::this_thread::sleep_for(1s);  // its canvas events fill both socket buffers: its writer blocks
+  std::this_thread::sleep_for(1s);  // its canvas events fill both socket buffers: the rest waits in the hub
   httplib::Client c("127.0.0.1", s.port());
   c.set_read_timeout(10, 0);
   for (int i = 0; i < 3; ++i) {
@@ -188,11 +190,151 @@ TEST_F(Connections, StalledStreamReaderDoesNotDelayOthers) {
     EXPECT_EQ(r->status, 200) << r->body;
   }
   // The stuck reader still gets its whole stream once it reads: more than the socket buffers could hold,
-  // so its writer was blocked while it did not read.
+  // so it waited in the hub's buffer while it did not read.
   const std::string rest = test::read_all(stuck);
   close(stuck);
   EXPECT_NE(rest.find("data: [DONE]"), std::string::npos) << rest.substr(rest.size() > 500 ? rest.size() - 500 : 0);
   EXPECT_GT(rest.size(), size_t{1} << 20);
+}
+
+// A stream request on a raw socket (the client reads only when the test says so).
+int open_stream(int port, const std::string& body, bool close_after) {
+  const int fd = connect_to(port, 10);
+  send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + std::string(close_after ? "Connection: close\r\n" : "") +
+                   "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                   body);
+  return fd;
+}
+
+// True once `done()` holds, polling for up to `wait`.
+template <typename F>
+bool eventually(F done, std::chrono::milliseconds wait) {
+  for (const auto end = std::chrono::steady_clock::now() + wait; std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(10ms))
+    if (done()) return true;
+  return done();
+}
+
+// More streams than workers: 12 streams whose clients read nothing, on 4 workers. Every one is admitted
+// (a worker only parses and queues it; the hub writes it), and /health and a completion answer at once while
+// they run. Then 4 more streams wait in the queue (the batch is full): they hold no worker either. Before the
+// hub wrote streams, 4 of them held the 4 workers for their whole life.
+TEST_F(Connections, StreamsHoldNoWorker) {
+  ServerOptions o = options();
+  o.http_threads = 4;
+  o.connections.io_timeout_s = 30;
+  o.scheduler.max_batch_rows = 13;  // the 12 streams and the completion
+  Running s(engine(), o);
+  std::vector<int> streams;
+  auto open_long_stream = [&](int i) {
+    streams.push_back(open_stream(
+        s.port(), R"({"prompt": "s)" + std::to_string(i) + R"(", "max_tokens": 256, "block_length": 8, "stream": true})",
+        true));
+  };
+  for (int i = 0; i < 12; ++i) open_long_stream(i);
+  ASSERT_TRUE(eventually([&] { return s.metrics().active_rows() >= 12; }, 10s))
+      << "streams being decoded: " << s.metrics().active_rows();
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_connection_timeout(1, 0);
+  c.set_read_timeout(30, 0);  // (it shares each step with the 12 streams; under the sanitizers too)
+  auto t0 = std::chrono::steady_clock::now();
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h) << "/health did not answer while 12 streams ran on 4 workers";
+  EXPECT_EQ(h->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  auto r = c.Post("/v1/completions", R"({"prompt": "y", "max_tokens": 8})", "application/json");
+  ASSERT_TRUE(r) << "a completion did not finish within 30 s while 12 streams ran on 4 workers";
+  EXPECT_EQ(r->status, 200) << r->body;
+  for (int i = 12; i < 16; ++i) open_long_stream(i);
+  ASSERT_TRUE(eventually([&] { return s.metrics().queue_depth() == 4; }, 10s))
+      << "streams queued: " << s.metrics().queue_depth();
+  t0 = std::chrono::steady_clock::now();
+  h = c.Get("/health");
+  ASSERT_TRUE(h) << "/health did not answer while 4 streams waited in the queue on 4 workers";
+  EXPECT_EQ(h->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_GE(s.metrics().active_rows(), 12) << "the streams ended before the checks: make them longer";
+  for (int fd : streams) close(fd);  // hanging up cancels their jobs, queued or running
+  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0 && s.metrics().queue_depth() == 0; }, 10s))
+      << s.metrics().render();
+  EXPECT_EQ(s.metrics().slow_readers(), 0);
+}
+
+// Opens a stream of ~500 canvas events of ~3 KB (more than the socket buffers hold) that is never read, and
+// expects the server to drop it as a slow reader and cancel its job. Returns its socket.
+int expect_unread_stream_dropped(Running& s) {
+  const int fd = open_stream(
+      s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
+      false);
+  EXPECT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 60s)) << s.metrics().render();
+  EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
+  return fd;
+}
+
+// A reader further behind than --max-stream-buffer is dropped and its job cancelled; the server goes on.
+TEST_F(Connections, StreamReaderTooFarBehindIsDropped) {
+  ServerOptions o = options();
+  o.connections.io_timeout_s = 30;
+  o.connections.max_stream_buffer_bytes = 64 << 10;
+  Running s(engine(), o);
+  const int fd = expect_unread_stream_dropped(s);
+  EXPECT_NE(s.metrics().render().find("dc_client_disconnects_total 1"), std::string::npos);
+  const std::string got = test::read_all(fd);  // what the socket buffers held, then the end
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u);
+  EXPECT_EQ(got.find("data: [DONE]"), std::string::npos);
+  httplib::Client c("127.0.0.1", s.port());
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+// A reader that takes no byte for --io-timeout is dropped too, however large the buffer.
+TEST_F(Connections, StalledStreamReaderIsDroppedAtTheDeadline) {
+  ServerOptions o = options();
+  o.connections.io_timeout_s = 1;
+  o.connections.max_stream_buffer_bytes = size_t{64} << 20;
+  Running s(engine(), o);
+  close(expect_unread_stream_dropped(s));
+}
+
+// A stream waits in the queue in the hub; one that waits too long gets the same 503 as a completion would,
+// as a plain response (no stream was started).
+TEST_F(Connections, QueuedStreamTimesOutWith503) {
+  ServerOptions o = options();
+  o.scheduler.max_batch_rows = 1;
+  o.scheduler.max_queue_seconds = 0.3;
+  Running s(engine(), o);
+  const int running = open_stream(s.port(), R"({"prompt": "x", "max_tokens": 1024, "block_length": 8, "stream": true})", true);
+  ASSERT_TRUE(eventually([&] { return s.metrics().active_rows() == 1; }, 10s));
+  const int queued = open_stream(s.port(), R"({"prompt": "y", "max_tokens": 4, "stream": true})", true);
+  const std::string got = test::read_all(queued);
+  close(queued);
+  close(running);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("\"server_overloaded\""), std::string::npos) << got;
+  EXPECT_NE(s.metrics().render().find("dc_responses_total{class=\"5xx\"} 1"), std::string::npos) << s.metrics().render();
+}
+
+// After a stream ends, its connection is kept alive (the client did not ask to close): the next request on it
+// is answered.
+TEST_F(Connections, ConnectionIsKeptAliveAfterAStream) {
+  Running s(engine(), options());
+  const int fd = open_stream(s.port(), R"({"prompt": "x", "max_tokens": 4, "stream": true})", false);
+  std::string got;
+  char buf[4096];
+  while (got.find("0\r\n\r\n") == std::string::npos) {  // the chunked body's end
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_NE(got.find("Transfer-Encoding: chunked"), std::string::npos) << got;
+  EXPECT_EQ(got.find("Connection: close"), std::string::npos) << got;
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos) << got;
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string next = test::read_all(fd);
+  close(fd);
+  EXPECT_EQ(next.rfind("HTTP/1.1 200", 0), 0u) << next;
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ ServerOptions test_options() {
   ServerOptions o;
   o.port = 0;
   o.model_name = "tiny";
-  o.io_timeout_s = 2;
+  o.connections.io_timeout_s = 2;
   o.limits.max_tokens = 100000;  // as `serve --max-tokens 100000` in the issue
   return o;
 }

@@ -40,7 +40,7 @@ class HttpTest : public ::testing::Test {
     o.limits.max_tokens = 256;
     o.limits.max_prompt_tokens = 64;
     o.limits.max_n = 4;
-    o.io_timeout_s = 1;
+    o.connections.io_timeout_s = 1;
     o.connections.request_timeout_s = 1;
     server_ = new Running(*engine_, o);
   }

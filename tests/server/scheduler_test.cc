@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <new>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine_fixtures.h"
@@ -199,6 +200,29 @@ TEST(Scheduler, CancelFreesTheRows) {
   ASSERT_GE(rows.size(), 3u);
   EXPECT_EQ(rows[0], 1);
   for (size_t i = 1; i < rows.size(); ++i) EXPECT_EQ(rows[i], 1) << "the cancelled row stayed in forward " << i;
+}
+
+// The listener (the hub's wake for a stream) is called once per published step and once at the end, on the
+// engine thread; one set after news is called at once.
+TEST(Scheduler, ListenerIsCalledPerStepAndAtTheEnd) {
+  dc::testing::FakeModel model(kVocab, fake_row);
+  Scheduler scheduler(head_fn_from_logits(model.logits_fn(), kVocab, nullptr), kVocab, logits_head_memory(kVocab),
+                      nullptr, SchedulerOptions{}, nullptr);
+  SamplingParams p = base_params();
+  p.max_new_tokens = 6;
+  p.steps = 6;
+  auto job = std::make_shared<Job>(std::vector<int32_t>{1, 2}, p, std::vector<int32_t>{}, true);
+  std::atomic<int> calls{0};
+  job->set_listener([&] { ++calls; });
+  ASSERT_EQ(scheduler.submit(job), SubmitResult::kOk);
+  std::vector<JobSnapshot> steps;
+  ASSERT_TRUE(wait_result(*job, &steps).status.ok());
+  EXPECT_EQ(steps.size(), 6u);
+  for (int i = 0; i < 200 && calls.load() < 7; ++i) std::this_thread::sleep_for(5ms);  // (called after the wait ends)
+  EXPECT_EQ(calls.load(), 7);  // 6 steps, then the end
+  std::atomic<int> late{0};
+  job->set_listener([&] { ++late; });
+  EXPECT_EQ(late.load(), 1);  // the job has finished: news waiting
 }
 
 TEST(Scheduler, QueueFullTooLargeAndQueueTimeout) {
