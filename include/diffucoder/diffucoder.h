@@ -39,6 +39,8 @@ struct LoadOptions {
                                     // "f32" (the exact path of the parity tests) or "bf16"
   std::string weight_cache;         // packed-weight cache: "" beside the model, "off", or a directory
   int64_t max_kv_cache_bytes = int64_t{8} << 30;  // the largest KV cache one generation may allocate
+  std::string device = "cpu";       // where the forward runs: "cpu", "vulkan" (device 0) or "vulkan:N"
+                                    // (the Vulkan backend: cache "none" only so far)
 };
 
 // What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).

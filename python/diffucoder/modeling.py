@@ -67,8 +67,8 @@ def _seed(seed):
 class DreamModel:
     """A loaded checkpoint. Load with AutoModel.from_pretrained; .to() / .eval() are accepted no-ops."""
 
-    def __init__(self, path, precision="auto", threads=0, weight_cache="", tokenizer_path="", **generation):
-        self._core = _Model(path, tokenizer_path, threads, precision, weight_cache)
+    def __init__(self, path, precision="auto", threads=0, weight_cache="", tokenizer_path="", device="cpu", **generation):
+        self._core = _Model(path, tokenizer_path, threads, precision, weight_cache, device)
         self.name_or_path = path
         info = self._core.info
         if path.endswith(".gguf"):  # a GGUF file: its metadata, as the engine read it
@@ -303,20 +303,21 @@ class _Run:
 class AutoModel:
     """`AutoModel.from_pretrained(dir or FILE.gguf, torch_dtype=..., trust_remote_code=True, ...)`: a DreamModel.
     Engine options: threads (0 = all cores), precision ("auto" | "f32" | "bf16"; overrides torch_dtype),
-    weight_cache ("" beside the model, "off", or a directory); generation defaults for every call:
+    weight_cache ("" beside the model, "off", or a directory), device ("cpu", "vulkan" or "vulkan:N": the
+    forward on a Vulkan device, cache "none" only so far); generation defaults for every call:
     block_length, cache, threshold, factor, fast, seed."""
 
     @staticmethod
     def from_pretrained(path, *args, torch_dtype=None, trust_remote_code=None, device_map=None, precision=None,
-                        threads=0, weight_cache="", **kwargs):
+                        threads=0, weight_cache="", device="cpu", **kwargs):
         path = os.fspath(path)
         if not os.path.isdir(path) and not (path.endswith(".gguf") and os.path.isfile(path)):
             raise FileNotFoundError(f"{path}: not a checkpoint directory (config.json, *.safetensors) or a .gguf file")
         if args:
             raise TypeError("from_pretrained() takes the path and keyword arguments only")
         if device_map not in (None, "cpu", "auto"):
-            raise ValueError(f"device_map: {device_map!r}; the engine runs on the CPU (None, 'cpu' or 'auto')")
+            raise ValueError(f"device_map: {device_map!r}: None, 'cpu' or 'auto' (a Vulkan GPU: device='vulkan')")
         if not isinstance(threads, (int, np.integer)) or threads < 0:
             raise ValueError(f"threads: must be an integer >= 0 (0 = all cores), got {threads!r}")
         return DreamModel(path, precision=_precision(torch_dtype, precision), threads=int(threads),
-                          weight_cache=weight_cache, **kwargs)
+                          weight_cache=weight_cache, device=device, **kwargs)

@@ -253,16 +253,18 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Model>(m, "Model")
       .def(py::init([](const std::string& model_dir, const std::string& tokenizer_path, int threads,
-                       const std::string& precision, const std::string& weight_cache) {
+                       const std::string& precision, const std::string& weight_cache, const std::string& device) {
              dc::Result<std::unique_ptr<Model>> r = dc::internal_error("not run");
              {
                py::gil_scoped_release release;
-               r = Model::load({model_dir, tokenizer_path, threads, precision, weight_cache});
+               diffucoder::LoadOptions options{model_dir, tokenizer_path, threads, precision, weight_cache};
+               options.device = device;
+               r = Model::load(options);
              }
              return value_or_raise(std::move(r));
            }),
            py::arg("model_dir"), py::arg("tokenizer_path") = "", py::arg("threads") = 0, py::arg("precision") = "auto",
-           py::arg("weight_cache") = "")
+           py::arg("weight_cache") = "", py::arg("device") = "cpu")
       .def_property_readonly("info", [](const Model& model) {
         const diffucoder::ModelInfo& i = model.info();
         py::dict d;

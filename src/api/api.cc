@@ -80,6 +80,7 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
   if (options.max_kv_cache_bytes <= 0)
     return dc::invalid_argument("max_kv_cache_bytes: must be > 0 (got " + std::to_string(options.max_kv_cache_bytes) + ")");
   dc::EngineOptions e;
+  DC_ASSIGN_OR_RETURN(e.device, dc::parse_device(options.device));
   e.model_dir = options.model_dir;
   e.tokenizer_path = options.tokenizer_path;
   e.n_threads = options.threads;

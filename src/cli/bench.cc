@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "model/synthetic.h"
 #include "model/quantize.h"
+#include "ops/device.h"
 #include "ops/peak.h"
 
 namespace dc::cli {
@@ -37,6 +38,7 @@ struct BenchArgs {
   float threshold = 0.0f, factor = 0.0f;
   std::string weights = "bf16", precision = "auto", weight_cache;
   int64_t group_size = 128;
+  std::string device = "cpu";
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -69,6 +71,8 @@ int run_bench(const BenchArgs& a) {
                                         std::to_string(kMaxCanvasLength)));
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return usage_error(precision.status());
+  auto device = parse_device(a.device);
+  if (!device.ok()) return usage_error(device.status());
   QuantizeOptions quantize;
   quantize.group_size = a.group_size;
   if (a.weights == "q8" || a.weights == "q4") {
@@ -88,7 +92,9 @@ int run_bench(const BenchArgs& a) {
     ThreadPool fill_pool(a.threads);
     auto model = make_synthetic_model(*config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &quantize);
     if (!model.ok()) return report(model.status());
-    engine = Engine::from_model(std::move(*model), a.threads);
+    auto made = Engine::from_model(std::move(*model), a.threads, *device);
+    if (!made.ok()) return report(made.status());
+    engine = std::move(*made);
     if (Status s = engine->set_matmul_precision(precision->value_or(checkpoint_precision(engine->model()))); !s.ok())
       return report(s);
   } else {
@@ -97,13 +103,15 @@ int run_bench(const BenchArgs& a) {
     eo.n_threads = a.threads;
     eo.matmul_precision = *precision;
     eo.weight_cache = a.weight_cache;
+    eo.device = *device;
     auto loaded = Engine::load(eo);
     if (!loaded.ok()) return report(loaded.status());
     engine = std::move(*loaded);
   }
   const double load_ms = ms_since(t_load);
   const std::string precision_name = engine->matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32";
-  if (!a.model_dir.empty()) print_load_note(*engine, load_ms);
+  if (!a.model_dir.empty() || engine->backend() != nullptr) print_load_note(*engine, load_ms);
+  const std::string device_name = engine->backend() != nullptr ? a.device + " (" + engine->backend()->name() + ")" : "cpu";
   const ModelConfig& c = engine->config();
 
   SamplingParams p = engine->default_params();
@@ -132,8 +140,9 @@ int run_bench(const BenchArgs& a) {
       do t = id(gen); while (t == p.mask_token_id);
     }
 
-  if (!a.no_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
-  const double peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&engine->pool());
+  const bool cpu_peak = !a.no_peak && engine->backend() == nullptr;  // the CPU's GEMM peak: meaningless on a device
+  if (cpu_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
+  const double peak = cpu_peak ? measure_bf16_gemm_peak_gflops(&engine->pool()) : 0.0;
 
   // Time each step (from on_step to on_step) and each forward with its FLOPs.
   std::vector<double> step_ms;
@@ -176,7 +185,8 @@ int run_bench(const BenchArgs& a) {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
       {"alg", a.alg}, {"cache", cache_name}, {"block_length", p.block_length}, {"threshold", p.threshold},
-      {"factor", p.factor}, {"weights", a.weights}, {"precision", precision_name}, {"load_ms", load_ms}, {"time_to_first_forward_ms", load_ms + first_forward_ms}, {"steps_run", steps_run}, {"complete", complete},
+      {"factor", p.factor}, {"weights", a.weights}, {"device", device_name},
+      {"device_weight_bytes", engine->backend() != nullptr ? engine->backend()->weight_bytes() : 0}, {"precision", precision_name}, {"load_ms", load_ms}, {"time_to_first_forward_ms", load_ms + first_forward_ms}, {"steps_run", steps_run}, {"complete", complete},
       {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
       {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
       {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
@@ -194,7 +204,11 @@ int run_bench(const BenchArgs& a) {
               (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), engine->pool().n_threads());
   std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_name,
               (long long)p.block_length, p.threshold, p.factor);
-  std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(), precision_name.c_str());
+  std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
+              engine->backend() != nullptr ? "f32 (device)" : precision_name.c_str());
+  std::printf("| device | %s |\n", device_name.c_str());
+  if (engine->backend() != nullptr)
+    std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);
   std::printf("| load | %.0f ms |\n", load_ms);
   if (first_forward_ms >= 0)
     std::printf("| time to first step | %.0f ms (load + the first forward, %.0f ms) |\n", load_ms + first_forward_ms,
@@ -237,6 +251,8 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "Matmul activations: auto (the weights' dtype) | f32 | bf16")
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache, "--model: packed-weight cache directory, or off");
+  cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N (Vulkan: --cache none only)")
+      ->capture_default_str();
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
   cmd->add_flag("--json", a->json, "Print JSON");
   auto train = std::make_shared<BenchTrainArgs>();

@@ -28,6 +28,9 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
       ->capture_default_str();
   cmd->add_option("--weight-cache", f->weight_cache,
                   "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
+  cmd->add_option("--device", f->device,
+                  "Where the forward runs: cpu | vulkan | vulkan:N (`diffucoder devices`; Vulkan: --cache none only)")
+      ->capture_default_str();
 }
 
 Status apply_decoding_flags(const DecodingFlags& f, SamplingParams& p) {
@@ -55,6 +58,7 @@ Result<EngineOptions> engine_options(const DecodingFlags& f, const std::string& 
   options.n_threads = f.threads;
   options.matmul_precision = precision;
   options.weight_cache = f.weight_cache;
+  DC_ASSIGN_OR_RETURN(options.device, parse_device(f.device));
   return options;
 }
 

@@ -15,6 +15,7 @@
 #include "cli/decoding_flags.h"
 #include "cli/progress.h"
 #include "io/mapped_file.h"
+#include "ops/device.h"
 #include "sampler/generate.h"
 
 namespace dc::cli {
@@ -96,6 +97,7 @@ Status check_usage(const GenerateArgs& a) {
     return invalid_argument("give exactly one of --prompt, --prompt-file, --prompt-ids, --prompts-jsonl (got " +
                             std::to_string(given) + ")");
   DC_RETURN_IF_ERROR(parse_matmul_precision(a.decoding.precision).status());
+  DC_RETURN_IF_ERROR(parse_device(a.decoding.device).status());
   if (a.given_steps && a.steps < 1)
     return invalid_argument("--steps: must be >= 1 (got " + std::to_string(a.steps) + "); leave it out for one step per token");
   if (a.given_steps && a.max_length == 0 && a.steps > a.max_new_tokens)
@@ -172,7 +174,9 @@ int run_generate(const GenerateArgs& a) {
   if (Status st = diffucoder::check_config(make_config({}, a)); !st.ok()) return usage_error(st);
   const auto t_load = std::chrono::steady_clock::now();
   const DecodingFlags& f = a.decoding;
-  auto model_r = Model::load({a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache});
+  diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
+  load_options.device = f.device;
+  auto model_r = Model::load(load_options);
   if (!model_r.ok()) return report(model_r.status());
   const Model& model = **model_r;
   const double load_ms =

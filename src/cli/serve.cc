@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "ops/device.h"
 #include "sampler/decoder.h"
 #include "server/http.h"
 
@@ -21,7 +22,7 @@ namespace dc::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache;
+  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache, device = "cpu";
   int port = 8080, threads = 0, http_threads = 128;
   server::RequestLimits limits;
   server::SchedulerOptions scheduler;
@@ -68,6 +69,7 @@ Status check_usage(const ServeArgs& a) {
                             " is more than --max-tokens " + std::to_string(a.limits.max_tokens) +
                             ": a request without max_tokens would exceed the limit; lower it");
   if (a.max_memory != "auto") DC_RETURN_IF_ERROR(memory_budget(a.max_memory).status());
+  DC_RETURN_IF_ERROR(parse_device(a.device).status());
   return parse_matmul_precision(a.precision).status();
 }
 
@@ -83,6 +85,7 @@ int run_serve(const ServeArgs& a) {
   if (!precision.ok()) return report(precision.status());
   eo.matmul_precision = *precision;
   eo.weight_cache = a.weight_cache;
+  eo.device = parse_device(a.device).value();  // checked by check_usage
   const auto t_load = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
   if (!engine.ok()) return report(engine.status());
@@ -153,6 +156,8 @@ RunFn add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache,
                   "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
+  cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N (Vulkan: requests without a KV cache only)")
+      ->capture_default_str();
   cmd->add_flag("--fast", a->limits.fast,
                 "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
                 "(blocks of 32, dual cache, threshold 0.9; approximate)");

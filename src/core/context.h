@@ -7,9 +7,12 @@
 
 namespace dc {
 
-class Profiler;  // core/profiler.h
+class Profiler;       // core/profiler.h
+class DeviceBackend;  // ops/device.h: an opened device (Vulkan), its weights and memory
 
-enum class Device { kCpu };
+// Where an op's operands live and its kernels run. kVulkan: the activations are device pointers of the
+// context's DeviceBackend (not host-dereferenceable), the weights the host views uploaded to it.
+enum class Device { kCpu, kVulkan };
 
 // What the fast CPU matmul feeds to bf16 weights. kF32: activations stay f32 (weights widened to f32,
 // f32 FMA): the reference kernels' results up to summation order. kBF16: activations rounded to bf16
@@ -29,6 +32,9 @@ struct Context {
   Workspace* workspace = nullptr;
   // Phase timers (core/profiler.h; not owned), null = off: the ops' ProfileScopes then cost a branch.
   Profiler* profiler = nullptr;
+  // The device of Device::kVulkan (not owned; null on the CPU). One forward at a time records into it
+  // (DeviceBackend::lock, held by Model::forward).
+  DeviceBackend* backend = nullptr;
 };
 
 }  // namespace dc

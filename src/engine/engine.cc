@@ -58,6 +58,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
   engine->ctx_.matmul_precision = options.matmul_precision.value_or(checkpoint_precision(*engine->model_));
+  if (options.device.device != Device::kCpu) {  // the device keeps its own row-major copy: nothing to pack
+    DC_RETURN_IF_ERROR(engine->use_device(options.device));
+    return engine;
+  }
   std::string cache_path;
   if (options.weight_cache != "off" && !gguf) {  // a GGUF model is packed at each load (no cache file)
     const std::string precision = engine->ctx_.matmul_precision == MatmulPrecision::kBF16 ? "bf16" : "f32";
@@ -80,13 +84,34 @@ MatmulPrecision checkpoint_precision(const Model& model) {
   return MatmulPrecision::kF32;
 }
 
+Result<std::unique_ptr<Engine>> Engine::from_model(std::unique_ptr<Model> model, int n_threads, const DeviceSpec& device) {
+  if (device.device == Device::kCpu) return from_model(std::move(model), n_threads);
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
+  DC_RETURN_IF_ERROR(engine->use_device(device));
+  return engine;
+}
+
+Status Engine::use_device(const DeviceSpec& device) {
+  if (device.device == Device::kCpu) return Status();
+  DC_ASSIGN_OR_RETURN(backend_, open_vulkan_backend(device.index));
+  Context device_ctx = ctx_;
+  device_ctx.device = device.device, device_ctx.backend = backend_.get();
+  DC_RETURN_IF_ERROR(model_->to_device(device_ctx));
+  ctx_ = device_ctx;
+  return Status();
+}
+
 Status Engine::set_matmul_precision(MatmulPrecision precision) {
   ctx_.matmul_precision = precision;
+  if (ctx_.device != Device::kCpu) return Status();  // the device computes in f32 over its own copy
   return model_->pack_weights(ctx_);
 }
 
 std::string Engine::load_note() const {
   const WeightCacheReport& c = weight_cache_report_;
+  if (backend_ != nullptr)
+    return "device vulkan (" + backend_->name() + "), " + std::to_string(backend_->weight_bytes() >> 20) +
+           " MiB of weights on it, f32 arithmetic";
   std::string note = std::string("matmul precision ") + (matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32");
   if (!c.note.empty()) note += "; " + c.note + ", rebuilding it";
   if (c.outcome == WeightCacheReport::kLoaded) note += "; packed weights mapped from " + c.path;
@@ -160,6 +185,10 @@ LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_
 }
 
 HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
+  // On a device the lm_head runs there and the out rows' logits come back (a device HeadSampler, returning
+  // only the per-row choices, is not written yet).
+  if (ctx.device != Device::kCpu)
+    return head_fn_from_logits(model_logits_fn(model, ctx, max_kv_cache_bytes), model.config().n_vocab, ctx.pool);
   auto gen = std::make_shared<Generation>();  // its workspace is unused: the head has its own
   auto head = std::make_shared<CpuHeadSampler>(model, ctx);
   return [&model, max_kv_cache_bytes, gen, head](const ForwardBatch& batch) -> Result<HeadSampler*> {

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/transformer.h"
+#include "ops/device.h"
 #include "sampler/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,6 +34,10 @@ struct EngineOptions {
   // place (beside the checkpoint, else the user's cache directory), "off" disables it, anything else is
   // the directory to keep it in.
   std::string weight_cache;
+  // Where the forward runs (--device): the CPU, or a Vulkan device that gets a copy of the weights at
+  // load (no packing, no packed-weight cache; f32 arithmetic whatever the precision). Model::forward
+  // documents what does not run on a device yet (the KV cache).
+  DeviceSpec device;
 };
 
 // The matmul precision a checkpoint computes in by default: kBF16 when its matrices are stored in bf16
@@ -58,6 +63,8 @@ class Engine {
     engine->pack_or_note();  // packs what is worth packing
     return engine;
   }
+  // The same with the forward on `device`; errors as use_device's.
+  static Result<std::unique_ptr<Engine>> from_model(std::unique_ptr<Model> model, int n_threads, const DeviceSpec& device);
 
   const Model& model() const { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
@@ -70,6 +77,9 @@ class Engine {
   // stays row-major (same results, slower).
   Status set_matmul_precision(MatmulPrecision precision);
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
+  // The device the forward runs on (EngineOptions::device), and its backend (null on the CPU).
+  Device device() const { return ctx_.device; }
+  const DeviceBackend* backend() const { return backend_.get(); }
   // What loading did with the packed-weight cache (EngineOptions::weight_cache).
   const WeightCacheReport& weight_cache_report() const { return weight_cache_report_; }
   // One sentence for the user: the matmul precision and what happened to the packed-weight cache, e.g.
@@ -128,10 +138,14 @@ class Engine {
   // Packs at ctx_'s precision (through the cache at `cache_path` when not ""); when memory runs out a
   // line on stderr says the rest stays row-major.
   void pack_or_note(const std::string& cache_path = "");
+  // Opens `device` and uploads the model's weights to it (row-major: before any packing); the CPU: nothing.
+  // Errors: no such device or driver, too little device memory for the weights (Model::to_device).
+  Status use_device(const DeviceSpec& device);
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ThreadPool pool_;
+  std::unique_ptr<DeviceBackend> backend_;  // the device of ctx_ (Device::kVulkan), null on the CPU
   Context ctx_;
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
   WeightCacheReport weight_cache_report_;

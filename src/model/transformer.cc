@@ -13,6 +13,7 @@
 #include "model/kv_cache.h"
 #include "ops/attention.h"
 #include "ops/attention_window.h"
+#include "ops/device.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 
@@ -86,6 +87,7 @@ Status Model::forward_checked(const Context& ctx, const ForwardBatch& b, float* 
                               const ForwardObserver* observer, Activations* train) const {
   const ProfileScope profile(ctx, "forward");
   DC_RETURN_IF_ERROR(check_batch(b));
+  if (ctx.device != Device::kCpu) return forward_on_device(ctx, b, hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
   // faults (~5% of a 0.5B step). Without one, in this call's own (freed on return).
@@ -113,6 +115,47 @@ void Model::lm_head(const Context& ctx, const float* hidden, int64_t n, float* l
   const int64_t E = config_.n_embd, V = config_.n_vocab;
   for (int64_t r = 0; r < n; r += chunk_rows)
     matmul_nt(ctx, hidden + r * E, std::min(chunk_rows, n - r), weights_.output, nullptr, logits + r * V);
+}
+
+Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float* hidden, float* logits,
+                                const ForwardObserver* observer, Activations* train) const {
+  if (train != nullptr || observer != nullptr)
+    return invalid_argument("forward: training and the debug observer run on the CPU only (--device cpu)");
+  if (b.cache_op != CacheOp::kNone)
+    return unimplemented("forward: the KV cache is not on the device yet: use cache none, or --device cpu");
+  if (b.n_out == 0) return Status();
+  const int64_t E = config_.n_embd, V = config_.n_vocab;
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  DC_RETURN_IF_ERROR(ctx.backend->begin());
+  // The final-normed rows and their logits stay on the device; only what the caller asked for comes back.
+  float* rows = device_floats(ctx, "forward.hidden", b.n_out * E);          // [n_out, E]
+  float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
+  DC_RETURN_IF_ERROR(device_status(ctx));
+  DC_RETURN_IF_ERROR(forward_body(ctx, b, rows, nullptr, nullptr));
+  if (logits != nullptr) lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
+  DC_RETURN_IF_ERROR(ctx.backend->finish());
+  if (logits != nullptr) return ctx.backend->download(out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
+  return ctx.backend->download(rows, hidden, b.n_out * E * static_cast<int64_t>(sizeof(float)));
+}
+
+Status Model::to_device(const Context& ctx) const {
+  DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::to_device: a device context");
+  int64_t bytes = 0;  // what the weights take on the device (their stored size), checked before any upload
+  visit_tensors(config_, weights_, [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
+                                       const VectorView* v) {
+    if (m != nullptr) bytes += m->rows * m->cols * static_cast<int64_t>(dtype_size(m->dtype)) / (m->quant == WeightQuant::kQ4 ? 2 : 1);
+    if (v != nullptr) bytes += static_cast<int64_t>(v->size() * sizeof(float));
+  });
+  if (bytes > ctx.backend->memory_bytes())
+    return resource_exhausted("the weights need " + std::to_string(bytes >> 20) + " MiB on " + ctx.backend->name() + ", which has " +
+                              std::to_string(ctx.backend->memory_bytes() >> 20) + " MiB: use a quantized checkpoint (convert --quantize) or --device cpu");
+  Status status;
+  visit_tensors(config_, weights_, [&](const std::string& name, const std::vector<int64_t>&, const WeightView* m,
+                                       const VectorView* v) {
+    if (!status.ok()) return;
+    status = m != nullptr ? ctx.backend->add_matrix(*m, name) : ctx.backend->add_vector(v->data(), static_cast<int64_t>(v->size()), name);
+  });
+  return status;
 }
 
 Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hidden, const ForwardObserver* observer,
@@ -150,24 +193,37 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
     train->out_rows.assign(b.out_rows, b.out_rows + b.n_out);
   }
 
-  Workspace& ws = *ctx.workspace;  // set by forward()
-  const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
-  float* h = ws.floats("forward.h", T * E);                                // [T, E] residual stream
-  float* a = ws.floats("forward.a", T * E);                                // [T, E] normed input
-  float* q = ws.floats("forward.q", Ts * q_dim);                           // [T, H*D]
-  float* attn = ws.floats("forward.attn", Ts * q_dim);                     // [T, H*D]
-  float* k_own = ws.floats("forward.k", refresh ? 0 : Ts * kv_dim);        // [T, Hkv*D]
-  float* v_own = ws.floats("forward.v", refresh ? 0 : Ts * kv_dim);        // [T, Hkv*D]
-  float* gate = ws.floats("forward.gate", Ts * F);                         // [T, F]
-  float* up = ws.floats("forward.up", Ts * F);                             // [T, F]
+  // The out rows' indices into h [T, E] (the rows whose logits are wanted).
+  std::vector<int32_t> out_index(b.n_out);  // [n_out]
+  for (int64_t r = 0; r < b.n_out; ++r)
+    out_index[r] = static_cast<int32_t>(b.out_rows[r] / L * W + b.out_rows[r] % L - wb);
 
-  embedding(ctx, weights_.tok_embd, tokens.data(), T, h);
+  // Buffers in ctx.workspace (set by forward()) on the CPU, in device memory on a device.
+  const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
+  float* h = device_floats(ctx, "forward.h", T * E);                          // [T, E] residual stream
+  float* a = device_floats(ctx, "forward.a", T * E);                          // [T, E] normed input
+  float* q = device_floats(ctx, "forward.q", Ts * q_dim);                     // [T, H*D]
+  float* attn = device_floats(ctx, "forward.attn", Ts * q_dim);               // [T, H*D]
+  float* k_own = device_floats(ctx, "forward.k", refresh ? 0 : Ts * kv_dim);  // [T, Hkv*D]
+  float* v_own = device_floats(ctx, "forward.v", refresh ? 0 : Ts * kv_dim);  // [T, Hkv*D]
+  float* gate = device_floats(ctx, "forward.gate", Ts * F);                   // [T, F]
+  float* up = device_floats(ctx, "forward.up", Ts * F);                       // [T, F]
+  // The host inputs where the ops read them (the host's own on the CPU).
+  const int32_t* ids = device_copy(ctx, "forward.tokens", tokens.data(), T);
+  const float* cos_at = device_copy(ctx, "forward.cos", cos.data(), T * D / 2);
+  const float* sin_at = device_copy(ctx, "forward.sin", sin.data(), T * D / 2);
+  const int32_t* out_index_at = device_copy(ctx, "forward.out_rows", out_index.data(), b.n_out);
+  ForwardBatch batch = b;  // the padding mask where attention reads it
+  batch.valid = device_copy(ctx, "forward.valid", b.valid, b.n_batch * L);
+  DC_RETURN_IF_ERROR(device_status(ctx));
+
+  embedding(ctx, weights_.tok_embd, ids, T, h);
   observe("embd", h, {T, E});
   for (int64_t il = 0; il < c.n_layer; ++il) {
     // With recomputation only the layer's input is kept; the rest goes to the one scratch layer.
     LayerActivations* act = train ? (train->recompute ? &train->scratch : &train->layers[il]) : nullptr;
     if (train) std::copy_n(h, T * E, train->layers[il].x.begin());
-    LayerPass pass{&b, T, cos.data(), sin.data(), h, a, observer};
+    LayerPass pass{&batch, T, cos_at, sin_at, h, a, observer};
     pass.a1 = act ? act->a1.data() : a;
     pass.q = act ? act->q.data() : q;
     // A refresh computes K/V straight into the cache (same [n_batch, L, kv_dim] layout).
@@ -184,10 +240,7 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   if (refresh) cache->set_filled(true);
   if (b.n_out == 0) return Status();
   float* rows = hidden;  // [n_out, E]: only the rows whose logits are wanted
-  for (int64_t r = 0; r < b.n_out; ++r) {
-    const int64_t row = b.out_rows[r] / L, i = b.out_rows[r] % L;
-    std::copy_n(h + (row * W + i - wb) * E, E, rows + r * E);
-  }
+  gather_rows(ctx, h, E, out_index_at, b.n_out, rows);
   if (train) std::copy_n(rows, b.n_out * E, train->final_x.begin());
   rms_norm(ctx, rows, weights_.output_norm.data(), b.n_out, E, eps, rows);
   if (train) std::copy_n(rows, b.n_out * E, train->final_norm.begin());

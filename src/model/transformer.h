@@ -77,6 +77,11 @@ class Model {
   // Blocks until the cache writer started by pack_weights finished; its status (ok when none ran).
   Status wait_for_weight_cache();
 
+  // Uploads every weight to ctx's device (ctx.backend), once, in its stored layout; call before a forward
+  // with that context (so before pack_weights, whose kPanels copies are the CPU's layout). Errors: the
+  // weights larger than the device's memory, or its out-of-memory (kResourceExhausted), naming the sizes.
+  Status to_device(const Context& ctx) const;
+
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
   // batch.out_rows to logits[n_out, n_vocab], f32: forward_hidden, then lm_head in chunks of
   // kHeadChunkRows (training mode: one product). With batch.cache_op kRefresh it also stores every
@@ -146,6 +151,10 @@ class Model {
                          const ForwardObserver* observer, Activations* train) const;
   // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
   // resource_exhausted).
+  // forward_checked on a device (ctx.device != kCpu): records forward_body and the lm_head into the
+  // backend, runs them and downloads the logits (or the hidden rows). No cache, training or observer yet.
+  Status forward_on_device(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
+                           const ForwardObserver* observer, Activations* train) const;
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
                       Activations* train) const;
   Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,

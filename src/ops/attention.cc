@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "ops/cpu/kernels.h"
+#include "ops/device.h"
 
 namespace dc {
 
@@ -20,6 +21,8 @@ void attention(const Context& ctx, const AttentionShape& shape, const float* q, 
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::attention(ctx.pool, shape, q, k, v, valid, out);
       return cpu::attention_fast(ctx.pool, ws, shape, q, k, v, valid, out);
+    case Device::kVulkan:
+      return ctx.backend->attention(shape, q, k, v, valid, out);
   }
 }
 

@@ -21,6 +21,8 @@ void attention_window(const Context& ctx, const AttentionShape& shape, int64_t w
       if (ctx.reference_kernels)
         return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
       return cpu::attention_window_fast(ctx.pool, ws, shape, window_begin, window_len, q, k, v, valid, out);
+    case Device::kVulkan:
+      DC_CHECK(false, "attention_window: the cached forward does not run on Vulkan yet (Model::forward refuses it)");
   }
 }
 

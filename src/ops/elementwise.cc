@@ -2,12 +2,14 @@
 // reference kernels when the context asks for them).
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/check.h"
 #include "core/profiler.h"
 #include "ops/cpu/kernels.h"
+#include "ops/device.h"
 
 namespace dc {
 
@@ -18,6 +20,8 @@ void rms_norm(const Context& ctx, const float* x, const float* w, int64_t n, int
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::rms_norm(ctx.pool, x, w, n, d, eps, y);
       return cpu::rms_norm_fast(ctx.pool, x, w, n, d, eps, y);
+    case Device::kVulkan:
+      return ctx.backend->rms_norm(x, w, n, d, eps, y);
   }
 }
 
@@ -48,6 +52,8 @@ void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::rope_apply(ctx.pool, x, n, n_heads, head_dim, cos, sin);
       return cpu::rope_apply_fast(ctx.pool, x, n, n_heads, head_dim, cos, sin);
+    case Device::kVulkan:
+      return ctx.backend->rope_apply(x, n, n_heads, head_dim, cos, sin);
   }
 }
 
@@ -58,6 +64,8 @@ void swiglu(const Context& ctx, const float* gate, const float* up, int64_t coun
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::swiglu(ctx.pool, gate, up, count, out);
       return cpu::swiglu_fast(ctx.pool, gate, up, count, out);
+    case Device::kVulkan:
+      return ctx.backend->swiglu(gate, up, count, out);
   }
 }
 
@@ -68,15 +76,31 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::add_inplace(ctx.pool, y, x, count);
       return cpu::add_inplace_fast(ctx.pool, y, x, count);
+    case Device::kVulkan:
+      return ctx.backend->add_inplace(y, x, count);
   }
 }
 
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out) {
   const ProfileScope profile(ctx, "embedding");
   DC_CHECK(!table.empty() && ids && out, "embedding: bad arguments");
-  for (int64_t i = 0; i < n; ++i) DC_CHECK(ids[i] >= 0 && ids[i] < table.rows, "embedding: id out of range");
   switch (ctx.device) {
-    case Device::kCpu: return cpu::embedding(ctx.pool, table, ids, n, out);
+    case Device::kCpu:
+      for (int64_t i = 0; i < n; ++i) DC_CHECK(ids[i] >= 0 && ids[i] < table.rows, "embedding: id out of range");
+      return cpu::embedding(ctx.pool, table, ids, n, out);
+    case Device::kVulkan:  // device ids: Model::forward checked the tokens on the host
+      return ctx.backend->embedding(table, ids, n, out);
+  }
+}
+
+void gather_rows(const Context& ctx, const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) {
+  DC_CHECK(x && rows && out && cols > 0 && n >= 0, "gather_rows: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu:
+      for (int64_t r = 0; r < n; ++r) std::copy_n(x + rows[r] * cols, cols, out + r * cols);
+      return;
+    case Device::kVulkan:
+      return ctx.backend->gather_rows(x, cols, rows, n, out);
   }
 }
 

@@ -30,6 +30,10 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count);
 // out[n, table.cols] = table[ids[i]] as f32. Precondition: 0 <= ids[i] < table.rows.
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 
+// out[n, cols] = x[rows[r], :] for each r: the rows of x (f32 [*, cols]) the caller names, e.g. the
+// forward's out rows before the final norm. Overwrites out (which must not overlap x).
+void gather_rows(const Context& ctx, const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out);
+
 // ---- Backward passes (training). Each adds into gradient buffers the caller zeroed unless it says
 // "overwrites"; inputs are the forward's inputs (saved activations).
 

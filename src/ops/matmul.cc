@@ -8,6 +8,7 @@
 #include "core/profiler.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"
+#include "ops/device.h"
 
 namespace dc {
 
@@ -38,6 +39,9 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
                                       ctx.reference_kernels ? cpu::QuantKernel::kReference : cpu::QuantKernel::kAuto);
       }
       DC_CHECK(false, "matmul_nt: no kernel for this weight dtype");
+      return;
+    case Device::kVulkan:
+      return ctx.backend->matmul_nt(x, n, w, bias, y);
   }
 }
 
@@ -51,6 +55,8 @@ void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightVi
     case Device::kCpu:
       if (ctx.reference_kernels) return cpu::matmul_nt(ctx.pool, x, n, w, nullptr, y, /*accumulate=*/true);
       return cpu::matmul_nt_fast(ctx.pool, ws, x, n, w, nullptr, y, ctx.matmul_precision, /*accumulate=*/true);
+    case Device::kVulkan:
+      DC_CHECK(false, "matmul_nt_add: the backward runs on the CPU only");
   }
 }
 
@@ -61,6 +67,9 @@ void matmul_tn_dispatch(const Context& ctx, const float* a, int64_t n, int64_t m
   DC_CHECK((n == 0 || (a != nullptr && b != nullptr)) && y != nullptr && n >= 0 && m >= 0 && k >= 0,
            "matmul_tn: bad arguments");
   switch (ctx.device) {
+    case Device::kVulkan:
+      DC_CHECK(false, "matmul_tn_add: the backward runs on the CPU only");
+      return;
     case Device::kCpu:
       if (!bf16_backward(ctx)) return cpu::matmul_tn(ctx.pool, a, n, m, b, k, y, accumulate);
       Workspace own_workspace;  // the kernel's packing buffers: ctx's, or (without one) this call's
@@ -122,6 +131,8 @@ WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void
       cpu::pack_quant_panels(ctx.pool, w, panel_begin, panel_end, static_cast<uint8_t*>(data),
                              static_cast<uint16_t*>(scales), static_cast<uint16_t*>(mins));
       break;
+    case Device::kVulkan:
+      DC_CHECK(false, "pack_panels: kPanels is the CPU's layout");
   }
   return panel_view(w, data, scales, mins);
 }

@@ -267,6 +267,8 @@ TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
       {"bench --shape huge", "--shape 'huge'"},
       {"bench --model " + small_model() + " --weights q8", "diffucoder convert"},
       {"bench --shape tiny --weights q4 --group-size 33", "--group-size 33"},
+      {"generate" + ok_model + "--device gpu", "--device 'gpu'"},
+      {"bench --shape tiny --device cuda:0", "--device 'cuda:0'"},
   };
   for (const auto& c : cases) {
     auto r = run(c.args);

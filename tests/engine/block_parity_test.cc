@@ -18,14 +18,7 @@ namespace {
 using testing::load_exact;
 
 SamplingParams block_params_of(const Engine& engine, const nlohmann::json& p) {
-  SamplingParams s = engine.default_params();
-  s.alg = parse_algorithm(p["alg"].get<std::string>()).value();
-  s.steps = p["steps"].get<int>();
-  s.max_new_tokens = p["max_new_tokens"].get<int64_t>();
-  s.eps = p["eps"].get<float>();
-  s.temperature = p["temperature"].get<float>();
-  s.top_p = p["top_p"].is_null() ? 1.0f : p["top_p"].get<float>();
-  s.top_k = p["top_k"].is_null() ? 0 : p["top_k"].get<int64_t>();
+  SamplingParams s = testing::reference_params(engine, p);
   s.block_length = p["block_length"].get<int64_t>();
   s.threshold = p["threshold"].is_null() ? 0.0f : p["threshold"].get<float>();
   s.factor = p["factor"].is_null() ? 0.0f : p["factor"].get<float>();

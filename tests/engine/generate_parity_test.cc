@@ -11,19 +11,7 @@ namespace dc {
 namespace {
 
 using testing::load_exact;
-
-SamplingParams params_of(const Engine& engine, const nlohmann::json& p) {
-  SamplingParams s = engine.default_params();
-  s.alg = parse_algorithm(p["alg"].get<std::string>()).value();
-  s.steps = p["steps"].get<int>();
-  s.max_new_tokens = p["max_new_tokens"].get<int64_t>();
-  s.eps = p["eps"].get<float>();
-  s.temperature = p["temperature"].get<float>();
-  s.top_p = p["top_p"].is_null() ? 1.0f : p["top_p"].get<float>();
-  s.top_k = p["top_k"].is_null() ? 0 : p["top_k"].get<int64_t>();
-  s.alg_temp = p["alg_temp"].is_null() ? 0.0f : p["alg_temp"].get<float>();
-  return s;
-}
+using testing::reference_params;
 
 TEST(GenerateParity, TokenIdenticalToReference) {
   const auto manifest = dc::testing::load_manifest();
@@ -35,7 +23,7 @@ TEST(GenerateParity, TokenIdenticalToReference) {
     const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
     for (const auto& c : gen["cases"]) {
       std::vector<std::vector<int32_t>> prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
-      const SamplingParams params = params_of(**engine, c["params"]);
+      const SamplingParams params = reference_params(**engine, c["params"]);
       auto out = (*engine)->generate(prompts, params);
       ASSERT_TRUE(out.ok()) << out.status().to_string();
       const auto want = c["sequences"].get<std::vector<std::vector<int32_t>>>();

@@ -31,6 +31,8 @@ def test_load_errors(tiny_gqa2, tiny_vocab, tmp_path):
         diffucoder.AutoModel.from_pretrained(tiny_gqa2, torch_dtype=torch.float16)
     with pytest.raises(ValueError, match="precision"):
         diffucoder.AutoModel.from_pretrained(tiny_gqa2, precision="f64")
+    with pytest.raises(ValueError, match="--device 'gpu'"):
+        diffucoder.AutoModel.from_pretrained(tiny_gqa2, device="gpu")
     with pytest.raises(ValueError, match="threads"):
         diffucoder.AutoModel.from_pretrained(tiny_gqa2, threads=-1)
     with pytest.raises(TypeError, match="attn_implementation"):

@@ -111,6 +111,32 @@ Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& 
   return seq.record(d);
 }
 
+namespace {
+
+// gather_rows over a matrix of weight type `wtype` (weights.glsl) whose buffers are data / scales / mins.
+Status gather(Sequence& seq, int32_t wtype, const Buffer& data, const Buffer* scales, const Buffer* mins, int64_t cols,
+              int64_t group_size, const Buffer& ids, int64_t n, Buffer& out) {
+  const char* op = "vulkan gather_rows";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  DC_RETURN_IF_ERROR(positive(n * cols, op, "n · cols"));
+  if (data.empty()) return invalid_argument(std::string(op) + ": the matrix is not on the device");
+  DC_RETURN_IF_ERROR(need(ids, n * 4, op, "ids [n]"));
+  DC_RETURN_IF_ERROR(need(out, n * cols * 4, op, "out [n, cols]"));
+  return seq.record({"gather_rows", {wtype}, {&ids, &data, scales, mins, &out}, {u32(n), u32(cols), u32(group_size)},
+                     stride_groups(n * cols, 256)});
+}
+
+}  // namespace
+
+Status gather_rows(Sequence& seq, const DeviceMatrix& w, const Buffer& ids, int64_t n, Buffer& out) {
+  return gather(seq, weight_type(w), w.data, w.scales.empty() ? nullptr : &w.scales, w.mins.empty() ? nullptr : &w.mins,
+                w.cols, w.group_size, ids, n, out);
+}
+
+Status gather_rows(Sequence& seq, const Buffer& x, int64_t cols, const Buffer& ids, int64_t n, Buffer& out) {
+  return gather(seq, /*f32*/ 0, x, nullptr, nullptr, cols, 0, ids, n, out);
+}
+
 Status rms_norm(Sequence& seq, const Buffer& x, const Buffer& w, int64_t n, int64_t d, float eps, Buffer& y) {
   const char* op = "vulkan rms_norm";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));

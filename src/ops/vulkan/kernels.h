@@ -42,6 +42,12 @@ Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string
 // no kernel uses it yet.)
 Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y);
 
+// out[n, w.cols] = the rows ids[n] (uint32, each < w.rows: the caller checks them) of w widened to f32: the
+// embedding lookup (ops/elementwise.h embedding).
+Status gather_rows(Sequence& seq, const DeviceMatrix& w, const Buffer& ids, int64_t n, Buffer& out);
+// The same over f32 activations x[rows, cols]: out[n, cols] = x[ids[n]] (the forward's out rows).
+Status gather_rows(Sequence& seq, const Buffer& x, int64_t cols, const Buffer& ids, int64_t n, Buffer& out);
+
 // y[n, d] = x * rsqrt(mean(x²) + eps) * w[d]; y may be x.
 Status rms_norm(Sequence& seq, const Buffer& x, const Buffer& w, int64_t n, int64_t d, float eps, Buffer& y);
 

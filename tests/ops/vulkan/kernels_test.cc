@@ -113,6 +113,36 @@ TEST(VulkanKernels, MatmulChecksShapes) {
   EXPECT_EQ(vk::upload_matrix(rt, bad, "bad").status().code(), StatusCode::kInvalidArgument);
 }
 
+// The embedding lookup over every weight kind, and the gather of f32 rows, equal to the CPU's (exact:
+// a widening, no arithmetic beyond the q8 / q4 scale).
+TEST(VulkanKernels, GatherRowsEveryWeightKindAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t rows = 37, cols = 42, n = 9;
+  const std::vector<int32_t> ids = {0, 36, 5, 5, 17, 1, 35, 20, 9};
+  const vk::Buffer dids = ok_or_throw(rt.make_buffer(ids, "ids"));
+  for (const std::string kind : {"f32", "f16", "bf16", "q8", "q4"}) {
+    const TestWeight w = make_weight(kind, rows, cols, 14, 11);
+    const vk::DeviceMatrix dw = ok_or_throw(vk::upload_matrix(rt, w.host, kind));
+    std::vector<float> want(static_cast<size_t>(n * cols));
+    embedding(cpu_reference(), w.view, ids.data(), n, want.data());
+    vk::Buffer out = ok_or_throw(rt.alloc(n * cols * 4, "out"));
+    auto seq = ok_or_throw(rt.new_sequence());
+    ok_or_throw(vk::gather_rows(seq, dw, dids, n, out));
+    ok_or_throw(seq.run());
+    expect_close(want, ok_or_throw(rt.read<float>(out, n * cols)), 1e-6, "embedding " + kind);
+  }
+  const std::vector<float> x = random_floats(5, static_cast<size_t>(rows * cols));
+  std::vector<float> want(static_cast<size_t>(n * cols));
+  gather_rows(cpu_reference(), x.data(), cols, ids.data(), n, want.data());
+  const vk::Buffer dx = ok_or_throw(rt.make_buffer(x, "x"));
+  vk::Buffer out = ok_or_throw(rt.alloc(n * cols * 4, "out"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::gather_rows(seq, dx, cols, dids, n, out));
+  ok_or_throw(seq.run());
+  EXPECT_EQ(want, ok_or_throw(rt.read<float>(out, n * cols)));
+  EXPECT_EQ(vk::gather_rows(seq, dx, cols, dids, n + 1, out).code(), StatusCode::kInvalidArgument);  // ids too short
+}
+
 TEST(VulkanKernels, RmsNormAgainstTheCpu) {
   vk::Runtime& rt = vulkan_runtime();
   for (int64_t d : {67, 300}) {

@@ -1,0 +1,170 @@
+// The Vulkan DeviceBackend (ops/device.h): the weights uploaded once in their stored row-major layout
+// (ops/vulkan/kernels.h DeviceMatrix), the forward's named device buffers, and each op recorded into one
+// Sequence per forward (ops/vulkan/runtime.h) that finish() runs. A device pointer is the address
+// (slot + 1) << 40 of a named buffer: an operand must be the start of one (no row offsets yet).
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "ops/device.h"
+#include "ops/vulkan/kernels.h"
+#include "ops/vulkan/runtime.h"
+
+namespace dc {
+namespace {
+
+constexpr int kAddressShift = 40;  // device pointers: slot in the high bits, a byte offset (always 0) below
+
+class VulkanBackend final : public DeviceBackend {
+ public:
+  explicit VulkanBackend(std::unique_ptr<vk::Runtime> rt) : rt_(std::move(rt)) {}
+  ~VulkanBackend() override {  // everything recorded or allocated goes before the runtime
+    seq_.reset();
+    arena_.clear(), matrices_.clear(), vectors_.clear();
+  }
+
+  std::string name() const override { return rt_->info().name; }
+  int64_t memory_bytes() const override { return rt_->info().device_local_bytes; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+
+  Status add_matrix(const WeightView& w, const std::string& name) override {
+    if (matrices_.count(w.data) != 0) return Status();
+    if (w.layout != WeightLayout::kRowMajor)
+      return invalid_argument(name + ": packed (kPanels) weights are the CPU's layout; upload the row-major weights");
+    const vk::HostMatrix host{w.dtype, w.quant, w.rows, w.cols, w.group_size, w.data, w.scales, w.mins};
+    DC_ASSIGN_OR_RETURN(vk::DeviceMatrix d, vk::upload_matrix(*rt_, host, name));
+    weight_bytes_ += d.data.bytes() + d.scales.bytes() + d.mins.bytes();
+    matrices_.emplace(w.data, std::move(d));
+    return Status();
+  }
+
+  Status add_vector(const float* v, int64_t n, const std::string& name) override {
+    if (vectors_.count(v) != 0) return Status();
+    DC_ASSIGN_OR_RETURN(vk::Buffer b, rt_->alloc(n * 4, name));
+    DC_RETURN_IF_ERROR(rt_->upload(b, v, n * 4));
+    weight_bytes_ += b.bytes();
+    vectors_.emplace(v, std::move(b));
+    return Status();
+  }
+
+  std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(mutex_); }
+
+  Status begin() override {
+    seq_.reset();
+    status_ = Status();
+    DC_ASSIGN_OR_RETURN(vk::Sequence seq, rt_->new_sequence());
+    seq_.emplace(std::move(seq));
+    return Status();
+  }
+
+  void* alloc(const char* name, int64_t bytes) override {
+    if (!status_.ok() || bytes <= 0) return nullptr;
+    const int64_t words = (bytes + 3) / 4 * 4;  // the shaders read whole 32-bit words
+    auto [it, fresh] = slots_.try_emplace(name, arena_.size());
+    if (fresh) arena_.emplace_back();
+    vk::Buffer& b = arena_[it->second];
+    if (b.bytes() < words) {
+      b = vk::Buffer();
+      auto grown = rt_->alloc(words, std::string("forward buffer ") + name);
+      if (!grown.ok()) {
+        status_ = grown.status();
+        return nullptr;
+      }
+      b = std::move(grown).value();
+    }
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(it->second + 1) << kAddressShift);
+  }
+
+  const void* copy_in(const char* name, const void* host, int64_t bytes) override {
+    void* p = alloc(name, bytes);
+    if (p != nullptr) keep(rt_->upload(at(p), host, bytes));
+    return status_.ok() ? p : nullptr;
+  }
+
+  Status status() const override { return status_; }
+
+  Status finish() override {
+    DC_CHECK(seq_.has_value(), "VulkanBackend::finish without begin");
+    if (status_.ok()) status_ = seq_->run();
+    return status_;
+  }
+
+  Status download(const void* device, void* host, int64_t bytes) override { return rt_->download(at(device), host, bytes); }
+
+  void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) override {
+    if (recording()) keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), vector(bias), at(y)));
+  }
+  void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) override {
+    if (recording()) keep(vk::rms_norm(*seq_, at(x), *vector(w), n, d, eps, at(y)));
+  }
+  void rope_apply(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin) override {
+    if (recording()) keep(vk::rope_apply(*seq_, at(x), n, n_heads, head_dim, at(cos), at(sin)));
+  }
+  void swiglu(const float* gate, const float* up, int64_t count, float* out) override {
+    if (recording()) keep(vk::swiglu(*seq_, at(gate), at(up), count, at(out)));
+  }
+  void add_inplace(float* y, const float* x, int64_t count) override {
+    if (recording()) keep(vk::add_inplace(*seq_, at(y), at(x), count));
+  }
+  void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
+    if (recording()) keep(vk::gather_rows(*seq_, matrix(table), at(ids), n, at(out)));
+  }
+  void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) override {
+    if (recording()) keep(vk::gather_rows(*seq_, at(x), cols, at(rows), n, at(out)));
+  }
+  void attention(const AttentionShape& s, const float* q, const float* k, const float* v, const uint8_t* valid,
+                 float* out) override {
+    if (!recording()) return;
+    const vk::AttentionDims dims{s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim};
+    keep(vk::attention(*seq_, dims, 0, s.n_seq, at(q), at(k), at(v), valid != nullptr ? &at(valid) : nullptr, at(out)));
+  }
+
+ private:
+  // False after an error (the rest of the forward is skipped; finish() returns the error).
+  bool recording() const {
+    DC_CHECK(seq_.has_value(), "VulkanBackend: an op outside begin() / finish()");
+    return status_.ok();
+  }
+  void keep(Status s) {
+    if (status_.ok() && !s.ok()) status_ = std::move(s);
+  }
+  vk::Buffer& at(const void* p) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t slot = (address >> kAddressShift) - 1, offset = address & ((uintptr_t{1} << kAddressShift) - 1);
+    DC_CHECK(address >> kAddressShift != 0 && slot < arena_.size() && offset == 0,
+             "VulkanBackend: an operand is not the start of one of this device's buffers");
+    return arena_[slot];
+  }
+  const vk::DeviceMatrix& matrix(const WeightView& w) const {
+    auto it = matrices_.find(w.data);
+    DC_CHECK(it != matrices_.end(), "VulkanBackend: a weight matrix that was never uploaded (Model::to_device)");
+    return it->second;
+  }
+  const vk::Buffer* vector(const float* v) const {
+    if (v == nullptr) return nullptr;
+    auto it = vectors_.find(v);
+    DC_CHECK(it != vectors_.end(), "VulkanBackend: a norm weight or bias that was never uploaded (Model::to_device)");
+    return &it->second;
+  }
+
+  std::unique_ptr<vk::Runtime> rt_;  // first member: destroyed last
+  std::mutex mutex_;
+  std::unordered_map<const void*, vk::DeviceMatrix> matrices_;  // by the host view's data pointer
+  std::unordered_map<const float*, vk::Buffer> vectors_;        // by the host f32 pointer
+  int64_t weight_bytes_ = 0;
+  std::deque<vk::Buffer> arena_;                     // the forward's buffers, by slot
+  std::unordered_map<std::string, size_t> slots_;  // name → slot
+  std::optional<vk::Sequence> seq_;                // the forward being recorded
+  Status status_;                                  // the first error since begin()
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceBackend>> open_vulkan_backend(int index) {
+  DC_ASSIGN_OR_RETURN(std::unique_ptr<vk::Runtime> rt, vk::Runtime::open(index));
+  return std::unique_ptr<DeviceBackend>(new VulkanBackend(std::move(rt)));
+}
+
+}  // namespace dc

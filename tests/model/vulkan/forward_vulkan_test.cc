@@ -1,0 +1,218 @@
+// The model's forward on the Vulkan backend (device 0: lavapipe in CI) against the CPU f32 forward, and
+// greedy generation on it against the PyTorch reference's tokens (which the CPU path matches too).
+// Tolerance: max |Δ| ≤ 1e-4 of the largest |logit| per case (f32 on both sides; the device sums in
+// another order and has its own exp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine_fixtures.h"
+#include "fixtures.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+
+namespace dc {
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+// A left-padded batch of `B` rows of L positions (row r has r pad positions on the left, its real
+// positions numbered from 0), ids drawn from [0, n_vocab), every real row's logits asked for.
+struct Batch {
+  int64_t B = 0, L = 0;
+  std::vector<int32_t> tokens, positions;
+  std::vector<uint8_t> valid;
+  std::vector<int64_t> rows;
+  ForwardBatch view() const {
+    ForwardBatch b;
+    b.n_batch = B, b.n_seq = L;
+    b.tokens = tokens.data(), b.positions = positions.data(), b.valid = valid.data();
+    b.out_rows = rows.data(), b.n_out = static_cast<int64_t>(rows.size());
+    return b;
+  }
+};
+
+Batch left_padded(int64_t B, int64_t L, int64_t n_vocab, uint32_t seed) {
+  Batch k;
+  k.B = B, k.L = L;
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t i = 0; i < L; ++i) {
+      const bool real = i >= r;
+      seed = seed * 1664525u + 1013904223u;
+      k.tokens.push_back(static_cast<int32_t>((seed >> 8) % n_vocab));
+      k.positions.push_back(real ? static_cast<int32_t>(i - r) : 0);
+      k.valid.push_back(real ? 1 : 0);
+      if (real) k.rows.push_back(r * L + i);
+    }
+  return k;
+}
+
+// An engine over `model` on device 0, or a test failure.
+std::unique_ptr<Engine> on_vulkan(std::unique_ptr<Model> model) {
+  auto engine = Engine::from_model(std::move(model), 2, DeviceSpec{Device::kVulkan, 0});
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+// Runs `batch` through the model on the CPU (the reference kernels: f32 throughout) and on the device; expects max |Δ| within
+// kTolerance of the largest |logit|, and returns that ratio.
+double compare(const Model& model, Engine& device_engine, const ForwardBatch& batch, const std::string& label) {
+  const int64_t V = model.config().n_vocab;
+  ThreadPool pool(2);
+  Context cpu{Device::kCpu, &pool};
+  cpu.reference_kernels = true;  // f32 activations for every weight kind (the fast q8 / q4 GEMMs quantize them)
+  std::vector<float> want(batch.n_out * V), got(batch.n_out * V, NAN);
+  EXPECT_TRUE(model.forward(cpu, batch, want.data()).ok());
+  auto fn = device_engine.logits_fn();
+  const Status s = fn(batch, got.data());
+  EXPECT_TRUE(s.ok()) << label << ": " << s.to_string();
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
+  }
+  const double rel = max_diff / max_ref;
+  std::printf("  [%s] max |Δ| %.2e of max |logit| %.2e: %.2e\n", label.c_str(), max_diff, max_ref, rel);
+  EXPECT_LE(rel, kTolerance) << label;
+  return rel;
+}
+
+// Synthetic checkpoints over the head sizes the attention kernel takes (16..128), MHA and GQA, with bf16,
+// q8 and q4 weights; a left-padded batch of 3 rows with explicit positions.
+TEST(ForwardVulkan, SyntheticShapesMatchTheCpu) {
+  struct Shape { int64_t n_head, n_head_kv, head_dim; const char* weights; };
+  for (const Shape& s : {Shape{4, 4, 16, "bf16"}, Shape{4, 2, 32, "q8"}, Shape{2, 1, 64, "q4"}, Shape{2, 2, 128, "bf16"}}) {
+    ModelConfig c = synthetic_config("tiny").value();
+    c.n_head = s.n_head, c.n_head_kv = s.n_head_kv, c.head_dim = s.head_dim;
+    c.n_embd = s.n_head * s.head_dim, c.n_ff = 2 * c.n_embd + 32, c.n_vocab = 300;
+    c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+    QuantizeOptions quantize;
+    quantize.format = std::string(s.weights) == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
+    quantize.group_size = 32;
+    ThreadPool pool(2);
+    auto model = make_synthetic_model(c, 7, &pool, std::string(s.weights) == "bf16" ? nullptr : &quantize);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    auto cpu_model = make_synthetic_model(c, 7, &pool, std::string(s.weights) == "bf16" ? nullptr : &quantize);
+    auto device = on_vulkan(std::move(*model));
+    ASSERT_NE(device, nullptr);
+    const Batch batch = left_padded(3, 21, c.n_vocab, static_cast<uint32_t>(s.head_dim));
+    compare(**cpu_model, *device, batch.view(),
+            "H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " D " + std::to_string(s.head_dim) + " " + s.weights);
+  }
+}
+
+// The fixture checkpoints whose heads the kernel takes (tiny-gqa2: head_dim 16, 6 / 3 heads, sharded
+// f32) on every reference forward case (odd length, equal rows, left padding, explicit positions); the
+// others (head_dim 4 and 8) are refused with an error naming head_dim.
+TEST(ForwardVulkan, FixtureCheckpointsMatchTheCpuOrAreRefused) {
+  const auto manifest = dc::testing::load_manifest();
+  int n_cases = 0, n_refused = 0;
+  for (const auto& m : manifest["models"]) {
+    if (m["vocab_size"].get<int64_t>() > 1000) continue;  // tiny-vocab: the 152k lm_head, covered on the CPU
+    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
+    auto cpu_model = Model::load(dir);
+    auto device_model = Model::load(dir);
+    ASSERT_TRUE(cpu_model.ok() && device_model.ok());
+    auto device = on_vulkan(std::move(*device_model));
+    ASSERT_NE(device, nullptr);
+    const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
+    for (const auto& c : fwd["cases"]) {
+      Batch k;
+      k.B = c["shape"][0].get<int64_t>(), k.L = c["shape"][1].get<int64_t>();
+      k.tokens = dc::testing::flatten<int32_t>(c["input_ids"]);
+      if (!c["position_ids"].is_null()) k.positions = dc::testing::flatten<int32_t>(c["position_ids"]);
+      if (!c["attention_mask"].is_null()) k.valid = dc::testing::flatten<uint8_t>(c["attention_mask"]);
+      for (int64_t r = 0; r < k.B * k.L; ++r)
+        if (k.valid.empty() || k.valid[r]) k.rows.push_back(r);
+      ForwardBatch b = k.view();
+      if (k.positions.empty()) b.positions = nullptr;
+      if (k.valid.empty()) b.valid = nullptr;
+      const std::string label = m["name"].get<std::string>() + "/" + c["name"].get<std::string>();
+      if ((*cpu_model)->config().head_dim < 16) {
+        std::vector<float> logits(k.rows.size() * (*cpu_model)->config().n_vocab);
+        const Status s = device->logits_fn()(b, logits.data());
+        ASSERT_FALSE(s.ok()) << label;
+        EXPECT_NE(s.message().find("head_dim"), std::string::npos) << s.message();
+        ++n_refused;
+        continue;
+      }
+      compare(**cpu_model, *device, b, label);
+      ++n_cases;
+    }
+  }
+  EXPECT_GE(n_cases, 5);
+  EXPECT_GE(n_refused, 5);
+}
+
+// Greedy generation on the device gives the reference's tokens on the margin-screened cases of tiny-gqa2
+// with at most 8 steps (origin, maskgit_plus, topk_margin, entropy; batch 1 and left-padded 3; top-p /
+// top-k: 7 cases, ~30 forwards — lavapipe is slow), as the CPU does on all of them
+// (tests/engine/generate_parity_test.cc), in the uncached mode.
+TEST(ForwardVulkan, GreedyGenerationIsTokenIdenticalOnEveryAlgorithm) {
+  const auto manifest = dc::testing::load_manifest();
+  int n_cases = 0;
+  std::set<std::string> algorithms;
+  for (const auto& m : manifest["models"]) {
+    if (m["head_dim"].get<int64_t>() < 16) continue;
+    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
+    EngineOptions options;
+    options.model_dir = dir, options.n_threads = 2, options.device = DeviceSpec{Device::kVulkan, 0};
+    auto engine = Engine::load(options);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
+    for (const auto& c : gen["cases"]) {
+      const auto& p = c["params"];
+      if (p["steps"].get<int>() > 8) continue;
+      const SamplingParams s = dc::testing::reference_params(**engine, p);
+      auto out = (*engine)->generate(c["prompts"].get<std::vector<std::vector<int32_t>>>(), s);
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      EXPECT_EQ(out->sequences, c["sequences"].get<std::vector<std::vector<int32_t>>>()) << m["name"] << "/" << c["name"];
+      algorithms.insert(p["alg"].get<std::string>());
+      ++n_cases;
+    }
+  }
+  EXPECT_GE(n_cases, 7);
+  EXPECT_EQ(algorithms.size(), 4u);
+}
+
+// What does not run on the device yet is refused with an error that says what to do.
+TEST(ForwardVulkan, KvCacheIsRefusedClearly) {
+  ModelConfig c = synthetic_config("tiny").value();
+  c.n_vocab = 300, c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+  ThreadPool pool(2);
+  auto device = on_vulkan(make_synthetic_model(c, 3, &pool).value());
+  ASSERT_NE(device, nullptr);
+  SamplingParams s = device->default_params();
+  s.max_new_tokens = 8, s.steps = 4, s.block_length = 4, s.cache = CacheMode::kPrefix;
+  auto out = device->generate({{1, 2, 3}}, s);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("use cache none"), std::string::npos) << out.status().message();
+}
+
+// Without a driver (VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere) --device vulkan fails at load
+// with kNotFound saying what to install.
+TEST(ForwardVulkan, AbsentDriverIsAClearError) {
+  const char* names[2] = {"VK_ICD_FILENAMES", "VK_DRIVER_FILES"};
+  std::vector<std::string> saved;
+  for (const char* n : names) saved.push_back(std::getenv(n) != nullptr ? std::getenv(n) : "\x01");
+  for (const char* n : names) setenv(n, "/nonexistent", 1);
+  ThreadPool pool(1);
+  auto engine = Engine::from_model(make_synthetic_model(synthetic_config("tiny").value(), 3, &pool).value(), 1,
+                                   DeviceSpec{Device::kVulkan, 0});
+  for (int i = 0; i < 2; ++i) {
+    if (saved[i] == "\x01") unsetenv(names[i]);
+    else setenv(names[i], saved[i].c_str(), 1);
+  }
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(engine.status().message().find("mesa-vulkan-drivers"), std::string::npos) << engine.status().message();
+}
+
+}  // namespace
+}  // namespace dc
