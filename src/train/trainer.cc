@@ -272,6 +272,7 @@ Result<StepStats> Trainer::step_or_throw() {
     LossTimes times;
     DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
                                                     mixed ? &mixed_.transposed() : nullptr, &times));
+    DC_RETURN_IF_ERROR(core_.end_micro_batch());
     s.fwd_bwd_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     s.forward_seconds += times.forward_s;
     s.backward_seconds += times.backward_s;
