@@ -236,14 +236,15 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   const int64_t rss = peak_rss_bytes();
   const std::vector<double> per_rank = gather_per_rank(
       comm, {static_cast<double>(rss), static_cast<double>((*trainer)->optimizer().optimizer_state_bytes()),
-             static_cast<double>(comm.bytes_sent()) / n_total});
+             static_cast<double>(comm.bytes_sent()) / n_total,
+             static_cast<double>((*trainer)->optimizer().gradient_bytes())});
   if (per_rank.empty()) return 1;
   if (!talk) return 0;
   nlohmann::json rss_ranks = nlohmann::json::array(), state_ranks = nlohmann::json::array(),
-                 sent_ranks = nlohmann::json::array();
+                 sent_ranks = nlohmann::json::array(), grad_ranks = nlohmann::json::array();
   for (int r = 0; r < ranks; ++r)
-    rss_ranks.push_back(per_rank[3 * r]), state_ranks.push_back(per_rank[3 * r + 1]),
-        sent_ranks.push_back(per_rank[3 * r + 2]);
+    rss_ranks.push_back(per_rank[4 * r]), state_ranks.push_back(per_rank[4 * r + 1]),
+        sent_ranks.push_back(per_rank[4 * r + 2]), grad_ranks.push_back(per_rank[4 * r + 3]);
   nlohmann::json j = {
       {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
@@ -259,7 +260,8 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
       {"fraction_of_peak", peak > 0 ? median(gflops) / peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
       {"per_step", steps_json}, {"peak_rss_bytes", rss}, {"ranks", ranks}, {"peak_rss_bytes_per_rank", rss_ranks},
-      {"optimizer_state_bytes_per_rank", state_ranks}, {"bytes_sent_per_step_per_rank", sent_ranks}};
+      {"optimizer_state_bytes_per_rank", state_ranks}, {"gradient_bytes_per_rank", grad_ranks},
+      {"bytes_sent_per_step_per_rank", sent_ranks}};
   const double step_total = std::accumulate(secs.begin(), secs.end(), 0.0);
   if (a.profile) {
     nlohmann::json& profile = j["profile"];  // path → seconds and calls per timed step (exclusive times)
@@ -297,8 +299,9 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
   if (ranks > 1)
     for (int r = 0; r < ranks; ++r)
-      std::printf("| rank %d of %d | peak RSS %.2f GB, Adam moments %.2f GB, %.3f GB sent per step |\n", r, ranks,
-                  per_rank[3 * r] / 1e9, per_rank[3 * r + 1] / 1e9, per_rank[3 * r + 2] / 1e9);
+      std::printf("| rank %d of %d | peak RSS %.2f GB, Adam moments %.2f GB, gradients %.2f GB, %.3f GB sent per step |\n",
+                  r, ranks, per_rank[4 * r] / 1e9, per_rank[4 * r + 1] / 1e9, per_rank[4 * r + 3] / 1e9,
+                  per_rank[4 * r + 2] / 1e9);
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
   if (a.profile) print_profile(profiler, a.steps, step_total);
   return 0;

@@ -32,6 +32,9 @@ RunFn add_devices_command(CLI::App& app);
 // --min-lr-ratio, --beta1, --beta2, --adam-eps, --weight-decay, --max-grad-norm, with the given defaults.
 void add_optimizer_flags(CLI::App* cmd, train::LrOptions* lr, std::string* schedule, train::AdamWOptions* adam,
                          double* max_grad_norm);
+// --dist-timeout (train.cc), which `train` and `grpo` share: under mpirun, the seconds a rank waits in one
+// collective before ending the job.
+void add_dist_timeout_flag(CLI::App* cmd, double* seconds);
 
 // `diffucoder bench --train` (bench_train.cc): times masked-diffusion optimizer steps. bench.cc fills
 // the options it shares with the generation benchmark; add_bench_train_options registers the others

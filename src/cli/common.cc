@@ -3,6 +3,7 @@
 
 #include "io/mapped_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -89,6 +90,33 @@ std::vector<double> gather_per_rank(dist::Comm& comm, const std::vector<double>&
     return {};
   }
   return all;
+}
+
+RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t optimizer_state_bytes, int64_t gradient_bytes, int64_t steps,
+                                bool quiet) {
+  constexpr int kFields = 4;
+  const std::vector<double> all = gather_per_rank(
+      comm, {static_cast<double>(peak_rss_bytes()), static_cast<double>(optimizer_state_bytes),
+             static_cast<double>(gradient_bytes),
+             static_cast<double>(comm.bytes_sent()) / static_cast<double>(std::max<int64_t>(1, steps))});
+  RankNumbers n;
+  if (all.empty()) return n;
+  n.ok = true;
+  if (comm.rank() != 0) return n;
+  std::string lists[kFields];
+  for (int r = 0; r < comm.size(); ++r) {
+    for (int f = 0; f < kFields; ++f) {
+      if (r > 0) lists[f] += ", ";
+      lists[f] += std::to_string(static_cast<int64_t>(all[kFields * r + f]));
+    }
+    const double* v = &all[kFields * r];
+    if (!quiet)
+      std::fprintf(stderr, "rank %d: peak memory %.1f MiB, optimizer state %.1f MiB, gradients %.1f MiB, %.2f MiB "
+                   "sent per step\n", r, v[0] / 1048576.0, v[1] / 1048576.0, v[2] / 1048576.0, v[3] / 1048576.0);
+  }
+  n.json = "\"peak_rss_bytes\": [" + lists[0] + "], \"optimizer_state_bytes\": [" + lists[1] +
+           "], \"gradient_bytes\": [" + lists[2] + "], \"bytes_sent_per_step\": [" + lists[3] + "]";
+  return n;
 }
 
 }  // namespace dc::cli

@@ -1,6 +1,9 @@
 // `diffucoder grpo --model DIR --data FILE.jsonl --out DIR [...]`: Coupled-GRPO on CPU (spec §4): rollouts
 // from the policy (train/rollout.h), rewards in the sandbox (train/rewards.h), the coupled loss and the
 // optimizer loop (train/grpo_trainer.h); a progress line per step, metrics.jsonl, reward.svg, checkpoints.
+// Under `mpirun -np N` (MPI built in, src/dist/): data parallel, each rank generating and scoring whole
+// groups with its own rollout seed (seed + rank, as accelerate's device-specific seed), ZeRO-sharded
+// optimizer state; rank 0 shows the progress and prints the result, every rank's peak memory gathered.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -31,6 +34,7 @@ struct GrpoArgs {
   train::RewardOptions rewards;
   int threads = 0;
   int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
+  double dist_timeout = 600;
 };
 
 std::string metric(const train::GrpoStepStats& s, const std::string& name) {
@@ -43,9 +47,9 @@ std::string metric(const train::GrpoStepStats& s, const std::string& name) {
   return "-";
 }
 
-int run_grpo(GrpoArgs& a) {
-  if (dist::launched_as_ranks())  // N copies of the same run would write the same --out
-    return usage_error(unimplemented("grpo is not data parallel yet (only train is): run it without mpirun"));
+int run_grpo(GrpoArgs& a, dist::Comm& comm) {
+  if (comm.size() > 1) a.opt.comm = &comm;
+  if (comm.rank() != 0) a.quiet = true;  // progress from rank 0 only
   auto schedule = train::parse_lr_schedule(a.schedule);
   if (!schedule.ok()) return usage_error(schedule.status());
   a.opt.lr.schedule = *schedule;
@@ -83,7 +87,7 @@ int run_grpo(GrpoArgs& a) {
 
   const train::GrpoDataset& ds = *data;
   const Tokenizer& tok = *tokenizer;
-  const uint64_t seed = a.opt.seed;
+  const uint64_t seed = a.opt.seed + static_cast<uint64_t>(comm.rank());  // each rank its own completions
   const train::RewardOptions rewards = a.rewards;
   train::RolloutFn rollout = [&ds, &tok, ro, seed, rewards](const Context& ctx, const Model& policy, int64_t round,
                                                             const std::vector<int64_t>& prompts) -> Result<train::Rollout> {
@@ -117,10 +121,11 @@ int run_grpo(GrpoArgs& a) {
   if (!a.quiet)
     std::fprintf(stderr,
                  "grpo: %lld prompts (%lld left-truncated); %lld steps from step %lld, %lld completions per prompt, "
-                 "%lld prompts per round, %lld iterations per round; %s\n",
+                 "%lld prompts per round, %lld iterations per round; %s; %d rank%s (%s)\n",
                  (long long)a.opt.n_prompts, (long long)data->n_truncated, (long long)a.opt.steps,
                  (long long)t.steps_done(), (long long)a.opt.group_size, (long long)a.opt.prompts_per_round,
-                 (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32");
+                 (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32",
+                 comm.size(), comm.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", comm.backend());
   double seconds = 0;
   int64_t done_here = 0;
   while (t.steps_done() < a.opt.steps) {
@@ -140,9 +145,13 @@ int run_grpo(GrpoArgs& a) {
   }
   const Status saved = t.save();
   if (!saved.ok()) return report(saved);
-  std::printf("{\"steps\": %lld, \"final_reward_mean\": %.6f, \"seconds\": %.1f, \"out\": \"%s\"}\n",
+  const RankNumbers ranks = gather_rank_numbers(comm, t.optimizer().optimizer_state_bytes(),
+                                                   t.optimizer().gradient_bytes(), done_here, a.quiet);
+  if (!ranks.ok) return 1;
+  if (comm.rank() != 0) return 0;
+  std::printf("{\"steps\": %lld, \"final_reward_mean\": %.6f, \"seconds\": %.1f, \"out\": \"%s\", \"ranks\": %d, %s}\n",
               (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().reward_mean, seconds,
-              a.opt.out_dir.c_str());
+              a.opt.out_dir.c_str(), comm.size(), ranks.json.c_str());
   return 0;
 }
 
@@ -213,7 +222,8 @@ RunFn add_grpo_command(CLI::App& app) {
       ->check(CLI::Range(0, kMaxThreads));
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")->group("");
-  return [a] { return run_grpo(*a); };
+  add_dist_timeout_flag(cmd, &a->dist_timeout);
+  return [a] { return run_on_ranks(a->dist_timeout, [a](dist::Comm& comm) { return run_grpo(*a, comm); }); };
 }
 
 }  // namespace dc::cli

@@ -5,7 +5,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -74,28 +73,13 @@ int run_train(TrainArgs& a, dist::Comm& comm) {
   }
   const Status saved = t.save();
   if (!saved.ok()) return report(saved);
-  // Every rank's peak memory, optimizer-state bytes and bytes sent per step, gathered on every rank.
-  const int64_t steps_here = std::max<int64_t>(1, done_here);
-  const std::vector<double> all = gather_per_rank(
-      comm, {static_cast<double>(peak_rss_bytes()), static_cast<double>(t.optimizer().optimizer_state_bytes()),
-             static_cast<double>(comm.bytes_sent()) / static_cast<double>(steps_here)});
-  if (all.empty()) return 1;
+  const RankNumbers ranks = gather_rank_numbers(comm, t.optimizer().optimizer_state_bytes(),
+                                                   t.optimizer().gradient_bytes(), done_here, a.quiet);
+  if (!ranks.ok) return 1;
   if (comm.rank() != 0) return 0;
-  std::string rss, state, sent;
-  for (int r = 0; r < comm.size(); ++r) {
-    const char* sep = r == 0 ? "" : ", ";
-    rss += sep + std::to_string(static_cast<int64_t>(all[3 * r]));
-    state += sep + std::to_string(static_cast<int64_t>(all[3 * r + 1]));
-    sent += sep + std::to_string(static_cast<int64_t>(all[3 * r + 2]));
-    if (!a.quiet)
-      std::fprintf(stderr, "rank %d: peak memory %.1f MiB, optimizer state %.1f MiB, %.2f MiB sent per step\n", r,
-                   all[3 * r] / 1048576.0, all[3 * r + 1] / 1048576.0, all[3 * r + 2] / 1048576.0);
-  }
-  std::printf("{\"steps\": %lld, \"final_loss\": %.9g, \"tokens_per_s\": %.1f, \"out\": \"%s\", \"ranks\": %d, "
-              "\"peak_rss_bytes\": [%s], \"optimizer_state_bytes\": [%s], \"bytes_sent_per_step\": [%s]}\n",
+  std::printf("{\"steps\": %lld, \"final_loss\": %.9g, \"tokens_per_s\": %.1f, \"out\": \"%s\", \"ranks\": %d, %s}\n",
               (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().loss,
-              seconds > 0 ? tokens / seconds : 0.0, a.opt.out_dir.c_str(), comm.size(), rss.c_str(), state.c_str(),
-              sent.c_str());
+              seconds > 0 ? tokens / seconds : 0.0, a.opt.out_dir.c_str(), comm.size(), ranks.json.c_str());
   return 0;
 }
 
@@ -115,6 +99,12 @@ void add_optimizer_flags(CLI::App* cmd, train::LrOptions* lr, std::string* sched
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-grad-norm", *max_grad_norm, "Global gradient-norm clip (0: none)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+}
+
+void add_dist_timeout_flag(CLI::App* cmd, double* seconds) {
+  cmd->add_option("--dist-timeout", *seconds,
+                  "Under mpirun: seconds a rank waits for the others in one collective before ending the job (0: no limit)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
 }
 
 RunFn add_train_command(CLI::App& app) {
@@ -154,9 +144,7 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")
       ->group("");
   cmd->add_option("--exit-rank", a->exit_rank, "Testing: only this rank exits at --exit-after-step")->group("");
-  cmd->add_option("--dist-timeout", a->dist_timeout,
-                  "Under mpirun: seconds a rank waits for the others in one collective before ending the job (0: no limit)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_dist_timeout_flag(cmd, &a->dist_timeout);
   return [a] { return run_on_ranks(a->dist_timeout, [a](dist::Comm& comm) { return run_train(*a, comm); }); };
 }
 

@@ -39,8 +39,8 @@ class SingleComm final : public Comm {
   const char* backend() const override { return "single"; }
   Status barrier() override { return Status(); }
   Status broadcast(void*, int64_t, int) override { return Status(); }
-  Status reduce_scatter_sum(const float* in, int64_t n, float* out) override {
-    if (in != out && n > 0) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+  Status reduce_scatter_add(const float* in, Range region, int64_t, float* shard_sum) override {
+    for (int64_t i = 0; i < region.size(); ++i) shard_sum[region.begin + i] += in[i];
     return Status();
   }
   Status all_gather(float*, int64_t) override { return Status(); }

@@ -36,10 +36,12 @@ class Comm {
   virtual Status barrier() = 0;
   // `bytes` bytes at data, from rank `root` to every rank.
   virtual Status broadcast(void* data, int64_t bytes, int root) = 0;
-  // in [n] of every rank summed, this rank's shard (shard_range(n, rank(), size())) written to
-  // out [shard size]: out = in₀ + in₁ + … + in_{N−1}, added in that order. out may be in + shard.begin
-  // (in place).
-  virtual Status reduce_scatter_sum(const float* in, int64_t n, float* out) = 0;
+  // The reduce-scatter of ZeRO-2's buckets (e.g. one layer's gradients) over a flat buffer [n] split by
+  // shard_range: in [region.size()] holds this rank's values of the flat indices region.begin…end; this
+  // rank's shard's part of the region, summed over the ranks in rank order (in₀ + in₁ + … + in_{N−1}), is
+  // ADDED into shard_sum [shard size] (index 0 at the shard's begin). Every rank calls it with the same
+  // region and n.
+  virtual Status reduce_scatter_add(const float* in, Range region, int64_t n, float* shard_sum) = 0;
   // data [n]: every rank's shard of it copied to every other rank (in place).
   virtual Status all_gather(float* data, int64_t n) = 0;
   // values [k] of each rank → all [size·k] on every rank, rank r's at r·k.

@@ -83,30 +83,36 @@ class MpiComm final : public Comm {
     return Status();
   }
 
-  // Every rank sends the owners' parts of `in` (non-blocking, in chunks); each owner takes its shard
+  // Every rank sends the owners' parts of region (non-blocking, in chunks); each owner takes its part
   // chunk by chunk, receiving the chunk from each rank in rank order and adding it in that order into a
-  // chunk-sized sum, then stores the sum (so `out` may be `in`'s own shard: the reduction in place).
-  Status reduce_scatter_sum(const float* in, int64_t n, float* out) override {
+  // chunk-sized sum, then adds the sum into shard_sum.
+  Status reduce_scatter_add(const float* in, Range region, int64_t n, float* shard_sum) override {
     Busy busy(this, "reduce-scatter of the gradients");
+    const auto part_of = [&](int owner) {  // owner's shard ∩ region
+      const Range r = shard_range(n, owner, size_);
+      const int64_t begin = std::max(r.begin, region.begin);
+      return Range{begin, std::max(begin, std::min(r.end, region.end))};
+    };
     std::vector<MPI_Request> sends;
     for (int owner = 0; owner < size_; ++owner) {
       if (owner == rank_) continue;
-      const Range r = shard_range(n, owner, size_);
+      const Range r = part_of(owner);
       for (int64_t b = r.begin; b < r.end; b += kReduceChunk) {
         const int count = static_cast<int>(std::min(kReduceChunk, r.end - b));
         sends.emplace_back();
-        DC_RETURN_IF_ERROR(check(MPI_Isend(in + b, count, MPI_FLOAT, owner, kTag, MPI_COMM_WORLD, &sends.back()),
-                                 "MPI_Isend"));
+        DC_RETURN_IF_ERROR(check(MPI_Isend(in + (b - region.begin), count, MPI_FLOAT, owner, kTag, MPI_COMM_WORLD,
+                                           &sends.back()), "MPI_Isend"));
         bytes_sent_ += int64_t{count} * static_cast<int64_t>(sizeof(float));
       }
     }
-    const Range mine = shard_range(n, rank_, size_);
+    const Range mine = part_of(rank_);
+    const int64_t shard_begin = shard_range(n, rank_, size_).begin;
     const size_t chunk = static_cast<size_t>(std::min(kReduceChunk, mine.size()));
     std::vector<float> sum(chunk), part(chunk);
     for (int64_t b = mine.begin; b < mine.end; b += kReduceChunk) {
       const int count = static_cast<int>(std::min(kReduceChunk, mine.end - b));
       for (int source = 0; source < size_; ++source) {
-        const float* src = in + b;
+        const float* src = in + (b - region.begin);
         if (source != rank_) {
           DC_RETURN_IF_ERROR(check(
               MPI_Recv(part.data(), count, MPI_FLOAT, source, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv"));
@@ -118,7 +124,8 @@ class MpiComm final : public Comm {
           for (int i = 0; i < count; ++i) sum[i] += src[i];
         }
       }
-      std::memcpy(out + (b - mine.begin), sum.data(), static_cast<size_t>(count) * sizeof(float));
+      float* dst = shard_sum + (b - shard_begin);
+      for (int i = 0; i < count; ++i) dst[i] += sum[i];
     }
     return check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }

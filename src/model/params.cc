@@ -9,14 +9,25 @@
 
 namespace dc {
 
-ModelParams ModelParams::zeros(const ModelConfig& config) {
+ModelParams ModelParams::zeros(const ModelConfig& config) { return make_zeros(config, false); }
+
+ModelParams ModelParams::zeros_sharing_layers(const ModelConfig& config) { return make_zeros(config, true); }
+
+ModelParams ModelParams::make_zeros(const ModelConfig& config, bool share_layers) {
   ModelParams p;
+  std::vector<int64_t> slot;  // share_layers: the offsets of layer 0's tensors, which every layer reuses
+  int64_t layer_tensors = 0;  // tensors of layers seen so far
   visit_tensors(config, p.spans_, [&](std::string name, std::vector<int64_t> shape, std::span<float>* m,
                                       std::span<float>*) {
     int64_t size = 1;
     for (int64_t d : shape) size *= d;
-    p.tensors_.push_back({std::move(name), std::move(shape), nullptr, p.n_values_, size, m != nullptr});
-    p.n_values_ += size;
+    const bool in_layer = name.rfind("model.layers.", 0) == 0;
+    const bool shared = share_layers && in_layer && name.rfind("model.layers.0.", 0) != 0;
+    const int64_t offset = shared ? slot[layer_tensors % static_cast<int64_t>(slot.size())] : p.n_values_;
+    if (share_layers && in_layer && !shared) slot.push_back(offset);
+    layer_tensors += in_layer;
+    p.tensors_.push_back({std::move(name), std::move(shape), nullptr, offset, size, m != nullptr});
+    if (!shared) p.n_values_ += size;
   });
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(p.n_values_, 1)) * sizeof(float);
   p.buffer_.reset(static_cast<float*>(alloc_pages(bytes)));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ class ModelParams {
     std::string name;             // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
     std::vector<int64_t> shape;
     float* data = nullptr;        // = this object's data() + offset
-    int64_t offset = 0;           // into data(): the previous tensor's offset + size (no gaps)
+    int64_t offset = 0;           // into data(): the previous tensor's offset + size (no gaps; zeros_sharing_layers: see there)
     int64_t size = 0;
     bool is_matrix = false;       // a 2-D weight (embeddings, projections); false: norm weight or bias
   };
@@ -30,6 +31,12 @@ class ModelParams {
   // from 2 MiB on). With tied embeddings there is no lm_head tensor and both views' output is tok_embd.
   // Throws std::bad_alloc when memory runs out (as a std::vector would).
   static ModelParams zeros(const ModelConfig& config);
+  // Gradients whose layers share ONE layer's storage (ZeRO-2, train/optimizer_core.h): the tensors
+  // outside the layers as zeros() lays them out, then a single layer's; every layer's spans and views
+  // point into that layer slot (tensors() lists them all, those of layers ≥ 1 at layer 0's offsets), so
+  // the backward's on_layer_done (set_layer_done) must take each layer's values out and clear the slot
+  // before the next layer is written. n_values() counts the storage.
+  static ModelParams zeros_sharing_layers(const ModelConfig& config);
   // f32 copies (widened from bf16 / f16) of dense `src`; invalid_argument for quantized weights.
   static Result<ModelParams> from_weights(const ModelConfig& config, const ModelWeights& src);
   // The same of an opened checkpoint's weights, bound and checked against its config (bind_weights).
@@ -45,6 +52,8 @@ class ModelParams {
   // for the forward, writable spans of the same values (e.g. Model::backward's gradients).
   const ModelWeights& weights() const { return weights_; }
   const ModelSpans& spans() { return spans_; }
+  // Sets spans().on_layer_done (see Model::backward); an empty function unsets it.
+  void set_layer_done(std::function<Status(int64_t il)> fn) { spans_.on_layer_done = std::move(fn); }
   // The buffer itself: n_values() floats, the tensors back to back in visit_weights order.
   float* data() { return buffer_.get(); }
   const float* data() const { return buffer_.get(); }
@@ -54,6 +63,7 @@ class ModelParams {
   void zero();
 
  private:
+  static ModelParams make_zeros(const ModelConfig& config, bool share_layers);
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
   };

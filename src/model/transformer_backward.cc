@@ -119,6 +119,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), g.wk.data(), g.bk.data(), wt(&LayerWeights::wk), write);
     matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), g.wv.data(), g.bv.data(), wt(&LayerWeights::wv), write);
     rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da.data(), T, E, eps, dh.data(), g.attn_norm.data());
+    if (grads.on_layer_done) DC_RETURN_IF_ERROR(grads.on_layer_done(il));
   }
   embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grads.tok_embd.data());
   return Status();

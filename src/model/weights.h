@@ -47,7 +47,12 @@ using VectorView = std::span<const float>;
 using LayerWeights = LayerTensors<WeightView, VectorView>;  // what the forward reads
 using ModelWeights = ModelTensors<WeightView, VectorView>;
 using LayerSpans = LayerTensors<std::span<float>, std::span<float>>;  // writable f32 (Model::backward's grads)
-using ModelSpans = ModelTensors<std::span<float>, std::span<float>>;
+struct ModelSpans : ModelTensors<std::span<float>, std::span<float>> {
+  // When set (ModelParams::set_layer_done): called by Model::backward once layer il's gradients are
+  // complete (the layers run from the last to the first), before it writes layer il − 1's; an error
+  // stops the backward. ZeRO-2 reduces the layer there and clears the storage all layers' spans share.
+  std::function<Status(int64_t il)> on_layer_done;
+};
 
 // Calls fn(name, shape, matrix, vector) on every tensor the config implies, in checkpoint order
 // (embeddings, layers, final norm, lm_head; lm_head is skipped when tied), with exactly one of the

@@ -56,6 +56,12 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   if (o.steps % o.num_iterations != 0)
     return invalid_argument("--steps " + std::to_string(o.steps) + " must be a multiple of --num-iterations " +
                             std::to_string(o.num_iterations) + " (whole rounds)");
+  const int ranks = o.comm == nullptr ? 1 : o.comm->size();
+  if (o.prompts_per_round % ranks != 0 || o.grad_accum % ranks != 0)
+    return invalid_argument("--prompts-per-round " + std::to_string(o.prompts_per_round) + " and --grad-accum " +
+                            std::to_string(o.grad_accum) + " must be multiples of the " + std::to_string(ranks) +
+                            " ranks: each rank generates whole groups of prompts_per_round / ranks prompts and runs "
+                            "grad_accum / ranks micro-batches");
   std::unique_ptr<GrpoTrainer> t(new GrpoTrainer());
   t->opt_ = o;
   t->opt_.lr.total_steps = o.steps;
@@ -72,7 +78,7 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   const OptimizerOptions optimizer{t->opt_.lr, o.adam, o.max_grad_norm};
   const std::string fingerprint = grpo_fingerprint(t->opt_);
   if (!latest.empty()) {
-    DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer));
+    DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer, o.comm));
     const std::string& saved = t->core_.state().options;
     if (saved != fingerprint)
       return invalid_argument("--resume: the options differ from those of " + latest + " (pass the saved values, or "
@@ -80,7 +86,7 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   } else {
     DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
     DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
-    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer);
+    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer, o.comm);
     t->core_.state().seed = o.seed;
     t->core_.state().options = fingerprint;
   }  // the mapped stored weights are released: training uses the f32 copies
@@ -111,30 +117,61 @@ std::unique_ptr<Model> GrpoTrainer::policy_model() {
                              nullptr);
 }
 
+Result<std::vector<double>> GrpoTrainer::gather(const std::vector<double>& values) {
+  if (ranks() == 1) return values;
+  const int64_t k = static_cast<int64_t>(values.size());
+  std::vector<double> all(static_cast<size_t>(k * ranks()));
+  DC_RETURN_IF_ERROR(opt_.comm->all_gather_doubles(values.data(), k, all.data()));
+  return all;
+}
+
 Status GrpoTrainer::start_round() {
   TrainState& state = core_.state();
   const ModelConfig& config = core_.config();
   const int64_t I = opt_.num_iterations, G = opt_.group_size, round = state.step / I;
+  // This rank's whole groups: its contiguous share of the round's prompts (every rank advances the cursor).
+  const int64_t per_rank = opt_.prompts_per_round / ranks();
   std::vector<int64_t> prompts;
-  for (int64_t i = 0; i < opt_.prompts_per_round; ++i) prompts.push_back(order_->sample_at(state.cursor++));
+  for (int64_t i = 0; i < opt_.prompts_per_round; ++i) {
+    const int64_t p = order_->sample_at(state.cursor++);
+    if (i / per_rank == rank()) prompts.push_back(p);
+  }
   const std::unique_ptr<Model> policy = policy_model();
   const auto t0 = Clock::now();
   DC_ASSIGN_OR_RETURN(Rollout r, rollout_(ctx_, *policy, round, prompts));
   round_stats_ = GrpoStepStats{};
   round_stats_.rollout_seconds = since(t0);
-  const int64_t N = opt_.prompts_per_round * G, C = r.batch.n_completion;
-  if (r.batch.n_batch != N || static_cast<int64_t>(r.rewards.size()) != N)
+  const int64_t n_local = per_rank * G, N = opt_.prompts_per_round * G, C = r.batch.n_completion;
+  if (r.batch.n_batch != n_local || static_cast<int64_t>(r.rewards.size()) != n_local)
     return internal_error("GRPO rollout: " + std::to_string(r.batch.n_batch) + " completions and " +
-                          std::to_string(r.rewards.size()) + " rewards for " + std::to_string(N));
+                          std::to_string(r.rewards.size()) + " rewards for " + std::to_string(n_local));
   const auto t1 = Clock::now();
-  DC_ASSIGN_OR_RETURN(std::vector<double> adv, leave_one_out_advantages(r.rewards, G, opt_.scale_rewards));
+  // The round's rewards, every rank's in rank order (the reference gathers them before grouping), the
+  // rollout metrics' means over ranks and the tokens generated; the metric count checked first, so that
+  // ranks whose rollouts disagree on it fail together instead of mismatching the gather.
+  DC_ASSIGN_OR_RETURN(const std::vector<double> rewards, gather(r.rewards));
+  const size_t n_metrics = r.metrics.size();
+  DC_ASSIGN_OR_RETURN(const std::vector<double> counts, gather({static_cast<double>(n_metrics)}));
+  for (double c : counts)
+    if (c != static_cast<double>(n_metrics))
+      return internal_error("GRPO rollout: the ranks' rollouts return different numbers of metrics");
+  std::vector<double> mine = {static_cast<double>(n_local * C)};
+  for (const auto& m : r.metrics) mine.push_back(m.second);
+  DC_ASSIGN_OR_RETURN(const std::vector<double> all, gather(mine));
+  round_stats_.metrics = r.metrics;
+  for (size_t j = 0; j < n_metrics; ++j) {
+    double total = 0;
+    for (int q = 0; q < ranks(); ++q) total += all[q * mine.size() + 1 + j];
+    round_stats_.metrics[j].second = total / ranks();
+  }
+  for (int q = 0; q < ranks(); ++q) round_stats_.rollout_tokens += static_cast<int64_t>(all[q * mine.size()]);
+  DC_ASSIGN_OR_RETURN(std::vector<double> all_adv, leave_one_out_advantages(rewards, G, opt_.scale_rewards));
+  const std::vector<double> adv = slice(all_adv, rank() * n_local, n_local, 1);  // this rank's rows
   double sum = 0, sq = 0;
-  for (double x : r.rewards) sum += std::isnan(x) ? 0 : x;
-  for (double x : r.rewards) sq += std::pow((std::isnan(x) ? 0 : x) - sum / N, 2);
+  for (double x : rewards) sum += std::isnan(x) ? 0 : x;
+  for (double x : rewards) sq += std::pow((std::isnan(x) ? 0 : x) - sum / N, 2);
   round_stats_.reward_mean = sum / N;
   round_stats_.reward_std = std::sqrt(sq / static_cast<double>(N - 1));
-  round_stats_.metrics = r.metrics;
-  round_stats_.rollout_tokens = N * C;
 
   // Mask seeds (spec §4.5 step 7): one per iteration, in [0, 4096), or 42 without random masking.
   std::vector<uint64_t> seeds(I, 42);
@@ -147,9 +184,9 @@ Status GrpoTrainer::start_round() {
     if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights(), /*with_transposed=*/false));
     ref_model = Model::from_weights(config, mixed ? ref_mixed.forward() : ref_.weights(), nullptr);
   }
-  const int64_t mb = N / opt_.grad_accum, P = r.batch.n_prompt;
-  round_.assign(opt_.grad_accum, Micro{});
-  for (int64_t a = 0; a < opt_.grad_accum; ++a) {
+  const int64_t n_micro = opt_.grad_accum / ranks(), mb = n_local / n_micro, P = r.batch.n_prompt;
+  round_.assign(n_micro, Micro{});
+  for (int64_t a = 0; a < n_micro; ++a) {
     Micro& m = round_[a];
     m.batch.n_batch = mb, m.batch.n_prompt = P, m.batch.n_completion = C;
     m.batch.prompt_ids = slice(r.batch.prompt_ids, a * mb, mb, P);
@@ -196,12 +233,18 @@ Result<GrpoStepStats> GrpoTrainer::step() {
       in.old_logps = m.old_logps[k], in.ref_logps = m.ref_logps[k];
       DC_ASSIGN_OR_RETURN(GrpoLossResult r, grpo_loss_and_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale),
                                                                 core_.grads(), acts_, mixed ? &mixed_.transposed() : nullptr));
+      DC_RETURN_IF_ERROR(core_.end_micro_batch());
       s.loss += r.loss * scale, s.kl += r.kl * scale, s.clip_fraction += r.clip_fraction * scale;
+    }
+    if (ranks() > 1) {  // the whole round's: the ranks' parts added in rank order
+      DC_ASSIGN_OR_RETURN(const std::vector<double> sum, opt_.comm->sum_doubles({s.loss, s.kl, s.clip_fraction}));
+      s.loss = sum[0], s.kl = sum[1], s.clip_fraction = sum[2];
     }
     const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
     s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
     s.round = (s.step - 1) / I, s.iteration = k;
-    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0) {  // ref ← (1 − α)·ref + α·policy
+    // ref ← (1 − α)·ref + α·policy: from the all-gathered weights, the same bits on every rank
+    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0) {
       const float a = static_cast<float>(opt_.ref_mixup_alpha);
       for (size_t i = 0; i < ref_.tensors().size(); ++i) {
         float* r = ref_.tensors()[i].data;
@@ -254,6 +297,7 @@ Status GrpoTrainer::save() {
                                  return write_params_safetensors((fs::path(tmp) / "ref_model.safetensors").string(), ref_);
                                })
                          .status());
+  if (rank() != 0) return Status();  // rank 0 draws the plot
   std::vector<double> steps, rewards;
   for (const GrpoStepStats& s : history_) steps.push_back(static_cast<double>(s.step)), rewards.push_back(s.reward_mean);
   const std::string svg = (fs::path(opt_.out_dir) / "reward.svg").string();

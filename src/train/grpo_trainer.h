@@ -4,6 +4,12 @@
 // the coupled loss of grpo_loss.h → clipping → AdamW, a frozen reference model synced every N steps,
 // metrics, a reward curve, atomic checkpoints with the reference model and optimizer state, resume.
 // The rollouts themselves (the decoder and the rewards) come in through a RolloutFn.
+// Data parallel over a dist::Comm of N ranks (`mpirun -np N diffucoder grpo`): each rank generates and
+// scores whole groups (prompts_per_round / N prompts of every round), the rewards are gathered so that
+// every rank computes the round's advantages and reward statistics over all groups (as the reference's
+// gather) and keeps its own rows; each rank runs grad_accum / N micro-batches of the round, the gradients
+// are reduced in rank order and the optimizer state sharded as SFT's (OptimizerCore); the reference model
+// is mixed from the all-gathered weights, identical on every rank.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +21,7 @@
 
 #include "core/context.h"
 #include "core/status.h"
+#include "dist/comm.h"
 #include "model/mixed_weights.h"
 #include "model/params.h"
 #include "model/transformer.h"
@@ -35,6 +42,8 @@ struct Rollout {
 };
 // Generates and scores round `round`'s completions of `prompts` with `policy`. Must be a function of
 // (its inputs, the seed it was made with): a resumed run calls it again for the round it restarts.
+// Data parallel: each rank calls its own with its share of the prompts; every rank's must return the same
+// metric names in the same order.
 using RolloutFn =
     std::function<Result<Rollout>(const Context& ctx, const Model& policy, int64_t round, const std::vector<int64_t>& prompts)>;
 
@@ -61,14 +70,18 @@ struct GrpoOptions {
   MatmulPrecision precision = MatmulPrecision::kBF16;  // as TrainOptions::precision
   int64_t save_every = 0;        // rounds between checkpoints (0: only at the end)
   bool resume = false, force = false;
+  // Data parallel over comm's ranks (null or one rank: this process alone; kept by pointer, it must
+  // outlive the trainer): prompts_per_round and grad_accum must be multiples of the rank count. Not part
+  // of the resume check: a run resumes on any number of ranks.
+  dist::Comm* comm = nullptr;
 };
 
 struct GrpoStepStats {
   int64_t step = 0, round = 0, iteration = 0;  // 1-based optimizer step; its round and iteration (0-based)
   double loss = 0, kl = 0, clip_fraction = 0, grad_norm = 0, lr = 0;
   double reward_mean = 0, reward_std = 0;      // of the round
-  std::vector<std::pair<std::string, double>> metrics;  // the round's rollout metrics
-  int64_t rollout_tokens = 0;                  // completion tokens generated for this step's round (0 on later iterations)
+  std::vector<std::pair<std::string, double>> metrics;  // the round's rollout metrics (data parallel: the ranks' mean)
+  int64_t rollout_tokens = 0;                  // completion tokens generated for this step's round, all ranks (0 on later iterations)
   double rollout_seconds = 0, score_seconds = 0, train_seconds = 0, seconds = 0;
 };
 
@@ -82,18 +95,24 @@ class GrpoTrainer {
   // One optimizer step; the first of a round runs the rollout and the no-gradient passes (old and
   // reference log-probs). Appends to metrics.jsonl; saves at the end of a round when due.
   Result<GrpoStepStats> step();
-  // Writes out_dir/checkpoint-<step> (only at a round boundary) and reward.svg.
+  // Writes out_dir/checkpoint-<step> (only at a round boundary) and reward.svg. Data parallel: every rank
+  // calls step() and save(); rank 0 writes the metrics, the plot and the shared checkpoint files.
   Status save();
 
   int64_t steps_done() const { return core_.steps_done(); }
   const ModelParams& params() const { return core_.params(); }
   const ModelParams& ref_params() const { return ref_; }
   const std::vector<GrpoStepStats>& history() const { return history_; }
+  const OptimizerCore& optimizer() const { return core_; }
   MatmulPrecision precision() const { return ctx_.matmul_precision; }
 
  private:
   GrpoTrainer() = default;
   Status start_round();  // rollout, advantages, rows, old and reference log-probs of round state_.step / I
+  int rank() const { return opt_.comm == nullptr ? 0 : opt_.comm->rank(); }
+  int ranks() const { return opt_.comm == nullptr ? 1 : opt_.comm->size(); }
+  // values [k] of every rank, in rank order ([ranks · k]); one process: values.
+  Result<std::vector<double>> gather(const std::vector<double>& values);
   Status write_metrics_line(const GrpoStepStats& s);
   std::unique_ptr<Model> policy_model();  // over the current weights (bf16 copies refreshed when mixed)
 
@@ -113,7 +132,7 @@ class GrpoTrainer {
   RolloutFn rollout_;
   std::unique_ptr<DataOrder> order_;
   Activations acts_;
-  std::vector<Micro> round_;  // the current round's micro-batches
+  std::vector<Micro> round_;  // the current round's micro-batches (this rank's)
   GrpoStepStats round_stats_; // the round's reward and rollout numbers
   std::vector<GrpoStepStats> history_;
 };

@@ -1,6 +1,7 @@
 // OptimizerCore: start / resume, the optimizer step, checkpoints and metrics.jsonl.
 #include "train/optimizer_core.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,13 +20,19 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
   c.config_ = config;
   c.options_ = options;
   c.params_ = std::move(params);
-  c.grads_ = ModelParams::zeros(config);
   c.comm_ = comm;
   if (c.sharded()) {
+    c.grads_ = ModelParams::zeros_sharing_layers(config);
     c.shard_ = dist::shard_range(c.params_.n_values(), comm->rank(), comm->size());
     c.m_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
     c.v_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
+    c.g_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
+    const ModelParams::Tensor& first = *c.params_.find("model.layers.0.input_layernorm.weight");
+    const ModelParams::Tensor& norm = *c.params_.find("model.norm.weight");  // the first tensor after the layers
+    c.layers_ = {first.offset, norm.offset};
+    c.layer_size_ = c.layers_.size() / config.n_layer;
   } else {
+    c.grads_ = ModelParams::zeros(config);
     c.shard_ = {0, c.params_.n_values()};
     c.m_ = ModelParams::zeros(config);
     c.v_ = ModelParams::zeros(config);
@@ -49,13 +56,53 @@ int64_t OptimizerCore::optimizer_state_bytes() const {
   return 2 * shard_.size() * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t OptimizerCore::gradient_bytes() const {
+  return (grads_.n_values() + static_cast<int64_t>(g_shard_.size())) * static_cast<int64_t>(sizeof(float));
+}
+
+void OptimizerCore::zero_grads() {
+  grads_.zero();
+  begin_step();
+}
+
+void OptimizerCore::begin_step() {
+  if (!sharded()) return;
+  std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
+  layers_reduced_ = 0;
+  grads_.set_layer_done([this](int64_t il) { return reduce_layer(il); });
+}
+
+Status OptimizerCore::reduce_layer(int64_t il) {
+  float* slot = grads_.data() + layers_.begin;
+  const dist::Range region{layers_.begin + il * layer_size_, layers_.begin + (il + 1) * layer_size_};
+  DC_RETURN_IF_ERROR(comm_->reduce_scatter_add(slot, region, params_.n_values(), g_shard_.data()));
+  std::fill_n(slot, layer_size_, 0.0f);
+  ++layers_reduced_;
+  return Status();
+}
+
+Status OptimizerCore::end_micro_batch() {
+  if (!sharded()) return Status();
+  const int64_t n_layer = config_.n_layer, done = layers_reduced_;
+  layers_reduced_ = 0;
+  if (done == n_layer) return Status();
+  if (done != 0)
+    return internal_error("ZeRO-2: a backward reduced " + std::to_string(done) + " of " + std::to_string(n_layer) +
+                          " layers");
+  for (int64_t il = n_layer - 1; il >= 0; --il) DC_RETURN_IF_ERROR(reduce_layer(il));  // no backward: zeros
+  layers_reduced_ = 0;
+  return Status();
+}
+
 OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed) {
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
-  if (sharded()) {  // ZeRO: reduce-scatter, the norm of all shards, AdamW on this shard, all-gather
+  if (sharded()) {  // ZeRO: the rest of the reduction, the norm of all shards, AdamW on this shard, all-gather
     const int64_t n = params_.n_values();
-    float* g_shard = grads_.data() + shard_.begin;  // the reduced gradients of this shard, in place
-    Status st = comm_->reduce_scatter_sum(grads_.data(), n, g_shard);
+    float* g_shard = g_shard_.data();  // the layers already reduced by the backward; now the other tensors
+    Status st = comm_->reduce_scatter_add(grads_.data(), {0, layers_.begin}, n, g_shard);
+    if (st.ok())
+      st = comm_->reduce_scatter_add(grads_.data() + layers_.begin + layer_size_, {layers_.end, n}, n, g_shard);
     Result<std::vector<double>> sum = std::vector<double>{};
     if (st.ok()) sum = comm_->sum_doubles({sum_of_squares(g_shard, shard_.size(), ctx.pool)});
     if (st.ok()) st = sum.status();

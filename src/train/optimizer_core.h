@@ -2,11 +2,14 @@
 // weights, their gradients and both Adam moments (four ModelParams, one contiguous buffer each), global-norm
 // clipping, AdamW with a learning-rate schedule, the step count, checkpoints (weights + moments + state,
 // atomic, plus the driver's own files) with bit-exact resume, and out_dir/metrics.jsonl.
-// Data parallel (a dist::Comm of N > 1 ranks): ZeRO stage 1 and the reduction of stage 2 — each rank keeps
-// the Adam moments of its shard of the flat buffer only (dist::shard_range), the local gradients are
-// reduce-scattered in rank order into that shard of grads() (the rest of the local buffer is not
-// released), the clip uses the all-reduced norm, AdamW updates the shard and the weights are
-// all-gathered; checkpoints hold one moment file per rank.
+// Data parallel (a dist::Comm of N > 1 ranks): ZeRO stages 1 and 2 — each rank keeps the Adam moments and
+// the reduced gradients of its shard of the flat buffer only (dist::shard_range). The local gradients
+// live in a buffer whose layers share one layer's storage (ModelParams::zeros_sharing_layers): as the
+// backward completes each layer, that layer is reduce-scattered in rank order into the shards' sums
+// (Comm::reduce_scatter_add) and its storage cleared for the next; the tensors outside the layers
+// (embeddings, final norm, lm_head) accumulate locally over the step's micro-batches and are reduced at
+// the step. The clip uses the all-reduced norm, AdamW updates the shard and the weights are all-gathered;
+// checkpoints hold one moment file per rank.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +63,9 @@ class OptimizerCore {
   // MixedPrecisionWeights refreshed from it) sees every step's values.
   const ModelParams& params() const { return params_; }
   // The gradients: losses ADD into grads().spans() (Model::backward) until zero_grads(), or the first loss of
-  // a step writes them (GradWrite::kOverwrite: the SFT Trainer, with no zeroing pass).
+  // a step writes them (GradWrite::kOverwrite after begin_step(): the SFT Trainer, with no zeroing pass).
+  // Sharded: this rank's local buffer of one step, the layers sharing one slot (reduced by the backward as
+  // it goes); the reduced gradients of the shard are kept apart.
   ModelParams& grads() { return grads_; }
   // The moments (unsharded runs only: empty when sharded).
   const ModelParams& m() const { return m_; }
@@ -70,12 +75,24 @@ class OptimizerCore {
   dist::Range shard() const { return shard_; }
   // Bytes of the Adam moments this rank holds (of its shard when sharded).
   int64_t optimizer_state_bytes() const;
+  // Bytes of gradients this rank holds: the local buffer, and sharded the reduced shard (4 bytes per value).
+  int64_t gradient_bytes() const;
   // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.
   TrainState& state() { return state_; }
   const TrainState& state() const { return state_; }
   int64_t steps_done() const { return state_.step; }
 
-  void zero_grads() { grads_.zero(); }
+  // Starts a step (every trainer calls it before the step's first backward). Sharded: clears the shard's
+  // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core. It leaves
+  // grads() as they are: the step's first backward must write them (GradWrite::kOverwrite).
+  void begin_step();
+  // begin_step() with grads() zeroed, for trainers whose backwards all add.
+  void zero_grads();
+  // Sharded: every rank calls it after each micro-batch's loss, the same number of times per step. A
+  // micro-batch whose loss had no rows (the loss functions then skip the backward) still takes its part in
+  // the layer-by-layer reduction the other ranks' backwards run, with zeros; a backward stopped midway is
+  // an internal error. Unsharded: nothing.
+  Status end_micro_batch();
   // One optimizer step: clips the gradients to options().max_grad_norm, AdamW at the rate
   // learning_rate(options().lr, steps_done()), then counts the step. Threads on ctx.pool; the result does
   // not depend on the thread count. Without `mixed` the gradients stay clipped in place. With `mixed`
@@ -105,6 +122,11 @@ class OptimizerCore {
   dist::Comm* comm_ = nullptr;
   dist::Range shard_;
   std::vector<float> m_shard_, v_shard_;  // sharded: [shard_.size()] each
+  std::vector<float> g_shard_;            // sharded: [shard_.size()] the reduced gradients of the shard
+  dist::Range layers_;                    // the layers' flat values in the model's layout
+  int64_t layer_size_ = 0;                // values per layer (the shared slot of grads_, at layers_.begin)
+  int64_t layers_reduced_ = 0;            // layers reduced in this micro-batch
+  Status reduce_layer(int64_t il);        // the slot as layer il's gradients into g_shard_, then cleared
   TrainState state_;
   std::string metrics_path_;  // "" until open_metrics
 };

@@ -261,6 +261,7 @@ Result<StepStats> Trainer::step_or_throw() {
   // Views of the master weights (and their bf16 copies), which AdamW updates in place: built once.
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
+  core_.begin_step();  // no zeroing: the first micro-batch writes the gradients
   TrainState& state = core_.state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
   // This rank's contiguous run of the global batch's micro-batches (all of them in one process).
@@ -282,6 +283,7 @@ Result<StepStats> Trainer::step_or_throw() {
     const GradWrite write = micro == rank * per_rank ? GradWrite::kOverwrite : GradWrite::kAdd;
     DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
                                                     mixed ? &mixed_.transposed() : nullptr, &times, write));
+    DC_RETURN_IF_ERROR(core_.end_micro_batch());
     s.fwd_bwd_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     s.forward_seconds += times.forward_s;
     s.backward_seconds += times.backward_s;

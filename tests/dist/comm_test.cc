@@ -25,14 +25,14 @@ TEST(ShardRange, ContiguousDisjointAndBalanced) {
   }
 }
 
-TEST(SingleComm, IsOneRankAndCopies) {
+TEST(SingleComm, IsOneRankAndAdds) {
   auto c = single_comm();
   EXPECT_EQ(c->rank(), 0);
   EXPECT_EQ(c->size(), 1);
-  const std::vector<float> in = {1.5f, -2.0f, 3.25f};
-  std::vector<float> out(3);
-  ASSERT_TRUE(c->reduce_scatter_sum(in.data(), 3, out.data()).ok());
-  EXPECT_EQ(out, in);
+  const std::vector<float> in = {1.5f, -2.0f};
+  std::vector<float> out = {1.0f, 1.0f, 1.0f, 1.0f};
+  ASSERT_TRUE(c->reduce_scatter_add(in.data(), {1, 3}, 4, out.data()).ok());  // values 1 and 2 of 4
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.5f, -1.0f, 1.0f}));
   std::string s = "kept";
   ASSERT_TRUE(c->broadcast_string(s, 0).ok());
   EXPECT_EQ(s, "kept");

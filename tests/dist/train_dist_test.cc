@@ -1,8 +1,11 @@
 // `mpirun -np 2 diffucoder train` against one process over loopback (registered only when MPI is built):
 // 2 ranks equal 1 rank with the same accumulation over 20 steps (losses and final weights within 1e-6
-// relative) while each rank holds half the optimizer state; a rerun is bit-identical; a killed rank ends
+// relative) while each rank holds half the optimizer state and of the reduced gradients (ZeRO-2: besides,
+// one layer's slot and the tensors outside the layers); a rerun is bit-identical; a killed rank ends
 // the job with a message on the survivor and no partial checkpoint, and the run resumes bit-exact on 2
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
+// Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, reruns and
+// resumes are bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.h"
 #include "fixtures.h"
 #include "io/safetensors.h"
 #include "process.h"
@@ -48,6 +52,14 @@ class TrainDist : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
+  // The command prefix that starts a program on `ranks` ranks over loopback ("" for one process).
+  static std::string launcher(int ranks) {
+    if (ranks == 1) return "";
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " DC_MPIEXEC " --oversubscribe -np " +
+           std::to_string(ranks) + " --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" +
+           sanitizer_options();
+  }
+
   // `diffucoder train` on `ranks` ranks (1: without mpirun) into dir_/out; stderr folded into out.
   static testing::RunResult train(int ranks, const std::string& out, const std::string& extra = "", int accum = 2) {
     const std::string args = " train --model " + testing::fixtures_dir() + "/tiny-vocab --data " +
@@ -55,11 +67,7 @@ class TrainDist : public ::testing::Test {
                              " --seq-len 32 --batch-size 1 --grad-accum " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --threads 1"
                              " --precision f32 --instruct-template --save-every 10 --quiet --out " +
                              (dir_ / out).string() + " " + extra;
-    const std::string launcher = ranks == 1 ? "" :
-        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " DC_MPIEXEC " --oversubscribe -np " +
-        std::to_string(ranks) + " --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" +
-        sanitizer_options();
-    testing::RunResult r = testing::run_command(launcher + DC_BINARY_PATH + args);
+    testing::RunResult r = testing::run_command(launcher(ranks) + DC_BINARY_PATH + args);
     r.out += r.err;
     return r;
   }
@@ -164,6 +172,20 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   EXPECT_EQ(j2["optimizer_state_bytes"][0].get<int64_t>() + j2["optimizer_state_bytes"][1].get<int64_t>(), full);
   EXPECT_GT(j2["bytes_sent_per_step"][0].get<double>(), 0.9 * full / 2);  // half the gradients out, half the weights
   EXPECT_EQ(j2["peak_rss_bytes"].size(), 2u);
+  // ZeRO-2, the gradients each rank holds, counted: its 1/2 shard of the reduced gradients, one layer's slot
+  // and the tensors outside the layers — not one process's whole buffer.
+  auto model = SafetensorsFile::open((path("one") / kFinal / "model.safetensors").string());
+  ASSERT_TRUE(model.ok());
+  int64_t n_params = 0, in_layers = 0;
+  for (const auto& [name, t] : model->tensors()) {
+    const int64_t n = static_cast<int64_t>(t.n_bytes / sizeof(float));
+    n_params += n;
+    if (name.rfind("model.layers.", 0) == 0) in_layers += n;
+  }
+  EXPECT_EQ(j1["gradient_bytes"][0].get<int64_t>(), 4 * n_params);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(),
+              4 * (n_params - in_layers + in_layers / 2 + dist::shard_range(n_params, r, 2).size())) << "rank " << r;
 
   // The same run again, where rank 1 dies after step 12: the job ends with a message on rank 0; the last
   // checkpoint is step 10's — the first run's bit for bit (a rerun on 2 ranks is bit-identical) — and no
@@ -198,6 +220,90 @@ TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
   const auto r = train(2, "bad", "", 3);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("--grad-accum 3 is not a multiple of the 2 ranks"), std::string::npos) << r.out;
+}
+
+// Coupled-GRPO with fixed rollouts (tests/dist/grpo_dist_check.cc: the same completions whichever rank
+// draws them): 2 ranks, each generating one of the round's 2 groups and running one of its 2 micro-batches,
+// end with the weights and the reference model of one process within 1e-6; a rerun on 2 ranks is
+// bit-identical, and so is a run stopped after its first round and resumed from that checkpoint.
+TEST_F(TrainDist, GrpoOnTwoRanksEqualsOneProcess) {
+  const auto grpo = [](int ranks, const std::string& out, const std::string& extra = "") {
+    testing::RunResult r = testing::run_command(launcher(ranks) + DC_GRPO_DIST_CHECK + " " + testing::fixtures_dir() +
+                                                "/tiny-vocab " + path(out).string() + " " + extra);
+    r.out += r.err;
+    return r;
+  };
+  const char* kLast = "checkpoint-000004";
+  const auto one = grpo(1, "g1");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = grpo(2, "g2");
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  EXPECT_NE(two.out.find("step 4 loss"), std::string::npos) << two.out;
+  EXPECT_EQ(two.out.find("step 4 loss"), two.out.rfind("step 4 loss")) << "rank 0 only prints: " << two.out;
+  for (const char* f : {"model.safetensors", "ref_model.safetensors"})
+    expect_within(path("g1") / kLast / f, path("g2") / kLast / f, 1e-6);
+  EXPECT_NE(read_bytes(path("g2") / kLast / "ref_model.safetensors"),
+            read_bytes(fs::path(testing::fixtures_dir()) / "tiny-vocab" / "model.safetensors")) << "no reference sync";
+  // The loss curve: one process's within 1e-5 relative. Not 1e-6: the loss is Σ −A·ratio (+ β·KL) with
+  // advantages that sum to zero in each group, so it cancels to a value far below its terms, and their
+  // rounding shows ~10x larger in it (the weights above are within 1e-6).
+  const auto l1 = losses(path("g1/metrics.jsonl")), l2 = losses(path("g2/metrics.jsonl"));
+  ASSERT_EQ(l1.size(), 4u);
+  ASSERT_EQ(l2.size(), 4u);
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5 * std::fabs(l1[i]) + 1e-12) << "step " << i + 1;
+  const char* kFiles[] = {"model.safetensors", "ref_model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                          "optimizer-rank00001-of-00002.safetensors"};
+  const auto rerun = grpo(2, "g2_again");
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.out;
+  for (const char* f : kFiles)
+    EXPECT_TRUE(read_bytes(path("g2") / kLast / f) == read_bytes(path("g2_again") / kLast / f)) << f;
+  const auto stopped = grpo(2, "g2_resumed", "--stop-after 2");
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.out;
+  ASSERT_TRUE(fs::exists(path("g2_resumed") / "checkpoint-000002"));
+  const auto resumed = grpo(2, "g2_resumed", "--resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  for (const char* f : kFiles)
+    EXPECT_TRUE(read_bytes(path("g2") / kLast / f) == read_bytes(path("g2_resumed") / kLast / f)) << f;
+}
+
+// `mpirun -np 2 diffucoder grpo` end to end on the tiny real-vocabulary checkpoint with its own rollouts and
+// a user reward: one progress line per step (rank 0's), a checkpoint with the reference model and a
+// moment shard per rank, half the optimizer state on each.
+TEST_F(TrainDist, GrpoCliOnTwoRanks) {
+  std::ofstream(dir_ / "grpo.jsonl") << R"({"prompt": "Write f(x) returning x+1.", "tests": ["assert f(1) == 2"]})" "\n"
+                                     << R"({"prompt": "Write g(x) returning 2*x.", "tests": ["assert g(2) == 4"]})" "\n";
+  std::ofstream(dir_ / "reward.py") << "import json, sys\n"
+                                       "for line in sys.stdin:\n"
+                                       "    print(json.loads(line)['completion'].count('e'))\n";
+  const auto r = testing::run_command(
+      launcher(2) + DC_BINARY_PATH + " grpo --model " + testing::fixtures_dir() + "/tiny-vocab --data " +
+      (dir_ / "grpo.jsonl").string() + " --num-generations 4 --prompts-per-round 2 --max-completion-length 8 "
+      "--diffusion-steps 8 --steps 2 --lr 1e-2 --threads 1 --code-weight 0 --format-weight 0 --reward-program "
+      "/usr/bin/python3 " + (dir_ / "reward.py").string() + " --out " + path("gcli").string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("2 ranks, ZeRO-sharded optimizer state (mpi)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step     2/2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("step     2/2"), r.err.rfind("step     2/2")) << "progress from rank 0 only: " << r.err;
+  const size_t at = r.out.rfind("{\"steps\"");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(at, r.out.find('\n', at) - at));
+  EXPECT_EQ(j["ranks"], 2);
+  const int64_t s0 = j["optimizer_state_bytes"][0], s1 = j["optimizer_state_bytes"][1];
+  EXPECT_LE(std::abs(s0 - s1), 8) << s0 << " " << s1;
+  for (const char* f : {"model.safetensors", "ref_model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                        "optimizer-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(fs::exists(path("gcli") / "checkpoint-000002" / f)) << f;
+}
+
+TEST_F(TrainDist, GrpoGroupsMustSplitOverTheRanks) {
+  const std::string bad = (dir_ / "bad.jsonl").string();
+  std::ofstream(bad) << R"({"prompt": "Write f(x).", "tests": ["assert f(1) == 2"]})" "\n";
+  const auto r = testing::run_command(launcher(2) + DC_BINARY_PATH + " grpo --model " + testing::fixtures_dir() +
+                                      "/tiny-vocab --data " + bad + " --out " + path("gbad").string() +
+                                      " --prompts-per-round 1 --steps 2 --quiet");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.out + r.err).find("--prompts-per-round 1 and --grad-accum 2 must be multiples of the 2 ranks"),
+            std::string::npos) << r.out << r.err;
 }
 
 }  // namespace

@@ -144,6 +144,32 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
       const auto& want = grads.tensors()[i];
       ASSERT_EQ(0, std::memcmp(want.data, again.tensors()[i].data, want.size * sizeof(float))) << want.name;
     }
+
+    // ZeRO-2's layout (ModelParams::zeros_sharing_layers): every layer writes one slot, which
+    // on_layer_done empties from the last layer to the first; copied out there, each layer's gradients,
+    // and the other tensors' in place, are the full buffer's bit for bit.
+    ModelParams shared = ModelParams::zeros_sharing_layers(cfg);
+    const int64_t first = grads.find("model.layers.0.input_layernorm.weight")->offset;
+    const int64_t layer_size = grads.find("model.layers.1.input_layernorm.weight")->offset - first;
+    EXPECT_EQ(shared.n_values(), grads.n_values() - (cfg.n_layer - 1) * layer_size);
+    std::vector<float> layers(grads.n_values(), 0.0f);  // in the full layout
+    std::vector<int64_t> order;
+    shared.set_layer_done([&](int64_t il) {
+      order.push_back(il);
+      float* slot = shared.data() + shared.find("model.layers.0.input_layernorm.weight")->offset;
+      std::copy_n(slot, layer_size, layers.data() + first + il * layer_size);
+      std::fill_n(slot, layer_size, 0.0f);
+      return Status();
+    });
+    ASSERT_TRUE(model->backward(ctx, lean, dlogits.data(), shared.spans()).ok());
+    std::vector<int64_t> want_order;
+    for (int64_t il = cfg.n_layer - 1; il >= 0; --il) want_order.push_back(il);
+    EXPECT_EQ(order, want_order);
+    for (const auto& want : grads.tensors()) {
+      const bool in_layer = want.name.rfind("model.layers.", 0) == 0;
+      const float* got = in_layer ? layers.data() + want.offset : shared.find(want.name)->data;
+      ASSERT_EQ(0, std::memcmp(want.data, got, want.size * sizeof(float))) << want.name;
+    }
   }
 }
 
