@@ -27,6 +27,9 @@ bool gguf_has_tokenizer(const GgufFile& file);
 // user-defined ones non-special added tokens, unused ones ([PAD<id>] fillers) are left out.
 // Errors name the file and the key.
 Result<Tokenizer> gguf_tokenizer(const GgufFile& file);
+// The same tokenizer as a Hugging Face tokenizer.json text (what a training checkpoint started from a
+// GGUF carries); checked as gguf_tokenizer checks it.
+Result<std::string> gguf_tokenizer_json(const GgufFile& file);
 
 // tokenizer.chat_template, nullopt when absent.
 std::optional<std::string> gguf_chat_template(const GgufFile& file);
