@@ -16,7 +16,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/profiler.h"
-#include "io/checkpoint.h"
+#include "gguf/model_source.h"
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "ops/matmul.h"
@@ -58,9 +58,7 @@ Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, Th
     DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, make_synthetic_model(config, a.seed, pool));
     return ModelParams::from_weights(config, model->weights());
   }
-  DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(a.model_dir));
-  config = ckpt.config();
-  return ModelParams::from_checkpoint(ckpt);
+  return load_trainable_params(a.model_dir, &config);
 }
 
 struct StepRecord {

@@ -1,6 +1,6 @@
 // `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 128] [--force]`: writes a
 // quantized copy of a checkpoint (formats in README.md "Quantized weights"); `--out FILE.gguf --weights
-// f32|f16|bf16|q8_0|q4_k` writes a GGUF of architecture dream instead (gguf/writer.h). Progress on stderr.
+// f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k` writes a GGUF of architecture dream instead (gguf/writer.h). Progress on stderr.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -36,14 +36,15 @@ std::string duration_text(double seconds) {
 int run_convert_gguf(const ConvertArgs& args) {
   static const std::pair<const char*, GgufWeights> kTypes[] = {
       {"f32", GgufWeights::kF32}, {"f16", GgufWeights::kF16}, {"bf16", GgufWeights::kBF16},
-      {"q8_0", GgufWeights::kQ8_0}, {"q4_k", GgufWeights::kQ4_K}};
+      {"q8_0", GgufWeights::kQ8_0}, {"q4_0", GgufWeights::kQ4_0}, {"q4_k", GgufWeights::kQ4_K},
+      {"q5_k", GgufWeights::kQ5_K}, {"q6_k", GgufWeights::kQ6_K}};
   GgufConvertOptions opt;
   bool known = false;
   for (const auto& [name, type] : kTypes)
     if (args.weights == name) opt.weights = type, known = true;
   if (!known)
     return usage_error(invalid_argument("--weights " + args.weights + ": a GGUF output (--out " + args.out_dir +
-                                        ") takes f32, f16, bf16, q8_0 or q4_k"));
+                                        ") takes f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k"));
   std::error_code ec;
   if (std::filesystem::exists(args.out_dir, ec) && !args.force)
     return usage_error(invalid_argument("--out " + args.out_dir + " exists; pass --force to replace it"));
@@ -63,7 +64,7 @@ int run_convert(const ConvertArgs& args) {
   if (is_gguf_path(args.out_dir)) return run_convert_gguf(args);
   if (args.weights != "q8" && args.weights != "q4")
     return usage_error(invalid_argument("--weights " + args.weights + ": a checkpoint directory output takes q8 or q4 "
-                                        "(f32, f16, bf16, q8_0, q4_k need --out FILE.gguf)"));
+                                        "(f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k need --out FILE.gguf)"));
   const bool q4 = args.weights == "q4";
   if (q4 && (args.group_size < 32 || args.group_size > 4096 || args.group_size % 32 != 0))
     return usage_error(invalid_argument("--group-size " + std::to_string(args.group_size) +
@@ -121,9 +122,9 @@ RunFn add_convert_command(CLI::App& app) {
   cmd->add_option("--out", args->out_dir, "Directory to write, or FILE.gguf (must not exist unless --force)")->required();
   cmd->add_option("--weights", args->weights,
                   "q8: int8, one f32 scale per row; q4: 4-bit, f16 scale and min per group of columns; "
-                  "for --out FILE.gguf: f32, f16, bf16, q8_0 or q4_k (llama.cpp's types)")
+                  "for --out FILE.gguf: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k (llama.cpp's types)")
       ->required()
-      ->check(CLI::IsMember({"q8", "q4", "f32", "f16", "bf16", "q8_0", "q4_k"}));
+      ->check(CLI::IsMember({"q8", "q4", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
   cmd->add_option("--group-size", args->group_size, "q4: columns per scale and min (a multiple of 32; 32, 64 and multiples of 128 run the int8 kernel)")
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace an existing output directory");

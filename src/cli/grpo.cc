@@ -8,11 +8,11 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "gguf/model_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_data.h"
 #include "train/grpo_trainer.h"
@@ -61,18 +61,18 @@ int run_grpo(GrpoArgs& a, dist::Comm& comm) {
   if (a.rewards.user.argv.empty() && a.rewards.code_weight == 0 && a.rewards.format_weight == 0)
     return usage_error(invalid_argument("every reward is off: give --code-weight, --format-weight or --reward-program"));
 
-  auto tokenizer = Tokenizer::from_file((std::filesystem::path(a.opt.model_dir) / "tokenizer.json").string());
+  auto tokenizer = model_source_tokenizer(a.opt.model_dir);
   if (!tokenizer.ok()) return report(tokenizer.status());
   train::GrpoDataOptions d;
   d.max_prompt_length = a.max_prompt_length;
   d.require_tests = a.rewards.code_weight != 0 || a.rewards.format_weight != 0;
   auto data = train::load_grpo_dataset(a.data_path, *tokenizer, d);
   if (!data.ok()) return report(data.status());
-  auto checkpoint = Checkpoint::open(a.opt.model_dir);
-  if (!checkpoint.ok()) return report(checkpoint.status());
+  auto config = model_source_config(a.opt.model_dir);
+  if (!config.ok()) return report(config.status());
   train::RolloutOptions ro;
   ro.group_size = a.opt.group_size;
-  ro.sampling = train::recipe_rollout_params(checkpoint->config());
+  ro.sampling = train::recipe_rollout_params(*config);
   ro.sampling.max_new_tokens = a.max_completion_length;
   ro.sampling.steps = a.diffusion_steps;
   ro.sampling.temperature = a.temperature;
@@ -162,7 +162,7 @@ RunFn add_grpo_command(CLI::App& app) {
   train::GrpoOptions& o = a->opt;
   o.steps = 0;
   CLI::App* cmd = app.add_subcommand("grpo", "Coupled-GRPO reinforcement learning (DiffuCoder's recipe) on CPU");
-  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory of the policy (with tokenizer.json)")
+  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory of the policy (with tokenizer.json), or a dream F32 / F16 / BF16 FILE.gguf")
       ->required();
   cmd->add_option("--data", a->data_path, "JSONL: {prompt|messages, tests} or AceCode {question, test_cases}")->required();
   cmd->add_option("--out", o.out_dir, "Output directory (checkpoints, metrics.jsonl, reward.svg)")->required();

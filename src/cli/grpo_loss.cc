@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,6 +16,7 @@
 #include "io/mapped_file.h"
 #include "model/params.h"
 #include "model/transformer.h"
+#include "gguf/model_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_loss.h"
 #include "train/rollout.h"
@@ -164,10 +164,9 @@ struct F32Model {
   std::unique_ptr<Model> model;
 };
 Result<F32Model> load_f32(const std::string& dir) {
-  DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
-  const ModelConfig config = ckpt.config();
+  ModelConfig config;
   F32Model m;
-  DC_ASSIGN_OR_RETURN(m.params, ModelParams::from_checkpoint(ckpt));
+  DC_ASSIGN_OR_RETURN(m.params, load_trainable_params(dir, &config));
   m.model = Model::from_weights(config, m.params.weights(), nullptr);
   return m;
 }
@@ -188,13 +187,13 @@ int run_grpo_loss(const GrpoLossArgs& a) {
   if (!policy.ok()) return report(policy.status());
   const ModelConfig& cfg = policy->model->config();
   if (!p.im_end_id) {
-    const std::string tok = (std::filesystem::path(a.model_dir) / "tokenizer.json").string();
-    auto tokenizer = Tokenizer::from_file(tok);
+    auto tokenizer = model_source_tokenizer(a.model_dir);
     if (!tokenizer.ok())
       return report(invalid_argument("the completion mask needs the <|im_end|> id: give 'im_end_id' in the batch or "
-                                     "a tokenizer.json in " + a.model_dir + " (" + tokenizer.status().message() + ")"));
+                                     "a model with a tokenizer (" + tokenizer.status().message() + ")"));
     p.im_end_id = tokenizer->token_to_id("<|im_end|>");
-    if (!p.im_end_id) return report(invalid_argument(tok + " has no <|im_end|> token; give 'im_end_id' in the batch"));
+    if (!p.im_end_id)
+      return report(invalid_argument("the tokenizer of " + a.model_dir + " has no <|im_end|> token; give 'im_end_id' in the batch"));
   }
   for (int64_t b = 0; b < p.batch.n_batch; ++b) {
     const auto row = std::span(p.batch.completion_ids).subspan(b * p.batch.n_completion, p.batch.n_completion);
@@ -266,7 +265,7 @@ RunFn add_grpo_loss_command(CLI::App& app) {
   auto a = std::make_shared<GrpoLossArgs>();
   CLI::App* cmd = app.add_subcommand("grpo-loss", "The Coupled-GRPO loss, its parts and gradient norms of one given "
                                                   "batch (f32, nothing drawn at random)");
-  cmd->add_option("--model", a->model_dir, "Policy checkpoint directory")->required();
+  cmd->add_option("--model", a->model_dir, "Policy checkpoint directory, or a dream F32 / F16 / BF16 FILE.gguf")->required();
   cmd->add_option("--ref-model", a->ref_dir, "Reference model for the KL term (default: the policy itself, KL 0)");
   cmd->add_option("--batch", a->batch_path,
                   "JSON: prompt_ids, completion_ids, rewards, group_size, t, mask [, old_logps, beta, epsilon, "

@@ -1,4 +1,5 @@
-// `diffucoder inspect --model DIR [--json]`: the config, the parameter count and a per-group breakdown.
+// `diffucoder inspect --model DIR|FILE.gguf [--json]`: the config, the parameter count and a per-group
+// breakdown.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "gguf/dream.h"
 #include "model/transformer.h"
 
 namespace dc::cli {
@@ -27,10 +29,37 @@ std::string group_of(const std::string& name) {
   return "lm_head";
 }
 
+// What is stored: the config, the tensors' count per dtype (GGUF: per ggml type), their bytes, the files.
+struct Stored {
+  ModelConfig config;
+  std::map<std::string, int64_t> dtypes;
+  size_t bytes = 0, files = 0;
+};
+
+Result<Stored> read_stored(const std::string& path) {
+  Stored s;
+  if (is_gguf_path(path)) {
+    DC_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(path));
+    DC_ASSIGN_OR_RETURN(s.config, dream_config(file));
+    for (const GgufTensor& t : file.tensors()) {
+      s.dtypes[gguf_type_info(static_cast<uint32_t>(t.type))->name] += 1;
+      s.bytes += t.n_bytes;
+    }
+    s.files = 1;
+    return s;
+  }
+  DC_ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, Model::load(path));  // binds and checks every weight
+  s.config = model->config();
+  for (const auto& [name, t] : model->checkpoint()->tensors()) s.dtypes[dtype_name(t.dtype)] += 1;
+  s.bytes = model->checkpoint()->total_bytes();
+  s.files = model->checkpoint()->files().size();
+  return s;
+}
+
 int run_inspect(const InspectArgs& args) {
-  auto model = Model::load(args.model_dir);
-  if (!model.ok()) return report(model.status());
-  const ModelConfig& c = (*model)->config();
+  auto stored = read_stored(args.model_dir);
+  if (!stored.ok()) return report(stored.status());
+  const ModelConfig& c = stored->config;
   std::map<std::string, int64_t> groups;
   int64_t total = 0;
   ModelWeights scratch;
@@ -40,8 +69,7 @@ int run_inspect(const InspectArgs& args) {
     groups[group_of(slot.name)] += n;
     total += n;
   });
-  std::map<std::string, int64_t> dtypes;
-  for (const auto& [name, t] : (*model)->checkpoint()->tensors()) dtypes[dtype_name(t.dtype)] += 1;
+  const std::map<std::string, int64_t>& dtypes = stored->dtypes;
 
   nlohmann::json j;
   j["model_dir"] = args.model_dir;
@@ -56,8 +84,8 @@ int run_inspect(const InspectArgs& args) {
   j["parameters"] = total;
   j["parameter_groups"] = groups;
   j["tensor_dtypes"] = dtypes;
-  j["weight_bytes"] = (*model)->checkpoint()->total_bytes();
-  j["files"] = (*model)->checkpoint()->files().size();
+  j["weight_bytes"] = stored->bytes;
+  j["files"] = stored->files;
   if (args.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -73,8 +101,7 @@ int run_inspect(const InspectArgs& args) {
   std::printf("parameters   %lld (%.3f B)\n", (long long)total, total / 1e9);
   for (const auto& [g, n] : groups)
     std::printf("  %-11s %14lld  %5.1f%%\n", g.c_str(), (long long)n, 100.0 * n / total);
-  std::printf("weights      %.3f GB in %zu file(s);", (*model)->checkpoint()->total_bytes() / 1e9,
-              (*model)->checkpoint()->files().size());
+  std::printf("weights      %.3f GB in %zu file(s);", stored->bytes / 1e9, stored->files);
   for (const auto& [d, n] : dtypes) std::printf(" %s x%lld", d.c_str(), (long long)n);
   std::printf("\n");
   return 0;
@@ -85,7 +112,7 @@ int run_inspect(const InspectArgs& args) {
 RunFn add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Print a checkpoint's config, parameter count and breakdown");
-  cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint directory, or a dream FILE.gguf")->required();
   cmd->add_flag("--json", args->json, "Print JSON instead of text");
   return [args] { return run_inspect(*args); };
 }

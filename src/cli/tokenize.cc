@@ -2,12 +2,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "gguf/dream.h"
+#include "gguf/model_source.h"
 #include "io/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,12 +23,12 @@ struct TokenizeArgs {
 
 int run_tokenize(const TokenizeArgs& a) {
   if (a.model_dir.empty() == a.tokenizer_path.empty())
-    return usage_error(invalid_argument("give exactly one of --model DIR or --tokenizer FILE"));
+    return usage_error(invalid_argument("give exactly one of --model DIR|FILE.gguf or --tokenizer FILE"));
   if (a.given_text == a.given_text_file) return usage_error(invalid_argument("give exactly one of --text or --text-file"));
-  const std::string path = !a.tokenizer_path.empty()
-                               ? a.tokenizer_path
-                               : (std::filesystem::path(a.model_dir) / "tokenizer.json").string();
-  auto tok = Tokenizer::from_file(path);
+  // --tokenizer FILE.gguf reads the GGUF's tokenizer.ggml metadata, as --model FILE.gguf does.
+  auto tok = a.model_dir.empty() && !is_gguf_path(a.tokenizer_path)
+                 ? Tokenizer::from_file(a.tokenizer_path)
+                 : model_source_tokenizer(a.model_dir.empty() ? a.tokenizer_path : a.model_dir);
   if (!tok.ok()) return report(tok.status());
   std::string text = a.text;
   if (a.given_text_file) {
@@ -54,8 +55,8 @@ int run_tokenize(const TokenizeArgs& a) {
 RunFn add_tokenize_command(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids (JSON array), or decode ids to text");
-  cmd->add_option("--model", a->model_dir, "Checkpoint directory holding tokenizer.json");
-  cmd->add_option("--tokenizer", a->tokenizer_path, "A tokenizer.json file");
+  cmd->add_option("--model", a->model_dir, "Checkpoint directory holding tokenizer.json, or a dream FILE.gguf");
+  cmd->add_option("--tokenizer", a->tokenizer_path, "A tokenizer.json file, or a FILE.gguf (its tokenizer.ggml metadata)");
   cmd->add_option("--text", a->text, "The text (with --decode: ids such as 1,2,3 or [1, 2, 3])");
   cmd->add_option("--text-file", a->text_file, "File holding the text (or the ids, with --decode)");
   cmd->add_flag("--decode", a->decode, "Decode ids to text");

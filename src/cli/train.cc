@@ -111,7 +111,7 @@ RunFn add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   train::TrainOptions& o = a->opt;
   CLI::App* cmd = app.add_subcommand("train", "Masked-diffusion fine-tuning (SFT or continued pre-training) on CPU");
-  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory to start from")->required();
+  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory to start from, or a dream F32 / F16 / BF16 FILE.gguf")->required();
   cmd->add_option("--data", o.data_path, "JSONL ({\"prompt\",\"completion\"} or {\"messages\"}) or a plain text file")
       ->required();
   cmd->add_option("--out", o.out_dir, "Output directory (checkpoints, metrics.jsonl, loss.svg)")->required();

@@ -52,7 +52,7 @@ std::string gguf_tensor_name(const std::string& hf) {
   return "";
 }
 
-Result<ModelConfig> dream_config(const GgufFile& f) {
+Result<nlohmann::json> dream_config_json(const GgufFile& f) {
   DC_ASSIGN_OR_RETURN(std::string_view arch, f.get_string("general.architecture"));
   if (arch != "dream")
     return unimplemented(f.path() + ": general.architecture is '" + std::string(arch) +
@@ -94,6 +94,11 @@ Result<ModelConfig> dream_config(const GgufFile& f) {
     return not_found(f.path() + ": no mask token: neither 'tokenizer.ggml.mask_token_id' nor a token \"<|mask|>\"; "
                      "a diffusion model needs one (re-convert with a current convert_hf_to_gguf.py)");
   j["mask_token_id"] = mask;
+  return j;
+}
+
+Result<ModelConfig> dream_config(const GgufFile& f) {
+  DC_ASSIGN_OR_RETURN(const nlohmann::json j, dream_config_json(f));
   return parse_model_config(j.dump(), f.path() + " (its dream metadata, read as config.json fields)");
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,9 @@ inline constexpr const char* kGgufMaskTokenId = "tokenizer.ggml.mask_token_id";
 // tied embeddings when output.weight is absent. Validated as config.json is (io/config_json.h); errors
 // name the file and the key.
 Result<ModelConfig> dream_config(const GgufFile& file);
+// Those metadata as the config.json fields dream_config validates (model_type "Dream"; what a training
+// checkpoint started from the file writes as its config.json). Not validated: dream_config does that.
+Result<nlohmann::json> dream_config_json(const GgufFile& file);
 
 // How loading stores each GGUF type: F32 / F16 / BF16 matrices are mapped as they are; Q4_0 and Q4_K are
 // repacked into our q4 (group 32; Q4_0 exactly, Q4_K with its scale products rounded to f16); Q8_0,

@@ -15,11 +15,8 @@ Result<const GgufValue*> string_array(const GgufFile& f, const char* key) {
   return v;
 }
 
-}  // namespace
-
-bool gguf_has_tokenizer(const GgufFile& file) { return file.find("tokenizer.ggml.tokens") != nullptr; }
-
-Result<Tokenizer> gguf_tokenizer(const GgufFile& f) {
+// The tokenizer.ggml metadata as the parts of a Qwen2 byte-level BPE (views into the mapped file).
+Result<Tokenizer::BpeParts> gguf_bpe_parts(const GgufFile& f) {
   DC_ASSIGN_OR_RETURN(std::string_view model, f.get_string("tokenizer.ggml.model"));
   if (model != "gpt2")
     return unimplemented(f.path() + ": tokenizer.ggml.model is '" + std::string(model) +
@@ -61,7 +58,22 @@ Result<Tokenizer> gguf_tokenizer(const GgufFile& f) {
     }
   }
   parts.merges.assign(merges->strings.begin(), merges->strings.end());
+  return parts;
+}
+
+}  // namespace
+
+bool gguf_has_tokenizer(const GgufFile& file) { return file.find("tokenizer.ggml.tokens") != nullptr; }
+
+Result<Tokenizer> gguf_tokenizer(const GgufFile& f) {
+  DC_ASSIGN_OR_RETURN(const Tokenizer::BpeParts parts, gguf_bpe_parts(f));
   return Tokenizer::from_qwen2_bpe(parts, f.path() + " (tokenizer.ggml metadata)");
+}
+
+Result<std::string> gguf_tokenizer_json(const GgufFile& f) {
+  DC_ASSIGN_OR_RETURN(const Tokenizer::BpeParts parts, gguf_bpe_parts(f));
+  DC_RETURN_IF_ERROR(Tokenizer::from_qwen2_bpe(parts, f.path() + " (tokenizer.ggml metadata)").status());
+  return Tokenizer::qwen2_bpe_json(parts, f.path() + " (tokenizer.ggml metadata)");
 }
 
 std::optional<std::string> gguf_chat_template(const GgufFile& f) {

@@ -27,6 +27,9 @@ bool gguf_has_tokenizer(const GgufFile& file);
 // user-defined ones non-special added tokens, unused ones ([PAD<id>] fillers) are left out.
 // Errors name the file and the key.
 Result<Tokenizer> gguf_tokenizer(const GgufFile& file);
+// The same tokenizer as a Hugging Face tokenizer.json text (what a training checkpoint started from a
+// GGUF carries); checked as gguf_tokenizer checks it.
+Result<std::string> gguf_tokenizer_json(const GgufFile& file);
 
 // A tokenizer from `path`: a GGUF file's tokenizer.ggml metadata when it ends in ".gguf", else a
 // tokenizer.json.

@@ -126,7 +126,10 @@ uint32_t file_type(GgufWeights w) {
     case GgufWeights::kF16: return 1;
     case GgufWeights::kBF16: return 32;
     case GgufWeights::kQ8_0: return 7;
+    case GgufWeights::kQ4_0: return 2;
     case GgufWeights::kQ4_K: return 14;  // MOSTLY_Q4_K_S: every matrix Q4_K
+    case GgufWeights::kQ5_K: return 16;  // MOSTLY_Q5_K_S
+    case GgufWeights::kQ6_K: return 18;
   }
   return 0;
 }
@@ -136,8 +139,11 @@ GgufType matrix_type(GgufWeights w, int64_t cols) {
     case GgufWeights::kF32: return GgufType::kF32;
     case GgufWeights::kF16: return GgufType::kF16;
     case GgufWeights::kBF16: return GgufType::kBF16;
+    case GgufWeights::kQ4_0: return cols % 32 == 0 ? GgufType::kQ4_0 : GgufType::kF16;
     case GgufWeights::kQ4_K: if (cols % 256 == 0) return GgufType::kQ4_K; [[fallthrough]];
     case GgufWeights::kQ8_0: return cols % 32 == 0 ? GgufType::kQ8_0 : GgufType::kF16;
+    case GgufWeights::kQ5_K: if (cols % 256 == 0) return GgufType::kQ5_K; return matrix_type(GgufWeights::kQ8_0, cols);
+    case GgufWeights::kQ6_K: if (cols % 256 == 0) return GgufType::kQ6_K; return matrix_type(GgufWeights::kQ8_0, cols);
   }
   return GgufType::kF16;
 }
@@ -167,7 +173,10 @@ GgufWriter::Producer matrix_producer(const TensorInfo& t, int64_t rows, int64_t 
             case GgufType::kF16: for (int64_t c = 0; c < cols; ++c) { const uint16_t h = f32_to_f16(x[c]); std::memcpy(y + 2 * c, &h, 2); } break;
             case GgufType::kBF16: for (int64_t c = 0; c < cols; ++c) { const uint16_t h = f32_to_bf16(x[c]); std::memcpy(y + 2 * c, &h, 2); } break;
             case GgufType::kQ8_0: quantize_q8_0(x, y, cols); break;
+            case GgufType::kQ4_0: quantize_q4_0(x, y, cols); break;
             case GgufType::kQ4_K: quantize_q4_k(x, y, cols); break;
+            case GgufType::kQ5_K: quantize_q5_k(x, y, cols); break;
+            case GgufType::kQ6_K: quantize_q6_k(x, y, cols); break;
             default: break;
           }
           if (!gguf_row_finite(type, y, cols)) bad_row.store(r0 + r);  // e.g. a finite value beyond f16's range
@@ -196,7 +205,8 @@ Status convert_to_gguf(const GgufConvertOptions& o, ThreadPool* pool) {
   w.add_string("general.architecture", "dream");
   w.add_string("general.name", fs::path(o.model_dir).lexically_normal().filename().string());
   w.add_u32("general.file_type", file_type(o.weights));
-  if (o.weights == GgufWeights::kQ8_0 || o.weights == GgufWeights::kQ4_K) w.add_u32("general.quantization_version", 2);
+  const bool quantized = o.weights != GgufWeights::kF32 && o.weights != GgufWeights::kF16 && o.weights != GgufWeights::kBF16;
+  if (quantized) w.add_u32("general.quantization_version", 2);
   w.add_u32("dream.context_length", static_cast<uint32_t>(c.max_position_embeddings));
   w.add_u32("dream.embedding_length", static_cast<uint32_t>(c.n_embd));
   w.add_u32("dream.feed_forward_length", static_cast<uint32_t>(c.n_ff));

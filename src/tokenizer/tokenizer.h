@@ -40,6 +40,9 @@ class Tokenizer {
     std::vector<AddedToken> added;
   };
   static Result<Tokenizer> from_qwen2_bpe(const BpeParts& parts, const std::string& source);
+  // The tokenizer.json text of the same tokenizer (from_file of it equals from_qwen2_bpe of `parts`);
+  // InvalidArgument naming `source` when a token or merge is not valid UTF-8.
+  static Result<std::string> qwen2_bpe_json(const BpeParts& parts, const std::string& source);
 
   // Token ids of `text`, as HF `encode(text, add_special_tokens=False)`: added tokens are split
   // out first, the rest is NFC-normalised, split by the regex and BPE-encoded. No BOS/EOS.

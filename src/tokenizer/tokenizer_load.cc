@@ -375,25 +375,50 @@ Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const st
   return TokenizerLoader(source).load(doc);
 }
 
-Result<Tokenizer> Tokenizer::from_qwen2_bpe(const BpeParts& parts, const std::string& source) {
-  // Qwen2's tokenizer.json pipeline, which llama.cpp calls pre-tokenizer "qwen2".
+namespace {
+
+// Qwen2's tokenizer.json pipeline (llama.cpp's pre-tokenizer "qwen2") with `added`, without the BPE
+// model's vocab and merges.
+Json qwen2_bpe_root(const std::vector<AddedToken>& added) {
   static const char* kQwen2Regex =
       "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
       "\\s+(?!\\S)|\\s+";
-  TokenizerJson doc;
   const Json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  doc.root = {{"normalizer", {{"type", "NFC"}}},
-              {"pre_tokenizer", {{"type", "Sequence"},
-                                 {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2Regex}}},
-                                                     {"behavior", "Isolated"}, {"invert", false}},
-                                                    byte_level}}}},
-              {"decoder", byte_level},
-              {"model", {{"type", "BPE"}, {"ignore_merges", false}}},
-              {"added_tokens", Json::array()}};
-  for (const AddedToken& a : parts.added)
-    doc.root["added_tokens"].push_back({{"id", a.id}, {"content", a.content}, {"special", a.special},
-                                        {"single_word", a.single_word}, {"lstrip", a.lstrip}, {"rstrip", a.rstrip},
-                                        {"normalized", a.normalized}});
+  Json root = {{"normalizer", {{"type", "NFC"}}},
+               {"pre_tokenizer", {{"type", "Sequence"},
+                                  {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2Regex}}},
+                                                      {"behavior", "Isolated"}, {"invert", false}},
+                                                     byte_level}}}},
+               {"decoder", byte_level},
+               {"model", {{"type", "BPE"}, {"ignore_merges", false}}},
+               {"added_tokens", Json::array()}};
+  for (const AddedToken& a : added)
+    root["added_tokens"].push_back({{"id", a.id}, {"content", a.content}, {"special", a.special},
+                                    {"single_word", a.single_word}, {"lstrip", a.lstrip}, {"rstrip", a.rstrip},
+                                    {"normalized", a.normalized}});
+  return root;
+}
+
+}  // namespace
+
+Result<std::string> Tokenizer::qwen2_bpe_json(const BpeParts& parts, const std::string& source) {
+  Json root = qwen2_bpe_root(parts.added);
+  Json vocab = Json::object();
+  for (const auto& [text, id] : parts.vocab) vocab[std::string(text)] = id;
+  Json merges = Json::array();
+  for (std::string_view m : parts.merges) merges.push_back(std::string(m));
+  root["model"]["vocab"] = std::move(vocab);
+  root["model"]["merges"] = std::move(merges);
+  try {
+    return root.dump();
+  } catch (const Json::exception& e) {  // a token or merge that is not valid UTF-8
+    return invalid_argument(source + ": cannot be written as tokenizer.json (" + e.what() + ")");
+  }
+}
+
+Result<Tokenizer> Tokenizer::from_qwen2_bpe(const BpeParts& parts, const std::string& source) {
+  TokenizerJson doc;
+  doc.root = qwen2_bpe_root(parts.added);
   doc.has_vocab = doc.has_merges = true;
   for (const auto& [text, id] : parts.vocab) {
     if (doc.vocab_pool.size() + text.size() > UINT32_MAX) return parse_error(source + ": the vocabulary holds more than 4 GiB");

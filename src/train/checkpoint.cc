@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "gguf/dream.h"
+#include "gguf/model_source.h"
+#include "gguf/tokenizer_gguf.h"
 #include "io/atomic_dir.h"
 #include "io/safetensors.h"
 
@@ -59,19 +62,31 @@ std::string checkpoint_name(int64_t step) {
 
 namespace {
 
-// config.json of source_model_dir as a training checkpoint's (f32, not quantized).
+// config.json of source_model_dir (a directory or a dream GGUF) as a training checkpoint's (f32, not
+// quantized).
 Result<Json> checkpoint_config(const std::string& source_model_dir) {
-  const std::string config_path = (fs::path(source_model_dir) / "config.json").string();
-  DC_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path));
-  Json config;
-  try {
-    config = Json::parse(config_text);
-  } catch (const std::exception& e) {
-    return parse_error(config_path + ": not valid JSON (" + e.what() + ")");
-  }
+  DC_ASSIGN_OR_RETURN(Json config, model_source_config_json(source_model_dir));
   config["torch_dtype"] = "float32";
   config.erase("quantization");
   return config;
+}
+
+// The source's small files into tmp: a directory's (tokenizer, generation config, ...) copied; a
+// GGUF's tokenizer written as tokenizer.json, so the checkpoint is a complete Hugging Face directory.
+Status copy_source_files(const std::string& tmp, const std::string& source_model_dir) {
+  if (is_gguf_path(source_model_dir)) {
+    DC_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(source_model_dir));
+    if (!gguf_has_tokenizer(file)) return Status();
+    DC_ASSIGN_OR_RETURN(const std::string json, gguf_tokenizer_json(file));
+    return write_text_file((fs::path(tmp) / "tokenizer.json").string(), json);
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(source_model_dir, ec)) {
+    if (!e.is_regular_file() || is_weight_or_state_file(e.path())) continue;
+    fs::copy_file(e.path(), fs::path(tmp) / e.path().filename(), ec);
+    if (ec) return io_error("cannot copy " + e.path().string() + " into " + tmp + ": " + ec.message());
+  }
+  return Status();
 }
 
 // Everything of a checkpoint but the optimizer moments, into tmp: the weights, the source's small files,
@@ -81,12 +96,7 @@ Status write_model_files(const std::string& tmp, const std::string& source_model
                          const ExtraCheckpointFiles& extra) {
   DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / "model.safetensors").string(), tensors_of(params, ""),
                                        {{"format", "pt"}}));
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(source_model_dir, ec)) {
-    if (!e.is_regular_file() || is_weight_or_state_file(e.path())) continue;
-    fs::copy_file(e.path(), fs::path(tmp) / e.path().filename(), ec);
-    if (ec) return io_error("cannot copy " + e.path().string() + " into " + tmp + ": " + ec.message());
-  }
+  DC_RETURN_IF_ERROR(copy_source_files(tmp, source_model_dir));
   Json st = {{"step", state.step}, {"cursor", state.cursor}, {"seed", state.seed}, {"options", state.options}};
   if (optimizer_shards > 1) st["optimizer_shards"] = optimizer_shards;
   DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "trainer_state.json").string(), st.dump(2) + "\n"));

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "io/atomic_dir.h"
+#include "gguf/model_source.h"
 #include "io/checkpoint.h"
 #include "train/plot.h"
 #include "train/rng.h"
@@ -84,9 +85,9 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
       return invalid_argument("--resume: the options differ from those of " + latest + " (pass the saved values, or "
                               "--force to start over):\n  saved: " + saved + "\n  now:   " + fingerprint);
   } else {
-    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
-    DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
-    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer, o.comm);
+    ModelConfig config;
+    DC_ASSIGN_OR_RETURN(ModelParams params, load_trainable_params(o.model_dir, &config));
+    t->core_ = OptimizerCore::start(config, std::move(params), optimizer, o.comm);
     t->core_.state().seed = o.seed;
     t->core_.state().options = fingerprint;
   }  // the mapped stored weights are released: training uses the f32 copies

@@ -12,6 +12,7 @@
 
 #include "core/profiler.h"
 #include "io/atomic_dir.h"
+#include "gguf/model_source.h"
 #include "io/checkpoint.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
@@ -118,13 +119,8 @@ OptimizerOptions optimizer_options(const TrainOptions& o) { return {o.lr, o.adam
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& o, const Context& ctx) {
-  ModelConfig config;
-  {
-    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
-    config = ckpt.config();
-  }
-  const std::string tok_path = (fs::path(o.model_dir) / "tokenizer.json").string();
-  DC_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_file(tok_path));
+  DC_ASSIGN_OR_RETURN(const ModelConfig config, model_source_config(o.model_dir));
+  DC_ASSIGN_OR_RETURN(Tokenizer tokenizer, model_source_tokenizer(o.model_dir));
   DataOptions d;
   d.seq_len = o.seq_len;
   d.instruct_template = o.instruct_template;
@@ -166,9 +162,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
     return finish_setup(std::move(t), std::move(data), latest);
   }
   {
-    DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model_dir));
-    DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
-    t->core_ = OptimizerCore::start(ckpt.config(), std::move(params), optimizer_options(o), o.comm);
+    ModelConfig config;
+    DC_ASSIGN_OR_RETURN(ModelParams params, load_trainable_params(o.model_dir, &config));
+    t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o), o.comm);
   }  // the mapped stored weights are released: training uses the f32 copies
   return finish_setup(std::move(t), std::move(data), "");
 }

@@ -164,6 +164,48 @@ TEST(GgufQuants, Q4_KQuantizerWithinHalfAStep) {
   EXPECT_EQ(dequant(GgufType::kQ4_K, q, 256), zeros);
 }
 
+// Our converter's other quantizers (quants.h): every value within half of its own step, and zeros exact.
+// step(q, i): the step of value i in the quantized bytes q.
+void expect_within_half_a_step(GgufType type, void (*quantize)(const float*, uint8_t*, int64_t),
+                               float (*step)(const std::vector<uint8_t>&, int64_t)) {
+  const GgufTypeInfo info = *gguf_type_info(static_cast<uint32_t>(type));
+  const int64_t n = 512;
+  auto x = random_values(n, 21, 2.0f);
+  for (int i = 256; i < 288; ++i) x[i] = 0.5f + 0.01f * static_cast<float>(i % 3);  // an all-positive sub-block
+  x[300] = -7.0f;                                                                 // an outlier
+  std::vector<uint8_t> q(static_cast<size_t>(n / info.block * info.bytes));
+  quantize(x.data(), q.data(), n);
+  const auto y = dequant(type, q, n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_LE(std::fabs(x[i] - y[i]), step(q, i) / 2 + 1e-6f) << info.name << " value " << i << ": " << x[i] << " vs " << y[i];
+  std::vector<float> zeros(static_cast<size_t>(info.block), 0.0f);
+  quantize(zeros.data(), q.data(), info.block);
+  EXPECT_EQ(dequant(type, q, info.block), zeros) << info.name;
+}
+
+float f16_of(const std::vector<uint8_t>& q, size_t at) { return f16_to_f32(static_cast<uint16_t>(q[at] | q[at + 1] << 8)); }
+
+TEST(GgufQuants, Q4_0QuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ4_0, quantize_q4_0,
+                            [](const std::vector<uint8_t>& q, int64_t i) { return f16_of(q, i / 32 * 18); });
+}
+
+TEST(GgufQuants, Q5_KQuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ5_K, quantize_q5_k, [](const std::vector<uint8_t>& q, int64_t i) {
+    const size_t blk = static_cast<size_t>(i / 256 * 176);
+    int sc, m;
+    k_quant_scale_min(q.data() + blk + 4, static_cast<int>(i % 256 / 32), &sc, &m);
+    return f16_of(q, blk) * static_cast<float>(sc);
+  });
+}
+
+TEST(GgufQuants, Q6_KQuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ6_K, quantize_q6_k, [](const std::vector<uint8_t>& q, int64_t i) {
+    const size_t blk = static_cast<size_t>(i / 256 * 210);
+    return f16_of(q, blk + 208) * static_cast<float>(static_cast<int8_t>(q[blk + 192 + i % 256 / 16]));
+  });
+}
+
 // Our q4 (group 32): value c of a row = scale[c/32]·q + min[c/32], q the nibble.
 std::vector<float> q4_values(const std::vector<uint8_t>& codes, const std::vector<uint16_t>& scales,
                              const std::vector<uint16_t>& mins, int64_t n) {
