@@ -101,6 +101,9 @@ int run_serve(const ServeArgs& a) {
   }
   Result<int64_t> budget = memory_budget(a.max_memory);
   if (!budget.ok()) return usage_error(budget.status());
+  if (const int64_t head = (*engine)->head_memory().fixed_bytes; *budget > 0 && *budget < head)
+    return usage_error(invalid_argument("--max-memory " + a.max_memory + " is below the " + std::to_string(head >> 20) +
+                                        " MiB block of logits one step needs for this model's vocabulary"));
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;

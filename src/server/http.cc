@@ -358,7 +358,7 @@ struct HttpServer::Impl {
       case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
       case SubmitResult::kOverMemory: {
         metrics.on_rejected();
-        const int64_t need = job_memory_bytes(r.params, prompt_tokens, engine.head_memory());
+        const int64_t need = scheduler->memory_needed(*job);
         ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) +
                                 " MiB of step buffers (a hidden row per masked position), more than the server's "
                                 "memory budget of " + std::to_string(options.scheduler.max_memory_bytes >> 20) +

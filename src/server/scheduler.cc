@@ -176,6 +176,8 @@ Scheduler::Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPoo
 
 Scheduler::~Scheduler() { stop(); }
 
+int64_t Scheduler::memory_needed(const Job& job) const { return head_.fixed_bytes + memory_of(job); }
+
 int64_t Scheduler::memory_of(const Job& job) const {
   const int64_t own_head = job.params().cache != CacheMode::kNone ? head_.fixed_bytes : 0;
   return job_memory_bytes(job.params(), static_cast<int64_t>(job.prompt().size()), head_) + own_head;
@@ -193,7 +195,7 @@ void Scheduler::stop() {
 SubmitResult Scheduler::submit(const std::shared_ptr<Job>& job) {
   if (job->n_rows() > options_.max_batch_rows || job->n_rows() * canvas_of(*job) > options_.max_batch_positions)
     return SubmitResult::kTooLarge;
-  if (options_.max_memory_bytes > 0 && head_.fixed_bytes + memory_of(*job) > options_.max_memory_bytes)
+  if (options_.max_memory_bytes > 0 && memory_needed(*job) > options_.max_memory_bytes)
     return SubmitResult::kOverMemory;
   {
     std::lock_guard<std::mutex> lock(mu_);

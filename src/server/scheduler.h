@@ -123,6 +123,9 @@ class Scheduler {
   // alone exceed max_memory_bytes; kQueueFull: max_queue waiting. A job that fits waits until the batch
   // has room for it (rows, positions and memory).
   SubmitResult submit(const std::shared_ptr<Job>& job);
+  // What submit() weighs against max_memory_bytes for `job` alone: its step buffers, the batch's head
+  // block, and a head of its own when cached.
+  int64_t memory_needed(const Job& job) const;
   void stop();
 
   const SchedulerOptions& options() const { return options_; }

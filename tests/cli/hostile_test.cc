@@ -74,6 +74,9 @@ TEST(Hostile, HugeGenerationIsRefusedBeforeAllocating) {
   expect_error(run_capped("generate --model " + vocab_model() + " --prompt hi --max-new-tokens 131070 --steps 1 --quiet"),
                1, "GiB of logits", "item 4");
   // item 1's server side: --max-tokens whose one row cannot fit is a usage error at startup
+  // a memory budget below one step's block of logits can serve nothing: a usage error at startup
+  expect_error(run_capped("serve --model " + vocab_model() + " --port 0 --max-memory 1M"), 2, "--max-memory 1M",
+               "block of logits");
   expect_error(run_capped("serve --model " + vocab_model() + " --port 0 --max-tokens 100000 --default-max-tokens 128"),
                2, "--max-tokens 100000", "item 1");
 }

@@ -85,6 +85,12 @@ TEST(MemoryBudget, RequestThatCanNeverFitIsRefused) {
   const json err = json::parse(r->body)["error"];
   EXPECT_EQ(err["param"], "n") << r->body;
   EXPECT_NE(err["message"].get<std::string>().find("--max-memory"), std::string::npos) << r->body;
+  // The number it names is what was weighed against the budget (the head's block included): above it.
+  const std::string msg = err["message"].get<std::string>();
+  const size_t at = msg.find("needs about ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  const int64_t need_mib = std::stoll(msg.substr(at + 12));
+  EXPECT_GT(need_mib, o.scheduler.max_memory_bytes >> 20) << msg;
 }
 
 }  // namespace

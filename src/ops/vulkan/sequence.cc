@@ -92,6 +92,13 @@ Result<Sequence> Runtime::new_sequence() {
   r = a.vkBeginCommandBuffer(s->cmd, &bi);
   if (r != VK_SUCCESS) return vk_status(r, "vkBeginCommandBuffer");
   a.vkCmdResetQueryPool(s->cmd, s->queries, 0, 2);
+  // The uploads (earlier submissions' copies on this queue, or host writes) visible to the first dispatch:
+  // a fence wait alone makes them available to the host, not visible to the device.
+  VkMemoryBarrier uploads{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  uploads.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT;
+  uploads.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  a.vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &uploads, 0, nullptr, 0, nullptr);
   a.vkCmdWriteTimestamp(s->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, s->queries, 0);
   return Sequence(std::move(s));
 }
@@ -121,7 +128,7 @@ Status Sequence::record(const Dispatch& d) {
   if (!d.push.empty())
     a.vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(4 * d.push.size()), d.push.data());
   a.vkCmdDispatch(s.cmd, d.groups_x, d.groups_y, d.groups_z);
-  // Every dispatch sees the writes of the ones before it (and the uploads before the run).
+  // Every dispatch sees the writes of the ones before it (the uploads: the barrier of new_sequence).
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
   barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
