@@ -59,7 +59,8 @@ Result<GenerateOutput> generate_or_throw(const HeadFn& head_fn, int64_t n_vocab,
       const Clock::time_point t_fwd = Clock::now();
       Result<HeadSampler*> head = head_fn(batch);
       decoder.record_forward(ms_since(t_fwd), batch.n_computed());
-      if (!head.ok()) return head.status().with_context("head_fn at step " + std::to_string(decoder.steps_done()));
+      if (!head.ok())
+        return head.status().with_context("the model's forward at step " + std::to_string(decoder.steps_done()));
       decoder.set_head(*head, 0);
     }
     DC_RETURN_IF_ERROR(decoder.step());

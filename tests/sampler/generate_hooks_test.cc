@@ -224,7 +224,7 @@ TEST(Errors, LogitsFnFailureAndNonFiniteLogits) {
   Result<GenerateOutput> out = generate(failing, kVocab, {{1}}, p);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kIoError);
-  EXPECT_NE(out.status().message().find("logits_fn at step 0"), std::string::npos) << out.status().message();
+  EXPECT_NE(out.status().message().find("forward at step 0"), std::string::npos) << out.status().message();
   EXPECT_NE(out.status().message().find("device lost"), std::string::npos);
 
   FakeModel nan_model(kVocab, [](const ForwardBatch&, int64_t, int64_t, float* logits) {
