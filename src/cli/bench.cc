@@ -181,12 +181,14 @@ int run_bench(const BenchArgs& a) {
   const double tokens_per_s = a.batch * a.new_tokens / (total_ms / 1e3);
   const double gflops = forward_ms > 0 ? flops / (forward_ms * 1e6) : 0.0;
 
+  // A device computes in f32 whatever --precision says.
+  const std::string arithmetic = engine->backend() != nullptr ? "f32" : precision_name;
   nlohmann::json j = {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
       {"alg", a.alg}, {"cache", cache_name}, {"block_length", p.block_length}, {"threshold", p.threshold},
       {"factor", p.factor}, {"weights", a.weights}, {"device", device_name},
-      {"device_weight_bytes", engine->backend() != nullptr ? engine->backend()->weight_bytes() : 0}, {"precision", precision_name}, {"load_ms", load_ms}, {"time_to_first_forward_ms", load_ms + first_forward_ms}, {"steps_run", steps_run}, {"complete", complete},
+      {"device_weight_bytes", engine->backend() != nullptr ? engine->backend()->weight_bytes() : 0}, {"precision", arithmetic}, {"load_ms", load_ms}, {"time_to_first_forward_ms", load_ms + first_forward_ms}, {"steps_run", steps_run}, {"complete", complete},
       {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
       {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
       {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
@@ -205,7 +207,7 @@ int run_bench(const BenchArgs& a) {
   std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_name,
               (long long)p.block_length, p.threshold, p.factor);
   std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
-              engine->backend() != nullptr ? "f32 (device)" : precision_name.c_str());
+              engine->backend() != nullptr ? "f32 (device)" : arithmetic.c_str());
   std::printf("| device | %s |\n", device_name.c_str());
   if (engine->backend() != nullptr)
     std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);

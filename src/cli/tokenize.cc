@@ -7,8 +7,8 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "gguf/dream.h"
 #include "gguf/model_source.h"
+#include "gguf/tokenizer_gguf.h"
 #include "io/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,9 +26,7 @@ int run_tokenize(const TokenizeArgs& a) {
     return usage_error(invalid_argument("give exactly one of --model DIR|FILE.gguf or --tokenizer FILE"));
   if (a.given_text == a.given_text_file) return usage_error(invalid_argument("give exactly one of --text or --text-file"));
   // --tokenizer FILE.gguf reads the GGUF's tokenizer.ggml metadata, as --model FILE.gguf does.
-  auto tok = a.model_dir.empty() && !is_gguf_path(a.tokenizer_path)
-                 ? Tokenizer::from_file(a.tokenizer_path)
-                 : model_source_tokenizer(a.model_dir.empty() ? a.tokenizer_path : a.model_dir);
+  auto tok = a.model_dir.empty() ? load_tokenizer_file(a.tokenizer_path) : model_source_tokenizer(a.model_dir);
   if (!tok.ok()) return report(tok.status());
   std::string text = a.text;
   if (a.given_text_file) {

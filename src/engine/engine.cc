@@ -160,9 +160,9 @@ struct Generation {
   Workspace workspace;
 };
 
-// `batch` with the generation's cache when its cache_op needs one and it brings none; a refresh larger
+// `batch` with the generation's `cache` when its cache_op needs one and it brings none; a refresh larger
 // than max_kv_cache_bytes is refused.
-Result<ForwardBatch> with_cache(const Model& model, int64_t max_kv_cache_bytes, Generation& gen,
+Result<ForwardBatch> with_cache(const Model& model, int64_t max_kv_cache_bytes, KvCache& cache,
                                 const ForwardBatch& batch) {
   if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return batch;
   if (batch.cache_op == CacheOp::kRefresh) {
@@ -170,7 +170,7 @@ Result<ForwardBatch> with_cache(const Model& model, int64_t max_kv_cache_bytes, 
     if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, batch.n_batch, batch.n_seq);
   }
   ForwardBatch b = batch;
-  b.cache = &gen.cache;
+  b.cache = &cache;
   return b;
 }
 
@@ -179,7 +179,7 @@ LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_
   return [&model, ctx, max_kv_cache_bytes, gen](const ForwardBatch& batch, float* logits) -> Status {
     Context call_ctx = ctx;
     call_ctx.workspace = &gen->workspace;
-    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *gen, batch));
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, gen->cache, batch));
     return model.forward(call_ctx, b, logits);
   };
 }
@@ -189,10 +189,10 @@ HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cach
   // only the per-row choices, is not written yet).
   if (ctx.device != Device::kCpu)
     return head_fn_from_logits(model_logits_fn(model, ctx, max_kv_cache_bytes), model.config().n_vocab, ctx.pool);
-  auto gen = std::make_shared<Generation>();  // its workspace is unused: the head has its own
+  auto cache = std::make_shared<KvCache>();  // the forward's scratch is the head's own workspace
   auto head = std::make_shared<CpuHeadSampler>(model, ctx);
-  return [&model, max_kv_cache_bytes, gen, head](const ForwardBatch& batch) -> Result<HeadSampler*> {
-    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *gen, batch));
+  return [&model, max_kv_cache_bytes, cache, head](const ForwardBatch& batch) -> Result<HeadSampler*> {
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *cache, batch));
     DC_RETURN_IF_ERROR(head->forward(b));
     return static_cast<HeadSampler*>(head.get());
   };
@@ -207,6 +207,9 @@ LogitsFn Engine::logits_fn() { return model_logits_fn(*model_, ctx_, max_kv_cach
 HeadFn Engine::head_fn() { return model_head_fn(*model_, ctx_, max_kv_cache_bytes_); }
 
 HeadMemory Engine::head_memory() const {
+  // On a device each out row's whole logits row comes back to the host (model_head_fn); the device's copy
+  // is checked against the device's memory when it is allocated.
+  if (ctx_.device != Device::kCpu) return logits_head_memory(config().n_vocab);
   return HeadMemory{config().n_embd * static_cast<int64_t>(sizeof(float)) + kSamplerBytesPerPosition,
                     CpuHeadSampler::chunk_bytes(*model_)};
 }

@@ -29,6 +29,12 @@ Status CpuHeadSampler::forward(const ForwardBatch& batch) {
   return Status::ok_status();
 }
 
+void CpuHeadSampler::release() {
+  workspace_.release();
+  std::vector<float>().swap(hidden_);
+  n_rows_ = 0;
+}
+
 Status CpuHeadSampler::logits(int64_t first, int64_t n, float* out) {
   DC_CHECK(first >= 0 && n >= 0 && first + n <= n_rows_, "CpuHeadSampler::logits: rows outside the forward's");
   try {

@@ -29,6 +29,7 @@ class CpuHeadSampler final : public HeadSampler {
   // Per chunk of chunk_rows hidden rows counted from args.rows' first hidden row (up to its last one): the
   // chunk's logits into the block, then its positions sampled from it, parallel over ctx's pool.
   Status sample(const HeadSampling& args, std::span<TokenSample> out) override;
+  void release() override;
 
   // Bytes of this object's scratch now (the forward's activations and the chunk block).
   int64_t workspace_bytes() const { return workspace_.bytes(); }

@@ -80,8 +80,12 @@ Result<nlohmann::json> dream_config_json(const GgufFile& f) {
   DC_ASSIGN_OR_RETURN(j["rms_norm_eps"], f.get_float("dream.attention.layer_norm_rms_epsilon"));
   j["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
   j["torch_dtype"] = embd->type == GgufType::kF32 ? "float32" : embd->type == GgufType::kF16 ? "float16" : "bfloat16";
-  for (const GgufTokenIdKey& id : kGgufTokenIds) {
-    DC_ASSIGN_OR_RETURN(j[id.config_field], f.get_int_or(id.key, -1));
+  for (const GgufTokenIdKey& id : kGgufTokenIds) {  // absent: null, Hugging Face's "none" (not -1, an index)
+    if (f.find(id.key) == nullptr) {
+      j[id.config_field] = nullptr;
+    } else {
+      DC_ASSIGN_OR_RETURN(j[id.config_field], f.get_int(id.key));
+    }
   }
   int64_t mask = -1;
   if (f.find(kGgufMaskTokenId) != nullptr) {

@@ -54,11 +54,7 @@ Result<ModelParams> load_trainable_params(const std::string& path, ModelConfig* 
 }
 
 Result<Tokenizer> model_source_tokenizer(const std::string& path) {
-  if (!is_gguf_path(path)) return Tokenizer::from_file((std::filesystem::path(path) / "tokenizer.json").string());
-  DC_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(path));
-  if (!gguf_has_tokenizer(file))
-    return not_found(path + ": the file has no tokenizer (tokenizer.ggml.tokens); re-convert it with its tokenizer");
-  return gguf_tokenizer(file);
+  return load_tokenizer_file(is_gguf_path(path) ? path : (std::filesystem::path(path) / "tokenizer.json").string());
 }
 
 }  // namespace dc

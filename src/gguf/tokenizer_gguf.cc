@@ -109,7 +109,9 @@ GgufVocab gguf_vocab(const Tokenizer& tok, int64_t n_vocab) {
 
 Result<Tokenizer> load_tokenizer_file(const std::string& path) {
   if (!is_gguf_path(path)) return Tokenizer::from_file(path);
-  DC_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+  DC_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(path));
+  if (!gguf_has_tokenizer(file))
+    return not_found(path + ": the file has no tokenizer (tokenizer.ggml.tokens); re-convert it with its tokenizer");
   return gguf_tokenizer(file);
 }
 

@@ -71,6 +71,10 @@ class HeadSampler {
   // (non-finite logits, every logit −inf) are those of sample_token, with the step, row and position of
   // the first failing entry in the message.
   virtual Status sample(const HeadSampling& args, std::span<TokenSample> out) = 0;
+
+  // Frees the scratch of the last forward (its rows: n_rows() becomes 0); the next forward grows it again.
+  // For an owner going idle (the server between batches).
+  virtual void release() {}
 };
 
 }  // namespace dc

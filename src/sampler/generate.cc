@@ -39,6 +39,10 @@ class DenseLogitsHead final : public HeadSampler {
   Status sample(const HeadSampling& args, std::span<TokenSample> out) override {
     return sample_head_rows(args, 0, static_cast<int64_t>(args.rows.size()), logits_.data(), 0, n_vocab_, pool_, out);
   }
+  void release() override {
+    std::vector<float>().swap(logits_);
+    n_rows_ = 0;
+  }
 
  private:
   LogitsFn logits_fn_;

@@ -384,6 +384,7 @@ void ConnectionHub::pump(const std::shared_ptr<Streaming>& st, bool pull) {
     bool done = false;
     const std::string more = st->body.pull(&done);
     if (st->at == st->out.size()) st->progress = now;  // the reader is behind from now on, not before
+    if (!more.empty()) st->fresh = st->out.size();
     st->out += more;
     st->done = done;
   }
@@ -401,13 +402,16 @@ void ConnectionHub::pump(const std::shared_ptr<Streaming>& st, bool pull) {
   }
   if (st->at == st->out.size()) {
     st->out.clear();
-    st->at = 0;
+    st->at = st->fresh = 0;
     if (st->done) drop(st, true, false);
     return;
   }
-  if (st->out.size() - st->at > limits_.max_stream_buffer_bytes) return drop(st, false, true);
+  // Behind: the bytes of earlier pulls still unsent. The latest pull's bytes do not count, however many a
+  // step brought: a reader that keeps up is never dropped for one large pull.
+  if (st->fresh > st->at && st->fresh - st->at > limits_.max_stream_buffer_bytes) return drop(st, false, true);
   if (st->at > st->out.size() / 2) {  // keeps the buffer at most twice what is unsent
     st->out.erase(0, st->at);
+    st->fresh = st->fresh > st->at ? st->fresh - st->at : 0;
     st->at = 0;
   }
 }

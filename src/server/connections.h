@@ -33,8 +33,9 @@ struct ConnectionLimits {
   int keep_alive_timeout_s = 5;    // an idle kept-alive connection is closed after this
   size_t max_head_bytes = 16384;   // a larger request head gets 431
   int io_timeout_s = 10;           // a response's reader that takes no byte this long is dropped
-  size_t max_stream_buffer_bytes = size_t{1} << 20;  // a stream's unsent bytes (past the socket's buffers)
-                                                     // at most; a reader further behind is dropped
+  size_t max_stream_buffer_bytes = size_t{1} << 20;  // a stream's unsent bytes of earlier pulls (past the
+                                                     // socket's buffers) at most; a reader further behind is
+                                                     // dropped
 };
 
 using SteadyTime = std::chrono::steady_clock::time_point;
@@ -89,8 +90,9 @@ class ConnectionHub {
   // response head, then its chunks) as the socket allows; once the body is done and written, the connection
   // waits for its next request (`keep`, and the client did not shut down its sending side) or is closed.
   // Returns the wake function: any thread (the engine thread's step callback) calls it when there is news;
-  // it never blocks on the client. A reader whose unsent bytes exceed max_stream_buffer_bytes, or that takes
-  // no byte for io_timeout_s, is dropped, as is a client that went away: body.closed(false).
+  // it never blocks on the client. A reader whose unsent bytes of earlier pulls exceed max_stream_buffer_bytes
+  // (the latest pull's bytes do not count), or that takes no byte for io_timeout_s, is dropped, as is a client
+  // that went away: body.closed(false).
   std::function<void()> stream(int fd, StreamBody body, bool keep);
   // Closes every waiting connection; later accept() and release() close at once.
   void stop();
@@ -111,6 +113,7 @@ class ConnectionHub {
     bool woken = false;       // in woken_
     std::string out;          // unsent bytes from `at`
     size_t at = 0;
+    size_t fresh = 0;         // out[fresh, end) came with the latest pull that brought bytes
     SteadyTime progress;      // the last time bytes went out, or the buffer was empty
     SteadyTime pulled;        // the last pull
   };

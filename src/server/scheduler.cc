@@ -302,7 +302,10 @@ void Scheduler::run() {
       }
       active.clear();
     }
-    if (active.empty()) malloc_trim(0);  // idle: hand the step buffers of the last batch back to the system
+    if (active.empty()) {  // idle: hand the batched head's scratch and the last batch's buffers back
+      if (batched_head_ != nullptr) batched_head_->release();
+      malloc_trim(0);
+    }
   }
   for (Active& a : active) {
     JobResult r;
@@ -370,6 +373,7 @@ bool Scheduler::run_head(std::vector<Active>& active, const HeadFn& fn, const Fo
                          const std::vector<int64_t>& computed, double* forward_s) {
   const Clock::time_point tf = Clock::now();
   Result<HeadSampler*> head = fn(batch);
+  if (head.ok() && &fn == &head_fn_) batched_head_ = *head;
   const double s = ms_between(tf, Clock::now()) / 1000.0;
   *forward_s += s;
   for (size_t k = 0; k < jobs.size(); ++k) {

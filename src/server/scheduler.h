@@ -150,6 +150,7 @@ class Scheduler {
   int64_t memory_of(const Job& job) const;
 
   HeadFn head_fn_;
+  HeadSampler* batched_head_ = nullptr;  // what head_fn_ last returned: released when the engine is idle
   std::function<HeadFn()> make_cached_fn_;
   const int64_t n_vocab_;
   const HeadMemory head_;

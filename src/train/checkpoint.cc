@@ -72,10 +72,15 @@ Result<Json> checkpoint_config(const std::string& source_model_dir) {
 }
 
 // The source's small files into tmp: a directory's (tokenizer, generation config, ...) copied; a
-// GGUF's tokenizer written as tokenizer.json, so the checkpoint is a complete Hugging Face directory.
+// GGUF's tokenizer written as tokenizer.json and its chat template as tokenizer_config.json's
+// chat_template, so the checkpoint loads, generates and converts back as its source did.
 Status copy_source_files(const std::string& tmp, const std::string& source_model_dir) {
   if (is_gguf_path(source_model_dir)) {
     DC_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(source_model_dir));
+    if (const std::optional<std::string> tmpl = gguf_chat_template(file)) {
+      DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "tokenizer_config.json").string(),
+                                         Json{{"chat_template", *tmpl}}.dump(2)));
+    }
     if (!gguf_has_tokenizer(file)) return Status();
     DC_ASSIGN_OR_RETURN(const std::string json, gguf_tokenizer_json(file));
     return write_text_file((fs::path(tmp) / "tokenizer.json").string(), json);

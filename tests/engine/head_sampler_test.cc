@@ -134,6 +134,14 @@ TEST(CpuHeadSampler, HoldsOneChunkOfLogits) {
   std::vector<float> tail(static_cast<size_t>(76 * V));
   ASSERT_TRUE(head.logits(64, 76, tail.data()).ok());
   EXPECT_TRUE(std::equal(tail.begin(), tail.end(), logits.begin() + 64 * V));
+  // release() hands every buffer back; the next forward grows them again and samples the same.
+  head.release();
+  EXPECT_EQ(head.workspace_bytes(), 0);
+  EXPECT_EQ(head.n_rows(), 0);
+  ASSERT_TRUE(head.forward(batch).ok());
+  std::vector<TokenSample> again(rows.size());
+  ASSERT_TRUE(head.sample(args, again).ok());
+  EXPECT_EQ(again[100].token, samples[100].token);
 }
 
 }  // namespace

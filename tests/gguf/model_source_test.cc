@@ -133,6 +133,32 @@ TEST_F(ModelSource, TrainOnTheFileEqualsTrainOnTheDirectory) {
   EXPECT_EQ(tok_ckpt.out, tok_dir.out);
 }
 
+// A checkpoint trained from a GGUF keeps what the file says (the review's finding): its chat template as
+// tokenizer_config.json's chat_template, and a token id the file lacks as null, not -1 (an index).
+TEST_F(ModelSource, CheckpointOfAFileKeepsItsChatTemplateAndNullIds) {
+  const std::string src = tmp_->file("chat-src");
+  fs::copy(dir(), src, fs::copy_options::recursive);
+  Json config = Json::parse(read_bytes(fs::path(src) / "config.json"));
+  config["bos_token_id"] = nullptr;
+  std::ofstream(fs::path(src) / "config.json") << config.dump();
+  const std::string tmpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+  std::ofstream(fs::path(src) / "tokenizer_config.json") << Json{{"chat_template", tmpl}}.dump();
+  GgufConvertOptions o;
+  o.model_dir = src;
+  o.out_path = tmp_->file("chat.gguf");
+  o.weights = GgufWeights::kBF16;
+  ASSERT_TRUE(convert_to_gguf(o, &test::pool()).ok());
+  std::ofstream(tmp_->file("chat.jsonl")) << R"({"prompt": "def f(x):", "completion": " return x"})" "\n";
+  const auto r = run_command(bin() + " train --model " + o.out_path + " --data " + tmp_->file("chat.jsonl") +
+                             " --steps 1 --seq-len 16 --batch-size 1 --threads 2 --quiet --out " + tmp_->file("train-chat"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path ckpt = fs::path(tmp_->file("train-chat")) / "checkpoint-000001";
+  const Json saved = Json::parse(read_bytes(ckpt / "config.json"));
+  EXPECT_TRUE(saved["bos_token_id"].is_null()) << saved.dump();
+  EXPECT_EQ(saved["eos_token_id"], config["eos_token_id"]);
+  EXPECT_EQ(Json::parse(read_bytes(ckpt / "tokenizer_config.json"))["chat_template"], tmpl);
+}
+
 TEST_F(ModelSource, GrpoOnTheFileEqualsGrpoOnTheDirectory) {
   std::ofstream(tmp_->file("grpo.jsonl")) << R"({"prompt": "Write f(x) returning x+1.", "tests": ["assert f(1) == 2"]})" "\n";
   std::ofstream(tmp_->file("reward.py")) << "import json, sys\n"

@@ -4,11 +4,15 @@
 // worker, and a stream's reader that falls too far behind (or takes nothing for --io-timeout) is dropped.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <future>
+#include <utility>
 #include <vector>
 
+#include "server/connections.h"
 #include "server/running_server.h"
 
 namespace dc::server {
@@ -287,6 +291,35 @@ TEST_F(Connections, StreamReaderTooFarBehindIsDropped) {
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+}
+
+// The review's finding: the bytes a pull just brought counted as "behind" before the reader could take them,
+// so one step's events larger than --max-stream-buffer (past the socket's buffers) dropped a reader that
+// reads as fast as it can. Here one pull of 4 MiB against a 4 KiB limit reaches a reader that keeps up, whole.
+TEST(StreamBuffer, OnePullLargerThanTheLimitReachesAReaderThatKeepsUp) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  ConnectionLimits limits;
+  limits.max_stream_buffer_bytes = 4096;
+  ConnectionHub hub(limits, [](std::function<void()> f) { f(); }, [](int, SteadyTime, size_t) {}, nullptr);
+  const std::string payload(size_t{4} << 20, 'x');
+  std::promise<bool> closed;
+  bool pulled = false;
+  hub.stream(sv[0],
+             StreamBody{[&](bool* done) {
+                          *done = true;
+                          return std::exchange(pulled, true) ? std::string() : payload;
+                        },
+                        [&](bool complete) { closed.set_value(complete); }},
+             false);
+  std::string got;
+  char buf[1 << 16];
+  for (ssize_t n; (n = recv(sv[1], buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  close(sv[1]);
+  auto complete = closed.get_future();
+  ASSERT_EQ(complete.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(complete.get()) << "the reader was dropped as slow";
+  EXPECT_EQ(got.size(), payload.size());
 }
 
 // A reader that takes no byte for --io-timeout is dropped too, however large the buffer.

@@ -3,6 +3,7 @@
 // checkpoint; cancellation frees rows; queue limits, queue timeouts and early stops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/head_sampler.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
 #include "sampler/fake_model.h"
@@ -326,6 +328,42 @@ TEST(Scheduler, TinyModelBatchedEqualsAlone) {
   EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4);  // all four were decoded together
 }
 
+
+// The review's finding: the batched head kept the largest batch's activations and hidden rows while the
+// server sat idle. Once the last job of a batch is done the scheduler releases them (the release runs before
+// the engine thread looks at the queue again, so it has happened when stop() has joined that thread).
+TEST(Scheduler, IdleEngineHandsTheHeadsScratchBack) {
+  const auto engine = first_fixture_engine();
+  ASSERT_NE(engine, nullptr);
+  Engine& e = *engine;
+  Context ctx;
+  ctx.pool = &e.pool();
+  ctx.matmul_precision = e.matmul_precision();
+  CpuHeadSampler head(e.model(), ctx);
+  int64_t bytes_while_busy = 0;
+  const HeadFn fn = [&head, &bytes_while_busy](const ForwardBatch& batch) -> Result<HeadSampler*> {
+    bytes_while_busy = std::max(bytes_while_busy, head.workspace_bytes());  // the previous step's scratch
+    DC_RETURN_IF_ERROR(head.forward(batch));
+    return static_cast<HeadSampler*>(&head);
+  };
+  Scheduler scheduler(fn, e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr);
+  SamplingParams p = e.default_params();
+  p.max_new_tokens = 8;
+  p.steps = 4;
+  p.temperature = 0.0f;
+  const std::vector<int32_t> prompt{5, 17, 42, 99};
+  auto job = std::make_shared<Job>(prompt, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(job), SubmitResult::kOk);
+  const JobResult r = wait_result(*job);
+  scheduler.stop();
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_GT(bytes_while_busy, 0) << "the head held no scratch between steps: nothing was tested";
+  EXPECT_EQ(head.workspace_bytes(), 0);
+  EXPECT_EQ(head.n_rows(), 0);
+  auto alone = e.generate({prompt}, p);  // the test's head gives what the engine's gives
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(r.generated, alone->generated);
+}
 
 // Jobs with a KV cache (serve --fast, or cache prefix / dual in the request) run their own forward with
 // their own cache next to the batched one, and give exactly the tokens they give alone.

@@ -80,6 +80,27 @@ Context make_ctx(ThreadPool& pool) {
   return ctx;
 }
 
+// A micro-batch whose masking drew no loss row, first in its step (GradWrite::kOverwrite): the gradients
+// are zeroed, not left as the previous step's (the review's finding: untested, and a regression would train
+// silently on stale gradients).
+TEST(LossAndGrads, FirstMicroBatchWithoutLossRowsZeroesTheGradients) {
+  ModelConfig c;
+  c.n_vocab = 8, c.n_embd = 4, c.n_head = 2, c.n_head_kv = 1, c.head_dim = 2, c.n_ff = 6, c.n_layer = 1;
+  c.mask_token_id = 7;
+  ModelParams params = ModelParams::zeros(c);
+  const auto model = Model::from_weights(c, params.weights(), nullptr);
+  ModelParams grads = ModelParams::zeros(c);
+  std::fill(grads.data(), grads.data() + grads.n_values(), std::nanf(""));
+  MaskedBatch batch;
+  batch.n_batch = 1, batch.n_seq = 3, batch.tokens = {1, 2, 3};  // no out_rows: nothing was masked
+  Context ctx;
+  Activations acts;
+  auto loss = loss_and_grads(ctx, *model, batch, 1.0f, grads, acts, nullptr, nullptr, GradWrite::kOverwrite);
+  ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+  EXPECT_EQ(*loss, 0.0);
+  for (int64_t i = 0; i < grads.n_values(); ++i) ASSERT_EQ(grads.data()[i], 0.0f) << "value " << i;
+}
+
 TEST(Trainer, LossFallsWellBelowItsStartOnACodeCorpus) {
   ASSERT_TRUE(fs::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
   const fs::path out = temp_dir("loss");

@@ -15,6 +15,7 @@
 #include "fixtures.h"
 #include "model/synthetic.h"
 #include "model/transformer.h"
+#include "sampler/generate.h"
 
 namespace dc {
 namespace {
@@ -193,6 +194,18 @@ TEST(ForwardVulkan, KvCacheIsRefusedClearly) {
   auto out = device->generate({{1, 2, 3}}, s);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("use cache none"), std::string::npos) << out.status().message();
+}
+
+// The server weighs what the device path holds per out row: a whole logits row comes back to the host each
+// step (the CPU's head holds a hidden row and one chunk of logits).
+TEST(ForwardVulkan, HeadMemoryCountsWholeLogitsRows) {
+  ModelConfig c = synthetic_config("tiny").value();
+  ThreadPool pool(2);
+  auto device = on_vulkan(make_synthetic_model(c, 3, &pool).value());
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(device->head_memory().bytes_per_row, logits_head_memory(c.n_vocab).bytes_per_row);
+  const auto cpu = Engine::from_model(make_synthetic_model(c, 3, &pool).value(), 1);
+  EXPECT_LT(cpu->head_memory().bytes_per_row, device->head_memory().bytes_per_row);
 }
 
 // Without a driver (VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere) --device vulkan fails at load
