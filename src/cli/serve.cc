@@ -181,8 +181,8 @@ RunFn add_serve_command(CLI::App& app) {
                   "Seconds a client may take no byte of its response (a stream's reader included); then it is dropped")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   cmd->add_option("--max-stream-buffer", a->connections.max_stream_buffer_bytes,
-                  "Bytes of a stream its reader may fall behind (past the socket's buffers); then it is dropped and "
-                  "its job cancelled")->capture_default_str()->check(CLI::Range(size_t{4096}, size_t{1} << 34));
+                  "Bytes of earlier steps' events a stream's reader may leave unsent (past the socket's buffers); "
+                  "then it is dropped and its job cancelled")->capture_default_str()->check(CLI::Range(size_t{4096}, size_t{1} << 34));
   cmd->add_option("--max-memory", a->max_memory,
                   "Budget for the batch's step buffers (logits), e.g. 8G; requests wait for room, and one that "
                   "can never fit gets 503 (auto: 3/4 of the memory available after loading)")->capture_default_str();
