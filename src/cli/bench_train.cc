@@ -232,17 +232,15 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   const double tokens = static_cast<double>(a.batch * a.seq_len * ranks);  // the global batch's
   const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
   const int64_t rss = peak_rss_bytes();
-  const std::vector<double> per_rank = gather_per_rank(
-      comm, {static_cast<double>(rss), static_cast<double>((*trainer)->optimizer().optimizer_state_bytes()),
-             static_cast<double>(comm.bytes_sent()) / n_total,
-             static_cast<double>((*trainer)->optimizer().gradient_bytes())});
-  if (per_rank.empty()) return 1;
+  const RankNumbers numbers = gather_rank_numbers(comm, (*trainer)->optimizer().optimizer_state_bytes(),
+                                                  (*trainer)->optimizer().gradient_bytes(), n_total, /*quiet=*/true);
+  if (!numbers.ok) return 1;
   if (!talk) return 0;
   nlohmann::json rss_ranks = nlohmann::json::array(), state_ranks = nlohmann::json::array(),
                  sent_ranks = nlohmann::json::array(), grad_ranks = nlohmann::json::array();
-  for (int r = 0; r < ranks; ++r)
-    rss_ranks.push_back(per_rank[4 * r]), state_ranks.push_back(per_rank[4 * r + 1]),
-        sent_ranks.push_back(per_rank[4 * r + 2]), grad_ranks.push_back(per_rank[4 * r + 3]);
+  for (const RankNumbers::Rank& r : numbers.ranks)
+    rss_ranks.push_back(r.peak_rss_bytes), state_ranks.push_back(r.optimizer_state_bytes),
+        sent_ranks.push_back(r.bytes_sent_per_step), grad_ranks.push_back(r.gradient_bytes);
   nlohmann::json j = {
       {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
@@ -296,10 +294,12 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
                           : "after the first step it is written by AdamW, in its time");
   std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
   if (ranks > 1)
-    for (int r = 0; r < ranks; ++r)
+    for (int r = 0; r < ranks; ++r) {
+      const RankNumbers::Rank& n = numbers.ranks[static_cast<size_t>(r)];
       std::printf("| rank %d of %d | peak RSS %.2f GB, Adam moments %.2f GB, gradients %.2f GB, %.3f GB sent per step |\n",
-                  r, ranks, per_rank[4 * r] / 1e9, per_rank[4 * r + 1] / 1e9, per_rank[4 * r + 3] / 1e9,
-                  per_rank[4 * r + 2] / 1e9);
+                  r, ranks, n.peak_rss_bytes / 1e9, n.optimizer_state_bytes / 1e9, n.gradient_bytes / 1e9,
+                  n.bytes_sent_per_step / 1e9);
+    }
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
   if (a.profile) print_profile(profiler, a.steps, step_total);
   return 0;

@@ -82,6 +82,9 @@ int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body) 
   return code;
 }
 
+namespace {
+
+// Every rank's `values` gathered (rank r's at r·values.size()); on an error, empty (reported).
 std::vector<double> gather_per_rank(dist::Comm& comm, const std::vector<double>& values) {
   std::vector<double> all(values.size() * static_cast<size_t>(comm.size()));
   const Status s = comm.all_gather_doubles(values.data(), static_cast<int64_t>(values.size()), all.data());
@@ -91,6 +94,8 @@ std::vector<double> gather_per_rank(dist::Comm& comm, const std::vector<double>&
   }
   return all;
 }
+
+}  // namespace
 
 RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t optimizer_state_bytes, int64_t gradient_bytes, int64_t steps,
                                 bool quiet) {
@@ -110,6 +115,7 @@ RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t optimizer_state_bytes,
       lists[f] += std::to_string(static_cast<int64_t>(all[kFields * r + f]));
     }
     const double* v = &all[kFields * r];
+    n.ranks.push_back({v[0], v[1], v[2], v[3]});
     if (!quiet)
       std::fprintf(stderr, "rank %d: peak memory %.1f MiB, optimizer state %.1f MiB, gradients %.1f MiB, %.2f MiB "
                    "sent per step\n", r, v[0] / 1048576.0, v[1] / 1048576.0, v[2] / 1048576.0, v[3] / 1048576.0);
