@@ -85,7 +85,8 @@ class MpiComm final : public Comm {
 
   // Every rank sends the owners' parts of region (non-blocking, in chunks); each owner takes its part
   // chunk by chunk, receiving the chunk from each rank in rank order and adding it in that order into a
-  // chunk-sized sum, then adds the sum into shard_sum.
+  // chunk-sized sum, then adds the sum into shard_sum. No send is left pending when it returns, an error
+  // included (abandon).
   Status reduce_scatter_add(const float* in, Range region, int64_t n, float* shard_sum) override {
     Busy busy(this, "reduce-scatter of the gradients");
     const auto part_of = [&](int owner) {  // owner's shard ∩ region
@@ -99,9 +100,11 @@ class MpiComm final : public Comm {
       const Range r = part_of(owner);
       for (int64_t b = r.begin; b < r.end; b += kReduceChunk) {
         const int count = static_cast<int>(std::min(kReduceChunk, r.end - b));
-        sends.emplace_back();
-        DC_RETURN_IF_ERROR(check(MPI_Isend(in + (b - region.begin), count, MPI_FLOAT, owner, kTag, MPI_COMM_WORLD,
-                                           &sends.back()), "MPI_Isend"));
+        MPI_Request request = MPI_REQUEST_NULL;
+        const Status sent = check(
+            MPI_Isend(in + (b - region.begin), count, MPI_FLOAT, owner, kTag, MPI_COMM_WORLD, &request), "MPI_Isend");
+        if (!sent.ok()) return abandon(sends, sent);
+        sends.push_back(request);
         bytes_sent_ += int64_t{count} * static_cast<int64_t>(sizeof(float));
       }
     }
@@ -114,8 +117,9 @@ class MpiComm final : public Comm {
       for (int source = 0; source < size_; ++source) {
         const float* src = in + (b - region.begin);
         if (source != rank_) {
-          DC_RETURN_IF_ERROR(check(
-              MPI_Recv(part.data(), count, MPI_FLOAT, source, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv"));
+          const Status received = check(
+              MPI_Recv(part.data(), count, MPI_FLOAT, source, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+          if (!received.ok()) return abandon(sends, received);
           src = part.data();
         }
         if (source == 0) {
@@ -168,6 +172,16 @@ class MpiComm final : public Comm {
     ~Busy() { c->busy_since_ms_.store(0); }
     MpiComm* c;
   };
+
+  // After `failed` in a reduce-scatter: cancels the sends still pending and completes them (a send already
+  // matched finishes; the watchdog bounds the wait), so that none reads the caller's buffer after the
+  // return; returns `failed`.
+  static Status abandon(std::vector<MPI_Request>& sends, Status failed) {
+    for (MPI_Request& r : sends) MPI_Cancel(&r);
+    MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+    sends.clear();
+    return failed;
+  }
 
   Status check(int rc, const char* call) const {
     if (rc == MPI_SUCCESS) return Status();

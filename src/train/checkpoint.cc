@@ -137,9 +137,12 @@ Status save_train_checkpoint(const std::string& dir, const std::string& source_m
   });
 }
 
-// Rank 0 runs write_dir_atomically; its temporary directory's name goes to every rank, each writes its
-// moments there, the statuses are gathered, and rank 0 renames the directory only when all succeeded
-// (a dead rank stops the job before the rename: no partial checkpoint). The outcome goes to every rank.
+// Rank 0 runs write_dir_atomically; its temporary directory's name goes to every rank (empty: rank 0
+// could not create it), each writes its part there and the outcomes are agreed on (summed over the
+// ranks). Only when every part is written does rank 0 rename the directory and send every rank whether
+// the rename succeeded; else each rank returns its own error or the other ranks' failure, and rank 0's
+// write_dir_atomically removes the temporary directory: no partial checkpoint. Every rank takes part in
+// the same collectives in the same order whatever fails (a dead rank stops the job before the rename).
 Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, const std::string& source_model_dir,
                                      const ModelParams& params, const float* m, const float* v,
                                      const TrainState& state, const ExtraCheckpointFiles& extra) {
@@ -148,19 +151,21 @@ Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, c
   auto agree = [&](const Status& mine) -> Status {
     DC_ASSIGN_OR_RETURN(std::vector<double> failed, comm.sum_doubles({mine.ok() ? 0.0 : 1.0}));
     if (!mine.ok()) return mine;
-    if (failed[0] > 0) return io_error("checkpoint " + dir + ": another rank could not write its optimizer shard");
+    if (failed[0] > 0)
+      return io_error("checkpoint " + dir + ": not written: another rank could not write its part (see its message)");
     return Status();
   };
   if (comm.rank() != 0) {
     std::string tmp;
     DC_RETURN_IF_ERROR(comm.broadcast_string(tmp, 0));
-    if (tmp.empty()) return io_error("checkpoint " + dir + ": rank 0 could not create it (see its message)");
+    if (tmp.empty()) return io_error("checkpoint " + dir + ": not written: rank 0 could not create it (see its message)");
     DC_RETURN_IF_ERROR(agree(write_moment_shard(tmp, comm.rank(), comm.size(), shard, m, v)));
     double renamed = 0;
     DC_RETURN_IF_ERROR(comm.broadcast(&renamed, sizeof(renamed), 0));
-    return renamed == 1 ? Status() : io_error("checkpoint " + dir + ": rank 0 could not finish it (see its message)");
+    return renamed == 1 ? Status()
+                        : io_error("checkpoint " + dir + ": not written: rank 0 could not finish it (see its message)");
   }
-  bool announced = false;
+  bool announced = false, agreed = false;
   Result<Json> source_config = checkpoint_config(source_model_dir);
   Status status = source_config.status();
   if (status.ok()) {
@@ -171,7 +176,9 @@ Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, c
       DC_RETURN_IF_ERROR(comm.broadcast_string(name, 0));
       Status mine = write_model_files(tmp, source_model_dir, config, params, state, comm.size(), extra);
       if (mine.ok()) mine = write_moment_shard(tmp, 0, comm.size(), shard, m, v);
-      return agree(mine);
+      DC_RETURN_IF_ERROR(agree(mine));
+      agreed = true;
+      return Status();
     });
   }
   if (!announced) {
@@ -179,6 +186,7 @@ Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, c
     DC_RETURN_IF_ERROR(comm.broadcast_string(none, 0));
     return status;
   }
+  if (!agreed) return status;  // every rank knows from the agreement: nothing was renamed
   double renamed = status.ok() ? 1 : 0;
   DC_RETURN_IF_ERROR(comm.broadcast(&renamed, sizeof(renamed), 0));
   return status;

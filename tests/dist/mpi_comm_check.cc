@@ -5,6 +5,11 @@
 // Exit 0 when every check holds; else a line per failure and exit 1.
 // `mpi_comm_check --hang`: the timeout path instead — rank 1 never joins the barrier, so rank 0's watchdog
 // (a 2 s timeout) must end the job with its message (ctest dist_mpi_timeout matches it).
+// `mpi_comm_check --truncated` (2 ranks): an error inside the reduce-scatter — rank 1 sends rank 0 a longer
+// part than rank 0's region expects (MPI_ERR_TRUNCATE) while rank 0's own large send to rank 1 is still
+// pending. Rank 0 must get the error, with no send left pending: it overwrites its input at once, and rank 1
+// must still receive the values from before.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -31,6 +36,38 @@ __attribute__((noinline)) float value(int r, int64_t i) {
   return scale * (static_cast<float>(h >> 40) / static_cast<float>(1 << 24) - 0.5f);
 }
 
+// The --truncated check (see the top): n = 2^21 values, rank 0's shard [0, 2^20), rank 1's [2^20, 2^21).
+int truncated(dc::dist::Comm& comm) {
+  const int rank = comm.rank();
+  constexpr int64_t n = int64_t{1} << 21, half = n / 2;
+  // rank 0's region leaves it 1 value of its shard (so it expects 1 from rank 1) and rank 1's whole shard
+  // (one send of 2^20 values, too large to go eagerly); rank 1's region gives rank 0 10 values.
+  const dc::dist::Range region = rank == 0 ? dc::dist::Range{half - 1, n} : dc::dist::Range{half - 10, n};
+  std::vector<float> in(region.size());
+  for (int64_t i = 0; i < region.size(); ++i) in[i] = value(rank, region.begin + i);
+  std::vector<float> sum(half, 0.0f);
+  const dc::Status s = comm.reduce_scatter_add(in.data(), region, n, sum.data());
+  if (rank == 0) {
+    std::fill(in.begin(), in.end(), 7.0f);  // the caller's buffer is its own again once the call returns
+    expect(!s.ok() && s.message().find("MPI_Recv in reduce-scatter of the gradients failed") != std::string::npos,
+           "rank 0 gets the receive's error", rank);
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+  } else {
+    expect(s.ok(), "rank 1's reduce-scatter succeeds", rank);
+  }
+  expect(comm.barrier().ok(), "barrier after the error", rank);
+  if (rank == 1) {
+    bool same = true;
+    for (int64_t i = 0; i < half && same; ++i) {
+      const float want = value(0, half + i) + value(1, half + i);
+      same = std::memcmp(&want, &sum[i], sizeof(float)) == 0;
+    }
+    expect(same, "rank 1 received rank 0's values from before the error", rank);
+  }
+  if (failures == 0 && rank == 0) std::printf("mpi_comm_check --truncated: ok\n");
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +85,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: the barrier returned (%s) instead of timing out\n", rank, s.message().c_str());
     return 1;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--truncated") == 0) return truncated(comm);
   expect(size > 1, "launched as more than one rank", rank);
   expect(std::strcmp(comm.backend(), "mpi") == 0, "the MPI backend", rank);
   for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000}, int64_t{3000001}}) {  // the last: several chunks per shard
