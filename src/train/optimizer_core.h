@@ -70,9 +70,8 @@ class OptimizerCore {
   // The moments (unsharded runs only: empty when sharded).
   const ModelParams& m() const { return m_; }
   const ModelParams& v() const { return v_; }
-  // Sharded over ranks: this rank's range of the flat buffer; else the whole of it.
+  // Whether the moments are sharded over ranks (more than one rank).
   bool sharded() const { return comm_ != nullptr && comm_->size() > 1; }
-  dist::Range shard() const { return shard_; }
   // Bytes of the Adam moments this rank holds (of its shard when sharded).
   int64_t optimizer_state_bytes() const;
   // Bytes of gradients this rank holds: the local buffer, and sharded the reduced shard (4 bytes per value).
