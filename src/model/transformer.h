@@ -153,7 +153,7 @@ class Model {
   // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
   // resource_exhausted).
   // forward_checked on a device (ctx.device != kCpu): records forward_body and the lm_head into the
-  // backend, runs them and downloads the logits (or the hidden rows). No cache, training or observer yet.
+  // backend, runs them and downloads the logits (or the hidden rows). No training or observer.
   Status forward_on_device(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
                            const ForwardObserver* observer, Activations* train) const;
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
