@@ -3,8 +3,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
+#include "engine/device_head_sampler.h"
 #include "engine/head_sampler.h"
 #include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
@@ -185,16 +187,23 @@ LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_
 }
 
 HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
-  // On a device the lm_head runs there and the out rows' logits come back (a device HeadSampler, returning
-  // only the per-row choices, is not written yet).
-  if (ctx.device != Device::kCpu)
-    return head_fn_from_logits(model_logits_fn(model, ctx, max_kv_cache_bytes), model.config().n_vocab, ctx.pool);
   auto gen = std::make_shared<Generation>();  // its workspace is unused: the head has its own
-  auto head = std::make_shared<CpuHeadSampler>(model, ctx);
-  return [&model, max_kv_cache_bytes, gen, head](const ForwardBatch& batch) -> Result<HeadSampler*> {
+  // On a device the hidden rows stay there, and greedy steps are sampled there (DeviceHeadSampler).
+  std::shared_ptr<HeadSampler> head;
+  std::function<Status(const ForwardBatch&)> forward;
+  if (ctx.device != Device::kCpu) {
+    auto device_head = std::make_shared<DeviceHeadSampler>(model, ctx);
+    head = device_head;
+    forward = [device_head](const ForwardBatch& b) { return device_head->forward(b); };
+  } else {
+    auto cpu_head = std::make_shared<CpuHeadSampler>(model, ctx);
+    head = cpu_head;
+    forward = [cpu_head](const ForwardBatch& b) { return cpu_head->forward(b); };
+  }
+  return [&model, max_kv_cache_bytes, gen, head, forward](const ForwardBatch& batch) -> Result<HeadSampler*> {
     DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *gen, batch));
-    DC_RETURN_IF_ERROR(head->forward(b));
-    return static_cast<HeadSampler*>(head.get());
+    DC_RETURN_IF_ERROR(forward(b));
+    return head.get();
   };
 }
 

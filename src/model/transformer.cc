@@ -124,8 +124,9 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
   const int64_t E = config_.n_embd, V = config_.n_vocab;
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
-  // The final-normed rows and their logits stay on the device; only what the caller asked for comes back.
-  float* rows = device_floats(ctx, "forward.hidden", b.n_out * E);          // [n_out, E]
+  // The final-normed rows (in the caller's device memory for forward_hidden) and their logits stay on the
+  // device; only the logits come back.
+  float* rows = logits != nullptr ? device_floats(ctx, "forward.hidden", b.n_out * E) : hidden;  // [n_out, E]
   float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
   DC_RETURN_IF_ERROR(device_status(ctx));
   Status s = forward_body(ctx, b, rows, nullptr, nullptr);
@@ -135,9 +136,8 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
     if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
     return s;
   }
-  if (b.n_out == 0) return Status();
-  if (logits != nullptr) return ctx.backend->download(out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
-  return ctx.backend->download(rows, hidden, b.n_out * E * static_cast<int64_t>(sizeof(float)));
+  if (b.n_out == 0 || logits == nullptr) return Status();
+  return ctx.backend->download(out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
 }
 
 Status Model::to_device(const Context& ctx) const {

@@ -287,12 +287,14 @@ TEST(VulkanKernels, KvStoreAgainstTheCpu) {
   EXPECT_EQ(vk::kv_store(seq, dsrc, B, L, 9, W, C, dcache).code(), StatusCode::kInvalidArgument);  // beyond L
 }
 
-// The greedy choice and the three confidences against the sampler's (top-k and top-p off).
+// The greedy choice and the three confidences against the sampler's (top-k and top-p off): ties, −inf tokens,
+// and a row of −inf only.
 TEST(VulkanKernels, RowConfidenceAgainstTheSampler) {
   vk::Runtime& rt = vulkan_runtime();
   const int64_t n = 4, V = 1001;
   std::vector<float> logits = random_floats(9, static_cast<size_t>(n * V), -8, 8);
   logits[2 * V + 700] = logits[2 * V + 300] = 20.0f;  // a tie: the lower id wins, margin 0
+  for (int64_t c = 0; c < V; c += 2) logits[3 * V + c] = -INFINITY;  // −inf tokens get probability 0
   for (float temperature : {1.0f, 0.7f}) {
     const vk::Buffer dl = ok_or_throw(rt.make_buffer(logits, "logits"));
     vk::Buffer ids = ok_or_throw(rt.alloc(n * 4, "ids")), conf = ok_or_throw(rt.alloc(n * 12, "conf"));
@@ -317,6 +319,14 @@ TEST(VulkanKernels, RowConfidenceAgainstTheSampler) {
     EXPECT_EQ(got_ids[2], 300u);
     EXPECT_EQ(got[2 * 3 + 1], 0.0f);
   }
+  // A row with every logit −inf (the sampler's error): confidences that are not finite, which the device
+  // head sampler reports as that error.
+  const vk::Buffer dead = ok_or_throw(rt.make_buffer(std::vector<float>(V, -INFINITY), "every logit -inf"));
+  vk::Buffer ids = ok_or_throw(rt.alloc(4, "ids")), conf = ok_or_throw(rt.alloc(12, "conf"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::row_confidence(seq, dead, 1, V, 1.0f, ids, conf));
+  ok_or_throw(seq.run());
+  for (float x : ok_or_throw(rt.read<float>(conf, 3))) EXPECT_FALSE(std::isfinite(x)) << x;
 }
 
 }  // namespace
