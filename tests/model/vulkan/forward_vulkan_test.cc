@@ -61,6 +61,17 @@ std::unique_ptr<Engine> on_vulkan(std::unique_ptr<Model> model) {
   return engine.ok() ? std::move(engine).value() : nullptr;
 }
 
+// max |got − want| / max |want| (infinite when a value is NaN).
+double relative_error(const std::vector<float>& want, const std::vector<float>& got) {
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
+  }
+  return max_diff / max_ref;
+}
+
 // Runs `batch` through the model on the CPU (the reference kernels: f32 throughout) and on the device; expects max |Δ| within
 // kTolerance of the largest |logit|, and returns that ratio.
 double compare(const Model& model, Engine& device_engine, const ForwardBatch& batch, const std::string& label) {
@@ -73,14 +84,8 @@ double compare(const Model& model, Engine& device_engine, const ForwardBatch& ba
   auto fn = device_engine.logits_fn();
   const Status s = fn(batch, got.data());
   EXPECT_TRUE(s.ok()) << label << ": " << s.to_string();
-  double max_ref = 0, max_diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
-    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-    max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
-  }
-  const double rel = max_diff / max_ref;
-  std::printf("  [%s] max |Δ| %.2e of max |logit| %.2e: %.2e\n", label.c_str(), max_diff, max_ref, rel);
+  const double rel = relative_error(want, got);
+  std::printf("  [%s] max |Δ| / max |logit|: %.2e\n", label.c_str(), rel);
   EXPECT_LE(rel, kTolerance) << label;
   return rel;
 }
@@ -220,14 +225,9 @@ TEST(ForwardVulkan, CachedForwardMatchesTheCpu) {
       b.cache = nullptr;  // the device generation's own
       const Status st = device_fn(b, got.data());
       ASSERT_TRUE(st.ok()) << label << ": " << st.to_string();
-      double max_ref = 0, max_diff = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
-        const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-        max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
-      }
-      std::printf("  [%s] max |Δ| %.2e of max |logit| %.2e: %.2e\n", label.c_str(), max_diff, max_ref, max_diff / max_ref);
-      EXPECT_LE(max_diff / max_ref, kTolerance) << label;
+      const double rel = relative_error(want, got);
+      std::printf("  [%s] max |Δ| / max |logit|: %.2e\n", label.c_str(), rel);
+      EXPECT_LE(rel, kTolerance) << label;
     }
   }
 }
