@@ -304,7 +304,7 @@ class AutoModel:
     """`AutoModel.from_pretrained(dir or FILE.gguf, torch_dtype=..., trust_remote_code=True, ...)`: a DreamModel.
     Engine options: threads (0 = all cores), precision ("auto" | "f32" | "bf16"; overrides torch_dtype),
     weight_cache ("" beside the model, "off", or a directory), device ("cpu", "vulkan" or "vulkan:N": the
-    forward on a Vulkan device, cache "none" only so far); generation defaults for every call:
+    forward on a Vulkan device, every cache mode); generation defaults for every call:
     block_length, cache, threshold, factor, fast, seed."""
 
     @staticmethod

@@ -253,7 +253,7 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "Matmul activations: auto (the weights' dtype) | f32 | bf16")
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache, "--model: packed-weight cache directory, or off");
-  cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N (Vulkan: --cache none only)")
+  cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N")
       ->capture_default_str();
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -29,7 +29,7 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
   cmd->add_option("--weight-cache", f->weight_cache,
                   "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
   cmd->add_option("--device", f->device,
-                  "Where the forward runs: cpu | vulkan | vulkan:N (`diffucoder devices`; Vulkan: --cache none only)")
+                  "Where the forward runs: cpu | vulkan | vulkan:N (`diffucoder devices`)")
       ->capture_default_str();
 }
 

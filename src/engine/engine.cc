@@ -3,8 +3,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
+#include "engine/device_head_sampler.h"
 #include "engine/head_sampler.h"
 #include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
@@ -185,16 +187,23 @@ LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_
 }
 
 HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
-  // On a device the lm_head runs there and the out rows' logits come back (a device HeadSampler, returning
-  // only the per-row choices, is not written yet).
-  if (ctx.device != Device::kCpu)
-    return head_fn_from_logits(model_logits_fn(model, ctx, max_kv_cache_bytes), model.config().n_vocab, ctx.pool);
   auto cache = std::make_shared<KvCache>();  // the forward's scratch is the head's own workspace
-  auto head = std::make_shared<CpuHeadSampler>(model, ctx);
-  return [&model, max_kv_cache_bytes, cache, head](const ForwardBatch& batch) -> Result<HeadSampler*> {
+  // On a device the hidden rows stay there, and greedy steps are sampled there (DeviceHeadSampler).
+  std::shared_ptr<HeadSampler> head;
+  std::function<Status(const ForwardBatch&)> forward;
+  if (ctx.device != Device::kCpu) {
+    auto device_head = std::make_shared<DeviceHeadSampler>(model, ctx);
+    head = device_head;
+    forward = [device_head](const ForwardBatch& b) { return device_head->forward(b); };
+  } else {
+    auto cpu_head = std::make_shared<CpuHeadSampler>(model, ctx);
+    head = cpu_head;
+    forward = [cpu_head](const ForwardBatch& b) { return cpu_head->forward(b); };
+  }
+  return [&model, max_kv_cache_bytes, cache, head, forward](const ForwardBatch& batch) -> Result<HeadSampler*> {
     DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *cache, batch));
-    DC_RETURN_IF_ERROR(head->forward(b));
-    return static_cast<HeadSampler*>(head.get());
+    DC_RETURN_IF_ERROR(forward(b));
+    return head.get();
   };
 }
 
@@ -207,8 +216,9 @@ LogitsFn Engine::logits_fn() { return model_logits_fn(*model_, ctx_, max_kv_cach
 HeadFn Engine::head_fn() { return model_head_fn(*model_, ctx_, max_kv_cache_bytes_); }
 
 HeadMemory Engine::head_memory() const {
-  // On a device each out row's whole logits row comes back to the host (model_head_fn); the device's copy
-  // is checked against the device's memory when it is allocated.
+  // On a device a step that samples (temperature, top-k / top-p) still brings each out row's whole logits
+  // row to the host (DeviceHeadSampler); the device's own buffers are checked against its memory when
+  // allocated.
   if (ctx_.device != Device::kCpu) return logits_head_memory(config().n_vocab);
   return HeadMemory{config().n_embd * static_cast<int64_t>(sizeof(float)) + kSamplerBytesPerPosition,
                     CpuHeadSampler::chunk_bytes(*model_)};

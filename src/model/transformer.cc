@@ -121,25 +121,28 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
                                 const ForwardObserver* observer, Activations* train) const {
   if (train != nullptr || observer != nullptr)
     return invalid_argument("forward: training and the debug observer run on the CPU only (--device cpu)");
-  if (b.cache_op != CacheOp::kNone)
-    return unimplemented("forward: the KV cache is not on the device yet: use cache none, or --device cpu");
-  if (b.n_out == 0) return Status();
   const int64_t E = config_.n_embd, V = config_.n_vocab;
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
-  // The final-normed rows and their logits stay on the device; only what the caller asked for comes back.
-  float* rows = device_floats(ctx, "forward.hidden", b.n_out * E);          // [n_out, E]
+  // The final-normed rows (in the caller's device memory for forward_hidden) and their logits stay on the
+  // device; only the logits come back.
+  float* rows = logits != nullptr ? device_floats(ctx, "forward.hidden", b.n_out * E) : hidden;  // [n_out, E]
   float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
   DC_RETURN_IF_ERROR(device_status(ctx));
-  DC_RETURN_IF_ERROR(forward_body(ctx, b, rows, nullptr, nullptr));
-  if (logits != nullptr) lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
-  DC_RETURN_IF_ERROR(ctx.backend->finish());
-  if (logits != nullptr) return ctx.backend->download(out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
-  return ctx.backend->download(rows, hidden, b.n_out * E * static_cast<int64_t>(sizeof(float)));
+  Status s = forward_body(ctx, b, rows, nullptr, nullptr);
+  if (s.ok() && logits != nullptr && b.n_out > 0) lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
+  if (s.ok()) s = ctx.backend->finish();
+  if (!s.ok()) {  // a refresh recorded but not run leaves the cache unfilled
+    if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
+    return s;
+  }
+  if (b.n_out == 0 || logits == nullptr) return Status();
+  return ctx.backend->download(out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
 }
 
 Status Model::to_device(const Context& ctx) const {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::to_device: a device context");
+  DC_RETURN_IF_ERROR(ctx.backend->check_head_dim(config_.head_dim));
   int64_t bytes = 0;  // what the weights take on the device (their stored size), checked before any upload
   visit_tensors(config_, weights_, [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
                                        const VectorView* v) {
@@ -169,7 +172,7 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   const float eps = static_cast<float>(c.rms_norm_eps);
   KvCache* cache = b.cache_op == CacheOp::kNone ? nullptr : b.cache;
   const bool refresh = b.cache_op == CacheOp::kRefresh;
-  if (refresh) DC_RETURN_IF_ERROR(cache->reset(c.n_layer, b.n_batch, L, kv_dim));
+  if (refresh) DC_RETURN_IF_ERROR(cache->reset(ctx, c.n_layer, b.n_batch, L, kv_dim));
   auto observe = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
     if (observer != nullptr) (*observer)(name, data, shape);
   };
@@ -272,10 +275,8 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   observe("v", p.v, {T, kv_dim});
   KvCache* cache = b.cache;
   if (b.cache_op == CacheOp::kUse) {  // the window's fresh K/V replace the cached ones
-    for (int64_t r = 0; r < b.n_batch; ++r) {
-      std::copy_n(p.k + r * W * kv_dim, W * kv_dim, cache->k(il) + (r * L + wb) * kv_dim);
-      std::copy_n(p.v + r * W * kv_dim, W * kv_dim, cache->v(il) + (r * L + wb) * kv_dim);
-    }
+    kv_store(ctx, p.k, b.n_batch, L, wb, W, kv_dim, cache->k(il));
+    kv_store(ctx, p.v, b.n_batch, L, wb, W, kv_dim, cache->v(il));
   }
   if (W == L) {
     attention(ctx, shape, p.q, p.k, p.v, b.valid, p.attn);

@@ -103,7 +103,9 @@ class Model {
   static constexpr int64_t kHeadChunkRows = 64;
 
   // forward() without the lm_head: writes the final-normed hidden rows of batch.out_rows to hidden[n_out,
-  // n_embd] (the lm_head's input). Same checks, errors and thread safety as forward(); no training mode.
+  // n_embd] (the lm_head's input), where ctx's ops read it: host memory on the CPU, a device pointer on a
+  // device (DeviceMemory of the caller's; the rows stay there). Same checks, errors and thread safety as
+  // forward(); no training mode.
   Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const;
 
   // The lm_head: logits[n, n_vocab] = hidden[n, n_embd] · outputᵀ, one matmul_nt per chunk of chunk_rows
@@ -153,7 +155,8 @@ class Model {
   // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
   // resource_exhausted).
   // forward_checked on a device (ctx.device != kCpu): records forward_body and the lm_head into the
-  // backend, runs them and downloads the logits (or the hidden rows). No cache, training or observer yet.
+  // backend, runs them and downloads the logits (forward_hidden: leaves the rows in `hidden`, device memory).
+  // No training or observer.
   Status forward_on_device(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
                            const ForwardObserver* observer, Activations* train) const;
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,

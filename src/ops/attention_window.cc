@@ -1,8 +1,11 @@
-// attention_window front-end: checks the head layout and the window, then dispatches on the device.
+// attention_window and kv_store front-ends: check the head layout and the window, then dispatch on the device.
 #include "ops/attention_window.h"
+
+#include <algorithm>
 
 #include "core/check.h"
 #include "ops/cpu/kernels.h"
+#include "ops/device.h"
 
 namespace dc {
 
@@ -22,7 +25,22 @@ void attention_window(const Context& ctx, const AttentionShape& shape, int64_t w
         return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
       return cpu::attention_window_fast(ctx.pool, ws, shape, window_begin, window_len, q, k, v, valid, out);
     case Device::kVulkan:
-      DC_CHECK(false, "attention_window: the cached forward does not run on Vulkan yet (Model::forward refuses it)");
+      return ctx.backend->attention(shape, window_begin, window_len, q, k, v, valid, out);
+  }
+}
+
+void kv_store(const Context& ctx, const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin,
+              int64_t window_len, int64_t cols, float* cache) {
+  DC_CHECK(src && cache && n_batch >= 0 && cols > 0, "kv_store: bad arguments");
+  DC_CHECK(window_begin >= 0 && window_len >= 0 && window_begin + window_len <= n_seq,
+           "kv_store: the window must lie inside [0, n_seq)");
+  switch (ctx.device) {
+    case Device::kCpu:
+      for (int64_t r = 0; r < n_batch; ++r)
+        std::copy_n(src + r * window_len * cols, window_len * cols, cache + (r * n_seq + window_begin) * cols);
+      return;
+    case Device::kVulkan:
+      return ctx.backend->kv_store(src, n_batch, n_seq, window_begin, window_len, cols, cache);
   }
 }
 

@@ -1,5 +1,6 @@
 // Bidirectional GQA attention for a window of queries over every key of the sequence (the KV-cache
-// forward: the window's queries, the whole sequence's keys and values from the cache).
+// forward: the window's queries, the whole sequence's keys and values from the cache), and the window's
+// K/V written into the cache.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +19,11 @@ namespace dc {
 // context (same kernel family, same per-row arithmetic). Precondition: 0 <= window_begin, window_begin + W <= L. Never materialises W×L.
 void attention_window(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
                       const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
+
+// The window's fresh keys or values into the cache: cache[b, window_begin + i, :] = src[b, i, :] for i < W =
+// window_len, b < n_batch; src [n_batch, W, cols], cache [n_batch, n_seq, cols]; the other positions are
+// untouched. Precondition: 0 <= window_begin, window_begin + W <= n_seq.
+void kv_store(const Context& ctx, const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin,
+              int64_t window_len, int64_t cols, float* cache);
 
 }  // namespace dc

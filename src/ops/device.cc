@@ -3,17 +3,21 @@
 
 #include "core/check.h"
 #include "core/workspace.h"
-#include "ops/vulkan/runtime.h"
 
 namespace dc {
 
 Result<DeviceSpec> parse_device(std::string_view spec) {
+  const Status usage = invalid_argument("--device '" + std::string(spec) +
+                                        "': use cpu, vulkan (device 0) or vulkan:N (N = an index of `diffucoder devices`)");
   if (spec == "cpu") return DeviceSpec{};
-  if (spec.substr(0, 6) == "vulkan") {  // its errors: a bad index, or a build without Vulkan
-    DC_ASSIGN_OR_RETURN(const int index, vk::parse_device_index(spec));
-    return DeviceSpec{Device::kVulkan, index};
+  if (spec == "vulkan") return DeviceSpec{Device::kVulkan, 0};
+  if (spec.substr(0, 7) != "vulkan:" || spec.size() == 7 || spec.size() > 11) return usage;
+  int index = 0;
+  for (char c : spec.substr(7)) {
+    if (c < '0' || c > '9') return usage;
+    index = index * 10 + (c - '0');
   }
-  return invalid_argument("--device '" + std::string(spec) + "': use cpu, vulkan (device 0) or vulkan:N (`diffucoder devices` lists them)");
+  return DeviceSpec{Device::kVulkan, index};
 }
 
 float* device_floats(const Context& ctx, const char* name, int64_t n) {

@@ -1,7 +1,7 @@
 // Devices under the one forward: the CPU (operands in host memory) or a DeviceBackend — the Vulkan
 // backend today — whose activations are device pointers: addresses in the backend's memory, never
-// dereferenced by the host, with pointer arithmetic reserved for a later step (the backend checks that
-// every operand is the start of one of its buffers). The ops' front-ends switch on Context::device and
+// dereferenced by the host, with pointer arithmetic reserved for a later step (an operand that is not the
+// start of one of the backend's buffers is an error of the forward, not undefined behaviour). The ops' front-ends switch on Context::device and
 // call the backend's op exactly as they call the CPU kernels; the helpers below are how the forward
 // (model/transformer.cc) gets its buffers and host inputs on either device.
 #pragma once
@@ -27,6 +27,14 @@ struct DeviceSpec {
 // "cpu", "vulkan" (device 0) or "vulkan:N". Errors (kInvalidArgument) name --device's accepted forms.
 Result<DeviceSpec> parse_device(std::string_view spec);
 
+// Device memory that outlives one forward (a KV cache), from DeviceBackend::allocate: freed when destroyed,
+// which must happen before the backend is (any thread; the memory is released at the next forward).
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual float* data() const = 0;  // its device pointer
+};
+
 // An opened compute device: its copy of the weights, the forward's device memory, and the ops of the
 // inference forward over device pointers. One forward at a time records into it (lock()); begin() starts
 // recording, the ops record their kernels (an error is kept and the later ops are skipped), finish() runs
@@ -43,6 +51,11 @@ class DeviceBackend {
   // a CPU-only layout (kPanels), out of device memory (kResourceExhausted), naming `name`.
   virtual Status add_matrix(const WeightView& w, const std::string& name) = 0;
   virtual Status add_vector(const float* v, int64_t n, const std::string& name) = 0;
+  // Ok when the device's attention takes head_dim (checked at upload; the error names head_dim and why).
+  virtual Status check_head_dim(int64_t head_dim) const = 0;
+  // `bytes` of device memory of the caller's (not reused by later forwards), named `what` in errors
+  // (kResourceExhausted when the device has too little). Called inside a forward (lock() held).
+  virtual Result<std::unique_ptr<DeviceMemory>> allocate(int64_t bytes, const std::string& what) = 0;
 
   virtual std::unique_lock<std::mutex> lock() = 0;
   virtual Status begin() = 0;
@@ -55,7 +68,9 @@ class DeviceBackend {
   virtual Status finish() = 0;
   virtual Status download(const void* device, void* host, int64_t bytes) = 0;
 
-  // The ops of ops/matmul.h, ops/elementwise.h and ops/attention.h with device pointers.
+  // The ops of ops/matmul.h, ops/elementwise.h, ops/attention.h and ops/attention_window.h with device
+  // pointers (attention: the window [window_begin, window_begin + window_len) of queries; the full attention
+  // is the window [0, n_seq)).
   virtual void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) = 0;
   virtual void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) = 0;
   virtual void rope_apply(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
@@ -64,8 +79,14 @@ class DeviceBackend {
   virtual void add_inplace(float* y, const float* x, int64_t count) = 0;
   virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   virtual void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) = 0;
-  virtual void attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                         const uint8_t* valid, float* out) = 0;
+  virtual void attention(const AttentionShape& shape, int64_t window_begin, int64_t window_len, const float* q,
+                         const float* k, const float* v, const uint8_t* valid, float* out) = 0;
+  virtual void kv_store(const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
+                        int64_t cols, float* cache) = 0;
+  // The head sampler's greedy step (engine/device_head_sampler.h) per row of logits[n, n_vocab]: ids[n] the
+  // argmax (lowest id on ties), conf[n, 3] of p = softmax: max probability, top-1 − top-2 margin and
+  // Σ p·log(p + 1e-10) (non-finite for a row with a NaN or +inf logit or every logit −inf).
+  virtual void row_confidence(const float* logits, int64_t n, int64_t n_vocab, int32_t* ids, float* conf) = 0;
 };
 
 // Opens Vulkan device `index` (ops/vulkan/runtime.h's order). Errors: kUnimplemented (built without

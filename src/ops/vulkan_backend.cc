@@ -1,11 +1,13 @@
 // The Vulkan DeviceBackend (ops/device.h): the weights uploaded once in their stored row-major layout
 // (ops/vulkan/kernels.h DeviceMatrix), the forward's named device buffers, and each op recorded into one
 // Sequence per forward (ops/vulkan/runtime.h) that finish() runs. A device pointer is the address
-// (slot + 1) << 40 of a named buffer: an operand must be the start of one (no row offsets yet).
+// (slot + 1) << 40 of a named forward buffer or of caller-owned memory (allocate: the KV cache): an operand
+// must be the start of one (no row offsets yet).
 #include <cstdint>
 #include <deque>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "core/check.h"
 #include "ops/device.h"
@@ -17,12 +19,26 @@ namespace {
 
 constexpr int kAddressShift = 40;  // device pointers: slot in the high bits, a byte offset (always 0) below
 
+class VulkanBackend;
+
+// allocate()'s memory: a buffer in the backend's address table, handed back to it on destruction.
+class VulkanMemory final : public DeviceMemory {
+ public:
+  VulkanMemory(VulkanBackend* owner, size_t slot) : owner_(owner), slot_(slot) {}
+  ~VulkanMemory() override;
+  float* data() const override { return reinterpret_cast<float*>(static_cast<uintptr_t>(slot_ + 1) << kAddressShift); }
+
+ private:
+  VulkanBackend* owner_;
+  size_t slot_;
+};
+
 class VulkanBackend final : public DeviceBackend {
  public:
   explicit VulkanBackend(std::unique_ptr<vk::Runtime> rt) : rt_(std::move(rt)) {}
   ~VulkanBackend() override {  // everything recorded or allocated goes before the runtime
     seq_.reset();
-    arena_.clear(), matrices_.clear(), vectors_.clear();
+    table_.clear(), owned_.clear(), arena_.clear(), matrices_.clear(), vectors_.clear();
   }
 
   std::string name() const override { return rt_->info().name; }
@@ -49,10 +65,37 @@ class VulkanBackend final : public DeviceBackend {
     return Status();
   }
 
+  Status check_head_dim(int64_t head_dim) const override {
+    return vk::check_attention_head_dim(head_dim, rt_->info().max_shared_bytes);
+  }
+
+  Result<std::unique_ptr<DeviceMemory>> allocate(int64_t bytes, const std::string& what) override {
+    DC_ASSIGN_OR_RETURN(vk::Buffer b, rt_->alloc((bytes + 3) / 4 * 4, what));
+    const std::lock_guard<std::mutex> guard(table_mutex_);
+    const size_t slot = new_slot();
+    table_[slot] = &owned_.emplace(slot, std::move(b)).first->second;
+    return std::unique_ptr<DeviceMemory>(new VulkanMemory(this, slot));
+  }
+
+  // VulkanMemory's destructor (any thread, maybe during another forward): freed at the next begin().
+  void release(size_t slot) {
+    const std::lock_guard<std::mutex> guard(table_mutex_);
+    released_.push_back(slot);
+  }
+
   std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(mutex_); }
 
   Status begin() override {
     seq_.reset();
+    {
+      const std::lock_guard<std::mutex> guard(table_mutex_);
+      for (size_t slot : released_) {
+        owned_.erase(slot);
+        table_[slot] = nullptr;
+        free_slots_.push_back(slot);
+      }
+      released_.clear();
+    }
     status_ = Status();
     DC_ASSIGN_OR_RETURN(vk::Sequence seq, rt_->new_sequence());
     seq_.emplace(std::move(seq));
@@ -62,9 +105,13 @@ class VulkanBackend final : public DeviceBackend {
   void* alloc(const char* name, int64_t bytes) override {
     if (!status_.ok() || bytes <= 0) return nullptr;
     const int64_t words = (bytes + 3) / 4 * 4;  // the shaders read whole 32-bit words
-    auto [it, fresh] = slots_.try_emplace(name, arena_.size());
-    if (fresh) arena_.emplace_back();
-    vk::Buffer& b = arena_[it->second];
+    auto [it, fresh] = slots_.try_emplace(name, 0);
+    if (fresh) {
+      const std::lock_guard<std::mutex> guard(table_mutex_);
+      it->second = new_slot();
+      table_[it->second] = &arena_.emplace_back();
+    }
+    vk::Buffer& b = *table_[it->second];
     if (b.bytes() < words) {
       b = vk::Buffer();
       auto grown = rt_->alloc(words, std::string("forward buffer ") + name);
@@ -91,7 +138,10 @@ class VulkanBackend final : public DeviceBackend {
     return status_;
   }
 
-  Status download(const void* device, void* host, int64_t bytes) override { return rt_->download(at(device), host, bytes); }
+  Status download(const void* device, void* host, int64_t bytes) override {
+    const vk::Buffer* b = lookup(device);
+    return b != nullptr ? rt_->download(*b, host, bytes) : not_mine();
+  }
 
   void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) override {
     if (recording()) keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), vector(bias), at(y)));
@@ -114,11 +164,19 @@ class VulkanBackend final : public DeviceBackend {
   void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) override {
     if (recording()) keep(vk::gather_rows(*seq_, at(x), cols, at(rows), n, at(out)));
   }
-  void attention(const AttentionShape& s, const float* q, const float* k, const float* v, const uint8_t* valid,
-                 float* out) override {
+  void attention(const AttentionShape& s, int64_t window_begin, int64_t window_len, const float* q, const float* k,
+                 const float* v, const uint8_t* valid, float* out) override {
     if (!recording()) return;
     const vk::AttentionDims dims{s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim};
-    keep(vk::attention(*seq_, dims, 0, s.n_seq, at(q), at(k), at(v), valid != nullptr ? &at(valid) : nullptr, at(out)));
+    keep(vk::attention(*seq_, dims, window_begin, window_len, at(q), at(k), at(v), valid != nullptr ? &at(valid) : nullptr,
+                       at(out)));
+  }
+  void kv_store(const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len, int64_t cols,
+                float* cache) override {
+    if (recording()) keep(vk::kv_store(*seq_, at(src), n_batch, n_seq, window_begin, window_len, cols, at(cache)));
+  }
+  void row_confidence(const float* logits, int64_t n, int64_t n_vocab, int32_t* ids, float* conf) override {
+    if (recording()) keep(vk::row_confidence(*seq_, at(logits), n, n_vocab, 1.0f, at(ids), at(conf)));
   }
 
  private:
@@ -130,12 +188,34 @@ class VulkanBackend final : public DeviceBackend {
   void keep(Status s) {
     if (status_.ok() && !s.ok()) status_ = std::move(s);
   }
-  vk::Buffer& at(const void* p) {
+  // A free index of table_ (table_mutex_ held).
+  size_t new_slot() {
+    if (free_slots_.empty()) {
+      table_.push_back(nullptr);
+      return table_.size() - 1;
+    }
+    const size_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  // The buffer at device pointer p; nullptr for a host pointer, another device's, an offset into a buffer
+  // or freed memory.
+  vk::Buffer* lookup(const void* p) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(p);
     const uintptr_t slot = (address >> kAddressShift) - 1, offset = address & ((uintptr_t{1} << kAddressShift) - 1);
-    DC_CHECK(address >> kAddressShift != 0 && slot < arena_.size() && offset == 0,
-             "VulkanBackend: an operand is not the start of one of this device's buffers");
-    return arena_[slot];
+    const std::lock_guard<std::mutex> guard(table_mutex_);
+    if (address >> kAddressShift == 0 || slot >= table_.size() || offset != 0) return nullptr;
+    return table_[slot];
+  }
+  Status not_mine() const {
+    return invalid_argument("vulkan: an operand is not the start of one of " + name() +
+                            "'s buffers (a host pointer, another device's, or an offset into a buffer)");
+  }
+  // lookup(p), or (the error kept) an empty buffer, which every kernel refuses.
+  vk::Buffer& at(const void* p) {
+    vk::Buffer* b = lookup(p);
+    if (b == nullptr) keep(not_mine());
+    return b != nullptr ? *b : invalid_;
   }
   const vk::DeviceMatrix& matrix(const WeightView& w) const {
     auto it = matrices_.find(w.data);
@@ -154,11 +234,18 @@ class VulkanBackend final : public DeviceBackend {
   std::unordered_map<const void*, vk::DeviceMatrix> matrices_;  // by the host view's data pointer
   std::unordered_map<const float*, vk::Buffer> vectors_;        // by the host f32 pointer
   int64_t weight_bytes_ = 0;
-  std::deque<vk::Buffer> arena_;                     // the forward's buffers, by slot
+  std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
+  std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)
+  std::vector<size_t> free_slots_, released_;
+  std::unordered_map<size_t, vk::Buffer> owned_;    // allocate()'s buffers, by slot
+  std::deque<vk::Buffer> arena_;                    // the forward's named buffers
   std::unordered_map<std::string, size_t> slots_;  // name → slot
+  vk::Buffer invalid_;                              // empty: what at() gives for a pointer not of this device
   std::optional<vk::Sequence> seq_;                // the forward being recorded
   Status status_;                                  // the first error since begin()
 };
+
+VulkanMemory::~VulkanMemory() { owner_->release(slot_); }
 
 }  // namespace
 

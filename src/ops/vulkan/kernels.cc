@@ -202,6 +202,35 @@ Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count) {
   return seq.record({"elementwise", {1}, {&y, &x, &y}, {u32(count)}, stride_groups(count, 256)});
 }
 
+Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
+                int64_t cols, Buffer& cache) {
+  const char* op = "vulkan kv_store";
+  DC_RETURN_IF_ERROR(positive(n_batch, op, "n_batch"));
+  DC_RETURN_IF_ERROR(positive(window_len, op, "window_len"));
+  DC_RETURN_IF_ERROR(positive(cols, op, "cols"));
+  if (window_begin < 0 || window_begin + window_len > n_seq)
+    return invalid_argument(std::string(op) + ": window [" + std::to_string(window_begin) + ", " + std::to_string(window_begin + window_len) +
+                            ") is outside the sequence of " + std::to_string(n_seq));
+  const int64_t count = n_batch * window_len * cols;
+  DC_RETURN_IF_ERROR(positive(count, op, "n_batch · window_len · cols"));
+  DC_RETURN_IF_ERROR(need(src, count * 4, op, "src [B, W, cols]"));
+  DC_RETURN_IF_ERROR(need(cache, n_batch * n_seq * cols * 4, op, "cache [B, L, cols]"));
+  return seq.record({"kv_store", {}, {&src, &cache}, {u32(count), u32(window_len), u32(n_seq), u32(cols), u32(window_begin)},
+                     stride_groups(count, 256)});
+}
+
+int64_t attention_shared_bytes(int64_t head_dim) { return (3 * 16 * head_dim + 16 * 16) * 4; }
+
+Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes) {
+  if (head_dim < 16 || head_dim > 128 || head_dim % 2)
+    return invalid_argument("vulkan attention: head_dim " + std::to_string(head_dim) + " is not an even size in [16, 128]; use --device cpu");
+  if (attention_shared_bytes(head_dim) > max_shared_bytes)
+    return invalid_argument("vulkan attention: head_dim " + std::to_string(head_dim) + " needs " + std::to_string(attention_shared_bytes(head_dim)) +
+                            " bytes of shared memory per workgroup, more than this device's " + std::to_string(max_shared_bytes) +
+                            " (maxComputeSharedMemorySize); use --device cpu");
+  return Status();
+}
+
 Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, int64_t window_len, const Buffer& q,
                  const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out) {
   const char* op = "vulkan attention";
@@ -210,8 +239,7 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   DC_RETURN_IF_ERROR(positive(window_len, op, "window_len"));
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv)
     return invalid_argument(std::string(op) + ": n_head must be a positive multiple of n_head_kv");
-  if (s.head_dim < 16 || s.head_dim > 128 || s.head_dim % 2)
-    return invalid_argument(std::string(op) + ": head_dim " + std::to_string(s.head_dim) + " is not an even size in [16, 128]");
+  DC_RETURN_IF_ERROR(check_attention_head_dim(s.head_dim, seq.device().max_shared_bytes));
   if (window_begin < 0 || window_begin + window_len > s.n_seq)
     return invalid_argument(std::string(op) + ": window [" + std::to_string(window_begin) + ", " + std::to_string(window_begin + window_len) +
                             ") is outside the sequence of " + std::to_string(s.n_seq));

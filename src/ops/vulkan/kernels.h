@@ -67,6 +67,14 @@ Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count
 // y[count] += x[count].
 Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count);
 
+// The shared memory of the attention kernel at head_dim: 16 query rows, 16 keys and 16 values of head_dim
+// floats and the 16×16 scores — 13 KiB at head_dim 64, 25 KiB at 128 (a device guarantees 16 KiB).
+int64_t attention_shared_bytes(int64_t head_dim);
+// Ok when the attention kernel takes head_dim on a device with max_shared_bytes per workgroup
+// (DeviceInfo::max_shared_bytes): head_dim even in [16, 128] and attention_shared_bytes(head_dim) within the
+// limit. Else kInvalidArgument naming head_dim (and the limit), checked when a model is uploaded.
+Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes);
+
 struct AttentionDims {
   int64_t n_batch = 0, n_seq = 0;                   // B, L (keys per row)
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim even, 16..128; n_head % n_head_kv == 0
@@ -77,6 +85,11 @@ struct AttentionDims {
 // whole 4-byte words). window_begin = 0, W = L: the full attention (ops/attention.h).
 Status attention(Sequence& seq, const AttentionDims& dims, int64_t window_begin, int64_t window_len, const Buffer& q,
                  const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out);
+
+// cache[B, L, C] at positions [window_begin, window_begin + W) of each row = src[B, W, C] (the window's fresh
+// K or V into the KV cache; ops/attention_window.h kv_store).
+Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
+                int64_t cols, Buffer& cache);
 
 // The head sampler's greedy primitives per row of logits[n, n_vocab] divided by temperature (1: none):
 // ids[n] (uint32) the argmax (lowest id on ties), conf[n, 3] of p = softmax: max probability, top-1 − top-2

@@ -77,6 +77,7 @@ DeviceInfo Instance::describe(int index, int* compute_family) const {
   d.api_version = std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
                   std::to_string(VK_API_VERSION_PATCH(v));
   d.max_buffer_bytes = props.properties.limits.maxStorageBufferRange;
+  d.max_shared_bytes = props.properties.limits.maxComputeSharedMemorySize;
   d.subgroup_size = subgroup.subgroupSize;
   VkPhysicalDeviceShaderFloat16Int8Features f16i8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f16i8};
@@ -119,19 +120,6 @@ Result<std::vector<DeviceInfo>> list_devices(const char* loader) {
   return out;
 }
 
-Result<int> parse_device_index(std::string_view spec) {
-  const std::string usage = "--device: expected vulkan or vulkan:N (N = an index of `diffucoder devices`), got '" +
-                            std::string(spec) + "'";
-  if (spec == "vulkan") return 0;
-  if (spec.substr(0, 7) != "vulkan:" || spec.size() == 7 || spec.size() > 11) return invalid_argument(usage);
-  int n = 0;
-  for (char c : spec.substr(7)) {
-    if (c < '0' || c > '9') return invalid_argument(usage);
-    n = n * 10 + (c - '0');
-  }
-  return n;
-}
-
 uint32_t push_float(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -140,7 +128,7 @@ uint32_t push_float(float f) {
 
 // ---- Runtime
 
-Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->owner = this; }
 
 Runtime::~Runtime() {
   Impl& m = *impl_;
@@ -333,8 +321,17 @@ Status Upload::wait() {
   return r == VK_SUCCESS ? Status() : vk_status(r, "waiting for an upload");
 }
 
+Status Runtime::Impl::check_owned(const Buffer& b, const std::string& op) const {
+  if (b.empty()) return invalid_argument(op + ": an empty device buffer (never allocated, or moved from)");
+  if (b.runtime_ != owner)
+    return invalid_argument(op + ": a buffer of another device (or another Runtime of it), not of " + info.name +
+                            "; allocate it with this device's Runtime::alloc");
+  return Status();
+}
+
 Status Runtime::Impl::check_range(const Buffer& b, int64_t offset, int64_t bytes, const char* op) const {
-  if (b.empty() || offset < 0 || bytes < 0 || offset + bytes > b.bytes())
+  DC_RETURN_IF_ERROR(check_owned(b, op));
+  if ( offset < 0 || bytes < 0 || offset + bytes > b.bytes())
     return out_of_range(std::string(op) + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) +
                         ") outside a device buffer of " + std::to_string(b.bytes()) + " bytes");
   return Status();
@@ -423,22 +420,30 @@ Status Runtime::download(const Buffer& src, void* dst, int64_t bytes, int64_t of
 Result<Runtime::Impl::Pipeline> Runtime::Impl::pipeline(std::string_view shader, const std::vector<int32_t>& spec, size_t n_buffers) {
   if (n_buffers == 0 || n_buffers > kMaxBindings) return invalid_argument("shader " + std::string(shader) + ": 1 to 8 buffers");
   const Api& a = inst.api;
+  // The layouts of n_buffers bindings, made once; a failed creation leaves its slot null, so a later call
+  // retries it instead of using a null handle.
   if (!set_layouts[n_buffers]) {
     VkDescriptorSetLayoutBinding bindings[kMaxBindings];
     for (uint32_t i = 0; i < n_buffers; ++i) bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
     VkDescriptorSetLayoutCreateInfo li{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
     li.bindingCount = static_cast<uint32_t>(n_buffers);
     li.pBindings = bindings;
-    VkResult r = a.vkCreateDescriptorSetLayout(device, &li, nullptr, &set_layouts[n_buffers]);
+    VkDescriptorSetLayout layout = VK_NULL_HANDLE;
+    const VkResult r = a.vkCreateDescriptorSetLayout(device, &li, nullptr, &layout);
     if (r != VK_SUCCESS) return vk_status(r, "vkCreateDescriptorSetLayout");
+    set_layouts[n_buffers] = layout;
+  }
+  if (!pipeline_layouts[n_buffers]) {
     VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kMaxPushBytes};
     VkPipelineLayoutCreateInfo pi{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
     pi.setLayoutCount = 1;
     pi.pSetLayouts = &set_layouts[n_buffers];
     pi.pushConstantRangeCount = 1;
     pi.pPushConstantRanges = &range;
-    r = a.vkCreatePipelineLayout(device, &pi, nullptr, &pipeline_layouts[n_buffers]);
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    const VkResult r = a.vkCreatePipelineLayout(device, &pi, nullptr, &layout);
     if (r != VK_SUCCESS) return vk_status(r, "vkCreatePipelineLayout");
+    pipeline_layouts[n_buffers] = layout;
   }
   std::string key(shader);
   for (int32_t v : spec) {

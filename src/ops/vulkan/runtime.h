@@ -27,6 +27,7 @@ struct DeviceInfo {
   std::string api_version;         // e.g. "1.3.230"
   int64_t device_local_bytes = 0;  // the largest device-local memory heap
   int64_t max_buffer_bytes = 0;    // the largest storage-buffer binding (maxStorageBufferRange)
+  int64_t max_shared_bytes = 0;    // a workgroup's shared memory (maxComputeSharedMemorySize, >= 16 KiB)
   uint32_t subgroup_size = 0;
   bool fp16 = false;               // shaderFloat16 arithmetic
   bool int8 = false;               // shaderInt8 arithmetic
@@ -38,17 +39,16 @@ struct DeviceInfo {
 // True when this build has the backend (DIFFUCODER_VULKAN found the headers and glslc).
 bool compiled_in();
 
-// Every Vulkan device the loader sees. Errors: kUnimplemented (built without Vulkan), kNotFound (no
-// loader library, or no driver: "install mesa-vulkan-drivers or the GPU's driver").
+// Every Vulkan device the loader sees. Errors: kUnimplemented (built without Vulkan: the one error of such a
+// build, disabled.cc), kNotFound (no loader library, or no driver: "install mesa-vulkan-drivers or the GPU's
+// driver").
 Result<std::vector<DeviceInfo>> list_devices(const char* loader = kDefaultLoader);
-
-// "vulkan" → 0, "vulkan:N" → N; anything else is kInvalidArgument naming the flag's accepted forms.
-Result<int> parse_device_index(std::string_view spec);
 
 class Runtime;
 
 // A device-local storage buffer of `bytes()` bytes. Move-only; freed on destruction, which must come
-// before the Runtime's. A Sequence that binds it must not be run after it is freed.
+// before the Runtime's. A Sequence that binds it must not be run after it is freed. Only the Runtime that
+// allocated it (and its Sequences) accept it: another device's buffer, or an empty one, is kInvalidArgument.
 class Buffer {
  public:
   Buffer() = default;
@@ -115,6 +115,7 @@ class Sequence {
   // run(), returning the GPU time between the first and the last dispatch in milliseconds (timestamps).
   Result<double> run_timed();
   int dispatches() const;
+  const DeviceInfo& device() const;  // the device it runs on
   struct Impl;
 
  private:
@@ -127,8 +128,8 @@ class Sequence {
 // One thread at a time (the owner of a Context). Buffers and Sequences must be destroyed before it.
 class Runtime {
  public:
-  // Opens device `index` of list_devices(). Errors: kUnimplemented (built without Vulkan), kNotFound
-  // (no loader / driver / device), kOutOfRange (index beyond the devices, listing them), kInternal.
+  // Opens device `index` of list_devices(). Errors: kNotFound (no loader / driver / device), kOutOfRange
+  // (index beyond the devices, listing them), kInternal.
   static Result<std::unique_ptr<Runtime>> open(int index, const char* loader = kDefaultLoader);
   ~Runtime();
   const DeviceInfo& info() const;

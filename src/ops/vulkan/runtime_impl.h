@@ -35,6 +35,7 @@ struct BufferSlot {
 };
 
 struct Runtime::Impl {
+  Runtime* owner = nullptr;  // the Runtime whose Buffers this device accepts
   Instance inst;
   DeviceInfo info;
   VkPhysicalDevice physical = VK_NULL_HANDLE;
@@ -61,6 +62,8 @@ struct Runtime::Impl {
   Result<Pipeline> pipeline(std::string_view shader, const std::vector<int32_t>& spec, size_t n_buffers);
   Result<BufferSlot> create_buffer(int64_t bytes, bool host_visible, std::string_view what);
   void destroy_buffer(BufferSlot& s);
+  // kInvalidArgument unless b is a live buffer of this device (not empty, not another Runtime's).
+  Status check_owned(const Buffer& b, const std::string& op) const;
   Status check_range(const Buffer& b, int64_t offset, int64_t bytes, const char* op) const;
   // A one-time command buffer, begun.
   Result<VkCommandBuffer> begin_commands();

@@ -59,6 +59,7 @@ Sequence::Sequence(Sequence&&) noexcept = default;
 Sequence& Sequence::operator=(Sequence&&) noexcept = default;
 Sequence::~Sequence() = default;
 int Sequence::dispatches() const { return impl_->n_dispatches; }
+const DeviceInfo& Sequence::device() const { return impl_->rt->info; }
 
 Result<Sequence> Runtime::new_sequence() {
   Impl& m = *impl_;
@@ -108,6 +109,8 @@ Status Sequence::record(const Dispatch& d) {
   const std::string name(d.shader);
   if (s.ended) return invalid_argument("shader " + name + ": a Sequence is recorded before its first run(); record a new one");
   if (d.push.size() * 4 > kMaxPushBytes) return invalid_argument("shader " + name + ": more than 128 bytes of push constants");
+  for (size_t i = 0; i < d.buffers.size(); ++i)
+    if (d.buffers[i] != nullptr) DC_RETURN_IF_ERROR(s.rt->check_owned(*d.buffers[i], "shader " + name + ", binding " + std::to_string(i)));
   DC_ASSIGN_OR_RETURN(Runtime::Impl::Pipeline p, s.rt->pipeline(d.shader, d.spec, d.buffers.size()));
   DC_ASSIGN_OR_RETURN(VkDescriptorSet set, s.new_set(p.set_layout));
   VkDescriptorBufferInfo infos[kMaxBindings];

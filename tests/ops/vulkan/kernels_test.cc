@@ -258,12 +258,43 @@ TEST(VulkanKernels, AttentionChecksShapes) {
   EXPECT_NE(s.message().find("k [B, L, n_head_kv, head_dim]"), std::string::npos) << s.message();
 }
 
-// The greedy choice and the three confidences against the sampler's (top-k and top-p off).
+// The shared-memory check of the attention kernel: head_dim 128 (25 KiB) does not fit the 16 KiB every
+// device guarantees, 64 does; the errors name head_dim and the limit.
+TEST(VulkanKernels, AttentionHeadDimIsCheckedAgainstSharedMemory) {
+  EXPECT_GE(vulkan_runtime().info().max_shared_bytes, 16384);
+  EXPECT_TRUE(vk::check_attention_head_dim(64, 16384).ok());
+  EXPECT_TRUE(vk::check_attention_head_dim(128, 32768).ok());
+  const Status s = vk::check_attention_head_dim(128, 16384);
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head_dim 128"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("16384"), std::string::npos) << s.message();
+  EXPECT_NE(vk::check_attention_head_dim(8, 1 << 20).message().find("head_dim 8"), std::string::npos);
+}
+
+// The window's K/V into the cache against the CPU op: only the window's positions change.
+TEST(VulkanKernels, KvStoreAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t B = 3, L = 13, C = 7, begin = 4, W = 6;
+  std::vector<float> cache = random_floats(1, static_cast<size_t>(B * L * C));
+  const std::vector<float> src = random_floats(2, static_cast<size_t>(B * W * C));
+  vk::Buffer dcache = ok_or_throw(rt.make_buffer(cache, "cache")), dsrc = ok_or_throw(rt.make_buffer(src, "src"));
+  kv_store(cpu_reference(), src.data(), B, L, begin, W, C, cache.data());
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::kv_store(seq, dsrc, B, L, begin, W, C, dcache));
+  ok_or_throw(seq.run());
+  EXPECT_EQ(ok_or_throw(rt.read<float>(dcache, B * L * C)), cache);
+  EXPECT_EQ(cache[static_cast<size_t>((L + begin) * C)], src[static_cast<size_t>(W * C)]);  // row 1's first window position
+  EXPECT_EQ(vk::kv_store(seq, dsrc, B, L, 9, W, C, dcache).code(), StatusCode::kInvalidArgument);  // beyond L
+}
+
+// The greedy choice and the three confidences against the sampler's (top-k and top-p off): ties, −inf tokens,
+// and a row of −inf only.
 TEST(VulkanKernels, RowConfidenceAgainstTheSampler) {
   vk::Runtime& rt = vulkan_runtime();
   const int64_t n = 4, V = 1001;
   std::vector<float> logits = random_floats(9, static_cast<size_t>(n * V), -8, 8);
   logits[2 * V + 700] = logits[2 * V + 300] = 20.0f;  // a tie: the lower id wins, margin 0
+  for (int64_t c = 0; c < V; c += 2) logits[3 * V + c] = -INFINITY;  // −inf tokens get probability 0
   for (float temperature : {1.0f, 0.7f}) {
     const vk::Buffer dl = ok_or_throw(rt.make_buffer(logits, "logits"));
     vk::Buffer ids = ok_or_throw(rt.alloc(n * 4, "ids")), conf = ok_or_throw(rt.alloc(n * 12, "conf"));
@@ -288,6 +319,14 @@ TEST(VulkanKernels, RowConfidenceAgainstTheSampler) {
     EXPECT_EQ(got_ids[2], 300u);
     EXPECT_EQ(got[2 * 3 + 1], 0.0f);
   }
+  // A row with every logit −inf (the sampler's error): confidences that are not finite, which the device
+  // head sampler reports as that error.
+  const vk::Buffer dead = ok_or_throw(rt.make_buffer(std::vector<float>(V, -INFINITY), "every logit -inf"));
+  vk::Buffer ids = ok_or_throw(rt.alloc(4, "ids")), conf = ok_or_throw(rt.alloc(12, "conf"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::row_confidence(seq, dead, 1, V, 1.0f, ids, conf));
+  ok_or_throw(seq.run());
+  for (float x : ok_or_throw(rt.read<float>(conf, 3))) EXPECT_FALSE(std::isfinite(x)) << x;
 }
 
 }  // namespace

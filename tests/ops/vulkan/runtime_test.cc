@@ -1,13 +1,16 @@
 // The Vulkan runtime on device 0 (lavapipe in CI): listing, selection, buffers, uploads, sequences
-// replayed, and the error cases — no loader, no driver, a bad index, out of device memory.
+// replayed, and the error cases — no loader, no driver, a bad index, out of device memory, another
+// device's buffer, a failed pipeline layout (injected).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "ops/device.h"
 #include "ops/vulkan/kernels.h"
 #include "ops/vulkan/runtime.h"
+#include "ops/vulkan/runtime_impl.h"
 #include "vulkan_test_util.h"
 
 namespace dc {
@@ -31,11 +34,13 @@ TEST(VulkanRuntime, ListsDevicesWithTheirProperties) {
 }
 
 TEST(VulkanRuntime, ParsesDeviceNames) {
-  EXPECT_EQ(*vk::parse_device_index("vulkan"), 0);
-  EXPECT_EQ(*vk::parse_device_index("vulkan:0"), 0);
-  EXPECT_EQ(*vk::parse_device_index("vulkan:12"), 12);
+  EXPECT_EQ(parse_device("cpu")->device, Device::kCpu);
+  EXPECT_EQ(parse_device("vulkan")->index, 0);
+  EXPECT_EQ(parse_device("vulkan:0")->index, 0);
+  EXPECT_EQ(parse_device("vulkan:12")->index, 12);
+  EXPECT_EQ(parse_device("vulkan:12")->device, Device::kVulkan);
   for (const char* bad : {"vulkan:", "vulkan:x", "vulkan:-1", "cuda", "vulkan:123456789", "Vulkan"}) {
-    auto r = vk::parse_device_index(bad);
+    auto r = parse_device(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find("vulkan:N"), std::string::npos) << r.status().message();
@@ -154,6 +159,51 @@ TEST(VulkanRuntime, UnknownShaderIsAnError) {
   EXPECT_NE(s.message().find("no_such_shader"), std::string::npos) << s.message();
   std::vector<uint32_t> too_many(33, 0);
   EXPECT_EQ(seq.record({"elementwise", {1}, {&b, &b, &b}, too_many, 1}).code(), StatusCode::kInvalidArgument);
+}
+
+// A buffer of another Runtime, or an empty one, is refused by uploads, downloads and dispatches.
+TEST(VulkanRuntime, ForeignAndEmptyBuffersAreRefused) {
+  vk::Runtime& rt = vulkan_runtime();
+  auto other = ok_or_throw(vk::Runtime::open(0));
+  vk::Buffer theirs = ok_or_throw(other->alloc(64, "theirs")), mine = ok_or_throw(rt.alloc(64, "mine")), empty;
+  const std::vector<float> v(16, 1.0f);
+  const Status up = rt.upload(theirs, v.data(), 64);
+  EXPECT_EQ(up.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(up.message().find("another device"), std::string::npos) << up.message();
+  std::vector<float> got(16);
+  EXPECT_EQ(rt.download(theirs, got.data(), 64).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rt.upload(empty, v.data(), 0).code(), StatusCode::kInvalidArgument);
+  auto seq = ok_or_throw(rt.new_sequence());
+  const Status rec = seq.record({"elementwise", {1}, {&mine, &theirs, &mine}, {16}, 1});
+  EXPECT_EQ(rec.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rec.message().find("binding 1"), std::string::npos) << rec.message();
+  EXPECT_EQ(seq.record({"elementwise", {1}, {&mine, &empty, &mine}, {16}, 1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(seq.dispatches(), 0);
+  theirs = vk::Buffer();  // freed before its runtime
+}
+
+// A failed vkCreatePipelineLayout (injected into the runtime's function table) is an error, and the next
+// dispatch creates the layout instead of using a null one.
+VkResult VKAPI_PTR failing_pipeline_layout(VkDevice, const VkPipelineLayoutCreateInfo*, const VkAllocationCallbacks*,
+                                           VkPipelineLayout*) {
+  return VK_ERROR_OUT_OF_DEVICE_MEMORY;
+}
+
+TEST(VulkanRuntime, FailedPipelineLayoutIsRetried) {
+  auto rt = ok_or_throw(vk::Runtime::open(0));  // its own: no layout made yet
+  vk::Api& api = rt->impl().inst.api;
+  const auto real = api.vkCreatePipelineLayout;
+  const int64_t n = 40;
+  vk::Buffer y = ok_or_throw(rt->make_buffer(std::vector<float>(n, 1.0f), "y"));
+  vk::Buffer x = ok_or_throw(rt->make_buffer(std::vector<float>(n, 2.0f), "x"));
+  auto seq = ok_or_throw(rt->new_sequence());
+  api.vkCreatePipelineLayout = failing_pipeline_layout;
+  const Status failed = vk::add_inplace(seq, y, x, n);
+  api.vkCreatePipelineLayout = real;
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed.to_string();
+  ok_or_throw(vk::add_inplace(seq, y, x, n));
+  ok_or_throw(seq.run());
+  EXPECT_EQ(ok_or_throw(rt->read<float>(y, n)), std::vector<float>(n, 3.0f));
 }
 
 }  // namespace

@@ -1,0 +1,81 @@
+// The device's HeadSampler (engine/device_head_sampler.h) against the CPU's (engine/head_sampler.h, the
+// reference kernels) on one forward of a synthetic model on device 0 (lavapipe in CI): a greedy unfiltered
+// step sampled on the device (the same tokens, confidences within 2e-5: the device's exp and summation
+// order), filtered and temperature steps through the downloaded logits (the same tokens, confidences within
+// 2e-5), and logits() within 1e-4 of the largest logit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/device_head_sampler.h"
+#include "engine/head_sampler.h"
+#include "kernel_test_util.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+
+namespace dc {
+namespace {
+
+TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
+  ModelConfig c = synthetic_config("tiny").value();
+  c.n_head = 2, c.n_head_kv = 1, c.head_dim = 32, c.n_embd = 64, c.n_ff = 160, c.n_vocab = 300;
+  c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+  ThreadPool pool(2);
+  auto cpu_model = make_synthetic_model(c, 5, &pool).value();
+  auto device_model = make_synthetic_model(c, 5, &pool).value();
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  Context device{Device::kVulkan, &pool};
+  device.backend = backend->get();
+  ASSERT_TRUE(device_model->to_device(device).ok());
+  Context cpu{Device::kCpu, &pool};
+  cpu.reference_kernels = true;
+
+  const int64_t B = 2, L = 9;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> out_rows;
+  for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % 298)), out_rows.push_back(i);
+  ForwardBatch batch;
+  batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
+  {
+    DeviceHeadSampler on_device(*device_model, device);
+    CpuHeadSampler on_cpu(*cpu_model, cpu);
+    ASSERT_TRUE(on_device.forward(batch).ok());
+    ASSERT_TRUE(on_cpu.forward(batch).ok());
+    ASSERT_EQ(on_device.n_rows(), B * L);
+
+    std::vector<HeadRow> rows;  // every hidden row, and row 4 twice (two positions reading one row)
+    for (int64_t r = 0; r < B * L; ++r) {
+      rows.push_back({r, r / L, r % L});
+      if (r == 4) rows.push_back({r, r / L, r % L + 1});
+    }
+    const FilterConfig filters[3] = {{0.0f, 1.0f, 0}, {0.0f, 1.0f, 5}, {0.7f, 0.9f, 0}};
+    EXPECT_TRUE(DeviceHeadSampler::samples_on_device(filters[0]));
+    EXPECT_FALSE(DeviceHeadSampler::samples_on_device(filters[1]) || DeviceHeadSampler::samples_on_device(filters[2]));
+    for (const FilterConfig& f : filters)
+      for (ConfidenceKind kind : {ConfidenceKind::kProbability, ConfidenceKind::kMargin, ConfidenceKind::kNegEntropy}) {
+        const HeadSampling args{f, kind, 42, 3, rows};
+        std::vector<TokenSample> want(rows.size()), got(rows.size());
+        ASSERT_TRUE(on_cpu.sample(args, want).ok());
+        const Status s = on_device.sample(args, got);
+        ASSERT_TRUE(s.ok()) << s.to_string();
+        const std::string what = "T " + std::to_string(f.temperature) + " top_k " + std::to_string(f.top_k) + " kind " +
+                                 std::to_string(static_cast<int>(kind));
+        for (size_t e = 0; e < rows.size(); ++e) {
+          EXPECT_EQ(got[e].token, want[e].token) << what << " entry " << e;
+          EXPECT_NEAR(got[e].confidence, want[e].confidence, 2e-5) << what << " entry " << e;
+        }
+      }
+
+    const int64_t first = 3, n = 5, V = c.n_vocab;
+    std::vector<float> want(n * V), got(n * V, NAN);
+    ASSERT_TRUE(on_cpu.logits(first, n, want.data()).ok());
+    ASSERT_TRUE(on_device.logits(first, n, got.data()).ok());
+    testing::expect_close(want, got, 1e-4, "logits()");
+  }  // the samplers' device memory goes before the backend
+}
+
+}  // namespace
+}  // namespace dc
