@@ -163,7 +163,7 @@ Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model,
 
 Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
                                            const GrpoLossOptions& o, float grad_scale, ModelParams& grads,
-                                           Activations& acts, const ModelWeights* transposed) {
+                                           Activations& acts, const ModelWeights* transposed, GradWrite write) {
   const GrpoBatch& batch = *in.batch;
   const CoupledRows& rows = *in.rows;
   const int64_t B = batch.n_batch, C = batch.n_completion, n = B * C;
@@ -216,7 +216,10 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
       for (int64_t k = 0; k < V; ++k) row[k] *= w;
     }
   }, 16);
-  if (n_out > 0) DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits, grads.spans(), transposed));
+  if (n_out > 0)
+    DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits, grads.spans(), transposed, write));
+  else if (write == GradWrite::kOverwrite)
+    grads.zero();
   return res;
 }
 

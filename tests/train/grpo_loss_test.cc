@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -149,7 +150,8 @@ TEST(GrpoLossParity, CliMatchesTheReference) {
 }
 
 // The loss through the library, with every gradient tensor compared element-wise (≤ 1e-4 relative),
-// and the same gradients bit for bit with gradient checkpointing.
+// and the same gradients bit for bit with gradient checkpointing, written over stale buffers (GradWrite::kOverwrite,
+// the first micro-batch of a trainer's step).
 TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
   auto policy = Model::load((kDir / "policy").string());
   auto ref = Model::load((kDir / "ref").string());
@@ -197,7 +199,8 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
     auto res = grpo_loss_and_grads(ctx, *model, in, o, 1.0f, grads, acts);
     ASSERT_TRUE(res.ok()) << res.status().message();
     expect_scalar(Json{{"loss", res->loss}}, c["expected"], "loss");
-    ASSERT_TRUE(grpo_loss_and_grads(ctx, *model, in, o, 1.0f, again, lean).ok());
+    std::fill_n(again.data(), again.n_values(), 1e30f);  // stale: kOverwrite must write every gradient
+    ASSERT_TRUE(grpo_loss_and_grads(ctx, *model, in, o, 1.0f, again, lean, nullptr, GradWrite::kOverwrite).ok());
     auto want = SafetensorsFile::open((kDir / (name + ".grads.safetensors")).string());
     ASSERT_TRUE(want.ok());
     ASSERT_EQ(want->tensors().size(), grads.tensors().size());
