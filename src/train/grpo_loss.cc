@@ -116,10 +116,11 @@ Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask
 
 namespace {
 
-// The lm_head rows coupled_logps computes at once: enough rows for the GEMM to stream the 152k × E weight
-// once per 256 rows (64-row chunks, the inference default, made it 2.4x slower on the 0.5B shape), a
-// bounded block (156 MB at the 152k vocabulary) however large the micro-batch.
-constexpr int64_t kLogpChunkRows = 256;
+// The lm_head rows coupled_logps computes at once: a bounded block (311 MB at the 152k vocabulary, the
+// size of the loss's own logits at one completion per micro-batch, sharing its workspace buffer) however
+// large the batch, and rows enough for the GEMM: on the 0.5B shape a 512-row product took what a 256-row
+// one did, and the inference head's 64-row chunks made the log-probs' lm_head 2.1x slower.
+constexpr int64_t kLogpChunkRows = 512;
 
 // A [count] f32 block for logits: ctx.workspace's (kept between calls: a fresh [rows, 152k] vector costs a
 // zero fill and page faults per call, ~0.1 s for 512 rows) or, without a workspace, `own`, the caller's.

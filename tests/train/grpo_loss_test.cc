@@ -216,7 +216,7 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
   }
 }
 
-// coupled_logps runs the lm_head and the log-softmax in blocks of rows (here 600 rows: 256 + 256 + 88),
+// coupled_logps runs the lm_head and the log-softmax in blocks of rows (here 1200 rows: 512 + 512 + 176),
 // with and without a workspace (reused across calls of different sizes): the log-probs of the loss's one
 // product over every row.
 TEST(GrpoLossParity, LogProbsInBlocksEqualTheLossPass) {
@@ -240,14 +240,14 @@ TEST(GrpoLossParity, LogProbsInBlocksEqualTheLossPass) {
     b.completion_mask.assign(b.n_batch * C, 1);
     return b;
   };
-  const GrpoBatch small = batch_of(20), b = batch_of(150);
+  const GrpoBatch small = batch_of(20), b = batch_of(300);
   const auto small_rows = coupled_rows(small, draw_coupled_mask(2, 20, 5), static_cast<int32_t>(cfg.mask_token_id),
                                        cfg.n_vocab, false);
-  const auto rows = coupled_rows(b, draw_coupled_mask(2, 150, 5), static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, false);
+  const auto rows = coupled_rows(b, draw_coupled_mask(2, 300, 5), static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, false);
   ASSERT_TRUE(small_rows.ok() && rows.ok());
-  ASSERT_EQ(rows->out_rows.size(), 600u);
+  ASSERT_EQ(rows->out_rows.size(), 1200u);
   ASSERT_TRUE(coupled_logps(with_ws, *model, *small_rows, 20).ok());  // the workspace's block grows next
-  const auto blocks = coupled_logps(with_ws, *model, *rows, 150), own = coupled_logps(plain, *model, *rows, 150);
+  const auto blocks = coupled_logps(with_ws, *model, *rows, 300), own = coupled_logps(plain, *model, *rows, 300);
   ASSERT_TRUE(blocks.ok() && own.ok());
   EXPECT_EQ(*blocks, *own);
   ModelParams grads = ModelParams::zeros(cfg);
