@@ -119,7 +119,7 @@ namespace {
 // The lm_head rows coupled_logps computes at once: a bounded block (311 MB at the 152k vocabulary, the
 // size of the loss's own logits at one completion per micro-batch, sharing its workspace buffer) however
 // large the batch, and rows enough for the GEMM: on the 0.5B shape a 512-row product took what a 256-row
-// one did, and the inference head's 64-row chunks made the log-probs' lm_head 2.1x slower.
+// one did, and the inference head's 64-row chunks made the log-probs' lm_head 2–2.4x slower.
 constexpr int64_t kLogpChunkRows = 512;
 
 // A [count] f32 block for logits: ctx.workspace's (kept between calls: a fresh [rows, 152k] vector costs a
