@@ -97,10 +97,12 @@ struct GrpoLossResult {
 // The Coupled-GRPO loss (spec §4.6) and its gradient:
 //   ratio = exp(logp − old);  L_tok = −min(ratio·A, clip(ratio, 1−ε, 1+ε)·A) + β·(exp(ref−logp) − (ref−logp) − 1)
 //   loss = Σ L_tok·mask / max(Σ mask, 1)
-// Forward (training mode) over rows, then Model::backward ADDS grad_scale · d loss / d w into grads.
+// Forward (training mode) over rows, then Model::backward ADDS grad_scale · d loss / d w into grads (with
+// kOverwrite, writes them: the first micro-batch of an optimizer step; no rows then zero them).
 // d L_tok / d logp = −A·ratio where ratio·A ≤ clip(ratio)·A (else 0) + β·(1 − exp(ref − logp)).
 Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
                                            const GrpoLossOptions& options, float grad_scale, ModelParams& grads,
-                                           Activations& acts, const ModelWeights* transposed = nullptr);
+                                           Activations& acts, const ModelWeights* transposed = nullptr,
+                                           GradWrite write = GradWrite::kAdd);
 
 }  // namespace dc::train

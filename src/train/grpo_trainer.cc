@@ -226,14 +226,15 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
     const auto t1 = Clock::now();
     const std::unique_ptr<Model> model = policy_model();
-    core_.zero_grads();
+    core_.begin_step();  // no zeroing pass: the first micro-batch writes the gradients
     const double scale = 1.0 / static_cast<double>(opt_.grad_accum);
     for (Micro& m : round_) {
       GrpoLossInputs in;
       in.batch = &m.batch, in.rows = &m.rows[k], in.advantages = m.advantages;
       in.old_logps = m.old_logps[k], in.ref_logps = m.ref_logps[k];
       DC_ASSIGN_OR_RETURN(GrpoLossResult r, grpo_loss_and_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale),
-                                                                core_.grads(), acts_, mixed ? &mixed_.transposed() : nullptr));
+                                                                core_.grads(), acts_, mixed ? &mixed_.transposed() : nullptr,
+                                                                &m == &round_.front() ? GradWrite::kOverwrite : GradWrite::kAdd));
       DC_RETURN_IF_ERROR(core_.end_micro_batch());
       s.loss += r.loss * scale, s.kl += r.kl * scale, s.clip_fraction += r.clip_fraction * scale;
     }

@@ -60,11 +60,6 @@ int64_t OptimizerCore::gradient_bytes() const {
   return (grads_.n_values() + static_cast<int64_t>(g_shard_.size())) * static_cast<int64_t>(sizeof(float));
 }
 
-void OptimizerCore::zero_grads() {
-  grads_.zero();
-  begin_step();
-}
-
 void OptimizerCore::begin_step() {
   if (!sharded()) return;
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);

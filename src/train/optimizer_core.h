@@ -62,8 +62,8 @@ class OptimizerCore {
   // The master weights, changed in place by step(): a Model built once over params().weights() (or over
   // MixedPrecisionWeights refreshed from it) sees every step's values.
   const ModelParams& params() const { return params_; }
-  // The gradients: losses ADD into grads().spans() (Model::backward) until zero_grads(), or the first loss of
-  // a step writes them (GradWrite::kOverwrite after begin_step(): the SFT Trainer, with no zeroing pass).
+  // The gradients: the first loss of a step writes them (GradWrite::kOverwrite after begin_step(): no zeroing
+  // pass), the others ADD into grads().spans() (Model::backward).
   // Sharded: this rank's local buffer of one step, the layers sharing one slot (reduced by the backward as
   // it goes); the reduced gradients of the shard are kept apart.
   ModelParams& grads() { return grads_; }
@@ -85,8 +85,6 @@ class OptimizerCore {
   // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core. It leaves
   // grads() as they are: the step's first backward must write them (GradWrite::kOverwrite).
   void begin_step();
-  // begin_step() with grads() zeroed, for trainers whose backwards all add.
-  void zero_grads();
   // Sharded: every rank calls it after each micro-batch's loss, the same number of times per step. A
   // micro-batch whose loss had no rows (the loss functions then skip the backward) still takes its part in
   // the layer-by-layer reduction the other ranks' backwards run, with zeros; a backward stopped midway is

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -149,7 +150,8 @@ TEST(GrpoLossParity, CliMatchesTheReference) {
 }
 
 // The loss through the library, with every gradient tensor compared element-wise (≤ 1e-4 relative),
-// and the same gradients bit for bit with gradient checkpointing.
+// and the same gradients bit for bit with gradient checkpointing, written over stale buffers (GradWrite::kOverwrite,
+// the first micro-batch of a trainer's step).
 TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
   auto policy = Model::load((kDir / "policy").string());
   auto ref = Model::load((kDir / "ref").string());
@@ -197,7 +199,8 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
     auto res = grpo_loss_and_grads(ctx, *model, in, o, 1.0f, grads, acts);
     ASSERT_TRUE(res.ok()) << res.status().message();
     expect_scalar(Json{{"loss", res->loss}}, c["expected"], "loss");
-    ASSERT_TRUE(grpo_loss_and_grads(ctx, *model, in, o, 1.0f, again, lean).ok());
+    std::fill_n(again.data(), again.n_values(), 1e30f);  // stale: kOverwrite must write every gradient
+    ASSERT_TRUE(grpo_loss_and_grads(ctx, *model, in, o, 1.0f, again, lean, nullptr, GradWrite::kOverwrite).ok());
     auto want = SafetensorsFile::open((kDir / (name + ".grads.safetensors")).string());
     ASSERT_TRUE(want.ok());
     ASSERT_EQ(want->tensors().size(), grads.tensors().size());
@@ -211,6 +214,50 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
       EXPECT_EQ(0, std::memcmp(t.data, again.tensors()[i].data, t.size * sizeof(float))) << t.name << " (recompute)";
     }
   }
+}
+
+// coupled_logps runs the lm_head and the log-softmax in blocks of rows (here 1200 rows: 512 + 512 + 176),
+// with and without a workspace (reused across calls of different sizes): the log-probs of the loss's one
+// product over every row.
+TEST(GrpoLossParity, LogProbsInBlocksEqualTheLossPass) {
+  auto policy = Model::load((kDir / "policy").string());
+  ASSERT_TRUE(policy.ok());
+  const ModelConfig& cfg = (*policy)->config();
+  auto params = ModelParams::from_weights(cfg, (*policy)->weights());  // f32, as the trainer's
+  ASSERT_TRUE(params.ok());
+  const auto model = Model::from_weights(cfg, params->weights(), nullptr);
+  ThreadPool pool(2);
+  Context plain;
+  plain.pool = &pool;
+  Workspace ws;
+  Context with_ws = plain;
+  with_ws.workspace = &ws;
+  auto batch_of = [&](int64_t C) {
+    GrpoBatch b;
+    b.n_batch = 2, b.n_prompt = 3, b.n_completion = C;
+    for (int64_t i = 0; i < b.n_batch * (b.n_prompt + C); ++i)
+      (i < b.n_batch * b.n_prompt ? b.prompt_ids : b.completion_ids).push_back(static_cast<int32_t>((7 + i * 31) % (cfg.n_vocab - 2)));
+    b.completion_mask.assign(b.n_batch * C, 1);
+    return b;
+  };
+  const GrpoBatch small = batch_of(20), b = batch_of(300);
+  const auto small_rows = coupled_rows(small, draw_coupled_mask(2, 20, 5), static_cast<int32_t>(cfg.mask_token_id),
+                                       cfg.n_vocab, false);
+  const auto rows = coupled_rows(b, draw_coupled_mask(2, 300, 5), static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, false);
+  ASSERT_TRUE(small_rows.ok() && rows.ok());
+  ASSERT_EQ(rows->out_rows.size(), 1200u);
+  ASSERT_TRUE(coupled_logps(with_ws, *model, *small_rows, 20).ok());  // the workspace's block grows next
+  const auto blocks = coupled_logps(with_ws, *model, *rows, 300), own = coupled_logps(plain, *model, *rows, 300);
+  ASSERT_TRUE(blocks.ok() && own.ok());
+  EXPECT_EQ(*blocks, *own);
+  ModelParams grads = ModelParams::zeros(cfg);
+  Activations acts;
+  GrpoLossInputs in;
+  in.batch = &b, in.rows = &*rows, in.advantages = {0.5, -0.5};
+  auto res = grpo_loss_and_grads(with_ws, *model, in, GrpoLossOptions{}, 1.0f, grads, acts);
+  ASSERT_TRUE(res.ok()) << res.status().message();
+  ASSERT_EQ(res->logps.size(), blocks->size());
+  for (size_t i = 0; i < blocks->size(); ++i) EXPECT_NEAR((*blocks)[i], res->logps[i], 1e-5f * (1 + std::fabs(res->logps[i]))) << i;
 }
 
 TEST(GrpoLossCli, BadBatchesGetClearErrors) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -39,10 +40,11 @@ OptimizerCore start_core() {
 // One optimizer step driven as a GRPO trainer would: two "loss calls" each ADD half of a gradient that
 // depends on the weights and the step, then clip + AdamW.
 OptimizerStepStats drive_one_step(OptimizerCore& core, ThreadPool& pool) {
-  core.zero_grads();
+  core.begin_step();
   const float* p = core.params().data();
   float* g = core.grads().data();
   const int64_t n = core.grads().n_values();
+  std::fill_n(g, n, 0.0f);
   const double step = static_cast<double>(core.steps_done());
   for (int call = 0; call < 2; ++call)
     for (int64_t i = 0; i < n; ++i) g[i] += 0.5f * (0.05f * p[i] + 0.01f * static_cast<float>(std::sin(0.37 * i + step + call)));
