@@ -3,13 +3,17 @@
 // OMP_WAIT_POLICY=passive so its spinning OpenMP threads do not slow the other columns), at the
 // Qwen2.5-0.5B and 7B projection shapes and n in {1, 32, 128, 320, 512}; each rate is the best of runs.
 // Usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME] [--no-reference]
-//                   [--time S] [--cpu-time] [--attention] [--cold]
+//                   [--time S] [--cpu-time] [--attention] [--cold] [--dw] [--dx]
 // --cold: weights cycled through 256 MB of copies, so they come from memory as in a real forward.
 // --attention: the attention op instead (reference vs fast, GFLOP/s).
 // --dw: the backward's dW = dyᵀ·x (bf16 operands, f32 sums) at the same shapes with n tokens, side by
 // side: through transposed copies (dy → dyᵀ f32, x → xᵀ bf16, then matmul_nt_add: the previous path)
 // and matmul_tn_add reading dy and x in place, and matmul_tn overwriting dW (a step's first micro-batch);
 // with --cold, dW is cycled through 256 MB of copies, as the gradients come from memory in a step.
+// --dx: the backward's dx = dy·W (W bf16 [m, k], dy [n, m]) side by side: from a second copy, Wᵀ in kPanels
+// read in place, and from the forward's one copy of W viewed as Wᵀ (kPanelsTransposed, re-paired per block
+// as the kernel packs it); with --cold the copies are cycled through 256 MB, as the weights come from
+// memory in a step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,8 +22,10 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/context.h"
@@ -137,7 +143,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::string model = "all", only;
   std::vector<int64_t> ns = {1, 32, 128, 320, 512};
-  bool reference = true, attention_only = false, cold = false, dw_only = false;
+  bool reference = true, attention_only = false, cold = false, dw_only = false, dx_only = false;
   double min_time = 0.3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -150,10 +156,11 @@ int main(int argc, char** argv) {
     else if (a == "--attention") attention_only = true;
     else if (a == "--cold") cold = true;
     else if (a == "--dw") dw_only = true;
+    else if (a == "--dx") dx_only = true;
     else if (a == "--time" && i + 1 < argc) min_time = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME]\n"
-                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold] [--dw]\n");
+                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold] [--dw] [--dx]\n");
       return 2;
     }
   }
@@ -219,6 +226,51 @@ int main(int argc, char** argv) {
             gflop / best_seconds([&] { dc::matmul_tn(ctx, dy.data(), n, s.m, x.data(), s.k, next_dw()); }, min_time);
         std::printf("%-16s %5ld %11.1f %9.1f %6.2fx %10.1f\n", s.name, static_cast<long>(n), transposed, in_place,
                     in_place / transposed, overwrite);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  }
+  if (dx_only) {
+    dc::Context ctx{dc::Device::kCpu, &pool};
+    ctx.matmul_precision = dc::MatmulPrecision::kBF16;
+    if (!dc::bf16_backward(ctx)) return std::fprintf(stderr, "gemm_bench --dx needs AVX512_BF16\n"), 1;
+    std::printf("%-16s %5s %11s %11s %7s   (dx = dy·W GFLOP/s, best of runs)\n", "shape [m x k]", "n", "Wᵀ copy",
+                "W's panels", "ratio");
+    for (const Shape& s : kShapes) {
+      if ((model != "all" && model != s.model) || (!only.empty() && std::string(s.name).find(only) == std::string::npos))
+        continue;
+      std::vector<uint16_t> w(s.m * s.k), wt(s.k * s.m);  // W [m, k] and Wᵀ [k, m] row-major bf16
+      for (int64_t i = 0; i < s.m * s.k; ++i) w[i] = dc::f32_to_bf16(dist(gen) * 0.05f);
+      for (int64_t r = 0; r < s.m; ++r)
+        for (int64_t c = 0; c < s.k; ++c) wt[c * s.m + r] = w[r * s.k + c];
+      // Both packed copies cycled through (one per call) in 256 MB with --cold: the weights from memory.
+      auto packed = [&](const dc::WeightView& rm) {
+        const dc::PanelSizes sizes = dc::panel_sizes(rm);
+        const int64_t words = sizes.data_bytes / 4, copies = cold ? std::max<int64_t>(1, (256 << 20) / sizes.data_bytes) : 1;
+        auto buf = std::make_shared<std::vector<uint32_t>>(words * copies + 16);
+        uint32_t* base = buf->data() + (64 - reinterpret_cast<uintptr_t>(buf->data()) % 64) % 64 / 4;
+        std::vector<dc::WeightView> views;
+        for (int64_t c = 0; c < copies; ++c)
+          views.push_back(dc::pack_panels(ctx, rm, base + c * words, nullptr, nullptr, 0, sizes.panels));
+        return std::make_pair(buf, views);
+      };
+      const auto wt_copies = packed(dc::WeightView{dc::DType::kBF16, wt.data(), s.k, s.m});
+      const auto w_copies = packed(dc::WeightView{dc::DType::kBF16, w.data(), s.m, s.k});
+      for (int64_t n : ns) {
+        std::vector<float> dy(n * s.m), dx(n * s.k, 0.0f);
+        for (auto& e : dy) e = dist(gen);
+        const double gflop = 2.0 * n * s.m * s.k * 1e-9;
+        int64_t call = 0;
+        const double copy = gflop / best_seconds([&] {
+          const auto& v = wt_copies.second;
+          dc::matmul_nt_add(ctx, dy.data(), n, v[call++ % v.size()], dx.data());
+        }, min_time);
+        const double one = gflop / best_seconds([&] {
+          const auto& v = w_copies.second;
+          dc::matmul_nt_add(ctx, dy.data(), n, dc::transposed_panels(v[call++ % v.size()]), dx.data());
+        }, min_time);
+        std::printf("%-16s %5ld %11.1f %11.1f %6.2fx\n", s.name, static_cast<long>(n), copy, one, one / copy);
         std::fflush(stdout);
       }
     }

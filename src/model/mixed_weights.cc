@@ -1,4 +1,4 @@
-// MixedPrecisionWeights::refresh: round, (transpose,) pack — or keep what the optimizer wrote.
+// MixedPrecisionWeights::refresh: round and pack — or keep what the optimizer wrote.
 #include "model/mixed_weights.h"
 
 #include "core/dtype.h"
@@ -8,7 +8,7 @@
 
 namespace dc {
 
-Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& master, bool with_transposed) {
+Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& master) {
   if (!bf16_backward(ctx)) return invalid_argument("mixed precision needs matmul precision bf16 on a CPU with AVX512_BF16");
   const bool repack = !written_ || matrices_.empty();
   written_ = false;
@@ -29,23 +29,19 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
   };
   auto both = [&](const WeightView& w, WeightView& fwd, WeightView& tr) -> Status {
     if (!repack) {  // the optimizer wrote the panels (the same matrices, in the same order)
-      const Matrix& kept = matrices_[next++];
-      fwd = kept.w, tr = kept.wt;
-      return Status();
+      fwd = matrices_[next++].w;
+    } else {
+      const int64_t n = w.rows * w.cols;
+      if (static_cast<int64_t>(tmp_.size()) < n) tmp_.resize(static_cast<size_t>(n));
+      uint16_t* t = tmp_.data();
+      const float* src = static_cast<const float*>(w.data);
+      parallel_for(ctx.pool, n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) t[i] = f32_to_bf16(src[i]);
+      }, 1 << 16);
+      DC_ASSIGN_OR_RETURN(fwd, pack(w.rows, w.cols));
+      matrices_.push_back(Matrix{src, fwd});
     }
-    const int64_t n = w.rows * w.cols;
-    if (static_cast<int64_t>(tmp_.size()) < n) tmp_.resize(static_cast<size_t>(n));
-    uint16_t* t = tmp_.data();
-    const float* src = static_cast<const float*>(w.data);
-    parallel_for(ctx.pool, n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) t[i] = f32_to_bf16(src[i]);
-    }, 1 << 16);
-    DC_ASSIGN_OR_RETURN(fwd, pack(w.rows, w.cols));
-    if (with_transposed) {
-      transpose_to_bf16(ctx, w, t);
-      DC_ASSIGN_OR_RETURN(tr, pack(w.cols, w.rows));
-    }
-    matrices_.push_back(Matrix{src, fwd, tr});
+    tr = transposed_panels(fwd);
     return Status();
   };
   for (size_t il = 0; il < master.layers.size(); ++il) {
@@ -63,11 +59,10 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
   return both(master.output, forward_.output, transposed_.output);  // tied: the embedding as lm_head
 }
 
-MixedPrecisionWeights::Panels MixedPrecisionWeights::panels_of(const float* master) const {
+uint32_t* MixedPrecisionWeights::panels_of(const float* master) const {
   for (const Matrix& m : matrices_)
-    if (m.master == master)
-      return Panels{static_cast<uint32_t*>(const_cast<void*>(m.w.data)), static_cast<uint32_t*>(const_cast<void*>(m.wt.data))};
-  return Panels{};
+    if (m.master == master) return static_cast<uint32_t*>(const_cast<void*>(m.w.data));
+  return nullptr;
 }
 
 }  // namespace dc

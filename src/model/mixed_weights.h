@@ -1,8 +1,9 @@
 // MixedPrecisionWeights: what one optimizer step of bf16 mixed-precision training reads. Every matrix
-// of the f32 master weights rounded to bf16 and laid out for the fast bf16 GEMM (kPanels): as W for the
-// forward's x·Wᵀ, and as Wᵀ for the backward's dx = dy·W. Norm weights, biases and the embedding table
-// (a lookup, not a GEMM) stay the master's f32. The copies are rewritten once per optimizer step: by
-// the optimizer itself as it updates each matrix (adamw_update_panels, ops/adamw.h), or by refresh().
+// of the f32 master weights rounded to bf16 and laid out once for the fast bf16 GEMM (kPanels): W for the
+// forward's x·Wᵀ, and the same words viewed as Wᵀ (kPanelsTransposed, no second copy) for the backward's
+// dx = dy·W. Norm weights, biases and the embedding table (a lookup, not a GEMM) stay the master's f32.
+// The copies are rewritten once per optimizer step: by the optimizer itself as it updates each matrix
+// (adamw_update_panels, ops/adamw.h), or by refresh().
 #pragma once
 
 #include <cstdint>
@@ -18,27 +19,23 @@ namespace dc {
 
 class MixedPrecisionWeights {
  public:
-  // Makes both copies current for `master` (f32 matrices, as ModelParams::weights()), reusing the
-  // buffers of the previous refresh (so a Model built once over forward() reads each step's copies): re-lays every matrix, unless the optimizer wrote the panels from
-  // these master weights since the last refresh (mark_written), in which case only the master's norm
-  // weights and biases are taken again. Needs bf16_backward(ctx) (kBF16 precision, AVX512_BF16). Fails
-  // only when memory runs out. with_transposed false: W only (a frozen model's forward passes, e.g. GRPO's
-  // reference model), transposed() left empty — half the bf16 bytes (keep one value per object: buffers are reused in order).
-  Status refresh(const Context& ctx, const ModelWeights& master, bool with_transposed = true);
+  // Makes the copies current for `master` (f32 matrices, as ModelParams::weights()), reusing the buffers
+  // of the previous refresh (so a Model built once over forward() reads each step's copies): re-lays every
+  // matrix, unless the optimizer wrote the panels from these master weights since the last refresh
+  // (mark_written), in which case only the master's norm weights and biases are taken again. Needs
+  // bf16_backward(ctx) (kBF16 precision, AVX512_BF16). Fails only when memory runs out.
+  Status refresh(const Context& ctx, const ModelWeights& master);
 
   // The forward's weights: bf16 kPanels matrices, views of the master's f32 everything else.
   const ModelWeights& forward() const { return forward_; }
-  // Wᵀ of every matrix [cols, rows] in bf16 kPanels (the other fields are empty), for Model::backward.
+  // Wᵀ of every matrix [cols, rows]: kPanelsTransposed views of forward()'s copies (the other fields are
+  // empty), for Model::backward.
   const ModelWeights& transposed() const { return transposed_; }
 
-  // The W and Wᵀ panel buffers of the matrix whose f32 master data is at `master` (after a refresh), for
-  // the optimizer to write; both null for a tensor that has none (norm weights, biases, the embedding
-  // table of a model with an untied lm_head).
-  struct Panels {
-    uint32_t* w = nullptr;
-    uint32_t* wt = nullptr;
-  };
-  Panels panels_of(const float* master) const;
+  // The W panel buffer of the matrix whose f32 master data is at `master` (after a refresh), for the
+  // optimizer to write; null for a tensor that has none (norm weights, biases, the embedding table of a
+  // model with an untied lm_head).
+  uint32_t* panels_of(const float* master) const;
   // The optimizer has rewritten every matrix's panels from the updated master weights: the next
   // refresh() keeps them.
   void mark_written() { written_ = true; }
@@ -49,11 +46,11 @@ class MixedPrecisionWeights {
   };
   struct Matrix {
     const float* master = nullptr;
-    WeightView w, wt;  // the packed views of W and Wᵀ
+    WeightView w;  // the packed view of W
   };
   ModelWeights forward_, transposed_;
   std::vector<Matrix> matrices_;                               // in the order refresh() visits them
-  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> bufs_;  // one per packed copy, reused
+  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> bufs_;  // one per matrix, reused
   std::vector<uint16_t> tmp_;                                  // a row-major bf16 matrix before packing
   bool written_ = false;
 };

@@ -21,16 +21,16 @@ AdamWStep adamw_scalars(int64_t t, double lr, double beta1, double beta2, double
 }
 
 void adamw_update_panels(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v,
-                         int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels) {
+                         int64_t rows, int64_t cols, uint32_t* w_panels) {
   const ProfileScope profile(ctx, "adamw_update_panels");
   DC_CHECK(p != nullptr && g != nullptr && m != nullptr && v != nullptr && rows > 0 && cols > 0,
            "adamw_update_panels: bad arguments");
-  DC_CHECK(reinterpret_cast<uintptr_t>(w_panels) % 64 == 0 && reinterpret_cast<uintptr_t>(wt_panels) % 64 == 0,
+  DC_CHECK(reinterpret_cast<uintptr_t>(w_panels) % 64 == 0,
            "adamw_update_panels: the panels must be 64-byte aligned");
   DC_CHECK(ctx.device == Device::kCpu && cpu::cpu_has_avx512_bf16(), "adamw_update_panels: needs AVX512_BF16");
   Workspace own_workspace;  // the strip buffers: ctx's, or (without one) this call's
   Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
-  cpu::adamw_update_panels_fast(ctx.pool, ws, s, p, g, m, v, rows, cols, w_panels, wt_panels);
+  cpu::adamw_update_panels_fast(ctx.pool, ws, s, p, g, m, v, rows, cols, w_panels);
 }
 
 }  // namespace dc

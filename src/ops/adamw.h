@@ -1,6 +1,6 @@
 // AdamW's update of one value (torch.optim.AdamW, single-tensor path), written once here, and the
 // fused form mixed-precision training runs over each matrix: the update that also writes the bf16
-// copies the next step's GEMMs read (W and Wᵀ in the kPanels layout of ops/weight.h) while the updated
+// copy the next step's GEMMs read (W in the kPanels layout of ops/weight.h; the backward reads it as Wᵀ) while the updated
 // weights are still in registers, instead of a second pass over the f32 master weights.
 #pragma once
 
@@ -39,11 +39,10 @@ inline void adamw_value(const AdamWStep& s, float& p, float g, float& m, float& 
 
 // AdamW over the matrix p [rows, cols] (gradient g, moments m and v of the same shape), threaded on
 // ctx.pool, fused with mixed precision's re-layout: the updated p rounded to bf16 (round to nearest
-// even) is written as W into `w_panels` (kPanels of p [rows, cols]) and as Wᵀ into `wt_panels` (kPanels
-// of pᵀ [cols, rows]), each the whole copy (panel_sizes(...).data_bytes, ops/matmul.h) and 64-byte
-// aligned; either may be nullptr. p, m and v are those of adamw_value bit for bit, and the panels those
+// even) is written as W into `w_panels` (kPanels of p [rows, cols], the whole copy: panel_sizes(...).data_bytes,
+// ops/matmul.h; 64-byte aligned; may be nullptr), the one copy the forward and the backward read. p, m and v are those of adamw_value bit for bit, and the panels those
 // pack_panels writes for the rounded p. Needs AVX512_BF16 (bf16_backward(ctx), ops/matmul.h).
 void adamw_update_panels(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v,
-                         int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels);
+                         int64_t rows, int64_t cols, uint32_t* w_panels);
 
 }  // namespace dc

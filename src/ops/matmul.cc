@@ -137,6 +137,14 @@ WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void
   return panel_view(w, data, scales, mins);
 }
 
+WeightView transposed_panels(const WeightView& w) {
+  DC_CHECK(w.dtype == DType::kBF16 && w.layout == WeightLayout::kPanels && !w.quantized(),
+           "transposed_panels: needs a bf16 kPanels weight");
+  WeightView t{DType::kBF16, w.data, w.cols, w.rows};
+  t.layout = WeightLayout::kPanelsTransposed;
+  return t;
+}
+
 WeightView panel_view(const WeightView& w, const void* data, const void* scales, const void* mins) {
   WeightView packed = w;
   packed.data = data;

@@ -53,6 +53,10 @@ bool worth_packing(const Context& ctx, const WeightView& w);
 WeightView pack_panels(const Context& ctx, const WeightView& w, void* data, void* scales, void* mins,
                        int64_t panel_begin, int64_t panel_end);
 
+// Wᵀ [w.cols, w.rows] viewed over the words of w's bf16 kPanels copy (kPanelsTransposed, ops/weight.h):
+// no copy; matmul_nt on it computes x·W, the fast bf16 kernel re-pairing each block as it packs it.
+WeightView transposed_panels(const WeightView& w);
+
 // The view of w's kPanels copy already written at `data` (and, kQ4, `scales` / `mins`), e.g. by an
 // earlier pack_panels whose bytes were saved and mapped again; what pack_panels returns.
 WeightView panel_view(const WeightView& w, const void* data, const void* scales, const void* mins);
@@ -67,8 +71,8 @@ enum class GradWrite { kAdd, kOverwrite };
 // (dw and dbias overwritten instead with `write` kOverwrite). Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). The products sum
 // straight into dx and dw (the fast kernels unless ctx.reference_kernels): in f32 through matmul_nt_add
 // on transposed f32 copies, or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32
-// accumulation: dx through matmul_nt_add against `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, laid out
-// once per optimizer step by the caller; without it a bf16 wᵀ is made per call), dw through
+// accumulation: dx through matmul_nt_add against `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, or the
+// forward's copy viewed as kPanelsTransposed; without it a bf16 wᵀ is made per call), dw through
 // matmul_tn_add on dy and x as they are (no copies).
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias, const WeightView* wt = nullptr,

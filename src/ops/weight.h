@@ -18,6 +18,10 @@ namespace dc {
 //     Rows past `rows` and the odd last column are 0. The operand layout of the fast bf16 GEMM
 //     (ops/cpu/matmul_fast.cc), written once at load by pack_panels() (ops/matmul.h) so that no
 //     forward re-packs the weights.
+//   kPanelsTransposed (dtype kBF16 only): Wᵀ [rows = W.cols, cols = W.rows] read from W's own kPanels words
+//     (data is W's bf16 kPanels copy): element (r, c) is W's (c, r), in word (c/64 · ⌈rows/2⌉ + r/2)·64 + c%64,
+//     half r % 2. The backward's dx = dy·W through matmul_nt on the forward's one copy of W: the fast bf16
+//     kernel re-pairs each block as it packs it (ops/cpu/matmul_fast.cc); transposed_panels() makes it.
 //   kPanels, quantized (kQ8; kQ4 with group_size % 32 == 0): the operand layout of the int8 kernel
 //     (ops/cpu/matmul_quant.cc), 32-row panels × 32-column blocks, nb = ⌈cols/32⌉, P = r / 32,
 //     v = r % 32 / 16, l = r % 16, b = c / 32, j = c % 32. Rows past `rows` repeat the last row.
@@ -26,7 +30,7 @@ namespace dc {
 //     kQ4: data u8 [⌈rows/32⌉][nb][4][2][64]: the byte holding (r, c)'s nibble (low for even j) is
 //          ((P·nb + b)·4 + t)·128 + v·64 + 4·l + i%4 with i = j/2, t = i/4 (the row-major byte b·16 + i);
 //          scales and mins f16 [⌈rows/32⌉][cols/group_size][32]: group g of row r at (P·n_groups + g)·32 + r%32.
-enum class WeightLayout : uint8_t { kRowMajor, kPanels };
+enum class WeightLayout : uint8_t { kRowMajor, kPanels, kPanelsTransposed };
 constexpr int64_t kPanelRows = 64;       // bf16 kPanels
 constexpr int64_t kQuantPanelRows = 32;  // quantized kPanels
 constexpr int64_t kQuantBlock = 32;      // columns per quantized kPanels block
@@ -54,6 +58,13 @@ struct WeightView {
   void row_to_f32(int64_t r, float* dst) const {
     switch (quant) {
       case WeightQuant::kNone:
+        if (layout == WeightLayout::kPanelsTransposed) {
+          const int64_t pairs = (rows + 1) / 2;
+          const uint32_t* words = static_cast<const uint32_t*>(data) + (r / 2) * kPanelRows;
+          for (int64_t c = 0; c < cols; ++c)
+            dst[c] = bf16_to_f32(static_cast<uint16_t>(words[(c / kPanelRows * pairs) * kPanelRows + c % kPanelRows] >> (r % 2 ? 16 : 0)));
+          return;
+        }
         if (layout == WeightLayout::kPanels) {
           const int64_t pairs = (cols + 1) / 2;
           const uint32_t* words = static_cast<const uint32_t*>(data) + (r / kPanelRows) * pairs * kPanelRows + r % kPanelRows;

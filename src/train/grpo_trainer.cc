@@ -182,7 +182,7 @@ Status GrpoTrainer::start_round() {
   MixedPrecisionWeights ref_mixed;  // the reference model's bf16 copies, for this round's passes
   std::unique_ptr<Model> ref_model;
   if (opt_.loss.beta != 0) {
-    if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights(), /*with_transposed=*/false));
+    if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights()));
     ref_model = Model::from_weights(config, mixed ? ref_mixed.forward() : ref_.weights(), nullptr);
   }
   const int64_t n_micro = opt_.grad_accum / ranks(), mb = n_local / n_micro, P = r.batch.n_prompt;

@@ -68,20 +68,20 @@ void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, M
 void adamw_step_mixed(const Context& ctx, ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v,
                       int64_t t, double lr, const AdamWOptions& o, float grad_scale, MixedPrecisionWeights& mixed) {
   const auto& ps = params.tensors();
-  std::vector<MixedPrecisionWeights::Panels> panels(ps.size());
+  std::vector<uint32_t*> panels(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) panels[i] = mixed.panels_of(ps[i].data);
   std::vector<std::pair<size_t, int64_t>> rest;  // the chunks of the tensors without bf16 copies
   for (const auto& item : chunks(params))
-    if (panels[item.first].w == nullptr) rest.push_back(item);
+    if (panels[item.first] == nullptr) rest.push_back(item);
   {
     const ProfileScope profile(ctx, "AdamW of the tensors without bf16 copies");
     adamw_chunks(params, grads, m, v, rest, t, lr, o, grad_scale, ctx.pool);
   }
   const AdamWStep s = adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale);  // matrices
   for (size_t i = 0; i < ps.size(); ++i)
-    if (panels[i].w != nullptr)
+    if (panels[i] != nullptr)
       adamw_update_panels(ctx, s, ps[i].data, grads.tensors()[i].data, m.tensors()[i].data, v.tensors()[i].data,
-                          ps[i].shape[0], ps[i].shape[1], panels[i].w, panels[i].wt);
+                          ps[i].shape[0], ps[i].shape[1], panels[i]);
   mixed.mark_written();
 }
 

@@ -32,7 +32,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64
 void adamw_step(ModelParams& params, const ModelParams& grads, ModelParams& m, ModelParams& v, int64_t t, double lr,
                 const AdamWOptions& opt, ThreadPool* pool);
 // Mixed precision's optimizer step, one pass over the f32 state: clip_grad_norm's scaling (grad_scale,
-// clip_coefficient) applied as the gradients are read, adamw_step, and every matrix's bf16 W / Wᵀ copies
+// clip_coefficient) applied as the gradients are read, adamw_step, and every matrix's bf16 W copy
 // in `mixed` (MixedPrecisionWeights::panels_of) written from the updated weights, for the next step's
 // refresh() to keep. The same params, m and v bit for bit as clip_grad_norm then adamw_step (grads are
 // left unscaled). Needs bf16_backward(ctx) and a refreshed `mixed`.

@@ -94,7 +94,7 @@ class OptimizerCore {
   // learning_rate(options().lr, steps_done()), then counts the step. Threads on ctx.pool; the result does
   // not depend on the thread count. Without `mixed` the gradients stay clipped in place. With `mixed`
   // (mixed precision, refreshed from params() this step) the clip is a factor inside the fused AdamW that
-  // also writes the next step's bf16 W / Wᵀ copies (adamw_step_mixed), and the gradients are left as they
+  // also writes the next step's bf16 W copies (adamw_step_mixed), and the gradients are left as they
   // were. Sharded: the ZeRO step above (`mixed` is then re-laid by its next refresh); a failed collective
   // ends the job on every rank with its message (Comm::abort).
   OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr);

@@ -181,7 +181,7 @@ TEST_P(BackwardTest, MatmulNt) {
 
 // Mixed precision: dx = dy·w and dw = dyᵀ·x on bf16 operands with f32 sums, against a double reference
 // over the same bf16-rounded operands (only the summation differs), with wᵀ laid out by the caller
-// (kPanels) or made per call; and transpose_to_bf16 exact.
+// (kPanels, or w's kPanels viewed as kPanelsTransposed) or made per call; and transpose_to_bf16 exact.
 TEST_P(BackwardTest, MatmulNtBf16) {
   Context ctx = ctx_;
   ctx.matmul_precision = MatmulPrecision::kBF16;
@@ -213,10 +213,17 @@ TEST_P(BackwardTest, MatmulNtBf16) {
     std::vector<uint32_t> panels(static_cast<size_t>(sizes.data_bytes / 4) + 16);
     uint32_t* aligned = panels.data() + (64 - reinterpret_cast<uintptr_t>(panels.data()) % 64) % 64 / 4;
     const WeightView wt_packed = pack_panels(ctx, wt_rm, aligned, nullptr, nullptr, 0, sizes.panels);
+    std::vector<uint16_t> w_bf16(static_cast<size_t>(out * in));
+    for (int64_t i = 0; i < out * in; ++i) w_bf16[i] = f32_to_bf16(wf[i]);
+    const WeightView w_rm{DType::kBF16, w_bf16.data(), out, in};
+    const PanelSizes w_sizes = panel_sizes(w_rm);
+    std::vector<uint32_t> w_panels(static_cast<size_t>(w_sizes.data_bytes / 4) + 16);
+    uint32_t* w_aligned = w_panels.data() + (64 - reinterpret_cast<uintptr_t>(w_panels.data()) % 64) % 64 / 4;
+    const WeightView wt_view = transposed_panels(pack_panels(ctx, w_rm, w_aligned, nullptr, nullptr, 0, w_sizes.panels));
     Vec want_db(out, 0.0);  // the bias gradient sums the unrounded dy
     for (int64_t i = 0; i < n; ++i)
       for (int64_t o = 0; o < out; ++o) want_db[o] += dy[i * out + o];
-    for (const WeightView* laid : {static_cast<const WeightView*>(nullptr), &wt_packed}) {
+    for (const WeightView* laid : {static_cast<const WeightView*>(nullptr), &wt_packed, &wt_view}) {
       std::vector<float> dx(n * in, 1.0f), dw(out * in, 2.0f), db(out, 3.0f);  // accumulated into
       matmul_nt_backward(ctx, xf.data(), n, wv, dyf.data(), dx.data(), dw.data(), db.data(), laid);
       for (float& v : dx) v -= 1.0f;

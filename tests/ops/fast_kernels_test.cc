@@ -240,6 +240,63 @@ TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
   }
 }
 
+// kPanelsTransposed (the backward's dx = dy·W on the forward's one copy of W): Wᵀ viewed over W's panels
+// reads back exactly; the reference kernel gives the row-major Wᵀ result bit for bit, and so does the fast
+// f32-precision call (it takes the reference); the fast bf16 kernel, which re-pairs each block as it packs
+// it, gives the packed path's result on the row-major Wᵀ bit for bit (where that takes the packed path;
+// else the reference on rounded activations), plain and accumulating, whatever the thread count. The
+// shapes: kMatmulShapes (tails in every direction, odd W rows and columns, several k blocks) and the AMX
+// tile shapes (k a multiple of 32, n >= 32).
+TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
+  std::vector<Mnk> shapes(std::begin(kMatmulShapes), std::end(kMatmulShapes));
+  for (const Mnk s : {Mnk{32, 64, 32}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {33, 65, 2080}}) shapes.push_back(s);
+  for (auto [n, m, k] : shapes) {
+    const Weight w = make_weight(DType::kBF16, k, m, static_cast<uint32_t>(3 + n + m + k));  // W [k, m]
+    const dc::testing::PackedCopy p(&pool_, w.view);
+    const WeightView t = transposed_panels(p.view);  // Wᵀ [m, k]
+    std::vector<uint16_t> wt_half(m * k);
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t c = 0; c < m; ++c) wt_half[c * k + r] = w.half[r * m + c];
+    const WeightView wt{DType::kBF16, wt_half.data(), m, k};
+    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    std::vector<float> row(k), row_t(k);
+    for (int64_t r = 0; r < m; ++r) {
+      wt.row_to_f32(r, row.data());
+      t.row_to_f32(r, row_t.data());
+      ASSERT_EQ(row, row_t) << what << " row " << r;
+    }
+    const auto x = random_vec(n * k, static_cast<uint32_t>(29 + k)), y0 = random_vec(n * m, 6);
+    auto x_rounded = x;
+    for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
+    std::vector<float> want(n * m), got(n * m);
+    matmul_nt(ref_, x.data(), n, wt, nullptr, want.data());
+    matmul_nt(ref_, x.data(), n, t, nullptr, got.data());
+    ASSERT_EQ(want, got) << what << ": reference kernel on kPanelsTransposed";
+    matmul_nt(fast_, x.data(), n, t, nullptr, got.data());
+    ASSERT_EQ(want, got) << what << ": f32 precision on kPanelsTransposed";
+    std::vector<float> want_bf16(n * m), got_bf16(n * m), got_bf16_1(n * m), want_add = y0, got_add = y0;
+    const bool row_major_packed = n > 32;  // the row-major Wᵀ's packed path (not the dot products)
+    if (row_major_packed) {
+      matmul_nt(bf16_, x.data(), n, wt, nullptr, want_bf16.data());
+      matmul_nt_add(bf16_, x.data(), n, wt, want_add.data());
+    } else {
+      matmul_nt(ref_, x_rounded.data(), n, wt, nullptr, want_bf16.data());
+      matmul_nt_add(ref_, x_rounded.data(), n, wt, want_add.data());
+    }
+    matmul_nt(bf16_, x.data(), n, t, nullptr, got_bf16.data());
+    matmul_nt(bf16_1_, x.data(), n, t, nullptr, got_bf16_1.data());
+    matmul_nt_add(bf16_, x.data(), n, t, got_add.data());
+    ASSERT_EQ(got_bf16, got_bf16_1) << what << ": result depends on the thread count";
+    if (row_major_packed) {
+      ASSERT_EQ(want_bf16, got_bf16) << what << ": kPanelsTransposed changed the packed-path result";
+      ASSERT_EQ(want_add, got_add) << what << ": kPanelsTransposed changed the accumulated result";
+    } else {
+      expect_close(want_bf16, got_bf16, 1e-5, "bf16 on kPanelsTransposed vs reference on rounded x, " + what);
+      expect_close(want_add, got_add, 1e-5, "add, bf16 on kPanelsTransposed vs reference, " + what);
+    }
+  }
+}
+
 TEST_P(FastKernelsTest, MatmulBf16PrecisionLeavesF16AndF32WeightsExact) {
   for (DType dtype : {DType::kF32, DType::kF16}) {
     const Weight w = make_weight(dtype, 70, 45, 2);

@@ -1,7 +1,7 @@
 // The fused AdamW update + bf16 re-layout of one matrix (ops/adamw.h), AVX512_BF16. Per strip of 16
 // rows: each row is updated (adamw_value, vectorised by the compiler) and rounded to bf16 into a strip
 // buffer while it is in cache; the strip is then written as W panels (16×16 transposes of bf16 pairs:
-// one 64-byte line per pair of columns) and as Wᵀ panels (pairs of rows interleaved: 64-byte lines).
+// one 64-byte line per pair of columns), the one copy (the backward reads it as Wᵀ in place).
 // Strips past the last row write the panels' zero padding, so the copy is complete whatever the
 // buffers held before. The panels are written with streaming stores (whole 64-byte lines, not read
 // first: the copies are far larger than the caches and read only by the next step's GEMMs).
@@ -33,32 +33,8 @@ DC_TARGET_AVX512 void write_w_panels(const uint16_t* buf, int64_t ld, int64_t r0
   }
 }
 
-// Wᵀ [cols, rows] panel words (Q·row_pairs + rp)·64 + c % 64 = (W[2rp, c], W[2rp + 1, c]) for the row
-// pairs of the strip below ⌈rows/2⌉ and every column c < ⌈cols/64⌉·64 (zero past cols).
-DC_TARGET_AVX512 void write_wt_panels(const uint16_t* buf, int64_t ld, int64_t r0, int64_t rows, int64_t cols,
-                                      uint32_t* out) {
-  const int64_t row_pairs = (rows + 1) / 2, padded = (cols + kPanelRows - 1) / kPanelRows * kPanelRows;
-  alignas(64) int16_t lo_idx[32], hi_idx[32];  // 16-bit lanes: (a[c], b[c]) for c in [0, 16) / [16, 32)
-  for (int j = 0; j < 32; ++j) {
-    lo_idx[j] = static_cast<int16_t>(j % 2 ? 32 + j / 2 : j / 2);
-    hi_idx[j] = static_cast<int16_t>(lo_idx[j] + 16);
-  }
-  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
-  for (int64_t i = 0; i < kStrip && (r0 + i) / 2 < row_pairs; i += 2) {
-    const uint16_t* a = buf + i * ld;
-    const uint16_t* b = a + ld;
-    for (int64_t c = 0; c < padded; c += 32) {
-      const __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
-      uint32_t* dst = out + ((c / kPanelRows) * row_pairs + (r0 + i) / 2) * kPanelRows + c % kPanelRows;
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), _mm512_permutex2var_epi16(va, lo, vb));
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 16), _mm512_permutex2var_epi16(va, hi, vb));
-    }
-  }
-}
-
 DC_TARGET_AVX512_BF16 void strip(const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t r0,
-                                 int64_t rows, int64_t cols, int64_t ld, uint16_t* buf, uint32_t* w_panels,
-                                 uint32_t* wt_panels) {
+                                 int64_t rows, int64_t cols, int64_t ld, uint16_t* buf, uint32_t* w_panels) {
   for (int64_t i = 0; i < kStrip; ++i) {
     const int64_t r = r0 + i;
     if (r >= rows) {
@@ -74,20 +50,19 @@ DC_TARGET_AVX512_BF16 void strip(const AdamWStep& s, float* p, const float* g, f
     simd::round_row_bf16(pr, cols, ld, buf + i * ld);
   }
   if (w_panels != nullptr) write_w_panels(buf, ld, r0, cols, w_panels);
-  if (wt_panels != nullptr) write_wt_panels(buf, ld, r0, rows, cols, wt_panels);
 }
 
 }  // namespace
 
 void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& s, float* p, const float* g, float* m, float* v,
-                              int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels) {
-  // Every strip of every W panel, the zero rows of the last one included; ld covers the last panel of
-  // Wᵀ (whole 64-column groups) and whole 16-pair loads of W's pairs.
+                              int64_t rows, int64_t cols, uint32_t* w_panels) {
+  // Every strip of every W panel, the zero rows of the last one included; ld covers whole 16-pair loads
+  // of W's pairs.
   const int64_t n_strips = (rows + kPanelRows - 1) / kPanelRows * (kPanelRows / kStrip);
-  const int64_t ld = (cols + kPanelRows - 1) / kPanelRows * kPanelRows;
+  const int64_t ld = (cols + 31) / 32 * 32;
   parallel_for(pool, n_strips, [&](int64_t b, int64_t e) {
     uint16_t* buf = ws.thread_buffer<uint16_t>("adamw.strip", kStrip * ld);  // [16, ld] the strip in bf16
-    for (int64_t st = b; st < e; ++st) strip(s, p, g, m, v, st * kStrip, rows, cols, ld, buf, w_panels, wt_panels);
+    for (int64_t st = b; st < e; ++st) strip(s, p, g, m, v, st * kStrip, rows, cols, ld, buf, w_panels);
     _mm_sfence();  // the streaming stores are visible before the pool reports the range done
   });
 }

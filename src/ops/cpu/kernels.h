@@ -53,7 +53,7 @@ void matmul_tn_fast(ThreadPool* pool, Workspace& ws, const float* a, int64_t n, 
 void pack_panels_bf16(ThreadPool* pool, const WeightView& w, int64_t panel_begin, int64_t panel_end, uint32_t* out);
 // adamw_update_panels (ops/adamw.h); AVX512_BF16 only (its reference: adamw_value, then pack_panels).
 void adamw_update_panels_fast(ThreadPool* pool, Workspace& ws, const AdamWStep& s, float* p, const float* g, float* m, float* v,
-                              int64_t rows, int64_t cols, uint32_t* w_panels, uint32_t* wt_panels);
+                              int64_t rows, int64_t cols, uint32_t* w_panels);
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
                      const float* sin, bool inverse = false);

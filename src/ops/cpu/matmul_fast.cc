@@ -83,6 +83,51 @@ DC_TARGET_AVX512 void pack_pairs_bf16(const uint16_t* w, int64_t ldw, int64_t nj
   }
 }
 
+// out[t] lane i = in[i] lane t for 8 vectors of 8 64-bit lanes: three butterfly stages (blocks of 1, 2, 4).
+DC_TARGET_AVX512 DC_INLINE void transpose8x8_epi64(__m512i (&v)[8]) {
+  const __m512i lo[3] = {_mm512_setr_epi64(0, 8, 2, 10, 4, 12, 6, 14), _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13),
+                         _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11)};
+  const __m512i hi[3] = {_mm512_setr_epi64(1, 9, 3, 11, 5, 13, 7, 15), _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15),
+                         _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15)};
+#pragma GCC unroll 3
+  for (int s = 0; s < 3; ++s) {
+    const int b = 1 << s;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      if (i & b) continue;
+      const __m512i a = v[i], c = v[i + b];
+      v[i] = _mm512_permutex2var_epi64(a, lo[s], c);
+      v[i + b] = _mm512_permutex2var_epi64(a, hi[s], c);
+    }
+  }
+}
+
+// kPanelsTransposed, W's kPanels words wp (W [k rows, w_pairs pairs of columns], zero rows up to whole
+// panels) read as Wᵀ [m, k]: dst[p * 64 + c] = (W[k0 + 2p, j0 + c], W[k0 + 2p + 1, j0 + c]) for p below
+// ⌈kc/2⌉ rounded up to 8 and c < 64 (0 past W's columns); k0 a multiple of 64, j0 of 64. W's word for
+// rows 2p and 2p + 1 at a pair q of columns are one 64-bit lane: a 16-bit swap inside it makes it the
+// two words of columns 2q and 2q + 1 at row pair p, so per 16 rows (8 row pairs) × 8 pairs of columns
+// an 8 × 8 transpose of 64-bit lanes gives 8 row pairs × 16 columns.
+DC_TARGET_AVX512 void pack_pairs_transposed(const uint32_t* wp, int64_t w_pairs, int64_t j0, int64_t k0, int64_t kc,
+                                            uint32_t* dst) {
+  // (W[r, 2q], W[r, 2q + 1], W[r + 1, 2q], W[r + 1, 2q + 1]) → (W[r, 2q], W[r + 1, 2q], W[r, 2q + 1], W[r + 1, 2q + 1])
+  const __m512i swap = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
+  const int64_t q0 = j0 / 2;
+  for (int64_t g = 0; g < (kc + 15) / 16; ++g) {  // rows k0 + 16g ... + 15 of W, row pairs 8g ... + 7
+    const int64_t row = k0 + 16 * g;
+    const uint32_t* panel = wp + (row / kPanel) * w_pairs * kPanel + row % kPanel;
+    for (int h = 0; h < 4; ++h) {  // pairs q0 + 8h ... + 7: columns 16h ... + 15 of the block
+      __m512i v[8];  // v[i] lane t: row pair 8g + t at columns 2(q0 + 8h + i), + 1
+      for (int i = 0; i < 8; ++i) {
+        const int64_t q = q0 + 8 * h + i;
+        v[i] = q < w_pairs ? _mm512_shuffle_epi8(_mm512_load_si512(panel + q * kPanel), swap) : _mm512_setzero_si512();
+      }
+      transpose8x8_epi64(v);  // v[t] lane i: row pair 8g + t at columns 16h + 2i, + 1
+      for (int t = 0; t < 8; ++t) _mm512_store_si512(dst + (8 * g + t) * kPanel + 16 * h, v[t]);
+    }
+  }
+}
+
 // 16 weights of one row as f32 (lanes beyond the mask are 0).
 template <DType kW>
 DC_TARGET_AVX512 DC_INLINE __m512 load_w16(const void* base, int64_t index, __mmask16 m) {
@@ -252,6 +297,7 @@ struct Job {
   bool amx;              // bf16 with AMX: 32-row blocks through tiles (k a multiple of 32)
   bool accumulate;       // y += x·Wᵀ (no bias)
   bool panels;           // w is in the kPanels layout
+  bool panels_t;         // w is kPanelsTransposed (bf16 precision): each block re-paired as it is packed
   int64_t panel_words;   // kPanels: words per panel, ⌈k/2⌉ · 64
   Workspace* ws;         // the per-thread panel buffers
 };
@@ -275,6 +321,10 @@ void run_micro(const Job& j, int64_t i, int64_t j0, int64_t cols, int64_t k0, in
 const void* pack_panel(const Job& j, int64_t j0, int64_t nj, int64_t k0, int64_t kc, int64_t next_j0,
                        int64_t next_k0, void* panel) {
   const WeightView& w = *j.w;
+  if (j.panels_t) {
+    pack_pairs_transposed(static_cast<const uint32_t*>(w.data), (w.rows + 1) / 2, j0, k0, kc, static_cast<uint32_t*>(panel));
+    return panel;
+  }
   if (j.panels) {
     const uint32_t* src = static_cast<const uint32_t*>(w.data) + j0 / kPanel * j.panel_words;
     if (j.bf16) return src + (k0 / 2) * kPanel;
@@ -412,17 +462,20 @@ void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, 
   if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y, accumulate);
   if (n == 0) return;
   const int64_t m = w.rows, k = w.cols;
-  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, accumulate, false, 0, &ws};
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, accumulate, false, false, 0, &ws};
   job.panels = w.layout == WeightLayout::kPanels;
   job.panel_words = (k + 1) / 2 * kPanel;
   // kPanels weights need the bf16 pair kernel (or the f32 one, which unpacks them) and not the dot path.
   job.bf16 = precision == MatmulPrecision::kBF16 && w.dtype == DType::kBF16 && cpu_has_avx512_bf16();
+  // kPanelsTransposed is re-paired for the bf16 pair kernel only; at f32 precision the reference kernel.
+  job.panels_t = w.layout == WeightLayout::kPanelsTransposed;
+  if (job.panels_t && !job.bf16) return matmul_nt(pool, x, n, w, bias, y, accumulate);
   job.amx = job.bf16 && k % 32 == 0 && n >= 32 && cpu_has_amx_bf16();
   const int64_t threads = pool ? pool->n_threads() : 1;
   const bool tiny = n * m * k < (int64_t{1} << 18);  // not worth waking the pool
   ThreadPool* p = tiny ? nullptr : pool;
 
-  const bool dot = !job.panels && (n <= kSmallN || (n <= kSmallNShortK && k <= kShortK));
+  const bool dot = !job.panels && !job.panels_t && (n <= kSmallN || (n <= kSmallNShortK && k <= kShortK));
   std::vector<std::atomic<uint8_t>> conv_state(job.bf16 ? ceil_div(n, kConvRows) : 0);
   if (job.bf16) {
     job.ldxb = (k + 31) / 32 * 32;  // whole 32-lane stores; the pad is zero
