@@ -8,7 +8,7 @@
 // packing at bf16 precision, for every n: the micro-kernels read them in place while the next block is
 // prefetched; at f32 precision their pairs are widened per block. f16 weights at bf16 precision: each
 // packed block is split exactly into bf16 hi + lo panels (pack_f16.h), both through the bf16
-// micro-kernels; the dot-product kernels widen them and the bf16-rounded x to f32. Threads take
+// micro-kernels; the f32 dot-product kernels take them with x rounded to bf16 once. Threads take
 // (rows × panels) tasks from a counter; each output is summed in the same order whatever the thread count.
 #include <algorithm>
 #include <atomic>
@@ -199,15 +199,8 @@ DC_TARGET_AVX512_BF16 void dot_bf16(int64_t k, const uint16_t* x, int64_t ldx, c
     for (int j = 0; j < NR; ++j) put(y + r * ldy + j, hsum(acc[r][j]), bias ? bias + j : nullptr, accumulate);
 }
 
-// 16 activations as f32: f32 ones, or bf16 ones (x rounded once per call) widened.
-template <typename X>
-DC_TARGET_AVX512 DC_INLINE __m512 load_x16(const X* x, __mmask16 m) {
-  if constexpr (sizeof(X) == 4) return _mm512_maskz_loadu_ps(m, x);
-  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16));
-}
-
-template <DType kW, int MR, int NR, typename X>
-DC_TARGET_AVX512 void dot_f32(int64_t k, const X* x, int64_t ldx, const void* w, int64_t ldw,
+template <DType kW, int MR, int NR>
+DC_TARGET_AVX512 void dot_f32(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
                               const float* bias, float* y, int64_t ldy, bool accumulate) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
@@ -226,7 +219,7 @@ DC_TARGET_AVX512 void dot_f32(int64_t k, const X* x, int64_t ldx, const void* w,
       wv[j] = load_w16<kW>(w, j * ldw + t, m);
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) xv[r] = load_x16(x + r * ldx + t, m);
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_maskz_loadu_ps(m, x + r * ldx + t);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
@@ -395,9 +388,7 @@ void run_dot(const Job& j, int64_t i0, int64_t r) {
   const WeightView& w = *j.w;
   const char* wr = static_cast<const char*>(w.data) + r * w.cols * dtype_size(w.dtype);
   float* y = j.y + i0 * j.m + r;
-  if (j.f16)
-    return dot_f32<DType::kF16, MR, NR>(j.k, j.xb + i0 * j.ldxb, j.ldxb, wr, w.cols, bias, y, j.m, j.accumulate);
-  if (j.bf16)
+  if (j.bf16 && !j.f16)
     return dot_bf16<MR, NR>(j.k, j.xb + i0 * j.ldxb, j.ldxb, reinterpret_cast<const uint16_t*>(wr), w.cols, bias, y,
                             j.m, j.accumulate);
   const float* x = j.x + i0 * j.k;
@@ -455,7 +446,11 @@ void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, 
 
   const bool dot = !job.panels && (n <= kSmallN || (n <= kSmallNShortK && k <= kShortK));
   std::vector<std::atomic<uint8_t>> conv_state(job.bf16 ? ceil_div(n, kConvRows) : 0);
-  if (job.bf16) {
+  if (job.f16 && dot) {  // the f32 dot-product kernels over f16 weights, x rounded to bf16 once
+    float* rounded = ws.thread_buffer<float>("matmul.x_rounded", n * k);
+    for (int64_t i = 0; i < n * k; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    job.x = rounded;
+  } else if (job.bf16) {
     job.ldxb = (k + 31) / 32 * 32;  // whole 32-lane stores; the pad is zero
     job.xb = ws.thread_buffer<uint16_t>("matmul.x_bf16", n * job.ldxb);
     job.conv_state = conv_state.data();
