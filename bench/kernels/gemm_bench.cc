@@ -3,7 +3,7 @@
 // OMP_WAIT_POLICY=passive so its spinning OpenMP threads do not slow the other columns), at the
 // Qwen2.5-0.5B and 7B projection shapes and n in {1, 32, 128, 320, 512}; each rate is the best of runs.
 // Usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME] [--no-reference]
-//                   [--time S] [--cpu-time] [--attention] [--cold] [--dw] [--dx]
+//                   [--time S] [--cpu-time] [--attention] [--cold] [--dw] [--dx] [--f16]
 // --cold: weights cycled through 256 MB of copies, so they come from memory as in a real forward.
 // --attention: the attention op instead (reference vs fast, GFLOP/s).
 // --dw: the backward's dW = dyᵀ·x (bf16 operands, f32 sums) at the same shapes with n tokens, side by
@@ -14,6 +14,8 @@
 // read in place, and from the forward's one copy of W viewed as Wᵀ (kPanelsTransposed, re-paired per block
 // as the kernel packs it); with --cold the copies are cycled through 256 MB, as the weights come from
 // memory in a step.
+// --f16: two more columns, the same weights stored as f16 (an F16 checkpoint or GGUF) at f32 precision
+// (widened per packed block, f32 FMAs) and at bf16 precision (split into bf16 hi + lo panels, pack_f16.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -143,7 +145,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::string model = "all", only;
   std::vector<int64_t> ns = {1, 32, 128, 320, 512};
-  bool reference = true, attention_only = false, cold = false, dw_only = false, dx_only = false;
+  bool reference = true, attention_only = false, cold = false, dw_only = false, dx_only = false, f16 = false;
   double min_time = 0.3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -157,10 +159,11 @@ int main(int argc, char** argv) {
     else if (a == "--cold") cold = true;
     else if (a == "--dw") dw_only = true;
     else if (a == "--dx") dx_only = true;
+    else if (a == "--f16") f16 = true;
     else if (a == "--time" && i + 1 < argc) min_time = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: gemm_bench [--threads N] [--model 0.5b|7b|all] [--n 1,32,...] [--only NAME]\n"
-                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold] [--dw] [--dx]\n");
+                           "                  [--no-reference] [--time S] [--cpu-time] [--attention] [--cold] [--dw] [--dx] [--f16]\n");
       return 2;
     }
   }
@@ -277,6 +280,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%-16s %5s %9s %9s %9s %7s", "shape [m x k]", "n", "ref", "fast f32", "fast bf16", "bf16 %");
+  if (f16) std::printf(" %9s %9s", "f16 f32", "f16 bf16");
 #ifdef DC_BENCH_WITH_DNNL
   std::printf(" %9s %9s", "oneDNN", "prepacked");
 #endif
@@ -290,9 +294,13 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> w(s.m * s.k * copies);
     for (int64_t i = 0; i < s.m * s.k; ++i) w[i] = dc::f32_to_bf16(dist(gen) * 0.05f);
     for (int64_t c = 1; c < copies; ++c) std::copy_n(w.data(), s.m * s.k, w.data() + c * s.m * s.k);
+    std::vector<uint16_t> wh(f16 ? w.size() : 0);  // the same values rounded to f16
+    for (size_t i = 0; i < wh.size(); ++i) wh[i] = dc::f32_to_f16(dc::bf16_to_f32(w[i]));
     int64_t call = 0;
+    dc::DType dtype = dc::DType::kBF16;  // which copy the next calls read
     auto view_of_next = [&] {
-      return dc::WeightView{dc::DType::kBF16, w.data() + (call++ % copies) * s.m * s.k, s.m, s.k};
+      const uint16_t* base = dtype == dc::DType::kF16 ? wh.data() : w.data();
+      return dc::WeightView{dtype, base + (call++ % copies) * s.m * s.k, s.m, s.k};
     };
     for (int64_t n : ns) {
       std::vector<float> x(n * s.k), y(n * s.m);
@@ -312,6 +320,12 @@ int main(int argc, char** argv) {
       const double r_bf16 = rate(bf16_ctx);
       std::printf("%-16s %5ld %9.1f %9.1f %9.1f %6.0f%%", s.name, static_cast<long>(n), r_ref, r_f32, r_bf16,
                   100 * r_bf16 / peak);
+      if (f16) {
+        dtype = dc::DType::kF16;
+        const double r_f16_f32 = rate(f32_ctx);
+        std::printf(" %9.1f %9.1f", r_f16_f32, rate(bf16_ctx));
+        dtype = dc::DType::kBF16;
+      }
 #ifdef DC_BENCH_WITH_DNNL
       for (bool prepacked : {false, true}) {
         DnnlMatmul dnnl_mm(x.data(), n, w.data(), copies, s.m, s.k, y.data(), prepacked);

@@ -13,6 +13,7 @@
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/pack_f16.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
@@ -98,9 +99,11 @@ TEST_P(FastKernelsTest, MatmulF32PathMatchesReferenceForEveryDtype) {
   }
 }
 
+// bf16 precision over bf16 weights, and over f16 weights (exact, split into bf16 hi + lo: pack_f16.h).
 TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
+  for (DType dtype : {DType::kBF16, DType::kF16})
   for (auto [n, m, k] : kMatmulShapes) {
-    const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(3 + n + m + k));
+    const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(3 + n + m + k));
     const auto x = random_vec(n * k, static_cast<uint32_t>(17 + k));
     auto x_rounded = x;
     for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
@@ -110,7 +113,8 @@ TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
     matmul_nt(ref_, x_rounded.data(), n, w.view, bias.data(), want_rounded.data());
     matmul_nt(bf16_, x.data(), n, w.view, bias.data(), got.data());
     matmul_nt(bf16_1_, x.data(), n, w.view, bias.data(), got1.data());
-    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " m=" + std::to_string(m) +
+                             " k=" + std::to_string(k);
     expect_close(want, got, 1e-2, "bf16 activations vs exact, " + what);
     expect_close(want_rounded, got, 1e-5, "bf16 activations vs reference on rounded x, " + what);
     ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
@@ -120,22 +124,30 @@ TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
 // The bf16 kernel's AMX path (k a multiple of 32, n >= 32: 32-row blocks through the tiles, the rest of
 // the rows through vdpbf16ps) on row-major and kPanels weights, with bias, accumulation and column
 // tails, against the reference on rounded activations; every shape also runs where AMX is absent.
+// f16 weights (row-major only) take the same paths with hi and lo panels.
 TEST_P(FastKernelsTest, MatmulBf16TileShapes) {
   const Mnk shapes[] = {{32, 64, 32}, {33, 65, 64}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {96, 1000, 128}};
+  for (DType dtype : {DType::kBF16, DType::kF16})
   for (auto [n, m, k] : shapes) {
-    const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(n + m + k));
-    const PanelSizes sizes = panel_sizes(w.view);
-    std::vector<uint32_t> storage(static_cast<size_t>(sizes.data_bytes / 4) + 16);
-    uint32_t* aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / 4;
-    const WeightView packed = pack_panels(bf16_, w.view, aligned, nullptr, nullptr, 0, sizes.panels);
+    const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(n + m + k));
+    std::vector<uint32_t> storage;
+    WeightView packed;  // bf16 only
+    if (dtype == DType::kBF16) {
+      const PanelSizes sizes = panel_sizes(w.view);
+      storage.resize(static_cast<size_t>(sizes.data_bytes / 4) + 16);
+      uint32_t* aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / 4;
+      packed = pack_panels(bf16_, w.view, aligned, nullptr, nullptr, 0, sizes.panels);
+    }
     auto x = random_vec(n * k, static_cast<uint32_t>(19 + k));
     for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));  // already bf16: the reference sees what the kernel does
     const auto bias = random_vec(m, 8), y0 = random_vec(n * m, 4);
-    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " m=" + std::to_string(m) +
+                             " k=" + std::to_string(k);
     std::vector<float> want(n * m), want_add = y0;
     matmul_nt(ref_, x.data(), n, w.view, bias.data(), want.data());
     matmul_nt_add(ref_, x.data(), n, w.view, want_add.data());
-    for (const WeightView* view : {&w.view, &packed}) {
+    for (const WeightView* view : std::initializer_list<const WeightView*>{&w.view, &packed}) {
+      if (view->empty()) continue;
       std::vector<float> got(n * m), got1(n * m), got_add = y0;
       matmul_nt(bf16_, x.data(), n, *view, bias.data(), got.data());
       matmul_nt(bf16_1_, x.data(), n, *view, bias.data(), got1.data());
@@ -191,6 +203,29 @@ TEST_P(FastKernelsTest, TransposesMatchTheReference) {
     cpu::transpose_bf16_fast(&pool_, x.data(), rows, cols, half.data());
     for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(half[i], f32_to_bf16(want[i])) << rows << "x" << cols << " " << i;
   }
+}
+
+// The f16 split (pack_f16.h) on every finite f16 value (64 rows × 1024 columns = all 65536 bit patterns,
+// infinities and NaNs replaced by 0): hi is the value rounded to bf16, hi + lo is the value exactly, in
+// pack_pairs_bf16's layout.
+TEST(PackF16, SplitIsExactForEveryF16Value) {
+  if (!cpu::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
+  constexpr int64_t kRows = 64, kCols = 1024;
+  std::vector<uint16_t> w(kRows * kCols);
+  for (int64_t i = 0; i < kRows * kCols; ++i)
+    w[i] = (i & 0x7c00) == 0x7c00 ? 0 : static_cast<uint16_t>(i);  // exponent all ones: inf / NaN
+  std::vector<uint32_t> storage(2 * kRows * kCols / 2 + 16);
+  uint32_t* hi = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / 4;
+  uint32_t* lo = hi + kRows * kCols / 2;
+  cpu::pack_pairs_f16_split(w.data(), kCols, kRows, 0, kCols, nullptr, hi, lo);
+  for (int64_t c = 0; c < kRows; ++c)
+    for (int64_t t = 0; t < kCols; ++t) {
+      const int64_t word = t / 2 * kPanelRows + c, shift = 16 * (t % 2);
+      const uint16_t h = static_cast<uint16_t>(hi[word] >> shift), l = static_cast<uint16_t>(lo[word] >> shift);
+      const float value = f16_to_f32(w[c * kCols + t]);
+      ASSERT_EQ(h, f32_to_bf16(value)) << "f16 bits " << w[c * kCols + t];
+      ASSERT_EQ(bf16_to_f32(h) + bf16_to_f32(l), value) << "f16 bits " << w[c * kCols + t];
+    }
 }
 
 // kPanels weights: every row reads back exactly; the reference kernel gives the row-major result bit for
@@ -297,15 +332,14 @@ TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
   }
 }
 
-TEST_P(FastKernelsTest, MatmulBf16PrecisionLeavesF16AndF32WeightsExact) {
-  for (DType dtype : {DType::kF32, DType::kF16}) {
-    const Weight w = make_weight(dtype, 70, 45, 2);
-    const auto x = random_vec(9 * 45, 3);
-    std::vector<float> want(9 * 70), got(9 * 70);
-    matmul_nt(ref_, x.data(), 9, w.view, nullptr, want.data());
-    matmul_nt(bf16_, x.data(), 9, w.view, nullptr, got.data());
-    expect_close(want, got, 1e-5, dtype_name(dtype));
-  }
+// f32 weights keep f32 activations at bf16 precision (f16 ones round them: MatmulBf16Activations...).
+TEST_P(FastKernelsTest, MatmulBf16PrecisionLeavesF32WeightsExact) {
+  const Weight w = make_weight(DType::kF32, 70, 45, 2);
+  const auto x = random_vec(9 * 45, 3);
+  std::vector<float> want(9 * 70), got(9 * 70);
+  matmul_nt(ref_, x.data(), 9, w.view, nullptr, want.data());
+  matmul_nt(bf16_, x.data(), 9, w.view, nullptr, got.data());
+  expect_close(want, got, 1e-5, "f32");
 }
 
 // On a CPU without AVX-512 (simulated) every fast kernel runs its reference kernel: identical results.

@@ -39,8 +39,8 @@ bool cpu_has_amx_bf16();     // the above plus AMX-TILE / AMX-BF16, with the OS'
 void force_portable_kernels_for_testing(bool on);
 
 // Fast kernels: same contracts as the reference kernels above (see the op headers), same results up to
-// summation order, except matmul_nt_fast with MatmulPrecision::kBF16 over bf16 weights (activations
-// rounded to bf16). Results do not depend on the number of threads. Their block buffers are the calling
+// summation order, except matmul_nt_fast with MatmulPrecision::kBF16 over bf16 or f16 weights
+// (activations rounded to bf16; f16 weights exact, split into bf16 hi + lo). Results do not depend on the number of threads. Their block buffers are the calling
 // threads' buffers of `ws` (Workspace::thread_buffer: the context's, or the op call's own).
 void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w, const float* bias,
                     float* y, MatmulPrecision precision, bool accumulate = false);

@@ -6,8 +6,10 @@
 // rounded to bf16 once per call, vdpbf16ps over bf16 pairs of k. f32 precision: W widened to f32,
 // vfmadd231ps. Weights already in the kPanels layout (ops/weight.h, packed once at load) skip the
 // packing at bf16 precision, for every n: the micro-kernels read them in place while the next block is
-// prefetched; at f32 precision their pairs are widened per block. Threads take (rows × panels) tasks
-// from a counter; each output is summed in the same order whatever the thread count.
+// prefetched; at f32 precision their pairs are widened per block. f16 weights at bf16 precision: each
+// packed block is split exactly into bf16 hi + lo panels (pack_f16.h), both through the bf16
+// micro-kernels; the f32 dot-product kernels take them with x rounded to bf16 once. Threads take
+// (rows × panels) tasks from a counter; each output is summed in the same order whatever the thread count.
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -16,6 +18,7 @@
 
 #include "ops/cpu/gemm_bf16_micro.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/pack_f16.h"
 #include "ops/cpu/simd_avx512.h"
 
 // GCC 12's AVX-512 headers build some intrinsics on _mm*_undefined_*(), which -Wuninitialized flags
@@ -43,6 +46,8 @@ constexpr int kMr = 6;              // rows of x per micro-tile
 // L2. Measured on Zen 5 (bf16 kc 256 ... 4096): 1024 is 2-5% faster than 256 (fewer C-tile reloads).
 constexpr int64_t kKcBf16 = 1024;
 constexpr int64_t kKcF32 = 512;
+// f16 weights at bf16 precision: the lo panel's offset (words) in the panel buffer, after the hi one.
+constexpr int64_t kLoPanel = kKcBf16 / 2 * kPanel;
 // The dot-product kernels (no packing) take n <= kSmallN, or n <= kSmallNShortK when k <= kShortK (16
 // rows of W then stay in L1 while every group of 8 rows of x goes over them). Measured crossovers with
 // the packed kernel on Zen 5: n ~ 9-12 for k >= 3584, n > 32 for k = 896.
@@ -293,7 +298,8 @@ struct Job {
   const WeightView* w;   // [m, k]
   const float* bias;     // [m] or null
   float* y;              // [n, m]
-  bool bf16;
+  bool bf16;             // bf16 precision through the bf16 kernels (bf16 weights, or f16 ones split)
+  bool f16;              // f16 weights at bf16 precision: hi / lo panels (pack_f16.h)
   bool amx;              // bf16 with AMX: 32-row blocks through tiles (k a multiple of 32)
   bool accumulate;       // y += x·Wᵀ (no bias)
   bool panels;           // w is in the kPanels layout
@@ -309,15 +315,17 @@ void run_micro(const Job& j, int64_t i, int64_t j0, int64_t cols, int64_t k0, in
   const float* bias = j.bias ? j.bias + j0 : nullptr;
   if (j.bf16) {
     const uint32_t* a = reinterpret_cast<const uint32_t*>(j.xb + i * j.ldxb + k0);
-    micro_bf16<MR>((kc + 1) / 2, a, j.ldxb / 2, static_cast<const uint32_t*>(panel), c, j.m, cols, init, bias);
+    const uint32_t* b = static_cast<const uint32_t*>(panel);
+    micro_bf16<MR>((kc + 1) / 2, a, j.ldxb / 2, b, c, j.m, cols, init, bias);
+    if (j.f16) micro_bf16<MR>((kc + 1) / 2, a, j.ldxb / 2, b + kLoPanel, c, j.m, cols, Init::kLoad, nullptr);
   } else {
     micro_f32<MR>(kc, j.x + i * j.k + k0, j.k, static_cast<const float*>(panel), c, j.m, cols, init, bias);
   }
 }
 
 // Packs rows [j0, j0 + nj) × columns [k0, k0 + kc) of W; prefetches the block at (next_j0, next_k0)
-// unless next_j0 < 0. Returns the panel the micro-kernels read: `panel`, or for kPanels weights at bf16
-// precision the block in place.
+// unless next_j0 < 0. Returns the panel the micro-kernels read: `panel` (f16 at bf16 precision: hi, with
+// lo kLoPanel words after it), or for kPanels weights at bf16 precision the block in place.
 const void* pack_panel(const Job& j, int64_t j0, int64_t nj, int64_t k0, int64_t kc, int64_t next_j0,
                        int64_t next_k0, void* panel) {
   const WeightView& w = *j.w;
@@ -335,7 +343,11 @@ const void* pack_panel(const Job& j, int64_t j0, int64_t nj, int64_t k0, int64_t
   const char* rows = static_cast<const char*>(w.data) + j0 * w.cols * size;
   const char* next = next_j0 < 0 ? nullptr : static_cast<const char*>(w.data) + (next_j0 * w.cols + next_k0) * size;
   float* dst = static_cast<float*>(panel);
-  if (j.bf16)
+  if (j.f16)
+    pack_pairs_f16_split(reinterpret_cast<const uint16_t*>(rows), w.cols, nj, k0, kc,
+                         reinterpret_cast<const uint16_t*>(next), static_cast<uint32_t*>(panel),
+                         static_cast<uint32_t*>(panel) + kLoPanel);
+  else if (j.bf16)
     pack_pairs_bf16(reinterpret_cast<const uint16_t*>(rows), w.cols, nj, k0, kc,
                     reinterpret_cast<const uint16_t*>(next), static_cast<uint32_t*>(panel));
   else if (w.dtype == DType::kBF16) pack_f32<DType::kBF16>(rows, w.cols, nj, k0, kc, next, dst);
@@ -365,7 +377,9 @@ void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
   if (j.bf16) ensure_converted(j, i0, i1);
   if (j.amx) amx_configure();
   const int64_t kc_max = j.bf16 ? kKcBf16 : kKcF32;
-  void* panel = j.ws->thread_buffer<uint32_t>("matmul.panel", (j.bf16 ? kc_max / 2 : kc_max) * kPanel);  // 128 KiB
+  // 128 KiB (f16 at bf16 precision: hi and lo, 256 KiB)
+  void* panel =
+      j.ws->thread_buffer<uint32_t>("matmul.panel", j.f16 ? 2 * kLoPanel : (j.bf16 ? kc_max / 2 : kc_max) * kPanel);
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t j0 = p * kPanel, cols = std::min(kPanel, j.m - j0);
     for (int64_t k0 = 0; k0 < j.k; k0 += kc_max) {
@@ -392,9 +406,15 @@ void packed_task(const Job& j, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
       if (j.amx) {  // 32 rows at a time through the tiles, in two halves of the panel's columns
         const uint32_t* a = reinterpret_cast<const uint32_t*>(j.xb + k0);
         for (; i + 32 <= i1; i += 32)
-          for (int64_t h = 0; h < cols; h += 32)
-            micro_amx((kc + 1) / 2, a + i * (j.ldxb / 2), j.ldxb / 2, static_cast<const uint32_t*>(b) + h,
-                      j.y + i * j.m + j0 + h, j.m, std::min<int64_t>(32, cols - h), init, j.bias ? j.bias + j0 + h : nullptr);
+          for (int64_t h = 0; h < cols; h += 32) {
+            float* c = j.y + i * j.m + j0 + h;
+            const int64_t nc = std::min<int64_t>(32, cols - h);
+            micro_amx((kc + 1) / 2, a + i * (j.ldxb / 2), j.ldxb / 2, static_cast<const uint32_t*>(b) + h, c, j.m, nc,
+                      init, j.bias ? j.bias + j0 + h : nullptr);
+            if (j.f16)
+              micro_amx((kc + 1) / 2, a + i * (j.ldxb / 2), j.ldxb / 2, static_cast<const uint32_t*>(b) + kLoPanel + h,
+                        c, j.m, nc, Init::kLoad, nullptr);
+          }
       }
       for (; i + kMr <= i1; i += kMr) prefetch_slice(), run_micro<kMr>(j, i, j0, cols, k0, kc, b, init);
       prefetch_slice();
@@ -418,7 +438,7 @@ void run_dot(const Job& j, int64_t i0, int64_t r) {
   const WeightView& w = *j.w;
   const char* wr = static_cast<const char*>(w.data) + r * w.cols * dtype_size(w.dtype);
   float* y = j.y + i0 * j.m + r;
-  if (j.bf16)
+  if (j.bf16 && !j.f16)
     return dot_bf16<MR, NR>(j.k, j.xb + i0 * j.ldxb, j.ldxb, reinterpret_cast<const uint16_t*>(wr), w.cols, bias, y,
                             j.m, j.accumulate);
   const float* x = j.x + i0 * j.k;
@@ -462,11 +482,13 @@ void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, 
   if (!cpu_has_avx512()) return matmul_nt(pool, x, n, w, bias, y, accumulate);
   if (n == 0) return;
   const int64_t m = w.rows, k = w.cols;
-  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, accumulate, false, false, 0, &ws};
+  Job job{x, nullptr, 0, nullptr, n, m, k, &w, bias, y, false, false, false, accumulate, false, false, 0, &ws};
   job.panels = w.layout == WeightLayout::kPanels;
   job.panel_words = (k + 1) / 2 * kPanel;
   // kPanels weights need the bf16 pair kernel (or the f32 one, which unpacks them) and not the dot path.
-  job.bf16 = precision == MatmulPrecision::kBF16 && w.dtype == DType::kBF16 && cpu_has_avx512_bf16();
+  job.bf16 = precision == MatmulPrecision::kBF16 && (w.dtype == DType::kBF16 || w.dtype == DType::kF16) &&
+             cpu_has_avx512_bf16();
+  job.f16 = job.bf16 && w.dtype == DType::kF16;
   // kPanelsTransposed is re-paired for the bf16 pair kernel only; at f32 precision the reference kernel.
   job.panels_t = w.layout == WeightLayout::kPanelsTransposed;
   if (job.panels_t && !job.bf16) return matmul_nt(pool, x, n, w, bias, y, accumulate);
@@ -477,7 +499,11 @@ void matmul_nt_fast(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, 
 
   const bool dot = !job.panels && !job.panels_t && (n <= kSmallN || (n <= kSmallNShortK && k <= kShortK));
   std::vector<std::atomic<uint8_t>> conv_state(job.bf16 ? ceil_div(n, kConvRows) : 0);
-  if (job.bf16) {
+  if (job.f16 && dot) {  // the f32 dot-product kernels over f16 weights, x rounded to bf16 once
+    float* rounded = ws.thread_buffer<float>("matmul.x_rounded", n * k);
+    for (int64_t i = 0; i < n * k; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    job.x = rounded;
+  } else if (job.bf16) {
     job.ldxb = (k + 31) / 32 * 32;  // whole 32-lane stores; the pad is zero
     job.xb = ws.thread_buffer<uint16_t>("matmul.x_bf16", n * job.ldxb);
     job.conv_state = conv_state.data();
