@@ -260,12 +260,11 @@ TEST_F(Connections, StreamsHoldNoWorker) {
   EXPECT_EQ(s.metrics().slow_readers(), 0);
 }
 
-// Opens a stream of ~500 canvas events of ~12 KB (a 2048-token canvas; 6 MB, far more than the socket buffers
-// and the hub hold: ~60 events fill them) that is never read, and expects the server to drop it as a slow reader
-// and cancel its job. Returns its socket.
+// Opens a stream of ~500 canvas events of ~3 KB (more than the socket buffers hold) that is never read, and
+// expects the server to drop it as a slow reader and cancel its job. Returns its socket.
 int expect_unread_stream_dropped(Running& s) {
   const int fd = open_stream(
-      s.port(), R"({"prompt": "x", "max_tokens": 2048, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
+      s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
       false);
   EXPECT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 60s)) << s.metrics().render();
   EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
