@@ -9,7 +9,9 @@ command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt-get instal
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDC_BUILD_FUZZERS=ON \
   -DDC_BUILD_TESTS=OFF >/dev/null
 targets=(safetensors gguf tokenizer tokenizer_json openai_request)
+t0=$SECONDS
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}" -j"$(nproc)"
+echo "fuzz: the build took $((SECONDS - t0)) s" >&2
 for f in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus-$f"
   seeds=(); [ -d "tests/fuzz/seeds/$f" ] && seeds=("tests/fuzz/seeds/$f")

@@ -6,19 +6,26 @@
 # writes while the engine thread wakes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Runs a stage (its name, then the command) and prints its wall time, so that CI's log shows where time goes.
+timed() {
+  local name="$1" t0=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: ${name} took $((SECONDS - t0)) s" >&2
+}
 scripts/setup.sh --no-build
 dir=build; flags=(-DCMAKE_BUILD_TYPE=Release); exclude=()
 if [ "${1:-}" = "--tsan" ]; then
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDC_SANITIZE_THREAD=ON \
     -DDC_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-tsan -j"$(nproc)" --target test_core test_engine test_server
+  timed "tsan build" cmake --build build-tsan -j"$(nproc)" --target test_core test_engine test_server
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   # (a pool that lets two callers overwrite each other's job deadlocks: the timeout turns that into a failure)
-  timeout 600 build-tsan/tests/test_core --gtest_filter='ThreadPool.*'
-  timeout 600 build-tsan/tests/test_engine --gtest_filter='Concurrency.*'
+  timed "tsan ThreadPool tests" timeout 600 build-tsan/tests/test_core --gtest_filter='ThreadPool.*'
+  timed "tsan Concurrency tests" timeout 600 build-tsan/tests/test_engine --gtest_filter='Concurrency.*'
   # (the server tests whose timing does not depend on the decoding speed, which ThreadSanitizer divides by ~30)
   [ -e build-tsan/fixtures/.complete ] || (cd build-tsan && ctest -R '^reference_fixtures$' >/dev/null)
-  timeout 600 build-tsan/tests/test_server --gtest_filter='Scheduler.Listener*:Scheduler.Cancel*:Connections.KeepAlive*:Connections.ConnectionIsKeptAliveAfterAStream:Connections.QueuedStreamTimesOutWith503:HttpTest.Stream*:HttpTest.ChatStream*:HttpTest.Disconnects*:HostileHttp.StopEndsOpenStreamsCleanly:HostileHttp.HalfClosedClientGetsItsAnswer'
+  timed "tsan server tests" timeout 600 build-tsan/tests/test_server --gtest_filter='Scheduler.Listener*:Scheduler.Cancel*:Connections.KeepAlive*:Connections.ConnectionIsKeptAliveAfterAStream:Connections.QueuedStreamTimesOutWith503:HttpTest.Stream*:HttpTest.ChatStream*:HttpTest.Disconnects*:HostileHttp.StopEndsOpenStreamsCleanly:HostileHttp.HalfClosedClientGetsItsAnswer'
   exit 0
 fi
 if [ "${1:-}" = "--sanitize" ]; then
@@ -33,5 +40,5 @@ if [ "${1:-}" = "--sanitize" ]; then
   exclude=(-E '^(GrpoLearningTest[.]|TrainDist[.]GrpoOnTwoRanksEqualsOneProcess$|Connections[.]StalledStreamReaderDoesNotDelayOthers$)')
 fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
-cmake --build "$dir" -j"$(nproc)"
-cd "$dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}"
+timed "build ($dir)" cmake --build "$dir" -j"$(nproc)"
+cd "$dir" && timed "ctest ($dir)" ctest --output-on-failure -j"$(nproc)" "${exclude[@]}"

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "fixtures.h"
 #include "train/trainer.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -225,9 +226,8 @@ TEST(Api, TokenizerAloneEqualsTheModelsAndChatTemplate) {
 // counted, a checkpoint written; bad settings are refused naming the field.
 TEST(ApiTrainer, StepsAsTheLibraryTrainerAndRefusesBadSettings) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("dc-api-train-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const dc::test::TempDir tmp("api_train");
+  const fs::path dir = tmp.path();
   {
     std::ofstream data(dir / "sft.jsonl");
     for (int i = 0; i < 6; ++i)
@@ -280,7 +280,6 @@ TEST(ApiTrainer, StepsAsTheLibraryTrainerAndRefusesBadSettings) {
   refused(bad, "missing.jsonl");
   bad = c, bad.out_dir = "", bad.steps = 0;
   refused(bad, "steps");
-  fs::remove_all(dir);
 }
 
 }  // namespace

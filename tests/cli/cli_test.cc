@@ -12,6 +12,7 @@
 
 #include "fixtures.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
@@ -23,13 +24,6 @@ RunResult run(const std::string& args) { return testing::run_binary(args); }
 
 std::string vocab_model() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
 std::string small_model() { return dc::testing::fixtures_dir() + "/tiny-gqa1"; }
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dc_cli_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 TEST(Cli, GenerateJsonIsValidAndComplete) {
   auto r = run("generate --model " + vocab_model() + " --prompt 'def add(a, b):' --max-new-tokens 12 --steps 6 --json");
@@ -61,7 +55,8 @@ TEST(Cli, VisualDrawsTheCanvasUnmasking) {
 }
 
 TEST(Cli, JsonlBatchWithIdsTextAndMessages) {
-  const fs::path dir = temp_dir("jsonl");
+  const test::TempDir tmp("cli_jsonl");
+  const fs::path dir = tmp.path();
   std::ofstream(dir / "p.jsonl") << "{\"prompt\": \"import os\"}\n"
                                  << "{\"prompt_ids\": [1, 2, 3, 4, 5, 6]}\n"
                                  << "{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}\n";
@@ -79,7 +74,6 @@ TEST(Cli, JsonlBatchWithIdsTextAndMessages) {
     ++n;
   }
   EXPECT_EQ(n, 6);
-  fs::remove_all(dir);
 }
 
 TEST(Cli, PromptIdsWithoutTokenizerPrintIds) {
@@ -232,7 +226,8 @@ TEST(Cli, FastModeIsItsThreeFlags) {
 }
 
 TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
-  const fs::path dir = temp_dir("bad");
+  const test::TempDir tmp("cli_bad");
+  const fs::path dir = tmp.path();
   // A checkpoint whose config.json disagrees with its tensors, and one with a corrupt safetensors header.
   fs::copy(small_model(), dir / "wrong_shape", fs::copy_options::recursive);
   {
@@ -276,7 +271,6 @@ TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
     EXPECT_NE(r.exit_code, -1) << "crashed: " << c.args;
     EXPECT_NE(r.err.find(c.expect_in_error), std::string::npos) << c.args << "\nstderr: " << r.err;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

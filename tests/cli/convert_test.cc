@@ -12,6 +12,7 @@
 
 #include "fixtures.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
@@ -20,13 +21,6 @@ namespace fs = std::filesystem;
 
 using testing::RunResult;
 RunResult run(const std::string& args) { return testing::run_binary(args); }
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dc_convert_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 bool has_tmp_leftover(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir))
@@ -38,7 +32,8 @@ const std::string kVocabModel = dc::testing::fixtures_dir() + "/tiny-vocab";
 const std::string kSmallModel = dc::testing::fixtures_dir() + "/tiny-gqa1";
 
 TEST(Convert, QuantizedCopiesGenerateAndInspect) {
-  const fs::path dir = temp_dir("ok");
+  const test::TempDir tmp("convert_ok");
+  const fs::path dir = tmp.path();
   for (const char* format : {"q8", "q4"}) {
     const fs::path out = dir / format;
     // --group-size 32: the fixture's 32-column matrices (at the default 128 they would stay as stored).
@@ -70,11 +65,11 @@ TEST(Convert, QuantizedCopiesGenerateAndInspect) {
     const auto dtypes = nlohmann::json::parse(inspect.out)["tensor_dtypes"];
     EXPECT_TRUE(dtypes.contains(std::string(format) == "q8" ? "I8" : "U8")) << dtypes.dump();
   }
-  fs::remove_all(dir);
 }
 
 TEST(Convert, ErrorsNameTheProblem) {
-  const fs::path dir = temp_dir("bad");
+  const test::TempDir tmp("convert_bad");
+  const fs::path dir = tmp.path();
   fs::create_directories(dir / "exists");
   struct Case {
     std::string args, expect_in_error;
@@ -106,7 +101,6 @@ TEST(Convert, ErrorsNameTheProblem) {
   r = run("convert --model " + (dir / "exists").string() + out + " --weights q4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("already quantized"), std::string::npos) << r.err;
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "fixtures.h"
 #include "loopback.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
@@ -47,21 +48,16 @@ RunResult run_capped(const std::string& args, int seconds = 60) {
 std::string vocab_model() { return testing::fixtures_dir() + "/tiny-vocab"; }
 std::string small_model() { return testing::fixtures_dir() + "/tiny-gqa1"; }
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dc_hostile_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// A copy of the tiny real-vocabulary model in which `edit` changes config.json.
-fs::path model_with_config(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
-  const fs::path dir = temp_dir(name);
+// A copy of the tiny real-vocabulary model in which `edit` changes config.json: the directory `m` of the returned
+// temporary directory.
+test::TempDir model_with_config(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  test::TempDir tmp("hostile_" + name);
+  const fs::path dir = tmp.path();
   fs::copy(vocab_model(), dir / "m", fs::copy_options::recursive);
   nlohmann::json c = testing::load_json((dir / "m" / "config.json").string());
   edit(c);
   std::ofstream(dir / "m" / "config.json") << c.dump();
-  return dir / "m";
+  return tmp;
 }
 
 void expect_error(const RunResult& r, int code, const std::string& in_error, const std::string& what) {
@@ -83,7 +79,8 @@ TEST(Hostile, HugeGenerationIsRefusedBeforeAllocating) {
 
 // Item 2: nesting in tokenizer.json is limited (the loaders recursed without a bound).
 TEST(Hostile, DeeplyNestedTokenizerJsonIsRefused) {
-  const fs::path dir = temp_dir("nest");
+  const test::TempDir tmp("hostile_nest");
+  const fs::path dir = tmp.path();
   std::ifstream in(vocab_model() + "/tokenizer.json");
   std::stringstream ss;
   ss << in.rdbuf();
@@ -124,13 +121,15 @@ TEST(Hostile, ConfigSizesAndFieldsAreChecked) {
        "no matrix has a quantization scale"},
   };
   for (const Case& c : cases) {
-    const fs::path m = model_with_config(c.name, c.edit);
+    const test::TempDir tmp = model_with_config(c.name, c.edit);
+    const fs::path m = fs::path(tmp.path()) / "m";
     const auto t0 = std::chrono::steady_clock::now();
     expect_error(run_capped("inspect --model " + m.string(), 30), 1, c.expect, c.name);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << c.name;
   }
   // A NUL byte and garbage after the object.
-  const fs::path m = model_with_config("nul", [](nlohmann::json&) {});
+  const test::TempDir tmp = model_with_config("nul", [](nlohmann::json&) {});
+  const fs::path m = fs::path(tmp.path()) / "m";
   std::ofstream(m / "config.json", std::ios::app) << std::string("\0garbage", 8);
   expect_error(run_capped("inspect --model " + m.string()), 1, "NUL byte", "NUL");
 }
@@ -164,7 +163,8 @@ TEST(Hostile, CountsAreLimited) {
 
 // Items 8, 10, 25: only regular files of bounded size are read; a FIFO never blocks.
 TEST(Hostile, OnlyRegularFilesAreRead) {
-  const fs::path dir = temp_dir("files");
+  const test::TempDir tmp("hostile_files");
+  const fs::path dir = tmp.path();
   fs::copy(vocab_model(), dir / "zero", fs::copy_options::recursive);
   fs::remove(dir / "zero" / "tokenizer.json");
   fs::create_symlink("/dev/zero", dir / "zero" / "tokenizer.json");
@@ -198,8 +198,8 @@ TEST(Hostile, OnlyRegularFilesAreRead) {
 
 // Item 9: a prompt that cannot fit the context is refused from its byte length, before tokenising.
 TEST(Hostile, OversizedPromptIsRefusedBeforeTokenising) {
-  const fs::path m = model_with_config("ctx", [](nlohmann::json& c) { c["max_position_embeddings"] = 64; });
-  const fs::path dir = m.parent_path();
+  const test::TempDir tmp = model_with_config("ctx", [](nlohmann::json& c) { c["max_position_embeddings"] = 64; });
+  const fs::path dir = tmp.path(), m = dir / "m";
   const std::string big(4 << 20, 'a');
   std::ofstream(dir / "p.jsonl") << nlohmann::json{{"prompt", big}}.dump() << "\n";
   const auto t0 = std::chrono::steady_clock::now();
@@ -241,7 +241,8 @@ TEST(Hostile, UsageErrorsExitTwoAndEmptyTextIsGiven) {
 
 // Items 23, 29: convert's messages and progress.
 TEST(Hostile, ConvertMessagesAndProgress) {
-  const fs::path dir = temp_dir("convert");
+  const test::TempDir tmp("hostile_convert");
+  const fs::path dir = tmp.path();
   expect_error(run_capped("convert --model " + small_model() + " --out " + (dir / "a").string() +
                           " --weights q4 --group-size 33"),
                2, "(default 128)", "item 23");
@@ -259,7 +260,8 @@ TEST(Hostile, ConvertMessagesAndProgress) {
 
 // Item 27: --prompts-jsonl errors say what is wrong and where.
 TEST(Hostile, JsonlPromptErrors) {
-  const fs::path dir = temp_dir("jsonl");
+  const test::TempDir tmp("hostile_jsonl");
+  const fs::path dir = tmp.path();
   struct Case {
     std::string line, expect;
   };
@@ -284,7 +286,8 @@ TEST(Hostile, JsonlPromptErrors) {
 
 // Item 28: a resumed run names the option that differs, and a finished run can be extended.
 TEST(Hostile, TrainResumeNamesTheDifferenceAndExtends) {
-  const fs::path dir = temp_dir("resume");
+  const test::TempDir tmp("hostile_resume");
+  const fs::path dir = tmp.path();
   {
     std::ofstream data(dir / "sft.jsonl");
     for (int i = 0; i < 4; ++i) data << R"({"prompt": "def f)" << i << R"((x):", "completion": " return x"})" << "\n";
@@ -360,7 +363,6 @@ class ServeProcess {
   int port_ = 0;
   fs::path err_;
 };
-
 
 std::string read_all(int fd) {
   std::string out;

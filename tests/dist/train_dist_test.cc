@@ -24,6 +24,7 @@
 #include "fixtures.h"
 #include "io/safetensors.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
@@ -43,14 +44,13 @@ std::string sanitizer_options() {
 class TrainDist : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("dc_dist_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    tmp_ = new test::TempDir("dist");
+    dir_ = tmp_->path();
     std::ofstream data(dir_ / "sft.jsonl");
     for (int i = 0; i < 12; ++i)
       data << R"({"prompt": "def f)" << i << R"((x):", "completion": "\n    return x * )" << i << "\"}\n";
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static void TearDownTestSuite() { delete tmp_; }
 
   // The command prefix that starts a program on `ranks` ranks over loopback ("" for one process).
   static std::string launcher(int ranks) {
@@ -72,6 +72,7 @@ class TrainDist : public ::testing::Test {
     return r;
   }
   static fs::path path(const std::string& p) { return dir_ / p; }
+  static inline test::TempDir* tmp_ = nullptr;
   static inline fs::path dir_;
 };
 

@@ -18,6 +18,7 @@
 #include "model/weight_cache.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
@@ -26,12 +27,12 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return dc::testing::fixtures_dir() + "/" + name; }
 
-// A private copy of a fixture checkpoint (the tests write caches into it and touch its files).
-fs::path copy_fixture(const std::string& name, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("dc_wcache_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::copy(fixture(name), dir, fs::copy_options::recursive);
-  for (const auto& e : fs::directory_iterator(dir))
+// A private copy of a fixture checkpoint in a temporary directory (the tests write caches into it and touch
+// its files).
+test::TempDir copy_fixture(const std::string& name, const std::string& tag) {
+  test::TempDir dir("wcache_" + tag);
+  fs::copy(fixture(name), dir.path(), fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(dir.path()))
     if (is_weight_cache_file_name(e.path().filename().string())) fs::remove(e.path());
   return dir;
 }
@@ -87,7 +88,8 @@ class WeightCache : public ::testing::Test {
 };
 
 TEST_F(WeightCache, WrittenThenMappedWithIdenticalLogits) {
-  const fs::path dir = copy_fixture("tiny-gqa4-bf16", "roundtrip");
+  const test::TempDir tmp = copy_fixture("tiny-gqa4-bf16", "roundtrip");
+  const fs::path dir = tmp.path();
   const fs::path file = dir / "diffucoder-packed.bf16.bin";
   std::vector<float> fresh;
   {
@@ -110,11 +112,11 @@ TEST_F(WeightCache, WrittenThenMappedWithIdenticalLogits) {
   auto exact = load(dir, MatmulPrecision::kF32);
   EXPECT_EQ(exact->weight_cache_report().outcome, WeightCacheReport::kNotUsed);
   EXPECT_FALSE(fs::exists(dir / "diffucoder-packed.f32.bin"));
-  fs::remove_all(dir);
 }
 
 TEST_F(WeightCache, StaleWhenTheCheckpointChanged) {
-  const fs::path dir = copy_fixture("tiny-gqa4-bf16", "stale");
+  const test::TempDir tmp = copy_fixture("tiny-gqa4-bf16", "stale");
+  const fs::path dir = tmp.path();
   std::vector<float> fresh;
   {
     auto e = load(dir, std::nullopt);
@@ -133,11 +135,11 @@ TEST_F(WeightCache, StaleWhenTheCheckpointChanged) {
     auto again = load(dir, std::nullopt);  // rebuilt: used again
     EXPECT_EQ(again->weight_cache_report().outcome, WeightCacheReport::kLoaded) << again->weight_cache_report().note;
   }
-  fs::remove_all(dir);
 }
 
 TEST_F(WeightCache, DamagedCacheIsDetectedAndRebuilt) {
-  const fs::path dir = copy_fixture("tiny-gqa4-bf16", "damaged");
+  const test::TempDir tmp = copy_fixture("tiny-gqa4-bf16", "damaged");
+  const fs::path dir = tmp.path();
   const fs::path file = dir / "diffucoder-packed.bf16.bin";
   std::vector<float> fresh;
   {
@@ -176,16 +178,12 @@ TEST_F(WeightCache, DamagedCacheIsDetectedAndRebuilt) {
     EXPECT_EQ(again->weight_cache_report().outcome, WeightCacheReport::kLoaded) << d.what;
     EXPECT_EQ(logits_of(*again), fresh) << d.what;
   }
-  fs::remove_all(dir);
 }
 
 TEST_F(WeightCache, ExplicitDirectoryAndQuantizedWeights) {
   if (!cpu::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: q8 weights are not packed on this CPU";
-  const fs::path src = copy_fixture("tiny-gqa1", "q8src");
-  const fs::path q8 = src.string() + "_q8";
-  const fs::path cache_dir = src.string() + "_cache";
-  fs::remove_all(q8);
-  fs::remove_all(cache_dir);
+  const test::TempDir tmp = copy_fixture("tiny-gqa1", "q8src"), out("wcache_q8");
+  const fs::path src = tmp.path(), q8 = fs::path(out.path()) / "q8", cache_dir = fs::path(out.path()) / "cache";
   ConvertOptions co;
   co.model_dir = src.string();
   co.out_dir = q8.string();
@@ -200,7 +198,6 @@ TEST_F(WeightCache, ExplicitDirectoryAndQuantizedWeights) {
   auto warm = load(q8, std::nullopt, cache_dir.string());
   EXPECT_EQ(warm->weight_cache_report().outcome, WeightCacheReport::kLoaded) << warm->weight_cache_report().note;
   EXPECT_EQ(logits_of(*warm), fresh);
-  for (const fs::path& p : {src, q8, cache_dir}) fs::remove_all(p);
 }
 
 }  // namespace

@@ -21,24 +21,12 @@
 #include "eval/run.h"
 #include "fixtures.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace dc::eval {
 namespace {
 
 const std::string kHumanEval = std::string(DC_SOURCE_DIR) + "/data/humaneval/HumanEval.jsonl.gz";
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/dc-eval-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
@@ -95,20 +83,20 @@ TEST(Tasks, LoadsHumanEvalGzipAndPlain) {
   EXPECT_EQ((*tasks)[0].task_id, "HumanEval/0");
   EXPECT_EQ((*tasks)[0].entry_point, "has_close_elements");
   EXPECT_FALSE((*tasks)[163].canonical_solution.empty());
-  TempDir dir;
-  write(dir / "t.jsonl", R"({"task_id": "x/0", "prompt": "def f():\n", "entry_point": "f", "test": "def check(c): pass"})"
+  const test::TempDir dir("eval");
+  write(dir.file("t.jsonl"), R"({"task_id": "x/0", "prompt": "def f():\n", "entry_point": "f", "test": "def check(c): pass"})"
                          "\n\n");
-  auto plain = load_tasks(dir / "t.jsonl");
+  auto plain = load_tasks(dir.file("t.jsonl"));
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_EQ(plain->size(), 1u);
-  write(dir / "bad.jsonl", R"({"task_id": "x/0", "prompt": "p", "test": "t"})");
-  auto bad = load_tasks(dir / "bad.jsonl");
+  write(dir.file("bad.jsonl"), R"({"task_id": "x/0", "prompt": "p", "test": "t"})");
+  auto bad = load_tasks(dir.file("bad.jsonl"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line 1: needs a string \"entry_point\""), std::string::npos);
-  write(dir / "dup.jsonl", R"({"task_id": "x", "prompt": "p", "entry_point": "f", "test": "t"})"
+  write(dir.file("dup.jsonl"), R"({"task_id": "x", "prompt": "p", "entry_point": "f", "test": "t"})"
                            "\n" R"({"task_id": "x", "prompt": "p", "entry_point": "f", "test": "t"})");
-  EXPECT_NE(load_tasks(dir / "dup.jsonl").status().message().find("duplicate task_id x"), std::string::npos);
-  EXPECT_FALSE(load_tasks(dir / "missing.jsonl").ok());
+  EXPECT_NE(load_tasks(dir.file("dup.jsonl")).status().message().find("duplicate task_id x"), std::string::npos);
+  EXPECT_FALSE(load_tasks(dir.file("missing.jsonl")).ok());
 }
 
 TEST(Prompts, BaseAndInstructFormats) {
@@ -138,18 +126,18 @@ TEST(EvalCli, AllCanonicalSolutionsPass) {
   if (!sandbox_here()) GTEST_SKIP() << "no namespaces";
   auto tasks = load_tasks(kHumanEval);
   ASSERT_TRUE(tasks.ok());
-  TempDir dir;
-  std::ofstream c(dir / "canonical.jsonl");
+  const test::TempDir dir("eval");
+  std::ofstream c(dir.file("canonical.jsonl"));
   for (const auto& t : *tasks) c << nlohmann::json{{"task_id", t.task_id}, {"completion", t.canonical_solution}}.dump() << "\n";
   c.close();
-  auto r = testing::run_binary("eval --benchmark " + kHumanEval + " --completions " + (dir / "canonical.jsonl") +
-                               " --out " + (dir / "results.jsonl") + " --workers 2 --json");
+  auto r = testing::run_binary("eval --benchmark " + kHumanEval + " --completions " + dir.file("canonical.jsonl") +
+                               " --out " + dir.file("results.jsonl") + " --workers 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tasks"], 164);
   EXPECT_EQ(j["passed"], 164) << r.out;
   EXPECT_DOUBLE_EQ(j["pass_at_k"]["pass@1"].get<double>(), 1.0);
-  auto lines = read_jsonl(dir / "results.jsonl");
+  auto lines = read_jsonl(dir.file("results.jsonl"));
   ASSERT_EQ(lines.size(), 165u);
   EXPECT_EQ(lines[0]["settings"]["tasks"], 164);
   EXPECT_NE(r.err.find("164/164 samples"), std::string::npos) << r.err;
@@ -158,7 +146,7 @@ TEST(EvalCli, AllCanonicalSolutionsPass) {
 // Deliberately broken solutions of HumanEval/0 (has_close_elements) and /2 (truncate_number).
 TEST(EvalCli, BrokenSolutionsFailWithTheRightKind) {
   if (!sandbox_here()) GTEST_SKIP() << "no namespaces";
-  TempDir dir;
+  const test::TempDir dir("eval");
   const std::vector<std::pair<std::string, std::string>> cases = {
       // off by one: compares with <= over indices shifted by one
       {"HumanEval/0", "    for i in range(len(numbers) - 1):\n        if abs(numbers[i] - numbers[i + 1]) < threshold:\n"
@@ -173,13 +161,13 @@ TEST(EvalCli, BrokenSolutionsFailWithTheRightKind) {
       {"HumanEval/2", "    print('\\nDC_PASS_forged')\n    import os; os._exit(0)\n"},  // cannot forge the nonce
       {"HumanEval/2", "    return number % 1.0\n"},                           // correct
   };
-  std::ofstream c(dir / "broken.jsonl");
+  std::ofstream c(dir.file("broken.jsonl"));
   for (const auto& [id, completion] : cases) c << nlohmann::json{{"task_id", id}, {"completion", completion}}.dump() << "\n";
   c.close();
-  auto r = testing::run_binary("eval --benchmark " + kHumanEval + " --completions " + (dir / "broken.jsonl") +
-                               " --out " + (dir / "results.jsonl") + " --timeout 2 --memory-mb 512 --quiet --json");
+  auto r = testing::run_binary("eval --benchmark " + kHumanEval + " --completions " + dir.file("broken.jsonl") +
+                               " --out " + dir.file("results.jsonl") + " --timeout 2 --memory-mb 512 --quiet --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto lines = read_jsonl(dir / "results.jsonl");
+  auto lines = read_jsonl(dir.file("results.jsonl"));
   ASSERT_EQ(lines.size(), cases.size() + 1);
   std::map<std::pair<std::string, int>, nlohmann::json> by;
   for (size_t i = 1; i < lines.size(); ++i) by[{lines[i]["task_id"], lines[i]["sample"].get<int>()}] = lines[i];
@@ -203,9 +191,9 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
   if (!sandbox_here()) GTEST_SKIP() << "no namespaces";
   auto tasks = load_tasks(kHumanEval);
   ASSERT_TRUE(tasks.ok());
-  TempDir dir;
+  const test::TempDir dir("eval");
   // 40 tasks, every third solution broken, two samples each.
-  std::ofstream c(dir / "c.jsonl");
+  std::ofstream c(dir.file("c.jsonl"));
   for (int i = 0; i < 40; ++i) {
     const auto& t = (*tasks)[static_cast<size_t>(i)];
     for (int s = 0; s < 2; ++s) {
@@ -214,23 +202,23 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
     }
   }
   c.close();
-  const std::string common = "eval --benchmark " + kHumanEval + " --completions " + (dir / "c.jsonl") +
+  const std::string common = "eval --benchmark " + kHumanEval + " --completions " + dir.file("c.jsonl") +
                              " --limit 40 --workers 1 --quiet --json";
-  auto full = testing::run_binary(common + " --out " + (dir / "full.jsonl"));
+  auto full = testing::run_binary(common + " --out " + dir.file("full.jsonl"));
   ASSERT_EQ(full.exit_code, 0) << full.err;
 
   // The same run, killed (SIGKILL, no chance to clean up) once it has written some samples.
-  const std::string out = dir / "killed.jsonl";
-  std::vector<std::string> args = {DC_BINARY_PATH, "eval", "--benchmark", kHumanEval, "--completions", dir / "c.jsonl",
+  const std::string out = dir.file("killed.jsonl");
+  std::vector<std::string> args = {DC_BINARY_PATH, "eval", "--benchmark", kHumanEval, "--completions", dir.file("c.jsonl"),
                                    "--limit", "40", "--workers", "1", "--quiet", "--json", "--out", out};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
   // Its in-flight sandbox temp dirs cannot be removed by a killed process: keep them in `dir`.
-  std::filesystem::create_directory(dir / "tmp");
+  std::filesystem::create_directory(dir.file("tmp"));
   pid_t pid = fork();
   if (pid == 0) {
-    setenv("TMPDIR", (dir / "tmp").c_str(), 1);
+    setenv("TMPDIR", dir.file("tmp").c_str(), 1);
     int devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1), dup2(devnull, 2);
     execv(argv[0], argv.data());
@@ -264,10 +252,10 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
 
 TEST(EvalCli, ModelModeOnTheTinyCheckpoint) {
   if (!sandbox_here()) GTEST_SKIP() << "no namespaces";
-  TempDir dir;
+  const test::TempDir dir("eval");
   const std::string model = testing::fixtures_dir() + "/tiny-vocab";
   for (const char* format : {"base", "instruct"}) {
-    const std::string out = dir / (std::string(format) + ".jsonl");
+    const std::string out = dir.file(std::string(format) + ".jsonl");
     auto r = testing::run_binary("eval --model " + model + " --benchmark " + kHumanEval + " --limit 3 --samples-per-task 2 "
                                  "--batch-tasks 2 --max-new-tokens 16 --temperature 0.5 --seed 1 --prompt-format " +
                                  format + " --out " + out + " --json --weight-cache off");
@@ -286,7 +274,7 @@ TEST(EvalCli, ModelModeOnTheTinyCheckpoint) {
   }
   // --fast and a wrong flag combination.
   auto fast = testing::run_binary("eval --model " + model + " --benchmark " + kHumanEval +
-                                  " --limit 1 --max-new-tokens 32 --fast --quiet --out " + (dir / "fast.jsonl") +
+                                  " --limit 1 --max-new-tokens 32 --fast --quiet --out " + dir.file("fast.jsonl") +
                                   " --weight-cache off");
   EXPECT_EQ(fast.exit_code, 0) << fast.err;
   auto both = testing::run_binary("eval --model " + model + " --completions x --benchmark " + kHumanEval);

@@ -1,5 +1,5 @@
 // Helpers of the GGUF tests: raw GGUF bytes built field by field (so that tests can break any field),
-// a temporary directory, and f16 bit patterns.
+// the tests' temporary directory, and f16 bit patterns.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
+#include "temp_dir.h"
 
 namespace dc::test {
 
@@ -40,18 +40,6 @@ inline void tensor_info(Bytes& out, const std::string& name, const std::vector<u
   for (uint64_t d : dims) out.put<uint64_t>(d);
   out.put<uint32_t>(type).put<uint64_t>(offset);
 }
-
-// A fresh directory under the system temp dir, removed by the destructor.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag) {
-    path = std::filesystem::temp_directory_path() / ("dc_gguf_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -12,7 +12,7 @@
 namespace dc {
 namespace {
 
-using dc::testing::TempDir;
+using dc::test::TempDir;
 using dc::testing::write_bytes;
 using Json = nlohmann::json;
 

@@ -1,9 +1,8 @@
-// Helpers for the io tests: a unique temporary directory removed at scope exit, and writers for raw
+// Helpers for the io tests: the tests' temporary directory (temp_dir.h), and writers for raw
 // files and hand-made safetensors headers.
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -12,37 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace dc::testing {
-
-// A fresh directory under ::testing::TempDir(), deleted with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::path(::testing::TempDir()) / "dc_io_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-
-  // The names of the entries of the directory, sorted.
-  std::vector<std::string> list() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -10,7 +10,7 @@
 namespace dc {
 namespace {
 
-using dc::testing::TempDir;
+using dc::test::TempDir;
 using dc::testing::write_bytes;
 
 TEST(MappedFile, MapsTheWholeFile) {

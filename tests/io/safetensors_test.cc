@@ -13,7 +13,7 @@ namespace dc {
 namespace {
 
 using dc::testing::safetensors_bytes;
-using dc::testing::TempDir;
+using dc::test::TempDir;
 using dc::testing::write_bytes;
 
 std::vector<uint8_t> pattern_bytes(size_t n, int seed) {

@@ -19,19 +19,13 @@
 #include "model/convert.h"
 #include "model/quantize.h"
 #include "model/transformer.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
 
 namespace fs = std::filesystem;
 using dc::testing::flatten;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dc_quant_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 std::string fixture(const std::string& name) { return dc::testing::fixtures_dir() + "/" + name; }
 
@@ -250,7 +244,8 @@ bool has_tmp_leftover(const fs::path& dir) {
 
 TEST(QuantizedCheckpoint, ConvertLoadAndForwardEveryFixture) {
   const auto manifest = dc::testing::load_manifest();
-  const fs::path dir = temp_dir("fixtures");
+  const test::TempDir tmp("quant_fixtures");
+  const fs::path dir = tmp.path();
   ThreadPool pool(2);
   const Context ctx{Device::kCpu, &pool};
   int n = 0, n_cases = 0;
@@ -284,12 +279,12 @@ TEST(QuantizedCheckpoint, ConvertLoadAndForwardEveryFixture) {
   }
   EXPECT_GE(n, 8);
   EXPECT_GE(n_cases, 8 * 4);
-  fs::remove_all(dir);
 }
 
 TEST(QuantizedCheckpoint, ShardsInMemoryAndFileAgree) {
   const std::string src = fixture("tiny-gqa2");
-  const fs::path dir = temp_dir("shards");
+  const test::TempDir tmp("quant_shards");
+  const fs::path dir = tmp.path();
   ASSERT_TRUE(convert(src, dir / "one", WeightQuant::kQ4).ok());
   ASSERT_TRUE(convert(src, dir / "many", WeightQuant::kQ4, 32, 20000).ok());
   EXPECT_TRUE(fs::exists(dir / "many" / "model.safetensors.index.json"));
@@ -309,12 +304,12 @@ TEST(QuantizedCheckpoint, ShardsInMemoryAndFileAgree) {
     EXPECT_EQ(a, logits_of(**many, k, ctx));
     EXPECT_EQ(a, logits_of(*mem, k, ctx));
   }
-  fs::remove_all(dir);
 }
 
 TEST(QuantizedCheckpoint, FastKernelsMatchReferenceKernels) {
   const std::string src = fixture("tiny-gqa2");
-  const fs::path dir = temp_dir("kernels");
+  const test::TempDir tmp("quant_kernels");
+  const fs::path dir = tmp.path();
   ThreadPool pool(3);
   for (WeightQuant format : {WeightQuant::kQ8, WeightQuant::kQ4}) {
     ASSERT_TRUE(convert(src, dir / quant_format_name(format), format).ok());
@@ -327,7 +322,6 @@ TEST(QuantizedCheckpoint, FastKernelsMatchReferenceKernels) {
       EXPECT_LT(e, 2e-2) << quant_format_name(format);  // the int8 rounding of the activations
     }
   }
-  fs::remove_all(dir);
 }
 
 void rewrite_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
@@ -344,7 +338,8 @@ void expect_load_error(const fs::path& dir, const std::vector<std::string>& part
 
 TEST(QuantizedCheckpoint, LoaderChecksTensorsAgainstTheBlock) {
   const std::string src = fixture("tiny-gqa1");
-  const fs::path dir = temp_dir("loader");
+  const test::TempDir tmp("quant_loader");
+  const fs::path dir = tmp.path();
   ASSERT_TRUE(convert(src, dir / "q4", WeightQuant::kQ4).ok());
   ASSERT_TRUE(convert(src, dir / "q8", WeightQuant::kQ8).ok());
   // The block says q8 but the tensors are q4.
@@ -371,12 +366,12 @@ TEST(QuantizedCheckpoint, LoaderChecksTensorsAgainstTheBlock) {
     fs::copy_file(dir / "q4" / "config.json", dir / "no_min" / "config.json");
   }
   expect_load_error(dir / "no_min", {"model.layers.1.mlp.up_proj.weight.min", "missing"});
-  fs::remove_all(dir);
 }
 
 TEST(QuantizedCheckpoint, ConvertErrors) {
   const std::string src = fixture("tiny-gqa1");
-  const fs::path dir = temp_dir("errors");
+  const test::TempDir tmp("quant_errors");
+  const fs::path dir = tmp.path();
   auto expect_error = [](const Status& s, const std::string& part) {
     ASSERT_FALSE(s.ok()) << part;
     EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
@@ -404,7 +399,6 @@ TEST(QuantizedCheckpoint, ConvertErrors) {
   expect_error(convert((dir / "wrong").string(), dir / "c", WeightQuant::kQ8), "mlp.gate_proj.weight");
   EXPECT_FALSE(fs::exists(dir / "c"));
   EXPECT_FALSE(has_tmp_leftover(dir));
-  fs::remove_all(dir);
 }
 
 // ---- the logit error at the Qwen2.5-0.5B shape (disabled: run by hand) ------------------------------

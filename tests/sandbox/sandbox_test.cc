@@ -18,6 +18,7 @@
 
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
+#include "temp_dir.h"
 
 namespace dc::sandbox {
 namespace {
@@ -26,9 +27,6 @@ class SandboxTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Every run's temp dir goes under a directory of this test, so we can check it is left empty.
-    char tmpl[] = "/tmp/dc-sandbox-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    tmpdir_ = tmpl;
     setenv("TMPDIR", tmpdir_.c_str(), 1);
     Status s = check_available();
     if (!s.ok()) GTEST_SKIP() << "no namespaces here: " << s.message();
@@ -46,8 +44,6 @@ class SandboxTest : public ::testing::Test {
       closedir(d);
       EXPECT_EQ(entries, 0);
     }
-    std::string cmd = "rm -rf '" + tmpdir_ + "'";
-    (void)!system(cmd.c_str());
   }
 
   static RunSpec python(const std::string& code) {
@@ -78,7 +74,8 @@ class SandboxTest : public ::testing::Test {
     closedir(d);
     return n;
   }
-  std::string tmpdir_;
+  const test::TempDir tmp_{"sandbox_test"};
+  const std::string tmpdir_ = tmp_.path();
 };
 
 TEST_F(SandboxTest, RunsAProgramAndCapturesItsOutput) {

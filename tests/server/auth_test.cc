@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "server/running_server.h"
+#include "temp_dir.h"
 
 namespace dc::server {
 namespace {
@@ -17,14 +18,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::Running;
 
-fs::path write_file(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
+fs::path write_file(const dc::test::TempDir& dir, const std::string& name, const std::string& text) {
+  const fs::path p = dir.file(name);
   std::ofstream(p) << text;
   return p;
 }
 
 TEST(ApiKeys, LoadsKeysFromFlagsAndFile) {
-  const fs::path file = write_file("dc_keys", "# team keys\n\n  sk-file-one  \nsk-file-two\n");
+  const dc::test::TempDir tmp("keys");
+  const fs::path file = write_file(tmp, "keys", "# team keys\n\n  sk-file-one  \nsk-file-two\n");
   Result<ApiKeys> keys = ApiKeys::load({"sk-flag"}, file.string());
   ASSERT_TRUE(keys.ok()) << keys.status().to_string();
   EXPECT_EQ(keys->size(), 3u);
@@ -34,12 +36,12 @@ TEST(ApiKeys, LoadsKeysFromFlagsAndFile) {
   for (const char* bad : {"", "Bearer", "Bearer ", "sk-flag", "Basic sk-flag", "bearer sk-flag", "Bearer sk-fla",
                           "Bearer sk-flagg", "Bearer # team keys", "Bearer sk-file-one sk-file-two"})
     EXPECT_FALSE(keys->accepts(bad)) << bad;
-  fs::remove(file);
 }
 
 TEST(ApiKeys, BadKeysAndFilesAreNamedNotEchoed) {
-  const fs::path empty = write_file("dc_keys_empty", "# nothing\n\n");
-  const fs::path spaced = write_file("dc_keys_spaced", "good\nsecret with space\n");
+  const dc::test::TempDir tmp("keys");
+  const fs::path empty = write_file(tmp, "empty", "# nothing\n\n");
+  const fs::path spaced = write_file(tmp, "spaced", "good\nsecret with space\n");
   struct Case {
     std::vector<std::string> keys;
     std::string file, want;
@@ -57,8 +59,6 @@ TEST(ApiKeys, BadKeysAndFilesAreNamedNotEchoed) {
     EXPECT_NE(keys.status().message().find(c.want), std::string::npos) << keys.status().message();
     EXPECT_EQ(keys.status().message().find("secret"), std::string::npos) << keys.status().message();
   }
-  fs::remove(empty);
-  fs::remove(spaced);
 }
 
 class AuthServer : public test::TinyVocabSuite {

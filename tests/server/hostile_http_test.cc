@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "fixtures.h"
 #include "server/running_server.h"
+#include "temp_dir.h"
 
 namespace dc::server {
 namespace {
@@ -118,10 +119,10 @@ TEST_F(HostileHttp, IdleServerGivesMemoryBack) {
   EXPECT_LT(after - before, int64_t{150} << 20) << "RSS before " << before << ", after " << after;
 }
 
-// A copy of the tiny model whose final norm weights are NaN (its logits are then NaN).
-fs::path nan_model() {
-  const fs::path dir = fs::temp_directory_path() / ("dc_nan_model_" + std::to_string(getpid()));
-  fs::remove_all(dir);
+// A copy of the tiny model whose final norm weights are NaN (its logits are then NaN), in a temporary directory.
+dc::test::TempDir nan_model() {
+  dc::test::TempDir tmp("nan_model");
+  const fs::path dir = tmp.path();
   fs::copy(tiny_model_dir(), dir, fs::copy_options::recursive);
   std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
   uint64_t n = 0;
@@ -140,14 +141,14 @@ fs::path nan_model() {
   }
   f.seekp(static_cast<std::streamoff>(8 + n + begin));
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  return dir;
+  return tmp;
 }
 
 // Item 14: a model failure (NaN logits) is a 500 server error, not a 400.
 TEST_F(HostileHttp, ModelFailureIs500) {
-  const fs::path dir = nan_model();
+  const dc::test::TempDir dir = nan_model();
   EngineOptions eo;
-  eo.model_dir = dir.string();
+  eo.model_dir = dir.path();
   eo.n_threads = 2;
   eo.weight_cache = "off";  // no background cache writer racing the directory's removal below
   auto e = Engine::load(eo);
@@ -159,7 +160,6 @@ TEST_F(HostileHttp, ModelFailureIs500) {
   EXPECT_EQ(r->status, 500) << r->body;
   EXPECT_EQ(error_of(r)["type"], "server_error") << r->body;
   s.stop();
-  fs::remove_all(dir);
 }
 
 // Item 16: a client that shuts down its sending side after the request still gets the answer.

@@ -10,6 +10,7 @@
 #include "fixtures.h"
 #include "tokenizer/chat.h"
 #include "train/data.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
@@ -22,10 +23,7 @@ class DataTest : public ::testing::Test {
     auto t = Tokenizer::from_file((fs::path(testing::fixtures_dir()) / "tiny-vocab" / "tokenizer.json").string());
     ASSERT_TRUE(t.ok()) << t.status().message();
     tok_ = std::make_unique<Tokenizer>(std::move(*t));
-    dir_ = fs::temp_directory_path() / ("dc_data_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     const std::string p = (dir_ / name).string();
     std::ofstream(p) << text;
@@ -34,7 +32,8 @@ class DataTest : public ::testing::Test {
   std::vector<int32_t> ids(const std::string& s) { return *tok_->encode(s); }
 
   std::unique_ptr<Tokenizer> tok_;
-  fs::path dir_;
+  const test::TempDir tmp_{"data_test"};
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(DataTest, PromptCompletionCanvasPaddedAndScoredAfterThePrompt) {

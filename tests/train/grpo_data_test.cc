@@ -8,6 +8,7 @@
 #include "fixtures.h"
 #include "tokenizer/chat.h"
 #include "train/grpo_data.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
@@ -23,10 +24,7 @@ class GrpoDataTest : public ::testing::Test {
     auto t = Tokenizer::from_file((fs::path(testing::fixtures_dir()) / "tiny-vocab" / "tokenizer.json").string());
     ASSERT_TRUE(t.ok()) << t.status().message();
     tok_ = std::make_unique<Tokenizer>(std::move(*t));
-    dir_ = fs::temp_directory_path() / ("dc_grpo_data_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& text) {
     const std::string p = (dir_ / "data.jsonl").string();
     std::ofstream(p) << text;
@@ -42,7 +40,8 @@ class GrpoDataTest : public ::testing::Test {
   }
 
   std::unique_ptr<Tokenizer> tok_;
-  fs::path dir_;
+  const test::TempDir tmp_{"grpo_data_test"};
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(GrpoDataTest, AceCodeQuestionGetsTheFirstTestCaseUnlessItHoldsACodeBlock) {

@@ -15,6 +15,7 @@
 #include "train/grpo_data.h"
 #include "train/rewards.h"
 #include "train/rollout.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
@@ -97,9 +98,8 @@ HeldOut held_out_reward(const fs::path& model_dir, const fs::path& data) {
 TEST(GrpoLearningTest, SftThenGrpoRaisesHeldOutRewardOfCodeTask) {
   const fs::path base = fs::path(testing::fixtures_dir()) / "tiny-vocab";
   ASSERT_TRUE(fs::exists(base / "tokenizer.json")) << "run `ctest -R reference_fixtures` first";
-  const fs::path dir = fs::temp_directory_path() / ("dc_grpo_learn_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const test::TempDir tmp("grpo_learn");
+  const fs::path dir = tmp.path();
   write_task_files(dir);
   const std::string bin = DC_BINARY_PATH;
   const testing::RunResult sft = testing::run_command(
@@ -120,7 +120,6 @@ TEST(GrpoLearningTest, SftThenGrpoRaisesHeldOutRewardOfCodeTask) {
   std::printf("[ grpo     ] held-out reward %.3f -> %.3f (pass rate %.3f -> %.3f, format rate %.3f -> %.3f)\n",
               before.reward, after.reward, before.pass_rate, after.pass_rate, before.format_rate, after.format_rate);
   EXPECT_GT(after.reward, before.reward + 0.5);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "process.h"
 #include "train/grpo_loss.h"
 #include "train/rollout.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
@@ -264,8 +265,8 @@ TEST(GrpoLossCli, BadBatchesGetClearErrors) {
   const Json cases = load_cases();
   ASSERT_FALSE(cases.empty());
   const Json good = cases[0]["batch"];
-  const fs::path dir = fs::temp_directory_path() / ("dc_grpo_bad_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const test::TempDir tmp("grpo_bad");
+  const fs::path dir = tmp.path();
   auto run = [&](const Json& batch) {
     const fs::path p = dir / "batch.json";
     std::ofstream(p) << batch.dump();
@@ -310,7 +311,6 @@ TEST(GrpoLossCli, BadBatchesGetClearErrors) {
                                            (dir / "none.json").string());
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("none.json"), std::string::npos) << missing.err;
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "sampler/generate.h"
 #include "train/grpo_trainer.h"
 #include "train/rollout.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
@@ -89,11 +90,6 @@ class GrpoTrainerTest : public ::testing::Test {
     ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
     ctx_.pool = &pool_;
   }
-  fs::path temp_dir(const std::string& name) {
-    const fs::path d = fs::temp_directory_path() / ("dc_grpo_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    return d;
-  }
   ThreadPool pool_{2};
   Context ctx_;
 };
@@ -151,13 +147,14 @@ TEST_F(GrpoTrainerTest, ResumedRunIsBitIdentical) {
   o.ref_sync_steps = 1;
   o.save_every = 1;
   o.recompute = true;
-  o.out_dir = temp_dir("whole").string();
+  const test::TempDir tmp("grpo_resume");
+  o.out_dir = tmp.file("whole");
   auto whole = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 11, false));
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   while ((*whole)->steps_done() < 4) ASSERT_TRUE((*whole)->step().ok());
   ASSERT_TRUE((*whole)->save().ok());
 
-  o.out_dir = temp_dir("split").string();
+  o.out_dir = tmp.file("split");
   {
     auto first = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 11, false));
     ASSERT_TRUE(first.ok());
@@ -194,8 +191,6 @@ TEST_F(GrpoTrainerTest, ResumedRunIsBitIdentical) {
   EXPECT_EQ(lines, 4) << "the lost step 3 is not in metrics.jsonl twice";
   ASSERT_TRUE((*resumed)->save().ok());
   EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "reward.svg"));
-  fs::remove_all(o.out_dir);
-  fs::remove_all(temp_dir("whole"));
 }
 
 TEST_F(GrpoTrainerTest, BadOptionsAreRefused) {
@@ -220,8 +215,8 @@ std::string read_bytes(const fs::path& p) {
 TEST_F(GrpoTrainerTest, CliKilledRunResumesBitIdentical) {
   const fs::path model = fs::path(testing::fixtures_dir()) / "tiny-vocab";
   ASSERT_TRUE(fs::exists(model / "tokenizer.json"));
-  const fs::path dir = temp_dir("cli");
-  fs::create_directories(dir);
+  const test::TempDir tmp("grpo_cli");
+  const fs::path dir = tmp.path();
   std::ofstream(dir / "data.jsonl") << R"({"prompt": "Write f(x) returning x+1.", "tests": ["assert f(1) == 2"]})" "\n"
                                     << R"({"question": "Write g(x) returning 2*x.", "test_cases": ["assert g(2) == 4"]})" "\n";
   // The reward: how many letters 'e' the completion has (any score the policy's text moves).
@@ -250,7 +245,6 @@ TEST_F(GrpoTrainerTest, CliKilledRunResumesBitIdentical) {
   EXPECT_NE(read_bytes(dir / "whole" / "checkpoint-000004" / "model.safetensors"),
             read_bytes(model / "model.safetensors")) << "the policy did not move";
   EXPECT_TRUE(fs::exists(dir / "split" / "reward.svg"));
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 #include "train/optimizer_core.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
@@ -60,8 +61,8 @@ bool same_bits(const ModelParams& a, const ModelParams& b) {
 TEST(OptimizerCore, ResumedRunIsBitIdenticalAndKeepsItsExtraFiles) {
   ASSERT_TRUE(fs::exists(fs::path(DC_GRAD_FIXTURES_DIR) / ".complete")) << "run `ctest -R grad_fixtures` first";
   ThreadPool pool(2);
-  const fs::path out = fs::temp_directory_path() / ("dc_optimizer_core_" + std::to_string(getpid()));
-  fs::remove_all(out);
+  const test::TempDir tmp("optimizer_core");
+  const fs::path out = tmp.file("out");
 
   OptimizerCore whole = start_core();
   std::vector<OptimizerStepStats> want;
@@ -107,7 +108,6 @@ TEST(OptimizerCore, ResumedRunIsBitIdenticalAndKeepsItsExtraFiles) {
   auto missing = OptimizerCore::resume((out / "checkpoint-000009").string(), grpo_like_options());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("checkpoint-000009"), std::string::npos) << missing.status().message();
-  fs::remove_all(out);
 }
 
 }  // namespace

@@ -21,18 +21,13 @@
 #include "model/transformer.h"
 #include "ops/matmul.h"
 #include "train/trainer.h"
+#include "temp_dir.h"
 
 namespace dc::train {
 namespace {
 
 namespace fs = std::filesystem;
 const fs::path kGrad = DC_GRAD_FIXTURES_DIR;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dc_train_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  return dir;
-}
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -103,7 +98,8 @@ TEST(LossAndGrads, FirstMicroBatchWithoutLossRowsZeroesTheGradients) {
 
 TEST(Trainer, LossFallsWellBelowItsStartOnACodeCorpus) {
   ASSERT_TRUE(fs::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
-  const fs::path out = temp_dir("loss");
+  const test::TempDir tmp("train_loss");
+  const fs::path out = tmp.file("out");
   ThreadPool pool(2);
   auto t = Trainer::create_with_data(tiny_options(out, 600), make_ctx(pool), code_corpus(32));
   ASSERT_TRUE(t.ok()) << t.status().message();
@@ -127,13 +123,13 @@ TEST(Trainer, LossFallsWellBelowItsStartOnACodeCorpus) {
     EXPECT_DOUBLE_EQ(j["loss"].get<double>(), h[lines - 1].loss);
   }
   EXPECT_EQ(lines, 600);
-  fs::remove_all(out);
 }
 
 TEST(Trainer, RunsWithoutAnOutputDirectoryAndMatchesOneWithIt) {
   // `bench --train` drives Trainer::step with no out_dir: no files, the same steps as a trainer that writes.
   ASSERT_TRUE(fs::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
-  const fs::path out = temp_dir("no_out");
+  const test::TempDir tmp("train_no_out");
+  const fs::path out = tmp.file("out");
   ThreadPool pool(2);
   TrainOptions with_dir = tiny_options(out, 3), without = with_dir;
   without.out_dir.clear();
@@ -165,7 +161,6 @@ TEST(Trainer, RunsWithoutAnOutputDirectoryAndMatchesOneWithIt) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE((*c)->step().ok());
   for (int i = 0; i < 3; ++i) EXPECT_EQ((*c)->history()[i].loss, (*b)->history()[i].loss) << "step " << i;
-  fs::remove_all(out);
 }
 
 // Within each mode (bf16 mixed precision, the default, and f32), a resumed run is bit-identical.
@@ -175,7 +170,8 @@ TEST_P(TrainerResume, ReproducesTheUninterruptedRunBitForBit) {
   ASSERT_TRUE(fs::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
   ThreadPool pool(2);
   const std::string tag = GetParam() == MatmulPrecision::kBF16 ? "bf16" : "f32";
-  const fs::path whole = temp_dir("whole" + tag), cut = temp_dir("cut" + tag);
+  const test::TempDir tmp("train_resume_" + tag);
+  const fs::path whole = tmp.file("whole"), cut = tmp.file("cut");
   TrainOptions o = tiny_options(whole, 7);
   o.precision = GetParam();
   o.grad_accum = 2, o.save_every = 3, o.max_grad_norm = 0.5, o.adam.weight_decay = 0.1;
@@ -217,8 +213,6 @@ TEST_P(TrainerResume, ReproducesTheUninterruptedRunBitForBit) {
   ASSERT_EQ(pa.size(), pc.size());
   for (size_t i = 0; i < pa.size(); ++i)
     ASSERT_EQ(0, std::memcmp(pa[i].data, pc[i].data, pa[i].size * sizeof(float))) << pa[i].name;
-  fs::remove_all(whole);
-  fs::remove_all(cut);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, TrainerResume, ::testing::Values(MatmulPrecision::kBF16, MatmulPrecision::kF32),
@@ -233,8 +227,8 @@ testing::RunResult run(const std::string& cmd) {
 
 TEST(TrainCli, KilledRunResumesToTheSameWeightsAndCheckpointsLoadEverywhere) {
   const std::string model = testing::fixtures_dir() + "/tiny-vocab";
-  const fs::path dir = temp_dir("cli");
-  fs::create_directories(dir);
+  const test::TempDir tmp("train_cli");
+  const fs::path dir = tmp.path();
   {
     std::ofstream data(dir / "sft.jsonl");
     for (int i = 0; i < 6; ++i)
@@ -300,7 +294,6 @@ TEST(TrainCli, KilledRunResumesToTheSameWeightsAndCheckpointsLoadEverywhere) {
   int64_t i = 0, compared = 0;
   for (double v; values >> v; i += 997, ++compared) EXPECT_NEAR(logits[i], v, 1e-4 * (1 + std::fabs(v))) << "logit " << i;
   EXPECT_EQ(compared, (2 * V + 996) / 997);
-  fs::remove_all(dir);
 }
 
 }  // namespace
