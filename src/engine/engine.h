@@ -77,8 +77,7 @@ class Engine {
   // stays row-major (same results, slower).
   Status set_matmul_precision(MatmulPrecision precision);
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
-  // The device the forward runs on (EngineOptions::device), and its backend (null on the CPU).
-  Device device() const { return ctx_.device; }
+  // The backend of the device the forward runs on (EngineOptions::device); null on the CPU.
   const DeviceBackend* backend() const { return backend_.get(); }
   // What loading did with the packed-weight cache (EngineOptions::weight_cache).
   const WeightCacheReport& weight_cache_report() const { return weight_cache_report_; }
