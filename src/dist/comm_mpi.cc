@@ -173,11 +173,11 @@ class MpiComm final : public Comm {
     MpiComm* c;
   };
 
-  // After `failed` in a reduce-scatter: cancels the sends still pending and completes them (a send already
-  // matched finishes; the watchdog bounds the wait), so that none reads the caller's buffer after the
-  // return; returns `failed`.
+  // After `failed` in a reduce-scatter: completes the sends still pending, so that none reads the caller's
+  // buffer after the return (a live peer receives them; a dead one makes the wait fail, and the watchdog
+  // bounds it), and returns `failed`. No MPI_Cancel: whether an MPI cancels a send is its choice (Open MPI's
+  // ob1 does not), and a peer must not depend on it.
   static Status abandon(std::vector<MPI_Request>& sends, Status failed) {
-    for (MPI_Request& r : sends) MPI_Cancel(&r);
     MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
     sends.clear();
     return failed;

@@ -6,6 +6,10 @@
 
 namespace dc {
 
+namespace {
+constexpr const char* kRemedy = "; use fewer rows, a shorter canvas, or --cache none";
+}
+
 int64_t KvCache::bytes_for(int64_t n_layer, int64_t n_batch, int64_t n_seq, int64_t kv_dim) {
   return 2 * n_layer * n_batch * n_seq * kv_dim * static_cast<int64_t>(sizeof(float));
 }
@@ -31,7 +35,7 @@ Status KvCache::reset(const Context& ctx, int64_t n_layer, int64_t n_batch, int6
       auto memory = ctx.backend->allocate(layer_bytes, "the KV cache (" + shape + ")");
       if (!memory.ok()) {
         clear();
-        return memory.status();
+        return Status(memory.status().code(), memory.status().message() + kRemedy);
       }
       device_.push_back(std::move(memory).value());
     }
@@ -43,7 +47,7 @@ Status KvCache::reset(const Context& ctx, int64_t n_layer, int64_t n_batch, int6
       v_.assign(n, 0.0f);
     } catch (const std::bad_alloc&) {
       clear();
-      return resource_exhausted("KV cache: cannot allocate " + shape + "; use cache none or a smaller batch");
+      return resource_exhausted("KV cache: cannot allocate " + shape + kRemedy);
     }
   }
   n_layer_ = n_layer;

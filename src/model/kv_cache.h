@@ -35,6 +35,8 @@ class KvCache {
   int64_t n_seq() const { return n_seq_; }
   int64_t kv_dim() const { return kv_dim_; }
   int64_t bytes() const { return bytes_for(n_layer_, n_batch_, n_seq_, kv_dim_); }
+  // The device holding the cache (null: host memory, the CPU's).
+  const DeviceBackend* backend() const { return backend_; }
 
   // [n_batch, n_seq, kv_dim] of one layer: host pointers, or device pointers on a device.
   float* k(int64_t layer) { return device_.empty() ? k_.data() + layer * layer_size() : device_[2 * layer]->data(); }

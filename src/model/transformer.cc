@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/profiler.h"
@@ -87,6 +88,12 @@ Status Model::forward_checked(const Context& ctx, const ForwardBatch& b, float* 
                               const ForwardObserver* observer, Activations* train) const {
   const ProfileScope profile(ctx, "forward");
   DC_RETURN_IF_ERROR(check_batch(b));
+  if (b.cache_op == CacheOp::kUse && b.cache->backend() != ctx.backend) {
+    const auto where = [](const DeviceBackend* d) { return d != nullptr ? d->name() : std::string("the CPU"); };
+    return invalid_argument("forward: the KV cache was filled on " + where(b.cache->backend()) +
+                            " and this forward runs on " + where(ctx.backend) +
+                            "; a cache is read only on the device that filled it (refresh it there first)");
+  }
   if (ctx.device != Device::kCpu) return forward_on_device(ctx, b, hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page

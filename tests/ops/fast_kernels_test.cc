@@ -278,8 +278,8 @@ TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
 // kPanelsTransposed (the backward's dx = dy·W on the forward's one copy of W): Wᵀ viewed over W's panels
 // reads back exactly; the reference kernel gives the row-major Wᵀ result bit for bit, and so does the fast
 // f32-precision call (it takes the reference); the fast bf16 kernel, which re-pairs each block as it packs
-// it, gives the packed path's result on the row-major Wᵀ bit for bit (where that takes the packed path;
-// else the reference on rounded activations), plain and accumulating, whatever the thread count. The
+// it, gives what a kPanels copy of the row-major Wᵀ gives (the copy training kept before) bit for bit, plain
+// and accumulating, whatever the thread count. The
 // shapes: kMatmulShapes (tails in every direction, odd W rows and columns, several k blocks) and the AMX
 // tile shapes (k a multiple of 32, n >= 32).
 TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
@@ -301,34 +301,23 @@ TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
       ASSERT_EQ(row, row_t) << what << " row " << r;
     }
     const auto x = random_vec(n * k, static_cast<uint32_t>(29 + k)), y0 = random_vec(n * m, 6);
-    auto x_rounded = x;
-    for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
     std::vector<float> want(n * m), got(n * m);
     matmul_nt(ref_, x.data(), n, wt, nullptr, want.data());
     matmul_nt(ref_, x.data(), n, t, nullptr, got.data());
     ASSERT_EQ(want, got) << what << ": reference kernel on kPanelsTransposed";
     matmul_nt(fast_, x.data(), n, t, nullptr, got.data());
     ASSERT_EQ(want, got) << what << ": f32 precision on kPanelsTransposed";
+    // What the old Wᵀ copy gave: the row-major Wᵀ packed as kPanels, which always takes the packed path.
+    const dc::testing::PackedCopy wt_panels(&pool_, wt);
     std::vector<float> want_bf16(n * m), got_bf16(n * m), got_bf16_1(n * m), want_add = y0, got_add = y0;
-    const bool row_major_packed = n > 32;  // the row-major Wᵀ's packed path (not the dot products)
-    if (row_major_packed) {
-      matmul_nt(bf16_, x.data(), n, wt, nullptr, want_bf16.data());
-      matmul_nt_add(bf16_, x.data(), n, wt, want_add.data());
-    } else {
-      matmul_nt(ref_, x_rounded.data(), n, wt, nullptr, want_bf16.data());
-      matmul_nt_add(ref_, x_rounded.data(), n, wt, want_add.data());
-    }
+    matmul_nt(bf16_, x.data(), n, wt_panels.view, nullptr, want_bf16.data());
+    matmul_nt_add(bf16_, x.data(), n, wt_panels.view, want_add.data());
     matmul_nt(bf16_, x.data(), n, t, nullptr, got_bf16.data());
     matmul_nt(bf16_1_, x.data(), n, t, nullptr, got_bf16_1.data());
     matmul_nt_add(bf16_, x.data(), n, t, got_add.data());
     ASSERT_EQ(got_bf16, got_bf16_1) << what << ": result depends on the thread count";
-    if (row_major_packed) {
-      ASSERT_EQ(want_bf16, got_bf16) << what << ": kPanelsTransposed changed the packed-path result";
-      ASSERT_EQ(want_add, got_add) << what << ": kPanelsTransposed changed the accumulated result";
-    } else {
-      expect_close(want_bf16, got_bf16, 1e-5, "bf16 on kPanelsTransposed vs reference on rounded x, " + what);
-      expect_close(want_add, got_add, 1e-5, "add, bf16 on kPanelsTransposed vs reference, " + what);
-    }
+    ASSERT_EQ(want_bf16, got_bf16) << what << ": kPanelsTransposed differs from the Wᵀ copy in kPanels";
+    ASSERT_EQ(want_add, got_add) << what << ": kPanelsTransposed differs from the Wᵀ copy in kPanels (accumulating)";
   }
 }
 

@@ -1,9 +1,10 @@
 // The f16 weights' block packing for the bf16 GEMM (matmul_fast.cc): each f16 weight is split exactly
 // into two bf16 values, hi = bf16(w) (round to nearest even) and lo = w − hi (the residual has at most 4
-// significant bits and f16's exponent range fits bf16's, so lo is exact: hi + lo == w). The GEMM runs
-// its bf16 micro-kernels (vdpbf16ps or AMX tiles) over both panels and sums the two products in f32:
-// x (bf16) · w exactly, at two bf16 products' cost instead of the f32 FMA path over widened weights.
-// AVX512_BF16 only (cpu_has_avx512_bf16()).
+// significant bits and f16's exponent range fits bf16's, so lo is exact: hi + lo == w for every finite w;
+// an infinite w gives lo = NaN, so its products are NaN where the f32 path's are ±inf: non-finite either
+// way). The GEMM runs its bf16 micro-kernels (vdpbf16ps or AMX tiles) over both panels and sums the two
+// products in f32: x (bf16) · w exactly, at two bf16 products' cost instead of the f32 FMA path over
+// widened weights. AVX512_BF16 only (cpu_has_avx512_bf16()).
 #pragma once
 
 #include <cstdint>

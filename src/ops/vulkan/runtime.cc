@@ -275,7 +275,7 @@ Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
                               std::to_string(m.info.device_local_bytes >> 20) + " MiB); use smaller shapes or a device with more memory");
   if (bytes > m.info.max_buffer_bytes)
     return out_of_range(name + ": " + std::to_string(bytes) + " bytes exceed the largest storage buffer of " + m.info.name + " (maxStorageBufferRange " +
-                        std::to_string(m.info.max_buffer_bytes) + " bytes); split the tensor");
+                        std::to_string(m.info.max_buffer_bytes) + " bytes); use smaller shapes");
   DC_ASSIGN_OR_RETURN(BufferSlot s, m.create_buffer(bytes, false, what));
   uint32_t slot;
   if (!m.free_slots.empty()) {
