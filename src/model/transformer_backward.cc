@@ -39,10 +39,7 @@ void zero_added_grads(const Context& ctx, const ModelConfig& c, const ModelSpans
   }
   std::fill(grads.output_norm.begin(), grads.output_norm.end(), 0.0f);
   if (c.tie_word_embeddings) return;
-  float* t = grads.tok_embd.data();
-  parallel_for(ctx.pool, static_cast<int64_t>(grads.tok_embd.size()), [&](int64_t b, int64_t e) {
-    std::fill(t + b, t + e, 0.0f);
-  }, 1 << 16);
+  zero_fill(ctx, grads.tok_embd.data(), static_cast<int64_t>(grads.tok_embd.size()));
 }
 
 }  // namespace

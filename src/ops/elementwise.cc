@@ -81,6 +81,12 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
   }
 }
 
+void zero_fill(const Context& ctx, float* y, int64_t count) {
+  DC_CHECK(y && count >= 0, "zero_fill: bad arguments");
+  if (ctx.reference_kernels) return cpu::zero_fill(ctx.pool, y, count);
+  cpu::zero_fill_fast(ctx.pool, y, count);
+}
+
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out) {
   const ProfileScope profile(ctx, "embedding");
   DC_CHECK(!table.empty() && ids && out, "embedding: bad arguments");

@@ -27,6 +27,10 @@ void swiglu(const Context& ctx, const float* gate, const float* up, int64_t coun
 // y[count] += x[count].
 void add_inplace(const Context& ctx, float* y, const float* x, int64_t count);
 
+// y[count] = 0 in host memory (any device): for large buffers written now and read much later (a
+// gradient the backward scatters into), with streaming stores, so y's lines are not read first.
+void zero_fill(const Context& ctx, float* y, int64_t count);
+
 // out[n, table.cols] = table[ids[i]] as f32. Precondition: 0 <= ids[i] < table.rows.
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 

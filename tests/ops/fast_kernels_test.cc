@@ -400,6 +400,21 @@ TEST_P(FastKernelsTest, SwigluAndAdd) {
   }
 }
 
+// zero_fill: zeros exactly [offset, offset + count) of a buffer of NaNs, from every alignment (the
+// streaming body and both plain ends), on the fast and the reference kernel, threaded and not.
+TEST_P(FastKernelsTest, ZeroFillWritesExactlyTheRange) {
+  for (const Context* ctx : {&ref_, &fast_})
+    for (int64_t offset : {0, 1, 7, 16})
+      for (int64_t count : {0, 1, 15, 16, 33, 70001}) {
+        std::vector<float> buf(offset + count + 20, std::nanf(""));
+        zero_fill(*ctx, buf.data() + offset, count);
+        for (int64_t i = 0; i < static_cast<int64_t>(buf.size()); ++i) {
+          const bool inside = i >= offset && i < offset + count;
+          ASSERT_EQ(inside, buf[i] == 0.0f) << "offset " << offset << " count " << count << " index " << i;
+        }
+      }
+}
+
 // The backward element-wise passes: RMSNorm's (Σ in one pass, dx added into the residual gradient; the
 // same bits on 1 and 3 threads), SwiGLU's (in place over dout, as the model calls it), against the
 // reference kernels on tails of every width. RoPE's inverse rotation: in the Rope test.

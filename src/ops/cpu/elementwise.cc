@@ -1,4 +1,5 @@
 // CPU kernels for RMSNorm, RoPE, SwiGLU, residual add and embedding lookup (threaded over rows).
+#include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
@@ -51,6 +52,10 @@ void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count) {
   parallel_for(pool, count, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] += x[i];
   }, 4096);
+}
+
+void zero_fill(ThreadPool* pool, float* y, int64_t count) {
+  parallel_for(pool, count, [&](int64_t b, int64_t e) { std::fill(y + b, y + e, 0.0f); }, 1 << 16);
 }
 
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out) {

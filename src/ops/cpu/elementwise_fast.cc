@@ -1,4 +1,4 @@
-// Fast CPU RMSNorm, RoPE, SwiGLU and residual add: AVX-512 over rows, threaded only where the work
+// Fast CPU RMSNorm, RoPE, SwiGLU, residual add and zero fill: AVX-512 over rows, threaded only where the work
 // pays for waking the pool. Same formulas and operation order as the reference kernels (RMSNorm sums
 // squares in double; SwiGLU's exp is a 2-ulp polynomial), so results agree to ~1e-7 relative.
 #include <algorithm>
@@ -82,6 +82,12 @@ DC_TARGET_AVX512 void add_range(float* y, const float* x, int64_t b, int64_t e) 
   }
 }
 
+// Lines [l0, l1) of 16 floats from the 64-byte aligned y, zeroed with streaming stores.
+DC_TARGET_AVX512 void stream_zero_lines(float* y, int64_t l0, int64_t l1) {
+  for (int64_t l = l0; l < l1; ++l) _mm512_stream_ps(y + 16 * l, _mm512_setzero_ps());
+  _mm_sfence();  // the stores are visible before the pool reports the range done
+}
+
 }  // namespace
 
 void rms_norm_fast(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
@@ -110,6 +116,18 @@ void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count)
   const int64_t blocks = (count + 1023) / 1024;
   parallel_for(pool_for(pool, count), blocks,
                [&](int64_t b, int64_t e) { add_range(y, x, b * 1024, std::min(count, e * 1024)); });
+}
+
+// Whole aligned 64-byte lines with streaming stores (no read for ownership: ~2x std::fill on 545 MB,
+// an untied embedding table's gradient), the unaligned ends with plain stores.
+void zero_fill_fast(ThreadPool* pool, float* y, int64_t count) {
+  if (!cpu_has_avx512()) return zero_fill(pool, y, count);
+  const int64_t head = std::min<int64_t>(count, (64 - reinterpret_cast<uintptr_t>(y) % 64) % 64 / 4);
+  const int64_t lines = (count - head) / 16;
+  std::fill(y, y + head, 0.0f);
+  std::fill(y + head + 16 * lines, y + count, 0.0f);
+  float* body = y + head;
+  parallel_for(pool_for(pool, count), lines, [&](int64_t b, int64_t e) { stream_zero_lines(body, b, e); }, 4096);
 }
 
 }  // namespace dc::cpu

@@ -25,6 +25,7 @@ void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t 
                 const float* sin, bool inverse = false);
 void swiglu(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count);
+void zero_fill(ThreadPool* pool, float* y, int64_t count);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);
@@ -59,6 +60,7 @@ void rope_apply_fast(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int
                      const float* sin, bool inverse = false);
 void swiglu_fast(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace_fast(ThreadPool* pool, float* y, const float* x, int64_t count);
+void zero_fill_fast(ThreadPool* pool, float* y, int64_t count);
 void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k, const float* v,
                     const uint8_t* valid, float* out);
 void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
