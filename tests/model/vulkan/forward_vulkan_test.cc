@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_head_sampler.h"
 #include "engine/engine.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
@@ -274,16 +275,79 @@ TEST(ForwardVulkan, CachedGenerationIsTokenIdenticalToTheCpu) {
   EXPECT_EQ(covered.size(), 8u);  // 4 algorithms × 2 modes
 }
 
-// The server weighs what the device path holds per out row: a whole logits row comes back to the host each
-// step (the CPU's head holds a hidden row and one chunk of logits).
-TEST(ForwardVulkan, HeadMemoryCountsWholeLogitsRows) {
+// Sampled generation (temperature, top-k, top-p: the whole step on the device, the draws the CPU's streams)
+// token-identical to the CPU's for every algorithm, uncached, on one tiny checkpoint's single-prompt cases of
+// at most 8 steps. Margin-screened: a case (seed) is used only when the CPU's tokens survive nudging every
+// logit by ±1e-5 of its row's largest |logit| (20x the device's error), so no draw or top-p cut lies within
+// the device's rounding of a boundary; up to 3 seeds are tried per algorithm.
+TEST(ForwardVulkan, SampledGenerationIsTokenIdenticalToTheCpu) {
+  const auto manifest = dc::testing::load_manifest();
+  const FilterConfig filters[4] = {{0.7f, 0.9f, 0}, {1.0f, 1.0f, 20}, {0.5f, 0.95f, 10}, {0.9f, 0.8f, 0}};
+  std::set<std::string> covered;
+  for (const auto& m : manifest["models"]) {
+    if (m["head_dim"].get<int64_t>() < 16) continue;
+    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
+    EngineOptions options;
+    options.model_dir = dir, options.n_threads = 2, options.device = DeviceSpec{Device::kVulkan, 0};
+    auto device = Engine::load(options);
+    ASSERT_TRUE(device.ok()) << device.status().to_string();
+    auto cpu = dc::testing::load_exact(dir, 2);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
+    for (const auto& c : gen["cases"]) {
+      const auto& p = c["params"];
+      const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+      const std::string alg = p["alg"].get<std::string>();
+      if (p["steps"].get<int>() > 8 || prompts.size() != 1 || covered.count(alg) != 0) continue;
+      SamplingParams s = dc::testing::reference_params(**device, p);
+      const FilterConfig& f = filters[covered.size()];
+      s.temperature = f.temperature, s.top_p = f.top_p, s.top_k = f.top_k;
+      for (uint64_t seed = 11; seed < 14 && covered.count(alg) == 0; ++seed) {
+        s.seed = seed;
+        auto want = (*cpu)->generate(prompts, s);
+        ASSERT_TRUE(want.ok()) << want.status().to_string();
+        bool screened = true;
+        for (float sign : {1.0f, -1.0f}) {
+          GenerateHooks nudged;
+          nudged.logits_hook = [sign](const LogitsHookArgs& a) {
+            for (int64_t r = 0; r * a.n_vocab < static_cast<int64_t>(a.logits.size()); ++r) {
+              float* row = a.logits.data() + r * a.n_vocab;
+              float top = 0.0f;
+              for (int64_t i = 0; i < a.n_vocab; ++i) top = std::max(top, std::abs(row[i]));
+              for (int64_t i = 0; i < a.n_vocab; ++i) row[i] += sign * 1e-5f * top * ((i * 7 + r) % 3 == 0 ? 1.0f : -1.0f);
+            }
+          };
+          auto near = (*cpu)->generate(prompts, s, nudged);
+          screened = screened && near.ok() && near->sequences == want->sequences;
+        }
+        if (!screened) continue;
+        auto got = (*device)->generate(prompts, s);
+        ASSERT_TRUE(got.ok()) << got.status().to_string();
+        EXPECT_EQ(got->sequences, want->sequences) << m["name"] << "/" << c["name"] << ": " << alg << " seed " << seed;
+        covered.insert(alg);
+        std::printf("  [%s/%s: %s] T %.1f top_p %.2f top_k %lld, seed %llu, %d steps\n", m["name"].get<std::string>().c_str(),
+                    c["name"].get<std::string>().c_str(), alg.c_str(), f.temperature, f.top_p, static_cast<long long>(f.top_k),
+                    static_cast<unsigned long long>(seed), s.steps);
+      }
+    }
+    if (covered.size() == 4u) break;  // one checkpoint is enough: lavapipe is slow
+  }
+  EXPECT_EQ(covered.size(), 4u);
+}
+
+// The server weighs what the device path holds on the host per out row: the few numbers of a position that
+// every step (greedy or sampled, filtered or not) sends and downloads — no logits row, nothing fixed (the
+// CPU's head holds a hidden row per out row and one chunk of logits).
+TEST(ForwardVulkan, HeadMemoryCountsWhatADeviceStepHolds) {
   ModelConfig c = synthetic_config("tiny").value();
   ThreadPool pool(2);
   auto device = on_vulkan(make_synthetic_model(c, 3, &pool).value());
   ASSERT_NE(device, nullptr);
-  EXPECT_EQ(device->head_memory().bytes_per_row, logits_head_memory(c.n_vocab).bytes_per_row);
+  EXPECT_EQ(device->head_memory().bytes_per_row, DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition);
+  EXPECT_EQ(device->head_memory().fixed_bytes, 0);
   const auto cpu = Engine::from_model(make_synthetic_model(c, 3, &pool).value(), 1);
-  EXPECT_LT(cpu->head_memory().bytes_per_row, device->head_memory().bytes_per_row);
+  EXPECT_GT(cpu->head_memory().bytes_per_row, device->head_memory().bytes_per_row);
+  EXPECT_GT(cpu->head_memory().fixed_bytes, 0);
 }
 
 // Without a driver (VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere) --device vulkan fails at load
