@@ -1,9 +1,9 @@
 // DeviceHeadSampler: the HeadSampler (ops/head_sampler.h) of a device (Context::backend): the forward leaves
-// the final-normed hidden rows in device memory of this object's own, and a greedy step with no top-k /
-// top-p (temperature 0: Dream's deterministic decoding) computes the lm_head of the rows asked for, each
-// row's argmax and its three confidences on the device, downloading O(rows) numbers instead of the
-// [rows, n_vocab] logits. Other steps (sampling, top-k / top-p) download the rows' logits and sample them
-// with the CPU's sample_head_rows, as the CPU does.
+// the final-normed hidden rows in device memory of this object's own, and every step — greedy or sampled,
+// with or without top-k / top-p — computes the lm_head of the rows asked for, the filters, the token and its
+// confidence on the device (DeviceBackend::sample_rows), downloading 16 bytes per position (a token and
+// three confidences) instead of the [rows, n_vocab] logits. The random draws are the CPU's: each position's
+// uniform comes from its own stream (ops/head_sampler.h HeadRow) on the host and is uploaded (4 bytes).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,10 @@ namespace dc {
 
 class DeviceHeadSampler final : public HeadSampler {
  public:
-  // `ctx`: a device context (ctx.backend set, the model's weights uploaded); its pool samples on the host.
+  // Host bytes of a step per position: its hidden row index, its uniform, its token and three confidences.
+  static constexpr int64_t kHostBytesPerPosition = 4 + 4 + 4 + 3 * 4;
+
+  // `ctx`: a device context (ctx.backend set, the model's weights uploaded).
   DeviceHeadSampler(const Model& model, const Context& ctx) : model_(model), ctx_(ctx) {}
 
   // Model::forward_hidden over `batch` into this object's device rows (grown as needed).
@@ -28,24 +31,30 @@ class DeviceHeadSampler final : public HeadSampler {
   int64_t n_rows() const override { return n_rows_; }
   // The lm_head of hidden rows [first, first + n) on the device, downloaded to out[n, n_vocab].
   Status logits(int64_t first, int64_t n, float* out) override;
-  // Greedy and unfiltered (args.filter.temperature 0, top_k <= 0, top_p >= 1): each entry's token (the
-  // argmax of its row's logits, lowest id on ties) and confidence computed on the device (within 2e-5 of
-  // the CPU's: the device's exp and summation order). Otherwise logits() of the rows args.rows span, then
-  // sample_head_rows on the host.
+  // Each entry's token and confidence computed on the device with sampler/filters.h's rules (the same
+  // tokens as the CPU's sample_token on logits()'s rows but where a draw or the top-p mass falls within
+  // rounding of a boundary; confidences within 2e-5: the device's exp and summation order).
   Status sample(const HeadSampling& args, std::span<TokenSample> out) override;
+  // Frees the device memory of the hidden rows and of the logits block (the next forward grows them again).
+  void release() override;
 
-  // True when sample() keeps this filter's step on the device.
-  static bool samples_on_device(const FilterConfig& f) { return f.temperature == 0.0f && f.top_k <= 0 && f.top_p >= 1.0f; }
+  // Bytes of device memory this object holds now (the hidden rows and the logits block).
+  int64_t device_bytes() const { return (capacity_rows_ * model_.config().n_embd + logits_capacity_) * 4; }
 
  private:
-  // Records the lm_head of the hidden rows `rows` (indices into this forward's rows) into device buffer
-  // "head.logits" [rows.size(), n_vocab] and returns it (nullptr after a device error, in status()).
+  // Grows the logits block to n rows (device memory of this object's, kept for the next steps). Under the
+  // device's lock, before begin().
+  Status reserve_logits(int64_t n);
+  // Records the lm_head of the hidden rows `rows` (indices into this forward's rows) into the logits block
+  // [rows.size(), n_vocab] (reserve_logits first) and returns it (nullptr after a device error, in status()).
+  // Under the device's lock, between begin() and finish().
   float* record_logits(const std::vector<int32_t>& rows);
 
   const Model& model_;
   Context ctx_;
   std::unique_ptr<DeviceMemory> hidden_;  // [capacity_rows_, n_embd] on the device
-  int64_t capacity_rows_ = 0, n_rows_ = 0;
+  std::unique_ptr<DeviceMemory> logits_;  // [logits_capacity_ / n_vocab, n_vocab] on the device
+  int64_t capacity_rows_ = 0, n_rows_ = 0, logits_capacity_ = 0;  // logits_capacity_: floats
 };
 
 }  // namespace dc

@@ -216,10 +216,9 @@ LogitsFn Engine::logits_fn() { return model_logits_fn(*model_, ctx_, max_kv_cach
 HeadFn Engine::head_fn() { return model_head_fn(*model_, ctx_, max_kv_cache_bytes_); }
 
 HeadMemory Engine::head_memory() const {
-  // On a device a step that samples (temperature, top-k / top-p) still brings each out row's whole logits
-  // row to the host (DeviceHeadSampler); the device's own buffers are checked against its memory when
-  // allocated.
-  if (ctx_.device != Device::kCpu) return logits_head_memory(config().n_vocab);
+  // On a device every step is sampled there (DeviceHeadSampler): the host holds a few numbers per position;
+  // the hidden rows and the logits block are device memory, checked against the device's when allocated.
+  if (ctx_.device != Device::kCpu) return HeadMemory{DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition, 0};
   return HeadMemory{config().n_embd * static_cast<int64_t>(sizeof(float)) + kSamplerBytesPerPosition,
                     CpuHeadSampler::chunk_bytes(*model_)};
 }

@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/status.h"
 #include "ops/attention.h"
+#include "ops/head_sampler.h"
 #include "ops/weight.h"
 
 namespace dc {
@@ -83,10 +84,13 @@ class DeviceBackend {
                          const float* k, const float* v, const uint8_t* valid, float* out) = 0;
   virtual void kv_store(const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
                         int64_t cols, float* cache) = 0;
-  // The head sampler's greedy step (engine/device_head_sampler.h) per row of logits[n, n_vocab]: ids[n] the
-  // argmax (lowest id on ties), conf[n, 3] of p = softmax: max probability, top-1 − top-2 margin and
-  // Σ p·log(p + 1e-10) (non-finite for a row with a NaN or +inf logit or every logit −inf).
-  virtual void row_confidence(const float* logits, int64_t n, int64_t n_vocab, int32_t* ids, float* conf) = 0;
+  // The head sampler's step (engine/device_head_sampler.h) per row of logits[n, n_vocab] with `filter`:
+  // ids[n] the token (the argmax, lowest id on ties, at temperature 0; else the categorical draw of
+  // uniforms[n], f32 in [0, 1), in sampler/filters.h's order) and conf[n, 3] of the filtered softmax: the
+  // token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10) (NaN for a row with a NaN or +inf
+  // logit or every logit −inf), sampler/filters.h's rules throughout.
+  virtual void sample_rows(const float* logits, int64_t n, int64_t n_vocab, const FilterConfig& filter,
+                           const float* uniforms, int32_t* ids, float* conf) = 0;
 };
 
 // Opens Vulkan device `index` (ops/vulkan/runtime.h's order). Errors: kUnimplemented (built without

@@ -175,8 +175,11 @@ class VulkanBackend final : public DeviceBackend {
                 float* cache) override {
     if (recording()) keep(vk::kv_store(*seq_, at(src), n_batch, n_seq, window_begin, window_len, cols, at(cache)));
   }
-  void row_confidence(const float* logits, int64_t n, int64_t n_vocab, int32_t* ids, float* conf) override {
-    if (recording()) keep(vk::row_confidence(*seq_, at(logits), n, n_vocab, 1.0f, at(ids), at(conf)));
+  void sample_rows(const float* logits, int64_t n, int64_t n_vocab, const FilterConfig& filter, const float* uniforms,
+                   int32_t* ids, float* conf) override {
+    if (!recording()) return;
+    const vk::RowFilter f{filter.temperature, filter.top_p, filter.top_k};
+    keep(vk::sample_rows(*seq_, at(logits), n, n_vocab, f, at(uniforms), at(ids), at(conf)));
   }
 
  private:

@@ -257,16 +257,20 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   return seq.record(d);
 }
 
-Status row_confidence(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, float temperature, Buffer& ids,
-                      Buffer& conf) {
-  const char* op = "vulkan row_confidence";
+Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,
+                   const Buffer& uniforms, Buffer& ids, Buffer& conf) {
+  const char* op = "vulkan sample_rows";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   DC_RETURN_IF_ERROR(positive(n_vocab, op, "n_vocab"));
-  if (!(temperature > 0)) return invalid_argument(std::string(op) + ": temperature must be > 0 (1: none)");
+  if (!(filter.temperature >= 0)) return invalid_argument(std::string(op) + ": temperature must be >= 0 (0: greedy)");
+  if (!(filter.top_p > 0)) return invalid_argument(std::string(op) + ": top_p must be in (0, 1] (1: off)");
   DC_RETURN_IF_ERROR(need(logits, n * n_vocab * 4, op, "logits [n, n_vocab]"));
+  DC_RETURN_IF_ERROR(need(uniforms, n * 4, op, "uniforms [n]"));
   DC_RETURN_IF_ERROR(need(ids, n * 4, op, "ids [n]"));
   DC_RETURN_IF_ERROR(need(conf, n * 3 * 4, op, "conf [n, 3]"));
-  Dispatch d{"row_confidence", {}, {&logits, &ids, &conf}, {u32(n), u32(n_vocab), push_float(1.0f / temperature)}};
+  const int64_t top_k = filter.top_k > 0 && filter.top_k < n_vocab ? filter.top_k : 0;  // sampler/filters.h's "on"
+  Dispatch d{"sample_rows", {}, {&logits, &uniforms, &ids, &conf},
+             {u32(n), u32(n_vocab), push_float(filter.temperature), push_float(std::min(filter.top_p, 1.0f)), u32(top_k)}};
   row_groups(n, d);
   return seq.record(d);
 }

@@ -91,10 +91,19 @@ Status attention(Sequence& seq, const AttentionDims& dims, int64_t window_begin,
 Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
                 int64_t cols, Buffer& cache);
 
-// The head sampler's greedy primitives per row of logits[n, n_vocab] divided by temperature (1: none):
-// ids[n] (uint32) the argmax (lowest id on ties), conf[n, 3] of p = softmax: max probability, top-1 − top-2
-// margin, Σ p·log(p + 1e-10) (sampler/filters.h ConfidenceKind with top-k and top-p off).
-Status row_confidence(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, float temperature, Buffer& ids,
-                      Buffer& conf);
+// The filters of a sampled step (ops/head_sampler.h FilterConfig).
+struct RowFilter {
+  float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  int64_t top_k = 0;         // <= 0 or >= n_vocab: off
+};
+// The head sampler's step per row of logits[n, n_vocab] (sampler/filters.h sample_token's rules): the
+// temperature, top-p then top-k, the softmax over the survivors and the token — the argmax (lowest id on
+// ties) when greedy, else the categorical draw of uniforms[row] (f32 in [0, 1), the CPU's stream's draw) in
+// the CPU's order — into ids[n] (uint32), and conf[n, 3] of the filtered p: the chosen token's probability,
+// the top-1 − top-2 margin and Σ p·log(p + 1e-10); NaN for a row with a NaN or +inf logit or every logit −inf.
+// Only the n ids and 3n confidences are written: the rows are never sorted or copied.
+Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,
+                   const Buffer& uniforms, Buffer& ids, Buffer& conf);
 
 }  // namespace dc::vk

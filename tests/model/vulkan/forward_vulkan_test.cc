@@ -7,10 +7,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "engine/device_head_sampler.h"
 #include "engine/engine.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
@@ -89,6 +91,31 @@ double compare(const Model& model, Engine& device_engine, const ForwardBatch& ba
   std::printf("  [%s] max |Δ| / max |logit|: %.2e\n", label.c_str(), rel);
   EXPECT_LE(rel, kTolerance) << label;
   return rel;
+}
+
+// For each fixture checkpoint the device takes (head_dim >= 16), its engines on device 0 and on the CPU (exact
+// f32), and its reference cases of one prompt and at most 8 steps (lavapipe is slow): fn(model, case,
+// device, cpu), until fn returns false.
+void for_each_short_case(
+    const std::function<bool(const nlohmann::json&, const nlohmann::json&, Engine&, Engine&)>& fn) {
+  const auto manifest = dc::testing::load_manifest();
+  for (const auto& m : manifest["models"]) {
+    if (m["head_dim"].get<int64_t>() < 16) continue;
+    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
+    EngineOptions options;
+    options.model_dir = dir, options.n_threads = 2, options.device = DeviceSpec{Device::kVulkan, 0};
+    auto device = Engine::load(options);
+    auto cpu = dc::testing::load_exact(dir, 2);
+    if (!device.ok() || !cpu.ok()) {
+      ADD_FAILURE() << device.status().to_string() << " / " << cpu.status().to_string();
+      return;
+    }
+    const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
+    for (const auto& c : gen["cases"]) {
+      if (c["params"]["steps"].get<int>() > 8 || c["prompts"].size() != 1) continue;
+      if (!fn(m, c, **device, **cpu)) return;
+    }
+  }
 }
 
 // Synthetic checkpoints over the head sizes the attention kernel takes (16..128), MHA and GQA, with bf16,
@@ -239,51 +266,93 @@ TEST(ForwardVulkan, CachedForwardMatchesTheCpu) {
 // to 4), so that every block has a refresh and window forwards (8 generations of one row: lavapipe is
 // slow, a batch of 3 costs 3x; left padding under the cache is CachedForwardMatchesTheCpu's).
 TEST(ForwardVulkan, CachedGenerationIsTokenIdenticalToTheCpu) {
-  const auto manifest = dc::testing::load_manifest();
   std::set<std::string> covered;  // "alg mode"
-  for (const auto& m : manifest["models"]) {
-    if (m["head_dim"].get<int64_t>() < 16) continue;
-    const std::string dir = dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>();
-    EngineOptions options;
-    options.model_dir = dir, options.n_threads = 2, options.device = DeviceSpec{Device::kVulkan, 0};
-    auto device = Engine::load(options);
-    ASSERT_TRUE(device.ok()) << device.status().to_string();
-    auto cpu = dc::testing::load_exact(dir, 2);
-    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-    const auto gen = dc::testing::load_json(dir + "/reference/generate.json");
-    for (const auto& c : gen["cases"]) {
-      const auto& p = c["params"];
-      const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
-      if (p["steps"].get<int>() > 8 || prompts.size() != 1) continue;
-      for (const CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
-        const std::string what = p["alg"].get<std::string>() + (mode == CacheMode::kDual ? " dual" : " prefix");
-        if (!covered.insert(what).second) continue;
-        SamplingParams s = dc::testing::reference_params(**device, p);
-        s.cache = mode;
-        s.block_length = s.max_new_tokens.value() / 2;
-        s.steps = std::max(s.steps, 4);
-        auto want = (*cpu)->generate(prompts, s);
-        auto got = (*device)->generate(prompts, s);
-        ASSERT_TRUE(want.ok() && got.ok()) << want.status().to_string() << " / " << got.status().to_string();
-        EXPECT_EQ(got->sequences, want->sequences) << m["name"] << "/" << c["name"] << ": " << what;
-        std::printf("  [%s/%s: %s] %zu rows, %d steps, blocks of %lld\n", m["name"].get<std::string>().c_str(),
-                    c["name"].get<std::string>().c_str(), what.c_str(), prompts.size(), s.steps, static_cast<long long>(s.block_length));
-      }
+  for_each_short_case([&](const nlohmann::json& m, const nlohmann::json& c, Engine& device, Engine& cpu) {
+    const auto& p = c["params"];
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    for (const CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
+      const std::string what = p["alg"].get<std::string>() + (mode == CacheMode::kDual ? " dual" : " prefix");
+      if (!covered.insert(what).second) continue;
+      SamplingParams s = dc::testing::reference_params(device, p);
+      s.cache = mode;
+      s.block_length = s.max_new_tokens.value() / 2;
+      s.steps = std::max(s.steps, 4);
+      auto want = cpu.generate(prompts, s);
+      auto got = device.generate(prompts, s);
+      EXPECT_TRUE(want.ok() && got.ok()) << want.status().to_string() << " / " << got.status().to_string();
+      if (!want.ok() || !got.ok()) return false;
+      EXPECT_EQ(got->sequences, want->sequences) << m["name"] << "/" << c["name"] << ": " << what;
+      std::printf("  [%s/%s: %s] %zu rows, %d steps, blocks of %lld\n", m["name"].get<std::string>().c_str(),
+                  c["name"].get<std::string>().c_str(), what.c_str(), prompts.size(), s.steps, static_cast<long long>(s.block_length));
     }
-  }
+    return true;
+  });
   EXPECT_EQ(covered.size(), 8u);  // 4 algorithms × 2 modes
 }
 
-// The server weighs what the device path holds per out row: a whole logits row comes back to the host each
-// step (the CPU's head holds a hidden row and one chunk of logits).
-TEST(ForwardVulkan, HeadMemoryCountsWholeLogitsRows) {
+// Sampled generation (temperature, top-k, top-p: the whole step on the device, the draws the CPU's streams)
+// token-identical to the CPU's for every algorithm, uncached, on one tiny checkpoint's single-prompt cases of
+// at most 8 steps. Margin-screened: a case (seed) is used only when the CPU's tokens survive nudging every
+// logit by ±1e-5 of its row's largest |logit| (20x the device's error), so no draw or top-p cut lies within
+// the device's rounding of a boundary; up to 3 seeds are tried per algorithm.
+TEST(ForwardVulkan, SampledGenerationIsTokenIdenticalToTheCpu) {
+  const FilterConfig filters[4] = {{0.7f, 0.9f, 0}, {1.0f, 1.0f, 20}, {0.5f, 0.95f, 10}, {0.9f, 0.8f, 0}};
+  std::set<std::string> covered;
+  for_each_short_case([&](const nlohmann::json& m, const nlohmann::json& c, Engine& device, Engine& cpu) {
+    const auto& p = c["params"];
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    const std::string alg = p["alg"].get<std::string>();
+    if (covered.count(alg) != 0) return true;
+    SamplingParams s = dc::testing::reference_params(device, p);
+    const FilterConfig& f = filters[covered.size()];
+    s.temperature = f.temperature, s.top_p = f.top_p, s.top_k = f.top_k;
+    for (uint64_t seed = 11; seed < 14 && covered.count(alg) == 0; ++seed) {
+      s.seed = seed;
+      auto want = cpu.generate(prompts, s);
+      EXPECT_TRUE(want.ok()) << want.status().to_string();
+      if (!want.ok()) return false;
+      bool screened = true;
+      for (float sign : {1.0f, -1.0f}) {
+        GenerateHooks nudged;
+        nudged.logits_hook = [sign](const LogitsHookArgs& a) {
+          for (int64_t r = 0; r * a.n_vocab < static_cast<int64_t>(a.logits.size()); ++r) {
+            float* row = a.logits.data() + r * a.n_vocab;
+            float top = 0.0f;
+            for (int64_t i = 0; i < a.n_vocab; ++i) top = std::max(top, std::abs(row[i]));
+            for (int64_t i = 0; i < a.n_vocab; ++i) row[i] += sign * 1e-5f * top * ((i * 7 + r) % 3 == 0 ? 1.0f : -1.0f);
+          }
+        };
+        auto near = cpu.generate(prompts, s, nudged);
+        screened = screened && near.ok() && near->sequences == want->sequences;
+      }
+      if (!screened) continue;
+      auto got = device.generate(prompts, s);
+      EXPECT_TRUE(got.ok()) << got.status().to_string();
+      if (!got.ok()) return false;
+      EXPECT_EQ(got->sequences, want->sequences) << m["name"] << "/" << c["name"] << ": " << alg << " seed " << seed;
+      covered.insert(alg);
+      std::printf("  [%s/%s: %s] T %.1f top_p %.2f top_k %lld, seed %llu, %d steps\n", m["name"].get<std::string>().c_str(),
+                  c["name"].get<std::string>().c_str(), alg.c_str(), f.temperature, f.top_p, static_cast<long long>(f.top_k),
+                  static_cast<unsigned long long>(seed), s.steps);
+    }
+    return covered.size() < 4u;  // one checkpoint is enough: lavapipe is slow
+  });
+  EXPECT_EQ(covered.size(), 4u);
+}
+
+// The server weighs what the device path holds on the host per out row: the few numbers of a position that
+// every step (greedy or sampled, filtered or not) sends and downloads — no logits row, nothing fixed (the
+// CPU's head holds a hidden row per out row and one chunk of logits).
+TEST(ForwardVulkan, HeadMemoryCountsWhatADeviceStepHolds) {
   ModelConfig c = synthetic_config("tiny").value();
   ThreadPool pool(2);
   auto device = on_vulkan(make_synthetic_model(c, 3, &pool).value());
   ASSERT_NE(device, nullptr);
-  EXPECT_EQ(device->head_memory().bytes_per_row, logits_head_memory(c.n_vocab).bytes_per_row);
+  EXPECT_EQ(device->head_memory().bytes_per_row, DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition);
+  EXPECT_EQ(device->head_memory().fixed_bytes, 0);
   const auto cpu = Engine::from_model(make_synthetic_model(c, 3, &pool).value(), 1);
-  EXPECT_LT(cpu->head_memory().bytes_per_row, device->head_memory().bytes_per_row);
+  EXPECT_GT(cpu->head_memory().bytes_per_row, device->head_memory().bytes_per_row);
+  EXPECT_GT(cpu->head_memory().fixed_bytes, 0);
 }
 
 // Without a driver (VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere) --device vulkan fails at load

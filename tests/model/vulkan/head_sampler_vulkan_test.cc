@@ -1,8 +1,8 @@
 // The device's HeadSampler (engine/device_head_sampler.h) against the CPU's (engine/head_sampler.h, the
-// reference kernels) on one forward of a synthetic model on device 0 (lavapipe in CI): a greedy unfiltered
-// step sampled on the device (the same tokens, confidences within 2e-5: the device's exp and summation
-// order), filtered and temperature steps through the downloaded logits (the same tokens, confidences within
-// 2e-5), and logits() within 1e-4 of the largest logit.
+// reference kernels) on one forward of a synthetic model on device 0 (lavapipe in CI): greedy and sampled
+// steps with and without top-k / top-p, all on the device (the same tokens, the draws being the CPU's
+// streams; confidences within 2e-5: the device's exp and summation order), logits() within 1e-4 of the
+// largest logit, and release() freeing the device memory that the next forward grows again.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,9 +51,7 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
       rows.push_back({r, r / L, r % L});
       if (r == 4) rows.push_back({r, r / L, r % L + 1});
     }
-    const FilterConfig filters[3] = {{0.0f, 1.0f, 0}, {0.0f, 1.0f, 5}, {0.7f, 0.9f, 0}};
-    EXPECT_TRUE(DeviceHeadSampler::samples_on_device(filters[0]));
-    EXPECT_FALSE(DeviceHeadSampler::samples_on_device(filters[1]) || DeviceHeadSampler::samples_on_device(filters[2]));
+    const FilterConfig filters[] = {{0.0f, 1.0f, 0}, {0.0f, 1.0f, 5}, {0.7f, 0.9f, 0}, {1.0f, 1.0f, 0}, {0.8f, 0.95f, 20}};
     for (const FilterConfig& f : filters)
       for (ConfidenceKind kind : {ConfidenceKind::kProbability, ConfidenceKind::kMargin, ConfidenceKind::kNegEntropy}) {
         const HeadSampling args{f, kind, 42, 3, rows};
@@ -61,7 +59,7 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
         ASSERT_TRUE(on_cpu.sample(args, want).ok());
         const Status s = on_device.sample(args, got);
         ASSERT_TRUE(s.ok()) << s.to_string();
-        const std::string what = "T " + std::to_string(f.temperature) + " top_k " + std::to_string(f.top_k) + " kind " +
+        const std::string what = "T " + std::to_string(f.temperature) + " top_p " + std::to_string(f.top_p) + " top_k " + std::to_string(f.top_k) + " kind " +
                                  std::to_string(static_cast<int>(kind));
         for (size_t e = 0; e < rows.size(); ++e) {
           EXPECT_EQ(got[e].token, want[e].token) << what << " entry " << e;
@@ -74,6 +72,20 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
     ASSERT_TRUE(on_cpu.logits(first, n, want.data()).ok());
     ASSERT_TRUE(on_device.logits(first, n, got.data()).ok());
     testing::expect_close(want, got, 1e-4, "logits()");
+
+    // The logits block is kept between steps (grown only for more rows); release() frees it and the rows.
+    const int64_t held = on_device.device_bytes();
+    EXPECT_EQ(held, (B * L * c.n_embd + static_cast<int64_t>(rows.size()) * V) * 4);
+    const HeadSampling again{filters[2], ConfidenceKind::kMargin, 42, 3, rows};
+    std::vector<TokenSample> before(rows.size()), after(rows.size());
+    ASSERT_TRUE(on_device.sample(again, before).ok());
+    EXPECT_EQ(on_device.device_bytes(), held);
+    on_device.release();
+    EXPECT_EQ(on_device.n_rows(), 0);
+    EXPECT_EQ(on_device.device_bytes(), 0);
+    ASSERT_TRUE(on_device.forward(batch).ok());
+    ASSERT_TRUE(on_device.sample(again, after).ok());
+    for (size_t e = 0; e < rows.size(); ++e) EXPECT_EQ(after[e].token, before[e].token) << "entry " << e;
   }  // the samplers' device memory goes before the backend
 }
 

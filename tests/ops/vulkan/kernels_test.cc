@@ -4,7 +4,9 @@
 // element-wise ops, 2e-5 for attention (exp of the device), 1e-4 absolute for RoPE's device cos / sin.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "ops/matmul.h"
 #include "ops/vulkan/kernels.h"
 #include "sampler/filters.h"
+#include "sampler/rng.h"
 #include "vulkan_test_util.h"
 
 namespace dc {
@@ -287,46 +290,76 @@ TEST(VulkanKernels, KvStoreAgainstTheCpu) {
   EXPECT_EQ(vk::kv_store(seq, dsrc, B, L, 9, W, C, dcache).code(), StatusCode::kInvalidArgument);  // beyond L
 }
 
-// The greedy choice and the three confidences against the sampler's (top-k and top-p off): ties, −inf tokens,
-// and a row of −inf only.
-TEST(VulkanKernels, RowConfidenceAgainstTheSampler) {
+// The device's sampling step against the sampler's sample_token on crafted rows, for temperature 0 and > 0
+// (the draw: the stream's uniform_double, as the device head sampler uploads it), top-k (1, with ties at the
+// threshold, beyond the vocabulary) and top-p (a mass exactly at top_p, a cut inside a tie group): the same
+// token, confidences within 2e-5. Rows: random; a tie at the top; half the tokens −inf; four tied tokens and
+// the rest −inf; a flat row (1024 ties); integer logits (ties everywhere).
+TEST(VulkanKernels, SampleRowsAgainstTheSampler) {
   vk::Runtime& rt = vulkan_runtime();
-  const int64_t n = 4, V = 1001;
+  const int64_t n = 6, V = 1024;
   std::vector<float> logits = random_floats(9, static_cast<size_t>(n * V), -8, 8);
-  logits[2 * V + 700] = logits[2 * V + 300] = 20.0f;  // a tie: the lower id wins, margin 0
-  for (int64_t c = 0; c < V; c += 2) logits[3 * V + c] = -INFINITY;  // −inf tokens get probability 0
-  for (float temperature : {1.0f, 0.7f}) {
-    const vk::Buffer dl = ok_or_throw(rt.make_buffer(logits, "logits"));
-    vk::Buffer ids = ok_or_throw(rt.alloc(n * 4, "ids")), conf = ok_or_throw(rt.alloc(n * 12, "conf"));
+  logits[1 * V + 700] = logits[1 * V + 300] = 20.0f;                 // a tie: the lower id first
+  for (int64_t c = 0; c < V; c += 2) logits[2 * V + c] = -INFINITY;  // −inf tokens get probability 0
+  for (int64_t c = 0; c < V; ++c) logits[3 * V + c] = c % 10 == 0 && c > 0 && c <= 40 ? 0.0f : -INFINITY;
+  for (int64_t c = 0; c < V; ++c) logits[4 * V + c] = 1.5f;
+  for (int64_t c = 0; c < V; ++c) logits[5 * V + c] = std::floor(logits[5 * V + c]);
+  const FilterConfig filters[] = {{0.0f, 1.0f, 0},  {0.7f, 1.0f, 0},  {1.0f, 0.9f, 0}, {0.7f, 0.9f, 50}, {1.0f, 1.0f, 1},
+                                  {1.0f, 1.0f, 5000}, {0.0f, 0.5f, 20}, {1.0f, 0.5f, 0}, {1.3f, 0.3f, 0},  {1.0f, 1.0f, 10}};
+  const ConfidenceKind kinds[3] = {ConfidenceKind::kProbability, ConfidenceKind::kMargin, ConfidenceKind::kNegEntropy};
+  const vk::Buffer dl = ok_or_throw(rt.make_buffer(logits, "logits"));
+  vk::Buffer ids = ok_or_throw(rt.alloc(n * 4, "ids")), conf = ok_or_throw(rt.alloc(n * 12, "conf"));
+  for (size_t fi = 0; fi < std::size(filters); ++fi) {
+    const FilterConfig& f = filters[fi];
+    std::vector<float> u(n);
+    for (int64_t r = 0; r < n; ++r) {
+      Rng rng = Rng::for_stream(7, RngPurpose::kTest, static_cast<int64_t>(fi), r, 0);
+      u[r] = std::min(static_cast<float>(rng.uniform_double()), std::nextafter(1.0f, 0.0f));
+    }
+    const vk::Buffer du = ok_or_throw(rt.make_buffer(u, "uniforms"));
     auto seq = ok_or_throw(rt.new_sequence());
-    ok_or_throw(vk::row_confidence(seq, dl, n, V, temperature, ids, conf));
+    ok_or_throw(vk::sample_rows(seq, dl, n, V, {f.temperature, f.top_p, f.top_k}, du, ids, conf));
     ok_or_throw(seq.run());
     const std::vector<uint32_t> got_ids = ok_or_throw(rt.read<uint32_t>(ids, n));
     const std::vector<float> got = ok_or_throw(rt.read<float>(conf, n * 3));
-    const ConfidenceKind kinds[3] = {ConfidenceKind::kProbability, ConfidenceKind::kMargin, ConfidenceKind::kNegEntropy};
     for (int64_t r = 0; r < n; ++r) {
+      const std::string what = "filter " + std::to_string(fi) + " row " + std::to_string(r);
       for (int kind = 0; kind < 3; ++kind) {
-        // The sampler's greedy path applies no temperature, so hand it the scaled row.
         std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
-        for (float& z : row) z /= temperature;
         FilterScratch scratch;
-        Rng rng(1);
-        const TokenSample want = *sample_token(row.data(), V, {0.0f, 1.0f, 0}, kinds[kind], rng, scratch);
-        EXPECT_EQ(got_ids[r], static_cast<uint32_t>(want.token)) << "row " << r;
-        EXPECT_NEAR(got[r * 3 + kind], want.confidence, 2e-5) << "row " << r << " kind " << kind << " T " << temperature;
+        Rng rng = Rng::for_stream(7, RngPurpose::kTest, static_cast<int64_t>(fi), r, 0);
+        const TokenSample want = ok_or_throw(sample_token(row.data(), V, f, kinds[kind], rng, scratch));
+        EXPECT_EQ(got_ids[r], static_cast<uint32_t>(want.token)) << what;
+        EXPECT_NEAR(got[r * 3 + kind], want.confidence, 2e-5) << what << " kind " << kind;
       }
     }
-    EXPECT_EQ(got_ids[2], 300u);
-    EXPECT_EQ(got[2 * 3 + 1], 0.0f);
+    if (f.temperature == 0.0f) {
+      EXPECT_EQ(got_ids[1], 300u);
+    }
+    if (f.top_p == 0.5f) {  // row 3: ids 10..40 at 1/4 each; the mass reaches 0.5 after two (not above): three kept
+      EXPECT_NEAR(got[3 * 3], 1.0f / 3.0f, 1e-6);
+      EXPECT_LT(got_ids[3], 40u);
+    }
+    if (f.top_p == 0.3f) {
+      EXPECT_LT(got_ids[4], 308u);  // row 4: 308 of the 1024 ties (307 / 1024 <= 0.3)
+    }
+    if (f.top_k == 1) {  // row 0: only the top token; row 1: both tokens tied at the top (ties at the k-th kept)
+      EXPECT_EQ(got[0], 1.0f);
+      EXPECT_EQ(got[1 * 3], 0.5f);
+    }
   }
-  // A row with every logit −inf (the sampler's error): confidences that are not finite, which the device
-  // head sampler reports as that error.
-  const vk::Buffer dead = ok_or_throw(rt.make_buffer(std::vector<float>(V, -INFINITY), "every logit -inf"));
-  vk::Buffer ids = ok_or_throw(rt.alloc(4, "ids")), conf = ok_or_throw(rt.alloc(12, "conf"));
+  // A NaN, a +inf and every logit −inf (the sampler's errors): confidences that are not finite, which the
+  // device head sampler reports as that error.
+  std::vector<float> broken(3 * V, 0.5f);
+  broken[10] = NAN, broken[V + 3] = INFINITY;
+  std::fill(broken.begin() + 2 * V, broken.end(), -INFINITY);
+  const vk::Buffer dead = ok_or_throw(rt.make_buffer(broken, "broken rows"));
+  const vk::Buffer du = ok_or_throw(rt.make_buffer(std::vector<float>(3, 0.5f), "uniforms"));
   auto seq = ok_or_throw(rt.new_sequence());
-  ok_or_throw(vk::row_confidence(seq, dead, 1, V, 1.0f, ids, conf));
+  ok_or_throw(vk::sample_rows(seq, dead, 3, V, {1.0f, 0.9f, 5}, du, ids, conf));
   ok_or_throw(seq.run());
-  for (float x : ok_or_throw(rt.read<float>(conf, 3))) EXPECT_FALSE(std::isfinite(x)) << x;
+  for (float x : ok_or_throw(rt.read<float>(conf, 9))) EXPECT_FALSE(std::isfinite(x)) << x;
+  EXPECT_EQ(vk::sample_rows(seq, dead, 3, V, {-1.0f, 1.0f, 0}, du, ids, conf).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+// `--device vulkan` end to end on device 0 (lavapipe in CI): `diffucoder generate` and one `serve` chat
+// completion over 127.0.0.1 give the CPU's output for a deterministic request (temperature 0 with top-k and
+// top-p on: the filters and the confidences computed on the device). The checkpoint is tiny-vocab (the real
+// 152k vocabulary and the Qwen2 tokenizer) read as 2 heads of 16 (1 KV head): the same tensors, a head size
+// the device's attention takes. Both devices run f32 (--precision f32), so only the device's rounding differs.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "fixtures.h"
+#include "loopback.h"
+#include "process.h"
+#include "temp_dir.h"
+
+namespace dc {
+namespace {
+
+namespace fs = std::filesystem;
+
+// tiny-vocab's files in `dir`, its config read as 2 attention heads (head_dim 16) and 1 KV head.
+void head_dim_16_copy(const std::string& dir) {
+  const fs::path from = dc::testing::fixtures_dir() + "/tiny-vocab";
+  for (const char* name : {"model.safetensors", "tokenizer.json", "generation_config.json"})
+    fs::create_symlink(from / name, fs::path(dir) / name);
+  std::ifstream in(from / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  ASSERT_EQ(config["hidden_size"].get<int>(), 32);
+  config["num_attention_heads"] = 2, config["num_key_value_heads"] = 1;
+  std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
+}
+
+// `diffucoder serve ARGS --port 0` on its own process, its stderr in a file; the port read from it.
+class Serve {
+ public:
+  Serve(const std::string& args, const std::string& err_path) : err_(err_path) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (!freopen(err_.c_str(), "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+      const std::string cmd = std::string("exec ") + DC_BINARY_PATH + " serve --port 0 --threads 2 " + args;
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 600 && port_ == 0; ++i) {  // up to 30 s (loading and uploading the model)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string text = stderr_text();
+      const size_t at = text.find("http://127.0.0.1:");
+      if (at != std::string::npos) port_ = std::atoi(text.c_str() + at + 17);
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+    }
+  }
+  ~Serve() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  int port() const { return port_; }
+  std::string stderr_text() const {
+    std::ifstream in(err_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string err_;
+};
+
+// POSTs `body` to `path` on 127.0.0.1:port; the response's JSON body (null when there is none).
+nlohmann::json post(int port, const std::string& path, const std::string& body) {
+  const int fd = dc::testing::connect_to(port);
+  const std::string request = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t at = response.find("\r\n\r\n");
+  EXPECT_NE(response.find(" 200 "), std::string::npos) << response;
+  return at == std::string::npos ? nlohmann::json() : nlohmann::json::parse(response.substr(at + 4), nullptr, false);
+}
+
+TEST(DeviceCli, GenerateOnVulkanEqualsTheCpu) {
+  dc::test::TempDir dir("vulkan_cli");
+  head_dim_16_copy(dir.path());
+  nlohmann::json ids[2];
+  int i = 0;
+  for (const char* device : {"cpu", "vulkan"}) {
+    const auto r = dc::testing::run_binary("generate --model " + dir.path() +
+                                           " --prompt 'def add(a, b):' --max-new-tokens 4 --steps 2 --alg entropy"
+                                           " --temperature 0 --top-k 20 --top-p 0.9 --precision f32 --threads 2 --json --quiet"
+                                           " --device " + device);
+    ASSERT_EQ(r.exit_code, 0) << device << ": " << r.err;
+    ids[i++] = nlohmann::json::parse(r.out)["token_ids"];
+  }
+  ASSERT_EQ(ids[0].size(), 4u);
+  EXPECT_EQ(ids[1], ids[0]);
+}
+
+TEST(DeviceCli, ServeChatCompletionOnVulkanEqualsTheCpu) {
+  dc::test::TempDir dir("vulkan_serve");
+  head_dim_16_copy(dir.path());
+  const std::string body = R"({"messages": [{"role": "user", "content": "Write add(a, b)."}], "max_tokens": 4,
+                               "temperature": 0, "top_p": 0.9, "top_k": 20, "steps": 2})";
+  nlohmann::json answers[2];
+  int i = 0;
+  for (const char* device : {"cpu", "vulkan"}) {
+    Serve serve("--model " + dir.path() + " --precision f32 --device " + device, dir.file(std::string(device) + ".err"));
+    ASSERT_GT(serve.port(), 0) << device << ": " << serve.stderr_text();
+    const nlohmann::json reply = post(serve.port(), "/v1/chat/completions", body);
+    ASSERT_TRUE(reply.is_object()) << device;
+    answers[i++] = reply["choices"][0]["message"]["content"];
+    EXPECT_EQ(reply["usage"]["completion_tokens"].get<int>(), 4) << device << ": " << reply.dump();
+  }
+  ASSERT_TRUE(answers[0].is_string());
+  EXPECT_EQ(answers[1], answers[0]);
+}
+
+}  // namespace
+}  // namespace dc
