@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "ops/elementwise.h"
@@ -34,6 +35,7 @@ void DeviceHeadSampler::release() {
 }
 
 Status DeviceHeadSampler::reserve_logits(int64_t n) {
+  n = std::max(n, kMinHeadRows);
   const int64_t V = model_.config().n_vocab;
   if (n * V <= logits_capacity_) return Status::ok_status();
   logits_.reset();
@@ -45,7 +47,8 @@ Status DeviceHeadSampler::reserve_logits(int64_t n) {
   return Status::ok_status();
 }
 
-float* DeviceHeadSampler::record_logits(const std::vector<int32_t>& rows) {
+float* DeviceHeadSampler::record_logits(std::vector<int32_t> rows) {
+  if (static_cast<int64_t>(rows.size()) < kMinHeadRows) rows.resize(kMinHeadRows, rows.back());
   const int64_t n = static_cast<int64_t>(rows.size()), E = model_.config().n_embd;
   const int32_t* index = device_copy(ctx_, "head.index", rows.data(), n);
   float* picked = device_floats(ctx_, "head.rows", n * E);  // [n, E]
@@ -63,7 +66,7 @@ Status DeviceHeadSampler::logits(int64_t first, int64_t n, float* out) {
   const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
   DC_RETURN_IF_ERROR(reserve_logits(n));
   DC_RETURN_IF_ERROR(ctx_.backend->begin());
-  const float* logits = record_logits(rows);
+  const float* logits = record_logits(std::move(rows));
   DC_RETURN_IF_ERROR(ctx_.backend->finish());
   return ctx_.backend->download(logits, out, n * model_.config().n_vocab * static_cast<int64_t>(sizeof(float)));
 }
@@ -89,7 +92,7 @@ Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample
     const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
     DC_RETURN_IF_ERROR(reserve_logits(n));
     DC_RETURN_IF_ERROR(ctx_.backend->begin());
-    const float* logits = record_logits(index);
+    const float* logits = record_logits(std::move(index));
     const float* u = device_copy(ctx_, "head.uniforms", uniforms.data(), n);
     int32_t* ids_at = static_cast<int32_t*>(ctx_.backend->alloc("head.ids", n * 4));
     float* conf_at = device_floats(ctx_, "head.conf", n * 3);

@@ -42,13 +42,17 @@ class DeviceHeadSampler final : public HeadSampler {
   int64_t device_bytes() const { return (capacity_rows_ * model_.config().n_embd + logits_capacity_) * 4; }
 
  private:
-  // Grows the logits block to n rows (device memory of this object's, kept for the next steps). Under the
-  // device's lock, before begin().
+  // The lm_head runs on at least this many rows (padded with copies of the last): the device's GEMM takes
+  // another kernel, which sums in another order, below it (a matrix-vector kernel for n <= 8 rows), and a
+  // row's logits must not depend on how many rows are asked for with it (HeadSampler's contract).
+  static constexpr int64_t kMinHeadRows = 9;
+  // Grows the logits block to max(n, kMinHeadRows) rows (device memory of this object's, kept for the next
+  // steps). Under the device's lock, before begin().
   Status reserve_logits(int64_t n);
   // Records the lm_head of the hidden rows `rows` (indices into this forward's rows) into the logits block
-  // [rows.size(), n_vocab] (reserve_logits first) and returns it (nullptr after a device error, in status()).
-  // Under the device's lock, between begin() and finish().
-  float* record_logits(const std::vector<int32_t>& rows);
+  // (its first rows.size() rows of n_vocab; reserve_logits first) and returns it (nullptr after a device
+  // error, in status()). Under the device's lock, between begin() and finish().
+  float* record_logits(std::vector<int32_t> rows);
 
   const Model& model_;
   Context ctx_;

@@ -5,6 +5,7 @@
 // largest logit, and release() freeing the device memory that the next forward grows again.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -72,10 +73,22 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
     ASSERT_TRUE(on_cpu.logits(first, n, want.data()).ok());
     ASSERT_TRUE(on_device.logits(first, n, got.data()).ok());
     testing::expect_close(want, got, 1e-4, "logits()");
+    // A row's logits do not depend on how many rows are asked for with it (HeadSampler's contract), below
+    // and above the 8 rows where the device's GEMM changes kernels; greedy sample() over 3 rows picks the
+    // argmax of those logits.
+    std::vector<float> all(B * L * V), few(4 * V);
+    ASSERT_TRUE(on_device.logits(0, B * L, all.data()).ok());
+    ASSERT_TRUE(on_device.logits(0, 4, few.data()).ok());
+    EXPECT_TRUE(std::equal(few.begin(), few.end(), all.begin())) << "logits(0, 4) differ from logits(0, " << B * L << ")";
+    const std::vector<HeadRow> three{{0, 0, 0}, {1, 0, 1}, {2, 0, 2}};
+    std::vector<TokenSample> picked(three.size());
+    ASSERT_TRUE(on_device.sample({filters[0], ConfidenceKind::kProbability, 42, 3, three}, picked).ok());
+    for (int64_t r = 0; r < 3; ++r)
+      EXPECT_EQ(picked[r].token, std::max_element(all.begin() + r * V, all.begin() + (r + 1) * V) - (all.begin() + r * V)) << "row " << r;
 
     // The logits block is kept between steps (grown only for more rows); release() frees it and the rows.
     const int64_t held = on_device.device_bytes();
-    EXPECT_EQ(held, (B * L * c.n_embd + static_cast<int64_t>(rows.size()) * V) * 4);
+    EXPECT_EQ(held, (B * L * c.n_embd + static_cast<int64_t>(rows.size()) * V) * 4);  // (more than 9 rows)
     const HeadSampling again{filters[2], ConfidenceKind::kMargin, 42, 3, rows};
     std::vector<TokenSample> before(rows.size()), after(rows.size());
     ASSERT_TRUE(on_device.sample(again, before).ok());
