@@ -44,6 +44,10 @@ class VulkanBackend final : public DeviceBackend {
   std::string name() const override { return rt_->info().name; }
   int64_t memory_bytes() const override { return rt_->info().device_local_bytes; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  DeviceCounters counters() const override {
+    const vk::Counters& c = rt_->counters();
+    return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms};
+  }
 
   Status add_matrix(const WeightView& w, const std::string& name) override {
     if (matrices_.count(w.data) != 0) return Status();
@@ -135,6 +139,7 @@ class VulkanBackend final : public DeviceBackend {
   Status finish() override {
     DC_CHECK(seq_.has_value(), "VulkanBackend::finish without begin");
     if (status_.ok()) status_ = seq_->run();
+    ++runs_;
     return status_;
   }
 
@@ -234,6 +239,7 @@ class VulkanBackend final : public DeviceBackend {
   std::unordered_map<const void*, vk::DeviceMatrix> matrices_;  // by the host view's data pointer
   std::unordered_map<const float*, vk::Buffer> vectors_;        // by the host f32 pointer
   int64_t weight_bytes_ = 0;
+  int64_t runs_ = 0;  // finish() calls
   std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
   std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)
   std::vector<size_t> free_slots_, released_;

@@ -148,6 +148,7 @@ Runtime::~Runtime() {
 }
 
 const DeviceInfo& Runtime::info() const { return impl_->info; }
+const Counters& Runtime::counters() const { return impl_->counters; }
 
 Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
   auto impl = std::make_unique<Impl>();
@@ -362,6 +363,7 @@ Status Runtime::Impl::submit(VkCommandBuffer cmd, VkFence fence, const char* wha
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd;
   r = inst.api.vkQueueSubmit(queue, 1, &si, fence);
+  ++counters.submits;
   return r == VK_SUCCESS ? Status() : vk_status(r, std::string(what) + ": vkQueueSubmit");
 }
 
@@ -376,6 +378,12 @@ Result<Upload> Runtime::start_copy(const Buffer& device_buffer, int64_t offset, 
   Upload::Impl& u = *up.impl_;
   u.rt = &m;
   if (bytes == 0) return up;
+  if (to_device) {
+    ++m.counters.uploads;
+    m.counters.upload_bytes += bytes;
+  } else {
+    ++m.counters.downloads;
+  }
   DC_ASSIGN_OR_RETURN(u.staging, m.create_buffer(bytes, true, to_device ? "an upload's staging buffer" : "a download's staging buffer"));
   if (to_device) std::memcpy(u.staging.mapped, src, static_cast<size_t>(bytes));
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};

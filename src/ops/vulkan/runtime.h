@@ -46,6 +46,19 @@ Result<std::vector<DeviceInfo>> list_devices(const char* loader = kDefaultLoader
 
 class Runtime;
 
+// The host-side work of one Runtime since it was opened: what a forward costs the host, counted (on lavapipe
+// the timings are a CPU's, not a GPU's; the counts are the same on any device).
+struct Counters {
+  int64_t recordings = 0;           // command buffers recorded (Sequences built)
+  int64_t dispatches_recorded = 0;  // dispatches recorded into them
+  int64_t descriptor_sets = 0;      // descriptor sets allocated and written
+  int64_t submits = 0;              // vkQueueSubmit calls (sequences run, uploads, downloads)
+  int64_t uploads = 0;              // host-to-device copies
+  int64_t upload_bytes = 0;
+  int64_t downloads = 0;            // device-to-host copies
+  double record_ms = 0;             // host time spent recording dispatches (descriptor sets included)
+};
+
 // A device-local storage buffer of `bytes()` bytes. Move-only; freed on destruction, which must come
 // before the Runtime's. A Sequence that binds it must not be run after it is freed. Only the Runtime that
 // allocated it (and its Sequences) accept it: another device's buffer, or an empty one, is kInvalidArgument.
@@ -160,6 +173,7 @@ class Runtime {
   }
 
   Result<Sequence> new_sequence();
+  const Counters& counters() const;
   struct Impl;
   Impl& impl() { return *impl_; }
 

@@ -52,6 +52,7 @@ struct Runtime::Impl {
   VkDescriptorSetLayout set_layouts[kMaxBindings + 1] = {};      // by number of bindings
   VkPipelineLayout pipeline_layouts[kMaxBindings + 1] = {};
   std::map<std::string, VkPipeline> pipelines;  // "shader,spec0,spec1,..."
+  mutable Counters counters;
 
   struct Pipeline {
     VkPipeline pipeline;

@@ -1,4 +1,5 @@
 // Sequences: command buffers recorded once per shape and replayed, with timestamps (runtime.h).
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -50,6 +51,7 @@ struct Sequence::Impl {
     const VkResult r = a.vkAllocateDescriptorSets(rt->device, &ai, &set);
     if (r != VK_SUCCESS) return vk_status(r, "vkAllocateDescriptorSets");
     ++sets_in_last_pool;
+    ++rt->counters.descriptor_sets;
     return set;
   }
 };
@@ -101,11 +103,13 @@ Result<Sequence> Runtime::new_sequence() {
   a.vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &uploads, 0, nullptr, 0, nullptr);
   a.vkCmdWriteTimestamp(s->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, s->queries, 0);
+  ++m.counters.recordings;
   return Sequence(std::move(s));
 }
 
 Status Sequence::record(const Dispatch& d) {
   Impl& s = *impl_;
+  const auto start = std::chrono::steady_clock::now();
   const std::string name(d.shader);
   if (s.ended) return invalid_argument("shader " + name + ": a Sequence is recorded before its first run(); record a new one");
   if (d.push.size() * 4 > kMaxPushBytes) return invalid_argument("shader " + name + ": more than 128 bytes of push constants");
@@ -138,6 +142,8 @@ Status Sequence::record(const Dispatch& d) {
   a.vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
   ++s.n_dispatches;
+  ++s.rt->counters.dispatches_recorded;
+  s.rt->counters.record_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return Status();
 }
 
@@ -156,6 +162,7 @@ Status Sequence::run() {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &s.cmd;
   r = a.vkQueueSubmit(s.rt->queue, 1, &si, s.fence);
+  ++s.rt->counters.submits;
   if (r != VK_SUCCESS) return vk_status(r, "running a sequence of " + std::to_string(s.n_dispatches) + " dispatches");
   r = a.vkWaitForFences(s.rt->device, 1, &s.fence, VK_TRUE, UINT64_MAX);
   if (r != VK_SUCCESS) return vk_status(r, "waiting for a sequence of " + std::to_string(s.n_dispatches) + " dispatches");
