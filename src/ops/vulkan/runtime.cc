@@ -203,12 +203,13 @@ Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
 
 // ---- Buffers
 
-Buffer::Buffer(Buffer&& o) noexcept : runtime_(std::exchange(o.runtime_, nullptr)), slot_(o.slot_), bytes_(o.bytes_) {}
+Buffer::Buffer(Buffer&& o) noexcept : runtime_(std::exchange(o.runtime_, nullptr)), slot_(o.slot_), id_(o.id_), bytes_(o.bytes_) {}
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     if (runtime_) runtime_->free_buffer(slot_);
     runtime_ = std::exchange(o.runtime_, nullptr);
     slot_ = o.slot_;
+    id_ = o.id_;
     bytes_ = o.bytes_;
   }
   return *this;
@@ -267,7 +268,10 @@ void Runtime::Impl::destroy_buffer(BufferSlot& s) {
   s = BufferSlot();
 }
 
-Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
+Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) { return alloc_buffer(bytes, what, false); }
+Result<Buffer> Runtime::alloc_staging(int64_t bytes, std::string_view what) { return alloc_buffer(bytes, what, true); }
+
+Result<Buffer> Runtime::alloc_buffer(int64_t bytes, std::string_view what, bool staging) {
   Impl& m = *impl_;
   const std::string name(what);
   if (bytes <= 0) return invalid_argument(name + ": a device buffer needs a positive size, got " + std::to_string(bytes));
@@ -277,7 +281,7 @@ Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
   if (bytes > m.info.max_buffer_bytes)
     return out_of_range(name + ": " + std::to_string(bytes) + " bytes exceed the largest storage buffer of " + m.info.name + " (maxStorageBufferRange " +
                         std::to_string(m.info.max_buffer_bytes) + " bytes); split the tensor");
-  DC_ASSIGN_OR_RETURN(BufferSlot s, m.create_buffer(bytes, false, what));
+  DC_ASSIGN_OR_RETURN(BufferSlot s, m.create_buffer(bytes, staging, what));
   uint32_t slot;
   if (!m.free_slots.empty()) {
     slot = m.free_slots.back();
@@ -290,6 +294,7 @@ Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
   Buffer b;
   b.runtime_ = this;
   b.slot_ = slot;
+  b.id_ = m.next_buffer_id++;
   b.bytes_ = bytes;
   return b;
 }
