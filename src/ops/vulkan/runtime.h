@@ -140,7 +140,7 @@ class Sequence {
   // (kInternal, "reopen the device"); a recording that failed (the sequence is spent: make a new one).
   Status run();
   // Runs `seqs` in order in one submission (each recorded at its first run; the barrier at the start of
-  // each makes the earlier ones' writes visible) and waits. Errors as run()'s.
+  // each makes the earlier ones' writes visible; one may appear more than once) and waits. Errors as run()'s.
   static Status run_all(const std::vector<Sequence*>& seqs);
   // run(), returning the GPU time between the first and the last dispatch in milliseconds (timestamps).
   Result<double> run_timed();

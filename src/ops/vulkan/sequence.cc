@@ -108,7 +108,10 @@ Status Sequence::Impl::build() {
     queries = VK_NULL_HANDLE;
     return vk_status(r, "vkCreateQueryPool");
   }
-  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // reusable: no ONE_TIME_SUBMIT
+  // Reusable (no ONE_TIME_SUBMIT), and submittable more than once in one submission (run_all of a forward
+  // whose segments repeat the same commands).
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
   r = a.vkBeginCommandBuffer(cmd, &bi);
   if (r != VK_SUCCESS) return vk_status(r, "vkBeginCommandBuffer");
   a.vkCmdResetQueryPool(cmd, queries, 0, 2);

@@ -87,5 +87,33 @@ TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
   EXPECT_EQ(b.counters().recordings - start.recordings, 2);
 }
 
+// Segments of one forward with the same commands (each gather of rows starts one) run as often as they were
+// collected: the recorded one is submitted twice in the same submission.
+TEST(VulkanBackend, RepeatedSegmentsRunEachTime) {
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  DeviceBackend& b = **backend;
+  const auto lock = b.lock();
+  const std::vector<float> x = {1, 2, 3, 4};
+  const std::vector<int32_t> rows = {0};
+  for (int forward = 0; forward < 2; ++forward) {
+    ASSERT_TRUE(b.begin().ok());
+    const float* dx = static_cast<const float*>(b.copy_in("x", x.data(), 16));
+    const int32_t* drows = static_cast<const int32_t*>(b.copy_in("rows", rows.data(), 4));
+    float* acc = static_cast<float*>(b.alloc("acc", 16));
+    float* tmp = static_cast<float*>(b.alloc("tmp", 16));
+    ASSERT_TRUE(dx != nullptr && drows != nullptr && acc != nullptr && tmp != nullptr);
+    b.gather_rows(dx, 4, drows, 1, acc);  // acc = x
+    for (int i = 0; i < 2; ++i) {        // two identical segments: acc += x each
+      b.gather_rows(dx, 4, drows, 1, tmp);
+      b.add_inplace(acc, tmp, 4);
+    }
+    ASSERT_TRUE(b.finish().ok());
+    std::vector<float> got(4);
+    ASSERT_TRUE(b.download(acc, got.data(), 16).ok());
+    EXPECT_EQ(got, (std::vector<float>{3, 6, 9, 12})) << "forward " << forward;
+  }
+}
+
 }  // namespace
 }  // namespace dc
