@@ -9,7 +9,7 @@ DEB_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev l
               libgtest-dev googletest python3-numpy python3-torch libopenblas0-pthread nodejs npm
               libcpp-httplib-dev chromium zlib1g-dev python3 python3-dev pybind11-dev python3-pybind11 python3-pytest
               python3-venv python3-setuptools python3-wheel libopenmpi-dev openmpi-bin
-              libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools spirv-tools)
+              libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools vulkan-validationlayers spirv-tools)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

@@ -168,6 +168,7 @@ int run_bench(const BenchArgs& a) {
     return head;
   };
   hooks.pool = &engine->pool();
+  const DeviceCounters before = engine->backend() != nullptr ? engine->backend()->counters() : DeviceCounters{};
   t_gen = Clock::now();
   t_step = t_gen;
   auto out = generate(timed, c.n_vocab, prompts, p, hooks);
@@ -180,6 +181,18 @@ int run_bench(const BenchArgs& a) {
   const double total_ms = complete ? gen_ms : gen_ms / std::max(1, steps_run) * a.steps;
   const double tokens_per_s = a.batch * a.new_tokens / (total_ms / 1e3);
   const double gflops = forward_ms > 0 ? flops / (forward_ms * 1e6) : 0.0;
+  // The device's host-side work per step (runs, recordings, descriptor sets, submissions, uploads).
+  nlohmann::json device_work = nlohmann::json::object();
+  if (engine->backend() != nullptr && steps_run > 0) {
+    const DeviceCounters after = engine->backend()->counters();
+    const double n = steps_run;
+    device_work = {{"runs", (after.runs - before.runs) / n}, {"recordings", (after.recordings - before.recordings) / n},
+                   {"dispatches_recorded", (after.dispatches_recorded - before.dispatches_recorded) / n},
+                   {"descriptor_sets", (after.descriptor_sets - before.descriptor_sets) / n},
+                   {"submits", (after.submits - before.submits) / n}, {"uploads", (after.uploads - before.uploads) / n},
+                   {"upload_bytes", (after.upload_bytes - before.upload_bytes) / n},
+                   {"downloads", (after.downloads - before.downloads) / n}, {"record_ms", (after.record_ms - before.record_ms) / n}};
+  }
 
   // A device computes in f32 whatever --precision says.
   const std::string arithmetic = engine->backend() != nullptr ? "f32" : precision_name;
@@ -193,6 +206,7 @@ int run_bench(const BenchArgs& a) {
       {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
       {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
       {"fraction_of_peak", peak > 0 ? gflops / peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()},
+      {"device_work_per_step", device_work},
       // The generated ids per row (complete runs): drift between cache modes is measured from these.
       {"generated", complete ? nlohmann::json(out->generated) : nlohmann::json::array()}};
   if (a.json) {
@@ -211,6 +225,13 @@ int run_bench(const BenchArgs& a) {
   std::printf("| device | %s |\n", device_name.c_str());
   if (engine->backend() != nullptr)
     std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);
+  if (!device_work.empty())
+    std::printf("| device work per step | %.1f runs, %.1f recordings (%.0f dispatches, %.0f descriptor sets, %.2f ms), "
+                "%.1f submits, %.1f uploads (%.0f bytes), %.1f downloads |\n",
+                device_work["runs"].get<double>(), device_work["recordings"].get<double>(),
+                device_work["dispatches_recorded"].get<double>(), device_work["descriptor_sets"].get<double>(),
+                device_work["record_ms"].get<double>(), device_work["submits"].get<double>(), device_work["uploads"].get<double>(),
+                device_work["upload_bytes"].get<double>(), device_work["downloads"].get<double>());
   std::printf("| load | %.0f ms |\n", load_ms);
   if (first_forward_ms >= 0)
     std::printf("| time to first step | %.0f ms (load + the first forward, %.0f ms) |\n", load_ms + first_forward_ms,

@@ -36,6 +36,20 @@ class DeviceMemory {
   virtual float* data() const = 0;  // its device pointer
 };
 
+// The host-side work a backend did since it was opened (ops/vulkan/runtime.h Counters): the cost of a forward
+// that does not depend on the device's speed. bench --device prints it per step.
+struct DeviceCounters {
+  int64_t runs = 0;                 // finish() calls that ran work
+  int64_t recordings = 0;           // command buffers recorded
+  int64_t dispatches_recorded = 0;  // dispatches recorded into them
+  int64_t descriptor_sets = 0;      // descriptor sets allocated
+  int64_t submits = 0;              // queue submissions (runs, uploads, downloads)
+  int64_t uploads = 0;              // host-to-device copies
+  int64_t upload_bytes = 0;
+  int64_t downloads = 0;
+  double record_ms = 0;             // host time spent recording
+};
+
 // An opened compute device: its copy of the weights, the forward's device memory, and the ops of the
 // inference forward over device pointers. One forward at a time records into it (lock()); begin() starts
 // recording, the ops record their kernels (an error is kept and the later ops are skipped), finish() runs
@@ -47,6 +61,7 @@ class DeviceBackend {
   virtual std::string name() const = 0;        // e.g. "vulkan:0 (llvmpipe (LLVM 15.0.6, 256 bits))"
   virtual int64_t memory_bytes() const = 0;    // the device-local heap
   virtual int64_t weight_bytes() const = 0;    // what add_matrix / add_vector uploaded
+  virtual DeviceCounters counters() const = 0;
 
   // Upload a weight once (a second call with the same host data is a no-op: tied embeddings). Errors:
   // a CPU-only layout (kPanels), out of device memory (kResourceExhausted), naming `name`.

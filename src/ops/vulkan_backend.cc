@@ -1,10 +1,19 @@
 // The Vulkan DeviceBackend (ops/device.h): the weights uploaded once in their stored row-major layout
-// (ops/vulkan/kernels.h DeviceMatrix), the forward's named device buffers, and each op recorded into one
-// Sequence per forward (ops/vulkan/runtime.h) that finish() runs. A device pointer is the address
+// (ops/vulkan/kernels.h DeviceMatrix), the forward's named device buffers, and each op collected into one
+// Sequence per forward (ops/vulkan/runtime.h) that finish() runs. Recorded once per shape, replayed: the
+// named buffers are stable (grown, never shrunk), the host inputs (copy_in: tokens, RoPE tables, the out
+// rows, the padding mask) go through a persistent staging buffer per name and are copied in the sequence's
+// own submission, so a forward of a shape seen before collects the same commands, and finish() runs the
+// command buffer recorded for it (a cache of the kMaxRecorded last used) instead of recording a new one.
+// A forward is collected in segments, each replayed on its own and all run in one submission: a gather of
+// rows starts a new one, as it is where a forward's per-step shape begins (the out rows after the layers,
+// whose number changes every step while the canvas does not; the head's masked rows). A device pointer is the address
 // (slot + 1) << 40 of a named forward buffer or of caller-owned memory (allocate: the KV cache): an operand
 // must be the start of one (no row offsets yet).
+#include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +27,8 @@ namespace dc {
 namespace {
 
 constexpr int kAddressShift = 40;  // device pointers: slot in the high bits, a byte offset (always 0) below
+// Recorded sequences kept for replay: the forward of a generation's shape and the head sampler's few.
+constexpr size_t kMaxRecorded = 8;
 
 class VulkanBackend;
 
@@ -37,13 +48,17 @@ class VulkanBackend final : public DeviceBackend {
  public:
   explicit VulkanBackend(std::unique_ptr<vk::Runtime> rt) : rt_(std::move(rt)) {}
   ~VulkanBackend() override {  // everything recorded or allocated goes before the runtime
-    seq_.reset();
-    table_.clear(), owned_.clear(), arena_.clear(), matrices_.clear(), vectors_.clear();
+    seq_.reset(), segments_.clear(), recorded_.clear();
+    table_.clear(), owned_.clear(), arena_.clear(), staging_.clear(), matrices_.clear(), vectors_.clear();
   }
 
   std::string name() const override { return rt_->info().name; }
   int64_t memory_bytes() const override { return rt_->info().device_local_bytes; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  DeviceCounters counters() const override {
+    const vk::Counters& c = rt_->counters();
+    return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms};
+  }
 
   Status add_matrix(const WeightView& w, const std::string& name) override {
     if (matrices_.count(w.data) != 0) return Status();
@@ -86,7 +101,7 @@ class VulkanBackend final : public DeviceBackend {
   std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(mutex_); }
 
   Status begin() override {
-    seq_.reset();
+    seq_.reset(), segments_.clear();
     {
       const std::lock_guard<std::mutex> guard(table_mutex_);
       for (size_t slot : released_) {
@@ -126,7 +141,18 @@ class VulkanBackend final : public DeviceBackend {
 
   const void* copy_in(const char* name, const void* host, int64_t bytes) override {
     void* p = alloc(name, bytes);
-    if (p != nullptr) keep(rt_->upload(at(p), host, bytes));
+    if (p == nullptr) return nullptr;
+    vk::Buffer& staging = staging_[name];
+    if (staging.bytes() < bytes) {
+      staging = vk::Buffer();
+      auto grown = rt_->alloc_staging((bytes + 3) / 4 * 4, std::string("the staging buffer of ") + name);
+      if (!grown.ok()) {
+        status_ = grown.status();
+        return nullptr;
+      }
+      staging = std::move(grown).value();
+    }
+    keep(seq_->upload(staging, host, bytes, at(p)));
     return status_.ok() ? p : nullptr;
   }
 
@@ -134,7 +160,18 @@ class VulkanBackend final : public DeviceBackend {
 
   Status finish() override {
     DC_CHECK(seq_.has_value(), "VulkanBackend::finish without begin");
-    if (status_.ok()) status_ = seq_->run();
+    if (status_.ok()) {
+      segments_.push_back(std::move(*seq_));
+      std::vector<vk::Sequence*> run;
+      for (vk::Sequence& s : segments_)
+        if (!s.empty()) run.push_back(&replayable(std::move(s)));
+      status_ = vk::Sequence::run_all(run);
+      if (!status_.ok())  // a failed recording or run is never replayed
+        recorded_.remove_if([&](const vk::Sequence& s) { return std::find(run.begin(), run.end(), &s) != run.end(); });
+    }
+    segments_.clear();
+    seq_.reset();
+    ++runs_;
     return status_;
   }
 
@@ -162,7 +199,14 @@ class VulkanBackend final : public DeviceBackend {
     if (recording()) keep(vk::gather_rows(*seq_, matrix(table), at(ids), n, at(out)));
   }
   void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) override {
-    if (recording()) keep(vk::gather_rows(*seq_, at(x), cols, at(rows), n, at(out)));
+    if (!recording()) return;
+    if (!seq_->empty()) {  // a new segment (see the top of the file)
+      segments_.push_back(std::move(*seq_));
+      auto seq = rt_->new_sequence();
+      if (!seq.ok()) return keep(seq.status());
+      seq_.emplace(std::move(seq).value());
+    }
+    keep(vk::gather_rows(*seq_, at(x), cols, at(rows), n, at(out)));
   }
   void attention(const AttentionShape& s, int64_t window_begin, int64_t window_len, const float* q, const float* k,
                  const float* v, const uint8_t* valid, float* out) override {
@@ -190,6 +234,18 @@ class VulkanBackend final : public DeviceBackend {
   }
   void keep(Status s) {
     if (status_.ok() && !s.ok()) status_ = std::move(s);
+  }
+  // The recorded sequence with the same commands as `seq` (moved to the front of recorded_), or `seq` itself
+  // put there (the least recently used beyond kMaxRecorded dropped; a forward has fewer segments).
+  vk::Sequence& replayable(vk::Sequence&& seq) {
+    auto it = std::find_if(recorded_.begin(), recorded_.end(), [&](const vk::Sequence& s) { return s.same_work(seq); });
+    if (it != recorded_.end()) {
+      recorded_.splice(recorded_.begin(), recorded_, it);
+    } else {
+      recorded_.push_front(std::move(seq));
+      if (recorded_.size() > kMaxRecorded) recorded_.pop_back();
+    }
+    return recorded_.front();
   }
   // A free index of table_ (table_mutex_ held).
   size_t new_slot() {
@@ -237,6 +293,7 @@ class VulkanBackend final : public DeviceBackend {
   std::unordered_map<const void*, vk::DeviceMatrix> matrices_;  // by the host view's data pointer
   std::unordered_map<const float*, vk::Buffer> vectors_;        // by the host f32 pointer
   int64_t weight_bytes_ = 0;
+  int64_t runs_ = 0;  // finish() calls
   std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
   std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)
   std::vector<size_t> free_slots_, released_;
@@ -244,7 +301,10 @@ class VulkanBackend final : public DeviceBackend {
   std::deque<vk::Buffer> arena_;                    // the forward's named buffers
   std::unordered_map<std::string, size_t> slots_;  // name → slot
   vk::Buffer invalid_;                              // empty: what at() gives for a pointer not of this device
-  std::optional<vk::Sequence> seq_;                // the forward being recorded
+  std::unordered_map<std::string, vk::Buffer> staging_;  // copy_in's staging buffers, by name
+  std::optional<vk::Sequence> seq_;                // the forward's segment being collected
+  std::vector<vk::Sequence> segments_;             // its segments collected before it
+  std::list<vk::Sequence> recorded_;               // recorded for replay, the last run first
   Status status_;                                  // the first error since begin()
 };
 

@@ -219,13 +219,21 @@ Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq
                      stride_groups(count, 256)});
 }
 
-int64_t attention_shared_bytes(int64_t head_dim) { return (3 * 16 * head_dim + 16 * 16) * 4; }
+int64_t attention_shared_bytes(int64_t head_dim, AttentionTile tile) {
+  return ((tile.rows + 2 * tile.keys) * head_dim + tile.rows * tile.keys) * 4;
+}
+
+AttentionTile attention_tile(int64_t head_dim, int64_t max_shared_bytes) {
+  const AttentionTile wide;
+  return attention_shared_bytes(head_dim, wide) <= max_shared_bytes ? wide : AttentionTile{8, 8};
+}
 
 Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes) {
   if (head_dim < 16 || head_dim > 128 || head_dim % 2)
     return invalid_argument("vulkan attention: head_dim " + std::to_string(head_dim) + " is not an even size in [16, 128]; use --device cpu");
-  if (attention_shared_bytes(head_dim) > max_shared_bytes)
-    return invalid_argument("vulkan attention: head_dim " + std::to_string(head_dim) + " needs " + std::to_string(attention_shared_bytes(head_dim)) +
+  const int64_t bytes = attention_shared_bytes(head_dim, attention_tile(head_dim, max_shared_bytes));
+  if (bytes > max_shared_bytes)
+    return invalid_argument("vulkan attention: head_dim " + std::to_string(head_dim) + " needs " + std::to_string(bytes) +
                             " bytes of shared memory per workgroup, more than this device's " + std::to_string(max_shared_bytes) +
                             " (maxComputeSharedMemorySize); use --device cpu");
   return Status();
@@ -251,9 +259,11 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   DC_RETURN_IF_ERROR(need(out, B * window_len * s.n_head * D * 4, op, "out [B, W, n_head, head_dim]"));
   if (valid) DC_RETURN_IF_ERROR(need(*valid, (B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  Dispatch d{"attention", {static_cast<int32_t>(D)}, {&q, &k, &v, valid, &out},
+  const AttentionTile tile = attention_tile(D, seq.device().max_shared_bytes);
+  Dispatch d{"attention", {static_cast<int32_t>(D), static_cast<int32_t>(tile.rows), static_cast<int32_t>(tile.keys), static_cast<int32_t>(8 * tile.rows)},
+             {&q, &k, &v, valid, &out},
              {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale)},
-             u32((window_len + 15) / 16), u32(s.n_head), u32(B)};
+             u32((window_len + tile.rows - 1) / tile.rows), u32(s.n_head), u32(B)};
   return seq.record(d);
 }
 

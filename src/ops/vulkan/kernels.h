@@ -67,12 +67,19 @@ Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count
 // y[count] += x[count].
 Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count);
 
-// The shared memory of the attention kernel at head_dim: 16 query rows, 16 keys and 16 values of head_dim
-// floats and the 16×16 scores — 13 KiB at head_dim 64, 25 KiB at 128 (a device guarantees 16 KiB).
-int64_t attention_shared_bytes(int64_t head_dim);
+// The attention kernel's tile: `rows` query rows per workgroup, `keys` keys and values per pass.
+struct AttentionTile {
+  int64_t rows = 16, keys = 16;
+};
+// Its shared memory at head_dim: rows queries, keys keys and keys values of head_dim floats and the rows × keys
+// scores — 16 × 16: 13 KiB at head_dim 64, 25 KiB at 128; 8 × 8: 12.3 KB at 128 (a device guarantees 16 KiB).
+int64_t attention_shared_bytes(int64_t head_dim, AttentionTile tile);
+// The tile attention() runs with: 16 × 16 where it fits max_shared_bytes, else 8 × 8.
+AttentionTile attention_tile(int64_t head_dim, int64_t max_shared_bytes);
 // Ok when the attention kernel takes head_dim on a device with max_shared_bytes per workgroup
-// (DeviceInfo::max_shared_bytes): head_dim even in [16, 128] and attention_shared_bytes(head_dim) within the
-// limit. Else kInvalidArgument naming head_dim (and the limit), checked when a model is uploaded.
+// (DeviceInfo::max_shared_bytes): head_dim even in [16, 128] and the 8 × 8 tile within the limit (always, on
+// a device with the 16 KiB every device guarantees). Else kInvalidArgument naming head_dim (and the limit),
+// checked when a model is uploaded.
 Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes);
 
 struct AttentionDims {

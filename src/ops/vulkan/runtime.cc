@@ -148,6 +148,7 @@ Runtime::~Runtime() {
 }
 
 const DeviceInfo& Runtime::info() const { return impl_->info; }
+const Counters& Runtime::counters() const { return impl_->counters; }
 
 Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
   auto impl = std::make_unique<Impl>();
@@ -202,12 +203,13 @@ Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
 
 // ---- Buffers
 
-Buffer::Buffer(Buffer&& o) noexcept : runtime_(std::exchange(o.runtime_, nullptr)), slot_(o.slot_), bytes_(o.bytes_) {}
+Buffer::Buffer(Buffer&& o) noexcept : runtime_(std::exchange(o.runtime_, nullptr)), slot_(o.slot_), id_(o.id_), bytes_(o.bytes_) {}
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     if (runtime_) runtime_->free_buffer(slot_);
     runtime_ = std::exchange(o.runtime_, nullptr);
     slot_ = o.slot_;
+    id_ = o.id_;
     bytes_ = o.bytes_;
   }
   return *this;
@@ -266,7 +268,10 @@ void Runtime::Impl::destroy_buffer(BufferSlot& s) {
   s = BufferSlot();
 }
 
-Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
+Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) { return alloc_buffer(bytes, what, false); }
+Result<Buffer> Runtime::alloc_staging(int64_t bytes, std::string_view what) { return alloc_buffer(bytes, what, true); }
+
+Result<Buffer> Runtime::alloc_buffer(int64_t bytes, std::string_view what, bool staging) {
   Impl& m = *impl_;
   const std::string name(what);
   if (bytes <= 0) return invalid_argument(name + ": a device buffer needs a positive size, got " + std::to_string(bytes));
@@ -276,7 +281,7 @@ Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
   if (bytes > m.info.max_buffer_bytes)
     return out_of_range(name + ": " + std::to_string(bytes) + " bytes exceed the largest storage buffer of " + m.info.name + " (maxStorageBufferRange " +
                         std::to_string(m.info.max_buffer_bytes) + " bytes); use smaller shapes");
-  DC_ASSIGN_OR_RETURN(BufferSlot s, m.create_buffer(bytes, false, what));
+  DC_ASSIGN_OR_RETURN(BufferSlot s, m.create_buffer(bytes, staging, what));
   uint32_t slot;
   if (!m.free_slots.empty()) {
     slot = m.free_slots.back();
@@ -289,6 +294,7 @@ Result<Buffer> Runtime::alloc(int64_t bytes, std::string_view what) {
   Buffer b;
   b.runtime_ = this;
   b.slot_ = slot;
+  b.id_ = m.next_buffer_id++;
   b.bytes_ = bytes;
   return b;
 }
@@ -362,6 +368,7 @@ Status Runtime::Impl::submit(VkCommandBuffer cmd, VkFence fence, const char* wha
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd;
   r = inst.api.vkQueueSubmit(queue, 1, &si, fence);
+  ++counters.submits;
   return r == VK_SUCCESS ? Status() : vk_status(r, std::string(what) + ": vkQueueSubmit");
 }
 
@@ -376,6 +383,12 @@ Result<Upload> Runtime::start_copy(const Buffer& device_buffer, int64_t offset, 
   Upload::Impl& u = *up.impl_;
   u.rt = &m;
   if (bytes == 0) return up;
+  if (to_device) {
+    ++m.counters.uploads;
+    m.counters.upload_bytes += bytes;
+  } else {
+    ++m.counters.downloads;
+  }
   DC_ASSIGN_OR_RETURN(u.staging, m.create_buffer(bytes, true, to_device ? "an upload's staging buffer" : "a download's staging buffer"));
   if (to_device) std::memcpy(u.staging.mapped, src, static_cast<size_t>(bytes));
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};

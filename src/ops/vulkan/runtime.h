@@ -1,6 +1,7 @@
 // The Vulkan compute backend's runtime: device listing and selection, device buffers with host staging,
 // synchronous and fenced asynchronous uploads, compute pipelines (one per shader and specialization),
-// and Sequences: command buffers recorded once per shape and replayed, with GPU timestamps.
+// and Sequences: command buffers recorded once per shape and replayed (uploads from persistent staging
+// buffers included), with GPU timestamps.
 // No Vulkan type appears here (every handle lives in runtime.cc), so callers build without the SDK; the
 // loader (libvulkan.so.1) is opened at run time, and every failure — no loader, no driver, no device,
 // out of device memory, a lost device — is a Status, never a crash.
@@ -46,6 +47,19 @@ Result<std::vector<DeviceInfo>> list_devices(const char* loader = kDefaultLoader
 
 class Runtime;
 
+// The host-side work of one Runtime since it was opened: what a forward costs the host, counted (on lavapipe
+// the timings are a CPU's, not a GPU's; the counts are the same on any device).
+struct Counters {
+  int64_t recordings = 0;           // command buffers recorded (Sequences built)
+  int64_t dispatches_recorded = 0;  // dispatches recorded into them
+  int64_t descriptor_sets = 0;      // descriptor sets allocated and written
+  int64_t submits = 0;              // vkQueueSubmit calls (sequences run, uploads, downloads)
+  int64_t uploads = 0;              // host-to-device copies
+  int64_t upload_bytes = 0;
+  int64_t downloads = 0;            // device-to-host copies
+  double record_ms = 0;             // host time spent recording dispatches (descriptor sets included)
+};
+
 // A device-local storage buffer of `bytes()` bytes. Move-only; freed on destruction, which must come
 // before the Runtime's. A Sequence that binds it must not be run after it is freed. Only the Runtime that
 // allocated it (and its Sequences) accept it: another device's buffer, or an empty one, is kInvalidArgument.
@@ -65,6 +79,7 @@ class Buffer {
   friend class Sequence;
   Runtime* runtime_ = nullptr;
   uint32_t slot_ = 0;  // index into the runtime's buffer table
+  uint64_t id_ = 0;    // unique per allocation in the Runtime (a slot is reused; an id never is)
   int64_t bytes_ = 0;
 };
 
@@ -99,9 +114,12 @@ struct Dispatch {
 // Push-constant words from floats and integers.
 uint32_t push_float(float f);
 
-// A command buffer recorded once (record() calls, each followed by a barrier so every dispatch sees the
-// writes of the previous ones) and run any number of times: the shapes and buffers are fixed at
-// record time, the buffers' contents may change between runs (the forward of one shape, replayed).
+// A command buffer recorded once and run any number of times: record() and upload() collect commands on
+// the host (each command sees the writes of the previous ones: a barrier between them), the first run()
+// records them into a command buffer (descriptor sets included) and every run() submits it. The shapes and
+// buffers are fixed at record time, the buffers' contents may change between runs (the forward of one
+// shape, replayed). same_work() tells two sequences that would record the same commands apart from others,
+// so that a caller can replay a recorded one instead (ops/vulkan_backend.cc keeps a bounded cache).
 class Sequence {
  public:
   Sequence(Sequence&& other) noexcept;
@@ -110,11 +128,24 @@ class Sequence {
   // Appends a dispatch. Errors: a shader not embedded, a pipeline the driver refuses, more than 8
   // buffers or 128 bytes of push constants (kInvalidArgument), recording after the first run().
   Status record(const Dispatch& dispatch);
-  // Submits the recorded work and waits for it. Errors: a lost device (kInternal, "reopen the device").
+  // Copies src[bytes] into `staging` (a Runtime::alloc_staging buffer) now, and appends a copy of the whole
+  // staging buffer (up to dst's size) into dst to the commands — the same command whatever `bytes`, so
+  // that uploads of other sizes through the same buffers replay: the upload travels in the sequence's own
+  // submission (no submit or wait of its own). `staging` must not be written again until the run that
+  // reads it has returned. Errors: a device buffer as staging, bytes beyond either buffer.
+  Status upload(Buffer& staging, const void* src, int64_t bytes, Buffer& dst);
+  // The same commands (shaders, specializations, buffers, push constants, groups, copies) as `other`.
+  bool same_work(const Sequence& other) const;
+  // Submits the recorded work (recording it at the first call) and waits for it. Errors: a lost device
+  // (kInternal, "reopen the device"); a recording that failed (the sequence is spent: make a new one).
   Status run();
+  // Runs `seqs` in order in one submission (each recorded at its first run; the barrier at the start of
+  // each makes the earlier ones' writes visible; one may appear more than once) and waits. Errors as run()'s.
+  static Status run_all(const std::vector<Sequence*>& seqs);
   // run(), returning the GPU time between the first and the last dispatch in milliseconds (timestamps).
   Result<double> run_timed();
   int dispatches() const;
+  bool empty() const;  // no command collected
   const DeviceInfo& device() const;  // the device it runs on
   struct Impl;
 
@@ -138,6 +169,8 @@ class Runtime {
   // when `bytes` exceeds the device-local heap or the driver runs out of memory; kOutOfRange beyond the
   // largest storage-buffer binding; kInvalidArgument for bytes <= 0.
   Result<Buffer> alloc(int64_t bytes, std::string_view what);
+  // A host-visible staging buffer for Sequence::upload (not bindable by a dispatch). Errors as alloc's.
+  Result<Buffer> alloc_staging(int64_t bytes, std::string_view what);
   // Copies bytes from the host into dst at `offset` through a staging buffer and waits.
   Status upload(Buffer& dst, const void* src, int64_t bytes, int64_t offset = 0);
   // Starts the same copy and returns at once (the host data is already copied into staging memory, so
@@ -159,7 +192,9 @@ class Runtime {
     return out;
   }
 
+  // An empty sequence (nothing is created on the device until its first run()).
   Result<Sequence> new_sequence();
+  const Counters& counters() const;
   struct Impl;
   Impl& impl() { return *impl_; }
 
@@ -167,6 +202,7 @@ class Runtime {
   friend class Buffer;
   explicit Runtime(std::unique_ptr<Impl> impl);
   void free_buffer(uint32_t slot);
+  Result<Buffer> alloc_buffer(int64_t bytes, std::string_view what, bool staging);
   Result<Upload> start_copy(const Buffer& device_buffer, int64_t offset, int64_t bytes, bool to_device, const void* src) const;
   std::unique_ptr<Impl> impl_;
 };

@@ -52,6 +52,8 @@ struct Runtime::Impl {
   VkDescriptorSetLayout set_layouts[kMaxBindings + 1] = {};      // by number of bindings
   VkPipelineLayout pipeline_layouts[kMaxBindings + 1] = {};
   std::map<std::string, VkPipeline> pipelines;  // "shader,spec0,spec1,..."
+  mutable Counters counters;
+  uint64_t next_buffer_id = 1;
 
   struct Pipeline {
     VkPipeline pipeline;

@@ -1,4 +1,7 @@
-// Sequences: command buffers recorded once per shape and replayed, with timestamps (runtime.h).
+// Sequences: commands collected on the host, recorded into a command buffer at the first run and replayed,
+// with timestamps (runtime.h).
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -7,18 +10,38 @@
 namespace dc::vk {
 
 namespace {
+
 constexpr uint32_t kSetsPerPool = 64;
-}
+
+// One collected command: a dispatch (pipeline set) or a copy from a staging buffer (pipeline null).
+struct Command {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  std::vector<uint64_t> ids;        // the buffers' ids (the dispatch's bindings; a copy's source and destination)
+  std::vector<VkBuffer> handles;    // their handles, in the same order
+  std::vector<uint32_t> push;
+  uint32_t groups[3] = {1, 1, 1};
+  int64_t bytes = 0;                // a copy's size
+  bool operator==(const Command& o) const {
+    return pipeline == o.pipeline && ids == o.ids && push == o.push && groups[0] == o.groups[0] && groups[1] == o.groups[1] &&
+           groups[2] == o.groups[2] && bytes == o.bytes;
+  }
+};
+
+}  // namespace
 
 struct Sequence::Impl {
   Runtime::Impl* rt = nullptr;
-  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  std::vector<Command> commands;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;  // recorded at the first run
   VkFence fence = VK_NULL_HANDLE;
   VkQueryPool queries = VK_NULL_HANDLE;
   std::vector<VkDescriptorPool> pools;  // kSetsPerPool sets of kMaxBindings buffers each
   uint32_t sets_in_last_pool = kSetsPerPool;
   int n_dispatches = 0;
-  bool ended = false;
+  bool ended = false;     // run() was called: no more commands
+  bool recorded = false;  // cmd holds the commands (build() succeeded)
 
   ~Impl() {
     const Api& a = rt->inst.api;
@@ -50,57 +73,116 @@ struct Sequence::Impl {
     const VkResult r = a.vkAllocateDescriptorSets(rt->device, &ai, &set);
     if (r != VK_SUCCESS) return vk_status(r, "vkAllocateDescriptorSets");
     ++sets_in_last_pool;
+    ++rt->counters.descriptor_sets;
     return set;
   }
+
+  // Records the commands into a new command buffer (once: run() replays it).
+  Status build();
+  Status record_dispatch(const Command& c);
 };
+
+Status Sequence::Impl::build() {
+  const auto start = std::chrono::steady_clock::now();
+  const Api& a = rt->inst.api;
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = rt->command_pool;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VkResult r = a.vkAllocateCommandBuffers(rt->device, &ai, &cmd);
+  if (r != VK_SUCCESS) {
+    cmd = VK_NULL_HANDLE;
+    return vk_status(r, "vkAllocateCommandBuffers");
+  }
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  r = a.vkCreateFence(rt->device, &fi, nullptr, &fence);
+  if (r != VK_SUCCESS) {
+    fence = VK_NULL_HANDLE;
+    return vk_status(r, "vkCreateFence");
+  }
+  VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+  qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+  qi.queryCount = 2;
+  r = a.vkCreateQueryPool(rt->device, &qi, nullptr, &queries);
+  if (r != VK_SUCCESS) {
+    queries = VK_NULL_HANDLE;
+    return vk_status(r, "vkCreateQueryPool");
+  }
+  // Reusable (no ONE_TIME_SUBMIT), and submittable more than once in one submission (run_all of a forward
+  // whose segments repeat the same commands).
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+  r = a.vkBeginCommandBuffer(cmd, &bi);
+  if (r != VK_SUCCESS) return vk_status(r, "vkBeginCommandBuffer");
+  a.vkCmdResetQueryPool(cmd, queries, 0, 2);
+  // The uploads (earlier submissions' copies on this queue, or host writes) and the sequences run before
+  // this one in the same submission (run_all) visible to the first command: a fence wait alone makes them
+  // available to the host, not visible to the device.
+  VkMemoryBarrier uploads{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  uploads.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  uploads.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &uploads, 0, nullptr, 0, nullptr);
+  a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 0);
+  for (const Command& c : commands) {
+    if (c.pipeline != VK_NULL_HANDLE) {
+      DC_RETURN_IF_ERROR(record_dispatch(c));
+    } else {
+      const VkBufferCopy region{0, 0, static_cast<VkDeviceSize>(c.bytes)};
+      a.vkCmdCopyBuffer(cmd, c.handles[0], c.handles[1], 1, &region);
+    }
+    // Every command sees the writes of the ones before it.
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+  }
+  a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
+  r = a.vkEndCommandBuffer(cmd);
+  if (r != VK_SUCCESS) return vk_status(r, "vkEndCommandBuffer");
+  recorded = true;
+  ++rt->counters.recordings;
+  rt->counters.dispatches_recorded += n_dispatches;
+  rt->counters.record_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return Status();
+}
+
+Status Sequence::Impl::record_dispatch(const Command& c) {
+  const Api& a = rt->inst.api;
+  DC_ASSIGN_OR_RETURN(VkDescriptorSet set, new_set(c.set_layout));
+  VkDescriptorBufferInfo infos[kMaxBindings];
+  VkWriteDescriptorSet writes[kMaxBindings];
+  for (size_t i = 0; i < c.handles.size(); ++i) {
+    infos[i] = {c.handles[i], 0, VK_WHOLE_SIZE};
+    writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[i].dstSet = set;
+    writes[i].dstBinding = static_cast<uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  a.vkUpdateDescriptorSets(rt->device, static_cast<uint32_t>(c.handles.size()), writes, 0, nullptr);
+  a.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipeline);
+  a.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c.layout, 0, 1, &set, 0, nullptr);
+  if (!c.push.empty())
+    a.vkCmdPushConstants(cmd, c.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(4 * c.push.size()), c.push.data());
+  a.vkCmdDispatch(cmd, c.groups[0], c.groups[1], c.groups[2]);
+  return Status();
+}
 
 Sequence::Sequence(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Sequence::Sequence(Sequence&&) noexcept = default;
 Sequence& Sequence::operator=(Sequence&&) noexcept = default;
 Sequence::~Sequence() = default;
 int Sequence::dispatches() const { return impl_->n_dispatches; }
+bool Sequence::empty() const { return impl_->commands.empty(); }
 const DeviceInfo& Sequence::device() const { return impl_->rt->info; }
+bool Sequence::same_work(const Sequence& other) const { return impl_->commands == other.impl_->commands; }
 
 Result<Sequence> Runtime::new_sequence() {
-  Impl& m = *impl_;
-  const Api& a = m.inst.api;
   auto s = std::make_unique<Sequence::Impl>();
-  s->rt = &m;
-  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  ai.commandPool = m.command_pool;
-  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  ai.commandBufferCount = 1;
-  VkResult r = a.vkAllocateCommandBuffers(m.device, &ai, &s->cmd);
-  if (r != VK_SUCCESS) {
-    s->cmd = VK_NULL_HANDLE;
-    return vk_status(r, "vkAllocateCommandBuffers");
-  }
-  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  r = a.vkCreateFence(m.device, &fi, nullptr, &s->fence);
-  if (r != VK_SUCCESS) {
-    s->fence = VK_NULL_HANDLE;
-    return vk_status(r, "vkCreateFence");
-  }
-  VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-  qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-  qi.queryCount = 2;
-  r = a.vkCreateQueryPool(m.device, &qi, nullptr, &s->queries);
-  if (r != VK_SUCCESS) {
-    s->queries = VK_NULL_HANDLE;
-    return vk_status(r, "vkCreateQueryPool");
-  }
-  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // reusable: no ONE_TIME_SUBMIT
-  r = a.vkBeginCommandBuffer(s->cmd, &bi);
-  if (r != VK_SUCCESS) return vk_status(r, "vkBeginCommandBuffer");
-  a.vkCmdResetQueryPool(s->cmd, s->queries, 0, 2);
-  // The uploads (earlier submissions' copies on this queue, or host writes) visible to the first dispatch:
-  // a fence wait alone makes them available to the host, not visible to the device.
-  VkMemoryBarrier uploads{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  uploads.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT;
-  uploads.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-  a.vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &uploads, 0, nullptr, 0, nullptr);
-  a.vkCmdWriteTimestamp(s->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, s->queries, 0);
+  s->rt = impl_.get();
   return Sequence(std::move(s));
 }
 
@@ -109,56 +191,72 @@ Status Sequence::record(const Dispatch& d) {
   const std::string name(d.shader);
   if (s.ended) return invalid_argument("shader " + name + ": a Sequence is recorded before its first run(); record a new one");
   if (d.push.size() * 4 > kMaxPushBytes) return invalid_argument("shader " + name + ": more than 128 bytes of push constants");
-  for (size_t i = 0; i < d.buffers.size(); ++i)
-    if (d.buffers[i] != nullptr) DC_RETURN_IF_ERROR(s.rt->check_owned(*d.buffers[i], "shader " + name + ", binding " + std::to_string(i)));
-  DC_ASSIGN_OR_RETURN(Runtime::Impl::Pipeline p, s.rt->pipeline(d.shader, d.spec, d.buffers.size()));
-  DC_ASSIGN_OR_RETURN(VkDescriptorSet set, s.new_set(p.set_layout));
-  VkDescriptorBufferInfo infos[kMaxBindings];
-  VkWriteDescriptorSet writes[kMaxBindings];
+  Command c;
   for (size_t i = 0; i < d.buffers.size(); ++i) {
-    infos[i] = {s.rt->handle(d.buffers[i]), 0, VK_WHOLE_SIZE};
-    writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-    writes[i].dstSet = set;
-    writes[i].dstBinding = static_cast<uint32_t>(i);
-    writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
+    const Buffer* b = d.buffers[i] != nullptr ? d.buffers[i] : &s.rt->dummy;
+    if (d.buffers[i] != nullptr) DC_RETURN_IF_ERROR(s.rt->check_owned(*b, "shader " + name + ", binding " + std::to_string(i)));
+    if (s.rt->buffers[b->slot_].mapped != nullptr)
+      return invalid_argument("shader " + name + ", binding " + std::to_string(i) + ": a staging buffer is not a storage buffer");
+    c.ids.push_back(b->id_);
+    c.handles.push_back(s.rt->handle(b));
   }
-  const Api& a = s.rt->inst.api;
-  a.vkUpdateDescriptorSets(s.rt->device, static_cast<uint32_t>(d.buffers.size()), writes, 0, nullptr);
-  a.vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-  a.vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-  if (!d.push.empty())
-    a.vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(4 * d.push.size()), d.push.data());
-  a.vkCmdDispatch(s.cmd, d.groups_x, d.groups_y, d.groups_z);
-  // Every dispatch sees the writes of the ones before it (the uploads: the barrier of new_sequence).
-  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
-  a.vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+  DC_ASSIGN_OR_RETURN(Runtime::Impl::Pipeline p, s.rt->pipeline(d.shader, d.spec, d.buffers.size()));
+  c.pipeline = p.pipeline, c.layout = p.layout, c.set_layout = p.set_layout;
+  c.push = d.push;
+  c.groups[0] = d.groups_x, c.groups[1] = d.groups_y, c.groups[2] = d.groups_z;
+  s.commands.push_back(std::move(c));
   ++s.n_dispatches;
   return Status();
 }
 
-Status Sequence::run() {
+Status Sequence::upload(Buffer& staging, const void* src, int64_t bytes, Buffer& dst) {
   Impl& s = *impl_;
-  const Api& a = s.rt->inst.api;
-  if (!s.ended) {
-    a.vkCmdWriteTimestamp(s.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, s.queries, 1);
-    const VkResult r = a.vkEndCommandBuffer(s.cmd);
-    if (r != VK_SUCCESS) return vk_status(r, "vkEndCommandBuffer");
-    s.ended = true;
+  if (s.ended) return invalid_argument("upload: a Sequence is recorded before its first run(); record a new one");
+  DC_RETURN_IF_ERROR(s.rt->check_owned(staging, "upload's staging buffer"));
+  DC_RETURN_IF_ERROR(s.rt->check_range(dst, 0, bytes, "upload"));
+  void* mapped = s.rt->buffers[staging.slot_].mapped;
+  if (mapped == nullptr) return invalid_argument("upload: the staging buffer is a device buffer (Runtime::alloc_staging makes one)");
+  if (bytes <= 0 || bytes > staging.bytes())
+    return out_of_range("upload: " + std::to_string(bytes) + " bytes through a staging buffer of " + std::to_string(staging.bytes()));
+  std::memcpy(mapped, src, static_cast<size_t>(bytes));
+  ++s.rt->counters.uploads;
+  s.rt->counters.upload_bytes += bytes;
+  Command c;
+  c.ids = {staging.id_, dst.id_};
+  c.handles = {s.rt->handle(&staging), s.rt->handle(&dst)};
+  c.bytes = std::min(staging.bytes(), dst.bytes());
+  s.commands.push_back(std::move(c));
+  return Status();
+}
+
+Status Sequence::run() { return run_all({this}); }
+
+Status Sequence::run_all(const std::vector<Sequence*>& seqs) {
+  if (seqs.empty()) return Status();
+  std::vector<VkCommandBuffer> cmds;
+  int n_dispatches = 0;
+  for (Sequence* q : seqs) {
+    Impl& s = *q->impl_;
+    if (!s.ended) {
+      s.ended = true;  // a failed recording is not retried: the sequence is spent
+      DC_RETURN_IF_ERROR(s.build());
+    }
+    if (!s.recorded) return internal_error("running a sequence whose recording failed; record a new one");
+    cmds.push_back(s.cmd);
+    n_dispatches += s.n_dispatches;
   }
+  Impl& s = *seqs.front()->impl_;
+  const Api& a = s.rt->inst.api;
   VkResult r = a.vkResetFences(s.rt->device, 1, &s.fence);
   if (r != VK_SUCCESS) return vk_status(r, "vkResetFences");
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &s.cmd;
+  si.commandBufferCount = static_cast<uint32_t>(cmds.size());
+  si.pCommandBuffers = cmds.data();
   r = a.vkQueueSubmit(s.rt->queue, 1, &si, s.fence);
-  if (r != VK_SUCCESS) return vk_status(r, "running a sequence of " + std::to_string(s.n_dispatches) + " dispatches");
+  ++s.rt->counters.submits;
+  if (r != VK_SUCCESS) return vk_status(r, "running a sequence of " + std::to_string(n_dispatches) + " dispatches");
   r = a.vkWaitForFences(s.rt->device, 1, &s.fence, VK_TRUE, UINT64_MAX);
-  if (r != VK_SUCCESS) return vk_status(r, "waiting for a sequence of " + std::to_string(s.n_dispatches) + " dispatches");
+  if (r != VK_SUCCESS) return vk_status(r, "waiting for a sequence of " + std::to_string(n_dispatches) + " dispatches");
   return Status();
 }
 

@@ -290,6 +290,40 @@ TEST(ForwardVulkan, CachedGenerationIsTokenIdenticalToTheCpu) {
   EXPECT_EQ(covered.size(), 8u);  // 4 algorithms × 2 modes
 }
 
+// Forwards of one shape are recorded once and replayed: three batches of one shape with other tokens each
+// match the CPU, and the second and third record nothing. In a generation the body (the layers over the
+// canvas, one shape per generation) replays too, and only the per-step rows (the out rows, the head's
+// masked rows) record: 4 steps record fewer dispatches than 2 whole forwards have (without replay: 4).
+TEST(ForwardVulkan, StepsOfOneShapeRecordOnce) {
+  ModelConfig c = synthetic_config("tiny").value();
+  c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.n_embd = 128, c.n_ff = 288, c.n_vocab = 300;
+  c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+  ThreadPool pool(2);
+  auto cpu_model = make_synthetic_model(c, 5, &pool);
+  auto device = on_vulkan(make_synthetic_model(c, 5, &pool).value());
+  ASSERT_TRUE(device != nullptr && cpu_model.ok());
+  const DeviceBackend& backend = *device->backend();
+  const DeviceCounters start = backend.counters();
+  compare(**cpu_model, *device, left_padded(3, 21, c.n_vocab, 1).view(), "recorded");
+  const DeviceCounters first = backend.counters();
+  const int64_t forward_dispatches = first.dispatches_recorded - start.dispatches_recorded;
+  for (uint32_t seed = 2; seed <= 3; ++seed)
+    compare(**cpu_model, *device, left_padded(3, 21, c.n_vocab, seed).view(), "replayed " + std::to_string(seed));
+  const DeviceCounters now = backend.counters();
+  EXPECT_EQ(now.runs - first.runs, 2);
+  EXPECT_EQ(now.recordings, first.recordings);
+  EXPECT_EQ(now.descriptor_sets, first.descriptor_sets);
+
+  SamplingParams p = device->default_params();
+  p.steps = 4, p.max_new_tokens = 8, p.alg = Algorithm::kEntropy;
+  auto out = device->generate({{5, 6, 7, 8}}, p);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const int64_t generation = backend.counters().dispatches_recorded - now.dispatches_recorded;
+  std::printf("  a forward: %lld dispatches; a generation of 4 steps recorded %lld\n", static_cast<long long>(forward_dispatches),
+              static_cast<long long>(generation));
+  EXPECT_LT(generation, 2 * forward_dispatches);
+}
+
 // Sampled generation (temperature, top-k, top-p: the whole step on the device, the draws the CPU's streams)
 // token-identical to the CPU's for every algorithm, uncached, on one tiny checkpoint's single-prompt cases of
 // at most 8 steps. Margin-screened: a case (seed) is used only when the CPU's tokens survive nudging every

@@ -1,6 +1,6 @@
 // ops' Vulkan DeviceBackend (ops/vulkan_backend.cc) on device 0: an operand that is not one of its buffers
 // (a host pointer, memory it freed) is an error of the forward, not undefined behaviour; allocate()'s
-// memory lives until its owner frees it.
+// memory lives until its owner frees it; forwards of one shape record once and read their own uploads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,6 +50,69 @@ TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
   kept->reset();
   ASSERT_TRUE(b.begin().ok());  // frees it
   EXPECT_EQ(b.download(freed, got.data(), 16).code(), StatusCode::kInvalidArgument);
+}
+
+// Forwards of one shape with new host inputs each: one command buffer recorded, replayed by the next two,
+// and each forward reads the data copied in for it (the staging copies travel in its own submission: one
+// submit per forward). A new shape records anew.
+TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  DeviceBackend& b = **backend;
+  const auto lock = b.lock();
+  const DeviceCounters start = b.counters();
+  auto forward = [&](int step, int64_t n) {
+    std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = 100.0f * step + i, y[static_cast<size_t>(i)] = -0.5f * i;
+    ASSERT_TRUE(b.begin().ok());
+    const float* dx = static_cast<const float*>(b.copy_in("x", x.data(), n * 4));
+    float* dy = const_cast<float*>(static_cast<const float*>(b.copy_in("y", y.data(), n * 4)));
+    ASSERT_TRUE(dx != nullptr && dy != nullptr);
+    b.add_inplace(dy, dx, n);
+    ASSERT_TRUE(b.finish().ok());
+    ASSERT_TRUE(b.download(dy, got.data(), n * 4).ok());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], 100.0f * step + 0.5f * i) << "step " << step << ", element " << i;
+  };
+  for (int step = 0; step < 3; ++step) forward(step, 64);
+  DeviceCounters c = b.counters();
+  EXPECT_EQ(c.runs - start.runs, 3);
+  EXPECT_EQ(c.recordings - start.recordings, 1);
+  EXPECT_EQ(c.descriptor_sets - start.descriptor_sets, 1);
+  EXPECT_EQ(c.uploads - start.uploads, 6);
+  EXPECT_EQ(c.upload_bytes - start.upload_bytes, 6 * 256);
+  EXPECT_EQ(c.submits - start.submits, 6);  // a run and a download per forward
+  forward(3, 40);                           // another shape
+  EXPECT_EQ(b.counters().recordings - start.recordings, 2);
+  forward(4, 64);                           // the first shape again: still recorded
+  EXPECT_EQ(b.counters().recordings - start.recordings, 2);
+}
+
+// Segments of one forward with the same commands (each gather of rows starts one) run as often as they were
+// collected: the recorded one is submitted twice in the same submission.
+TEST(VulkanBackend, RepeatedSegmentsRunEachTime) {
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  DeviceBackend& b = **backend;
+  const auto lock = b.lock();
+  const std::vector<float> x = {1, 2, 3, 4};
+  const std::vector<int32_t> rows = {0};
+  for (int forward = 0; forward < 2; ++forward) {
+    ASSERT_TRUE(b.begin().ok());
+    const float* dx = static_cast<const float*>(b.copy_in("x", x.data(), 16));
+    const int32_t* drows = static_cast<const int32_t*>(b.copy_in("rows", rows.data(), 4));
+    float* acc = static_cast<float*>(b.alloc("acc", 16));
+    float* tmp = static_cast<float*>(b.alloc("tmp", 16));
+    ASSERT_TRUE(dx != nullptr && drows != nullptr && acc != nullptr && tmp != nullptr);
+    b.gather_rows(dx, 4, drows, 1, acc);  // acc = x
+    for (int i = 0; i < 2; ++i) {        // two identical segments: acc += x each
+      b.gather_rows(dx, 4, drows, 1, tmp);
+      b.add_inplace(acc, tmp, 4);
+    }
+    ASSERT_TRUE(b.finish().ok());
+    std::vector<float> got(4);
+    ASSERT_TRUE(b.download(acc, got.data(), 16).ok());
+    EXPECT_EQ(got, (std::vector<float>{3, 6, 9, 12})) << "forward " << forward;
+  }
 }
 
 }  // namespace
