@@ -226,7 +226,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
     const auto t1 = Clock::now();
     const std::unique_ptr<Model> model = policy_model();
-    core_.begin_step();  // no zeroing pass: the first micro-batch writes the gradients
+    core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing pass: the first micro-batch writes the gradients
     const double scale = 1.0 / static_cast<double>(opt_.grad_accum);
     for (Micro& m : round_) {
       GrpoLossInputs in;

@@ -71,13 +71,11 @@ Status OptimizerCore::gather_mixed(const Context& ctx, MixedPrecisionWeights& mi
   const ProfileScope profile(ctx, "all-gather of the weights (bf16 copies, f32 vectors)");
   const int64_t n = params_.n_values();
   std::vector<uint16_t> bf16;  // one matrix row-major, as the all-gather delivers it
-  resident_values_ = shard_.size();
   for (const ModelParams::Tensor& t : params_.tensors()) {
     const dist::Range region{t.offset, t.offset + t.size};
     const int64_t lo = std::max(shard_.begin, region.begin), hi = std::min(shard_.end, region.end);
     if (forward_reads_f32(t, mixed)) {  // whole in f32 on every rank; its panels (a tied lm_head) re-laid here
       DC_RETURN_IF_ERROR(comm_->all_gather_region(t.data, region, n, sizeof(float)));
-      resident_values_ += t.size - std::max<int64_t>(0, hi - lo);
       if (mixed.panels_of(t.data) == nullptr) continue;
       bf16.resize(static_cast<size_t>(t.size));
       parallel_for(ctx.pool, t.size, [&](int64_t b, int64_t e) {
@@ -87,21 +85,32 @@ Status OptimizerCore::gather_mixed(const Context& ctx, MixedPrecisionWeights& mi
       continue;
     }
     // A matrix only the bf16 GEMMs read: this rank's part rounded, all-gathered in bf16 (half the bytes),
-    // packed; the f32 masters outside the shard are given back to the system.
+    // packed (its f32 masters outside the shard are given back after the loop).
     bf16.resize(static_cast<size_t>(t.size));
     for (int64_t i = lo; i < hi; ++i) bf16[i - t.offset] = f32_to_bf16(params_.data()[i]);
     DC_RETURN_IF_ERROR(comm_->all_gather_region(bf16.data(), region, n, sizeof(uint16_t)));
     DC_RETURN_IF_ERROR(mixed.write_matrix(ctx, t.data, bf16.data()));
-    if (lo >= hi) {
+  }
+  release_masters(mixed);
+  mixed.mark_written();
+  return Status();
+}
+
+void OptimizerCore::release_masters(const MixedPrecisionWeights& mixed) {
+  resident_values_ = shard_.size();
+  for (const ModelParams::Tensor& t : params_.tensors()) {
+    const int64_t end = t.offset + t.size;
+    const int64_t lo = std::max(shard_.begin, t.offset), hi = std::min(shard_.end, end);
+    if (forward_reads_f32(t, mixed)) {
+      resident_values_ += t.size - std::max<int64_t>(0, hi - lo);
+    } else if (lo >= hi) {
       release_pages(t.data, static_cast<size_t>(t.size) * sizeof(float));
     } else {
       release_pages(t.data, static_cast<size_t>(lo - t.offset) * sizeof(float));
-      release_pages(params_.data() + hi, static_cast<size_t>(region.end - hi) * sizeof(float));
+      release_pages(params_.data() + hi, static_cast<size_t>(end - hi) * sizeof(float));
     }
   }
   masters_whole_ = false;
-  mixed.mark_written();
-  return Status();
 }
 
 Status OptimizerCore::gather_masters() {
@@ -122,8 +131,9 @@ int64_t OptimizerCore::gradient_bytes() const {
   return (grads_.n_values() + static_cast<int64_t>(g_shard_.size())) * static_cast<int64_t>(sizeof(float));
 }
 
-void OptimizerCore::begin_step() {
+void OptimizerCore::begin_step(const MixedPrecisionWeights* mixed) {
   if (!sharded()) return;
+  if (mixed != nullptr && masters_whole_) release_masters(*mixed);  // the copies hold them now
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
   layers_reduced_ = 0;
   grads_.set_layer_done([this](int64_t il) { return reduce_layer(il); });

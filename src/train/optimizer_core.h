@@ -101,9 +101,11 @@ class OptimizerCore {
   int64_t steps_done() const { return state_.step; }
 
   // Starts a step (every trainer calls it before the step's first backward). Sharded: clears the shard's
-  // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core. It leaves
-  // grads() as they are: the step's first backward must write them (GradWrite::kOverwrite).
-  void begin_step();
+  // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core; in mixed
+  // precision (`mixed` refreshed from params() for this step) the f32 masters outside the shard that only
+  // the bf16 copies need are given back, if whole (the first step, after a save). It leaves grads() as
+  // they are: the step's first backward must write them (GradWrite::kOverwrite).
+  void begin_step(const MixedPrecisionWeights* mixed = nullptr);
   // Sharded: every rank calls it after each micro-batch's loss, the same number of times per step. A
   // micro-batch whose loss had no rows (the loss functions then skip the backward) still takes its part in
   // the layer-by-layer reduction the other ranks' backwards run, with zeros; a backward stopped midway is
@@ -148,6 +150,8 @@ class OptimizerCore {
   int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
   // The sharded mixed-precision all-gather after AdamW (see the top).
   Status gather_mixed(const Context& ctx, MixedPrecisionWeights& mixed);
+  // Gives back the f32 masters outside the shard of the matrices only mixed's copies are read of.
+  void release_masters(const MixedPrecisionWeights& mixed);
   static bool forward_reads_f32(const ModelParams::Tensor& t, const MixedPrecisionWeights& mixed);
   TrainState state_;
   std::string metrics_path_;  // "" until open_metrics
