@@ -97,26 +97,41 @@ Status OptimizerCore::gather_mixed(const Context& ctx, MixedPrecisionWeights& mi
 }
 
 void OptimizerCore::release_masters(const MixedPrecisionWeights& mixed) {
+  const auto& ts = params_.tensors();
+  released_.assign(ts.size(), false);
   resident_values_ = shard_.size();
-  for (const ModelParams::Tensor& t : params_.tensors()) {
-    const int64_t end = t.offset + t.size;
-    const int64_t lo = std::max(shard_.begin, t.offset), hi = std::min(shard_.end, end);
-    if (forward_reads_f32(t, mixed)) {
-      resident_values_ += t.size - std::max<int64_t>(0, hi - lo);
-    } else if (lo >= hi) {
-      release_pages(t.data, static_cast<size_t>(t.size) * sizeof(float));
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t lo = std::max(shard_.begin, ts[i].offset), hi = std::min(shard_.end, ts[i].offset + ts[i].size);
+    if (forward_reads_f32(ts[i], mixed)) {
+      resident_values_ += ts[i].size - std::max<int64_t>(0, hi - lo);
     } else {
-      release_pages(t.data, static_cast<size_t>(lo - t.offset) * sizeof(float));
-      release_pages(params_.data() + hi, static_cast<size_t>(end - hi) * sizeof(float));
+      released_[i] = true;
+      release_outside_shard(ts[i]);
     }
   }
   masters_whole_ = false;
 }
 
-Status OptimizerCore::gather_masters() {
-  if (masters_whole_) return Status();
-  DC_RETURN_IF_ERROR(comm_->all_gather(params_.data(), params_.n_values()));
-  masters_whole_ = true;  // until the next sharded mixed-precision step
+void OptimizerCore::release_outside_shard(const ModelParams::Tensor& t) {
+  const int64_t end = t.offset + t.size;
+  const int64_t lo = std::max(shard_.begin, t.offset), hi = std::min(shard_.end, end);
+  if (lo >= hi) {
+    release_pages(t.data, static_cast<size_t>(t.size) * sizeof(float));
+  } else {
+    release_pages(t.data, static_cast<size_t>(lo - t.offset) * sizeof(float));
+    release_pages(params_.data() + hi, static_cast<size_t>(end - hi) * sizeof(float));
+  }
+}
+
+Status OptimizerCore::gather_masters_on_rank0() {
+  const auto& ts = params_.tensors();
+  for (size_t i = 0; i < released_.size(); ++i) {  // the same tensors on every rank
+    if (!released_[i]) continue;
+    DC_RETURN_IF_ERROR(comm_->all_gather_region(ts[i].data, {ts[i].offset, ts[i].offset + ts[i].size},
+                                                params_.n_values(), sizeof(float)));
+    if (comm_->rank() != 0) release_outside_shard(ts[i]);  // at most one tensor more than a step holds
+  }
+  if (comm_->rank() == 0 && !released_.empty()) masters_whole_ = true;  // until its next begin_step
   return Status();
 }
 
@@ -199,7 +214,7 @@ Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::s
                                         const ExtraCheckpointFiles& extra) {
   const std::string dir = (fs::path(out_dir) / checkpoint_name(state_.step)).string();
   if (sharded()) {
-    DC_RETURN_IF_ERROR(gather_masters());  // for the save only: released again by the next step
+    DC_RETURN_IF_ERROR(gather_masters_on_rank0());  // rank 0 writes them; it gives them back at its next step
     DC_RETURN_IF_ERROR(save_sharded_train_checkpoint(*comm_, dir, source_model_dir, params_, m_shard_.data(),
                                                      v_shard_.data(), state_, extra));
     return dir;

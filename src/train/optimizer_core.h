@@ -13,7 +13,8 @@
 // matrix is all-gathered in bf16 (half the bytes) straight into its copy, and its f32 masters outside the
 // rank's shard are given back to the system (release_pages), so that each rank holds the f32 masters of
 // its shard, plus those the forward reads in f32 (norm weights, biases, the embedding table), whole.
-// Checkpoints gather the f32 masters (gather_masters) and hold one moment file per rank.
+// Checkpoints gather the f32 masters on rank 0, which writes them (the other ranks give each tensor back
+// as soon as it has passed), and hold one moment file per rank.
 #pragma once
 
 #include <cstdint>
@@ -65,15 +66,11 @@ class OptimizerCore {
   const OptimizerOptions& options() const { return options_; }
   // The master weights, changed in place by step(): a Model built once over params().weights() (or over
   // MixedPrecisionWeights refreshed from it) sees every step's values.
-  // Sharded in mixed precision (after a step, until gather_masters): only this rank's shard and the
-  // tensors the forward reads in f32 hold their values; the rest of the matrices read as zeros, so the
-  // bf16 copies must not be re-laid from them (one MixedPrecisionWeights::refresh per step keeps what
-  // step() wrote).
+  // Sharded in mixed precision (from the first begin_step; on rank 0 except between a save and its next
+  // step): only this rank's shard and the tensors the forward reads in f32 hold their values; the rest of
+  // the matrices read as zeros, so the bf16 copies must not be re-laid from them (one
+  // MixedPrecisionWeights::refresh per step keeps what step() wrote).
   const ModelParams& params() const { return params_; }
-  // Whether every f32 master weight holds its value on this rank (false only in the case above).
-  bool masters_whole() const { return masters_whole_; }
-  // Sharded: every rank calls it; the f32 masters all-gathered whole again (e.g. to save them).
-  Status gather_masters();
   // other ← (1 − alpha)·other + alpha·params() over every value (e.g. GRPO's reference-model sync; other
   // shaped like params()); sharded, each rank mixes its shard and `other` is all-gathered (every rank calls it).
   Status mix_into(ModelParams& other, float alpha);
@@ -122,7 +119,7 @@ class OptimizerCore {
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
   // source_model_dir's config and small files, and what `extra` writes) and returns its path.
-  // Sharded: gathers the f32 masters first (gather_masters).
+  // Sharded: every rank calls it; the f32 masters are gathered on rank 0 first.
   Result<std::string> save(const std::string& out_dir, const std::string& source_model_dir,
                            const ExtraCheckpointFiles& extra = nullptr);
 
@@ -150,8 +147,14 @@ class OptimizerCore {
   int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
   // The sharded mixed-precision all-gather after AdamW (see the top).
   Status gather_mixed(const Context& ctx, MixedPrecisionWeights& mixed);
-  // Gives back the f32 masters outside the shard of the matrices only mixed's copies are read of.
+  // Gives back the f32 masters outside the shard of the matrices only mixed's copies are read of
+  // (released_), counting what is kept.
   void release_masters(const MixedPrecisionWeights& mixed);
+  void release_outside_shard(const ModelParams::Tensor& t);
+  // Every rank calls it: the released tensors all-gathered in f32, tensor by tensor; the ranks but 0 give
+  // each back again at once.
+  Status gather_masters_on_rank0();
+  std::vector<bool> released_;            // per tensor: given back outside the shard (empty: none)
   static bool forward_reads_f32(const ModelParams::Tensor& t, const MixedPrecisionWeights& mixed);
   TrainState state_;
   std::string metrics_path_;  // "" until open_metrics
