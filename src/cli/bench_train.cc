@@ -232,14 +232,17 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   const double tokens = static_cast<double>(a.batch * a.seq_len * ranks);  // the global batch's
   const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
   const int64_t rss = peak_rss_bytes();
-  const RankNumbers numbers = gather_rank_numbers(comm, (*trainer)->optimizer().optimizer_state_bytes(),
+  const RankNumbers numbers = gather_rank_numbers(comm, (*trainer)->optimizer().master_weight_bytes(),
+                                                  (*trainer)->optimizer().optimizer_state_bytes(),
                                                   (*trainer)->optimizer().gradient_bytes(), n_total, /*quiet=*/true);
   if (!numbers.ok) return 1;
   if (!talk) return 0;
   nlohmann::json rss_ranks = nlohmann::json::array(), state_ranks = nlohmann::json::array(),
-                 sent_ranks = nlohmann::json::array(), grad_ranks = nlohmann::json::array();
+                 sent_ranks = nlohmann::json::array(), grad_ranks = nlohmann::json::array(),
+                 master_ranks = nlohmann::json::array();
   for (const RankNumbers::Rank& r : numbers.ranks)
-    rss_ranks.push_back(r.peak_rss_bytes), state_ranks.push_back(r.optimizer_state_bytes),
+    rss_ranks.push_back(r.peak_rss_bytes), master_ranks.push_back(r.master_weight_bytes),
+        state_ranks.push_back(r.optimizer_state_bytes),
         sent_ranks.push_back(r.bytes_sent_per_step), grad_ranks.push_back(r.gradient_bytes);
   nlohmann::json j = {
       {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
@@ -256,7 +259,8 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
       {"fraction_of_peak", peak > 0 ? median(gflops) / peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
       {"per_step", steps_json}, {"peak_rss_bytes", rss}, {"ranks", ranks}, {"peak_rss_bytes_per_rank", rss_ranks},
-      {"optimizer_state_bytes_per_rank", state_ranks}, {"gradient_bytes_per_rank", grad_ranks},
+      {"master_weight_bytes_per_rank", master_ranks}, {"optimizer_state_bytes_per_rank", state_ranks},
+      {"gradient_bytes_per_rank", grad_ranks},
       {"bytes_sent_per_step_per_rank", sent_ranks}};
   const double step_total = std::accumulate(secs.begin(), secs.end(), 0.0);
   if (a.profile) {
@@ -296,9 +300,9 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   if (ranks > 1)
     for (int r = 0; r < ranks; ++r) {
       const RankNumbers::Rank& n = numbers.ranks[static_cast<size_t>(r)];
-      std::printf("| rank %d of %d | peak RSS %.2f GB, Adam moments %.2f GB, gradients %.2f GB, %.3f GB sent per step |\n",
-                  r, ranks, n.peak_rss_bytes / 1e9, n.optimizer_state_bytes / 1e9, n.gradient_bytes / 1e9,
-                  n.bytes_sent_per_step / 1e9);
+      std::printf("| rank %d of %d | peak RSS %.2f GB, f32 master weights %.2f GB, Adam moments %.2f GB, gradients "
+                  "%.2f GB, %.3f GB sent per step |\n", r, ranks, n.peak_rss_bytes / 1e9, n.master_weight_bytes / 1e9,
+                  n.optimizer_state_bytes / 1e9, n.gradient_bytes / 1e9, n.bytes_sent_per_step / 1e9);
     }
   std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
   if (a.profile) print_profile(profiler, a.steps, step_total);

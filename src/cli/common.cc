@@ -97,11 +97,12 @@ std::vector<double> gather_per_rank(dist::Comm& comm, const std::vector<double>&
 
 }  // namespace
 
-RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t optimizer_state_bytes, int64_t gradient_bytes, int64_t steps,
-                                bool quiet) {
-  constexpr int kFields = 4;
+RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t master_weight_bytes, int64_t optimizer_state_bytes,
+                                int64_t gradient_bytes, int64_t steps, bool quiet) {
+  constexpr int kFields = 5;
   const std::vector<double> all = gather_per_rank(
-      comm, {static_cast<double>(peak_rss_bytes()), static_cast<double>(optimizer_state_bytes),
+      comm, {static_cast<double>(peak_rss_bytes()), static_cast<double>(master_weight_bytes),
+             static_cast<double>(optimizer_state_bytes),
              static_cast<double>(gradient_bytes),
              static_cast<double>(comm.bytes_sent()) / static_cast<double>(std::max<int64_t>(1, steps))});
   RankNumbers n;
@@ -115,13 +116,15 @@ RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t optimizer_state_bytes,
       lists[f] += std::to_string(static_cast<int64_t>(all[kFields * r + f]));
     }
     const double* v = &all[kFields * r];
-    n.ranks.push_back({v[0], v[1], v[2], v[3]});
+    n.ranks.push_back({v[0], v[1], v[2], v[3], v[4]});
     if (!quiet)
-      std::fprintf(stderr, "rank %d: peak memory %.1f MiB, optimizer state %.1f MiB, gradients %.1f MiB, %.2f MiB "
-                   "sent per step\n", r, v[0] / 1048576.0, v[1] / 1048576.0, v[2] / 1048576.0, v[3] / 1048576.0);
+      std::fprintf(stderr, "rank %d: peak memory %.1f MiB, f32 master weights %.1f MiB, optimizer state %.1f MiB, "
+                   "gradients %.1f MiB, %.2f MiB sent per step\n", r, v[0] / 1048576.0, v[1] / 1048576.0,
+                   v[2] / 1048576.0, v[3] / 1048576.0, v[4] / 1048576.0);
   }
-  n.json = "\"peak_rss_bytes\": [" + lists[0] + "], \"optimizer_state_bytes\": [" + lists[1] +
-           "], \"gradient_bytes\": [" + lists[2] + "], \"bytes_sent_per_step\": [" + lists[3] + "]";
+  n.json = "\"peak_rss_bytes\": [" + lists[0] + "], \"master_weight_bytes\": [" + lists[1] +
+           "], \"optimizer_state_bytes\": [" + lists[2] + "], \"gradient_bytes\": [" + lists[3] +
+           "], \"bytes_sent_per_step\": [" + lists[4] + "]";
   return n;
 }
 

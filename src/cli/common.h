@@ -43,20 +43,22 @@ int64_t peak_rss_bytes();
 // would wait for it in their next collective).
 int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body);
 
-// The end of a training run (train, grpo): every rank's peak memory, optimizer-state and gradient bytes
-// (OptimizerCore's optimizer_state_bytes, gradient_bytes) and bytes sent per step (over `steps` steps run
-// here) gathered; on rank 0 a line per rank on stderr (unless quiet) and `json` = "\"peak_rss_bytes\": [..],
-// \"optimizer_state_bytes\": [..], \"gradient_bytes\": [..], \"bytes_sent_per_step\": [..]" (one value per
-// rank) for its result line, and the numbers in `ranks`. ok false after a failed gather (reported).
+// The end of a training run (train, grpo): every rank's peak memory, f32 master-weight, optimizer-state and
+// gradient bytes (OptimizerCore's master_weight_bytes, optimizer_state_bytes, gradient_bytes) and bytes sent
+// per step (over `steps` steps run here) gathered; on rank 0 a line per rank on stderr (unless quiet) and
+// `json` = "\"peak_rss_bytes\": [..], \"master_weight_bytes\": [..], \"optimizer_state_bytes\": [..],
+// \"gradient_bytes\": [..], \"bytes_sent_per_step\": [..]" (one value per rank) for its result line, and the
+// numbers in `ranks`. ok false after a failed gather (reported).
 struct RankNumbers {
   struct Rank {
-    double peak_rss_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0, bytes_sent_per_step = 0;
+    double peak_rss_bytes = 0, master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0,
+           bytes_sent_per_step = 0;
   };
   bool ok = false;
   std::vector<Rank> ranks;  // on rank 0: one per rank
   std::string json;
 };
-RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t optimizer_state_bytes, int64_t gradient_bytes, int64_t steps,
-                                bool quiet);
+RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t master_weight_bytes, int64_t optimizer_state_bytes,
+                                int64_t gradient_bytes, int64_t steps, bool quiet);
 
 }  // namespace dc::cli

@@ -73,7 +73,7 @@ int run_train(TrainArgs& a, dist::Comm& comm) {
   }
   const Status saved = t.save();
   if (!saved.ok()) return report(saved);
-  const RankNumbers ranks = gather_rank_numbers(comm, t.optimizer().optimizer_state_bytes(),
+  const RankNumbers ranks = gather_rank_numbers(comm, t.optimizer().master_weight_bytes(), t.optimizer().optimizer_state_bytes(),
                                                    t.optimizer().gradient_bytes(), done_here, a.quiet);
   if (!ranks.ok) return 1;
   if (comm.rank() != 0) return 0;

@@ -1,6 +1,6 @@
 // Comm: the communication of data-parallel training (`mpirun -np N diffucoder train`): rank and size,
-// barrier, broadcast, the reduce-scatter / all-gather of ZeRO over one flat f32 buffer split into
-// contiguous shards (shard_range), and the gathering of per-rank metrics. Backends: one process (size 1,
+// barrier, broadcast, the reduce-scatter / all-gather of ZeRO over one flat buffer split into contiguous
+// shards (shard_range; the all-gather in f32 or bf16), and the gathering of per-rank metrics. Backends: one process (size 1,
 // no MPI) and MPI (comm_mpi.cc, built when CMake finds MPI: DIFFUCODER_MPI); a GPU backend (NCCL) would
 // be a third implementation of the same interface.
 //
@@ -42,8 +42,13 @@ class Comm {
   // ADDED into shard_sum [shard size] (index 0 at the shard's begin). Every rank calls it with the same
   // region and n.
   virtual Status reduce_scatter_add(const float* in, Range region, int64_t n, float* shard_sum) = 0;
-  // data [n]: every rank's shard of it copied to every other rank (in place).
-  virtual Status all_gather(float* data, int64_t n) = 0;
+  // The all-gather of ZeRO's updated weights over a flat buffer [n] split by shard_range: data
+  // [region.size()] holds the values region.begin…end of values of `value_bytes` bytes (4: f32, 2: bf16);
+  // each rank's shard's part of the region is copied to every other rank (in place). Every rank calls it
+  // with the same region, n and value_bytes.
+  virtual Status all_gather_region(void* data, Range region, int64_t n, int value_bytes) = 0;
+  // data [n] f32: every rank's shard of it copied to every other rank (in place).
+  Status all_gather(float* data, int64_t n) { return all_gather_region(data, {0, n}, n, sizeof(float)); }
   // values [k] of each rank → all [size·k] on every rank, rank r's at r·k.
   virtual Status all_gather_doubles(const double* values, int64_t k, double* all) = 0;
   // Ends the whole job with `code` after `message` is printed (every rank stops).

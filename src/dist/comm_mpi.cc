@@ -135,14 +135,20 @@ class MpiComm final : public Comm {
   }
 
   // Each owner broadcasts its shard, owners in rank order.
-  Status all_gather(float* data, int64_t n) override {
+  Status all_gather_region(void* data, Range region, int64_t n, int value_bytes) override {
+    if (value_bytes != 2 && value_bytes != 4)
+      return internal_error("all-gather: values of " + std::to_string(value_bytes) + " bytes (expected 2 or 4)");
     Busy busy(this, "all-gather of the weights");
+    const MPI_Datatype type = value_bytes == 4 ? MPI_FLOAT : MPI_UINT16_T;
+    char* bytes = static_cast<char*>(data);
     for (int owner = 0; owner < size_; ++owner) {
-      const Range r = shard_range(n, owner, size_);
-      for (int64_t b = r.begin; b < r.end; b += kMaxCount) {
-        const int count = static_cast<int>(std::min(kMaxCount, r.end - b));
-        DC_RETURN_IF_ERROR(check(MPI_Bcast(data + b, count, MPI_FLOAT, owner, MPI_COMM_WORLD), "MPI_Bcast"));
-        if (owner == rank_) bytes_sent_ += int64_t{count} * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
+      const Range s = shard_range(n, owner, size_);
+      const int64_t lo = std::max(s.begin, region.begin), hi = std::min(s.end, region.end);
+      for (int64_t b = lo; b < hi; b += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, hi - b));
+        DC_RETURN_IF_ERROR(check(MPI_Bcast(bytes + (b - region.begin) * value_bytes, count, type, owner,
+                                           MPI_COMM_WORLD), "MPI_Bcast"));
+        if (owner == rank_) bytes_sent_ += int64_t{count} * value_bytes * (size_ - 1);
       }
     }
     return Status();

@@ -59,6 +59,16 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
   return both(master.output, forward_.output, transposed_.output);  // tied: the embedding as lm_head
 }
 
+Status MixedPrecisionWeights::write_matrix(const Context& ctx, const float* master, const uint16_t* bf16) {
+  for (const Matrix& m : matrices_) {
+    if (m.master != master) continue;
+    const WeightView rm{DType::kBF16, bf16, m.w.rows, m.w.cols};
+    pack_panels(ctx, rm, const_cast<void*>(m.w.data), nullptr, nullptr, 0, panel_sizes(rm).panels);
+    return Status();
+  }
+  return invalid_argument("mixed precision: no bf16 copy of this tensor to write");
+}
+
 uint32_t* MixedPrecisionWeights::panels_of(const float* master) const {
   for (const Matrix& m : matrices_)
     if (m.master == master) return static_cast<uint32_t*>(const_cast<void*>(m.w.data));

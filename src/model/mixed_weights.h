@@ -36,6 +36,10 @@ class MixedPrecisionWeights {
   // optimizer to write; null for a tensor that has none (norm weights, biases, the embedding table of a
   // model with an untied lm_head).
   uint32_t* panels_of(const float* master) const;
+  // Writes the panels of the matrix whose f32 master data is at `master` (after a refresh) from `bf16`,
+  // that matrix's values rounded to bf16, row-major [rows, cols] (e.g. as ZeRO's bf16 all-gather delivers
+  // them). invalid_argument for a tensor that has no panels.
+  Status write_matrix(const Context& ctx, const float* master, const uint16_t* bf16);
   // The optimizer has rewritten every matrix's panels from the updated master weights: the next
   // refresh() keeps them.
   void mark_written() { written_ = true; }

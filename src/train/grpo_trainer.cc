@@ -226,7 +226,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
     const auto t1 = Clock::now();
     const std::unique_ptr<Model> model = policy_model();
-    core_.begin_step();  // no zeroing pass: the first micro-batch writes the gradients
+    core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing pass: the first micro-batch writes the gradients
     const double scale = 1.0 / static_cast<double>(opt_.grad_accum);
     for (Micro& m : round_) {
       GrpoLossInputs in;
@@ -245,15 +245,9 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
     s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
     s.round = (s.step - 1) / I, s.iteration = k;
-    // ref ← (1 − α)·ref + α·policy: from the all-gathered weights, the same bits on every rank
-    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0) {
-      const float a = static_cast<float>(opt_.ref_mixup_alpha);
-      for (size_t i = 0; i < ref_.tensors().size(); ++i) {
-        float* r = ref_.tensors()[i].data;
-        const float* p = core_.params().tensors()[i].data;
-        for (int64_t j = 0; j < ref_.tensors()[i].size; ++j) r[j] = (1.0f - a) * r[j] + a * p[j];
-      }
-    }
+    // ref ← (1 − α)·ref + α·policy: each rank mixes its shard, then the reference is all-gathered
+    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0)
+      DC_RETURN_IF_ERROR(core_.mix_into(ref_, static_cast<float>(opt_.ref_mixup_alpha)));
     s.train_seconds = since(t1);
     s.seconds = since(t0);
     history_.push_back(s);

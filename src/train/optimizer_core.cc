@@ -7,9 +7,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/profiler.h"
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
+#include "io/mapped_file.h"
 
 namespace dc::train {
 namespace fs = std::filesystem;
@@ -21,6 +23,7 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
   c.options_ = options;
   c.params_ = std::move(params);
   c.comm_ = comm;
+  c.resident_values_ = c.params_.n_values();
   if (c.sharded()) {
     c.grads_ = ModelParams::zeros_sharing_layers(config);
     c.shard_ = dist::shard_range(c.params_.n_values(), comm->rank(), comm->size());
@@ -56,12 +59,96 @@ int64_t OptimizerCore::optimizer_state_bytes() const {
   return 2 * shard_.size() * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t OptimizerCore::master_weight_bytes() const {
+  return resident_values_ * static_cast<int64_t>(sizeof(float));
+}
+
+bool OptimizerCore::forward_reads_f32(const ModelParams::Tensor& t, const MixedPrecisionWeights& mixed) {
+  return mixed.panels_of(t.data) == nullptr || t.name == "model.embed_tokens.weight";  // the lookup reads f32
+}
+
+Status OptimizerCore::gather_mixed(const Context& ctx, MixedPrecisionWeights& mixed) {
+  const ProfileScope profile(ctx, "all-gather of the weights (bf16 copies, f32 vectors)");
+  const int64_t n = params_.n_values();
+  std::vector<uint16_t> bf16;  // one matrix row-major, as the all-gather delivers it
+  for (const ModelParams::Tensor& t : params_.tensors()) {
+    const dist::Range region{t.offset, t.offset + t.size};
+    const int64_t lo = std::max(shard_.begin, region.begin), hi = std::min(shard_.end, region.end);
+    if (forward_reads_f32(t, mixed)) {  // whole in f32 on every rank; its panels (a tied lm_head) re-laid here
+      DC_RETURN_IF_ERROR(comm_->all_gather_region(t.data, region, n, sizeof(float)));
+      if (mixed.panels_of(t.data) == nullptr) continue;
+      bf16.resize(static_cast<size_t>(t.size));
+      parallel_for(ctx.pool, t.size, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) bf16[i] = f32_to_bf16(t.data[i]);
+      }, 1 << 16);
+      DC_RETURN_IF_ERROR(mixed.write_matrix(ctx, t.data, bf16.data()));
+      continue;
+    }
+    // A matrix only the bf16 GEMMs read: this rank's part rounded, all-gathered in bf16 (half the bytes),
+    // packed (its f32 masters outside the shard are given back after the loop).
+    bf16.resize(static_cast<size_t>(t.size));
+    for (int64_t i = lo; i < hi; ++i) bf16[i - t.offset] = f32_to_bf16(params_.data()[i]);
+    DC_RETURN_IF_ERROR(comm_->all_gather_region(bf16.data(), region, n, sizeof(uint16_t)));
+    DC_RETURN_IF_ERROR(mixed.write_matrix(ctx, t.data, bf16.data()));
+  }
+  release_masters(mixed);
+  mixed.mark_written();
+  return Status();
+}
+
+void OptimizerCore::release_masters(const MixedPrecisionWeights& mixed) {
+  const auto& ts = params_.tensors();
+  released_.assign(ts.size(), false);
+  resident_values_ = shard_.size();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t lo = std::max(shard_.begin, ts[i].offset), hi = std::min(shard_.end, ts[i].offset + ts[i].size);
+    if (forward_reads_f32(ts[i], mixed)) {
+      resident_values_ += ts[i].size - std::max<int64_t>(0, hi - lo);
+    } else {
+      released_[i] = true;
+      release_outside_shard(ts[i]);
+    }
+  }
+  masters_whole_ = false;
+}
+
+void OptimizerCore::release_outside_shard(const ModelParams::Tensor& t) {
+  const int64_t end = t.offset + t.size;
+  const int64_t lo = std::max(shard_.begin, t.offset), hi = std::min(shard_.end, end);
+  if (lo >= hi) {
+    release_pages(t.data, static_cast<size_t>(t.size) * sizeof(float));
+  } else {
+    release_pages(t.data, static_cast<size_t>(lo - t.offset) * sizeof(float));
+    release_pages(params_.data() + hi, static_cast<size_t>(end - hi) * sizeof(float));
+  }
+}
+
+Status OptimizerCore::gather_masters_on_rank0() {
+  const auto& ts = params_.tensors();
+  for (size_t i = 0; i < released_.size(); ++i) {  // the same tensors on every rank
+    if (!released_[i]) continue;
+    DC_RETURN_IF_ERROR(comm_->all_gather_region(ts[i].data, {ts[i].offset, ts[i].offset + ts[i].size},
+                                                params_.n_values(), sizeof(float)));
+    if (comm_->rank() != 0) release_outside_shard(ts[i]);  // at most one tensor more than a step holds
+  }
+  if (comm_->rank() == 0 && !released_.empty()) masters_whole_ = true;  // until its next begin_step
+  return Status();
+}
+
+Status OptimizerCore::mix_into(ModelParams& other, float alpha) {
+  const float* p = params_.data();
+  float* r = other.data();
+  for (int64_t i = shard_.begin; i < shard_.end; ++i) r[i] = (1.0f - alpha) * r[i] + alpha * p[i];
+  return sharded() ? comm_->all_gather(r, params_.n_values()) : Status();
+}
+
 int64_t OptimizerCore::gradient_bytes() const {
   return (grads_.n_values() + static_cast<int64_t>(g_shard_.size())) * static_cast<int64_t>(sizeof(float));
 }
 
-void OptimizerCore::begin_step() {
+void OptimizerCore::begin_step(const MixedPrecisionWeights* mixed) {
   if (!sharded()) return;
+  if (mixed != nullptr && masters_whole_) release_masters(*mixed);  // the copies hold them now
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
   layers_reduced_ = 0;
   grads_.set_layer_done([this](int64_t il) { return reduce_layer(il); });
@@ -105,7 +192,7 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
       s.grad_norm = std::sqrt((*sum)[0]);
       adamw_shard(params_, shard_, g_shard, m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
                   options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
-      st = comm_->all_gather(params_.data(), n);
+      st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), n);
     }
     if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
   } else if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
@@ -124,9 +211,10 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
 }
 
 Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::string& source_model_dir,
-                                        const ExtraCheckpointFiles& extra) const {
+                                        const ExtraCheckpointFiles& extra) {
   const std::string dir = (fs::path(out_dir) / checkpoint_name(state_.step)).string();
   if (sharded()) {
+    DC_RETURN_IF_ERROR(gather_masters_on_rank0());  // rank 0 writes them; it gives them back at its next step
     DC_RETURN_IF_ERROR(save_sharded_train_checkpoint(*comm_, dir, source_model_dir, params_, m_shard_.data(),
                                                      v_shard_.data(), state_, extra));
     return dir;

@@ -8,8 +8,13 @@
 // backward completes each layer, that layer is reduce-scattered in rank order into the shards' sums
 // (Comm::reduce_scatter_add) and its storage cleared for the next; the tensors outside the layers
 // (embeddings, final norm, lm_head) accumulate locally over the step's micro-batches and are reduced at
-// the step. The clip uses the all-reduced norm, AdamW updates the shard and the weights are all-gathered;
-// checkpoints hold one moment file per rank.
+// the step. The clip uses the all-reduced norm and AdamW updates the shard's f32 masters. In f32 the masters
+// are then all-gathered whole. In mixed precision the forward reads bf16 copies of the matrices: each
+// matrix is all-gathered in bf16 (half the bytes) straight into its copy, and its f32 masters outside the
+// rank's shard are given back to the system (release_pages), so that each rank holds the f32 masters of
+// its shard, plus those the forward reads in f32 (norm weights, biases, the embedding table), whole.
+// Checkpoints gather the f32 masters on rank 0, which writes them (the other ranks give each tensor back
+// as soon as it has passed), and hold one moment file per rank.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +66,14 @@ class OptimizerCore {
   const OptimizerOptions& options() const { return options_; }
   // The master weights, changed in place by step(): a Model built once over params().weights() (or over
   // MixedPrecisionWeights refreshed from it) sees every step's values.
+  // Sharded in mixed precision (from the first begin_step; on rank 0 except between a save and its next
+  // step): only this rank's shard and the tensors the forward reads in f32 hold their values; the rest of
+  // the matrices read as zeros, so the bf16 copies must not be re-laid from them (one
+  // MixedPrecisionWeights::refresh per step keeps what step() wrote).
   const ModelParams& params() const { return params_; }
+  // other ← (1 − alpha)·other + alpha·params() over every value (e.g. GRPO's reference-model sync; other
+  // shaped like params()); sharded, each rank mixes its shard and `other` is all-gathered (every rank calls it).
+  Status mix_into(ModelParams& other, float alpha);
   // The gradients: the first loss of a step writes them (GradWrite::kOverwrite after begin_step(): no zeroing
   // pass), the others ADD into grads().spans() (Model::backward).
   // Sharded: this rank's local buffer of one step, the layers sharing one slot (reduced by the backward as
@@ -74,6 +86,10 @@ class OptimizerCore {
   bool sharded() const { return comm_ != nullptr && comm_->size() > 1; }
   // Bytes of the Adam moments this rank holds (of its shard when sharded).
   int64_t optimizer_state_bytes() const;
+  // Bytes of f32 master weights this rank holds through the steps: 4 per value, or sharded in mixed
+  // precision those of its shard and of the tensors the forward reads in f32 (whole pages at the shard's
+  // edges not counted; a sharded save gathers them whole for its duration).
+  int64_t master_weight_bytes() const;
   // Bytes of gradients this rank holds: the local buffer, and sharded the reduced shard (4 bytes per value).
   int64_t gradient_bytes() const;
   // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.
@@ -82,9 +98,11 @@ class OptimizerCore {
   int64_t steps_done() const { return state_.step; }
 
   // Starts a step (every trainer calls it before the step's first backward). Sharded: clears the shard's
-  // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core. It leaves
-  // grads() as they are: the step's first backward must write them (GradWrite::kOverwrite).
-  void begin_step();
+  // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core; in mixed
+  // precision (`mixed` refreshed from params() for this step) the f32 masters outside the shard that only
+  // the bf16 copies need are given back, if whole (the first step, after a save). It leaves grads() as
+  // they are: the step's first backward must write them (GradWrite::kOverwrite).
+  void begin_step(const MixedPrecisionWeights* mixed = nullptr);
   // Sharded: every rank calls it after each micro-batch's loss, the same number of times per step. A
   // micro-batch whose loss had no rows (the loss functions then skip the backward) still takes its part in
   // the layer-by-layer reduction the other ranks' backwards run, with zeros; a backward stopped midway is
@@ -95,14 +113,15 @@ class OptimizerCore {
   // not depend on the thread count. Without `mixed` the gradients stay clipped in place. With `mixed`
   // (mixed precision, refreshed from params() this step) the clip is a factor inside the fused AdamW that
   // also writes the next step's bf16 W copies (adamw_step_mixed), and the gradients are left as they
-  // were. Sharded: the ZeRO step above (`mixed` is then re-laid by its next refresh); a failed collective
+  // were. Sharded: the ZeRO step above (`mixed` written by the all-gather); a failed collective
   // ends the job on every rank with its message (Comm::abort).
   OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr);
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
   // source_model_dir's config and small files, and what `extra` writes) and returns its path.
+  // Sharded: every rank calls it; the f32 masters are gathered on rank 0 first.
   Result<std::string> save(const std::string& out_dir, const std::string& source_model_dir,
-                           const ExtraCheckpointFiles& extra = nullptr) const;
+                           const ExtraCheckpointFiles& extra = nullptr);
 
   // Sharded: every rank calls it (rank 0 writes the shared files).
   // Starts out_dir/metrics.jsonl (creating out_dir; on rank 0 only, other ranks write no metrics): keeps the lines of the steps already done (a resumed
@@ -124,6 +143,19 @@ class OptimizerCore {
   int64_t layer_size_ = 0;                // values per layer (the shared slot of grads_, at layers_.begin)
   int64_t layers_reduced_ = 0;            // layers reduced in this micro-batch
   Status reduce_layer(int64_t il);        // the slot as layer il's gradients into g_shard_, then cleared
+  bool masters_whole_ = true;
+  int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
+  // The sharded mixed-precision all-gather after AdamW (see the top).
+  Status gather_mixed(const Context& ctx, MixedPrecisionWeights& mixed);
+  // Gives back the f32 masters outside the shard of the matrices only mixed's copies are read of
+  // (released_), counting what is kept.
+  void release_masters(const MixedPrecisionWeights& mixed);
+  void release_outside_shard(const ModelParams::Tensor& t);
+  // Every rank calls it: the released tensors all-gathered in f32, tensor by tensor; the ranks but 0 give
+  // each back again at once.
+  Status gather_masters_on_rank0();
+  std::vector<bool> released_;            // per tensor: given back outside the shard (empty: none)
+  static bool forward_reads_f32(const ModelParams::Tensor& t, const MixedPrecisionWeights& mixed);
   TrainState state_;
   std::string metrics_path_;  // "" until open_metrics
 };

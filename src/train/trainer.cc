@@ -257,7 +257,7 @@ Result<StepStats> Trainer::step_or_throw() {
   // Views of the master weights (and their bf16 copies), which AdamW updates in place: built once.
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
-  core_.begin_step();  // no zeroing: the first micro-batch writes the gradients
+  core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients
   TrainState& state = core_.state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
   // This rank's contiguous run of the global batch's micro-batches (all of them in one process).

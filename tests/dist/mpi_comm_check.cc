@@ -122,6 +122,15 @@ int main(int argc, char** argv) {
     bool gathered = true;
     for (int64_t i = 0; i < n; ++i) gathered = gathered && data[i] == static_cast<float>(i) * 0.5f;
     expect(gathered, "all-gather gives every rank every shard", rank);
+    // bf16 all-gather of a region straddling the shards: each rank's part of it, 2-byte values.
+    const dc::dist::Range part{n / 3, n - n / 5};
+    std::vector<uint16_t> words(static_cast<size_t>(part.size()), 0xffff);
+    for (int64_t i = std::max(mine.begin, part.begin); i < std::min(mine.end, part.end); ++i)
+      words[i - part.begin] = static_cast<uint16_t>(i * 7);
+    expect(comm.all_gather_region(words.data(), part, n, 2).ok(), "all_gather_region (bf16) returns ok", rank);
+    bool halves = true;
+    for (int64_t i = part.begin; i < part.end; ++i) halves = halves && words[i - part.begin] == uint16_t(i * 7);
+    expect(halves, "the bf16 all-gather of a region gives every rank the region's values", rank);
   }
   std::string s = rank == 0 ? "from rank 0" : "";
   expect(comm.broadcast_string(s, 0).ok() && s == "from rank 0", "broadcast_string", rank);

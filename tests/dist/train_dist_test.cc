@@ -4,6 +4,8 @@
 // one layer's slot and the tensors outside the layers); a rerun is bit-identical; a killed rank ends
 // the job with a message on the survivor and no partial checkpoint, and the run resumes bit-exact on 2
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
+// In bf16 mixed precision each rank keeps the f32 masters of its shard only (counted), with the same
+// results and resumes.
 // Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, reruns and
 // resumes are bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
 #include <gtest/gtest.h>
@@ -60,13 +62,14 @@ class TrainDist : public ::testing::Test {
            sanitizer_options();
   }
 
-  // `diffucoder train` on `ranks` ranks (1: without mpirun) into dir_/out; stderr folded into out.
-  static testing::RunResult train(int ranks, const std::string& out, const std::string& extra = "", int accum = 2) {
+  // `diffucoder train` on `ranks` ranks (1: without mpirun) into dir_/out; stderr folded into out. `run`:
+  // the length, precision and checkpoints (default: kSteps in f32, a checkpoint every 10).
+  static testing::RunResult train(int ranks, const std::string& out, const std::string& extra = "", int accum = 2,
+                                  const std::string& run = "--steps 20 --precision f32 --save-every 10") {
     const std::string args = " train --model " + testing::fixtures_dir() + "/tiny-vocab --data " +
-                             (dir_ / "sft.jsonl").string() + " --steps " + std::to_string(kSteps) +
+                             (dir_ / "sft.jsonl").string() + " " + run +
                              " --seq-len 32 --batch-size 1 --grad-accum " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --threads 1"
-                             " --precision f32 --instruct-template --save-every 10 --quiet --out " +
-                             (dir_ / out).string() + " " + extra;
+                             " --instruct-template --quiet --out " + (dir_ / out).string() + " " + extra;
     testing::RunResult r = testing::run_command(launcher(ranks) + DC_BINARY_PATH + args);
     r.out += r.err;
     return r;
@@ -135,6 +138,31 @@ void expect_close_curves(const std::vector<double>& a, const std::vector<double>
 
 const char* kFinal = "checkpoint-000020";
 
+// The summary line of a run's output only: under mpirun, launcher notices may follow it on stdout.
+nlohmann::json summary(const std::string& out) {
+  const size_t at = out.rfind("{\"steps\"");
+  return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
+}
+
+// The parameters of a checkpoint's model.safetensors: all, and the f32 ones the forward reads in mixed
+// precision (the embedding table, norm weights, biases; the other matrices it reads as bf16 copies).
+struct ParamCounts {
+  int64_t all = 0, in_layers = 0, read_in_f32 = 0;
+};
+ParamCounts param_counts(const fs::path& model) {
+  ParamCounts c;
+  auto file = SafetensorsFile::open(model.string());
+  EXPECT_TRUE(file.ok()) << model;
+  if (!file.ok()) return c;
+  for (const auto& [name, t] : file->tensors()) {
+    const int64_t n = static_cast<int64_t>(t.n_bytes / sizeof(float));
+    c.all += n;
+    if (name.rfind("model.layers.", 0) == 0) c.in_layers += n;
+    if (t.shape.size() == 1 || name == "model.embed_tokens.weight") c.read_in_f32 += n;
+  }
+  return c;
+}
+
 TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   const auto one = train(1, "one");
   ASSERT_EQ(one.exit_code, 0) << one.out;
@@ -160,11 +188,6 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   }
   EXPECT_EQ(shard_values, whole_values);
   // The ranks' own count of the moments they hold: half of one process's each.
-  // The summary line only: under mpirun, launcher notices may follow it on stdout.
-  const auto summary = [](const std::string& out) {
-    const size_t at = out.rfind("{\"steps\"");
-    return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
-  };
   const auto j1 = summary(one.out);
   const auto j2 = summary(two.out);
   EXPECT_EQ(j2["ranks"], 2);
@@ -175,14 +198,8 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   EXPECT_EQ(j2["peak_rss_bytes"].size(), 2u);
   // ZeRO-2, the gradients each rank holds, counted: its 1/2 shard of the reduced gradients, one layer's slot
   // and the tensors outside the layers — not one process's whole buffer.
-  auto model = SafetensorsFile::open((path("one") / kFinal / "model.safetensors").string());
-  ASSERT_TRUE(model.ok());
-  int64_t n_params = 0, in_layers = 0;
-  for (const auto& [name, t] : model->tensors()) {
-    const int64_t n = static_cast<int64_t>(t.n_bytes / sizeof(float));
-    n_params += n;
-    if (name.rfind("model.layers.", 0) == 0) in_layers += n;
-  }
+  const ParamCounts counts = param_counts(path("one") / kFinal / "model.safetensors");
+  const int64_t n_params = counts.all, in_layers = counts.in_layers;
   EXPECT_EQ(j1["gradient_bytes"][0].get<int64_t>(), 4 * n_params);
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(),
@@ -215,6 +232,48 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   expect_within(path("two") / kFinal / "model.safetensors", path("cut_onto_one") / kFinal / "model.safetensors", 1e-6);
   expect_within(path("one") / kFinal / "optimizer.safetensors", path("cut_onto_one") / kFinal / "optimizer.safetensors",
                 1e-5);
+}
+
+// bf16 mixed precision on 2 ranks: each rank keeps the f32 masters of its shard (and, whole, those the
+// forward reads in f32), the matrices coming back as bf16 copies from the all-gather; the same run as one
+// process (here bit for bit in the losses over these 3 steps), checkpoints of the full f32 weights, and a
+// resume on 2 ranks bit-exact. Three short runs.
+TEST_F(TrainDist, MixedPrecisionRanksKeepTheMastersOfTheirShard) {
+  const std::string run = "--steps 3 --precision bf16 --save-every 2";
+  const auto one = train(1, "bf16_one", "", 2, run);
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = train(2, "bf16_two", "", 2, run);
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  const char* kLast = "checkpoint-000003";
+  expect_within(path("bf16_one") / kLast / "model.safetensors", path("bf16_two") / kLast / "model.safetensors", 1e-6);
+  const std::vector<double> l1 = losses(path("bf16_one/metrics.jsonl")), l2 = losses(path("bf16_two/metrics.jsonl"));
+  ASSERT_EQ(l1.size(), 3u);
+  ASSERT_EQ(l2.size(), 3u);
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-6 * std::fabs(l1[i])) << "step " << i + 1;
+  // The ranks' own count of the f32 masters they hold: one process all of them; each rank its shard and
+  // the f32-read tensors outside it — summed over the ranks, every value once and those once more (here
+  // 1.5 × one process's: the untied lm_head, half of this model, is held by one rank only). In f32 (a
+  // CPU without AVX512_BF16) every rank holds them all.
+  const bool mixed = two.out.find("training in f32") == std::string::npos;
+  const ParamCounts c = param_counts(path("bf16_one") / kLast / "model.safetensors");
+  const auto j1 = summary(one.out), j2 = summary(two.out);
+  EXPECT_EQ(j1["master_weight_bytes"][0].get<int64_t>(), 4 * c.all);
+  int64_t held = 0;
+  for (int r = 0; r < 2; ++r) {
+    const int64_t mine = j2["master_weight_bytes"][r].get<int64_t>() / 4, shard = dist::shard_range(c.all, r, 2).size();
+    EXPECT_GE(mine, shard) << "rank " << r;
+    EXPECT_LE(mine, mixed ? shard + c.read_in_f32 : c.all) << "rank " << r;
+    held += mine;
+  }
+  EXPECT_EQ(held, mixed ? c.all + c.read_in_f32 : 2 * c.all);
+  // Resumed on 2 ranks from step 2's checkpoint (its f32 masters gathered for the save): step 3 bit for bit.
+  fs::create_directories(path("bf16_resumed"));
+  fs::copy(path("bf16_two") / "checkpoint-000002", path("bf16_resumed") / "checkpoint-000002", fs::copy_options::recursive);
+  const auto resumed = train(2, "bf16_resumed", "--resume", 2, run);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  for (const char* f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                        "optimizer-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(read_bytes(path("bf16_two") / kLast / f) == read_bytes(path("bf16_resumed") / kLast / f)) << f;
 }
 
 TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
