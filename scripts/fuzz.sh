@@ -6,12 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt-get install clang)" >&2; exit 1; }
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDC_BUILD_FUZZERS=ON \
+# (a fresh build directory with Ninja when it is installed, as scripts/test.sh does)
+gen=(); [ ! -f build-fuzz/CMakeCache.txt ] && command -v ninja >/dev/null && gen=(-GNinja)
+CC=clang CXX=clang++ cmake -S . -B build-fuzz "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDC_BUILD_FUZZERS=ON \
   -DDC_BUILD_TESTS=OFF >/dev/null
 targets=(safetensors gguf tokenizer tokenizer_json openai_request)
-t0=$SECONDS
+# (the CPU seconds of this shell's finished children: cutime + cstime, in clock ticks)
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($16 + $17) / hz }' "/proc/$$/stat"; }
+t0=$SECONDS c0=$(cpu_s)
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}" -j"$(nproc)"
-echo "fuzz: the build took $((SECONDS - t0)) s" >&2
+echo "fuzz: the build took $((SECONDS - t0)) s ($(($(cpu_s) - c0)) s of CPU)" >&2
 for f in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus-$f"
   seeds=(); [ -d "tests/fuzz/seeds/$f" ] && seeds=("tests/fuzz/seeds/$f")
