@@ -14,7 +14,7 @@
 #include "engine/head_sampler.h"
 #include "kernel_test_util.h"
 #include "model/synthetic.h"
-#include "model/transformer.h"
+#include "synthetic_pair.h"
 
 namespace dc {
 namespace {
@@ -23,16 +23,10 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
   ModelConfig c = synthetic_config("tiny").value();
   c.n_head = 2, c.n_head_kv = 1, c.head_dim = 32, c.n_embd = 64, c.n_ff = 160, c.n_vocab = 300;
   c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
-  ThreadPool pool(2);
-  auto cpu_model = make_synthetic_model(c, 5, &pool).value();
-  auto device_model = make_synthetic_model(c, 5, &pool).value();
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context device{Device::kVulkan, &pool};
-  device.backend = backend->get();
-  ASSERT_TRUE(device_model->to_device(device).ok());
-  Context cpu{Device::kCpu, &pool};
-  cpu.reference_kernels = true;
+  const auto pair = testing::synthetic_pair(c, 5);
+  ASSERT_NE(pair, nullptr);
+  const Model &cpu_model = *pair->cpu_model, &device_model = *pair->device_model;
+  const Context &cpu = pair->cpu, &device = pair->device;
 
   const int64_t B = 2, L = 9;
   std::vector<int32_t> tokens;
@@ -41,8 +35,8 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
   ForwardBatch batch;
   batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
   {
-    DeviceHeadSampler on_device(*device_model, device);
-    CpuHeadSampler on_cpu(*cpu_model, cpu);
+    DeviceHeadSampler on_device(device_model, device);
+    CpuHeadSampler on_cpu(cpu_model, cpu);
     ASSERT_TRUE(on_device.forward(batch).ok());
     ASSERT_TRUE(on_cpu.forward(batch).ok());
     ASSERT_EQ(on_device.n_rows(), B * L);

@@ -8,8 +8,7 @@
 
 #include "model/kv_cache.h"
 #include "model/synthetic.h"
-#include "model/transformer.h"
-#include "ops/device.h"
+#include "synthetic_pair.h"
 
 namespace dc {
 namespace {
@@ -18,15 +17,10 @@ TEST(KvCacheVulkan, ACacheOfAnotherDeviceIsRefusedByNameOnBothSides) {
   ModelConfig c = synthetic_config("tiny").value();
   c.n_head = 2, c.n_head_kv = 1, c.head_dim = 16, c.n_embd = 32, c.n_ff = 64, c.n_vocab = 64;
   c.mask_token_id = 62, c.pad_token_id = c.eos_token_id = c.bos_token_id = 63;
-  ThreadPool pool(2);
-  auto cpu_model = make_synthetic_model(c, 3, &pool).value();
-  auto device_model = make_synthetic_model(c, 3, &pool).value();
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context device{Device::kVulkan, &pool};
-  device.backend = backend->get();
-  ASSERT_TRUE(device_model->to_device(device).ok());
-  Context cpu{Device::kCpu, &pool};
+  const auto pair = testing::synthetic_pair(c, 3);
+  ASSERT_NE(pair, nullptr);
+  const Model &cpu_model = *pair->cpu_model, &device_model = *pair->device_model;
+  const Context &cpu = pair->cpu, &device = pair->device;
 
   const int64_t L = 6;
   std::vector<int32_t> tokens;
@@ -38,26 +32,26 @@ TEST(KvCacheVulkan, ACacheOfAnotherDeviceIsRefusedByNameOnBothSides) {
   KvCache on_device, on_host;
   b.cache_op = CacheOp::kRefresh;
   b.cache = &on_device;
-  ASSERT_TRUE(device_model->forward(device, b, logits.data()).ok());
+  ASSERT_TRUE(device_model.forward(device, b, logits.data()).ok());
   b.cache = &on_host;
-  ASSERT_TRUE(cpu_model->forward(cpu, b, logits.data()).ok());
+  ASSERT_TRUE(cpu_model.forward(cpu, b, logits.data()).ok());
   ASSERT_EQ(on_device.backend(), device.backend);
   ASSERT_EQ(on_host.backend(), nullptr);
 
   b.cache_op = CacheOp::kUse, b.window_begin = 2, b.window_end = L;
   b.out_rows = rows.data() + 2, b.n_out = L - 2;
   b.cache = &on_device;  // device memory, read by the CPU
-  Status st = cpu_model->forward(cpu, b, logits.data());
+  Status st = cpu_model.forward(cpu, b, logits.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("filled on " + device.backend->name() + " and this forward runs on the CPU"),
             std::string::npos) << st.to_string();
   b.cache = &on_host;  // host memory, read by the device
-  st = device_model->forward(device, b, logits.data());
+  st = device_model.forward(device, b, logits.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("filled on the CPU and this forward runs on " + device.backend->name()),
             std::string::npos) << st.to_string();
   b.cache = &on_device;  // the device's own cache still works after the refusals
-  EXPECT_TRUE(device_model->forward(device, b, logits.data()).ok());
+  EXPECT_TRUE(device_model.forward(device, b, logits.data()).ok());
 }
 
 }  // namespace
