@@ -91,7 +91,7 @@ Status OptimizerCore::gather_mixed(const Context& ctx, MixedPrecisionWeights& mi
     DC_RETURN_IF_ERROR(comm_->all_gather_region(bf16.data(), region, n, sizeof(uint16_t)));
     DC_RETURN_IF_ERROR(mixed.write_matrix(ctx, t.data, bf16.data()));
   }
-  release_masters(mixed);
+  if (masters_whole_) release_masters(mixed);  // (begin_step has given them back when it was handed `mixed`)
   mixed.mark_written();
   return Status();
 }
