@@ -221,7 +221,7 @@ int run_bench(const BenchArgs& a) {
   std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_name,
               (long long)p.block_length, p.threshold, p.factor);
   std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
-              engine->backend() != nullptr ? "f32 (device)" : arithmetic.c_str());
+              engine->backend() != nullptr ? (engine->backend()->arithmetic() + " (device)").c_str() : arithmetic.c_str());
   std::printf("| device | %s |\n", device_name.c_str());
   if (engine->backend() != nullptr)
     std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);

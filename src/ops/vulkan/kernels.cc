@@ -89,7 +89,13 @@ Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string
   return d;
 }
 
-Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y) {
+bool uses_matrix_units(const DeviceInfo& device, int64_t n, const DeviceMatrix& w) {
+  const int32_t wtype = weight_type(w);
+  return device.matrix_units && (wtype == 1 || wtype == 2) && w.cols % 64 == 0 && n > 8;
+}
+
+Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y, bool matrix_units,
+                 Buffer* split_scratch) {
   const char* op = "vulkan matmul_nt";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   if (w.data.empty()) return invalid_argument(std::string(op) + ": the weight matrix is not uploaded");
@@ -97,6 +103,31 @@ Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& 
   DC_RETURN_IF_ERROR(need(y, n * w.rows * 4, op, "y [n, rows]"));
   if (bias) DC_RETURN_IF_ERROR(need(*bias, w.rows * 4, op, "bias [rows]"));
   Dispatch d;
+  if (matrix_units && uses_matrix_units(seq.device(), n, w)) {  // 64 × 128 tiles of y
+    const int64_t tiles = (w.rows + 127) / 128 * ((n + 63) / 64), slices = w.cols / 64;
+    // Split the slices when the tiles alone would not give the GPU ~512 workgroups (about one wave on an H100),
+    // keeping >= 2 slices per workgroup (one loading while one multiplies) and the partial sums within the
+    // scratch.
+    int64_t splits = 1;
+    if (split_scratch != nullptr && !split_scratch->empty() && tiles < 512)
+      splits = std::max<int64_t>(1, std::min({(512 + tiles - 1) / tiles, slices / 2, split_scratch->bytes() / (n * w.rows * 4)}));
+    const int64_t per_group = (slices + splits - 1) / splits;
+    splits = (slices + per_group - 1) / per_group;
+    d.shader = "matmul_coop";
+    d.spec = {weight_type(w)};
+    d.buffers = {&x, &w.data, bias, &y, splits > 1 ? split_scratch : nullptr};
+    d.push = {u32(n), u32(w.rows), u32(w.cols), bias ? 1u : 0u, u32(per_group)};
+    d.groups_x = u32((w.rows + 127) / 128), d.groups_y = u32((n + 63) / 64), d.groups_z = u32(splits);
+    if (d.groups_y > kMaxGroups || d.groups_x > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 tiles");
+    DC_RETURN_IF_ERROR(seq.record(d));
+    if (splits == 1) return Status();
+    Dispatch r;
+    r.shader = "split_reduce";
+    r.buffers = {split_scratch, bias, &y};
+    r.push = {u32(n * w.rows), u32(w.rows), u32(splits), bias ? 1u : 0u};
+    r.groups_x = stride_groups(n * w.rows, 256);
+    return seq.record(r);
+  }
   const bool few_rows = n <= 8;
   d.shader = few_rows ? "matvec" : "matmul";
   d.spec = {weight_type(w)};
@@ -220,7 +251,7 @@ Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq
 }
 
 int64_t attention_shared_bytes(int64_t head_dim, AttentionTile tile) {
-  return ((tile.rows + 2 * tile.keys) * head_dim + tile.rows * tile.keys) * 4;
+  return ((tile.rows + tile.keys) * (head_dim + 1) + tile.keys * head_dim + tile.rows * tile.keys) * 4;
 }
 
 AttentionTile attention_tile(int64_t head_dim, int64_t max_shared_bytes) {
@@ -240,7 +271,7 @@ Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes) {
 }
 
 Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, int64_t window_len, const Buffer& q,
-                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out) {
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch) {
   const char* op = "vulkan attention";
   DC_RETURN_IF_ERROR(positive(s.n_batch, op, "n_batch"));
   DC_RETURN_IF_ERROR(positive(s.n_seq, op, "n_seq"));
@@ -260,11 +291,25 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   if (valid) DC_RETURN_IF_ERROR(need(*valid, (B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const AttentionTile tile = attention_tile(D, seq.device().max_shared_bytes);
+  // Split the keys when the query tiles alone give fewer than ~512 workgroups (a window of few queries
+  // against a long cache), >= 1 key tile per split, the partial rows within the scratch.
+  const int64_t blocks = (window_len + tile.rows - 1) / tile.rows * s.n_head * B, key_tiles = (s.n_seq + tile.keys - 1) / tile.keys;
+  const int64_t part_row_bytes = B * window_len * s.n_head * (D + 2) * 4;
+  int64_t splits = 1;
+  if (split_scratch != nullptr && !split_scratch->empty() && blocks < 512)
+    splits = std::max<int64_t>(1, std::min({(512 + blocks - 1) / blocks, key_tiles, split_scratch->bytes() / part_row_bytes,
+                                            kMaxGroups / B}));
+  const int64_t keys_per_split = (key_tiles + splits - 1) / splits * tile.keys;
+  splits = (s.n_seq + keys_per_split - 1) / keys_per_split;
   Dispatch d{"attention", {static_cast<int32_t>(D), static_cast<int32_t>(tile.rows), static_cast<int32_t>(tile.keys), static_cast<int32_t>(8 * tile.rows)},
-             {&q, &k, &v, valid, &out},
-             {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale)},
-             u32((window_len + tile.rows - 1) / tile.rows), u32(s.n_head), u32(B)};
-  return seq.record(d);
+             {&q, &k, &v, valid, &out, splits > 1 ? split_scratch : nullptr},
+             {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale),
+              u32(splits), u32(keys_per_split)},
+             u32((window_len + tile.rows - 1) / tile.rows), u32(s.n_head), u32(B * splits)};
+  DC_RETURN_IF_ERROR(seq.record(d));
+  if (splits == 1) return Status();
+  const int64_t rows = B * window_len * s.n_head;
+  return seq.record({"attention_combine", {}, {split_scratch, &out}, {u32(rows), u32(D), u32(splits)}, stride_groups(rows * D, 256)});
 }
 
 Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,

@@ -34,6 +34,9 @@ struct DeviceInfo {
   bool int8 = false;               // shaderInt8 arithmetic
   bool bf16 = false;               // VK_KHR_shader_bfloat16
   bool cooperative_matrix = false; // VK_KHR_cooperative_matrix (or VK_NV_cooperative_matrix)
+  // The matrix units the GEMM uses (shaders/matmul_coop.comp): VK_NV_cooperative_matrix with a 16×16×16
+  // f16 × f16 → f32 subgroup shape, shaderFloat16, the Vulkan memory model and 32-wide subgroups.
+  bool matrix_units = false;
   bool compute_queue = false;      // has a queue family with compute: usable by the backend
 };
 

@@ -1,4 +1,6 @@
 // cos/sin[n, half] of the angles pos[row] · inv_freq[i] (f32 product, as ops/elementwise.h rope_tables).
+// The angle is first reduced to [-π, π] (two-part Cody-Waite with fma): GLSL's sin and cos are only
+// specified there, and a GPU's fast ones (NVIDIA's) lose the low bits of a 4000-radian angle.
 #version 450
 
 layout(local_size_x = 256) in;
@@ -11,8 +13,11 @@ layout(push_constant) uniform Push { uint n; uint half_dim; } p;
 void main() {
   const uint total = p.n * p.half_dim;
   for (uint e = gl_GlobalInvocationID.x; e < total; e += gl_NumWorkGroups.x * 256u) {
-    const float angle = float(pos[e / p.half_dim]) * inv_freq[e % p.half_dim];
-    cos_t[e] = cos(angle);
-    sin_t[e] = sin(angle);
+    precise const float angle = float(pos[e / p.half_dim]) * inv_freq[e % p.half_dim];
+    const float k = round(angle * 0.15915494309189535);         // angle / 2π
+    precise float r = fma(-k, 6.28318548202514648, angle);       // 2π rounded to f32 ...
+    r = fma(-k, -1.7484555314695172e-07, r);                     // ... and what the rounding left
+    cos_t[e] = cos(r);
+    sin_t[e] = sin(r);
   }
 }
