@@ -25,10 +25,11 @@ layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint has_bias
 
 const uint kBM = 64, kBN = 128, kBK = 64;
 // One shared array of uvec2 (4 halves, or 2 floats), used twice: the staged slice (x at 0, W at kW0; rows
-// of 72 halves = 18 uvec2: 16-byte aligned, padded against bank conflicts), then each subgroup's 64 × 32
-// f32 results (rows of 36 floats = 18 uvec2) for the bounds-checked write.
+// of 72 halves = 18 uvec2: 16-byte aligned, padded against bank conflicts), then the 64 × 32 f32 results
+// (rows of 36 floats = 18 uvec2) of two subgroups at a time for the bounds-checked write. 27.6 KB: the
+// less shared memory a workgroup takes, the more of them an SM holds.
 const uint kSK = 18, kW0 = kBM * kSK, kRS = 18, kOut = kBM * kRS;
-shared uvec2 sh[4 * kOut];
+shared uvec2 sh[kW0 + kBN * kSK];
 
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 #define OPERAND fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -82,18 +83,21 @@ void main() {
         for (int j = 0; j < 2; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
     }
   }
-  barrier();  // the staging is reused for the results
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 2; ++j) coopMatStoreNV(acc[i][j], sh, sg * kOut + uint(i) * 16u * kRS + uint(j) * 8u, kRS, false);
-  barrier();
   const bool split = gl_NumWorkGroups.z > 1u;
   const uint part0 = gl_WorkGroupID.z * p.n * p.rows;
-  for (uint e = gl_LocalInvocationID.x; e < kBM * kBN; e += 128u) {
-    const uint row = e / kBN, col = e % kBN, r = r0 + row, c = c0 + col;
-    if (r >= p.n || c >= p.rows) continue;
-    const uvec2 pair = sh[(col / 32u) * kOut + row * kRS + (col % 32u) / 2u];
-    const float v = uintBitsToFloat((col & 1u) != 0u ? pair.y : pair.x);
-    if (split) part[part0 + r * p.rows + c] = v;
-    else y[r * p.rows + c] = v + (p.has_bias != 0u ? bias[c] : 0.0);
+  for (uint part_half = 0; part_half < 2u; ++part_half) {  // subgroups 0 and 1, then 2 and 3: 64 columns each
+    barrier();  // the staging (or the last half) has been read
+    if (sg / 2u == part_half)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 2; ++j) coopMatStoreNV(acc[i][j], sh, (sg % 2u) * kOut + uint(i) * 16u * kRS + uint(j) * 8u, kRS, false);
+    barrier();
+    for (uint e = gl_LocalInvocationID.x; e < kBM * 64u; e += 128u) {
+      const uint row = e / 64u, col = e % 64u, r = r0 + row, c = c0 + part_half * 64u + col;
+      if (r >= p.n || c >= p.rows) continue;
+      const uvec2 pair = sh[(col / 32u) * kOut + row * kRS + (col % 32u) / 2u];
+      const float v = uintBitsToFloat((col & 1u) != 0u ? pair.y : pair.x);
+      if (split) part[part0 + r * p.rows + c] = v;
+      else y[r * p.rows + c] = v + (p.has_bias != 0u ? bias[c] : 0.0);
+    }
   }
 }
