@@ -105,7 +105,7 @@ Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& 
   Dispatch d;
   if (matrix_units && uses_matrix_units(seq.device(), n, w)) {  // 64 × 128 tiles of y
     const int64_t tiles = (w.rows + 127) / 128 * ((n + 63) / 64), slices = w.cols / 64;
-    // Split the slices when the tiles alone would not give the GPU ~512 workgroups (about one wave on an H100),
+    // Split the slices when the tiles alone would not give the GPU ~512 workgroups (1024 measured the same),
     // keeping >= 2 slices per workgroup (one loading while one multiplies) and the partial sums within the
     // scratch.
     int64_t splits = 1;
