@@ -111,6 +111,7 @@ DeviceInfo Instance::describe(int index, int* compute_family) const {
                   std::to_string(VK_API_VERSION_PATCH(v));
   d.max_buffer_bytes = props.properties.limits.maxStorageBufferRange;
   d.max_shared_bytes = props.properties.limits.maxComputeSharedMemorySize;
+  d.max_workgroup_x = std::min(props.properties.limits.maxComputeWorkGroupInvocations, props.properties.limits.maxComputeWorkGroupSize[0]);
   d.subgroup_size = subgroup.subgroupSize;
   VkPhysicalDeviceShaderFloat16Int8Features f16i8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f16i8};

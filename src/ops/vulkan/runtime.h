@@ -29,6 +29,7 @@ struct DeviceInfo {
   int64_t device_local_bytes = 0;  // the largest device-local memory heap
   int64_t max_buffer_bytes = 0;    // the largest storage-buffer binding (maxStorageBufferRange)
   int64_t max_shared_bytes = 0;    // a workgroup's shared memory (maxComputeSharedMemorySize, >= 16 KiB)
+  int64_t max_workgroup_x = 0;     // invocations of a 1-D workgroup (maxComputeWorkGroupInvocations and Size[0], >= 128)
   uint32_t subgroup_size = 0;
   bool fp16 = false;               // shaderFloat16 arithmetic
   bool int8 = false;               // shaderInt8 arithmetic
