@@ -52,8 +52,8 @@ for cache in dual prefix none; do
   steps=$MAX_STEPS; [[ $cache == none ]] && steps=$MAX_STEPS_NONE
   block=(--block-length "$BLOCK"); [[ $cache == none ]] && block=()
   stage "bench 7B --cache $cache"
-  # DC_VULKAN_PROFILE: the GPU time of every shader, printed when the device closes.
-  DC_VULKAN_PROFILE=1 timeout 240 "$KIT/bin/diffucoder" bench --shape diffucoder-7b --device vulkan --prompt-len "$PROMPT" \
+  # DC_VULKAN_PROFILE: the GPU time of every shader (2: and grid), printed when the device closes.
+  DC_VULKAN_PROFILE=${DC_VULKAN_PROFILE:-1} timeout 240 "$KIT/bin/diffucoder" bench --shape diffucoder-7b --device vulkan --prompt-len "$PROMPT" \
     --new-tokens "$NEW" --steps "$NEW" --max-steps "$steps" --cache $cache "${block[@]}" --no-peak --threads "$(nproc)" \
     ${PRECISION:+--precision $PRECISION} > "$OUT/bench_7b_$cache.txt" 2>&1; echo "rc=$?"
   grep -v "^bench: step" "$OUT/bench_7b_$cache.txt"

@@ -167,6 +167,7 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   impl_->owner = this;
   const char* profile = std::getenv("DC_VULKAN_PROFILE");
   impl_->profiling = profile != nullptr && std::strcmp(profile, "0") != 0;
+  impl_->profile_grids = profile != nullptr && std::strcmp(profile, "2") == 0;
 }
 
 namespace {

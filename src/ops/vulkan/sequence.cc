@@ -184,7 +184,11 @@ Status Sequence::Impl::add_profile() {
                                                         VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
   if (r != VK_SUCCESS) return vk_status(r, "reading the profile's timestamps");
   for (size_t i = 0; i < commands.size(); ++i) {
-    auto& [ms, calls] = rt->profile[std::string(commands[i].shader)];
+    const Command& c = commands[i];
+    std::string key(c.shader);
+    if (rt->profile_grids)
+      key += " " + std::to_string(c.groups[0]) + "x" + std::to_string(c.groups[1]) + "x" + std::to_string(c.groups[2]);
+    auto& [ms, calls] = rt->profile[key];
     ms += static_cast<double>((stamps[2 + i] - (i == 0 ? stamps[0] : stamps[1 + i])) & rt->timestamp_mask) * rt->timestamp_period_ns * 1e-6;
     ++calls;
   }
