@@ -4,7 +4,7 @@
 // the argmax (lowest id on ties) when greedy, else the categorical draw of the host's uniform u[row] in the
 // CPU's order (the survivors' sorted order when a filter is on, id order when none is) — and of p the
 // chosen token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10). One workgroup of THREADS
-// per row (1024 where the device allows: kernels.cc); ids[row] and conf[row, 3] are all that is written
+// per row (on a GPU 1024 where it allows, on a CPU device 256: kernels.cc); ids[row] and conf[row, 3] are all that is written
 // (conf NaN: a NaN or +inf z, or every z −inf).
 // Prefix cuts (top-p's crossing token, the draw) are searched bit by bit over a monotone uint key of z
 // (the largest key K whose mass "key >= K" exceeds the target), then, among the tokens tied at K, by id:
