@@ -44,7 +44,7 @@ if has torch; then
   stage "PyTorch reference, 7B shape, bf16 on CUDA"
   PYTHONUNBUFFERED=1 timeout 240 python3 bench/torch_reference.py --shape diffucoder-7b --dtype bfloat16 --device cuda \
     --prompt-len "$PROMPT" --new-tokens "$NEW" --steps "$NEW" --max-steps "$MAX_STEPS_NONE" --json \
-    > "$OUT/torch_7b.json" 2> /dev/null; echo "rc=$?"
+    > "$OUT/torch_7b.json" 2> "$OUT/torch_7b.err"; echo "rc=$?"
   cat "$OUT/torch_7b.json"
 fi
 for cache in dual prefix none; do

@@ -46,7 +46,8 @@ int run_devices(bool json) {
                                {"api_version", d.api_version}, {"device_local_bytes", d.device_local_bytes},
                                {"max_buffer_bytes", d.max_buffer_bytes}, {"subgroup_size", d.subgroup_size},
                                {"fp16", d.fp16}, {"int8", d.int8}, {"bf16", d.bf16},
-                               {"cooperative_matrix", d.cooperative_matrix}, {"compute_queue", d.compute_queue}});
+                               {"cooperative_matrix", d.cooperative_matrix}, {"matrix_units", d.matrix_units},
+                               {"compute_queue", d.compute_queue}});
     } else {
       j["vulkan_error"] = devices.status().to_string();
     }

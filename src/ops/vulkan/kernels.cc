@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dc::vk {
@@ -27,6 +28,19 @@ Status positive(int64_t v, const char* op, const char* name) {
 }
 
 uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+// A GEMM or an attention of fewer workgroups than this is split (over k, or over keys) into more, to fill
+// a GPU (1024 measured the same on an H100).
+constexpr int64_t kSplitTargetGroups = 512;
+
+// {parts, units per part} for splitting `units` (k-slices, key tiles) of a grid of `groups` workgroups: up to
+// kSplitTargetGroups workgroups in all, at most max_parts parts, rebalanced so that no part is empty.
+std::pair<int64_t, int64_t> split_parts(int64_t groups, int64_t units, int64_t max_parts) {
+  const int64_t parts =
+      groups < kSplitTargetGroups ? std::max<int64_t>(1, std::min((kSplitTargetGroups + groups - 1) / groups, max_parts)) : 1;
+  const int64_t per = (units + parts - 1) / parts;
+  return {(units + per - 1) / per, per};
+}
 
 // Workgroups of `size` invocations for a grid-stride loop over `count` elements.
 uint32_t stride_groups(int64_t count, int64_t size) { return u32(std::min<int64_t>((count + size - 1) / size, kMaxGroups)); }
@@ -105,14 +119,11 @@ Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& 
   Dispatch d;
   if (matrix_units && uses_matrix_units(seq.device(), n, w)) {  // 64 × 128 tiles of y
     const int64_t tiles = (w.rows + 127) / 128 * ((n + 63) / 64), slices = w.cols / 64;
-    // Split the slices when the tiles alone would not give the GPU ~512 workgroups (1024 measured the same),
-    // keeping >= 2 slices per workgroup (one loading while one multiplies) and the partial sums within the
+    // Split the slices: >= 2 per workgroup (one loading while one multiplies), the partial sums within the
     // scratch.
-    int64_t splits = 1;
-    if (split_scratch != nullptr && !split_scratch->empty() && tiles < 512)
-      splits = std::max<int64_t>(1, std::min({(512 + tiles - 1) / tiles, slices / 2, split_scratch->bytes() / (n * w.rows * 4)}));
-    const int64_t per_group = (slices + splits - 1) / splits;
-    splits = (slices + per_group - 1) / per_group;
+    const bool scratch = split_scratch != nullptr && !split_scratch->empty();
+    const auto [splits, per_group] =
+        split_parts(tiles, slices, scratch ? std::min(slices / 2, split_scratch->bytes() / (n * w.rows * 4)) : 1);
     d.shader = "matmul_coop";
     d.spec = {weight_type(w)};
     d.buffers = {&x, &w.data, bias, &y, splits > 1 ? split_scratch : nullptr};
@@ -291,16 +302,14 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   if (valid) DC_RETURN_IF_ERROR(need(*valid, (B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const AttentionTile tile = attention_tile(D, seq.device().max_shared_bytes);
-  // Split the keys when the query tiles alone give fewer than ~512 workgroups (a window of few queries
-  // against a long cache), >= 1 key tile per split, the partial rows within the scratch.
+  // Split the keys (a window of few queries against a long cache): >= 1 key tile per split, the partial
+  // rows within the scratch.
   const int64_t blocks = (window_len + tile.rows - 1) / tile.rows * s.n_head * B, key_tiles = (s.n_seq + tile.keys - 1) / tile.keys;
   const int64_t part_row_bytes = B * window_len * s.n_head * (D + 2) * 4;
-  int64_t splits = 1;
-  if (split_scratch != nullptr && !split_scratch->empty() && blocks < 512)
-    splits = std::max<int64_t>(1, std::min({(512 + blocks - 1) / blocks, key_tiles, split_scratch->bytes() / part_row_bytes,
-                                            kMaxGroups / B}));
-  const int64_t keys_per_split = (key_tiles + splits - 1) / splits * tile.keys;
-  splits = (s.n_seq + keys_per_split - 1) / keys_per_split;
+  const bool scratch = split_scratch != nullptr && !split_scratch->empty();
+  const auto [splits, tiles_per_split] =
+      split_parts(blocks, key_tiles, scratch ? std::min({key_tiles, split_scratch->bytes() / part_row_bytes, kMaxGroups / B}) : 1);
+  const int64_t keys_per_split = tiles_per_split * tile.keys;
   Dispatch d{"attention", {static_cast<int32_t>(D), static_cast<int32_t>(tile.rows), static_cast<int32_t>(tile.keys), static_cast<int32_t>(8 * tile.rows)},
              {&q, &k, &v, valid, &out, splits > 1 ? split_scratch : nullptr},
              {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale),

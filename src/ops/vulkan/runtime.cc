@@ -125,7 +125,7 @@ DeviceInfo Instance::describe(int index, int* compute_family) const {
   exts.resize(n_ext);
   d.bf16 = has_extension(exts, "VK_KHR_shader_bfloat16");
   d.cooperative_matrix = has_extension(exts, "VK_KHR_cooperative_matrix") || has_extension(exts, "VK_NV_cooperative_matrix");
-  d.matrix_units = has_matrix_units(api, pd, exts, d);
+  d.matrix_units = v >= VK_API_VERSION_1_2 && has_matrix_units(api, pd, exts, d);
   VkPhysicalDeviceMemoryProperties mem;
   api.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
   for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "ops/vulkan/runtime_impl.h"
@@ -15,7 +16,7 @@ constexpr uint32_t kSetsPerPool = 64;
 
 // One collected command: a dispatch (pipeline set) or a copy from a staging buffer (pipeline null).
 struct Command {
-  std::string_view shader = "copy";  // for DC_VULKAN_PROFILE (the kernels name their shaders by literals)
+  std::string shader = "copy";  // for DC_VULKAN_PROFILE
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
@@ -185,7 +186,7 @@ Status Sequence::Impl::add_profile() {
   if (r != VK_SUCCESS) return vk_status(r, "reading the profile's timestamps");
   for (size_t i = 0; i < commands.size(); ++i) {
     const Command& c = commands[i];
-    std::string key(c.shader);
+    std::string key = c.shader;
     if (rt->profile_grids)
       key += " " + std::to_string(c.groups[0]) + "x" + std::to_string(c.groups[1]) + "x" + std::to_string(c.groups[2]);
     auto& [ms, calls] = rt->profile[key];

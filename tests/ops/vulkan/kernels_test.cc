@@ -103,14 +103,14 @@ TEST(VulkanKernels, MatmulEveryWeightKindAgainstTheCpu) {
 
 // The matrix units (DeviceInfo::matrix_units; NVIDIA GPUs) against the CPU on x rounded to f16, which is
 // what they multiply: products of f16 values are exact in f32, so only the order of the f32 sums differs.
-// Tails in both tile dimensions (67 of 128 W rows, 9 / 33 / 70 of 64 x rows), 1 and 5 k-slices of 64, and
-// with a split scratch the slices in several workgroups summed by split_reduce; 96 columns are not a
-// multiple of 64 and take the f32 kernel. On a device without them (lavapipe),
+// Two W tiles with a tail (195 rows of 128-row tiles), 9 / 33 / 70 of 64 x rows, 1 and 5 k-slices of 64,
+// and with a split scratch the 5 slices in several workgroups summed by split_reduce (a second dispatch);
+// 96 columns are not a multiple of 64 and take the f32 kernel. On a device without them (lavapipe),
 // matrix_units = true must run the f32 kernel: the same check against the unrounded x.
 TEST(VulkanKernels, MatmulOnTheMatrixUnitsAgainstTheCpu) {
   vk::Runtime& rt = vulkan_runtime();
   const bool units = rt.info().matrix_units;
-  const int64_t rows = 67;
+  const int64_t rows = 195;
   vk::Buffer scratch = ok_or_throw(rt.alloc(int64_t{1} << 20, "split scratch"));
   for (const int64_t cols : {64, 96, 320}) {
     for (const std::string kind : {"f16", "bf16", "f32"}) {
@@ -130,6 +130,7 @@ TEST(VulkanKernels, MatmulOnTheMatrixUnitsAgainstTheCpu) {
           vk::Buffer dy = ok_or_throw(rt.alloc(n * rows * 4, "y"));
           auto seq = ok_or_throw(rt.new_sequence());
           ok_or_throw(vk::matmul_nt(seq, dx, n, dw, &dbias, dy, /*matrix_units=*/true, split));
+          EXPECT_EQ(seq.dispatches(), split != nullptr && cols == 320 && vk::uses_matrix_units(rt.info(), n, dw) ? 2 : 1);
           ok_or_throw(seq.run());
           expect_close(want, ok_or_throw(rt.read<float>(dy, n * rows)), 1e-5,
                        kind + " cols=" + std::to_string(cols) + " n=" + std::to_string(n) + (split ? " split" : ""));
@@ -263,7 +264,7 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
     const std::vector<float> k = random_floats(D + 1, static_cast<size_t>(B * L * c.n_head_kv * D), -2, 2);
     const std::vector<float> v = random_floats(D + 2, static_cast<size_t>(B * L * c.n_head_kv * D));
     std::vector<uint8_t> valid(static_cast<size_t>(B * L + 3) / 4 * 4, 1);
-    for (int j = 0; j < 5; ++j) valid[L + j] = 0;
+    for (int j = 0; j < 17; ++j) valid[L + j] = 0;  // a split of the window test without any valid key
     const vk::Buffer dq = ok_or_throw(rt.make_buffer(q, "q")), dk = ok_or_throw(rt.make_buffer(k, "k"));
     const vk::Buffer dv = ok_or_throw(rt.make_buffer(v, "v")), dvalid = ok_or_throw(rt.make_buffer(valid, "valid"));
     const std::string what = "H=" + std::to_string(c.n_head) + " Hkv=" + std::to_string(c.n_head_kv) + " D=" + std::to_string(D);

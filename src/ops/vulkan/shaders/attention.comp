@@ -28,8 +28,8 @@ layout(push_constant) uniform Push {
 
 const uint kRows = ROWS, kKeys = KEYS, kLanes = 8, kThreads = ROWS * kLanes;
 const int kSlice = (D + 7) / 8;  // output dims per invocation
-// q and k rows padded to D + 1 floats: the score loop reads 16 key rows (and 4 query rows) at once, which
-// at a stride of D = 128 would all fall in one bank.
+// q and k rows padded to D + 1 floats: in the score loop a subgroup reads several key rows (8 with 16 × 16
+// tiles and 32-wide subgroups) and query rows at once, which at a stride of D = 128 would share one bank.
 const uint kPad = uint(D) + 1u;
 shared float qs[kRows * kPad];
 shared float ks[kKeys * kPad];
@@ -105,7 +105,8 @@ void main() {
     barrier();
   }
   if (i < p.W && p.splits > 1u) {
-    const uint base = (((split * gl_NumWorkGroups.z / p.splits + b) * p.W + i) * p.H + h) * uint(D + 2);
+    const uint n_batch = gl_NumWorkGroups.z / p.splits;
+    const uint base = (((split * n_batch + b) * p.W + i) * p.H + h) * uint(D + 2);
     for (int s = 0; s < kSlice; ++s) {
       const uint d = lane + kLanes * uint(s);
       if (d < D) part[base + d] = acc[s];

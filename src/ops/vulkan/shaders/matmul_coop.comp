@@ -1,6 +1,6 @@
 // y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows]) on the matrix units (VK_NV_cooperative_matrix, 16×16×16):
-// f16 operands (x rounded from f32; bf16 and f16 weights converted, exactly where f16 holds the value),
-// f32 accumulation. A workgroup of 4 subgroups computes a 64 × 128 tile of y (64 rows of x, 128 rows of
+// f16 operands (x rounded from f32 and saturated at ±65504; bf16 and f16 weights converted, exactly where
+// f16 holds the value), f32 accumulation. A workgroup of 4 subgroups computes a 64 × 128 tile of y (64 rows of x, 128 rows of
 // W; subgroup s owns W rows [32 s, 32 s + 32)). Each slice of 64 columns is staged once in shared memory by
 // the whole workgroup, f16 packed 4 to a uvec2, while the next slice is already loaded into registers.
 // Split-k: workgroup z takes slices [z · p.per_group, (z + 1) · p.per_group) and, when the grid has more
@@ -55,7 +55,8 @@ void stage_slice() {
   const uint t = gl_LocalInvocationID.x;
   for (uint i = 0; i < 8u; ++i) {
     const uint v = t + 128u * i, xrow = v / 16u, xq = v % 16u, wrow = v / 8u, wq = v % 8u;
-    sh[xrow * kSK + xq] = uvec2(packHalf2x16(xr[i].xy), packHalf2x16(xr[i].zw));
+    const vec4 xs = clamp(xr[i], -65504.0, 65504.0);  // beyond f16's range: saturate, never inf
+    sh[xrow * kSK + xq] = uvec2(packHalf2x16(xs.xy), packHalf2x16(xs.zw));
     const uint o = kW0 + wrow * kSK + wq * 2u;
     sh[o] = uvec2(to_f16_pair(wr[i].x), to_f16_pair(wr[i].y));
     sh[o + 1u] = uvec2(to_f16_pair(wr[i].z), to_f16_pair(wr[i].w));
