@@ -43,14 +43,18 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps and extrapolate (0 = all)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the reference on a GPU, as its users run it)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dtype = getattr(torch, a.dtype)
+    cuda = a.device.startswith("cuda")
+    if cuda:  # every tensor dream_ref makes (weights, canvas, masks, sampling) lives on the GPU
+        torch.set_default_device(a.device)
     cfg = dict(SHAPES[a.shape], rms_norm_eps=1e-6, rope_theta=1e6, mask_token_id=SHAPES[a.shape]["vocab_size"] - 2,
                pad_token_id=SHAPES[a.shape]["vocab_size"] - 1, eos_token_id=SHAPES[a.shape]["vocab_size"] - 1,
                bos_token_id=None, tie_word_embeddings=False)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=a.device).manual_seed(0)
     t0 = time.perf_counter()
     weights = {}
     for name, shape in dream_ref.expected_shapes(cfg).items():
@@ -61,11 +65,15 @@ def main():
     model = dream_ref.DreamModel(cfg, weights, {n: a.dtype for n in weights})
     load_ms = (time.perf_counter() - t0) * 1e3
     prompt = torch.randint(0, cfg["vocab_size"] - 2, (a.prompt_len,), generator=gen).tolist()
+    if cuda:
+        torch.cuda.synchronize()
 
     # dream_ref computes in the weights' dtype; its forward upcasts nothing when weights are bf16.
     step_ms, last = [], [time.perf_counter()]
 
     def on_step(info):
+        if cuda:
+            torch.cuda.synchronize()
         now = time.perf_counter()
         step_ms.append((now - last[0]) * 1e3)
         last[0] = now
@@ -85,11 +93,13 @@ def main():
     gen_ms = (time.perf_counter() - t_gen) * 1e3
     median = statistics.median(step_ms)
     total_ms = gen_ms if complete else median * a.steps
-    out = dict(shape=a.shape, dtype=a.dtype, threads=a.threads, torch=torch.__version__, prompt_len=a.prompt_len,
+    out = dict(shape=a.shape, dtype=a.dtype, device=torch.cuda.get_device_name() if cuda else "cpu",
+               threads=a.threads, torch=torch.__version__, prompt_len=a.prompt_len,
                new_tokens=a.new_tokens, steps=a.steps, alg=a.alg, load_ms=load_ms, steps_run=len(step_ms),
                complete=complete, ms_per_step_median=median, total_ms=total_ms,
                tokens_per_second=a.new_tokens / (total_ms / 1e3),
-               peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+               peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+               peak_device_bytes=torch.cuda.max_memory_allocated() if cuda else 0)
     if a.json:
         print(json.dumps(out, indent=2))
     else:

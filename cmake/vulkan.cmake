@@ -26,8 +26,14 @@ if(DC_VULKAN_ENABLED)
   foreach(shader IN LISTS shaders)
     get_filename_component(stem ${shader} NAME_WE)
     set(spv ${CMAKE_BINARY_DIR}/shaders/${stem}.spv)
+    # Debian 12's glslc (shaderc 2023.2) crashes optimizing arrays of cooperative matrices: those shaders
+    # go to the driver unoptimized (its own compiler optimizes them).
+    set(optimize -O)
+    if(stem MATCHES "_coop$")
+      set(optimize -O0)
+    endif()
     add_custom_command(OUTPUT ${spv}
-      COMMAND ${DC_GLSLC} --target-env=vulkan1.2 -O -Werror -o ${spv} ${shader}
+      COMMAND ${DC_GLSLC} --target-env=vulkan1.2 ${optimize} -Werror -o ${spv} ${shader}
       DEPENDS ${shader} ${shader_includes} COMMENT "glslc ${stem}.comp" VERBATIM)
     list(APPEND spvs ${spv})
   endforeach()

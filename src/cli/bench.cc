@@ -194,8 +194,8 @@ int run_bench(const BenchArgs& a) {
                    {"downloads", (after.downloads - before.downloads) / n}, {"record_ms", (after.record_ms - before.record_ms) / n}};
   }
 
-  // A device computes in f32 whatever --precision says.
-  const std::string arithmetic = engine->backend() != nullptr ? "f32" : precision_name;
+  // A device's GEMMs: exact f32, or its matrix units where --precision bf16 allows them.
+  const std::string arithmetic = engine->backend() != nullptr ? engine->backend()->arithmetic() : precision_name;
   nlohmann::json j = {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
@@ -221,7 +221,7 @@ int run_bench(const BenchArgs& a) {
   std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_name,
               (long long)p.block_length, p.threshold, p.factor);
   std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
-              engine->backend() != nullptr ? "f32 (device)" : arithmetic.c_str());
+              engine->backend() != nullptr ? (arithmetic + " (device)").c_str() : arithmetic.c_str());
   std::printf("| device | %s |\n", device_name.c_str());
   if (engine->backend() != nullptr)
     std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);

@@ -46,7 +46,8 @@ int run_devices(bool json) {
                                {"api_version", d.api_version}, {"device_local_bytes", d.device_local_bytes},
                                {"max_buffer_bytes", d.max_buffer_bytes}, {"subgroup_size", d.subgroup_size},
                                {"fp16", d.fp16}, {"int8", d.int8}, {"bf16", d.bf16},
-                               {"cooperative_matrix", d.cooperative_matrix}, {"compute_queue", d.compute_queue}});
+                               {"cooperative_matrix", d.cooperative_matrix}, {"matrix_units", d.matrix_units},
+                               {"compute_queue", d.compute_queue}});
     } else {
       j["vulkan_error"] = devices.status().to_string();
     }
@@ -64,8 +65,9 @@ int run_devices(bool json) {
     std::printf("           memory %.1f GiB device-local, largest buffer %.0f MiB, subgroup %u\n",
                 static_cast<double>(d.device_local_bytes) / (1 << 30), static_cast<double>(d.max_buffer_bytes) / (1 << 20),
                 d.subgroup_size);
-    std::printf("           fp16 %s, int8 %s, bf16 %s, cooperative matrix %s%s\n", yes_no(d.fp16).c_str(), yes_no(d.int8).c_str(),
-                yes_no(d.bf16).c_str(), yes_no(d.cooperative_matrix).c_str(), d.compute_queue ? "" : " (no compute queue: unusable)");
+    std::printf("           fp16 %s, int8 %s, bf16 %s, cooperative matrix %s (matrix units for the GEMMs: %s)%s\n",
+                yes_no(d.fp16).c_str(), yes_no(d.int8).c_str(), yes_no(d.bf16).c_str(), yes_no(d.cooperative_matrix).c_str(),
+                yes_no(d.matrix_units).c_str(), d.compute_queue ? "" : " (no compute queue: unusable)");
   }
   return 0;
 }

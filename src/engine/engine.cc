@@ -98,6 +98,7 @@ Status Engine::use_device(const DeviceSpec& device) {
   DC_ASSIGN_OR_RETURN(backend_, open_vulkan_backend(device.index));
   Context device_ctx = ctx_;
   device_ctx.device = device.device, device_ctx.backend = backend_.get();
+  backend_->set_matrix_units(ctx_.matmul_precision == MatmulPrecision::kBF16);
   DC_RETURN_IF_ERROR(model_->to_device(device_ctx));
   ctx_ = device_ctx;
   return Status();
@@ -105,7 +106,10 @@ Status Engine::use_device(const DeviceSpec& device) {
 
 Status Engine::set_matmul_precision(MatmulPrecision precision) {
   ctx_.matmul_precision = precision;
-  if (ctx_.device != Device::kCpu) return Status();  // the device computes in f32 over its own copy
+  if (backend_ != nullptr) {  // the device's own copy: kBF16 allows its matrix units
+    backend_->set_matrix_units(precision == MatmulPrecision::kBF16);
+    return Status();
+  }
   return model_->pack_weights(ctx_);
 }
 
@@ -113,7 +117,7 @@ std::string Engine::load_note() const {
   const WeightCacheReport& c = weight_cache_report_;
   if (backend_ != nullptr)
     return "device vulkan (" + backend_->name() + "), " + std::to_string(backend_->weight_bytes() >> 20) +
-           " MiB of weights on it, f32 arithmetic";
+           " MiB of weights on it, " + backend_->arithmetic() + " arithmetic";
   std::string note = std::string("matmul precision ") + (matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32");
   if (!c.note.empty()) note += "; " + c.note + ", rebuilding it";
   if (c.outcome == WeightCacheReport::kLoaded) note += "; packed weights mapped from " + c.path;

@@ -35,7 +35,8 @@ struct EngineOptions {
   // the directory to keep it in.
   std::string weight_cache;
   // Where the forward runs (--device): the CPU, or a Vulkan device that gets a copy of the weights at
-  // load (no packing, no packed-weight cache; f32 arithmetic whatever the precision). Model::forward
+  // load (no packing, no packed-weight cache; f32 arithmetic, but for the GEMMs on a device's matrix
+  // units at kBF16: DeviceBackend::set_matrix_units). Model::forward
   // documents what does not run on a device yet (the KV cache).
   DeviceSpec device;
 };
@@ -74,7 +75,8 @@ class Engine {
   // The matmul precision of every later forward (EngineOptions::matmul_precision). Also re-lays, once,
   // the matrices the fast GEMMs then read faster (Model::pack_weights: bf16 ones at kBF16 with
   // AVX512_BF16, q8 / q4 ones with VNNI). Fails only when memory runs out for that; the rest then
-  // stays row-major (same results, slower).
+  // stays row-major (same results, slower). On a device: kBF16 lets the GEMMs use its matrix units, kF32
+  // keeps them exact f32 (no re-layout).
   Status set_matmul_precision(MatmulPrecision precision);
   MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
   // The backend of the device the forward runs on (EngineOptions::device); null on the CPU.

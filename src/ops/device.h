@@ -62,6 +62,11 @@ class DeviceBackend {
   virtual int64_t memory_bytes() const = 0;    // the device-local heap
   virtual int64_t weight_bytes() const = 0;    // what add_matrix / add_vector uploaded
   virtual DeviceCounters counters() const = 0;
+  // Whether the GEMMs may use the device's matrix units, which round the activations to f16 (the device's
+  // form of MatmulPrecision::kBF16; off: exact f32 arithmetic), and the arithmetic that gives, for notes
+  // and benchmarks: "f32" or "f16 matrix units, f32 accumulation".
+  virtual void set_matrix_units(bool allowed) = 0;
+  virtual std::string arithmetic() const = 0;
 
   // Upload a weight once (a second call with the same host data is a no-op: tied embeddings). Errors:
   // a CPU-only layout (kPanels), out of device memory (kResourceExhausted), naming `name`.

@@ -46,7 +46,10 @@ class VulkanMemory final : public DeviceMemory {
 
 class VulkanBackend final : public DeviceBackend {
  public:
-  explicit VulkanBackend(std::unique_ptr<vk::Runtime> rt) : rt_(std::move(rt)) {}
+  explicit VulkanBackend(std::unique_ptr<vk::Runtime> rt) : rt_(std::move(rt)) {
+    // The split GEMMs' and attentions' partial sums (kernels.h): without it (out of memory) they run unsplit.
+    if (auto scratch = rt_->alloc(kSplitScratchBytes, "split partial sums"); scratch.ok()) split_scratch_ = std::move(*scratch);
+  }
   ~VulkanBackend() override {  // everything recorded or allocated goes before the runtime
     seq_.reset(), segments_.clear(), recorded_.clear();
     table_.clear(), owned_.clear(), arena_.clear(), staging_.clear(), matrices_.clear(), vectors_.clear();
@@ -55,6 +58,8 @@ class VulkanBackend final : public DeviceBackend {
   std::string name() const override { return rt_->info().name; }
   int64_t memory_bytes() const override { return rt_->info().device_local_bytes; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  void set_matrix_units(bool allowed) override { matrix_units_ = allowed && rt_->info().matrix_units; }
+  std::string arithmetic() const override { return matrix_units_ ? "f16 matrix units, f32 accumulation" : "f32"; }
   DeviceCounters counters() const override {
     const vk::Counters& c = rt_->counters();
     return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms};
@@ -181,7 +186,7 @@ class VulkanBackend final : public DeviceBackend {
   }
 
   void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) override {
-    if (recording()) keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), vector(bias), at(y)));
+    if (recording()) keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), vector(bias), at(y), matrix_units_, &split_scratch_));
   }
   void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) override {
     if (recording()) keep(vk::rms_norm(*seq_, at(x), *vector(w), n, d, eps, at(y)));
@@ -213,7 +218,7 @@ class VulkanBackend final : public DeviceBackend {
     if (!recording()) return;
     const vk::AttentionDims dims{s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim};
     keep(vk::attention(*seq_, dims, window_begin, window_len, at(q), at(k), at(v), valid != nullptr ? &at(valid) : nullptr,
-                       at(out)));
+                       at(out), &split_scratch_));
   }
   void kv_store(const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len, int64_t cols,
                 float* cache) override {
@@ -293,6 +298,9 @@ class VulkanBackend final : public DeviceBackend {
   std::unordered_map<const void*, vk::DeviceMatrix> matrices_;  // by the host view's data pointer
   std::unordered_map<const float*, vk::Buffer> vectors_;        // by the host f32 pointer
   int64_t weight_bytes_ = 0;
+  bool matrix_units_ = false;  // set_matrix_units
+  static constexpr int64_t kSplitScratchBytes = int64_t{32} << 20;
+  vk::Buffer split_scratch_;
   int64_t runs_ = 0;  // finish() calls
   std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
   std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dc::vk {
@@ -27,6 +28,19 @@ Status positive(int64_t v, const char* op, const char* name) {
 }
 
 uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+// A GEMM or an attention of fewer workgroups than this is split (over k, or over keys) into more, to fill
+// a GPU (1024 measured the same on an H100).
+constexpr int64_t kSplitTargetGroups = 512;
+
+// {parts, units per part} for splitting `units` (k-slices, key tiles) of a grid of `groups` workgroups: up to
+// kSplitTargetGroups workgroups in all, at most max_parts parts, rebalanced so that no part is empty.
+std::pair<int64_t, int64_t> split_parts(int64_t groups, int64_t units, int64_t max_parts) {
+  const int64_t parts =
+      groups < kSplitTargetGroups ? std::max<int64_t>(1, std::min((kSplitTargetGroups + groups - 1) / groups, max_parts)) : 1;
+  const int64_t per = (units + parts - 1) / parts;
+  return {(units + per - 1) / per, per};
+}
 
 // Workgroups of `size` invocations for a grid-stride loop over `count` elements.
 uint32_t stride_groups(int64_t count, int64_t size) { return u32(std::min<int64_t>((count + size - 1) / size, kMaxGroups)); }
@@ -89,7 +103,13 @@ Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string
   return d;
 }
 
-Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y) {
+bool uses_matrix_units(const DeviceInfo& device, int64_t n, const DeviceMatrix& w) {
+  const int32_t wtype = weight_type(w);
+  return device.matrix_units && (wtype == 1 || wtype == 2) && w.cols % 64 == 0 && n > 8;
+}
+
+Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y, bool matrix_units,
+                 Buffer* split_scratch) {
   const char* op = "vulkan matmul_nt";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   if (w.data.empty()) return invalid_argument(std::string(op) + ": the weight matrix is not uploaded");
@@ -97,6 +117,28 @@ Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& 
   DC_RETURN_IF_ERROR(need(y, n * w.rows * 4, op, "y [n, rows]"));
   if (bias) DC_RETURN_IF_ERROR(need(*bias, w.rows * 4, op, "bias [rows]"));
   Dispatch d;
+  if (matrix_units && uses_matrix_units(seq.device(), n, w)) {  // 64 × 128 tiles of y
+    const int64_t tiles = (w.rows + 127) / 128 * ((n + 63) / 64), slices = w.cols / 64;
+    // Split the slices: >= 2 per workgroup (one loading while one multiplies), the partial sums within the
+    // scratch.
+    const bool scratch = split_scratch != nullptr && !split_scratch->empty();
+    const auto [splits, per_group] =
+        split_parts(tiles, slices, scratch ? std::min(slices / 2, split_scratch->bytes() / (n * w.rows * 4)) : 1);
+    d.shader = "matmul_coop";
+    d.spec = {weight_type(w)};
+    d.buffers = {&x, &w.data, bias, &y, splits > 1 ? split_scratch : nullptr};
+    d.push = {u32(n), u32(w.rows), u32(w.cols), bias ? 1u : 0u, u32(per_group)};
+    d.groups_x = u32((w.rows + 127) / 128), d.groups_y = u32((n + 63) / 64), d.groups_z = u32(splits);
+    if (d.groups_y > kMaxGroups || d.groups_x > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 tiles");
+    DC_RETURN_IF_ERROR(seq.record(d));
+    if (splits == 1) return Status();
+    Dispatch r;
+    r.shader = "split_reduce";
+    r.buffers = {split_scratch, bias, &y};
+    r.push = {u32(n * w.rows), u32(w.rows), u32(splits), bias ? 1u : 0u};
+    r.groups_x = stride_groups(n * w.rows, 256);
+    return seq.record(r);
+  }
   const bool few_rows = n <= 8;
   d.shader = few_rows ? "matvec" : "matmul";
   d.spec = {weight_type(w)};
@@ -220,7 +262,7 @@ Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq
 }
 
 int64_t attention_shared_bytes(int64_t head_dim, AttentionTile tile) {
-  return ((tile.rows + 2 * tile.keys) * head_dim + tile.rows * tile.keys) * 4;
+  return ((tile.rows + tile.keys) * (head_dim + 1) + tile.keys * head_dim + tile.rows * tile.keys) * 4;
 }
 
 AttentionTile attention_tile(int64_t head_dim, int64_t max_shared_bytes) {
@@ -240,7 +282,7 @@ Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes) {
 }
 
 Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, int64_t window_len, const Buffer& q,
-                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out) {
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch) {
   const char* op = "vulkan attention";
   DC_RETURN_IF_ERROR(positive(s.n_batch, op, "n_batch"));
   DC_RETURN_IF_ERROR(positive(s.n_seq, op, "n_seq"));
@@ -260,11 +302,23 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   if (valid) DC_RETURN_IF_ERROR(need(*valid, (B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const AttentionTile tile = attention_tile(D, seq.device().max_shared_bytes);
+  // Split the keys (a window of few queries against a long cache): >= 1 key tile per split, the partial
+  // rows within the scratch.
+  const int64_t blocks = (window_len + tile.rows - 1) / tile.rows * s.n_head * B, key_tiles = (s.n_seq + tile.keys - 1) / tile.keys;
+  const int64_t part_row_bytes = B * window_len * s.n_head * (D + 2) * 4;
+  const bool scratch = split_scratch != nullptr && !split_scratch->empty();
+  const auto [splits, tiles_per_split] =
+      split_parts(blocks, key_tiles, scratch ? std::min({key_tiles, split_scratch->bytes() / part_row_bytes, kMaxGroups / B}) : 1);
+  const int64_t keys_per_split = tiles_per_split * tile.keys;
   Dispatch d{"attention", {static_cast<int32_t>(D), static_cast<int32_t>(tile.rows), static_cast<int32_t>(tile.keys), static_cast<int32_t>(8 * tile.rows)},
-             {&q, &k, &v, valid, &out},
-             {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale)},
-             u32((window_len + tile.rows - 1) / tile.rows), u32(s.n_head), u32(B)};
-  return seq.record(d);
+             {&q, &k, &v, valid, &out, splits > 1 ? split_scratch : nullptr},
+             {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale),
+              u32(splits), u32(keys_per_split)},
+             u32((window_len + tile.rows - 1) / tile.rows), u32(s.n_head), u32(B * splits)};
+  DC_RETURN_IF_ERROR(seq.record(d));
+  if (splits == 1) return Status();
+  const int64_t rows = B * window_len * s.n_head;
+  return seq.record({"attention_combine", {}, {split_scratch, &out}, {u32(rows), u32(D), u32(splits)}, stride_groups(rows * D, 256)});
 }
 
 Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,
@@ -279,7 +333,11 @@ Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_voc
   DC_RETURN_IF_ERROR(need(ids, n * 4, op, "ids [n]"));
   DC_RETURN_IF_ERROR(need(conf, n * 3 * 4, op, "conf [n, 3]"));
   const int64_t top_k = filter.top_k > 0 && filter.top_k < n_vocab ? filter.top_k : 0;  // sampler/filters.h's "on"
-  Dispatch d{"sample_rows", {}, {&logits, &uniforms, &ids, &conf},
+  // Invocations per row: on a GPU the most it takes (a power of two; every device takes 128); on a CPU device
+  // (lavapipe runs a workgroup on one thread) 256, which measured 3-4x faster there than 1024.
+  int32_t threads = seq.device().type == "CPU" ? 256 : 1024;
+  while (threads > 128 && threads > seq.device().max_workgroup_x) threads /= 2;
+  Dispatch d{"sample_rows", {threads}, {&logits, &uniforms, &ids, &conf},
              {u32(n), u32(n_vocab), push_float(filter.temperature), push_float(std::min(filter.top_p, 1.0f)), u32(top_k)}};
   row_groups(n, d);
   return seq.record(d);

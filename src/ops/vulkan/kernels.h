@@ -38,9 +38,15 @@ Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string
 
 // y[n, w.rows] = x[n, w.cols] · wᵀ (+ bias[w.rows] when bias != nullptr); overwrites y. f32 accumulation.
 // n <= 8: one workgroup per output column with subgroup reductions (bandwidth-bound rows); otherwise
-// 64×64 tiles through shared memory. (VK_KHR_cooperative_matrix is listed by `diffucoder devices` but
-// no kernel uses it yet.)
-Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y);
+// 64×64 tiles through shared memory, in f32. With `matrix_units`, on a device that has them
+// (DeviceInfo::matrix_units), dense f16 / bf16 weights with w.cols % 64 == 0 and n > 8 go to the matrix
+// units instead (shaders/matmul_coop.comp): x rounded to f16, f32 accumulation. There, `split_scratch`
+// (any size; null: none) lets a GEMM of few tiles split its columns over more workgroups, whose partial
+// sums it holds until split_reduce.comp adds them in a fixed order.
+Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y,
+                 bool matrix_units = false, Buffer* split_scratch = nullptr);
+// True when matmul_nt(..., matrix_units = true) runs on the matrix units for these operands.
+bool uses_matrix_units(const DeviceInfo& device, int64_t n, const DeviceMatrix& w);
 
 // out[n, w.cols] = the rows ids[n] (uint32, each < w.rows: the caller checks them) of w widened to f32: the
 // embedding lookup (ops/elementwise.h embedding).
@@ -72,7 +78,7 @@ struct AttentionTile {
   int64_t rows = 16, keys = 16;
 };
 // Its shared memory at head_dim: rows queries, keys keys and keys values of head_dim floats and the rows × keys
-// scores — 16 × 16: 13 KiB at head_dim 64, 25 KiB at 128; 8 × 8: 12.3 KB at 128 (a device guarantees 16 KiB).
+// scores (q and k rows padded by one float) — 16 × 16: 13.4 KB at head_dim 64, 25.7 KB at 128; 8 × 8: 12.6 KB at 128 (a device guarantees 16 KiB).
 int64_t attention_shared_bytes(int64_t head_dim, AttentionTile tile);
 // The tile attention() runs with: 16 × 16 where it fits max_shared_bytes, else 8 × 8.
 AttentionTile attention_tile(int64_t head_dim, int64_t max_shared_bytes);
@@ -89,9 +95,10 @@ struct AttentionDims {
 // attention_window of ops/attention_window.h: out[B, W, n_head, head_dim] for the W = window_len queries
 // q[B, W, n_head, head_dim] at positions [window_begin, window_begin + W) against k, v [B, L, n_head_kv,
 // head_dim]; `valid` (nullptr: every pair) holds the padding mask as bytes [B, L] (buffer rounded up to
-// whole 4-byte words). window_begin = 0, W = L: the full attention (ops/attention.h).
+// whole 4-byte words). window_begin = 0, W = L: the full attention (ops/attention.h). `split_scratch` (null:
+// none) lets a window of few queries split the keys over more workgroups, merged by attention_combine.comp.
 Status attention(Sequence& seq, const AttentionDims& dims, int64_t window_begin, int64_t window_len, const Buffer& q,
-                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out);
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch = nullptr);
 
 // cache[B, L, C] at positions [window_begin, window_begin + W) of each row = src[B, W, C] (the window's fresh
 // K or V into the KV cache; ops/attention_window.h kv_store).

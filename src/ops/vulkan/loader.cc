@@ -27,6 +27,8 @@ Status load_instance(VkInstance instance, Api* api) {
   if (!api->name) return internal_error("the Vulkan loader has no " #name " (a Vulkan 1.1 loader is needed)");
   DC_VK_INSTANCE_FUNCTIONS(DC_VK_LOAD)
 #undef DC_VK_LOAD
+  api->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      api->vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
   return Status();
 }
 

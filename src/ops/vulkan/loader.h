@@ -34,6 +34,8 @@ struct Api {
 #define DC_VK_MEMBER(name) PFN_##name name = nullptr;
   DC_VK_INSTANCE_FUNCTIONS(DC_VK_MEMBER)
 #undef DC_VK_MEMBER
+  // Optional (VK_NV_cooperative_matrix): null where the loader or no driver has it.
+  PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = nullptr;
 };
 
 // Opens the loader library and fills vkGetInstanceProcAddr and vkCreateInstance. kNotFound when the

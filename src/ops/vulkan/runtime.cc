@@ -2,9 +2,13 @@
 #include "ops/vulkan/runtime.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "ops/vulkan/runtime_impl.h"
 #include "ops/vulkan/spirv.h"
@@ -64,6 +68,35 @@ Instance::~Instance() {
   if (instance) api.vkDestroyInstance(instance, nullptr);
 }
 
+namespace {
+
+// DeviceInfo::matrix_units: what shaders/matmul_coop.comp needs of the device (fp16 and the subgroup size
+// already in d).
+bool has_matrix_units(const Api& api, VkPhysicalDevice pd, const std::vector<VkExtensionProperties>& exts, const DeviceInfo& d) {
+  if (!has_extension(exts, "VK_NV_cooperative_matrix") || !api.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV || !d.fp16 ||
+      d.subgroup_size != 32)
+    return false;
+  VkPhysicalDeviceVulkanMemoryModelFeatures model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, &model};
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &coop};
+  api.vkGetPhysicalDeviceFeatures2(pd, &features);
+  if (!coop.cooperativeMatrix || !model.vulkanMemoryModel) return false;
+  uint32_t n = 0;
+  api.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr);
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  api.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, shapes.data());
+  for (uint32_t i = 0; i < n; ++i) {
+    const VkCooperativeMatrixPropertiesNV& s = shapes[i];
+    if (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 && s.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+        s.BType == VK_COMPONENT_TYPE_FLOAT16_NV && s.CType == VK_COMPONENT_TYPE_FLOAT32_NV && s.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+        s.scope == VK_SCOPE_SUBGROUP_NV)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 DeviceInfo Instance::describe(int index, int* compute_family) const {
   VkPhysicalDevice pd = physical[static_cast<size_t>(index)];
   DeviceInfo d;
@@ -78,6 +111,7 @@ DeviceInfo Instance::describe(int index, int* compute_family) const {
                   std::to_string(VK_API_VERSION_PATCH(v));
   d.max_buffer_bytes = props.properties.limits.maxStorageBufferRange;
   d.max_shared_bytes = props.properties.limits.maxComputeSharedMemorySize;
+  d.max_workgroup_x = std::min(props.properties.limits.maxComputeWorkGroupInvocations, props.properties.limits.maxComputeWorkGroupSize[0]);
   d.subgroup_size = subgroup.subgroupSize;
   VkPhysicalDeviceShaderFloat16Int8Features f16i8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f16i8};
@@ -91,6 +125,7 @@ DeviceInfo Instance::describe(int index, int* compute_family) const {
   exts.resize(n_ext);
   d.bf16 = has_extension(exts, "VK_KHR_shader_bfloat16");
   d.cooperative_matrix = has_extension(exts, "VK_KHR_cooperative_matrix") || has_extension(exts, "VK_NV_cooperative_matrix");
+  d.matrix_units = v >= VK_API_VERSION_1_2 && has_matrix_units(api, pd, exts, d);
   VkPhysicalDeviceMemoryProperties mem;
   api.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
   for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
@@ -128,13 +163,35 @@ uint32_t push_float(float f) {
 
 // ---- Runtime
 
-Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->owner = this; }
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->owner = this;
+  const char* profile = std::getenv("DC_VULKAN_PROFILE");
+  impl_->profiling = profile != nullptr && std::strcmp(profile, "0") != 0;
+  impl_->profile_grids = profile != nullptr && std::strcmp(profile, "2") == 0;
+}
+
+namespace {
+
+void print_profile(const Runtime::Impl& m) {
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(m.profile.begin(), m.profile.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.first;
+  std::fprintf(stderr, "DC_VULKAN_PROFILE on %s: GPU time per shader\n| shader | calls | ms | ms/call | share |\n|---|---|---|---|---|\n",
+               m.info.name.c_str());
+  for (const auto& [name, t] : rows)
+    std::fprintf(stderr, "| %s | %lld | %.2f | %.4f | %.1f %% |\n", name.c_str(), static_cast<long long>(t.second), t.first,
+                 t.first / static_cast<double>(t.second), total > 0 ? 100 * t.first / total : 0.0);
+}
+
+}  // namespace
 
 Runtime::~Runtime() {
   Impl& m = *impl_;
   const Api& a = m.inst.api;
   if (!m.device) return;
   a.vkDeviceWaitIdle(m.device);
+  if (m.profiling) print_profile(m);
   m.dummy = Buffer();
   for (auto& [key, p] : m.pipelines) a.vkDestroyPipeline(m.device, p, nullptr);
   for (auto& l : m.pipeline_layouts) if (l) a.vkDestroyPipelineLayout(m.device, l, nullptr);
@@ -185,6 +242,17 @@ Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
   VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   info.queueCreateInfoCount = 1;
   info.pQueueCreateInfos = &queue;
+  // The matrix units' shader needs its extension and three features; nothing else is enabled.
+  VkPhysicalDeviceShaderFloat16Int8Features f16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  VkPhysicalDeviceVulkanMemoryModelFeatures model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES, &f16};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, &model};
+  const char* coop_extension = "VK_NV_cooperative_matrix";
+  if (impl->info.matrix_units) {
+    f16.shaderFloat16 = VK_TRUE, model.vulkanMemoryModel = VK_TRUE, coop.cooperativeMatrix = VK_TRUE;
+    info.pNext = &coop;
+    info.enabledExtensionCount = 1;
+    info.ppEnabledExtensionNames = &coop_extension;
+  }
   VkResult r = a.vkCreateDevice(impl->physical, &info, nullptr, &impl->device);
   if (r != VK_SUCCESS) {
     impl->device = VK_NULL_HANDLE;

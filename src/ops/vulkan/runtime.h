@@ -29,11 +29,15 @@ struct DeviceInfo {
   int64_t device_local_bytes = 0;  // the largest device-local memory heap
   int64_t max_buffer_bytes = 0;    // the largest storage-buffer binding (maxStorageBufferRange)
   int64_t max_shared_bytes = 0;    // a workgroup's shared memory (maxComputeSharedMemorySize, >= 16 KiB)
+  int64_t max_workgroup_x = 0;     // invocations of a 1-D workgroup (maxComputeWorkGroupInvocations and Size[0], >= 128)
   uint32_t subgroup_size = 0;
   bool fp16 = false;               // shaderFloat16 arithmetic
   bool int8 = false;               // shaderInt8 arithmetic
   bool bf16 = false;               // VK_KHR_shader_bfloat16
   bool cooperative_matrix = false; // VK_KHR_cooperative_matrix (or VK_NV_cooperative_matrix)
+  // The matrix units the GEMM uses (shaders/matmul_coop.comp): VK_NV_cooperative_matrix with a 16×16×16
+  // f16 × f16 → f32 subgroup shape, shaderFloat16, the Vulkan memory model and 32-wide subgroups.
+  bool matrix_units = false;
   bool compute_queue = false;      // has a queue family with compute: usable by the backend
 };
 

@@ -54,6 +54,11 @@ struct Runtime::Impl {
   std::map<std::string, VkPipeline> pipelines;  // "shader,spec0,spec1,..."
   mutable Counters counters;
   uint64_t next_buffer_id = 1;
+  // DC_VULKAN_PROFILE=1: a timestamp after every command, summed per shader and printed to stderr when the
+  // Runtime closes (GPU milliseconds and calls; a sequence submitted twice in one run_all counts once);
+  // DC_VULKAN_PROFILE=2: per shader and workgroup grid.
+  bool profiling = false, profile_grids = false;
+  std::map<std::string, std::pair<double, int64_t>> profile;
 
   struct Pipeline {
     VkPipeline pipeline;

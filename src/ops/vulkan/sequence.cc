@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "ops/vulkan/runtime_impl.h"
@@ -15,6 +16,7 @@ constexpr uint32_t kSetsPerPool = 64;
 
 // One collected command: a dispatch (pipeline set) or a copy from a staging buffer (pipeline null).
 struct Command {
+  std::string shader = "copy";  // for DC_VULKAN_PROFILE
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
@@ -79,6 +81,8 @@ struct Sequence::Impl {
 
   // Records the commands into a new command buffer (once: run() replays it).
   Status build();
+  // DC_VULKAN_PROFILE: adds each command's GPU time (its timestamp minus the one before) to rt->profile.
+  Status add_profile();
   Status record_dispatch(const Command& c);
 };
 
@@ -102,7 +106,8 @@ Status Sequence::Impl::build() {
   }
   VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
   qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-  qi.queryCount = 2;
+  const uint32_t n_queries = 2 + (rt->profiling ? static_cast<uint32_t>(commands.size()) : 0);
+  qi.queryCount = n_queries;
   r = a.vkCreateQueryPool(rt->device, &qi, nullptr, &queries);
   if (r != VK_SUCCESS) {
     queries = VK_NULL_HANDLE;
@@ -114,7 +119,7 @@ Status Sequence::Impl::build() {
   bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
   r = a.vkBeginCommandBuffer(cmd, &bi);
   if (r != VK_SUCCESS) return vk_status(r, "vkBeginCommandBuffer");
-  a.vkCmdResetQueryPool(cmd, queries, 0, 2);
+  a.vkCmdResetQueryPool(cmd, queries, 0, n_queries);
   // The uploads (earlier submissions' copies on this queue, or host writes) and the sequences run before
   // this one in the same submission (run_all) visible to the first command: a fence wait alone makes them
   // available to the host, not visible to the device.
@@ -124,7 +129,8 @@ Status Sequence::Impl::build() {
   a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &uploads, 0, nullptr, 0, nullptr);
   a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 0);
-  for (const Command& c : commands) {
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const Command& c = commands[i];
     if (c.pipeline != VK_NULL_HANDLE) {
       DC_RETURN_IF_ERROR(record_dispatch(c));
     } else {
@@ -137,6 +143,7 @@ Status Sequence::Impl::build() {
     barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+    if (rt->profiling) a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, static_cast<uint32_t>(2 + i));
   }
   a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
   r = a.vkEndCommandBuffer(cmd);
@@ -171,6 +178,24 @@ Status Sequence::Impl::record_dispatch(const Command& c) {
   return Status();
 }
 
+Status Sequence::Impl::add_profile() {
+  std::vector<uint64_t> stamps(2 + commands.size());
+  const VkResult r = rt->inst.api.vkGetQueryPoolResults(rt->device, queries, 0, static_cast<uint32_t>(stamps.size()),
+                                                        stamps.size() * sizeof(uint64_t), stamps.data(), sizeof(uint64_t),
+                                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+  if (r != VK_SUCCESS) return vk_status(r, "reading the profile's timestamps");
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const Command& c = commands[i];
+    std::string key = c.shader;
+    if (rt->profile_grids)
+      key += " " + std::to_string(c.groups[0]) + "x" + std::to_string(c.groups[1]) + "x" + std::to_string(c.groups[2]);
+    auto& [ms, calls] = rt->profile[key];
+    ms += static_cast<double>((stamps[2 + i] - (i == 0 ? stamps[0] : stamps[1 + i])) & rt->timestamp_mask) * rt->timestamp_period_ns * 1e-6;
+    ++calls;
+  }
+  return Status();
+}
+
 Sequence::Sequence(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Sequence::Sequence(Sequence&&) noexcept = default;
 Sequence& Sequence::operator=(Sequence&&) noexcept = default;
@@ -201,6 +226,7 @@ Status Sequence::record(const Dispatch& d) {
     c.handles.push_back(s.rt->handle(b));
   }
   DC_ASSIGN_OR_RETURN(Runtime::Impl::Pipeline p, s.rt->pipeline(d.shader, d.spec, d.buffers.size()));
+  c.shader = d.shader;
   c.pipeline = p.pipeline, c.layout = p.layout, c.set_layout = p.set_layout;
   c.push = d.push;
   c.groups[0] = d.groups_x, c.groups[1] = d.groups_y, c.groups[2] = d.groups_z;
@@ -257,6 +283,10 @@ Status Sequence::run_all(const std::vector<Sequence*>& seqs) {
   if (r != VK_SUCCESS) return vk_status(r, "running a sequence of " + std::to_string(n_dispatches) + " dispatches");
   r = a.vkWaitForFences(s.rt->device, 1, &s.fence, VK_TRUE, UINT64_MAX);
   if (r != VK_SUCCESS) return vk_status(r, "waiting for a sequence of " + std::to_string(n_dispatches) + " dispatches");
+  if (s.rt->profiling)
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (std::find(seqs.begin(), seqs.begin() + static_cast<std::ptrdiff_t>(i), seqs[i]) == seqs.begin() + static_cast<std::ptrdiff_t>(i))
+        DC_RETURN_IF_ERROR(seqs[i]->impl_->add_profile());
   return Status();
 }
 

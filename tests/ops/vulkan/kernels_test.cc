@@ -101,6 +101,46 @@ TEST(VulkanKernels, MatmulEveryWeightKindAgainstTheCpu) {
   }
 }
 
+// The matrix units (DeviceInfo::matrix_units; NVIDIA GPUs) against the CPU on x rounded to f16, which is
+// what they multiply: products of f16 values are exact in f32, so only the order of the f32 sums differs.
+// Two W tiles with a tail (195 rows of 128-row tiles), 9 / 33 / 70 of 64 x rows, 1 and 5 k-slices of 64,
+// and with a split scratch the 5 slices in several workgroups summed by split_reduce (a second dispatch);
+// 96 columns are not a multiple of 64 and take the f32 kernel. On a device without them (lavapipe),
+// matrix_units = true must run the f32 kernel: the same check against the unrounded x.
+TEST(VulkanKernels, MatmulOnTheMatrixUnitsAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const bool units = rt.info().matrix_units;
+  const int64_t rows = 195;
+  vk::Buffer scratch = ok_or_throw(rt.alloc(int64_t{1} << 20, "split scratch"));
+  for (const int64_t cols : {64, 96, 320}) {
+    for (const std::string kind : {"f16", "bf16", "f32"}) {
+      const TestWeight w = make_weight(kind, rows, cols, 0, 21);
+      const vk::DeviceMatrix dw = ok_or_throw(vk::upload_matrix(rt, w.host, kind));
+      const std::vector<float> bias = random_floats(22, rows);
+      const vk::Buffer dbias = ok_or_throw(rt.make_buffer(bias, "bias"));
+      EXPECT_EQ(vk::uses_matrix_units(rt.info(), 33, dw), units && kind != "f32" && cols != 96) << kind;
+      for (const int64_t n : {9, 33, 70}) {
+        std::vector<float> x = random_floats(200 + n, static_cast<size_t>(n * cols));
+        const vk::Buffer dx = ok_or_throw(rt.make_buffer(x, "x"));
+        if (vk::uses_matrix_units(rt.info(), n, dw))
+          for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        matmul_nt(cpu_reference(), x.data(), n, w.view, bias.data(), want.data());
+        for (vk::Buffer* split : {static_cast<vk::Buffer*>(nullptr), &scratch}) {
+          vk::Buffer dy = ok_or_throw(rt.alloc(n * rows * 4, "y"));
+          auto seq = ok_or_throw(rt.new_sequence());
+          ok_or_throw(vk::matmul_nt(seq, dx, n, dw, &dbias, dy, /*matrix_units=*/true, split));
+          EXPECT_EQ(seq.dispatches(), split != nullptr && cols == 320 && vk::uses_matrix_units(rt.info(), n, dw) ? 2 : 1);
+          ok_or_throw(seq.run());
+          expect_close(want, ok_or_throw(rt.read<float>(dy, n * rows)), 1e-5,
+                       kind + " cols=" + std::to_string(cols) + " n=" + std::to_string(n) + (split ? " split" : ""));
+        }
+      }
+    }
+  }
+  std::printf("  matrix units: %s\n", units ? "present, checked" : "absent: the f32 kernel ran");
+}
+
 TEST(VulkanKernels, MatmulChecksShapes) {
   vk::Runtime& rt = vulkan_runtime();
   const TestWeight w = make_weight("f32", 5, 6, 0, 1);
@@ -214,6 +254,7 @@ TEST(VulkanKernels, SwigluAndAddAgainstTheCpu) {
 // path runs: its pipeline must exist afterwards.
 void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
   struct Case { int64_t n_head, n_head_kv, head_dim; };
+  vk::Buffer scratch = ok_or_throw(rt.alloc(int64_t{1} << 20, "split scratch"));
   for (const Case c : {Case{3, 3, 32}, Case{4, 2, 16}, Case{4, 1, 64}, Case{2, 2, 128}}) {
     if (lowered) rt.impl().info.max_shared_bytes = vk::attention_shared_bytes(c.head_dim, {8, 8});
     AttentionShape shape;
@@ -223,7 +264,7 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
     const std::vector<float> k = random_floats(D + 1, static_cast<size_t>(B * L * c.n_head_kv * D), -2, 2);
     const std::vector<float> v = random_floats(D + 2, static_cast<size_t>(B * L * c.n_head_kv * D));
     std::vector<uint8_t> valid(static_cast<size_t>(B * L + 3) / 4 * 4, 1);
-    for (int j = 0; j < 5; ++j) valid[L + j] = 0;
+    for (int j = 0; j < 17; ++j) valid[L + j] = 0;  // a split of the window test without any valid key
     const vk::Buffer dq = ok_or_throw(rt.make_buffer(q, "q")), dk = ok_or_throw(rt.make_buffer(k, "k"));
     const vk::Buffer dv = ok_or_throw(rt.make_buffer(v, "v")), dvalid = ok_or_throw(rt.make_buffer(valid, "valid"));
     const std::string what = "H=" + std::to_string(c.n_head) + " Hkv=" + std::to_string(c.n_head_kv) + " D=" + std::to_string(D);
@@ -238,7 +279,9 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
       expect_close(want, got, 2e-5, "attention " + what);
       for (int64_t d = 0; d < c.n_head * D; ++d) ASSERT_EQ(got[static_cast<size_t>(L * c.n_head * D + d)], 0.0f) << "padded query";
     }
-    {  // a window of 9 queries at position 11 against every key (the cached forward)
+    // A window of 9 queries at position 11 against every key (the cached forward); with a scratch, the keys
+    // split over workgroups (one key tile each) and merged by attention_combine.
+    for (vk::Buffer* split : {static_cast<vk::Buffer*>(nullptr), &scratch}) {
       const int64_t begin = 11, W = 9;
       const std::vector<float> qw(q.begin(), q.begin() + B * W * c.n_head * D);  // any W queries
       std::vector<float> want(qw.size());
@@ -246,9 +289,11 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
       const vk::Buffer dqw = ok_or_throw(rt.make_buffer(qw, "q window"));
       vk::Buffer out = ok_or_throw(rt.alloc(static_cast<int64_t>(qw.size()) * 4, "out"));
       auto seq = ok_or_throw(rt.new_sequence());
-      ok_or_throw(vk::attention(seq, {B, L, c.n_head, c.n_head_kv, D}, begin, W, dqw, dk, dv, &dvalid, out));
+      ok_or_throw(vk::attention(seq, {B, L, c.n_head, c.n_head_kv, D}, begin, W, dqw, dk, dv, &dvalid, out, split));
+      EXPECT_EQ(seq.dispatches(), split ? 2 : 1) << what;
       ok_or_throw(seq.run());
-      expect_close(want, ok_or_throw(rt.read<float>(out, static_cast<int64_t>(qw.size()))), 2e-5, "attention window " + what);
+      expect_close(want, ok_or_throw(rt.read<float>(out, static_cast<int64_t>(qw.size()))), 2e-5,
+                   "attention window " + what + (split ? " split" : ""));
     }
     if (lowered)
       EXPECT_EQ(rt.impl().pipelines.count("attention," + std::to_string(D) + ",8,8,64"), 1u) << "the 8 × 8 tile did not run: " << what;
@@ -257,8 +302,8 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
 
 TEST(VulkanKernels, AttentionAgainstTheCpu) { attention_against_the_cpu(vulkan_runtime(), false); }
 
-// The tiled path within the 16 KiB of shared memory every device guarantees: head_dim 128 needs 12.3 KB in
-// 8 × 8 tiles (25.6 KB in 16 × 16), and every head dim runs them when the limit is lowered (a runtime of its
+// The tiled path within the 16 KiB of shared memory every device guarantees: head_dim 128 needs 12.6 KB in
+// 8 × 8 tiles (25.7 KB in 16 × 16), and every head dim runs them when the limit is lowered (a runtime of its
 // own: the hook changes its DeviceInfo).
 TEST(VulkanKernels, AttentionInEightByEightTilesAgainstTheCpu) {
   EXPECT_LE(vk::attention_shared_bytes(128, vk::attention_tile(128, 16384)), 16384);

@@ -1,4 +1,8 @@
 // cos/sin[n, half] of the angles pos[row] · inv_freq[i] (f32 product, as ops/elementwise.h rope_tables).
+// The angle is first reduced to [-π, π] (three-part Cody-Waite): GLSL's sin and cos are only specified
+// there, and a GPU's fast ones (NVIDIA's) lose the low bits of a 4000-radian angle. The first two parts of 2π
+// have at most 11 significant bits, so k · part is exact for |k| < 2^13 (angles to ~51000 rad) without
+// relying on a fused fma, which Vulkan does not promise; `precise` keeps the order.
 #version 450
 
 layout(local_size_x = 256) in;
@@ -11,8 +15,12 @@ layout(push_constant) uniform Push { uint n; uint half_dim; } p;
 void main() {
   const uint total = p.n * p.half_dim;
   for (uint e = gl_GlobalInvocationID.x; e < total; e += gl_NumWorkGroups.x * 256u) {
-    const float angle = float(pos[e / p.half_dim]) * inv_freq[e % p.half_dim];
-    cos_t[e] = cos(angle);
-    sin_t[e] = sin(angle);
+    precise const float angle = float(pos[e / p.half_dim]) * inv_freq[e % p.half_dim];
+    const float k = round(angle * 0.15915494309189535);  // angle / 2π
+    precise float r = angle - k * 6.28125;                 // 2π = 6.28125
+    r = r - k * 0.0019350051879882812;                     //    + 0.0019350051879882812
+    r = r - k * 3.019916050561733e-07;                     //    + 3.019916050561733e-07 (to 7e-15)
+    cos_t[e] = cos(r);
+    sin_t[e] = sin(r);
   }
 }

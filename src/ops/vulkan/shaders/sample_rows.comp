@@ -3,14 +3,16 @@
 // the order "larger z first, equal z lower id first"), p = softmax over the survivors, then the token —
 // the argmax (lowest id on ties) when greedy, else the categorical draw of the host's uniform u[row] in the
 // CPU's order (the survivors' sorted order when a filter is on, id order when none is) — and of p the
-// chosen token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10). One workgroup of 256 per
-// row; ids[row] and conf[row, 3] are all that is written (conf NaN: a NaN or +inf z, or every z −inf).
+// chosen token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10). One workgroup of THREADS
+// per row (on a GPU 1024 where it allows, on a CPU device 256: kernels.cc); ids[row] and conf[row, 3] are all that is written
+// (conf NaN: a NaN or +inf z, or every z −inf).
 // Prefix cuts (top-p's crossing token, the draw) are searched bit by bit over a monotone uint key of z
 // (the largest key K whose mass "key >= K" exceeds the target), then, among the tokens tied at K, by id:
 // each probe is one reduction over the row, so no row is ever sorted or sent to the host.
 #version 450
 
-layout(local_size_x = 256) in;
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint THREADS = 256;  // a power of two
 layout(std430, binding = 0) readonly buffer Z { float logits[]; };
 layout(std430, binding = 1) readonly buffer U { float uniforms[]; };  // [n]: the draw's u in [0, 1)
 layout(std430, binding = 2) writeonly buffer I { uint ids[]; };       // [n]
@@ -21,8 +23,8 @@ layout(push_constant) uniform Push { uint n; uint V; float temperature; float to
 const float kNegInf = -1.0 / 0.0;
 const uint kAll = 0xffffffffu;
 
-shared float s_f[256], s_top2[256];
-shared uint s_u[256];
+shared float s_f[THREADS], s_top2[THREADS];
+shared uint s_u[THREADS];
 
 uint t, base;
 // The survivors: key >= k_min (top-k) and (key > p_key or key == p_key and id <= p_id) (top-p).
@@ -46,7 +48,7 @@ float sum_all(float v) {
   barrier();  // every thread has read the last result
   s_f[t] = v;
   barrier();
-  for (uint h = 128u; h > 0u; h >>= 1) {
+  for (uint h = THREADS / 2u; h > 0u; h >>= 1) {
     if (t < h) s_f[t] += s_f[t + h];
     barrier();
   }
@@ -56,7 +58,7 @@ uint count_all(uint v) {
   barrier();
   s_u[t] = v;
   barrier();
-  for (uint h = 128u; h > 0u; h >>= 1) {
+  for (uint h = THREADS / 2u; h > 0u; h >>= 1) {
     if (t < h) s_u[t] += s_u[t + h];
     barrier();
   }
@@ -66,7 +68,7 @@ uint count_all(uint v) {
 // Σ e(z)/z_sum and the count over the survivors with key in [lo, hi] and id < id_end.
 float mass(uint lo, uint hi, uint id_end, float z_max, float z_sum) {
   float m = 0.0;
-  for (uint c = t; c < p.V; c += 256u) {
+  for (uint c = t; c < p.V; c += THREADS) {
     const float z = z_at(c);
     const uint k = key_of(z);
     if (k >= lo && k <= hi && c < id_end && survives(c, k)) m += e_of(z, z_max) / z_sum;
@@ -75,7 +77,7 @@ float mass(uint lo, uint hi, uint id_end, float z_max, float z_sum) {
 }
 uint count(uint lo, uint hi, uint id_end) {
   uint m = 0u;
-  for (uint c = t; c < p.V; c += 256u) {
+  for (uint c = t; c < p.V; c += THREADS) {
     const uint k = key_of(z_at(c));
     if (k >= lo && k <= hi && c < id_end && survives(c, k)) ++m;
   }
@@ -122,7 +124,7 @@ void main() {
   // Top-1 (its id), top-2 (with multiplicity) and a NaN / +inf check.
   float top1 = kNegInf, top2 = kNegInf;
   uint id = kAll, bad = 0u;
-  for (uint c = t; c < p.V; c += 256u) {  // ascending c: a tie keeps the earlier (lower) id
+  for (uint c = t; c < p.V; c += THREADS) {  // ascending c: a tie keeps the earlier (lower) id
     const float z = z_at(c);
     if (isnan(z) || (isinf(z) && z > 0.0)) bad = 1u;
     if (z > top1) {
@@ -135,7 +137,7 @@ void main() {
   }
   s_f[t] = top1, s_top2[t] = top2, s_u[t] = id;
   barrier();
-  for (uint h = 128u; h > 0u; h >>= 1) {
+  for (uint h = THREADS / 2u; h > 0u; h >>= 1) {
     if (t < h) {
       const float a1 = s_f[t], b1 = s_f[t + h];
       const uint ai = s_u[t], bi = s_u[t + h];
@@ -199,7 +201,7 @@ void main() {
     }
   }
   float ent = 0.0;
-  for (uint c = t; c < p.V; c += 256u) {
+  for (uint c = t; c < p.V; c += THREADS) {
     const float z = z_at(c);
     if (survives(c, key_of(z))) {
       const float pc = e_of(z, z_max) / z_sum;
