@@ -5,7 +5,7 @@
 // the job with a message on the survivor and no partial checkpoint, and the run resumes bit-exact on 2
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
 // In bf16 mixed precision each rank keeps the f32 masters of its shard only (counted), with the same
-// results and resumes.
+// results and resumes, tied embeddings too (two runs of a tied copy of the checkpoint).
 // Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, reruns and
 // resumes are bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
 #include <gtest/gtest.h>
@@ -132,13 +132,20 @@ void expect_within(const fs::path& a, const fs::path& b, double tolerance) {
   EXPECT_LT(d.max_relative, tolerance) << a << " vs " << b;
 }
 
-void expect_close_curves(const std::vector<double>& a, const std::vector<double>& b) {
-  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+void expect_close_curves(const std::vector<double>& a, const std::vector<double>& b, size_t n_steps) {
+  ASSERT_EQ(a.size(), n_steps);
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::fabs(a[i])) << "step " << i + 1;
 }
 
 const char* kFinal = "checkpoint-000020";
+
+// Runs a and b (output directories) of n_steps: the final weights (checkpoint `last`) within 1e-6 and the
+// loss curves within 1e-6 relative.
+void expect_same_run(const fs::path& a, const fs::path& b, const char* last, size_t n_steps) {
+  expect_within(a / last / "model.safetensors", b / last / "model.safetensors", 1e-6);
+  expect_close_curves(losses(a / "metrics.jsonl"), losses(b / "metrics.jsonl"), n_steps);
+}
 
 // The summary line of a run's output only: under mpirun, launcher notices may follow it on stdout.
 nlohmann::json summary(const std::string& out) {
@@ -172,8 +179,7 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   ASSERT_EQ(one.exit_code, 0) << one.out;
   const auto two = train(2, "two");
   ASSERT_EQ(two.exit_code, 0) << two.out;
-  expect_close_curves(losses(path("one/metrics.jsonl")), losses(path("two/metrics.jsonl")));
-  expect_within(path("one") / kFinal / "model.safetensors", path("two") / kFinal / "model.safetensors", 1e-6);
+  expect_same_run(path("one"), path("two"), kFinal, kSteps);
   // The moments: the two shards, laid end to end, are the unsharded run's (within float rounding).
   auto whole = SafetensorsFile::open((path("one") / kFinal / "optimizer.safetensors").string());
   ASSERT_TRUE(whole.ok());
@@ -236,8 +242,7 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   // Resumed on 1 process from the 2 ranks' checkpoint: the moments re-sharded, the same run within rounding.
   const auto onto_one = train(1, "cut_onto_one", "--resume");
   ASSERT_EQ(onto_one.exit_code, 0) << onto_one.out;
-  expect_close_curves(losses(path("two/metrics.jsonl")), losses(path("cut_onto_one/metrics.jsonl")));
-  expect_within(path("two") / kFinal / "model.safetensors", path("cut_onto_one") / kFinal / "model.safetensors", 1e-6);
+  expect_same_run(path("two"), path("cut_onto_one"), kFinal, kSteps);
   expect_within(path("one") / kFinal / "optimizer.safetensors", path("cut_onto_one") / kFinal / "optimizer.safetensors",
                 1e-5);
 }
@@ -253,11 +258,7 @@ TEST_F(TrainDist, MixedPrecisionRanksKeepTheMastersOfTheirShard) {
   const auto two = train(2, "bf16_two", "", 2, run);
   ASSERT_EQ(two.exit_code, 0) << two.out;
   const char* kLast = "checkpoint-000003";
-  expect_within(path("bf16_one") / kLast / "model.safetensors", path("bf16_two") / kLast / "model.safetensors", 1e-6);
-  const std::vector<double> l1 = losses(path("bf16_one/metrics.jsonl")), l2 = losses(path("bf16_two/metrics.jsonl"));
-  ASSERT_EQ(l1.size(), 3u);
-  ASSERT_EQ(l2.size(), 3u);
-  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-6 * std::fabs(l1[i])) << "step " << i + 1;
+  expect_same_run(path("bf16_one"), path("bf16_two"), kLast, 3);
   // The ranks' own count of the f32 masters they hold: one process all of them; each rank its shard and
   // the f32-read tensors outside it — summed over the ranks, every value once and those once more (here
   // 1.5 × one process's: the untied lm_head, half of this model, is held by one rank only). In f32 (a
@@ -315,11 +316,7 @@ TEST_F(TrainDist, TiedEmbeddingsShardedInMixedPrecision) {
   const auto two = train(2, "tied_two", "", 4, run, model);
   ASSERT_EQ(two.exit_code, 0) << two.out;
   const char* kLast = "checkpoint-000003";
-  expect_within(path("tied_one") / kLast / "model.safetensors", path("tied_two") / kLast / "model.safetensors", 1e-6);
-  const std::vector<double> l1 = losses(path("tied_one/metrics.jsonl")), l2 = losses(path("tied_two/metrics.jsonl"));
-  ASSERT_EQ(l1.size(), 3u);
-  ASSERT_EQ(l2.size(), 3u);
-  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-6 * std::fabs(l1[i])) << "step " << i + 1;
+  expect_same_run(path("tied_one"), path("tied_two"), kLast, 3);
   const ParamCounts c = param_counts(path("tied_one") / kLast / "model.safetensors");
   ASSERT_EQ(c.lm_head, 0) << "the checkpoint stayed tied";
   const bool mixed = two.out.find("training in f32") == std::string::npos;
