@@ -1,13 +1,13 @@
 // `mpirun -np 2 diffucoder train` against one process over loopback (registered only when MPI is built):
 // 2 ranks equal 1 rank with the same accumulation over 20 steps (losses and final weights within 1e-6
 // relative) while each rank holds half the optimizer state and of the reduced gradients (ZeRO-2: besides,
-// one layer's slot and the tensors outside the layers); a rerun is bit-identical; a killed rank ends
+// one layer's slot, the embedding table's (an untied lm_head's shares it) and the final norm); a rerun is bit-identical; a killed rank ends
 // the job with a message on the survivor and no partial checkpoint, and the run resumes bit-exact on 2
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
 // In bf16 mixed precision each rank keeps the f32 masters of its shard only (counted), with the same
 // results and resumes, tied embeddings too (two runs of a tied copy of the checkpoint).
-// Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, reruns and
-// resumes are bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
+// Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, a rerun of
+// the first round resumed for the second is bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -341,8 +341,8 @@ TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
 
 // Coupled-GRPO with fixed rollouts (tests/dist/grpo_dist_check.cc: the same completions whichever rank
 // draws them): 2 ranks, each generating one of the round's 2 groups and running one of its 2 micro-batches,
-// end with the weights and the reference model of one process within 1e-6; a rerun on 2 ranks is
-// bit-identical, and so is a run stopped after its first round and resumed from that checkpoint.
+// end with the weights and the reference model of one process within 1e-6; a run stopped after its first
+// round and resumed from that checkpoint is bit-identical (its first round a rerun's, its second a resume's).
 TEST_F(TrainDist, GrpoOnTwoRanksEqualsOneProcess) {
   const auto grpo = [](int ranks, const std::string& out, const std::string& extra = "") {
     testing::RunResult r = testing::run_command(launcher(ranks) + DC_GRPO_DIST_CHECK + " " + testing::fixtures_dir() +
@@ -370,10 +370,6 @@ TEST_F(TrainDist, GrpoOnTwoRanksEqualsOneProcess) {
   for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5 * std::fabs(l1[i]) + 1e-12) << "step " << i + 1;
   const char* kFiles[] = {"model.safetensors", "ref_model.safetensors", "optimizer-rank00000-of-00002.safetensors",
                           "optimizer-rank00001-of-00002.safetensors"};
-  const auto rerun = grpo(2, "g2_again");
-  ASSERT_EQ(rerun.exit_code, 0) << rerun.out;
-  for (const char* f : kFiles)
-    EXPECT_TRUE(read_bytes(path("g2") / kLast / f) == read_bytes(path("g2_again") / kLast / f)) << f;
   const auto stopped = grpo(2, "g2_resumed", "--stop-after 2");
   ASSERT_EQ(stopped.exit_code, 0) << stopped.out;
   ASSERT_TRUE(fs::exists(path("g2_resumed") / "checkpoint-000002"));
