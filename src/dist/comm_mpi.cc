@@ -1,7 +1,7 @@
 // The MPI backend of Comm (DC_HAVE_MPI, CMake's DIFFUCODER_MPI): MPI_COMM_WORLD with MPI_ERRORS_RETURN,
 // every call checked; a watchdog thread that ends the job when one collective waits past the timeout;
-// a SIGTERM handler that says why the launcher stopped this rank. Without MPI, world_comm() says what
-// data parallelism needs.
+// SIGTERM and SIGPIPE handlers that say why this rank stopped (the launcher stopped it; a send to a rank
+// that has died broke its connection). Without MPI, world_comm() says what data parallelism needs.
 #include "dist/comm.h"
 
 #include <algorithm>
@@ -30,11 +30,14 @@ constexpr int64_t kMaxCount = int64_t{1} << 26;     // values per message (MPI c
 constexpr int64_t kReduceChunk = int64_t{1} << 20;  // values per reduce-scatter message: 4 MiB of sum buffer
 constexpr int kTag = 7316;
 
-char g_term_message[160];  // written by the SIGTERM handler (async-signal-safe: write + _exit only)
-void on_sigterm(int) {
-  const ssize_t ignored = ::write(2, g_term_message, std::strlen(g_term_message));
+// Written by the signal handlers (async-signal-safe: write + _exit only), then exit 128 + the signal.
+char g_term_message[160];  // SIGTERM: the launcher stops the ranks when one has ended or failed
+char g_pipe_message[160];  // SIGPIPE: a send to a rank that has died (TCP)
+void on_signal(int signal) {
+  const char* message = signal == SIGPIPE ? g_pipe_message : g_term_message;
+  const ssize_t ignored = ::write(2, message, std::strlen(message));
   (void)ignored;
-  ::_exit(143);
+  ::_exit(128 + signal);
 }
 
 int64_t now_ms() {
@@ -48,9 +51,13 @@ class MpiComm final : public Comm {
     std::snprintf(g_term_message, sizeof(g_term_message),
                   "rank %d: stopped by the MPI launcher (another rank ended or failed: see its message); "
                   "continue from the last checkpoint with --resume\n", rank_);
+    std::snprintf(g_pipe_message, sizeof(g_pipe_message),
+                  "rank %d: its connection to another rank broke (that rank ended or failed: see its message); "
+                  "continue from the last checkpoint with --resume\n", rank_);
     struct sigaction sa = {};
-    sa.sa_handler = on_sigterm;
+    sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGPIPE, &sa, nullptr);
     if (timeout_ms_ > 0) watchdog_ = std::thread([this] { watch(); });
   }
   ~MpiComm() override {

@@ -11,20 +11,21 @@ namespace dc {
 
 ModelParams ModelParams::zeros(const ModelConfig& config) { return make_zeros(config, false); }
 
-ModelParams ModelParams::zeros_sharing_layers(const ModelConfig& config) { return make_zeros(config, true); }
+ModelParams ModelParams::zeros_sharing_slots(const ModelConfig& config) { return make_zeros(config, true); }
 
-ModelParams ModelParams::make_zeros(const ModelConfig& config, bool share_layers) {
+ModelParams ModelParams::make_zeros(const ModelConfig& config, bool share_slots) {
   ModelParams p;
-  std::vector<int64_t> slot;  // share_layers: the offsets of layer 0's tensors, which every layer reuses
+  std::vector<int64_t> slot;  // share_slots: the offsets of layer 0's tensors, which every layer reuses
   int64_t layer_tensors = 0;  // tensors of layers seen so far
   visit_tensors(config, p.spans_, [&](std::string name, std::vector<int64_t> shape, std::span<float>* m,
                                       std::span<float>*) {
     int64_t size = 1;
     for (int64_t d : shape) size *= d;
     const bool in_layer = name.rfind("model.layers.", 0) == 0;
-    const bool shared = share_layers && in_layer && name.rfind("model.layers.0.", 0) != 0;
-    const int64_t offset = shared ? slot[layer_tensors % static_cast<int64_t>(slot.size())] : p.n_values_;
-    if (share_layers && in_layer && !shared) slot.push_back(offset);
+    const bool head = share_slots && name == "lm_head.weight";  // in the embedding table's slot (offset 0)
+    const bool shared = head || (share_slots && in_layer && name.rfind("model.layers.0.", 0) != 0);
+    const int64_t offset = head ? 0 : shared ? slot[layer_tensors % static_cast<int64_t>(slot.size())] : p.n_values_;
+    if (share_slots && in_layer && !shared) slot.push_back(offset);
     layer_tensors += in_layer;
     p.tensors_.push_back({std::move(name), std::move(shape), nullptr, offset, size, m != nullptr});
     if (!shared) p.n_values_ += size;

@@ -22,7 +22,7 @@ class ModelParams {
     std::string name;             // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
     std::vector<int64_t> shape;
     float* data = nullptr;        // = this object's data() + offset
-    int64_t offset = 0;           // into data(): the previous tensor's offset + size (no gaps; zeros_sharing_layers: see there)
+    int64_t offset = 0;           // into data(): the previous tensor's offset + size (no gaps; zeros_sharing_slots: see there)
     int64_t size = 0;
     bool is_matrix = false;       // a 2-D weight (embeddings, projections); false: norm weight or bias
   };
@@ -31,12 +31,13 @@ class ModelParams {
   // from 2 MiB on). With tied embeddings there is no lm_head tensor and both views' output is tok_embd.
   // Throws std::bad_alloc when memory runs out (as a std::vector would).
   static ModelParams zeros(const ModelConfig& config);
-  // Gradients whose layers share ONE layer's storage (ZeRO-2, train/optimizer_core.h): the tensors
-  // outside the layers as zeros() lays them out, then a single layer's; every layer's spans and views
-  // point into that layer slot (tensors() lists them all, those of layers ≥ 1 at layer 0's offsets), so
-  // the backward's on_layer_done (set_layer_done) must take each layer's values out and clear the slot
-  // before the next layer is written. n_values() counts the storage.
-  static ModelParams zeros_sharing_layers(const ModelConfig& config);
+  // Gradients laid out in shared slots (ZeRO-2, train/optimizer_core.h): the layers share ONE layer's
+  // storage, and an untied lm_head shares the embedding table's (zeros()'s layout without the layers
+  // ≥ 1 and the lm_head; tensors() lists them all, those at the offsets of layer 0's and of the table's).
+  // The backward's on_head_done (set_head_done) must take the lm_head's values out and clear its slot
+  // before the embedding table's are written, and on_layer_done (set_layer_done) each layer's before the
+  // next layer's. n_values() counts the storage.
+  static ModelParams zeros_sharing_slots(const ModelConfig& config);
   // f32 copies (widened from bf16 / f16) of dense `src`; invalid_argument for quantized weights.
   static Result<ModelParams> from_weights(const ModelConfig& config, const ModelWeights& src);
   // The same of an opened checkpoint's weights, bound and checked against its config (bind_weights).
@@ -54,6 +55,8 @@ class ModelParams {
   const ModelSpans& spans() { return spans_; }
   // Sets spans().on_layer_done (see Model::backward); an empty function unsets it.
   void set_layer_done(std::function<Status(int64_t il)> fn) { spans_.on_layer_done = std::move(fn); }
+  // Sets spans().on_head_done (see Model::backward); an empty function unsets it.
+  void set_head_done(std::function<Status()> fn) { spans_.on_head_done = std::move(fn); }
   // The buffer itself: n_values() floats, the tensors back to back in visit_weights order.
   float* data() { return buffer_.get(); }
   const float* data() const { return buffer_.get(); }
@@ -63,7 +66,7 @@ class ModelParams {
   void zero();
 
  private:
-  static ModelParams make_zeros(const ModelConfig& config, bool share_layers);
+  static ModelParams make_zeros(const ModelConfig& config, bool share_slots);
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
   };

@@ -125,7 +125,8 @@ class Model {
   // gradient lands in grads.tok_embd. With acts.recompute each layer's forward is run again from its
   // saved input into acts.scratch first (same gradients, bit for bit). Out of memory: resource_exhausted
   // (grads then partly written). grads.on_layer_done, when set, is called as each layer's gradients are
-  // complete (its error returned). Not thread-safe against other calls writing the same grads. Mixed
+  // complete, and grads.on_head_done once the lm_head's and the final norm's are, before any layer's
+  // (their errors returned). Not thread-safe against other calls writing the same grads. Mixed
   // precision (bf16_backward(ctx)): `transposed` (may be null) holds every matrix's wᵀ in bf16
   // (MixedPrecisionWeights::transposed()) for the dx products.
   Status backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,

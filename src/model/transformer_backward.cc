@@ -74,6 +74,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
       for (int64_t t = 0; t < E; ++t) dst[t] += dx[r * E + t];
     }
   }
+  if (grads.on_head_done) DC_RETURN_IF_ERROR(grads.on_head_done());
   std::vector<float> dbig1(T * F), dbig2(T * F), da(T * E);  // [T, F] x2, [T, E]
   std::vector<float> dq(T * q_dim), dk(T * kv_dim), dv(T * kv_dim), dattn(T * q_dim);
   const AttentionShape shape{B, L, c.n_head, c.n_head_kv, D};

@@ -52,6 +52,10 @@ struct ModelSpans : ModelTensors<std::span<float>, std::span<float>> {
   // complete (the layers run from the last to the first), before it writes layer il − 1's; an error
   // stops the backward. ZeRO-2 reduces the layer there and clears the storage all layers' spans share.
   std::function<Status(int64_t il)> on_layer_done;
+  // When set (ModelParams::set_head_done): called by Model::backward once the lm_head's and the final
+  // norm's gradients are complete, before it writes any layer's or the embedding table's; an error stops
+  // the backward. ZeRO-2 reduces them there and clears the storage the lm_head's shares with the table's.
+  std::function<Status()> on_head_done;
 };
 
 // Calls fn(name, shape, matrix, vector) on every tensor the config implies, in checkpoint order

@@ -25,7 +25,7 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
   c.comm_ = comm;
   c.resident_values_ = c.params_.n_values();
   if (c.sharded()) {
-    c.grads_ = ModelParams::zeros_sharing_layers(config);
+    c.grads_ = ModelParams::zeros_sharing_slots(config);
     c.shard_ = dist::shard_range(c.params_.n_values(), comm->rank(), comm->size());
     c.m_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
     c.v_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
@@ -34,6 +34,7 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
     const ModelParams::Tensor& norm = *c.params_.find("model.norm.weight");  // the first tensor after the layers
     c.layers_ = {first.offset, norm.offset};
     c.layer_size_ = c.layers_.size() / config.n_layer;
+    c.table_size_ = c.params_.tensors().front().size;  // the embedding table, first
   } else {
     c.grads_ = ModelParams::zeros(config);
     c.shard_ = {0, c.params_.n_values()};
@@ -150,44 +151,54 @@ void OptimizerCore::begin_step(const MixedPrecisionWeights* mixed) {
   if (!sharded()) return;
   if (mixed != nullptr && masters_whole_) release_masters(*mixed);  // the copies hold them now
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
-  layers_reduced_ = 0;
+  parts_reduced_ = 0;
+  grads_.set_head_done([this] { return reduce_head(); });
   grads_.set_layer_done([this](int64_t il) { return reduce_layer(il); });
 }
 
-Status OptimizerCore::reduce_layer(int64_t il) {
-  float* slot = grads_.data() + layers_.begin;
-  const dist::Range region{layers_.begin + il * layer_size_, layers_.begin + (il + 1) * layer_size_};
-  DC_RETURN_IF_ERROR(comm_->reduce_scatter_add(slot, region, params_.n_values(), g_shard_.data()));
-  std::fill_n(slot, layer_size_, 0.0f);
-  ++layers_reduced_;
+Status OptimizerCore::reduce_slot(float* slot, int64_t offset, int64_t size) {
+  DC_RETURN_IF_ERROR(comm_->reduce_scatter_add(slot, {offset, offset + size}, params_.n_values(), g_shard_.data()));
+  std::fill_n(slot, size, 0.0f);
   return Status();
+}
+
+Status OptimizerCore::reduce_head() {
+  ++parts_reduced_;
+  const int64_t norm_size = config_.n_embd;  // model.norm.weight, right after the layers (here and in grads_)
+  DC_RETURN_IF_ERROR(reduce_slot(grads_.data() + layers_.begin + layer_size_, layers_.end, norm_size));
+  if (config_.tie_word_embeddings) return Status();  // the lm_head's gradient is the table's: reduced last
+  return reduce_slot(grads_.data(), layers_.end + norm_size, table_size_);  // lm_head.weight, in the table's slot
+}
+
+Status OptimizerCore::reduce_layer(int64_t il) {
+  ++parts_reduced_;
+  return reduce_slot(grads_.data() + layers_.begin, layers_.begin + il * layer_size_, layer_size_);
 }
 
 Status OptimizerCore::end_micro_batch() {
   if (!sharded()) return Status();
-  const int64_t n_layer = config_.n_layer, done = layers_reduced_;
-  layers_reduced_ = 0;
-  if (done == n_layer) return Status();
-  if (done != 0)
-    return internal_error("ZeRO-2: a backward reduced " + std::to_string(done) + " of " + std::to_string(n_layer) +
-                          " layers");
-  for (int64_t il = n_layer - 1; il >= 0; --il) DC_RETURN_IF_ERROR(reduce_layer(il));  // no backward: zeros
-  layers_reduced_ = 0;
+  const int64_t parts = config_.n_layer + 1, done = parts_reduced_;  // the head, then the layers
+  parts_reduced_ = 0;
+  if (done != parts && done != 0)
+    return internal_error("ZeRO-2: a backward reduced " + std::to_string(done) + " of its " + std::to_string(parts) +
+                          " parts (the lm_head and final norm, then the layers)");
+  if (done == 0) {  // no backward: its part in the reductions the other ranks' backwards run, with zeros
+    DC_RETURN_IF_ERROR(reduce_head());
+    for (int64_t il = config_.n_layer - 1; il >= 0; --il) DC_RETURN_IF_ERROR(reduce_layer(il));
+  }
+  DC_RETURN_IF_ERROR(reduce_slot(grads_.data(), 0, table_size_));  // the embedding table, written last
+  parts_reduced_ = 0;
   return Status();
 }
 
 OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed) {
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
-  if (sharded()) {  // ZeRO: the rest of the reduction, the norm of all shards, AdamW on this shard, all-gather
+  if (sharded()) {  // ZeRO: the norm of all shards (reduced by the micro-batches), AdamW on this shard, all-gather
     const int64_t n = params_.n_values();
-    float* g_shard = g_shard_.data();  // the layers already reduced by the backward; now the other tensors
-    Status st = comm_->reduce_scatter_add(grads_.data(), {0, layers_.begin}, n, g_shard);
-    if (st.ok())
-      st = comm_->reduce_scatter_add(grads_.data() + layers_.begin + layer_size_, {layers_.end, n}, n, g_shard);
-    Result<std::vector<double>> sum = std::vector<double>{};
-    if (st.ok()) sum = comm_->sum_doubles({sum_of_squares(g_shard, shard_.size(), ctx.pool)});
-    if (st.ok()) st = sum.status();
+    float* g_shard = g_shard_.data();
+    Result<std::vector<double>> sum = comm_->sum_doubles({sum_of_squares(g_shard, shard_.size(), ctx.pool)});
+    Status st = sum.status();
     if (st.ok()) {
       s.grad_norm = std::sqrt((*sum)[0]);
       adamw_shard(params_, shard_, g_shard, m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,

@@ -4,11 +4,13 @@
 // atomic, plus the driver's own files) with bit-exact resume, and out_dir/metrics.jsonl.
 // Data parallel (a dist::Comm of N > 1 ranks): ZeRO stages 1 and 2 — each rank keeps the Adam moments and
 // the reduced gradients of its shard of the flat buffer only (dist::shard_range). The local gradients
-// live in a buffer whose layers share one layer's storage (ModelParams::zeros_sharing_layers): as the
-// backward completes each layer, that layer is reduce-scattered in rank order into the shards' sums
-// (Comm::reduce_scatter_add) and its storage cleared for the next; the tensors outside the layers
-// (embeddings, final norm, lm_head) accumulate locally over the step's micro-batches and are reduced at
-// the step. The clip uses the all-reduced norm and AdamW updates the shard's f32 masters. In f32 the masters
+// live in a buffer of shared slots (ModelParams::zeros_sharing_slots: the layers share one layer's
+// storage, an untied lm_head the embedding table's), reduce-scattered in rank order into the shards' sums
+// (Comm::reduce_scatter_add) as the backward completes them, each slot then cleared for its next user:
+// the lm_head and final norm (on_head_done), each layer from the last (on_layer_done), and the embedding
+// table at the micro-batch's end (end_micro_batch). So every micro-batch reduces all gradients once, in
+// the same order on every rank, and a rank holds, besides its shard's sums, one layer's and one table's
+// slot. The clip uses the all-reduced norm and AdamW updates the shard's f32 masters. In f32 the masters
 // are then all-gathered whole. In mixed precision the forward reads bf16 copies of the matrices: each
 // matrix is all-gathered in bf16 (half the bytes) straight into its copy, and its f32 masters outside the
 // rank's shard are given back to the system (release_pages), so that each rank holds the f32 masters of
@@ -98,15 +100,16 @@ class OptimizerCore {
   int64_t steps_done() const { return state_.step; }
 
   // Starts a step (every trainer calls it before the step's first backward). Sharded: clears the shard's
-  // sums and binds the layer-by-layer reduction (grads().spans().on_layer_done) to this core; in mixed
+  // sums and binds the reductions during the backward (grads().spans().on_head_done, on_layer_done) to
+  // this core; in mixed
   // precision (`mixed` refreshed from params() for this step) the f32 masters outside the shard that only
   // the bf16 copies need are given back, if whole (the first step, after a save). It leaves grads() as
   // they are: the step's first backward must write them (GradWrite::kOverwrite).
   void begin_step(const MixedPrecisionWeights* mixed = nullptr);
-  // Sharded: every rank calls it after each micro-batch's loss, the same number of times per step. A
-  // micro-batch whose loss had no rows (the loss functions then skip the backward) still takes its part in
-  // the layer-by-layer reduction the other ranks' backwards run, with zeros; a backward stopped midway is
-  // an internal error. Unsharded: nothing.
+  // Sharded: every rank calls it after each micro-batch's loss, the same number of times per step: it
+  // reduces the embedding table's gradients. A micro-batch whose loss had no rows (the loss functions
+  // then skip the backward) still takes its part in the reductions the other ranks' backwards run, with
+  // zeros; a backward stopped midway is an internal error. Unsharded: nothing.
   Status end_micro_batch();
   // One optimizer step: clips the gradients to options().max_grad_norm, AdamW at the rate
   // learning_rate(options().lr, steps_done()), then counts the step. Threads on ctx.pool; the result does
@@ -141,8 +144,13 @@ class OptimizerCore {
   std::vector<float> g_shard_;            // sharded: [shard_.size()] the reduced gradients of the shard
   dist::Range layers_;                    // the layers' flat values in the model's layout
   int64_t layer_size_ = 0;                // values per layer (the shared slot of grads_, at layers_.begin)
-  int64_t layers_reduced_ = 0;            // layers reduced in this micro-batch
-  Status reduce_layer(int64_t il);        // the slot as layer il's gradients into g_shard_, then cleared
+  int64_t table_size_ = 0;                // the embedding table's values (its slot, at 0, holds the lm_head's too)
+  int64_t parts_reduced_ = 0;             // parts of the backward reduced in this micro-batch (head, layers)
+  // grads_'s [size] at `slot` as the flat values offset… of the gradients, reduce-scattered into g_shard_,
+  // then cleared.
+  Status reduce_slot(float* slot, int64_t offset, int64_t size);
+  Status reduce_head();                   // the final norm's, and an untied lm_head's from the table's slot
+  Status reduce_layer(int64_t il);        // the layers' slot as layer il's
   bool masters_whole_ = true;
   int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
   // The sharded mixed-precision all-gather after AdamW (see the top).

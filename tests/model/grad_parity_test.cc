@@ -145,29 +145,38 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
       ASSERT_EQ(0, std::memcmp(want.data, again.tensors()[i].data, want.size * sizeof(float))) << want.name;
     }
 
-    // ZeRO-2's layout (ModelParams::zeros_sharing_layers): every layer writes one slot, which
-    // on_layer_done empties from the last layer to the first; copied out there, each layer's gradients,
+    // ZeRO-2's layout (ModelParams::zeros_sharing_slots): every layer writes one slot, which on_layer_done
+    // empties from the last layer to the first, and the untied lm_head writes the embedding table's, which
+    // on_head_done empties before any layer; copied out there, each layer's and the lm_head's gradients,
     // and the other tensors' in place, are the full buffer's bit for bit.
-    ModelParams shared = ModelParams::zeros_sharing_layers(cfg);
+    ASSERT_FALSE(cfg.tie_word_embeddings);
+    ModelParams shared = ModelParams::zeros_sharing_slots(cfg);
     const int64_t first = grads.find("model.layers.0.input_layernorm.weight")->offset;
     const int64_t layer_size = grads.find("model.layers.1.input_layernorm.weight")->offset - first;
-    EXPECT_EQ(shared.n_values(), grads.n_values() - (cfg.n_layer - 1) * layer_size);
-    std::vector<float> layers(grads.n_values(), 0.0f);  // in the full layout
-    std::vector<int64_t> order;
+    const ModelParams::Tensor& head = *grads.find("lm_head.weight");
+    EXPECT_EQ(shared.n_values(), grads.n_values() - (cfg.n_layer - 1) * layer_size - head.size);
+    std::vector<float> copied(grads.n_values(), 0.0f);  // the layers and the lm_head, in the full layout
+    std::vector<int64_t> order;                          // -1: the head
+    shared.set_head_done([&] {
+      order.push_back(-1);
+      std::copy_n(shared.data(), head.size, copied.data() + head.offset);
+      std::fill_n(shared.data(), head.size, 0.0f);
+      return Status();
+    });
     shared.set_layer_done([&](int64_t il) {
       order.push_back(il);
       float* slot = shared.data() + shared.find("model.layers.0.input_layernorm.weight")->offset;
-      std::copy_n(slot, layer_size, layers.data() + first + il * layer_size);
+      std::copy_n(slot, layer_size, copied.data() + first + il * layer_size);
       std::fill_n(slot, layer_size, 0.0f);
       return Status();
     });
     ASSERT_TRUE(model->backward(ctx, lean, dlogits.data(), shared.spans()).ok());
-    std::vector<int64_t> want_order;
+    std::vector<int64_t> want_order{-1};
     for (int64_t il = cfg.n_layer - 1; il >= 0; --il) want_order.push_back(il);
     EXPECT_EQ(order, want_order);
     for (const auto& want : grads.tensors()) {
-      const bool in_layer = want.name.rfind("model.layers.", 0) == 0;
-      const float* got = in_layer ? layers.data() + want.offset : shared.find(want.name)->data;
+      const bool moved = want.name.rfind("model.layers.", 0) == 0 || want.name == head.name;
+      const float* got = moved ? copied.data() + want.offset : shared.find(want.name)->data;
       ASSERT_EQ(0, std::memcmp(want.data, got, want.size * sizeof(float))) << want.name;
     }
   }
