@@ -59,7 +59,7 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   if (ctx.reference_kernels || !cpu::cpu_has_avx512()) return cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
   Workspace own_workspace;  // the GEMMs' block buffers: ctx's, or (without one) this call's
   cpu::attention_backward_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, s, q, k, v, valid,
-                               out, dout, dq, dk, dv);
+                               out, dout, dq, dk, dv, bf16_backward(ctx));
 }
 
 bool bf16_backward(const Context& ctx) {
