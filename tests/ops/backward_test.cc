@@ -392,8 +392,9 @@ TEST_P(BackwardTest, AttentionFastMatchesReference) {
 }
 
 // Mixed precision (bf16_backward): the softmax in f32, the gradient products on bf16 operands. Against
-// the f32 reference loops at model-like sizes, within the tolerance ops/attention.h states (1e-2 of the
-// largest gradient; the f32 fast kernel above holds 2e-5, so bf16 rounding is what this allows), and the
+// the f32 reference loops at model-like sizes, with score spreads of 1 and 3 (q scaled: a peaked softmax),
+// within the tolerance ops/attention.h states (2e-2 of the largest gradient; the f32 fast kernel above
+// holds 2e-5, so bf16 rounding is what this allows), and the
 // same bits whatever the thread count (each (batch, KV head) is one thread's).
 TEST_P(BackwardTest, AttentionBf16WithinToleranceOfF32) {
   Context fast = ctx_;
@@ -401,10 +402,12 @@ TEST_P(BackwardTest, AttentionBf16WithinToleranceOfF32) {
   if (!bf16_backward(fast)) GTEST_SKIP() << "no AVX512_BF16";
   Context ref = ctx_;
   ref.reference_kernels = true;
-  for (const AttentionShape s : {AttentionShape{2, 130, 14, 2, 64}, AttentionShape{1, 256, 2, 1, 64}}) {
-    SCOPED_TRACE("L " + std::to_string(s.n_seq) + " H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv));
+  for (const auto& [s, q_scale] : {std::pair{AttentionShape{2, 130, 14, 2, 64}, 1.0}, {AttentionShape{1, 256, 2, 1, 64}, 1.0},
+                                   {AttentionShape{2, 130, 14, 2, 64}, 3.0}}) {
+    SCOPED_TRACE("L " + std::to_string(s.n_seq) + " H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) +
+                 ", q scale " + std::to_string(q_scale));
     const int64_t nq = s.n_batch * s.n_seq * s.n_head * s.head_dim, nkv = s.n_batch * s.n_seq * s.n_head_kv * s.head_dim;
-    const std::vector<float> q = to_f32(random_vec(nq, 51)), k = to_f32(random_vec(nkv, 52)),
+    const std::vector<float> q = to_f32(random_vec(nq, 51, q_scale)), k = to_f32(random_vec(nkv, 52)),
                              v = to_f32(random_vec(nkv, 53)), dout = to_f32(random_vec(nq, 54));
     std::vector<uint8_t> valid(s.n_batch * s.n_seq, 1);
     for (int64_t i = 0; i < 5; ++i) valid[i] = 0;  // row 0 left-padded by 5
@@ -417,14 +420,14 @@ TEST_P(BackwardTest, AttentionBf16WithinToleranceOfF32) {
       return std::array<std::vector<float>, 3>{dq, dk, dv};
     };
     const auto want = run(ref), got = run(fast);
-    for (int w = 0; w < 3; ++w) {  // measured: 3.2e-3 to 5.3e-3 of the largest gradient
+    for (int w = 0; w < 3; ++w) {  // measured: 3.2e-3 to 5.3e-3 of the largest gradient at q scale 1, to 9.6e-3 at 3
       double err = 0, max_ref = 0;
       for (size_t i = 0; i < want[w].size(); ++i) {
         err = std::max(err, static_cast<double>(std::abs(got[w][i] - want[w][i])));
         max_ref = std::max(max_ref, static_cast<double>(std::abs(want[w][i])));
       }
       const char* name = w == 0 ? "dq" : w == 1 ? "dk" : "dv";
-      EXPECT_LT(err, 1e-2 * max_ref) << name;
+      EXPECT_LT(err, 2e-2 * max_ref) << name;
       EXPECT_GT(err, 1e-7 * max_ref) << name;  // the bf16 products do round: not the f32 result bit for bit
     }
     ThreadPool three(3);
