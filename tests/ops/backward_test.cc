@@ -277,7 +277,8 @@ TEST_P(BackwardTest, MatmulTnAddBf16MatchesReference) {
 
 // matmul_tn overwrites y: the same bits as matmul_tn_add into zeros, whatever y held (NaN here), in the
 // fast bf16 kernel and the f32 reference, over one and several blocks of pairs; zeros for no rows; and
-// matmul_nt_backward's GradWrite::kOverwrite likewise for dW and dbias (dx still adds).
+// matmul_nt_backward's GradWrite::kOverwrite likewise for dW and dbias (dx still adds), and its dx_write
+// kOverwrite for dx.
 TEST_P(BackwardTest, MatmulTnOverwriteEqualsAddIntoZeros) {
   for (const MatmulPrecision precision : {MatmulPrecision::kF32, MatmulPrecision::kBF16}) {
     Context ctx = ctx_;
@@ -302,6 +303,15 @@ TEST_P(BackwardTest, MatmulTnOverwriteEqualsAddIntoZeros) {
       ASSERT_EQ(0, std::memcmp(dw_add.data(), dw_written.data(), dw_add.size() * sizeof(float)));
       ASSERT_EQ(0, std::memcmp(db_add.data(), db_written.data(), db_add.size() * sizeof(float)));
       ASSERT_EQ(dx_add, dx_written);
+      for (const bool reference : {false, true}) {  // dx_write kOverwrite: dx written, not added to
+        Context c = ctx;
+        c.reference_kernels = reference;
+        std::vector<float> dx_zeros(n * k, 0.0f), dx_over(n * k, std::nanf(""));
+        matmul_nt_backward(c, b.data(), n, wv, a.data(), dx_zeros.data(), nullptr, nullptr);
+        matmul_nt_backward(c, b.data(), n, wv, a.data(), dx_over.data(), nullptr, nullptr, nullptr, GradWrite::kAdd,
+                           GradWrite::kOverwrite);
+        ASSERT_EQ(0, std::memcmp(dx_zeros.data(), dx_over.data(), dx_zeros.size() * sizeof(float))) << reference;
+      }
     }
   }
 }

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cpu/backward_kernels.h"
@@ -83,43 +82,46 @@ void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionSha
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t q_stride = H * D, kv_stride = Hkv * D;
   parallel_for(pool, B * Hkv, [&](int64_t begin, int64_t end) {
-    // [L, D] tiles, their transposes [D, L], and [L, L] score-sized buffers.
-    const int64_t f32_only = bf16 ? 0 : 1;  // the transposed copies only the f32 products read
-    std::vector<float> qh(L * D), kh(L * D), vh(L * D), doh(L * D), kt(f32_only * D * L), qt(f32_only * D * L);
-    std::vector<float> dot_(f32_only * D * L);
-    std::vector<float> p(L * L), dp(L * L), tr(f32_only * L * L), res(L * D), dk_acc(L * D), dv_acc(L * D), delta(L);
-    std::vector<uint16_t> vb(bf16 ? L * D : 0), ktb(bf16 ? D * L : 0);  // bf16: V [L, D], Kᵀ [D, L]
+    // [L, D] tiles, their transposes [D, L] (f32 only), [L, L] score-sized buffers, the bf16 copies of K
+    // and V: this thread's buffers of ws, kept for the next call (no allocation, no page faults per call).
+    const int64_t n_t = bf16 ? 0 : D * L, n_tr = bf16 ? 0 : L * L, half = bf16 ? (L * D + 1) / 2 : 0;
+    float* buf = ws.thread_buffer<float>("attention_backward", 7 * L * D + 3 * n_t + 2 * L * L + n_tr + L + 2 * half);
+    float *qh = buf, *kh = qh + L * D, *vh = kh + L * D, *doh = vh + L * D, *res = doh + L * D;
+    float *dk_acc = res + L * D, *dv_acc = dk_acc + L * D, *kt = dv_acc + L * D, *qt = kt + n_t, *dot_ = qt + n_t;
+    float *p = dot_ + n_t, *dp = p + L * L, *tr = dp + L * L, *delta = tr + n_tr;
+    uint16_t* vb = reinterpret_cast<uint16_t*>(delta + L);  // bf16: V [L, D], Kᵀ [D, L]
+    uint16_t* ktb = reinterpret_cast<uint16_t*>(delta + L + half);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / Hkv, hk = item % Hkv;
       const uint8_t* rv = valid ? valid + b * L : nullptr;
       auto ok = [&](int64_t i) { return rv == nullptr || rv[i] != 0; };
       for (int64_t j = 0; j < L; ++j) {
-        std::copy_n(k + (b * L + j) * kv_stride + hk * D, D, kh.data() + j * D);
-        std::copy_n(v + (b * L + j) * kv_stride + hk * D, D, vh.data() + j * D);
+        std::copy_n(k + (b * L + j) * kv_stride + hk * D, D, kh + j * D);
+        std::copy_n(v + (b * L + j) * kv_stride + hk * D, D, vh + j * D);
       }
       if (bf16) {
         for (int64_t i = 0; i < L * D; ++i) vb[i] = f32_to_bf16(vh[i]);
-        transpose_bf16_fast(nullptr, kh.data(), L, D, ktb.data());
+        transpose_bf16_fast(nullptr, kh, L, D, ktb);
       } else {
-        transpose_into(kh.data(), D, L, kt.data());
+        transpose_into(kh, D, L, kt);
       }
-      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
-      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+      std::fill_n(dk_acc, L * D, 0.0f);
+      std::fill_n(dv_acc, L * D, 0.0f);
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t i = 0; i < L; ++i) {
           const int64_t o = (b * L + i) * q_stride + h * D;
-          std::copy_n(q + o, D, qh.data() + i * D);
-          std::copy_n(dout + o, D, doh.data() + i * D);
+          std::copy_n(q + o, D, qh + i * D);
+          std::copy_n(dout + o, D, doh + i * D);
           float d = 0;
           for (int64_t t = 0; t < D; ++t) d += dout[o + t] * out[o + t];
           delta[i] = d;
         }
-        gemm_nt(ws, qh.data(), L, kh.data(), L, D, p.data());    // S [L, L]
-        if (bf16) gemm_nt_bf16(ws, doh.data(), L, vb.data(), L, D, dp.data());  // dP [L, L]
-        else gemm_nt(ws, doh.data(), L, vh.data(), L, D, dp.data());
+        gemm_nt(ws, qh, L, kh, L, D, p);    // S [L, L]
+        if (bf16) gemm_nt_bf16(ws, doh, L, vb, L, D, dp);  // dP [L, L]
+        else gemm_nt(ws, doh, L, vh, L, D, dp);
         for (int64_t i = 0; i < L; ++i) {
-          float* pi = p.data() + i * L;
-          float* dpi = dp.data() + i * L;
+          float* pi = p + i * L;
+          float* dpi = dp + i * L;
           if (!ok(i)) {  // a padding query: no output, no gradient
             std::fill_n(pi, L, 0.0f);
             std::fill_n(dpi, L, 0.0f);
@@ -128,28 +130,28 @@ void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionSha
           softmax_ds_row(pi, dpi, L, rv, scale, delta[i]);
         }
         // dQ = dS · K: against Kᵀ [D, L]
-        if (bf16) gemm_nt_bf16(ws, dp.data(), L, ktb.data(), D, L, res.data());
-        else gemm_nt(ws, dp.data(), L, kt.data(), D, L, res.data());
-        for (int64_t i = 0; i < L; ++i) std::copy_n(res.data() + i * D, D, dq + (b * L + i) * q_stride + h * D);
+        if (bf16) gemm_nt_bf16(ws, dp, L, ktb, D, L, res);
+        else gemm_nt(ws, dp, L, kt, D, L, res);
+        for (int64_t i = 0; i < L; ++i) std::copy_n(res + i * D, D, dq + (b * L + i) * q_stride + h * D);
         if (bf16) {  // dK += dSᵀ · Q, dV += Pᵀ · dO, the operands as they are
-          matmul_tn_fast(nullptr, ws, dp.data(), L, L, qh.data(), D, dk_acc.data(), true);
-          matmul_tn_fast(nullptr, ws, p.data(), L, L, doh.data(), D, dv_acc.data(), true);
+          matmul_tn_fast(nullptr, ws, dp, L, L, qh, D, dk_acc, true);
+          matmul_tn_fast(nullptr, ws, p, L, L, doh, D, dv_acc, true);
           continue;
         }
         // dK += dSᵀ · Q: dSᵀ [L, L] against Qᵀ [D, L]
-        transpose_into(dp.data(), L, L, tr.data());
-        transpose_into(qh.data(), D, L, qt.data());
-        gemm_nt(ws, tr.data(), L, qt.data(), D, L, res.data());
+        transpose_into(dp, L, L, tr);
+        transpose_into(qh, D, L, qt);
+        gemm_nt(ws, tr, L, qt, D, L, res);
         for (int64_t i = 0; i < L * D; ++i) dk_acc[i] += res[i];
         // dV += Pᵀ · dO: Pᵀ [L, L] against dOᵀ [D, L]
-        transpose_into(p.data(), L, L, tr.data());
-        transpose_into(doh.data(), D, L, dot_.data());
-        gemm_nt(ws, tr.data(), L, dot_.data(), D, L, res.data());
+        transpose_into(p, L, L, tr);
+        transpose_into(doh, D, L, dot_);
+        gemm_nt(ws, tr, L, dot_, D, L, res);
         for (int64_t i = 0; i < L * D; ++i) dv_acc[i] += res[i];
       }
       for (int64_t j = 0; j < L; ++j) {
-        std::copy_n(dk_acc.data() + j * D, D, dk + (b * L + j) * kv_stride + hk * D);
-        std::copy_n(dv_acc.data() + j * D, D, dv + (b * L + j) * kv_stride + hk * D);
+        std::copy_n(dk_acc + j * D, D, dk + (b * L + j) * kv_stride + hk * D);
+        std::copy_n(dv_acc + j * D, D, dv + (b * L + j) * kv_stride + hk * D);
       }
     }
   }, 1);
