@@ -62,7 +62,12 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   const uint8_t* valid = acts.valid.empty() ? nullptr : acts.valid.data();
   if (write == GradWrite::kOverwrite) zero_added_grads(ctx, c, grads);
 
-  std::vector<float> dh(T * E, 0.0f);  // [T, E] ∂loss/∂(residual stream)
+  // The backward's buffers live in ctx.workspace (the trainer's: kept between steps, no allocation and
+  // no page faults per step); each is written before it is read (the first product into it overwrites it),
+  // dh zeroed here.
+  Workspace& ws = *ctx.workspace;
+  float* dh = ws.floats("backward.dh", T * E);  // [T, E] ∂loss/∂(residual stream)
+  std::fill_n(dh, T * E, 0.0f);
   {  // lm_head and the final norm, on the n_out rows only
     std::vector<float> dnorm(n_out * E, 0.0f), dx(n_out * E, 0.0f);
     matmul_nt_backward(ctx, acts.final_norm.data(), n_out, weights_.output, dlogits, dnorm.data(),
@@ -70,17 +75,23 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     rms_norm_backward(ctx, acts.final_x.data(), weights_.output_norm.data(), dnorm.data(), n_out, E, eps, dx.data(),
                       grads.output_norm.data());
     for (int64_t r = 0; r < n_out; ++r) {  // rows may repeat: add in order
-      float* dst = dh.data() + acts.out_rows[r] * E;
+      float* dst = dh + acts.out_rows[r] * E;
       for (int64_t t = 0; t < E; ++t) dst[t] += dx[r * E + t];
     }
   }
   if (grads.on_head_done) DC_RETURN_IF_ERROR(grads.on_head_done());
-  std::vector<float> dbig1(T * F), dbig2(T * F), da(T * E);  // [T, F] x2, [T, E]
-  std::vector<float> dq(T * q_dim), dk(T * kv_dim), dv(T * kv_dim), dattn(T * q_dim);
+  float* dbig1 = ws.floats("backward.dbig1", T * F);      // [T, F]
+  float* dbig2 = ws.floats("backward.dbig2", T * F);      // [T, F]
+  float* da = ws.floats("backward.da", T * E);            // [T, E]
+  float* dq = ws.floats("backward.dq", T * q_dim);        // [T, H*D]
+  float* dattn = ws.floats("backward.dattn", T * q_dim);  // [T, H*D]
+  float* dk = ws.floats("backward.dk", T * kv_dim);       // [T, Hkv*D]
+  float* dv = ws.floats("backward.dv", T * kv_dim);       // [T, Hkv*D]
   const AttentionShape shape{B, L, c.n_head, c.n_head_kv, D};
   ForwardBatch whole;  // what the training forward ran on: every position, no cache
   whole.n_batch = B, whole.n_seq = L, whole.valid = valid;
-  std::vector<float> h_re(acts.recompute ? T * E : 0), tmp_re(acts.recompute ? T * E : 0);  // [T, E]
+  float* h_re = ws.floats("backward.h_re", acts.recompute ? T * E : 0);      // [T, E]
+  float* tmp_re = ws.floats("backward.tmp_re", acts.recompute ? T * E : 0);  // [T, E]
   for (int64_t il = c.n_layer - 1; il >= 0; --il) {
     const LayerWeights& l = weights_.layers[il];
     const LayerSpans& g = grads.layers[il];
@@ -89,8 +100,8 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     if (acts.recompute) {  // gradient checkpointing: run the layer again from its saved input
       LayerActivations& s = acts.scratch;
       std::copy(acts.layers[il].x.begin(), acts.layers[il].x.end(), s.x.begin());
-      std::copy(s.x.begin(), s.x.end(), h_re.begin());
-      LayerPass pass{&whole, T, acts.cos.data(), acts.sin.data(), h_re.data(), tmp_re.data(), nullptr};
+      std::copy(s.x.begin(), s.x.end(), h_re);
+      LayerPass pass{&whole, T, acts.cos.data(), acts.sin.data(), h_re, tmp_re, nullptr};
       pass.a1 = s.a1.data(), pass.q = s.q.data(), pass.k = s.k.data(), pass.v = s.v.data();
       pass.attn = s.attn.data(), pass.h_mid = s.h_mid.data(), pass.a2 = s.a2.data();
       pass.gate = s.gate.data(), pass.up = s.up.data(), pass.act = s.act.data();
@@ -98,28 +109,24 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     }
     const LayerActivations& a = acts.recompute ? acts.scratch : acts.layers[il];
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
-    std::fill(dbig1.begin(), dbig1.end(), 0.0f);
-    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh.data(), dbig1.data(), g.w_down.data(), nullptr, wt(&LayerWeights::w_down), write);
-    swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1.data(), T * F, dbig1.data(), dbig2.data());
-    std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1.data(), da.data(), g.w_gate.data(), nullptr, wt(&LayerWeights::w_gate), write);
-    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2.data(), da.data(), g.w_up.data(), nullptr, wt(&LayerWeights::w_up), write);
-    rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da.data(), T, E, eps, dh.data(), g.ffn_norm.data());
+    constexpr GradWrite kFirst = GradWrite::kOverwrite;  // the first product into dbig1 / da / dattn writes it
+    matmul_nt_backward(ctx, a.act.data(), T, l.w_down, dh, dbig1, g.w_down.data(), nullptr, wt(&LayerWeights::w_down), write, kFirst);
+    swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1, T * F, dbig1, dbig2);
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_gate, dbig1, da, g.w_gate.data(), nullptr, wt(&LayerWeights::w_gate), write, kFirst);
+    matmul_nt_backward(ctx, a.a2.data(), T, l.w_up, dbig2, da, g.w_up.data(), nullptr, wt(&LayerWeights::w_up), write);
+    rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da, T, E, eps, dh, g.ffn_norm.data());
     // Attention: h_mid = x + attn·W_oᵀ
-    std::fill(dattn.begin(), dattn.end(), 0.0f);
-    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh.data(), dattn.data(), g.wo.data(), nullptr, wt(&LayerWeights::wo), write);
-    attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn.data(), dq.data(),
-                       dk.data(), dv.data());
-    rope_backward(ctx, dq.data(), T, c.n_head, D, acts.cos.data(), acts.sin.data());
-    rope_backward(ctx, dk.data(), T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
-    std::fill(da.begin(), da.end(), 0.0f);
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq.data(), da.data(), g.wq.data(), g.bq.data(), wt(&LayerWeights::wq), write);
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk.data(), da.data(), g.wk.data(), g.bk.data(), wt(&LayerWeights::wk), write);
-    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv.data(), da.data(), g.wv.data(), g.bv.data(), wt(&LayerWeights::wv), write);
-    rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da.data(), T, E, eps, dh.data(), g.attn_norm.data());
+    matmul_nt_backward(ctx, a.attn.data(), T, l.wo, dh, dattn, g.wo.data(), nullptr, wt(&LayerWeights::wo), write, kFirst);
+    attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn, dq, dk, dv);
+    rope_backward(ctx, dq, T, c.n_head, D, acts.cos.data(), acts.sin.data());
+    rope_backward(ctx, dk, T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wq, dq, da, g.wq.data(), g.bq.data(), wt(&LayerWeights::wq), write, kFirst);
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wk, dk, da, g.wk.data(), g.bk.data(), wt(&LayerWeights::wk), write);
+    matmul_nt_backward(ctx, a.a1.data(), T, l.wv, dv, da, g.wv.data(), g.bv.data(), wt(&LayerWeights::wv), write);
+    rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da, T, E, eps, dh, g.attn_norm.data());
     if (grads.on_layer_done) DC_RETURN_IF_ERROR(grads.on_layer_done(il));
   }
-  embedding_backward(ctx, acts.tokens.data(), T, dh.data(), E, grads.tok_embd.data());
+  embedding_backward(ctx, acts.tokens.data(), T, dh, E, grads.tok_embd.data());
   return Status();
 }
 

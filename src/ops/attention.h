@@ -25,7 +25,10 @@ void attention(const Context& ctx, const AttentionShape& shape, const float* q, 
 // head_dim]). Per query row with P = softmax(S), S = q·kᵀ/√D over the keys it attends:
 //   dP = dout·vᵀ   dS = P ⊙ (dP − rowsum(dout ⊙ out))   dq = dS·k/√D   dk += dSᵀ·q/√D   dv += Pᵀ·dout
 // (summed over the query heads sharing a KV head). Rows with no valid key (padding) get zero gradients.
-// Recomputes P (nothing but the forward output is saved); threaded over (batch, KV head).
+// Recomputes P (nothing but the forward output is saved); threaded over (batch, KV head). Under
+// bf16_backward(ctx) (mixed precision, ops/matmul.h) S and P stay f32 and the four products dP, dq, dk,
+// dv take bf16 operands with f32 sums: within 2e-2 of the largest gradient of the f32 result (the
+// tolerance tests/ops/backward_test.cc holds it to; measured 2e-3 to 1e-2).
 void attention_backward(const Context& ctx, const AttentionShape& shape, const float* q, const float* k,
                         const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
                         float* dk, float* dv);

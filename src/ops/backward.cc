@@ -59,7 +59,7 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   if (ctx.reference_kernels || !cpu::cpu_has_avx512()) return cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
   Workspace own_workspace;  // the GEMMs' block buffers: ctx's, or (without one) this call's
   cpu::attention_backward_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, s, q, k, v, valid,
-                               out, dout, dq, dk, dv);
+                               out, dout, dq, dk, dv, bf16_backward(ctx));
 }
 
 bool bf16_backward(const Context& ctx) {
@@ -95,9 +95,11 @@ void transpose(const Context& ctx, const float* x, int64_t rows, int64_t cols, f
 }  // namespace
 
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
-                        float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write) {
+                        float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write,
+                        GradWrite dx_write) {
   const ProfileScope profile(ctx, [&] { return "matmul_nt_backward, W " + std::to_string(w.rows) + "×" + std::to_string(w.cols); });
   DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
+  DC_CHECK(ctx.device == Device::kCpu, "matmul_nt_backward: the backward runs on the CPU only");
   DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
   const bool add = write == GradWrite::kAdd;
@@ -111,6 +113,12 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
   // than the GEMM it feeds. They keep the largest size seen. Without a workspace, this call's own.
   Workspace own_workspace;
   Workspace& ws = ctx.workspace != nullptr ? *ctx.workspace : own_workspace;
+  // dx += dy·v or, dx_write kOverwrite, dx = dy·v, with v = wᵀ [in, out] (matmul_nt_add's kernels).
+  auto dx_product = [&](const WeightView& v) {
+    const bool accumulate = dx_write == GradWrite::kAdd;
+    if (ctx.reference_kernels) return cpu::matmul_nt(ctx.pool, dy, n, v, nullptr, dx, accumulate);
+    cpu::matmul_nt_fast(ctx.pool, ws, dy, n, v, nullptr, dx, ctx.matmul_precision, accumulate);
+  };
   // bf16 buffers as halves of f32 ones.
   auto bf16_buffer = [&](const char* name, int64_t count) {
     return reinterpret_cast<uint16_t*>(ws.floats(name, (count + 1) / 2));
@@ -124,7 +132,7 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
         transpose_to_bf16(ctx, w, tb);
         t = WeightView{DType::kBF16, tb, in, out};
       }
-      matmul_nt_add(ctx, dy, n, t, dx);
+      dx_product(t);
     }
     if (dw != nullptr) {
       const ProfileScope p(ctx, "dW = dyᵀ·x GEMM");
@@ -146,7 +154,7 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
         for (int64_t r = 0; r < out; ++r) w.row_to_f32(r, dense + r * in);
         transpose(ctx, dense, out, in, w_t);
       }
-      matmul_nt_add(ctx, dy, n, WeightView{DType::kF32, w_t, in, out}, dx);
+      dx_product(WeightView{DType::kF32, w_t, in, out});
     }
     if (dw != nullptr) {  // dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ: matmul_nt of dyᵀ [out, n] against xᵀ [in, n]
       float* xt = ws.floats("matmul_backward.xt", in * n);  // [in, n]

@@ -74,9 +74,11 @@ enum class GradWrite { kAdd, kOverwrite };
 // accumulation: dx through matmul_nt_add against `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, or the
 // forward's copy viewed as kPanelsTransposed; without it a bf16 wᵀ is made per call), dw through
 // matmul_tn_add on dy and x as they are (no copies).
+// dx_write kOverwrite: dx = dy·w instead (no zeroing pass over dx before the first product into it), the
+// same values bit for bit as adding into a zeroed dx.
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias, const WeightView* wt = nullptr,
-                        GradWrite write = GradWrite::kAdd);
+                        GradWrite write = GradWrite::kAdd, GradWrite dx_write = GradWrite::kAdd);
 
 // True when matmul_nt_backward runs its products in bf16: ctx.matmul_precision kBF16 on a CPU with
 // AVX512_BF16, fast kernels.

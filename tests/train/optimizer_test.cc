@@ -179,6 +179,54 @@ TEST(ClipGradNorm, ScalesToTheMaximumOnlyWhenAbove) {
   EXPECT_NEAR(clip_grad_norm(g, 0.0), 1.0, 1e-6);  // 0: report only
 }
 
+// The gradient norm's sums, bit for bit as documented (optimizer.h): per chunk of 64 Ki values of each
+// tensor (of the flat buffer for sum_of_squares) 8 double lanes, lane l taking values j + l in order, the
+// last n % 8 values lane 0, the lanes combined pairwise, the chunks summed in order. Tensors of several
+// chunks with a partial last one, tensors shorter than 8 values, a chunk count that is no multiple of the
+// kernel's group of 4, and any thread count.
+TEST(AdamW, GradNormSumsAreTheDocumentedOnes) {
+  ModelConfig c;
+  c.n_vocab = 40001, c.n_embd = 4, c.n_head = 2, c.n_head_kv = 1, c.head_dim = 2, c.n_ff = 6, c.n_layer = 2;
+  ModelParams g = ModelParams::zeros(c);
+  std::mt19937 gen(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < g.n_values(); ++i) g.data()[i] = dist(gen);
+  auto chunk = [](const float* x, int64_t n) {
+    double lane[8] = {};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(x[j + l]) * x[j + l];
+    for (; j < n; ++j) lane[0] += static_cast<double>(x[j]) * x[j];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  };
+  auto chunked = [&](const float* x, int64_t n) {
+    double s = 0;
+    for (int64_t b = 0; b < n; b += 65536) s += chunk(x + b, std::min<int64_t>(65536, n - b));
+    return s;
+  };
+  double want = 0;  // chunks in order over every tensor
+  for (const auto& t : g.tensors()) {
+    for (int64_t b = 0; b < t.size; b += 65536) want += chunk(t.data + b, std::min<int64_t>(65536, t.size - b));
+  }
+  const double want_flat = chunked(g.data(), g.n_values());
+  ASSERT_GT(g.tensors()[0].size, 2 * 65536);
+  ThreadPool three(3);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &three}) {
+    EXPECT_EQ(global_grad_norm(g, pool), std::sqrt(want));
+    EXPECT_EQ(sum_of_squares(g.data(), g.n_values(), pool), want_flat);
+    EXPECT_EQ(sum_of_squares(g.data() + 3, 5, pool), chunk(g.data() + 3, 5));
+    // One chunk's sum alone (the others zero, so adding them is exact), in a group of 4 chunks and in the
+    // 13-value remainder after it: each chunk's lanes bit for bit, not just a total they are absorbed into.
+    std::vector<float> one(4 * 65536 + 13);
+    for (int64_t k = 0; k < 5; ++k) {
+      const int64_t b = k * 65536, n = std::min<int64_t>(65536, static_cast<int64_t>(one.size()) - b);
+      std::fill(one.begin(), one.end(), 0.0f);
+      for (int64_t i = 0; i < n; ++i) one[b + i] = dist(gen);
+      EXPECT_EQ(sum_of_squares(one.data(), static_cast<int64_t>(one.size()), pool), chunk(one.data() + b, n)) << k;
+    }
+  }
+}
+
 // ZeRO's step over shards of the flat buffer (cut inside tensors, e.g. [0, 37), [37, 101), ...): the
 // same weights and moments bit for bit as adamw_step over the whole model, with the clip coefficient and
 // each tensor's own weight decay; the shards' Σ g² add up to the global norm's.

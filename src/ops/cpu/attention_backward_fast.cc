@@ -3,13 +3,17 @@
 // contiguous [L, D] tiles,
 //   S = Q·Kᵀ·scale → P = softmax(S) over the valid keys      dP = dO·Vᵀ      δ_i = Σ_t dO[i,t]·O[i,t]
 //   dS = P ⊙ (dP − δ)·scale      dQ = dS·K      dK += dSᵀ·Q      dV += Pᵀ·dO
-// each product through the fast f32 matmul kernel on the calling thread (the items are the parallelism),
-// the transposes by 16 × 16 AVX-512 blocks and the softmax / dS row pass in AVX-512 (exp_ps).
+// each product through the fast matmul kernels on the calling thread (the items are the parallelism), the
+// softmax / dS row pass in AVX-512 (exp_ps). In f32 every product is an f32 GEMM against transposed
+// copies (16 × 16 AVX-512 blocks). With bf16 (mixed precision) S and so P stay f32, the same as the f32
+// path's, and the four gradient products take bf16 operands with f32 sums: dP and dQ through the bf16
+// matmul_nt kernel against V and Kᵀ rounded once per item, dK and dV through matmul_tn (dSᵀ·Q and Pᵀ·dO
+// read as they are: no transposed copies), summing straight into the item's accumulators.
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
+#include "core/dtype.h"
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd_avx512.h"
@@ -63,44 +67,61 @@ void gemm_nt(Workspace& ws, const float* x, int64_t n, const float* w, int64_t m
   matmul_nt_fast(nullptr, ws, x, n, WeightView{DType::kF32, w, m, k}, nullptr, y, MatmulPrecision::kF32);
 }
 
+// y[n, m] = x[n, k] · w[m, k]ᵀ on this thread, x rounded to bf16, w already bf16, f32 sums.
+void gemm_nt_bf16(Workspace& ws, const float* x, int64_t n, const uint16_t* w, int64_t m, int64_t k, float* y) {
+  matmul_nt_fast(nullptr, ws, x, n, WeightView{DType::kBF16, w, m, k}, nullptr, y, MatmulPrecision::kBF16);
+}
+
 }  // namespace
 
 void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& s, const float* q, const float* k,
                              const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
-                             float* dk, float* dv) {
+                             float* dk, float* dv, bool bf16) {
   const int64_t B = s.n_batch, L = s.n_seq, H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim;
   const int64_t group = H / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t q_stride = H * D, kv_stride = Hkv * D;
   parallel_for(pool, B * Hkv, [&](int64_t begin, int64_t end) {
-    // [L, D] tiles, their transposes [D, L], and [L, L] score-sized buffers.
-    std::vector<float> qh(L * D), kh(L * D), vh(L * D), doh(L * D), kt(D * L), qt(D * L), dot_(D * L);
-    std::vector<float> p(L * L), dp(L * L), tr(L * L), res(L * D), dk_acc(L * D), dv_acc(L * D), delta(L);
+    // [L, D] tiles, their transposes [D, L] (f32 only), [L, L] score-sized buffers, the bf16 copies of K
+    // and V: this thread's buffers of ws, kept for the next call (no allocation, no page faults per call).
+    const int64_t n_t = bf16 ? 0 : D * L, n_tr = bf16 ? 0 : L * L, half = bf16 ? (L * D + 1) / 2 : 0;
+    float* buf = ws.thread_buffer<float>("attention_backward", 7 * L * D + 3 * n_t + 2 * L * L + n_tr + L + 2 * half);
+    float *qh = buf, *kh = qh + L * D, *vh = kh + L * D, *doh = vh + L * D, *res = doh + L * D;
+    float *dk_acc = res + L * D, *dv_acc = dk_acc + L * D, *kt = dv_acc + L * D, *qt = kt + n_t, *dot_ = qt + n_t;
+    float *p = dot_ + n_t, *dp = p + L * L, *tr = dp + L * L, *delta = tr + n_tr;
+    uint16_t* vb = reinterpret_cast<uint16_t*>(delta + L);  // bf16: V [L, D], Kᵀ [D, L]
+    uint16_t* ktb = reinterpret_cast<uint16_t*>(delta + L + half);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / Hkv, hk = item % Hkv;
       const uint8_t* rv = valid ? valid + b * L : nullptr;
       auto ok = [&](int64_t i) { return rv == nullptr || rv[i] != 0; };
       for (int64_t j = 0; j < L; ++j) {
-        std::copy_n(k + (b * L + j) * kv_stride + hk * D, D, kh.data() + j * D);
-        std::copy_n(v + (b * L + j) * kv_stride + hk * D, D, vh.data() + j * D);
+        std::copy_n(k + (b * L + j) * kv_stride + hk * D, D, kh + j * D);
+        std::copy_n(v + (b * L + j) * kv_stride + hk * D, D, vh + j * D);
       }
-      transpose_into(kh.data(), D, L, kt.data());
-      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
-      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+      if (bf16) {
+        for (int64_t i = 0; i < L * D; ++i) vb[i] = f32_to_bf16(vh[i]);
+        transpose_bf16_fast(nullptr, kh, L, D, ktb);
+      } else {
+        transpose_into(kh, D, L, kt);
+      }
+      std::fill_n(dk_acc, L * D, 0.0f);
+      std::fill_n(dv_acc, L * D, 0.0f);
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t i = 0; i < L; ++i) {
           const int64_t o = (b * L + i) * q_stride + h * D;
-          std::copy_n(q + o, D, qh.data() + i * D);
-          std::copy_n(dout + o, D, doh.data() + i * D);
+          std::copy_n(q + o, D, qh + i * D);
+          std::copy_n(dout + o, D, doh + i * D);
           float d = 0;
           for (int64_t t = 0; t < D; ++t) d += dout[o + t] * out[o + t];
           delta[i] = d;
         }
-        gemm_nt(ws, qh.data(), L, kh.data(), L, D, p.data());    // S [L, L]
-        gemm_nt(ws, doh.data(), L, vh.data(), L, D, dp.data());  // dP [L, L]
+        gemm_nt(ws, qh, L, kh, L, D, p);    // S [L, L]
+        if (bf16) gemm_nt_bf16(ws, doh, L, vb, L, D, dp);  // dP [L, L]
+        else gemm_nt(ws, doh, L, vh, L, D, dp);
         for (int64_t i = 0; i < L; ++i) {
-          float* pi = p.data() + i * L;
-          float* dpi = dp.data() + i * L;
+          float* pi = p + i * L;
+          float* dpi = dp + i * L;
           if (!ok(i)) {  // a padding query: no output, no gradient
             std::fill_n(pi, L, 0.0f);
             std::fill_n(dpi, L, 0.0f);
@@ -109,22 +130,28 @@ void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionSha
           softmax_ds_row(pi, dpi, L, rv, scale, delta[i]);
         }
         // dQ = dS · K: against Kᵀ [D, L]
-        gemm_nt(ws, dp.data(), L, kt.data(), D, L, res.data());
-        for (int64_t i = 0; i < L; ++i) std::copy_n(res.data() + i * D, D, dq + (b * L + i) * q_stride + h * D);
+        if (bf16) gemm_nt_bf16(ws, dp, L, ktb, D, L, res);
+        else gemm_nt(ws, dp, L, kt, D, L, res);
+        for (int64_t i = 0; i < L; ++i) std::copy_n(res + i * D, D, dq + (b * L + i) * q_stride + h * D);
+        if (bf16) {  // dK += dSᵀ · Q, dV += Pᵀ · dO, the operands as they are
+          matmul_tn_fast(nullptr, ws, dp, L, L, qh, D, dk_acc, true);
+          matmul_tn_fast(nullptr, ws, p, L, L, doh, D, dv_acc, true);
+          continue;
+        }
         // dK += dSᵀ · Q: dSᵀ [L, L] against Qᵀ [D, L]
-        transpose_into(dp.data(), L, L, tr.data());
-        transpose_into(qh.data(), D, L, qt.data());
-        gemm_nt(ws, tr.data(), L, qt.data(), D, L, res.data());
+        transpose_into(dp, L, L, tr);
+        transpose_into(qh, D, L, qt);
+        gemm_nt(ws, tr, L, qt, D, L, res);
         for (int64_t i = 0; i < L * D; ++i) dk_acc[i] += res[i];
         // dV += Pᵀ · dO: Pᵀ [L, L] against dOᵀ [D, L]
-        transpose_into(p.data(), L, L, tr.data());
-        transpose_into(doh.data(), D, L, dot_.data());
-        gemm_nt(ws, tr.data(), L, dot_.data(), D, L, res.data());
+        transpose_into(p, L, L, tr);
+        transpose_into(doh, D, L, dot_);
+        gemm_nt(ws, tr, L, dot_, D, L, res);
         for (int64_t i = 0; i < L * D; ++i) dv_acc[i] += res[i];
       }
       for (int64_t j = 0; j < L; ++j) {
-        std::copy_n(dk_acc.data() + j * D, D, dk + (b * L + j) * kv_stride + hk * D);
-        std::copy_n(dv_acc.data() + j * D, D, dv + (b * L + j) * kv_stride + hk * D);
+        std::copy_n(dk_acc + j * D, D, dk + (b * L + j) * kv_stride + hk * D);
+        std::copy_n(dv_acc + j * D, D, dv + (b * L + j) * kv_stride + hk * D);
       }
     }
   }, 1);

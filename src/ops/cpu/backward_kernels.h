@@ -28,11 +28,12 @@ void embedding_backward(ThreadPool* pool, const int32_t* ids, int64_t n, const f
 void attention_backward(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k,
                         const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
                         float* dk, float* dv);
-// The same as GEMMs through the fast f32 matmul kernel (attention_backward_fast.cc), whose block buffers
-// are the calling threads' of `ws`; equal up to summation order.
+// The same as GEMMs through the fast matmul kernels (attention_backward_fast.cc), whose block buffers
+// are the calling threads' of `ws`: in f32 equal up to summation order; with bf16 (AVX512_BF16 only) the
+// softmax in f32 and the gradient products on bf16 operands with f32 sums (ops/attention.h).
 void attention_backward_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k,
                              const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
-                             float* dk, float* dv);
+                             float* dk, float* dv, bool bf16);
 double cross_entropy(ThreadPool* pool, const float* logits, const int32_t* targets, const float* weights, int64_t n,
                      int64_t n_vocab, float* dlogits, float* ce);
 // The same in AVX-512 (loss_fast.cc; the reference without it): exp in f32 (2 ulp), sums in double.
