@@ -162,7 +162,7 @@ class MpiComm final : public Comm {
   }
 
   Status all_gather_doubles(const double* values, int64_t k, double* all) override {
-    Busy busy(this, "gathering the metrics");
+    Busy busy(this, "all-gather of the metrics");
     bytes_sent_ += k * static_cast<int64_t>(sizeof(double)) * (size_ - 1);
     return check(MPI_Allgather(values, static_cast<int>(k), MPI_DOUBLE, all, static_cast<int>(k), MPI_DOUBLE,
                                MPI_COMM_WORLD), "MPI_Allgather");

@@ -68,11 +68,16 @@ class TrainDist : public ::testing::Test {
   static testing::RunResult train(int ranks, const std::string& out, const std::string& extra = "", int accum = 2,
                                   const std::string& run = "--steps 20 --precision f32 --save-every 10",
                                   const std::string& model = testing::fixtures_dir() + "/tiny-vocab") {
+    return train_under(launcher(ranks), out, extra, accum, run, model);
+  }
+  // The same under the command prefix `launch`.
+  static testing::RunResult train_under(const std::string& launch, const std::string& out, const std::string& extra,
+                                        int accum, const std::string& run, const std::string& model) {
     const std::string args = " train --model " + model + " --data " +
                              (dir_ / "sft.jsonl").string() + " " + run +
                              " --seq-len 32 --batch-size 1 --grad-accum " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --threads 1"
                              " --instruct-template --quiet --out " + (dir_ / out).string() + " " + extra;
-    testing::RunResult r = testing::run_command(launcher(ranks) + DC_BINARY_PATH + args);
+    testing::RunResult r = testing::run_command(launch + DC_BINARY_PATH + args);
     r.out += r.err;
     return r;
   }
@@ -331,6 +336,96 @@ TEST_F(TrainDist, TiedEmbeddingsShardedInMixedPrecision) {
     EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(), 4 * (shard + c.table + final_norm + one_layer)) << "rank " << r;
   }
   EXPECT_EQ(held, mixed ? c.all + c.read_in_f32 : 2 * c.all);
+}
+
+// Two hosts on this machine (tests/dist/netns_hosts.sh): two network namespaces joined by one veth link,
+// 192.0.2.1 and 192.0.2.2, each with a loopback of its own. `mpirun --hostfile` starts the second host's
+// daemon through its remote-start agent, as it would over ssh, and every byte between the ranks (and
+// between the daemons) crosses that link. Each test makes its own pair and removes it.
+class TwoHosts : public TrainDist {
+ protected:
+  void SetUp() override {
+    hosts_ = path("hosts_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    const auto up = testing::run_command(std::string(DC_NETNS_HOSTS) + " up " + hosts_.string());
+    if (up.exit_code != 0) GTEST_SKIP() << "two hosts need network namespaces (root, iproute2): " << up.err;
+    made_ = true;
+    std::istringstream(read_bytes(hosts_ / "names")) >> host_a_;
+  }
+  void TearDown() override {
+    if (made_) testing::run_command(std::string(DC_NETNS_HOSTS) + " down " + hosts_.string());
+  }
+  // mpirun started on the first host, one rank per host, TCP only over the link.
+  std::string launcher() const {
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ip netns exec " + host_a_ + " " DC_MPIEXEC
+           " -np 2 --hostfile " + (hosts_ / "hostfile").string() + " --mca plm_rsh_agent " +
+           (hosts_ / "agent").string() + " --mca btl self,tcp --mca btl_tcp_if_include 192.0.2.0/24"
+           " --mca oob_tcp_if_include 192.0.2.0/24 --display-map" + sanitizer_options();
+  }
+  fs::path hosts_;
+  std::string host_a_;
+  bool made_ = false;
+};
+
+// The bf16 run (the default precision) on the two hosts equals one process within 1e-6, and the map
+// and the agent show rank 1 on the second host, started remotely.
+TEST_F(TwoHosts, TrainFromAHostfileEqualsOneProcess) {
+  const std::string run = "--steps 3 --precision bf16 --save-every 3";
+  const auto one = train(1, "hosts_one", "", 2, run);
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = train_under(launcher(), "hosts_two", "", 2, run, testing::fixtures_dir() + "/tiny-vocab");
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  // (mpirun names its own host by the machine's name, the other by the hostfile's address)
+  const size_t remote = two.out.find("Data for node: 192.0.2.2");
+  ASSERT_NE(remote, std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("Process rank: 1", remote), std::string::npos) << two.out;
+  EXPECT_EQ(two.out.find("Process rank: 1"), two.out.find("Process rank: 1", remote)) << two.out;
+  EXPECT_EQ(read_bytes(hosts_ / "agent.log"), "192.0.2.2\n") << "the second host's daemon, started by the agent";
+  EXPECT_EQ(summary(two.out)["ranks"], 2);
+  expect_same_run(path("hosts_one"), path("hosts_two"), "checkpoint-000003", 3);
+}
+
+// The link between the hosts goes down in the middle of a run (no rank dies, no connection is reset: the
+// packets just stop, as when a switch or cable fails). Each rank's watchdog ends it after --dist-timeout
+// with a message that says what to do; once the link is back the launcher ends the job with a non-zero
+// exit, and every checkpoint left is a complete one.
+TEST_F(TwoHosts, LinkLostMidRunEndsTheJobWithAMessage) {
+  const fs::path out = path("hosts_cut"), log = path("hosts_cut.log");
+  const std::string link = read_bytes(hosts_ / "names").substr(read_bytes(hosts_ / "names").find(' ') + 1);
+  const std::string host_b = link.substr(0, link.find_first_of(" \n"));
+  const std::string train_cmd = launcher() + DC_BINARY_PATH + " train --model " + testing::fixtures_dir() +
+                                "/tiny-vocab --data " + (dir_ / "sft.jsonl").string() +
+                                " --steps 100000 --precision f32 --save-every 2 --seq-len 32 --batch-size 1"
+                                " --grad-accum 2 --threads 1 --instruct-template --quiet --dist-timeout 3 --out " +
+                                out.string();
+  // (polls bounded: 60 s for two steps, 30 s for the message, 60 s for the job's end once the link is back)
+  const std::string script =
+      "(" + train_cmd + ") > " + log.string() + " 2>&1 & pid=$!\n"
+      "i=0; while [ \"$(cat " + (out / "metrics.jsonl").string() + " 2>/dev/null | wc -l)\" -lt 2 ] && [ $i -lt 300 ];"
+      " do sleep 0.2; i=$((i+1)); done\n"
+      "ip -n " + host_b + " link set v" + host_b + " down\n"
+      "i=0; while ! grep -q \"no answer from the other ranks\" " + log.string() + " && [ $i -lt 150 ];"
+      " do sleep 0.2; i=$((i+1)); done\n"
+      "ip -n " + host_b + " link set v" + host_b + " up\n"
+      "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.2; i=$((i+1)); done\n"
+      "if kill -0 $pid 2>/dev/null; then kill -9 $pid; echo still running; exit 99; fi\n"
+      "wait $pid; echo exit=$?\n";
+  std::ofstream(path("hosts_cut.sh")) << script;
+  const auto r = testing::run_command("sh " + path("hosts_cut.sh").string());
+  const std::string printed = read_bytes(log);
+  EXPECT_EQ(r.out.find("still running"), std::string::npos) << printed;
+  EXPECT_EQ(r.out.find("exit=0"), std::string::npos) << r.out << printed;
+  EXPECT_NE(r.out.find("exit="), std::string::npos) << r.out << r.err;
+  EXPECT_NE(printed.find("no answer from the other ranks for 3 s"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("continue from the last checkpoint with --resume"), std::string::npos) << printed;
+  int complete = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (!fs::is_directory(e.path())) continue;
+    for (const char* f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                          "optimizer-rank00001-of-00002.safetensors"})
+      EXPECT_TRUE(fs::exists(e.path() / f)) << e.path() << " lacks " << f;
+    ++complete;
+  }
+  EXPECT_GE(complete, 1) << "the run saved every 2 steps and got past step 2";
 }
 
 TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
