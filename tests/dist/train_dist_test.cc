@@ -349,7 +349,7 @@ class TwoHosts : public TrainDist {
     const auto up = testing::run_command(std::string(DC_NETNS_HOSTS) + " up " + hosts_.string());
     if (up.exit_code != 0) GTEST_SKIP() << "two hosts need network namespaces (root, iproute2): " << up.err;
     made_ = true;
-    std::istringstream(read_bytes(hosts_ / "names")) >> host_a_;
+    std::istringstream(read_bytes(hosts_ / "names")) >> host_a_ >> host_b_;
   }
   void TearDown() override {
     if (made_) testing::run_command(std::string(DC_NETNS_HOSTS) + " down " + hosts_.string());
@@ -362,7 +362,7 @@ class TwoHosts : public TrainDist {
            " --mca oob_tcp_if_include 192.0.2.0/24 --display-map" + sanitizer_options();
   }
   fs::path hosts_;
-  std::string host_a_;
+  std::string host_a_, host_b_;  // the namespaces' names; host_b_'s end of the link is "v" + host_b_
   bool made_ = false;
 };
 
@@ -390,22 +390,21 @@ TEST_F(TwoHosts, TrainFromAHostfileEqualsOneProcess) {
 // exit, and every checkpoint left is a complete one.
 TEST_F(TwoHosts, LinkLostMidRunEndsTheJobWithAMessage) {
   const fs::path out = path("hosts_cut"), log = path("hosts_cut.log");
-  const std::string link = read_bytes(hosts_ / "names").substr(read_bytes(hosts_ / "names").find(' ') + 1);
-  const std::string host_b = link.substr(0, link.find_first_of(" \n"));
   const std::string train_cmd = launcher() + DC_BINARY_PATH + " train --model " + testing::fixtures_dir() +
                                 "/tiny-vocab --data " + (dir_ / "sft.jsonl").string() +
                                 " --steps 100000 --precision f32 --save-every 2 --seq-len 32 --batch-size 1"
                                 " --grad-accum 2 --threads 1 --instruct-template --quiet --dist-timeout 3 --out " +
                                 out.string();
-  // (polls bounded: 60 s for two steps, 30 s for the message, 60 s for the job's end once the link is back)
+  // (polls bounded: 60 s for two steps, 30 s for the message, 60 s for the job's end once the link is back;
+  // $! is mpirun's pid: `ip netns exec` execs it)
   const std::string script =
-      "(" + train_cmd + ") > " + log.string() + " 2>&1 & pid=$!\n"
+      train_cmd + " > " + log.string() + " 2>&1 & pid=$!\n"
       "i=0; while [ \"$(cat " + (out / "metrics.jsonl").string() + " 2>/dev/null | wc -l)\" -lt 2 ] && [ $i -lt 300 ];"
       " do sleep 0.2; i=$((i+1)); done\n"
-      "ip -n " + host_b + " link set v" + host_b + " down\n"
+      "ip -n " + host_b_ + " link set v" + host_b_ + " down\n"
       "i=0; while ! grep -q \"no answer from the other ranks\" " + log.string() + " && [ $i -lt 150 ];"
       " do sleep 0.2; i=$((i+1)); done\n"
-      "ip -n " + host_b + " link set v" + host_b + " up\n"
+      "ip -n " + host_b_ + " link set v" + host_b_ + " up\n"
       "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.2; i=$((i+1)); done\n"
       "if kill -0 $pid 2>/dev/null; then kill -9 $pid; echo still running; exit 99; fi\n"
       "wait $pid; echo exit=$?\n";
