@@ -31,8 +31,8 @@ constexpr int64_t kReduceChunk = int64_t{1} << 20;  // values per reduce-scatter
 constexpr int kTag = 7316;
 
 // Written by the signal handlers (async-signal-safe: write + _exit only), then exit 128 + the signal.
-char g_term_message[160];  // SIGTERM: the launcher stops the ranks when one has ended or failed
-char g_pipe_message[160];  // SIGPIPE: a send to a rank that has died (TCP)
+char g_term_message[256];  // SIGTERM: the launcher stops the ranks when one has ended or failed
+char g_pipe_message[256];  // SIGPIPE: a send to a rank that has died (TCP), or a closed pipe
 void on_signal(int signal) {
   const char* message = signal == SIGPIPE ? g_pipe_message : g_term_message;
   const ssize_t ignored = ::write(2, message, std::strlen(message));
@@ -52,12 +52,15 @@ class MpiComm final : public Comm {
                   "rank %d: stopped by the MPI launcher (another rank ended or failed: see its message); "
                   "continue from the last checkpoint with --resume\n", rank_);
     std::snprintf(g_pipe_message, sizeof(g_pipe_message),
-                  "rank %d: its connection to another rank broke (that rank ended or failed: see its message); "
-                  "continue from the last checkpoint with --resume\n", rank_);
+                  "rank %d: its connection to another rank broke (that rank ended or failed: see its message; or a "
+                  "pipe this rank writes to was closed); continue from the last checkpoint with --resume\n", rank_);
     struct sigaction sa = {};
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGPIPE, &sa, nullptr);
+    // (a SIGPIPE already ignored, by the MPI library or the user, stays ignored: the write then fails with
+    // EPIPE, which MPI reports as an error of the operation)
+    struct sigaction pipe_before = {};
+    if (sigaction(SIGPIPE, nullptr, &pipe_before) != 0 || pipe_before.sa_handler != SIG_IGN) sigaction(SIGPIPE, &sa, nullptr);
     if (timeout_ms_ > 0) watchdog_ = std::thread([this] { watch(); });
   }
   ~MpiComm() override {

@@ -64,7 +64,8 @@ class DeviceBackend {
   virtual DeviceCounters counters() const = 0;
   // Whether the GEMMs may use the device's matrix units, which round the activations to f16 (the device's
   // form of MatmulPrecision::kBF16; off: exact f32 arithmetic), and the arithmetic that gives, for notes
-  // and benchmarks: "f32" or "f16 matrix units, f32 accumulation".
+  // and benchmarks: "f32" or "f16 matrix units, f32 accumulation, for bf16 / f16 weights (f32 for the rest)"
+  // (the matrix units take bf16 and f16 weights with columns a multiple of 64, over more than 8 rows).
   virtual void set_matrix_units(bool allowed) = 0;
   virtual std::string arithmetic() const = 0;
 

@@ -59,7 +59,9 @@ class VulkanBackend final : public DeviceBackend {
   int64_t memory_bytes() const override { return rt_->info().device_local_bytes; }
   int64_t weight_bytes() const override { return weight_bytes_; }
   void set_matrix_units(bool allowed) override { matrix_units_ = allowed && rt_->info().matrix_units; }
-  std::string arithmetic() const override { return matrix_units_ ? "f16 matrix units, f32 accumulation" : "f32"; }
+  std::string arithmetic() const override {
+    return matrix_units_ ? "f16 matrix units, f32 accumulation, for bf16 / f16 weights (f32 for the rest)" : "f32";
+  }
   DeviceCounters counters() const override {
     const vk::Counters& c = rt_->counters();
     return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms};

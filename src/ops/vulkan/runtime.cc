@@ -73,8 +73,10 @@ namespace {
 // DeviceInfo::matrix_units: what shaders/matmul_coop.comp needs of the device (fp16 and the subgroup size
 // already in d).
 bool has_matrix_units(const Api& api, VkPhysicalDevice pd, const std::vector<VkExtensionProperties>& exts, const DeviceInfo& d) {
+  // matmul_coop.comp's shared array: (64 + 128) rows × 18 uvec2 = 27 648 bytes per workgroup.
+  constexpr int64_t kMatmulCoopSharedBytes = (64 + 128) * 18 * 8;
   if (!has_extension(exts, "VK_NV_cooperative_matrix") || !api.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV || !d.fp16 ||
-      d.subgroup_size != 32)
+      d.subgroup_size != 32 || d.max_shared_bytes < kMatmulCoopSharedBytes)
     return false;
   VkPhysicalDeviceVulkanMemoryModelFeatures model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, &model};
