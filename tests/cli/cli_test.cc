@@ -203,9 +203,9 @@ TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
   // The server's default: it says what it loaded before it starts serving (stopped with SIGINT once it has
   // said it, or after 60 s: loading takes seconds under the sanitizers on a loaded machine).
   const test::TempDir tmp("cli_precision");
+  const std::string log = (std::filesystem::path(tmp.path()) / "serve.log").string();
   for (const auto& [model, want] : {std::pair{bf16_model, "matmul precision bf16"}, {vocab_model(), "matmul precision bf16"},
                                     {small_model(), "matmul precision f32"}}) {
-    const std::string log = (std::filesystem::path(tmp.path()) / "serve.log").string();
     auto s = testing::run_command("{ " + std::string(DC_BINARY_PATH) + " serve --model " + model +
                                   " --port 0 --host 127.0.0.1 --weight-cache off 2>" + log + " & pid=$!; i=0; "
                                   "while ! grep -q 'matmul precision' " + log + " && kill -0 $pid 2>/dev/null && "
