@@ -200,8 +200,10 @@ TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
   auto serve = run("serve --model " + bf16_model + " --precision f16 --port 0");
   EXPECT_NE(serve.exit_code, 0);
   EXPECT_NE(serve.err.find("--precision 'f16'"), std::string::npos) << serve.err;
-  // The server's default: it says what it loaded before it starts serving (stopped with SIGINT once it has
-  // said it, or after 60 s: loading takes seconds under the sanitizers on a loaded machine).
+  // The server's default: it says what it loaded before it starts serving (stopped once it has said it, or
+  // after 60 s: loading takes seconds under the sanitizers on a loaded machine). SIGTERM, not SIGINT: a
+  // background job of a non-interactive shell starts with SIGINT ignored, so a SIGINT that came before the
+  // server's handler was lost and the test waited forever; SIGKILL after 30 s more bounds the wait.
   const test::TempDir tmp("cli_precision");
   const std::string log = (std::filesystem::path(tmp.path()) / "serve.log").string();
   for (const auto& [model, want] : {std::pair{bf16_model, "matmul precision bf16"}, {vocab_model(), "matmul precision bf16"},
@@ -209,7 +211,9 @@ TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
     auto s = testing::run_command("{ " + std::string(DC_BINARY_PATH) + " serve --model " + model +
                                   " --port 0 --host 127.0.0.1 --weight-cache off 2>" + log + " & pid=$!; i=0; "
                                   "while ! grep -q 'matmul precision' " + log + " && kill -0 $pid 2>/dev/null && "
-                                  "[ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; kill -INT $pid; wait $pid; cat " +
+                                  "[ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; kill -TERM $pid; i=0; "
+                                  "while kill -0 $pid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+                                  "kill -KILL $pid 2>/dev/null; wait $pid; cat " +
                                   log + " >&2; }");
     EXPECT_NE(s.err.find(want), std::string::npos) << model << ": " << s.err;
   }

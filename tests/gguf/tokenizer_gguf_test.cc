@@ -82,7 +82,9 @@ TEST_F(GgufTokenizer, EqualsTheTokenizerJsonOne) {
   }
   EXPECT_GT(checked, 5000u);
   auto mask = j->token_to_id("<|mask|>");
-  if (mask) EXPECT_EQ(*file->get_int("tokenizer.ggml.mask_token_id"), *mask);
+  if (mask) {
+    EXPECT_EQ(*file->get_int("tokenizer.ggml.mask_token_id"), *mask);
+  }
 }
 
 TEST_F(GgufTokenizer, BadTokenizerMetadataIsNamed) {

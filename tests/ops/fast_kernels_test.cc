@@ -284,7 +284,7 @@ TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
 // tile shapes (k a multiple of 32, n >= 32).
 TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
   std::vector<Mnk> shapes(std::begin(kMatmulShapes), std::end(kMatmulShapes));
-  for (const Mnk s : {Mnk{32, 64, 32}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {33, 65, 2080}}) shapes.push_back(s);
+  for (const Mnk& s : {Mnk{32, 64, 32}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {33, 65, 2080}}) shapes.push_back(s);
   for (auto [n, m, k] : shapes) {
     const Weight w = make_weight(DType::kBF16, k, m, static_cast<uint32_t>(3 + n + m + k));  // W [k, m]
     const dc::testing::PackedCopy p(&pool_, w.view);

@@ -45,7 +45,10 @@ class HostileHttp : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dc::testing::load_manifest();
-    auto e = Engine::load({tiny_model_dir(), "", 2});
+    EngineOptions o;
+    o.model_dir = tiny_model_dir();
+    o.n_threads = 2;
+    auto e = Engine::load(o);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(*e).release();
   }

@@ -400,7 +400,9 @@ TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
     auto alone = e.generate({cases[i].prompt}, cases[i].params);
     ASSERT_TRUE(alone.ok()) << alone.status().to_string();
     EXPECT_EQ(results[i].generated, alone->generated) << "case " << i;
-    if (cases[i].params.cache != CacheMode::kNone) EXPECT_GT(results[i].timings.cache_refreshes, 0) << "case " << i;
+    if (cases[i].params.cache != CacheMode::kNone) {
+      EXPECT_GT(results[i].timings.cache_refreshes, 0) << "case " << i;
+    }
   }
   // Without a factory such jobs fail cleanly.
   Scheduler plain(e.head_fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr);

@@ -113,7 +113,9 @@ TEST_F(GrpoTrainerTest, RaisesTheRewardItIsGiven) {
     while (g.steps_done() < 16) {
       auto s = g.step();
       ASSERT_TRUE(s.ok()) << s.status().message();
-      if (s->iteration == 0) EXPECT_EQ(s->clip_fraction, 0.0) << "the first iteration's ratio is exactly 1";
+      if (s->iteration == 0) {
+        EXPECT_EQ(s->clip_fraction, 0.0) << "the first iteration's ratio is exactly 1";
+      }
     }
     const double after = held_out_reward(g.params(), cfg, ctx_, flip);
     std::printf("[ grpo     ] %s: held-out reward %.3f -> %.3f\n", flip ? "flipped" : "plain", before, after);

@@ -1,4 +1,9 @@
 // pack_f16.h: f16 weight blocks split into bf16 hi / lo pair panels for the bf16 GEMM.
+// GCC 12's AVX-512 headers write their "undefined" operands as `__m512i __Y = __Y;`, which
+// -Wmaybe-uninitialized reports at each intrinsic inlined here (74 false warnings per build).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "ops/cpu/pack_f16.h"
 
 #include <algorithm>

@@ -295,8 +295,9 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
       expect_close(want, ok_or_throw(rt.read<float>(out, static_cast<int64_t>(qw.size()))), 2e-5,
                    "attention window " + what + (split ? " split" : ""));
     }
-    if (lowered)
+    if (lowered) {
       EXPECT_EQ(rt.impl().pipelines.count("attention," + std::to_string(D) + ",8,8,64"), 1u) << "the 8 × 8 tile did not run: " << what;
+    }
   }
 }
 
