@@ -67,8 +67,8 @@ Status DeviceHeadSampler::logits(int64_t first, int64_t n, float* out) {
   DC_RETURN_IF_ERROR(reserve_logits(n));
   DC_RETURN_IF_ERROR(ctx_.backend->begin());
   const float* logits = record_logits(std::move(rows));
-  DC_RETURN_IF_ERROR(ctx_.backend->finish());
-  return ctx_.backend->download(logits, out, n * model_.config().n_vocab * static_cast<int64_t>(sizeof(float)));
+  if (logits != nullptr) ctx_.backend->copy_out("head.logits", logits, out, n * model_.config().n_vocab * static_cast<int64_t>(sizeof(float)));
+  return ctx_.backend->finish();
 }
 
 Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> out) {
@@ -96,10 +96,12 @@ Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample
     const float* u = device_copy(ctx_, "head.uniforms", uniforms.data(), n);
     int32_t* ids_at = static_cast<int32_t*>(ctx_.backend->alloc("head.ids", n * 4));
     float* conf_at = device_floats(ctx_, "head.conf", n * 3);
-    if (logits != nullptr && device_status(ctx_).ok()) ctx_.backend->sample_rows(logits, n, V, args.filter, u, ids_at, conf_at);
+    if (logits != nullptr && device_status(ctx_).ok()) {
+      ctx_.backend->sample_rows(logits, n, V, args.filter, u, ids_at, conf_at);
+      ctx_.backend->copy_out("head.ids", ids_at, ids.data(), n * 4);  // one submission with the step's kernels
+      ctx_.backend->copy_out("head.conf", conf_at, conf.data(), n * 12);
+    }
     DC_RETURN_IF_ERROR(ctx_.backend->finish());
-    DC_RETURN_IF_ERROR(ctx_.backend->download(ids_at, ids.data(), n * 4));
-    DC_RETURN_IF_ERROR(ctx_.backend->download(conf_at, conf.data(), n * 12));
   }
   const int kind = args.kind == ConfidenceKind::kProbability ? 0 : args.kind == ConfidenceKind::kMargin ? 1 : 2;
   for (size_t e = 0; e < rows.size(); ++e) {

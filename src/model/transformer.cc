@@ -137,14 +137,13 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
   float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
   DC_RETURN_IF_ERROR(device_status(ctx));
   Status s = forward_body(ctx, b, rows, nullptr, nullptr);
-  if (s.ok() && logits != nullptr && b.n_out > 0) lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
-  if (s.ok()) s = ctx.backend->finish();
-  if (!s.ok()) {  // a refresh recorded but not run leaves the cache unfilled
-    if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
-    return s;
+  if (s.ok() && logits != nullptr && b.n_out > 0) {
+    lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
+    ctx.backend->copy_out("forward.logits", out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
   }
-  if (b.n_out == 0 || logits == nullptr) return Status();
-  return ctx.backend->download(out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
+  if (s.ok()) s = ctx.backend->finish();
+  if (!s.ok() && b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);  // recorded, not run
+  return s;
 }
 
 Status Model::to_device(const Context& ctx) const {

@@ -88,7 +88,10 @@ class DeviceBackend {
   virtual const void* copy_in(const char* name, const void* host, int64_t bytes) = 0;
   virtual Status status() const = 0;  // the first error since begin()
   virtual Status finish() = 0;
-  virtual Status download(const void* device, void* host, int64_t bytes) = 0;
+  // Copies device[bytes] to host[bytes] as part of the work finish() runs (no submission or wait of its own):
+  // `host` holds it once finish() has returned ok, and must stay valid until then. `name` names the
+  // persistent staging memory it goes through (grown, never shrunk).
+  virtual void copy_out(const char* name, const void* device, void* host, int64_t bytes) = 0;
 
   // The ops of ops/matmul.h, ops/elementwise.h, ops/attention.h and ops/attention_window.h with device
   // pointers (attention: the window [window_begin, window_begin + window_len) of queries; the full attention

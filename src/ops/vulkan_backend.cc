@@ -5,6 +5,8 @@
 // rows, the padding mask) go through a persistent staging buffer per name and are copied in the sequence's
 // own submission, so a forward of a shape seen before collects the same commands, and finish() runs the
 // command buffer recorded for it (a cache of the kMaxRecorded last used) instead of recording a new one.
+// The results (copy_out: logits, the sampler's ids and confidences) come back the same way, through a
+// persistent staging buffer per name copied into in the same submission: a step is one submit and one wait.
 // A forward is collected in segments, each replayed on its own and all run in one submission: a gather of
 // rows starts a new one, as it is where a forward's per-step shape begins (the out rows after the layers,
 // whose number changes every step while the canvas does not; the head's masked rows). A device pointer is the address
@@ -119,6 +121,7 @@ class VulkanBackend final : public DeviceBackend {
       released_.clear();
     }
     status_ = Status();
+    outs_.clear();
     DC_ASSIGN_OR_RETURN(vk::Sequence seq, rt_->new_sequence());
     seq_.emplace(std::move(seq));
     return Status();
@@ -149,18 +152,24 @@ class VulkanBackend final : public DeviceBackend {
   const void* copy_in(const char* name, const void* host, int64_t bytes) override {
     void* p = alloc(name, bytes);
     if (p == nullptr) return nullptr;
-    vk::Buffer& staging = staging_[name];
-    if (staging.bytes() < bytes) {
-      staging = vk::Buffer();
-      auto grown = rt_->alloc_staging((bytes + 3) / 4 * 4, std::string("the staging buffer of ") + name);
-      if (!grown.ok()) {
-        status_ = grown.status();
-        return nullptr;
-      }
-      staging = std::move(grown).value();
-    }
-    keep(seq_->upload(staging, host, bytes, at(p)));
+    vk::Buffer* staging = staging_for(std::string("in:") + name, bytes);
+    if (staging != nullptr) keep(seq_->upload(*staging, host, bytes, at(p)));
     return status_.ok() ? p : nullptr;
+  }
+
+  void copy_out(const char* name, const void* device, void* host, int64_t bytes) override {
+    if (!recording() || bytes <= 0) return;
+    const vk::Buffer& src = at(device);
+    if (!status_.ok()) return;
+    if (bytes > src.bytes()) return keep(out_of_range(std::string("copy_out ") + name + ": " + std::to_string(bytes) +
+                                                      " bytes from a device buffer of " + std::to_string(src.bytes())));
+    const std::string key = std::string("out:") + name;
+    if (std::any_of(outs_.begin(), outs_.end(), [&](const Out& o) { return o.staging == &staging_[key]; }))
+      return keep(invalid_argument("copy_out " + std::string(name) + " twice in one forward; give each its own name"));
+    vk::Buffer* staging = staging_for(key, bytes);
+    if (staging == nullptr) return;
+    keep(seq_->download(src, *staging));
+    outs_.push_back({staging, host, bytes});
   }
 
   Status status() const override { return status_; }
@@ -175,16 +184,14 @@ class VulkanBackend final : public DeviceBackend {
       status_ = vk::Sequence::run_all(run);
       if (!status_.ok())  // a failed recording or run is never replayed
         recorded_.remove_if([&](const vk::Sequence& s) { return std::find(run.begin(), run.end(), &s) != run.end(); });
+      for (const Out& o : outs_)
+        if (status_.ok()) status_ = rt_->read_staging(*o.staging, o.host, o.bytes);
     }
+    outs_.clear();
     segments_.clear();
     seq_.reset();
     ++runs_;
     return status_;
-  }
-
-  Status download(const void* device, void* host, int64_t bytes) override {
-    const vk::Buffer* b = lookup(device);
-    return b != nullptr ? rt_->download(*b, host, bytes) : not_mine();
   }
 
   void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) override {
@@ -241,6 +248,21 @@ class VulkanBackend final : public DeviceBackend {
   }
   void keep(Status s) {
     if (status_.ok() && !s.ok()) status_ = std::move(s);
+  }
+  // The persistent staging buffer `key` of at least `bytes` (grown, never shrunk); nullptr (the error kept)
+  // when the device has too little memory.
+  vk::Buffer* staging_for(const std::string& key, int64_t bytes) {
+    vk::Buffer& staging = staging_[key];
+    if (staging.bytes() < bytes) {
+      staging = vk::Buffer();
+      auto grown = rt_->alloc_staging((bytes + 3) / 4 * 4, "the staging buffer of " + key);
+      if (!grown.ok()) {
+        keep(grown.status());
+        return nullptr;
+      }
+      staging = std::move(grown).value();
+    }
+    return &staging;
   }
   // The recorded sequence with the same commands as `seq` (moved to the front of recorded_), or `seq` itself
   // put there (the least recently used beyond kMaxRecorded dropped; a forward has fewer segments).
@@ -311,7 +333,13 @@ class VulkanBackend final : public DeviceBackend {
   std::deque<vk::Buffer> arena_;                    // the forward's named buffers
   std::unordered_map<std::string, size_t> slots_;  // name → slot
   vk::Buffer invalid_;                              // empty: what at() gives for a pointer not of this device
-  std::unordered_map<std::string, vk::Buffer> staging_;  // copy_in's staging buffers, by name
+  std::unordered_map<std::string, vk::Buffer> staging_;  // copy_in's ("in:NAME") and copy_out's ("out:NAME"), by name
+  struct Out {
+    const vk::Buffer* staging;
+    void* host;
+    int64_t bytes;
+  };
+  std::vector<Out> outs_;  // the copy_outs of the forward being collected, read after its run
   std::optional<vk::Sequence> seq_;                // the forward's segment being collected
   std::vector<vk::Sequence> segments_;             // its segments collected before it
   std::list<vk::Sequence> recorded_;               // recorded for replay, the last run first

@@ -498,6 +498,15 @@ Status Runtime::download(const Buffer& src, void* dst, int64_t bytes, int64_t of
   return Status();
 }
 
+Status Runtime::read_staging(const Buffer& staging, void* dst, int64_t bytes) const {
+  const Impl& m = *impl_;
+  DC_RETURN_IF_ERROR(m.check_range(staging, 0, bytes, "read_staging"));
+  const void* mapped = m.buffers[staging.slot_].mapped;
+  if (mapped == nullptr) return invalid_argument("read_staging: a device buffer, not a staging buffer");
+  if (bytes > 0) std::memcpy(dst, mapped, static_cast<size_t>(bytes));
+  return Status();
+}
+
 // ---- Pipelines
 
 Result<Runtime::Impl::Pipeline> Runtime::Impl::pipeline(std::string_view shader, const std::vector<int32_t>& spec, size_t n_buffers) {

@@ -138,6 +138,10 @@ class Sequence {
   // submission (no submit or wait of its own). `staging` must not be written again until the run that
   // reads it has returned. Errors: a device buffer as staging, bytes beyond either buffer.
   Status upload(Buffer& staging, const void* src, int64_t bytes, Buffer& dst);
+  // Appends a copy of src (up to the staging buffer's size) into `staging` (a Runtime::alloc_staging buffer),
+  // the reverse of upload(): after each run, Runtime::read_staging reads it on the host (the download travels in
+  // the sequence's own submission). Errors: a device buffer as staging, a staging buffer as src.
+  Status download(const Buffer& src, Buffer& staging);
   // The same commands (shaders, specializations, buffers, push constants, groups, copies) as `other`.
   bool same_work(const Sequence& other) const;
   // Submits the recorded work (recording it at the first call) and waits for it. Errors: a lost device
@@ -182,6 +186,8 @@ class Runtime {
   Result<Upload> upload_async(Buffer& dst, const void* src, int64_t bytes, int64_t offset = 0);
   // Copies bytes from src at `offset` to the host and waits.
   Status download(const Buffer& src, void* dst, int64_t bytes, int64_t offset = 0) const;
+  // Copies the first `bytes` of a staging buffer (what a run's Sequence::download left there) to the host.
+  Status read_staging(const Buffer& staging, void* dst, int64_t bytes) const;
   // Typed helpers: a buffer holding `values`, and a buffer's first n elements read back.
   template <typename T>
   Result<Buffer> make_buffer(const std::vector<T>& values, std::string_view what) {

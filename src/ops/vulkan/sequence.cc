@@ -42,6 +42,7 @@ struct Sequence::Impl {
   std::vector<VkDescriptorPool> pools;  // kSetsPerPool sets of kMaxBindings buffers each
   uint32_t sets_in_last_pool = kSetsPerPool;
   int n_dispatches = 0;
+  bool reads_back = false;  // a download: the host reads a staging buffer after the run
   bool ended = false;     // run() was called: no more commands
   bool recorded = false;  // cmd holds the commands (build() succeeded)
 
@@ -144,6 +145,12 @@ Status Sequence::Impl::build() {
     a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
     if (rt->profiling) a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, static_cast<uint32_t>(2 + i));
+  }
+  if (reads_back) {  // the fence makes the downloads available to the device only; this makes them visible to the host
+    VkMemoryBarrier host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    host.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &host, 0, nullptr, 0, nullptr);
   }
   a.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
   r = a.vkEndCommandBuffer(cmd);
@@ -252,6 +259,24 @@ Status Sequence::upload(Buffer& staging, const void* src, int64_t bytes, Buffer&
   c.handles = {s.rt->handle(&staging), s.rt->handle(&dst)};
   c.bytes = std::min(staging.bytes(), dst.bytes());
   s.commands.push_back(std::move(c));
+  return Status();
+}
+
+Status Sequence::download(const Buffer& src, Buffer& staging) {
+  Impl& s = *impl_;
+  if (s.ended) return invalid_argument("download: a Sequence is recorded before its first run(); record a new one");
+  DC_RETURN_IF_ERROR(s.rt->check_owned(src, "download"));
+  DC_RETURN_IF_ERROR(s.rt->check_owned(staging, "download's staging buffer"));
+  if (s.rt->buffers[staging.slot_].mapped == nullptr)
+    return invalid_argument("download: the staging buffer is a device buffer (Runtime::alloc_staging makes one)");
+  if (s.rt->buffers[src.slot_].mapped != nullptr) return invalid_argument("download: from a staging buffer, not a device buffer");
+  ++s.rt->counters.downloads;
+  Command c;
+  c.ids = {src.id_, staging.id_};
+  c.handles = {s.rt->handle(&src), s.rt->handle(&staging)};
+  c.bytes = std::min(src.bytes(), staging.bytes());
+  s.commands.push_back(std::move(c));
+  s.reads_back = true;
   return Status();
 }
 

@@ -1,6 +1,7 @@
 // ops' Vulkan DeviceBackend (ops/vulkan_backend.cc) on device 0: an operand that is not one of its buffers
 // (a host pointer, memory it freed) is an error of the forward, not undefined behaviour; allocate()'s
-// memory lives until its owner frees it; forwards of one shape record once and read their own uploads.
+// memory lives until its owner frees it; forwards of one shape record once and read their own uploads, and
+// their results come back in the same submission.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,13 @@
 
 namespace dc {
 namespace {
+
+// A forward of its own that copies device[bytes] out.
+Status read_back(DeviceBackend& b, const void* device, void* host, int64_t bytes) {
+  if (Status s = b.begin(); !s.ok()) return s;
+  b.copy_out("read_back", device, host, bytes);
+  return b.finish();
+}
 
 TEST(VulkanBackend, HostPointersAreRefusedClearly) {
   auto backend = open_vulkan_backend(0);
@@ -25,7 +33,7 @@ TEST(VulkanBackend, HostPointersAreRefusedClearly) {
   const Status s = b.finish();
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not the start of one of"), std::string::npos) << s.message();
-  EXPECT_EQ(b.download(host.data(), host.data(), 32).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_back(b, host.data(), host.data(), 32).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
@@ -44,17 +52,42 @@ TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
   b.swiglu(x, x, 4, (*kept)->data());
   ASSERT_TRUE(b.finish().ok());
   std::vector<float> got(4);
-  ASSERT_TRUE(b.download((*kept)->data(), got.data(), 16).ok());
+  ASSERT_TRUE(read_back(b, (*kept)->data(), got.data(), 16).ok());
   EXPECT_NEAR(got[0], 1.0f / (1.0f + std::exp(-1.0f)), 1e-6);
   float* freed = (*kept)->data();
   kept->reset();
   ASSERT_TRUE(b.begin().ok());  // frees it
-  EXPECT_EQ(b.download(freed, got.data(), 16).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_back(b, freed, got.data(), 16).code(), StatusCode::kInvalidArgument);
+}
+
+// copy_out beyond its buffer, or twice under one name in a forward, is refused by name; the host memory is
+// not written after an error.
+TEST(VulkanBackend, BadCopyOutsAreRefusedClearly) {
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  DeviceBackend& b = **backend;
+  const auto lock = b.lock();
+  const std::vector<float> x = {1, 2, 3, 4};
+  std::vector<float> got(8, -1.0f);
+  ASSERT_TRUE(b.begin().ok());
+  const void* dx = b.copy_in("x", x.data(), 16);
+  b.copy_out("too_long", dx, got.data(), 32);
+  Status s = b.finish();
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("copy_out too_long"), std::string::npos) << s.message();
+  ASSERT_TRUE(b.begin().ok());
+  dx = b.copy_in("x", x.data(), 16);
+  b.copy_out("twice", dx, got.data(), 16);
+  b.copy_out("twice", dx, got.data() + 4, 16);
+  s = b.finish();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("twice in one forward"), std::string::npos) << s.message();
+  EXPECT_EQ(got, std::vector<float>(8, -1.0f));
 }
 
 // Forwards of one shape with new host inputs each: one command buffer recorded, replayed by the next two,
-// and each forward reads the data copied in for it (the staging copies travel in its own submission: one
-// submit per forward). A new shape records anew.
+// and each forward reads the data copied in for it and gets its own result back (the staging copies, in and
+// out, travel in its own submission: one submit per forward). A new shape records anew.
 TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
   auto backend = open_vulkan_backend(0);
   ASSERT_TRUE(backend.ok()) << backend.status().to_string();
@@ -69,8 +102,8 @@ TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
     float* dy = const_cast<float*>(static_cast<const float*>(b.copy_in("y", y.data(), n * 4)));
     ASSERT_TRUE(dx != nullptr && dy != nullptr);
     b.add_inplace(dy, dx, n);
+    b.copy_out("y", dy, got.data(), n * 4);
     ASSERT_TRUE(b.finish().ok());
-    ASSERT_TRUE(b.download(dy, got.data(), n * 4).ok());
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], 100.0f * step + 0.5f * i) << "step " << step << ", element " << i;
   };
   for (int step = 0; step < 3; ++step) forward(step, 64);
@@ -80,7 +113,8 @@ TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
   EXPECT_EQ(c.descriptor_sets - start.descriptor_sets, 1);
   EXPECT_EQ(c.uploads - start.uploads, 6);
   EXPECT_EQ(c.upload_bytes - start.upload_bytes, 6 * 256);
-  EXPECT_EQ(c.submits - start.submits, 6);  // a run and a download per forward
+  EXPECT_EQ(c.submits - start.submits, 3);  // one per forward: its uploads, kernels and download
+  EXPECT_EQ(c.downloads - start.downloads, 3);
   forward(3, 40);                           // another shape
   EXPECT_EQ(b.counters().recordings - start.recordings, 2);
   forward(4, 64);                           // the first shape again: still recorded
@@ -108,9 +142,9 @@ TEST(VulkanBackend, RepeatedSegmentsRunEachTime) {
       b.gather_rows(dx, 4, drows, 1, tmp);
       b.add_inplace(acc, tmp, 4);
     }
-    ASSERT_TRUE(b.finish().ok());
     std::vector<float> got(4);
-    ASSERT_TRUE(b.download(acc, got.data(), 16).ok());
+    b.copy_out("acc", acc, got.data(), 16);
+    ASSERT_TRUE(b.finish().ok());
     EXPECT_EQ(got, (std::vector<float>{3, 6, 9, 12})) << "forward " << forward;
   }
 }

@@ -150,6 +150,33 @@ TEST(VulkanRuntime, SequencesReplayOnNewContents) {
   EXPECT_EQ(vk::add_inplace(seq, y, x, n).code(), StatusCode::kInvalidArgument);
 }
 
+// A download in a sequence: each run leaves that run's result in the staging buffer (after the kernel that
+// wrote it), with no submission of its own; a device buffer as staging and a staging buffer as the source are
+// refused.
+TEST(VulkanRuntime, SequenceDownloadsReadEachRunsResult) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 300;
+  auto y = ok_or_throw(rt.make_buffer(std::vector<float>(n, 1.0f), "y"));
+  auto x = ok_or_throw(rt.make_buffer(std::vector<float>(n, 2.0f), "x"));
+  auto out = ok_or_throw(rt.alloc_staging(n * 4, "out"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  ok_or_throw(vk::add_inplace(seq, y, x, n));
+  ok_or_throw(seq.download(y, out));
+  const int64_t submits = rt.counters().submits;
+  std::vector<float> got(n);
+  for (float want : {3.0f, 5.0f, 7.0f}) {
+    ok_or_throw(seq.run());
+    ok_or_throw(rt.read_staging(out, got.data(), n * 4));
+    EXPECT_EQ(got, std::vector<float>(n, want));
+  }
+  EXPECT_EQ(rt.counters().submits - submits, 3);
+  EXPECT_EQ(rt.read_staging(out, got.data(), n * 4 + 4).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.read_staging(y, got.data(), 4).code(), StatusCode::kInvalidArgument);
+  auto other = ok_or_throw(rt.new_sequence());
+  EXPECT_EQ(other.download(x, y).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.download(out, out).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(VulkanRuntime, UnknownShaderIsAnError) {
   vk::Runtime& rt = vulkan_runtime();
   auto seq = ok_or_throw(rt.new_sequence());
