@@ -5,8 +5,11 @@
 // rows, the padding mask) go through a persistent staging buffer per name and are copied in the sequence's
 // own submission, so a forward of a shape seen before collects the same commands, and finish() runs the
 // command buffer recorded for it (a cache of the kMaxRecorded last used) instead of recording a new one.
-// The results (copy_out: logits, the sampler's ids and confidences) come back the same way, through a
-// persistent staging buffer per name copied into in the same submission: a step is one submit and one wait.
+// The results (copy_out: logits, the sampler's ids and confidences) come back the same way, copied into a
+// staging buffer in the same submission: a forward is one submit and one wait. The staging buffer is
+// persistent per name up to kKeptOutBytes (the sampler's few numbers per row); a larger copy (rows of logits)
+// gets one for its forward only, so that no host memory the size of a logits block stays pinned (that
+// forward's last segment then records anew).
 // A forward is collected in segments, each replayed on its own and all run in one submission: a gather of
 // rows starts a new one, as it is where a forward's per-step shape begins (the out rows after the layers,
 // whose number changes every step while the canvas does not; the head's masked rows). A device pointer is the address
@@ -31,6 +34,8 @@ namespace {
 constexpr int kAddressShift = 40;  // device pointers: slot in the high bits, a byte offset (always 0) below
 // Recorded sequences kept for replay: the forward of a generation's shape and the head sampler's few.
 constexpr size_t kMaxRecorded = 8;
+// copy_out's largest persistent staging buffer (above: one per forward).
+constexpr int64_t kKeptOutBytes = int64_t{4} << 20;
 
 class VulkanBackend;
 
@@ -122,6 +127,7 @@ class VulkanBackend final : public DeviceBackend {
     }
     status_ = Status();
     outs_.clear();
+    transient_.clear();
     DC_ASSIGN_OR_RETURN(vk::Sequence seq, rt_->new_sequence());
     seq_.emplace(std::move(seq));
     return Status();
@@ -163,13 +169,19 @@ class VulkanBackend final : public DeviceBackend {
     if (!status_.ok()) return;
     if (bytes > src.bytes()) return keep(out_of_range(std::string("copy_out ") + name + ": " + std::to_string(bytes) +
                                                       " bytes from a device buffer of " + std::to_string(src.bytes())));
-    const std::string key = std::string("out:") + name;
-    if (std::any_of(outs_.begin(), outs_.end(), [&](const Out& o) { return o.staging == &staging_[key]; }))
+    if (std::any_of(outs_.begin(), outs_.end(), [&](const Out& o) { return o.name == name; }))
       return keep(invalid_argument("copy_out " + std::string(name) + " twice in one forward; give each its own name"));
-    vk::Buffer* staging = staging_for(key, bytes);
+    vk::Buffer* staging = nullptr;
+    if (bytes <= kKeptOutBytes) {
+      staging = staging_for(std::string("out:") + name, bytes);
+    } else {
+      auto once = rt_->alloc_staging((bytes + 3) / 4 * 4, std::string("the staging buffer of copy_out ") + name);
+      if (!once.ok()) return keep(once.status());
+      staging = &transient_.emplace_back(std::move(once).value());
+    }
     if (staging == nullptr) return;
     keep(seq_->download(src, *staging));
-    outs_.push_back({staging, host, bytes});
+    outs_.push_back({name, staging, host, bytes});
   }
 
   Status status() const override { return status_; }
@@ -188,6 +200,7 @@ class VulkanBackend final : public DeviceBackend {
         if (status_.ok()) status_ = rt_->read_staging(*o.staging, o.host, o.bytes);
     }
     outs_.clear();
+    transient_.clear();
     segments_.clear();
     seq_.reset();
     ++runs_;
@@ -335,11 +348,13 @@ class VulkanBackend final : public DeviceBackend {
   vk::Buffer invalid_;                              // empty: what at() gives for a pointer not of this device
   std::unordered_map<std::string, vk::Buffer> staging_;  // copy_in's ("in:NAME") and copy_out's ("out:NAME"), by name
   struct Out {
+    std::string name;
     const vk::Buffer* staging;
     void* host;
     int64_t bytes;
   };
-  std::vector<Out> outs_;  // the copy_outs of the forward being collected, read after its run
+  std::vector<Out> outs_;             // the copy_outs of the forward being collected, read after its run
+  std::deque<vk::Buffer> transient_;  // their staging buffers above kKeptOutBytes, freed after the run
   std::optional<vk::Sequence> seq_;                // the forward's segment being collected
   std::vector<vk::Sequence> segments_;             // its segments collected before it
   std::list<vk::Sequence> recorded_;               // recorded for replay, the last run first

@@ -121,6 +121,29 @@ TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
   EXPECT_EQ(b.counters().recordings - start.recordings, 2);
 }
 
+// A copy_out above 4 MiB (rows of logits) goes through a staging buffer of its forward's own, freed after it: each
+// forward gets its own data back in one submit, and records anew (no pinned host memory of that size is kept).
+TEST(VulkanBackend, LargeCopyOutsUseAStagingBufferOfTheirOwn) {
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  DeviceBackend& b = **backend;
+  const auto lock = b.lock();
+  const int64_t n = (5 << 20) / 4;
+  const DeviceCounters start = b.counters();
+  for (int forward = 0; forward < 2; ++forward) {
+    std::vector<float> x(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 1000) + 1000.0f * forward;
+    ASSERT_TRUE(b.begin().ok());
+    const void* dx = b.copy_in("x", x.data(), n * 4);
+    b.copy_out("x", dx, got.data(), n * 4);
+    ASSERT_TRUE(b.finish().ok()) << b.status().to_string();
+    EXPECT_EQ(got, x) << "forward " << forward;
+  }
+  const DeviceCounters c = b.counters();
+  EXPECT_EQ(c.submits - start.submits, 2);
+  EXPECT_EQ(c.recordings - start.recordings, 2);
+}
+
 // Segments of one forward with the same commands (each gather of rows starts one) run as often as they were
 // collected: the recorded one is submitted twice in the same submission.
 TEST(VulkanBackend, RepeatedSegmentsRunEachTime) {
