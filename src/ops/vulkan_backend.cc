@@ -59,7 +59,7 @@ class VulkanBackend final : public DeviceBackend {
   }
   ~VulkanBackend() override {  // everything recorded or allocated goes before the runtime
     seq_.reset(), segments_.clear(), recorded_.clear();
-    table_.clear(), owned_.clear(), arena_.clear(), staging_.clear(), matrices_.clear(), vectors_.clear();
+    table_.clear(), owned_.clear(), arena_.clear(), staging_in_.clear(), staging_out_.clear(), matrices_.clear(), vectors_.clear();
   }
 
   std::string name() const override { return rt_->info().name; }
@@ -158,7 +158,7 @@ class VulkanBackend final : public DeviceBackend {
   const void* copy_in(const char* name, const void* host, int64_t bytes) override {
     void* p = alloc(name, bytes);
     if (p == nullptr) return nullptr;
-    vk::Buffer* staging = staging_for(std::string("in:") + name, bytes);
+    vk::Buffer* staging = staging_for(staging_in_, name, bytes);
     if (staging != nullptr) keep(seq_->upload(*staging, host, bytes, at(p)));
     return status_.ok() ? p : nullptr;
   }
@@ -173,7 +173,7 @@ class VulkanBackend final : public DeviceBackend {
       return keep(invalid_argument("copy_out " + std::string(name) + " twice in one forward; give each its own name"));
     vk::Buffer* staging = nullptr;
     if (bytes <= kKeptOutBytes) {
-      staging = staging_for(std::string("out:") + name, bytes);
+      staging = staging_for(staging_out_, name, bytes);
     } else {
       auto once = rt_->alloc_staging((bytes + 3) / 4 * 4, std::string("the staging buffer of copy_out ") + name);
       if (!once.ok()) return keep(once.status());
@@ -262,13 +262,13 @@ class VulkanBackend final : public DeviceBackend {
   void keep(Status s) {
     if (status_.ok() && !s.ok()) status_ = std::move(s);
   }
-  // The persistent staging buffer `key` of at least `bytes` (grown, never shrunk); nullptr (the error kept)
-  // when the device has too little memory.
-  vk::Buffer* staging_for(const std::string& key, int64_t bytes) {
-    vk::Buffer& staging = staging_[key];
+  // The persistent staging buffer `name` of `buffers` of at least `bytes` (grown, never shrunk); nullptr (the
+  // error kept) when the device has too little memory.
+  vk::Buffer* staging_for(std::unordered_map<std::string, vk::Buffer>& buffers, const char* name, int64_t bytes) {
+    vk::Buffer& staging = buffers[name];
     if (staging.bytes() < bytes) {
       staging = vk::Buffer();
-      auto grown = rt_->alloc_staging((bytes + 3) / 4 * 4, "the staging buffer of " + key);
+      auto grown = rt_->alloc_staging((bytes + 3) / 4 * 4, std::string("the staging buffer of ") + name);
       if (!grown.ok()) {
         keep(grown.status());
         return nullptr;
@@ -346,7 +346,7 @@ class VulkanBackend final : public DeviceBackend {
   std::deque<vk::Buffer> arena_;                    // the forward's named buffers
   std::unordered_map<std::string, size_t> slots_;  // name → slot
   vk::Buffer invalid_;                              // empty: what at() gives for a pointer not of this device
-  std::unordered_map<std::string, vk::Buffer> staging_;  // copy_in's ("in:NAME") and copy_out's ("out:NAME"), by name
+  std::unordered_map<std::string, vk::Buffer> staging_in_, staging_out_;  // copy_in's and copy_out's, by name
   struct Out {
     std::string name;
     const vk::Buffer* staging;
