@@ -208,7 +208,9 @@ TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
   const std::string log = (std::filesystem::path(tmp.path()) / "serve.log").string();
   for (const auto& [model, want] : {std::pair{bf16_model, "matmul precision bf16"}, {vocab_model(), "matmul precision bf16"},
                                     {small_model(), "matmul precision f32"}}) {
-    auto s = testing::run_command("{ " + std::string(DC_BINARY_PATH) + " serve --model " + model +
+    // (the log is emptied first, in this shell: the background job's own `2>` truncation can come after the
+    // first grep, which then saw the previous model's line and stopped a server that had not started)
+    auto s = testing::run_command("{ : > " + log + "; " + std::string(DC_BINARY_PATH) + " serve --model " + model +
                                   " --port 0 --host 127.0.0.1 --weight-cache off 2>" + log + " & pid=$!; i=0; "
                                   "while ! grep -q 'matmul precision' " + log + " && kill -0 $pid 2>/dev/null && "
                                   "[ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; kill -TERM $pid; i=0; "
