@@ -13,6 +13,9 @@
 namespace dc::testing {
 
 inline std::string fixtures_dir() { return DC_FIXTURES_DIR; }
+// The tiny checkpoint with the real Qwen2 vocabulary (text in, text out), and a small-vocabulary one.
+inline std::string vocab_model() { return fixtures_dir() + "/tiny-vocab"; }
+inline std::string small_model() { return fixtures_dir() + "/tiny-gqa1"; }
 
 // The manifest, or a test failure when the fixtures have not been written. (The JSON loaders are defined in
 // fixtures.cc, compiled once into dc_test_support: nlohmann's parser, instantiated in each of the ~30 test files

@@ -1,5 +1,5 @@
-// Helpers shared by the kernel tests (tests/ops): a relative-tolerance comparison and a kPanels copy of
-// a weight made the way Model::pack_weights makes it.
+// Helpers shared by the kernel tests (tests/ops): seeded random values, a relative-tolerance comparison and a
+// kPanels copy of a weight made the way Model::pack_weights makes it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,12 +9,22 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "ops/matmul.h"
 
 namespace dc::testing {
+
+// n values drawn from N(0, scale²), the same for the same seed.
+inline std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
 
 // max |got - want| <= rel_tol * max |want|, every got finite; prints the worst index, both values, the tolerance.
 inline void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel_tol,

@@ -21,9 +21,6 @@
 namespace dc::cli {
 namespace {
 
-using diffucoder::GenerationConfig;
-using diffucoder::Model;
-
 struct GenerateArgs {
   std::string model_dir, tokenizer_path;
   std::string prompt, prompt_file, prompt_ids, prompts_jsonl;
@@ -40,7 +37,7 @@ struct GenerateArgs {
 
 // One prompt line of --prompts-jsonl: {"prompt": "..."} | {"prompt_ids": [...]} | {"messages": [...]},
 // optionally with "chat": true|false (default: --chat).
-Result<std::vector<int32_t>> jsonl_prompt(const Model& model, const std::string& line, size_t line_no, bool chat) {
+Result<std::vector<int32_t>> jsonl_prompt(const diffucoder::Model& model, const std::string& line, size_t line_no, bool chat) {
   const std::string where = "--prompts-jsonl line " + std::to_string(line_no);
   nlohmann::json j;
   try {
@@ -68,14 +65,14 @@ Result<std::vector<int32_t>> jsonl_prompt(const Model& model, const std::string&
   }
   if (j.contains("messages")) {
     if (!j["messages"].is_array()) return invalid_argument(where + ": \"messages\" must be an array");
-    std::vector<Model::Message> messages;
+    std::vector<diffucoder::Model::Message> messages;
     for (const auto& m : j["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
           !m["content"].is_string())
         return invalid_argument(where + ": each message needs string \"role\" and \"content\"");
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    Result<std::string> text = Model::apply_chat_template(messages, /*add_generation_prompt=*/true);
+    Result<std::string> text = diffucoder::Model::apply_chat_template(messages, /*add_generation_prompt=*/true);
     if (!text.ok()) return text.status().with_context(where);
     auto ids = model.encode_prompt(*text, false);
     if (!ids.ok()) return ids.status().with_context(where);
@@ -107,7 +104,7 @@ Status check_usage(const GenerateArgs& a) {
   return Status::ok_status();
 }
 
-Result<std::vector<std::vector<int32_t>>> collect_prompts(const Model& model, const GenerateArgs& a) {
+Result<std::vector<std::vector<int32_t>>> collect_prompts(const diffucoder::Model& model, const GenerateArgs& a) {
   std::vector<std::vector<int32_t>> prompts;
   if (a.given_prompt_ids) {
     DC_ASSIGN_OR_RETURN(auto ids, parse_id_list(a.prompt_ids, "--prompt-ids"));
@@ -141,7 +138,7 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const Model& model, co
 }
 
 // The sampler settings of the flags over `c` (the model's defaults, or the facade's before it loads).
-GenerationConfig make_config(GenerationConfig c, const GenerateArgs& a) {
+diffucoder::GenerationConfig make_config(diffucoder::GenerationConfig c, const GenerateArgs& a) {
   const DecodingFlags& f = a.decoding;
   c.alg = f.alg;
   c.cache = f.cache;
@@ -176,13 +173,13 @@ int run_generate(const GenerateArgs& a) {
   const DecodingFlags& f = a.decoding;
   diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
   load_options.device = f.device;
-  auto model_r = Model::load(load_options);
+  auto model_r = diffucoder::Model::load(load_options);
   if (!model_r.ok()) return report(model_r.status());
-  const Model& model = **model_r;
+  const diffucoder::Model& model = **model_r;
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
   if (!a.quiet) print_load_note(model.info().load_note, load_ms);
-  const GenerationConfig config = make_config(model.default_config(), a);
+  const diffucoder::GenerationConfig config = make_config(model.default_config(), a);
   auto prompts = collect_prompts(model, a);
   if (!prompts.ok()) return report(prompts.status());
 

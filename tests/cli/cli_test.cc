@@ -19,14 +19,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing::RunResult;
-RunResult run(const std::string& args) { return testing::run_binary(args); }
+using testing::run_binary;
 
-std::string vocab_model() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
-std::string small_model() { return dc::testing::fixtures_dir() + "/tiny-gqa1"; }
+using testing::small_model;
+using testing::vocab_model;
 
 TEST(Cli, GenerateJsonIsValidAndComplete) {
-  auto r = run("generate --model " + vocab_model() + " --prompt 'def add(a, b):' --max-new-tokens 12 --steps 6 --json");
+  auto r = run_binary("generate --model " + vocab_model() + " --prompt 'def add(a, b):' --max-new-tokens 12 --steps 6 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["text"].is_string());
@@ -40,14 +39,14 @@ TEST(Cli, GenerateJsonIsValidAndComplete) {
 TEST(Cli, GenerateIsDeterministicForASeed) {
   const std::string args = "generate --model " + vocab_model() +
                            " --prompt 'x = 1' --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed 7 --json --quiet";
-  auto a = run(args), b = run(args);
+  auto a = run_binary(args), b = run_binary(args);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
   EXPECT_TRUE(a.err.empty()) << "--quiet prints nothing: " << a.err;
 }
 
 TEST(Cli, VisualDrawsTheCanvasUnmasking) {
-  auto r = run("generate --model " + vocab_model() + " --chat --prompt 'hi' --max-new-tokens 6 --steps 3 --visual");
+  auto r = run_binary("generate --model " + vocab_model() + " --chat --prompt 'hi' --max-new-tokens 6 --steps 3 --visual");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("--- step 1/3 ---"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--- step 3/3 ---"), std::string::npos) << r.err;
@@ -60,7 +59,7 @@ TEST(Cli, JsonlBatchWithIdsTextAndMessages) {
   std::ofstream(dir / "p.jsonl") << "{\"prompt\": \"import os\"}\n"
                                  << "{\"prompt_ids\": [1, 2, 3, 4, 5, 6]}\n"
                                  << "{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}\n";
-  auto r = run("generate --model " + vocab_model() + " --prompts-jsonl " + (dir / "p.jsonl").string() +
+  auto r = run_binary("generate --model " + vocab_model() + " --prompts-jsonl " + (dir / "p.jsonl").string() +
                " --max-new-tokens 5 --num-return-sequences 2 --json --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream lines(r.out);
@@ -77,24 +76,24 @@ TEST(Cli, JsonlBatchWithIdsTextAndMessages) {
 }
 
 TEST(Cli, PromptIdsWithoutTokenizerPrintIds) {
-  auto r = run("generate --model " + small_model() + " --prompt-ids 5,6,7 --max-new-tokens 4 --alg maskgit_plus --quiet");
+  auto r = run_binary("generate --model " + small_model() + " --prompt-ids 5,6,7 --max-new-tokens 4 --alg maskgit_plus --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(','), std::string::npos) << r.out;
 }
 
 TEST(Cli, TokenizeRoundTrip) {
-  auto enc = run("tokenize --model " + vocab_model() + " --text 'def f(x):\n    return x<|mask|>'");
+  auto enc = run_binary("tokenize --model " + vocab_model() + " --text 'def f(x):\n    return x<|mask|>'");
   ASSERT_EQ(enc.exit_code, 0) << enc.err;
   auto ids = nlohmann::json::parse(enc.out);
   ASSERT_TRUE(ids.is_array());
   EXPECT_EQ(ids.back().get<int>(), 151666);
-  auto dec = run("tokenize --model " + vocab_model() + " --decode --text '" + ids.dump() + "'");
+  auto dec = run_binary("tokenize --model " + vocab_model() + " --decode --text '" + ids.dump() + "'");
   ASSERT_EQ(dec.exit_code, 0) << dec.err;
   EXPECT_EQ(dec.out, "def f(x):\n    return x<|mask|>\n");
 }
 
 TEST(Cli, InspectCountsParameters) {
-  auto r = run("inspect --model " + small_model() + " --json");
+  auto r = run_binary("inspect --model " + small_model() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   const auto& c = j["config"];
@@ -117,7 +116,7 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
     for (const std::string precision : {"f32", "bf16"}) {
       const std::string args = "bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --threads 2"
                                " --weights " + weights + " --precision " + precision;
-      auto r = run(args);
+      auto r = run_binary(args);
       ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
       auto j = nlohmann::json::parse(r.out);
       EXPECT_EQ(j["weights"], weights);
@@ -128,7 +127,7 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
       EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0) << args;
     }
   // Block decoding with the dual cache: fewer positions per forward, same JSON.
-  auto r = run("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --cache dual "
+  auto r = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --cache dual "
                "--block-length 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["cache"], "dual");
@@ -138,7 +137,7 @@ TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
   // The second run also measures the bf16 GEMM peak, on the tiny shape cut to 1 layer and 64 tokens,
   // with the per-op profile.
   for (const std::string extra : {" --no-peak", " --grad-checkpointing --layers 1 --vocab 64 --profile"}) {
-    auto r = run("bench --train --shape tiny --seq-len 32 --prompt-len 8 --steps 2 --threads 2 --json" + extra);
+    auto r = run_binary("bench --train --shape tiny --seq-len 32 --prompt-len 8 --steps 2 --threads 2 --json" + extra);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
     const bool second = extra != " --no-peak";
@@ -166,16 +165,16 @@ TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
     }
     EXPECT_GT(backward_products, 0);
   }
-  auto bad = run("bench --train --shape nope");
+  auto bad = run_binary("bench --train --shape nope");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("'nope'"), std::string::npos) << bad.err;
-  auto small_vocab = run("bench --train --shape tiny --vocab 8");
+  auto small_vocab = run_binary("bench --train --shape tiny --vocab 8");
   EXPECT_EQ(small_vocab.exit_code, 2);
   EXPECT_NE(small_vocab.err.find("--vocab"), std::string::npos) << small_vocab.err;
 }
 
 TEST(Cli, GenerateWithBf16Precision) {
-  auto r = run("generate --model " + small_model() + " --prompt-ids 1,2,3 --max-new-tokens 8 --precision bf16 --json");
+  auto r = run_binary("generate --model " + small_model() + " --prompt-ids 1,2,3 --max-new-tokens 8 --precision bf16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 8u) << r.out;
 }
@@ -185,19 +184,19 @@ TEST(Cli, GenerateWithBf16Precision) {
 TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
   const std::string bf16_model = dc::testing::fixtures_dir() + "/tiny-gqa4-bf16";
   const std::string args = " --prompt-ids 1,2,3 --max-new-tokens 4 --weight-cache off --json";
-  auto bf16 = run("generate --model " + bf16_model + args);
+  auto bf16 = run_binary("generate --model " + bf16_model + args);
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
   EXPECT_NE(bf16.err.find("matmul precision bf16"), std::string::npos) << bf16.err;
-  auto f32 = run("generate --model " + small_model() + args);
+  auto f32 = run_binary("generate --model " + small_model() + args);
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
   EXPECT_NE(f32.err.find("matmul precision f32"), std::string::npos) << f32.err;
-  auto exact = run("generate --model " + bf16_model + args + " --precision f32");
+  auto exact = run_binary("generate --model " + bf16_model + args + " --precision f32");
   ASSERT_EQ(exact.exit_code, 0) << exact.err;
   EXPECT_NE(exact.err.find("matmul precision f32"), std::string::npos) << exact.err;
-  auto bench = run("bench --model " + bf16_model + " --prompt-len 3 --new-tokens 4 --steps 4 --no-peak --json --weight-cache off");
+  auto bench = run_binary("bench --model " + bf16_model + " --prompt-len 3 --new-tokens 4 --steps 4 --no-peak --json --weight-cache off");
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   EXPECT_EQ(nlohmann::json::parse(bench.out)["precision"], "bf16");
-  auto serve = run("serve --model " + bf16_model + " --precision f16 --port 0");
+  auto serve = run_binary("serve --model " + bf16_model + " --precision f16 --port 0");
   EXPECT_NE(serve.exit_code, 0);
   EXPECT_NE(serve.err.find("--precision 'f16'"), std::string::npos) << serve.err;
   // The server's default: it says what it loaded before it starts serving (stopped once it has said it, or
@@ -224,9 +223,9 @@ TEST(Cli, DefaultPrecisionFollowsTheCheckpoint) {
 // --fast is Fast-dLLM's defaults (blocks of 32, dual cache, threshold 0.9) and nothing else.
 TEST(Cli, FastModeIsItsThreeFlags) {
   const std::string base = "generate --model " + vocab_model() + " --prompt 'def add(a, b):' --max-new-tokens 40 --json --quiet";
-  auto fast = run(base + " --fast");
-  auto flags = run(base + " --block-length 32 --cache dual --threshold 0.9");
-  auto exact = run(base);
+  auto fast = run_binary(base + " --fast");
+  auto flags = run_binary(base + " --block-length 32 --cache dual --threshold 0.9");
+  auto exact = run_binary(base);
   ASSERT_EQ(fast.exit_code, 0) << fast.err;
   ASSERT_EQ(flags.exit_code, 0) << flags.err;
   ASSERT_EQ(exact.exit_code, 0) << exact.err;
@@ -278,7 +277,7 @@ TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
       {"bench --shape tiny --device cuda:0", "--device 'cuda:0'"},
   };
   for (const auto& c : cases) {
-    auto r = run(c.args);
+    auto r = run_binary(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.exit_code, -1) << "crashed: " << c.args;
     EXPECT_NE(r.err.find(c.expect_in_error), std::string::npos) << c.args << "\nstderr: " << r.err;

@@ -19,8 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing::RunResult;
-RunResult run(const std::string& args) { return testing::run_binary(args); }
+using testing::run_binary;
 
 bool has_tmp_leftover(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir))
@@ -38,7 +37,7 @@ TEST(Convert, QuantizedCopiesGenerateAndInspect) {
     const fs::path out = dir / format;
     // --group-size 32: the fixture's 32-column matrices (at the default 128 they would stay as stored).
     const std::string group = std::string(format) == "q4" ? " --group-size 32" : "";
-    auto r = run("convert --model " + kVocabModel + " --out " + out.string() + " --weights " + format + group);
+    auto r = run_binary("convert --model " + kVocabModel + " --out " + out.string() + " --weights " + format + group);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("/27]"), std::string::npos) << "progress per tensor on stderr: " << r.err;
     // A rate over a few milliseconds is noise (issue 23: "11919284.8 MB/s"): shown only after 50 ms.
@@ -65,10 +64,10 @@ TEST(Convert, QuantizedCopiesGenerateAndInspect) {
     EXPECT_EQ(config["quantization"]["group_size"], std::string(format) == "q4" ? 32 : 0);
     EXPECT_EQ(config["hidden_size"], dc::testing::load_json(kVocabModel + "/config.json")["hidden_size"]);
 
-    auto gen = run("generate --model " + out.string() + " --prompt 'def add(a, b):' --max-new-tokens 8 --steps 4 --json --quiet");
+    auto gen = run_binary("generate --model " + out.string() + " --prompt 'def add(a, b):' --max-new-tokens 8 --steps 4 --json --quiet");
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
     EXPECT_EQ(nlohmann::json::parse(gen.out)["token_ids"].size(), 8u);
-    auto inspect = run("inspect --model " + out.string() + " --json");
+    auto inspect = run_binary("inspect --model " + out.string() + " --json");
     ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
     const auto dtypes = nlohmann::json::parse(inspect.out)["tensor_dtypes"];
     EXPECT_TRUE(dtypes.contains(std::string(format) == "q8" ? "I8" : "U8")) << dtypes.dump();
@@ -92,7 +91,7 @@ TEST(Convert, ErrorsNameTheProblem) {
       {"convert --model " + kSmallModel + out, "--weights", 2},
   };
   for (const Case& c : cases) {
-    auto r = run(c.args);
+    auto r = run_binary(c.args);
     EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.expect_in_error), std::string::npos) << c.args << "\nstderr: " << r.err;
   }
@@ -100,13 +99,13 @@ TEST(Convert, ErrorsNameTheProblem) {
   EXPECT_FALSE(has_tmp_leftover(dir));
   EXPECT_TRUE(fs::is_empty(dir / "exists"));
   // --force replaces the existing directory.
-  auto r = run("convert --model " + kSmallModel + " --out " + (dir / "exists").string() + " --weights q8 --force --quiet");
+  auto r = run_binary("convert --model " + kSmallModel + " --out " + (dir / "exists").string() + " --weights q8 --force --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   EXPECT_TRUE(fs::exists(dir / "exists" / "model.safetensors"));
   EXPECT_FALSE(has_tmp_leftover(dir));
   // A quantized checkpoint is not converted again.
-  r = run("convert --model " + (dir / "exists").string() + out + " --weights q4");
+  r = run_binary("convert --model " + (dir / "exists").string() + out + " --weights q4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("already quantized"), std::string::npos) << r.err;
 }

@@ -45,8 +45,8 @@ RunResult run_capped(const std::string& args, int seconds = 60) {
                               args + ")");
 }
 
-std::string vocab_model() { return testing::fixtures_dir() + "/tiny-vocab"; }
-std::string small_model() { return testing::fixtures_dir() + "/tiny-gqa1"; }
+using testing::small_model;
+using testing::vocab_model;
 
 // A copy of the tiny real-vocabulary model in which `edit` changes config.json: the directory `m` of the returned
 // temporary directory.

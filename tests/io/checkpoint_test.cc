@@ -13,20 +13,13 @@ namespace dc {
 namespace {
 
 using dc::test::TempDir;
+using dc::testing::expect_error;
 using dc::testing::write_bytes;
 using Json = nlohmann::json;
 
 const char* kTinyConfig = R"({"model_type": "Dream", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 12,
   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "mask_token_id": 15,
   "pad_token_id": 14, "bos_token_id": 14, "eos_token_id": 14, "tie_word_embeddings": true})";
-
-void expect_error(const Status& status, std::initializer_list<std::string> needles) {
-  ASSERT_FALSE(status.ok()) << "expected an error mentioning " << *needles.begin();
-  for (const std::string& needle : needles) {
-    EXPECT_NE(status.message().find(needle), std::string::npos)
-        << "message lacks \"" << needle << "\": " << status.message();
-  }
-}
 
 // Tensors with recognisable contents: element i of tensor k is 100 * k + i.
 struct TensorSet {

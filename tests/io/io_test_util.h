@@ -1,5 +1,5 @@
-// Helpers for the io tests: the tests' temporary directory (temp_dir.h), and writers for raw
-// files and hand-made safetensors headers.
+// Helpers for the io tests: the tests' temporary directory (temp_dir.h), writers for raw files and
+// hand-made safetensors headers, and the check of an error's message.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "temp_dir.h"
 
 namespace dc::testing {
@@ -28,6 +29,15 @@ inline std::string safetensors_bytes(const std::string& header, const std::strin
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + header + buffer;
+}
+
+// Expects failure with a message that contains every needle.
+inline void expect_error(const Status& status, std::initializer_list<std::string> needles) {
+  ASSERT_FALSE(status.ok()) << "expected an error mentioning " << *needles.begin();
+  for (const std::string& needle : needles) {
+    EXPECT_NE(status.message().find(needle), std::string::npos)
+        << "message lacks \"" << needle << "\": " << status.message();
+  }
 }
 
 }  // namespace dc::testing

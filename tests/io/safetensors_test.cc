@@ -14,6 +14,7 @@ namespace {
 
 using dc::testing::safetensors_bytes;
 using dc::test::TempDir;
+using dc::testing::expect_error;
 using dc::testing::write_bytes;
 
 std::vector<uint8_t> pattern_bytes(size_t n, int seed) {
@@ -26,15 +27,6 @@ size_t byte_count(DType dtype, const std::vector<int64_t>& shape) {
   size_t n = dtype_size(dtype);
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return n;
-}
-
-// Expects a failed status whose message contains every needle.
-void expect_error(const Status& status, std::initializer_list<std::string> needles) {
-  ASSERT_FALSE(status.ok()) << "expected an error mentioning " << *needles.begin();
-  for (const std::string& needle : needles) {
-    EXPECT_NE(status.message().find(needle), std::string::npos)
-        << "message lacks \"" << needle << "\": " << status.message();
-  }
 }
 
 // ---- round trips -----------------------------------------------------------------------------------

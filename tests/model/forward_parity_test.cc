@@ -12,14 +12,14 @@ namespace {
 
 using dc::testing::flatten;
 
-struct Case {
+struct ForwardCase {
   std::vector<int32_t> tokens, positions;
   std::vector<uint8_t> valid;
   int64_t B = 0, L = 0;
 };
 
-Case make_case(const nlohmann::json& c) {
-  Case k;
+ForwardCase make_forward_case(const nlohmann::json& c) {
+  ForwardCase k;
   k.B = c["shape"][0].get<int64_t>();
   k.L = c["shape"][1].get<int64_t>();
   k.tokens = flatten<int32_t>(c["input_ids"]);
@@ -28,7 +28,7 @@ Case make_case(const nlohmann::json& c) {
   return k;
 }
 
-ForwardBatch batch_of(const Case& k, const std::vector<int64_t>& rows) {
+ForwardBatch batch_of(const ForwardCase& k, const std::vector<int64_t>& rows) {
   ForwardBatch b;
   b.n_batch = k.B;
   b.n_seq = k.L;
@@ -58,7 +58,7 @@ double check_all_fixtures(const Context& ctx, double tol, const char* label, boo
     const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
     const int64_t V = (*model)->config().n_vocab;
     for (const auto& c : fwd["cases"]) {
-      const Case k = make_case(c);
+      const ForwardCase k = make_forward_case(c);
       std::vector<int64_t> rows;  // real rows only: pad rows may hold any finite value
       for (int64_t r = 0; r < k.B * k.L; ++r)
         if (k.valid.empty() || k.valid[r]) rows.push_back(r);
@@ -133,7 +133,7 @@ TEST(ForwardParity, PadRowsAreFiniteAndThreadCountDoesNotChangeLogits) {
   const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
   for (const auto& c : fwd["cases"]) {
     if (c["attention_mask"].is_null()) continue;
-    const Case k = make_case(c);
+    const ForwardCase k = make_forward_case(c);
     std::vector<int64_t> rows(k.B * k.L);
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
     const int64_t V = (*model)->config().n_vocab;

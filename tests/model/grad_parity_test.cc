@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kDir = DC_GRAD_FIXTURES_DIR;
 
-struct Case {
+struct GradCase {
   std::vector<int32_t> noisy, positions;
   std::vector<uint8_t> valid;
   std::vector<int64_t> rows;
@@ -42,8 +42,8 @@ struct Case {
 };
 
 // The loss terms written out from the fixture's mask and t (independently of src/train).
-Case make_case(const nlohmann::json& c, int32_t mask_id) {
-  Case k;
+GradCase make_grad_case(const nlohmann::json& c, int32_t mask_id) {
+  GradCase k;
   const int64_t B = c["n_batch"], L = c["n_seq"];
   const auto tokens = c["tokens"].get<std::vector<int32_t>>();
   const auto loss_mask = c["loss_mask"].get<std::vector<int>>();
@@ -104,7 +104,7 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
   ASSERT_EQ(cases.size(), 2u);
   for (const auto& c : cases) {
     SCOPED_TRACE(c["name"].get<std::string>());
-    const Case k = make_case(c, static_cast<int32_t>(cfg.mask_token_id));
+    const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
     ForwardBatch fb = k.batch();
     fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
     const int64_t V = cfg.n_vocab, n_out = fb.n_out;
@@ -196,7 +196,7 @@ TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
   for (const auto& c : testing::load_json((kDir / "grad_cases.json").string())) {
     const std::string name = c["name"];
     SCOPED_TRACE(name);
-    const Case k = make_case(c, static_cast<int32_t>(cfg.mask_token_id));
+    const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
     ForwardBatch fb = k.batch();
     fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
     const int64_t V = cfg.n_vocab, n_out = fb.n_out;
@@ -253,7 +253,7 @@ TEST_P(GradParity, OverwriteEqualsAddIntoZeros) {
         ASSERT_TRUE(mixed.refresh(ctx, params->weights()).ok());
       }
       const auto model = Model::from_weights(cfg, bf16 ? mixed.forward() : params->weights(), nullptr);
-      const Case k = make_case(c, static_cast<int32_t>(cfg.mask_token_id));
+      const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
       ForwardBatch fb = k.batch();
       fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
       const int64_t n_out = fb.n_out;

@@ -43,7 +43,7 @@ Canvas make_canvas(const ModelConfig& c, int64_t B, int64_t L, uint32_t seed) {
   return k;
 }
 
-ForwardBatch batch_of(const Canvas& k, const std::vector<int64_t>& rows, CacheOp op, KvCache* cache,
+ForwardBatch cache_batch_of(const Canvas& k, const std::vector<int64_t>& rows, CacheOp op, KvCache* cache,
                       int64_t wb = 0, int64_t we = -1) {
   ForwardBatch b;
   b.n_batch = k.B;
@@ -101,12 +101,12 @@ TEST(KvCache, RefreshAndFullWindowUseEqualThePlainForwardBitForBit) {
       const std::vector<int64_t> rows = window_rows(k, 0, k.L);
       const size_t n = rows.size() * static_cast<size_t>(c.n_vocab);
       std::vector<float> plain(n), refreshed(n), used(n);
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kNone, nullptr), plain.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), plain.data()).ok());
       KvCache cache;
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kRefresh, &cache), refreshed.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kRefresh, &cache), refreshed.data()).ok());
       EXPECT_TRUE(cache.filled());
       EXPECT_EQ(cache.bytes(), KvCache::bytes_for(c.n_layer, B, k.L, c.n_head_kv * c.head_dim));
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, 0, k.L), used.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, 0, k.L), used.data()).ok());
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(refreshed[i], plain[i]) << "refresh, B " << B << " index " << i;
         ASSERT_EQ(used[i], plain[i]) << "kUse over the whole sequence, B " << B << " index " << i;
@@ -125,7 +125,7 @@ TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
       const std::vector<int64_t> all = window_rows(k, 0, k.L);
       std::vector<float> full(all.size() * c.n_vocab);
       KvCache cache;
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
       for (auto [wb, we] : {std::pair<int64_t, int64_t>{4, 9}, {0, 3}, {7, 12}, {5, 6}}) {
         const std::vector<int64_t> rows = window_rows(k, wb, we);
         std::vector<float> got(rows.size() * c.n_vocab), want;
@@ -134,7 +134,7 @@ TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
           want.insert(want.end(), full.begin() + at * c.n_vocab, full.begin() + (at + 1) * c.n_vocab);
         }
         // Same tokens → the window's fresh K/V equal the cached ones, so the cache stays valid.
-        ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
+        ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
         const double rel = rel_max_diff(got, want);
         EXPECT_LE(rel, 1e-6) << "B " << B << " window [" << wb << ", " << we << ")";
       }
@@ -163,12 +163,12 @@ TEST(KvCache, OneLayerModelIsExactWhenOnlyWindowTokensChange) {
       const std::vector<int64_t> rows = window_rows(k, wb, we);
       KvCache cache;
       std::vector<float> scratch(window_rows(k, 0, k.L).size() * config.n_vocab);
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, window_rows(k, 0, k.L), CacheOp::kRefresh, &cache), scratch.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, window_rows(k, 0, k.L), CacheOp::kRefresh, &cache), scratch.data()).ok());
       for (int64_t b = 0; b < B; ++b)
         for (int64_t i = wb; i < we; ++i) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
       std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
-      ASSERT_TRUE(model->forward(ctx, batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
       const double rel = rel_max_diff(got, want);
       std::printf("  %ld layer(s), B %ld: kUse after changing the window's tokens: rel max diff %.2e\n",
                   static_cast<long>(n_layer), static_cast<long>(B), rel);
@@ -192,18 +192,18 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   std::vector<float> logits(model.config().n_vocab * 8);
   auto message = [&](const ForwardBatch& b) { return model.forward(ctx, b, logits.data()).message(); };
   KvCache cache;
-  EXPECT_NE(message(batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("kRefresh"), std::string::npos);
-  EXPECT_NE(message(batch_of(k, rows, CacheOp::kNone, nullptr, 2, 6)).find("kUse"), std::string::npos);
-  EXPECT_NE(message(batch_of(k, rows, CacheOp::kRefresh, nullptr)).find("cache"), std::string::npos);
-  EXPECT_NE(message(batch_of(k, rows, CacheOp::kNone, nullptr, 3, 3)).find("window"), std::string::npos);
-  EXPECT_NE(message(batch_of(k, rows, CacheOp::kNone, nullptr, 0, 9)).find("window"), std::string::npos);
-  ASSERT_TRUE(model.forward(ctx, batch_of(k, rows, CacheOp::kRefresh, &cache), logits.data()).ok());
+  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("kRefresh"), std::string::npos);
+  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kNone, nullptr, 2, 6)).find("kUse"), std::string::npos);
+  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kRefresh, nullptr)).find("cache"), std::string::npos);
+  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kNone, nullptr, 3, 3)).find("window"), std::string::npos);
+  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kNone, nullptr, 0, 9)).find("window"), std::string::npos);
+  ASSERT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kRefresh, &cache), logits.data()).ok());
   rows = {1};
-  EXPECT_NE(message(batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("outside the window"), std::string::npos);
+  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("outside the window"), std::string::npos);
   const Canvas longer = make_canvas(model.config(), 1, 9, 1);
   rows = {4};
-  EXPECT_NE(message(batch_of(longer, rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
-  EXPECT_TRUE(model.forward(ctx, batch_of(k, rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
+  EXPECT_NE(message(cache_batch_of(longer, rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
+  EXPECT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
 }
 
 }  // namespace

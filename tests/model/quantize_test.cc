@@ -172,7 +172,7 @@ TEST(Quantize, ConfigBlock) {
 
 // ---- convert + load + forward ------------------------------------------------------------------------
 
-struct Case {
+struct QuantCase {
   std::vector<int32_t> tokens, positions;
   std::vector<uint8_t> valid;
   std::vector<int64_t> rows;
@@ -190,11 +190,11 @@ struct Case {
   }
 };
 
-std::vector<Case> fixture_cases(const std::string& dir) {
-  std::vector<Case> cases;
+std::vector<QuantCase> fixture_cases(const std::string& dir) {
+  std::vector<QuantCase> cases;
   const auto forward = dc::testing::load_json(dir + "/reference/forward.json");
   for (const auto& c : forward["cases"]) {
-    Case k;
+    QuantCase k;
     k.B = c["shape"][0].get<int64_t>();
     k.L = c["shape"][1].get<int64_t>();
     k.tokens = flatten<int32_t>(c["input_ids"]);
@@ -207,7 +207,7 @@ std::vector<Case> fixture_cases(const std::string& dir) {
   return cases;
 }
 
-std::vector<float> logits_of(const Model& model, const Case& k, const Context& ctx) {
+std::vector<float> logits_of(const Model& model, const QuantCase& k, const Context& ctx) {
   std::vector<float> out(k.rows.size() * model.config().n_vocab);
   const Status s = model.forward(ctx, k.batch(), out.data());
   EXPECT_TRUE(s.ok()) << s.to_string();
@@ -265,7 +265,7 @@ TEST(QuantizedCheckpoint, ConvertLoadAndForwardEveryFixture) {
       EXPECT_EQ((*q)->weights().tok_embd.quant, format);
       EXPECT_TRUE(fs::exists(out / "generation_config.json") == fs::exists(fs::path(src) / "generation_config.json"));
       double worst = 0;
-      for (const Case& k : cases) {
+      for (const QuantCase& k : cases) {
         ++n_cases;
         const auto want = logits_of(**dense, k, ctx), got = logits_of(**q, k, ctx);
         for (float v : got) ASSERT_TRUE(std::isfinite(v));
@@ -299,7 +299,7 @@ TEST(QuantizedCheckpoint, ShardsInMemoryAndFileAgree) {
   ASSERT_TRUE(in_memory.ok());
   auto mem = Model::from_weights((*dense)->config(), in_memory->weights, in_memory->storage);
   const Context ctx{Device::kCpu, &pool};
-  for (const Case& k : fixture_cases(src)) {
+  for (const QuantCase& k : fixture_cases(src)) {
     const auto a = logits_of(**one, k, ctx);
     EXPECT_EQ(a, logits_of(**many, k, ctx));
     EXPECT_EQ(a, logits_of(*mem, k, ctx));
@@ -317,7 +317,7 @@ TEST(QuantizedCheckpoint, FastKernelsMatchReferenceKernels) {
     ASSERT_TRUE(q.ok());
     Context fast{Device::kCpu, &pool}, ref{Device::kCpu, &pool};
     ref.reference_kernels = true;
-    for (const Case& k : fixture_cases(src)) {
+    for (const QuantCase& k : fixture_cases(src)) {
       const double e = relative_error(logits_of(**q, k, fast), logits_of(**q, k, ref));
       EXPECT_LT(e, 2e-2) << quant_format_name(format);  // the int8 rounding of the activations
     }
@@ -437,7 +437,7 @@ TEST(QuantizedRandomModel, DISABLED_Qwen05BShapeLogitError) {
   });
   ThreadPool pool(0);
   auto base = Model::from_weights(c, dense, store);
-  Case k;
+  QuantCase k;
   k.B = 1;
   k.L = 64;
   std::uniform_int_distribution<int32_t> ids(0, 151642);

@@ -22,7 +22,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-Vec random_vec(size_t n, uint32_t seed, double scale = 1.0) {
+Vec random_doubles(size_t n, uint32_t seed, double scale = 1.0) {
   std::mt19937 gen(seed);
   std::normal_distribution<double> dist(0.0, scale);
   Vec v(n);
@@ -82,7 +82,7 @@ Vec rms_ref(const Vec& x, const Vec& w, int64_t n, int64_t d, double eps) {
 TEST_P(BackwardTest, RmsNorm) {
   const int64_t n = 5, d = 24;
   const double eps = 1e-6;
-  const Vec x = random_vec(n * d, 1), w = random_vec(d, 2), c = random_vec(n * d, 3);
+  const Vec x = random_doubles(n * d, 1), w = random_doubles(d, 2), c = random_doubles(n * d, 3);
   const Vec want_dx = numeric_grad([&](const Vec& xx) { return dot(c, rms_ref(xx, w, n, d, eps)); }, x);
   const Vec want_dw = numeric_grad([&](const Vec& ww) { return dot(c, rms_ref(x, ww, n, d, eps)); }, w);
   std::vector<float> dx(n * d, 0.5f), dw(d, 0.25f);  // backward adds: start from non-zero buffers
@@ -99,7 +99,7 @@ TEST_P(BackwardTest, Rope) {
   std::vector<int32_t> pos = {0, 5, 1, 17};
   std::vector<float> cos(n * hd / 2), sin(n * hd / 2);
   rope_tables(pos.data(), n, hd, 10000.0, cos.data(), sin.data());
-  const Vec x = random_vec(n * heads * hd, 4), c = random_vec(x.size(), 5);
+  const Vec x = random_doubles(n * heads * hd, 4), c = random_doubles(x.size(), 5);
   auto f = [&](const Vec& xx) {
     double s = 0;
     for (int64_t i = 0; i < n; ++i)
@@ -119,7 +119,7 @@ TEST_P(BackwardTest, Rope) {
 
 TEST_P(BackwardTest, SwiGlu) {
   const int64_t n = 64;
-  const Vec g = random_vec(n, 6, 2.0), u = random_vec(n, 7), c = random_vec(n, 8);
+  const Vec g = random_doubles(n, 6, 2.0), u = random_doubles(n, 7), c = random_doubles(n, 8);
   auto f = [&](const Vec& gg, const Vec& uu) {
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += c[i] * gg[i] / (1 + std::exp(-gg[i])) * uu[i];
@@ -136,7 +136,7 @@ TEST_P(BackwardTest, SwiGlu) {
 TEST_P(BackwardTest, Embedding) {
   const int64_t rows = 7, cols = 5;
   const std::vector<int32_t> ids = {3, 0, 3, 6, 3};  // repeated ids accumulate
-  const Vec table = random_vec(rows * cols, 9), c = random_vec(ids.size() * cols, 10);
+  const Vec table = random_doubles(rows * cols, 9), c = random_doubles(ids.size() * cols, 10);
   auto f = [&](const Vec& t) {
     double s = 0;
     for (size_t i = 0; i < ids.size(); ++i)
@@ -151,8 +151,8 @@ TEST_P(BackwardTest, Embedding) {
 
 TEST_P(BackwardTest, MatmulNt) {
   const int64_t n = 6, in = 40, out = 9;
-  const Vec x = random_vec(n * in, 11), w = random_vec(out * in, 12, 0.5), b = random_vec(out, 13),
-            c = random_vec(n * out, 14);
+  const Vec x = random_doubles(n * in, 11), w = random_doubles(out * in, 12, 0.5), b = random_doubles(out, 13),
+            c = random_doubles(n * out, 14);
   auto f = [&](const Vec& xx, const Vec& ww, const Vec& bb) {
     double s = 0;
     for (int64_t i = 0; i < n; ++i)
@@ -188,7 +188,7 @@ TEST_P(BackwardTest, MatmulNtBf16) {
   if (!bf16_backward(ctx)) GTEST_SKIP() << "no AVX512_BF16";
   for (const auto [n, in, out] : {std::array<int64_t, 3>{6, 40, 9}, {33, 130, 67}, {1, 7, 3}}) {
     SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(in) + "x" + std::to_string(out));
-    const Vec x = random_vec(n * in, 21), w = random_vec(out * in, 22, 0.5), dy = random_vec(n * out, 23);
+    const Vec x = random_doubles(n * in, 21), w = random_doubles(out * in, 22, 0.5), dy = random_doubles(n * out, 23);
     auto round = [](const Vec& v) {
       Vec r(v.size());
       for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(static_cast<float>(v[i])));
@@ -254,7 +254,7 @@ TEST_P(BackwardTest, MatmulTnAddBf16MatchesReference) {
       for (double& e : v) e = bf16_to_f32(f32_to_bf16(static_cast<float>(e)));
       return v;
     };
-    const Vec a = random_vec(n * m, 31), b = random_vec(n * k, 32, 0.5), y0 = random_vec(m * k, 33);
+    const Vec a = random_doubles(n * m, 31), b = random_doubles(n * k, 32, 0.5), y0 = random_doubles(m * k, 33);
     std::vector<float> want = to_f32(y0), got = to_f32(y0);
     matmul_tn_add(ref, to_f32(round(a)).data(), n, m, to_f32(round(b)).data(), k, want.data());
     matmul_tn_add(fast, to_f32(a).data(), n, m, to_f32(b).data(), k, got.data());  // rounds a and b itself
@@ -286,14 +286,14 @@ TEST_P(BackwardTest, MatmulTnOverwriteEqualsAddIntoZeros) {
     if (precision == MatmulPrecision::kBF16 && !bf16_backward(ctx)) continue;
     for (const auto [n, m, k] : {std::array<int64_t, 3>{0, 5, 7}, {7, 33, 65}, {1031, 45, 70}}) {
       SCOPED_TRACE(std::to_string(n) + " tokens, " + std::to_string(m) + " × " + std::to_string(k));
-      const std::vector<float> a = to_f32(random_vec(n * m, 41)), b = to_f32(random_vec(n * k, 42));
+      const std::vector<float> a = to_f32(random_doubles(n * m, 41)), b = to_f32(random_doubles(n * k, 42));
       std::vector<float> added(m * k, 0.0f), written(m * k, std::nanf(""));
       matmul_tn_add(ctx, a.data(), n, m, b.data(), k, added.data());
       matmul_tn(ctx, a.data(), n, m, b.data(), k, written.data());
       ASSERT_EQ(0, std::memcmp(added.data(), written.data(), added.size() * sizeof(float)));
       if (n == 0) continue;
       // matmul_nt_backward of y = x·wᵀ + bias with w [m, k]: dy [n, m], x [n, k].
-      const std::vector<float> w = to_f32(random_vec(m * k, 43));
+      const std::vector<float> w = to_f32(random_doubles(m * k, 43));
       std::vector<float> dx_add(n * k, 1.0f), dx_written(n * k, 1.0f), dw_add(m * k, 0.0f), db_add(m, 0.0f);
       std::vector<float> dw_written(m * k, std::nanf("")), db_written(m, std::nanf(""));
       const WeightView wv{DType::kF32, w.data(), m, k};
@@ -350,7 +350,7 @@ TEST_P(BackwardTest, AttentionWithPaddingAndGqa) {
   const AttentionShape s{2, 5, 4, 2, 8};
   const std::vector<uint8_t> valid = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1};  // row 0 left-padded by 2
   const int64_t nq = s.n_batch * s.n_seq * s.n_head * s.head_dim, nkv = s.n_batch * s.n_seq * s.n_head_kv * s.head_dim;
-  const Vec q = random_vec(nq, 15), k = random_vec(nkv, 16), v = random_vec(nkv, 17), c = random_vec(nq, 18);
+  const Vec q = random_doubles(nq, 15), k = random_doubles(nkv, 16), v = random_doubles(nkv, 17), c = random_doubles(nq, 18);
   for (const uint8_t* mask : {static_cast<const uint8_t*>(nullptr), valid.data()}) {
     const Vec want_dq = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, x, k, v, mask)); }, q);
     const Vec want_dk = numeric_grad([&](const Vec& x) { return dot(c, attention_ref(s, q, x, v, mask)); }, k);
@@ -377,8 +377,8 @@ TEST_P(BackwardTest, AttentionFastMatchesReference) {
                                  AttentionShape{1, 64, 7, 1, 64}}) {
     SCOPED_TRACE("L " + std::to_string(s.n_seq) + " H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv));
     const int64_t nq = s.n_batch * s.n_seq * s.n_head * s.head_dim, nkv = s.n_batch * s.n_seq * s.n_head_kv * s.head_dim;
-    const std::vector<float> q = to_f32(random_vec(nq, 31)), k = to_f32(random_vec(nkv, 32)),
-                             v = to_f32(random_vec(nkv, 33)), dout = to_f32(random_vec(nq, 34));
+    const std::vector<float> q = to_f32(random_doubles(nq, 31)), k = to_f32(random_doubles(nkv, 32)),
+                             v = to_f32(random_doubles(nkv, 33)), dout = to_f32(random_doubles(nq, 34));
     std::vector<uint8_t> valid(s.n_batch * s.n_seq, 1);
     for (int64_t i = 0; i < 5; ++i) valid[i] = 0;  // row 0 left-padded by 5
     for (const uint8_t* mask : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(valid.data())}) {
@@ -417,8 +417,8 @@ TEST_P(BackwardTest, AttentionBf16WithinToleranceOfF32) {
     SCOPED_TRACE("L " + std::to_string(s.n_seq) + " H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) +
                  ", q scale " + std::to_string(q_scale));
     const int64_t nq = s.n_batch * s.n_seq * s.n_head * s.head_dim, nkv = s.n_batch * s.n_seq * s.n_head_kv * s.head_dim;
-    const std::vector<float> q = to_f32(random_vec(nq, 51, q_scale)), k = to_f32(random_vec(nkv, 52)),
-                             v = to_f32(random_vec(nkv, 53)), dout = to_f32(random_vec(nq, 54));
+    const std::vector<float> q = to_f32(random_doubles(nq, 51, q_scale)), k = to_f32(random_doubles(nkv, 52)),
+                             v = to_f32(random_doubles(nkv, 53)), dout = to_f32(random_doubles(nq, 54));
     std::vector<uint8_t> valid(s.n_batch * s.n_seq, 1);
     for (int64_t i = 0; i < 5; ++i) valid[i] = 0;  // row 0 left-padded by 5
     std::vector<float> out(nq);
@@ -449,7 +449,7 @@ TEST_P(BackwardTest, AttentionBf16WithinToleranceOfF32) {
 
 TEST_P(BackwardTest, CrossEntropyValueAndGradient) {
   const int64_t n = 3, V = 50;
-  const Vec logits = random_vec(n * V, 19, 3.0);
+  const Vec logits = random_doubles(n * V, 19, 3.0);
   const std::vector<int32_t> targets = {4, 49, 0};
   const std::vector<float> weights = {0.5f, 2.0f, 1.25f};
   auto f = [&](const Vec& x) {

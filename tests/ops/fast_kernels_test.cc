@@ -23,23 +23,16 @@ namespace dc {
 namespace {
 
 using dc::testing::expect_close;
+using dc::testing::random_vec;
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-struct Weight {
+struct KernelWeight {
   std::vector<float> f32;
   std::vector<uint16_t> half;
   WeightView view;
 };
 
-Weight make_weight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  Weight w;
+KernelWeight make_kernel_weight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  KernelWeight w;
   w.f32 = random_vec(rows * cols, seed, 0.5f);
   if (dtype == DType::kF32) {
     w.view = {dtype, w.f32.data(), rows, cols};
@@ -82,7 +75,7 @@ const Mnk kMatmulShapes[] = {{1, 1, 1},     {1, 17, 33},    {2, 70, 31},    {3, 
 TEST_P(FastKernelsTest, MatmulF32PathMatchesReferenceForEveryDtype) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (auto [n, m, k] : kMatmulShapes) {
-      const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(7 + n + m + k));
+      const KernelWeight w = make_kernel_weight(dtype, m, k, static_cast<uint32_t>(7 + n + m + k));
       const auto x = random_vec(n * k, static_cast<uint32_t>(11 + k));
       const auto bias = random_vec(m, 5);
       for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
@@ -103,7 +96,7 @@ TEST_P(FastKernelsTest, MatmulF32PathMatchesReferenceForEveryDtype) {
 TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
   for (DType dtype : {DType::kBF16, DType::kF16})
   for (auto [n, m, k] : kMatmulShapes) {
-    const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(3 + n + m + k));
+    const KernelWeight w = make_kernel_weight(dtype, m, k, static_cast<uint32_t>(3 + n + m + k));
     const auto x = random_vec(n * k, static_cast<uint32_t>(17 + k));
     auto x_rounded = x;
     for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
@@ -129,7 +122,7 @@ TEST_P(FastKernelsTest, MatmulBf16TileShapes) {
   const Mnk shapes[] = {{32, 64, 32}, {33, 65, 64}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {96, 1000, 128}};
   for (DType dtype : {DType::kBF16, DType::kF16})
   for (auto [n, m, k] : shapes) {
-    const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(n + m + k));
+    const KernelWeight w = make_kernel_weight(dtype, m, k, static_cast<uint32_t>(n + m + k));
     std::vector<uint32_t> storage;
     WeightView packed;  // bf16 only
     if (dtype == DType::kBF16) {
@@ -165,7 +158,7 @@ TEST_P(FastKernelsTest, MatmulBf16TileShapes) {
 TEST_P(FastKernelsTest, MatmulAddSumsIntoY) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (auto [n, m, k] : kMatmulShapes) {
-      const Weight w = make_weight(dtype, m, k, static_cast<uint32_t>(5 + n + m + k));
+      const KernelWeight w = make_kernel_weight(dtype, m, k, static_cast<uint32_t>(5 + n + m + k));
       const auto x = random_vec(n * k, static_cast<uint32_t>(13 + k)), y0 = random_vec(n * m, 9);
       std::vector<float> product(n * m), want = y0;
       matmul_nt(ref_, x.data(), n, w.view, nullptr, product.data());
@@ -233,7 +226,7 @@ TEST(PackF16, SplitIsExactForEveryF16Value) {
 // rounded activations (and the row-major fast result bit for bit where both take the packed path).
 TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
   for (auto [n, m, k] : kMatmulShapes) {
-    const Weight w = make_weight(DType::kBF16, m, k, static_cast<uint32_t>(9 + n + m + k));
+    const KernelWeight w = make_kernel_weight(DType::kBF16, m, k, static_cast<uint32_t>(9 + n + m + k));
     const dc::testing::PackedCopy p(&pool_, w.view);
     const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
     std::vector<float> row(k), row_packed(k);
@@ -286,7 +279,7 @@ TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
   std::vector<Mnk> shapes(std::begin(kMatmulShapes), std::end(kMatmulShapes));
   for (const Mnk& s : {Mnk{32, 64, 32}, {70, 130, 96}, {100, 200, 1056}, {64, 16, 2048}, {33, 65, 2080}}) shapes.push_back(s);
   for (auto [n, m, k] : shapes) {
-    const Weight w = make_weight(DType::kBF16, k, m, static_cast<uint32_t>(3 + n + m + k));  // W [k, m]
+    const KernelWeight w = make_kernel_weight(DType::kBF16, k, m, static_cast<uint32_t>(3 + n + m + k));  // W [k, m]
     const dc::testing::PackedCopy p(&pool_, w.view);
     const WeightView t = transposed_panels(p.view);  // Wᵀ [m, k]
     std::vector<uint16_t> wt_half(m * k);
@@ -323,7 +316,7 @@ TEST_P(FastKernelsTest, MatmulTransposedPanelsMatchRowMajorTranspose) {
 
 // f32 weights keep f32 activations at bf16 precision (f16 ones round them: MatmulBf16Activations...).
 TEST_P(FastKernelsTest, MatmulBf16PrecisionLeavesF32WeightsExact) {
-  const Weight w = make_weight(DType::kF32, 70, 45, 2);
+  const KernelWeight w = make_kernel_weight(DType::kF32, 70, 45, 2);
   const auto x = random_vec(9 * 45, 3);
   std::vector<float> want(9 * 70), got(9 * 70);
   matmul_nt(ref_, x.data(), 9, w.view, nullptr, want.data());
@@ -333,7 +326,7 @@ TEST_P(FastKernelsTest, MatmulBf16PrecisionLeavesF32WeightsExact) {
 
 // On a CPU without AVX-512 (simulated) every fast kernel runs its reference kernel: identical results.
 TEST_P(FastKernelsTest, PortableFallbackIsTheReference) {
-  const Weight w = make_weight(DType::kBF16, 33, 70, 4);
+  const KernelWeight w = make_kernel_weight(DType::kBF16, 33, 70, 4);
   const auto x = random_vec(10 * 70, 5), g = random_vec(10 * 70, 6), norm = random_vec(70, 7);
   const AttentionShape s{1, 10, 2, 1, 35};
   auto run = [&](const Context& ctx) {

@@ -7,20 +7,15 @@
 
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "kernel_test_util.h"
 #include "ops/matmul.h"
 
 namespace dc {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using dc::testing::random_vec;
 
-void expect_close(const std::vector<double>& want, const float* got, double rel_tol, const char* what) {
+void expect_close_to_ref(const std::vector<double>& want, const float* got, double rel_tol, const char* what) {
   double max_ref = 1e-30;
   for (double w : want) max_ref = std::max(max_ref, std::abs(w));
   for (size_t i = 0; i < want.size(); ++i)
@@ -74,7 +69,7 @@ TEST_P(OpsTest, MatmulNtAllDtypesAndTails) {
           for (int64_t t = 0; t < k; ++t) acc += static_cast<double>(x[i * k + t]) * w.as_double[j * k + t];
           want[i * m + j] = acc;
         }
-      expect_close(want, y.data(), 1e-5, dtype_name(dtype));
+      expect_close_to_ref(want, y.data(), 1e-5, dtype_name(dtype));
     }
   }
 }
@@ -91,7 +86,7 @@ TEST_P(OpsTest, RmsNorm) {
     const double r = 1.0 / std::sqrt(ss / d + 1e-6);
     for (int64_t t = 0; t < d; ++t) want[i * d + t] = x[i * d + t] * r * w[t];
   }
-  expect_close(want, y.data(), 1e-6, "rms_norm");
+  expect_close_to_ref(want, y.data(), 1e-6, "rms_norm");
 }
 
 TEST_P(OpsTest, RopeRotateHalf) {
@@ -113,7 +108,7 @@ TEST_P(OpsTest, RopeRotateHalf) {
         want[(i * heads + h) * D + t] = v[t] * std::cos(ang) - v[t + D / 2] * std::sin(ang);
         want[(i * heads + h) * D + t + D / 2] = v[t + D / 2] * std::cos(ang) + v[t] * std::sin(ang);
       }
-  expect_close(want, y.data(), 1e-6, "rope");
+  expect_close_to_ref(want, y.data(), 1e-6, "rope");
 }
 
 TEST_P(OpsTest, SwigluAndAdd) {
@@ -127,8 +122,8 @@ TEST_P(OpsTest, SwigluAndAdd) {
     want_s[i] = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
     want_y[i] = y0[i] + double(out[i]);
   }
-  expect_close(want_s, out.data(), 1e-6, "swiglu");
-  expect_close(want_y, y.data(), 1e-6, "add");
+  expect_close_to_ref(want_s, out.data(), 1e-6, "swiglu");
+  expect_close_to_ref(want_y, y.data(), 1e-6, "add");
 }
 
 TEST_P(OpsTest, EmbeddingBf16) {
@@ -176,7 +171,7 @@ TEST_P(OpsTest, AttentionGqaWithPaddingMask) {
               want[(b * s.n_seq + i) * qd + h * s.head_dim + t] += p * v[(b * s.n_seq + j) * kd + hk * s.head_dim + t];
           }
         }
-    expect_close(want, out.data(), 1e-5, mask ? "attention(masked)" : "attention");
+    expect_close_to_ref(want, out.data(), 1e-5, mask ? "attention(masked)" : "attention");
   }
 }
 

@@ -16,9 +16,9 @@ namespace {
 using testing::FakeModel;
 using testing::RecordedBatch;
 
-constexpr int64_t kVocab = 16;
-constexpr int32_t kMask = 15;
-constexpr int32_t kPad = 14;
+using testing::kMask;
+using testing::kPad;
+using testing::kVocab;
 constexpr int32_t kToken = 5;
 
 SamplingParams block_params(int64_t new_tokens, int steps, int64_t block_length) {

@@ -13,6 +13,11 @@
 
 namespace dc::testing {
 
+// The vocabulary of most sampler tests: 16 tokens, the last two the mask and the pad token.
+inline constexpr int64_t kVocab = 16;
+inline constexpr int32_t kMask = 15;
+inline constexpr int32_t kPad = 14;
+
 // A copy of a ForwardBatch (the pointers are only valid during the call).
 struct RecordedBatch {
   int64_t n_batch = 0, n_seq = 0;

@@ -14,11 +14,11 @@ namespace {
 
 using testing::FakeModel;
 
-constexpr int64_t kVocab = 16;
-constexpr int32_t kMask = 15;
-constexpr int32_t kPad = 14;
+using testing::kMask;
+using testing::kPad;
+using testing::kVocab;
 
-SamplingParams small_params(int64_t new_tokens, int steps) {
+SamplingParams hook_params(int64_t new_tokens, int steps) {
   SamplingParams p;
   p.max_new_tokens = new_tokens;
   p.steps = steps;
@@ -49,7 +49,7 @@ std::vector<int64_t> commit_order(const SamplingParams& p, GenerateHooks hooks, 
 }
 
 TEST(Hooks, CustomPolicyCommitsLeftToRight) {
-  const SamplingParams p = small_params(6, 6);
+  const SamplingParams p = hook_params(6, 6);
   // Without a policy the most confident (rightmost) positions go first.
   EXPECT_EQ(commit_order(p, {}, rising), (std::vector<int64_t>{7, 6, 5, 4, 2, 3}));
   GenerateHooks hooks;
@@ -74,7 +74,7 @@ TEST(Hooks, CustomPolicyCommitsLeftToRight) {
 }
 
 TEST(Hooks, CustomPolicyAnswersAreValidated) {
-  const SamplingParams p = small_params(4, 4);
+  const SamplingParams p = hook_params(4, 4);
   GenerateHooks hooks;
   hooks.unmask_policy = [](const PolicyInput&) { return std::vector<int64_t>{0}; };  // a prompt position
   Status st;
@@ -90,7 +90,7 @@ TEST(Hooks, CustomPolicyAnswersAreValidated) {
 }
 
 TEST(Hooks, OnStepFalseCancels) {
-  const SamplingParams p = small_params(8, 8);
+  const SamplingParams p = hook_params(8, 8);
   GenerateHooks hooks;
   int seen = 0;
   hooks.on_step = [&](const StepInfo& info) {
@@ -114,7 +114,7 @@ TEST(Hooks, OnStepFalseCancels) {
 }
 
 TEST(Hooks, TokensHookForcesASuffix) {
-  const SamplingParams p = small_params(6, 6);
+  const SamplingParams p = hook_params(6, 6);
   std::vector<int> steps_seen;
   GenerateHooks hooks;
   hooks.tokens_hook = [&](const TokensHookArgs& args) {
@@ -140,7 +140,7 @@ TEST(Hooks, TokensHookForcesASuffix) {
 }
 
 TEST(Hooks, LogitsHookEditsLogitsOfTheSampledPositions) {
-  SamplingParams p = small_params(5, 5);
+  SamplingParams p = hook_params(5, 5);
   GenerateHooks hooks;
   hooks.logits_hook = [](const LogitsHookArgs& args) {
     EXPECT_EQ(args.logits.size(), args.positions.size() * static_cast<size_t>(args.n_vocab));
@@ -157,7 +157,7 @@ TEST(Hooks, LogitsHookEditsLogitsOfTheSampledPositions) {
 }
 
 TEST(Output, HistoryHasOneCanvasPerStep) {
-  SamplingParams p = small_params(6, 4);
+  SamplingParams p = hook_params(6, 4);
   p.output_history = true;
   FakeModel model(kVocab, rising);
   Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1, 2}, {3}}, p);
@@ -180,7 +180,7 @@ TEST(Generate, UnevenMaskedCountsNeverRemask) {
   // Row 0's generated part is pre-filled except its last 2 positions; row 1 keeps all 8 masked.
   // The batch-average k (from 5 masked per row) is capped per row, so row 0 is never re-masked, and the
   // last step takes each row's own remainder (the reference would take int(2.5) = 2 in both rows).
-  SamplingParams p = small_params(8, 4);
+  SamplingParams p = hook_params(8, 4);
   p.alg = Algorithm::kEntropy;
   GenerateHooks hooks;
   hooks.tokens_hook = [](const TokensHookArgs& args) {
@@ -203,7 +203,7 @@ TEST(Generate, UnevenMaskedCountsNeverRemask) {
 }
 
 TEST(Generate, AlgTempSamplesPositions) {
-  SamplingParams p = small_params(12, 4);
+  SamplingParams p = hook_params(12, 4);
   p.alg = Algorithm::kEntropy;
   p.alg_temp = 0.5f;
   std::vector<std::vector<int64_t>> orders;
@@ -219,7 +219,7 @@ TEST(Generate, AlgTempSamplesPositions) {
 }
 
 TEST(Errors, LogitsFnFailureAndNonFiniteLogits) {
-  const SamplingParams p = small_params(4, 2);  // k = 1 at step 0
+  const SamplingParams p = hook_params(4, 2);  // k = 1 at step 0
   LogitsFn failing = [](const ForwardBatch&, float*) { return io_error("device lost"); };
   Result<GenerateOutput> out = generate(failing, kVocab, {{1}}, p);
   ASSERT_FALSE(out.ok());
@@ -238,7 +238,7 @@ TEST(Errors, LogitsFnFailureAndNonFiniteLogits) {
 }
 
 TEST(Errors, PromptsAreChecked) {
-  const SamplingParams p = small_params(4, 4);
+  const SamplingParams p = hook_params(4, 4);
   FakeModel model(kVocab, rising);
   Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1}, {16}}, p);
   ASSERT_FALSE(out.ok());
@@ -295,7 +295,7 @@ TEST(Params, InvalidValuesNameTheField) {
       {"max_position_embeddings", [](SamplingParams& p) { p.max_position_embeddings = -1; }},
   };
   for (const Case& c : cases) {
-    SamplingParams p = small_params(4, 4);
+    SamplingParams p = hook_params(4, 4);
     ASSERT_TRUE(validate(p, kVocab).ok());
     c.mutate(p);
     Status st = validate(p, kVocab);

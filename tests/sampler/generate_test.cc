@@ -20,9 +20,9 @@ namespace {
 using testing::FakeModel;
 using testing::hash_unit;
 
-constexpr int64_t kVocab = 16;
-constexpr int32_t kMask = 15;
-constexpr int32_t kPad = 14;
+using testing::kMask;
+using testing::kPad;
+using testing::kVocab;
 
 SamplingParams small_params(int64_t new_tokens, int steps) {
   SamplingParams p;

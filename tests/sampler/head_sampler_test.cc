@@ -19,18 +19,18 @@ namespace {
 using testing::FakeModel;
 using testing::hash_unit;
 
-constexpr int64_t kVocab = 40;
-constexpr int32_t kMask = 39;
-constexpr int32_t kPad = 38;
+constexpr int64_t kHeadVocab = 40;
+constexpr int32_t kHeadMask = 39;
+constexpr int32_t kHeadPad = 38;
 
 // Logits that depend on the tokens around index i (so every step differs) and never favour the mask.
 void context_row(const ForwardBatch& batch, int64_t b, int64_t i, float* logits) {
   const int32_t* row = batch.tokens + b * batch.n_seq;
   const uint64_t left = i > 0 ? static_cast<uint64_t>(row[i - 1]) : 0;
-  for (int64_t v = 0; v < kVocab; ++v)
+  for (int64_t v = 0; v < kHeadVocab; ++v)
     logits[v] = 3.0f * hash_unit(static_cast<uint64_t>(v), static_cast<uint64_t>(i) * 977 + left,
                                  static_cast<uint64_t>(row[i]));
-  logits[kMask] = -1e4f;
+  logits[kHeadMask] = -1e4f;
 }
 
 // A HeadSampler over a RowFn that, like a backend's, computes logits only chunk by chunk: its "hidden
@@ -53,7 +53,7 @@ class ChunkedHead final : public HeadSampler {
   }
   int64_t n_rows() const override { return batch_.n_out; }
   Status logits(int64_t first, int64_t n, float* out) override {
-    for (int64_t r = 0; r < n; ++r) row(first + r, out + r * kVocab);
+    for (int64_t r = 0; r < n; ++r) row(first + r, out + r * kHeadVocab);
     return Status::ok_status();
   }
   Status sample(const HeadSampling& args, std::span<TokenSample> out) override {
@@ -63,10 +63,10 @@ class ChunkedHead final : public HeadSampler {
       const int64_t c0 = args.rows[e].hidden_row, e_begin = e;
       while (e < n && args.rows[e].hidden_row < c0 + chunk_rows_) ++e;
       const int64_t rows = args.rows[e - 1].hidden_row + 1 - c0;
-      block_.assign(static_cast<size_t>(rows * kVocab), 0.0f);
+      block_.assign(static_cast<size_t>(rows * kHeadVocab), 0.0f);
       max_rows_ = std::max(max_rows_, rows);
-      for (int64_t r = 0; r < rows; ++r) row(c0 + r, block_.data() + r * kVocab);
-      DC_RETURN_IF_ERROR(sample_head_rows(args, e_begin, e, block_.data(), c0, kVocab, nullptr, out));
+      for (int64_t r = 0; r < rows; ++r) row(c0 + r, block_.data() + r * kHeadVocab);
+      DC_RETURN_IF_ERROR(sample_head_rows(args, e_begin, e, block_.data(), c0, kHeadVocab, nullptr, out));
     }
     return Status::ok_status();
   }
@@ -98,8 +98,8 @@ SamplingParams base(int64_t new_tokens, int steps) {
   SamplingParams p;
   p.max_new_tokens = new_tokens;
   p.steps = steps;
-  p.mask_token_id = kMask;
-  p.pad_token_id = kPad;
+  p.mask_token_id = kHeadMask;
+  p.pad_token_id = kHeadPad;
   p.top_k = 0;
   return p;
 }
@@ -140,18 +140,18 @@ std::vector<Case> cases() {
   out.push_back({"alg_temp", {{2, 4}}, alg_temp});
   SamplingParams shared = base(6, 4);  // masks at positions 0 and 1: both read row 0 (one hidden row)
   shared.alg = Algorithm::kEntropy, shared.seed = 2, shared.temperature = 0.5f;  // divides the row in place
-  out.push_back({"shared row", {{kMask, kMask, 3}}, shared});
+  out.push_back({"shared row", {{kHeadMask, kHeadMask, 3}}, shared});
   return out;
 }
 
 TEST(HeadSampler, ChunkedEqualsFullPathForEveryCaseAndChunkSize) {
   for (const Case& c : cases()) {
-    FakeModel full(kVocab, context_row);
-    Result<GenerateOutput> want = generate(full.logits_fn(), kVocab, c.prompts, c.params);
+    FakeModel full(kHeadVocab, context_row);
+    Result<GenerateOutput> want = generate(full.logits_fn(), kHeadVocab, c.prompts, c.params);
     ASSERT_TRUE(want.ok()) << c.name << ": " << want.status().to_string();
     for (int64_t chunk : {1, 3, 7, 64}) {
       auto head = std::make_shared<ChunkedHead>(context_row, chunk);
-      Result<GenerateOutput> got = generate(chunked_fn(head), kVocab, c.prompts, c.params);
+      Result<GenerateOutput> got = generate(chunked_fn(head), kHeadVocab, c.prompts, c.params);
       ASSERT_TRUE(got.ok()) << c.name << " chunk " << chunk << ": " << got.status().to_string();
       EXPECT_EQ(got->sequences, want->sequences) << c.name << " chunk " << chunk;
       EXPECT_EQ(got->committed_counts, want->committed_counts) << c.name << " chunk " << chunk;
@@ -165,19 +165,19 @@ TEST(HeadSampler, ChunkedEqualsFullPathForEveryCaseAndChunkSize) {
 // the temperature dividing it in place) each see it intact, and each draws from its own stream.
 TEST(HeadSampler, SampleHeadRowsEqualsSampleTokenPerEntry) {
   const int64_t n_rows = 3;
-  std::vector<float> logits(static_cast<size_t>(n_rows * kVocab));
+  std::vector<float> logits(static_cast<size_t>(n_rows * kHeadVocab));
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = 2.0f * hash_unit(i, 5);
   const std::vector<float> original = logits;
   const std::vector<HeadRow> rows = {{10, 0, 0}, {10, 0, 1}, {11, 1, 4}, {12, 1, 5}, {12, 2, 5}};
   HeadSampling args{FilterConfig{0.5f, 0.95f, 9}, ConfidenceKind::kNegEntropy, 77, 3, rows};
   std::vector<TokenSample> got(rows.size());
-  ASSERT_TRUE(sample_head_rows(args, 0, static_cast<int64_t>(rows.size()), logits.data(), 10, kVocab, nullptr, got).ok());
+  ASSERT_TRUE(sample_head_rows(args, 0, static_cast<int64_t>(rows.size()), logits.data(), 10, kHeadVocab, nullptr, got).ok());
   for (size_t e = 0; e < rows.size(); ++e) {
-    std::vector<float> row(original.begin() + (rows[e].hidden_row - 10) * kVocab,
-                           original.begin() + (rows[e].hidden_row - 9) * kVocab);
+    std::vector<float> row(original.begin() + (rows[e].hidden_row - 10) * kHeadVocab,
+                           original.begin() + (rows[e].hidden_row - 9) * kHeadVocab);
     Rng rng = Rng::for_stream(77, RngPurpose::kToken, 3, rows[e].row, rows[e].position);
     FilterScratch scratch;
-    Result<TokenSample> want = sample_token(row.data(), kVocab, args.filter, args.kind, rng, scratch);
+    Result<TokenSample> want = sample_token(row.data(), kHeadVocab, args.filter, args.kind, rng, scratch);
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(got[e].token, want->token) << "entry " << e;
     EXPECT_EQ(got[e].confidence, want->confidence) << "entry " << e;
@@ -203,10 +203,10 @@ TEST(HeadSampler, HooksSeeTheFullRowsOnTheChunkedPath) {
       confidences[path].emplace_back(in.confidences.begin(), in.confidences.end());
       return std::vector<int64_t>{in.masked_positions.front()};
     };
-    FakeModel full(kVocab, context_row);
+    FakeModel full(kHeadVocab, context_row);
     auto head = std::make_shared<ChunkedHead>(context_row, 3);
-    Result<GenerateOutput> out = path == 0 ? generate(full.logits_fn(), kVocab, {{1, 2}}, p, hooks)
-                                           : generate(chunked_fn(head), kVocab, {{1, 2}}, p, hooks);
+    Result<GenerateOutput> out = path == 0 ? generate(full.logits_fn(), kHeadVocab, {{1, 2}}, p, hooks)
+                                           : generate(chunked_fn(head), kHeadVocab, {{1, 2}}, p, hooks);
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(out->generated[0][j], (2 + j) % 5) << "position " << 2 + j;
   }
@@ -221,10 +221,10 @@ TEST(HeadSampler, NonFiniteLogitsNameThePositionOnBothPaths) {
   };
   SamplingParams p = base(8, 4);
   p.alg = Algorithm::kEntropy;
-  FakeModel full(kVocab, nan_at_7);
+  FakeModel full(kHeadVocab, nan_at_7);
   auto head = std::make_shared<ChunkedHead>(nan_at_7, 2);
-  Result<GenerateOutput> a = generate(full.logits_fn(), kVocab, {{1, 2}}, p);
-  Result<GenerateOutput> b = generate(chunked_fn(head), kVocab, {{1, 2}}, p);
+  Result<GenerateOutput> a = generate(full.logits_fn(), kHeadVocab, {{1, 2}}, p);
+  Result<GenerateOutput> b = generate(chunked_fn(head), kHeadVocab, {{1, 2}}, p);
   ASSERT_FALSE(a.ok());
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(a.status().to_string(), b.status().to_string());

@@ -24,7 +24,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string tiny_model_dir() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
 
 using test::connect_to;
 using test::read_all;
@@ -46,7 +45,7 @@ class HostileHttp : public ::testing::Test {
   static void SetUpTestSuite() {
     dc::testing::load_manifest();
     EngineOptions o;
-    o.model_dir = tiny_model_dir();
+    o.model_dir = testing::vocab_model();
     o.n_threads = 2;
     auto e = Engine::load(o);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
@@ -126,7 +125,7 @@ TEST_F(HostileHttp, IdleServerGivesMemoryBack) {
 dc::test::TempDir nan_model() {
   dc::test::TempDir tmp("nan_model");
   const fs::path dir = tmp.path();
-  fs::copy(tiny_model_dir(), dir, fs::copy_options::recursive);
+  fs::copy(testing::vocab_model(), dir, fs::copy_options::recursive);
   std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
   uint64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), 8);

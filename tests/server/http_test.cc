@@ -20,7 +20,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string tiny_model_dir() { return dc::testing::fixtures_dir() + "/tiny-vocab"; }
 
 using test::connect_to;
 using test::Running;
@@ -30,7 +29,7 @@ class HttpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dc::testing::load_manifest();  // fails clearly when the fixtures are missing
-    auto e = testing::load_engine(tiny_model_dir(), 2);
+    auto e = testing::load_engine(testing::vocab_model(), 2);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(*e).release();
     ServerOptions o;

@@ -20,7 +20,7 @@ namespace dc::train {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kDir = DC_GRPO_FIXTURES_DIR;
+const fs::path kGrpoDir = DC_GRPO_FIXTURES_DIR;
 constexpr int32_t kImEnd = 60;
 
 // Completions of `prompts` (prompt ids = {1 + p % 5, 2, 3}) by the diffusion sampler, G per prompt,
@@ -56,9 +56,9 @@ RolloutFn sampler_rollout(int64_t G, int64_t C, uint64_t seed, bool flip) {
   };
 }
 
-GrpoOptions tiny_options(int64_t steps) {
+GrpoOptions tiny_grpo_options(int64_t steps) {
   GrpoOptions o;
-  o.model_dir = (kDir / "policy").string();
+  o.model_dir = (kGrpoDir / "policy").string();
   o.n_prompts = 5;
   o.steps = steps;
   o.group_size = 8;
@@ -75,7 +75,7 @@ GrpoOptions tiny_options(int64_t steps) {
 }
 
 // The mean reward of 64 fresh completions per prompt (another seed than training's).
-double held_out_reward(const ModelParams& params, const ModelConfig& cfg, const Context& ctx, bool flip) {
+double policy_held_out_reward(const ModelParams& params, const ModelConfig& cfg, const Context& ctx, bool flip) {
   const auto model = Model::from_weights(cfg, params.weights(), nullptr);
   auto r = sampler_rollout(64, 4, 999, flip)(ctx, *model, 0, {0, 1, 2, 3, 4});
   EXPECT_TRUE(r.ok()) << r.status().message();
@@ -87,7 +87,7 @@ double held_out_reward(const ModelParams& params, const ModelConfig& cfg, const 
 class GrpoTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
+    ASSERT_TRUE(fs::exists(kGrpoDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
     ctx_.pool = &pool_;
   }
   ThreadPool pool_{2};
@@ -100,16 +100,16 @@ class GrpoTrainerTest : public ::testing::Test {
 TEST_F(GrpoTrainerTest, RaisesTheRewardItIsGiven) {
   for (const bool flip : {false, true}) {
     SCOPED_TRACE(flip ? "reward for high tokens" : "reward for low tokens");
-    auto t = GrpoTrainer::create(tiny_options(16), ctx_, sampler_rollout(8, 4, 7, flip));
+    auto t = GrpoTrainer::create(tiny_grpo_options(16), ctx_, sampler_rollout(8, 4, 7, flip));
     ASSERT_TRUE(t.ok()) << t.status().message();
     GrpoTrainer& g = **t;
     ModelConfig cfg;
     {
-      auto m = Model::load((kDir / "policy").string());
+      auto m = Model::load((kGrpoDir / "policy").string());
       ASSERT_TRUE(m.ok());
       cfg = (*m)->config();
     }
-    const double before = held_out_reward(g.params(), cfg, ctx_, flip);
+    const double before = policy_held_out_reward(g.params(), cfg, ctx_, flip);
     while (g.steps_done() < 16) {
       auto s = g.step();
       ASSERT_TRUE(s.ok()) << s.status().message();
@@ -117,14 +117,14 @@ TEST_F(GrpoTrainerTest, RaisesTheRewardItIsGiven) {
         EXPECT_EQ(s->clip_fraction, 0.0) << "the first iteration's ratio is exactly 1";
       }
     }
-    const double after = held_out_reward(g.params(), cfg, ctx_, flip);
+    const double after = policy_held_out_reward(g.params(), cfg, ctx_, flip);
     std::printf("[ grpo     ] %s: held-out reward %.3f -> %.3f\n", flip ? "flipped" : "plain", before, after);
     EXPECT_GT(after, before + 0.15);
   }
 }
 
 TEST_F(GrpoTrainerTest, ReferenceModelIsMixedIntoEverySyncStep) {
-  GrpoOptions o = tiny_options(2);
+  GrpoOptions o = tiny_grpo_options(2);
   o.ref_sync_steps = 1;
   auto t = GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 3, false));
   ASSERT_TRUE(t.ok()) << t.status().message();
@@ -145,7 +145,7 @@ TEST_F(GrpoTrainerTest, ReferenceModelIsMixedIntoEverySyncStep) {
 // model and metrics of the uninterrupted run, bit for bit (with a sync every step, so the saved
 // reference model matters).
 TEST_F(GrpoTrainerTest, ResumedRunIsBitIdentical) {
-  GrpoOptions o = tiny_options(4);
+  GrpoOptions o = tiny_grpo_options(4);
   o.ref_sync_steps = 1;
   o.save_every = 1;
   o.recompute = true;
@@ -196,12 +196,12 @@ TEST_F(GrpoTrainerTest, ResumedRunIsBitIdentical) {
 }
 
 TEST_F(GrpoTrainerTest, BadOptionsAreRefused) {
-  GrpoOptions o = tiny_options(3);  // not whole rounds of 2 iterations
+  GrpoOptions o = tiny_grpo_options(3);  // not whole rounds of 2 iterations
   EXPECT_FALSE(GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 1, false)).ok());
-  o = tiny_options(2);
+  o = tiny_grpo_options(2);
   o.grad_accum = 3;  // 16 completions in 3 micro-batches
   EXPECT_FALSE(GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 1, false)).ok());
-  o = tiny_options(2);
+  o = tiny_grpo_options(2);
   o.group_size = 1;
   EXPECT_FALSE(GrpoTrainer::create(o, ctx_, sampler_rollout(8, 4, 1, false)).ok());
 }

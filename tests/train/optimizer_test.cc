@@ -18,7 +18,7 @@ namespace dc::train {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kDir = DC_GRAD_FIXTURES_DIR;
+const fs::path kGradDir = DC_GRAD_FIXTURES_DIR;
 
 std::vector<float> tensor(const SafetensorsFile& f, const std::string& name) {
   const TensorInfo* t = f.find(name);
@@ -31,9 +31,9 @@ std::vector<float> tensor(const SafetensorsFile& f, const std::string& name) {
 }
 
 TEST(AdamW, TenStepsMatchTorchOptimAdamW) {
-  ASSERT_TRUE(fs::exists(kDir / ".complete")) << "run `ctest -R grad_fixtures` first";
-  const auto hp = testing::load_json((kDir / "adamw.json").string());
-  auto file = SafetensorsFile::open((kDir / "adamw.safetensors").string());
+  ASSERT_TRUE(fs::exists(kGradDir / ".complete")) << "run `ctest -R grad_fixtures` first";
+  const auto hp = testing::load_json((kGradDir / "adamw.json").string());
+  auto file = SafetensorsFile::open((kGradDir / "adamw.safetensors").string());
   ASSERT_TRUE(file.ok()) << file.status().message();
   LrOptions lr;
   lr.schedule = LrSchedule::kCosine;
