@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string model_dir, shape;
   int64_t prompt_len = 64, new_tokens = 256;
   int steps = 256, batch = 1, threads = 0, max_steps = 0;
+  int64_t layers = 0, vocab = 0;  // --shape: reshape_synthetic's (commands.h)
   std::string alg = "entropy";
   float temperature = 0.0f;
   uint64_t seed = 0;
@@ -61,6 +62,7 @@ double percentile(std::vector<double> v, double p) {
 
 int run_bench(const BenchArgs& a) {
   if (a.model_dir.empty() == a.shape.empty()) return usage_error(invalid_argument("give exactly one of --model DIR or --shape NAME"));
+  if (Status st = check_reshape(a.shape, a.layers, a.vocab); !st.ok()) return usage_error(st);
   if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
     return usage_error(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
   if (a.prompt_len > kMaxCanvasLength || a.new_tokens > kMaxCanvasLength || a.steps > kMaxSteps ||
@@ -88,6 +90,7 @@ int run_bench(const BenchArgs& a) {
   if (!a.shape.empty()) {
     auto config = synthetic_config(a.shape);
     if (!config.ok()) return report(config.status());
+    reshape_synthetic(*config, a.layers, a.vocab);
     std::fprintf(stderr, "bench: building a random %s %s model...\n", a.weights.c_str(), a.shape.c_str());
     ThreadPool fill_pool(a.threads);
     auto model = make_synthetic_model(*config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &quantize);
@@ -150,9 +153,18 @@ int run_bench(const BenchArgs& a) {
   double first_forward_ms = -1;  // from the start of generation to the end of its first forward
   auto t_step = Clock::now();
   auto t_gen = t_step;
+  // The device's counters at the start and after the first step that ran a forward (which compiles the
+  // pipelines and records the first command buffers; a step may commit without one): the work per step is the
+  // later steps' when there are any.
+  DeviceCounters at_start, after_first;
+  int steps_to_first = 0;  // steps up to and including the first with a forward (0: none yet)
   GenerateHooks hooks;
   hooks.on_step = [&](const StepInfo& s) {
     step_ms.push_back(ms_since(t_step));
+    if (steps_to_first == 0 && first_forward_ms >= 0 && engine->backend() != nullptr) {
+      after_first = engine->backend()->counters();
+      steps_to_first = static_cast<int>(step_ms.size());
+    }
     t_step = Clock::now();
     if (s.step % 16 == 15 || s.step + 1 == s.n_steps)
       std::fprintf(stderr, "bench: step %d/%d, %.1f ms/step\n", s.step + 1, s.n_steps, step_ms.back());
@@ -168,7 +180,7 @@ int run_bench(const BenchArgs& a) {
     return head;
   };
   hooks.pool = &engine->pool();
-  const DeviceCounters before = engine->backend() != nullptr ? engine->backend()->counters() : DeviceCounters{};
+  if (engine->backend() != nullptr) at_start = engine->backend()->counters();
   t_gen = Clock::now();
   t_step = t_gen;
   auto out = generate(timed, c.n_vocab, prompts, p, hooks);
@@ -181,23 +193,29 @@ int run_bench(const BenchArgs& a) {
   const double total_ms = complete ? gen_ms : gen_ms / std::max(1, steps_run) * a.steps;
   const double tokens_per_s = a.batch * a.new_tokens / (total_ms / 1e3);
   const double gflops = forward_ms > 0 ? flops / (forward_ms * 1e6) : 0.0;
-  // The device's host-side work per step (runs, recordings, descriptor sets, submissions, uploads).
+  // The device's host-side work per step (runs, recordings, descriptor sets, submissions, uploads), after the
+  // first step when there are more.
   nlohmann::json device_work = nlohmann::json::object();
   if (engine->backend() != nullptr && steps_run > 0) {
     const DeviceCounters after = engine->backend()->counters();
-    const double n = steps_run;
+    const bool later = steps_to_first > 0 && steps_run > steps_to_first;
+    const DeviceCounters& before = later ? after_first : at_start;
+    const double n = later ? steps_run - steps_to_first : steps_run;
     device_work = {{"runs", (after.runs - before.runs) / n}, {"recordings", (after.recordings - before.recordings) / n},
                    {"dispatches_recorded", (after.dispatches_recorded - before.dispatches_recorded) / n},
                    {"descriptor_sets", (after.descriptor_sets - before.descriptor_sets) / n},
                    {"submits", (after.submits - before.submits) / n}, {"uploads", (after.uploads - before.uploads) / n},
                    {"upload_bytes", (after.upload_bytes - before.upload_bytes) / n},
-                   {"downloads", (after.downloads - before.downloads) / n}, {"record_ms", (after.record_ms - before.record_ms) / n}};
+                   {"downloads", (after.downloads - before.downloads) / n}, {"record_ms", (after.record_ms - before.record_ms) / n},
+                   {"dispatches_run", (after.dispatches_run - before.dispatches_run) / n},
+                   {"collect_ms", (after.collect_ms - before.collect_ms) / n}};
   }
 
   // A device's GEMMs: exact f32, or its matrix units where --precision bf16 allows them.
   const std::string arithmetic = engine->backend() != nullptr ? engine->backend()->arithmetic() : precision_name;
   nlohmann::json j = {
-      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", engine->pool().n_threads()},
+      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
+      {"threads", engine->pool().n_threads()},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
       {"alg", a.alg}, {"cache", cache_name}, {"block_length", p.block_length}, {"threshold", p.threshold},
       {"factor", p.factor}, {"weights", a.weights}, {"device", device_name},
@@ -226,9 +244,11 @@ int run_bench(const BenchArgs& a) {
   if (engine->backend() != nullptr)
     std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);
   if (!device_work.empty())
-    std::printf("| device work per step | %.1f runs, %.1f recordings (%.0f dispatches, %.0f descriptor sets, %.2f ms), "
-                "%.1f submits, %.1f uploads (%.0f bytes), %.1f downloads |\n",
-                device_work["runs"].get<double>(), device_work["recordings"].get<double>(),
+    std::printf("| device work per step (after the first forward) | %.1f runs of %.0f dispatches (%.2f ms of host CPU "
+                "collecting them), %.1f recordings (%.0f dispatches, %.0f descriptor sets, %.2f ms), %.1f submits, %.1f uploads "
+                "(%.0f bytes), %.1f downloads |\n",
+                device_work["runs"].get<double>(), device_work["dispatches_run"].get<double>(),
+                device_work["collect_ms"].get<double>(), device_work["recordings"].get<double>(),
                 device_work["dispatches_recorded"].get<double>(), device_work["descriptor_sets"].get<double>(),
                 device_work["record_ms"].get<double>(), device_work["submits"].get<double>(), device_work["uploads"].get<double>(),
                 device_work["upload_bytes"].get<double>(), device_work["downloads"].get<double>());
@@ -248,11 +268,31 @@ int run_bench(const BenchArgs& a) {
 
 }  // namespace
 
+Status check_reshape(const std::string& shape, int64_t layers, int64_t vocab) {
+  if ((layers != 0 || vocab != 0) && shape.empty())
+    return invalid_argument("--layers and --vocab change a --shape (not a --model checkpoint)");
+  if (layers < 0 || layers > 1024 || vocab < 0 || (vocab > 0 && vocab < 16) || vocab > (int64_t{1} << 20))
+    return invalid_argument("--layers must be in [0, 1024] and --vocab 0 or in [16, 1048576]");
+  return Status();
+}
+
+void reshape_synthetic(ModelConfig& config, int64_t layers, int64_t vocab) {
+  if (layers > 0) config.n_layer = layers;
+  if (vocab > 0) {
+    config.n_vocab = vocab, config.mask_token_id = vocab - 2;
+    config.pad_token_id = config.eos_token_id = config.bos_token_id = vocab - 1;
+  }
+}
+
 RunFn add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Benchmark generation on a checkpoint or a synthetic model");
   cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory, or a dream FILE.gguf");
   cmd->add_option("--shape", a->shape, "Synthetic model: diffucoder-7b | qwen2.5-0.5b | tiny (random bf16)");
+  cmd->add_option("--layers", a->layers, "--shape: this many layers instead of the shape's (e.g. a 7B-shape layer stack "
+                  "that fits in memory); 0 = the shape's");
+  cmd->add_option("--vocab", a->vocab, "--shape: this vocabulary size instead of the shape's (its last two ids the mask "
+                  "and the pad); 0 = the shape's");
   cmd->add_option("--prompt-len", a->prompt_len, "Prompt tokens (random ids)")->capture_default_str();
   cmd->add_option("--new-tokens", a->new_tokens, "Generated tokens")->capture_default_str();
   CLI::Option* steps = cmd->add_option("--steps", a->steps, "Diffusion steps (--train: timed optimizer steps, default 3)")
@@ -284,6 +324,7 @@ RunFn add_bench_command(CLI::App& app) {
     if (!train->enabled) return run_bench(*a);
     BenchTrainArgs t = *train;
     t.model_dir = a->model_dir, t.shape = a->shape, t.prompt_len = a->prompt_len, t.batch = a->batch;
+    t.layers = a->layers, t.vocab = a->vocab;
     t.steps = steps->count() > 0 ? a->steps : t.steps;
     t.threads = a->threads, t.seed = a->seed, t.json = a->json, t.precision = a->precision, t.no_peak = a->no_peak;
     return run_bench_train(t);

@@ -52,8 +52,7 @@ double median(std::vector<double> v) {
 Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, ThreadPool* pool) {
   if (!a.shape.empty()) {
     DC_ASSIGN_OR_RETURN(config, synthetic_config(a.shape));
-    if (a.layers > 0) config.n_layer = a.layers;
-    if (a.vocab > 0) config.n_vocab = a.vocab, config.mask_token_id = a.vocab - 2;
+    reshape_synthetic(config, a.layers, a.vocab);
     std::fprintf(stderr, "bench --train: building random f32 weights of the %s shape...\n", a.shape.c_str());
     DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, make_synthetic_model(config, a.seed, pool));
     return ModelParams::from_weights(config, model->weights());
@@ -97,10 +96,7 @@ Status check_args(const BenchTrainArgs& a) {
   if (!(a.mask_ratio == 0.0 || (a.mask_ratio > 0.0 && a.mask_ratio <= 1.0)))
     return invalid_argument("--mask-ratio must be in (0, 1], or 0 to draw t ~ U(eps, 1) per sequence");
   if (!(a.lr >= 0.0)) return invalid_argument("--lr must be >= 0");
-  if ((a.layers != 0 || a.vocab != 0) && a.shape.empty())
-    return invalid_argument("--layers and --vocab change a --shape (not a --model checkpoint)");
-  if (a.layers < 0 || a.layers > 1024 || a.vocab < 0 || (a.vocab > 0 && a.vocab < 16) || a.vocab > (int64_t{1} << 20))
-    return invalid_argument("--layers must be in [0, 1024] and --vocab 0 or in [16, 1048576]");
+  DC_RETURN_IF_ERROR(check_reshape(a.shape, a.layers, a.vocab));
   return Status();
 }
 
@@ -119,13 +115,9 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
       ->capture_default_str();
   cmd->add_flag("--grad-checkpointing", a->grad_checkpointing,
                 "--train: keep only each layer's input and recompute the layer in the backward");
-  cmd->add_option("--layers", a->layers,
-                  "--train with --shape: only the first N layers of the shape (e.g. a 7B-shape layer stack that fits "
-                  "in memory); 0 = all");
   cmd->add_flag("--profile", a->profile,
                 "--train: time every op of the timed steps (forward, backward, loss, optimizer) and print the "
                 "per-phase table (cheap timers, off by default)");
-  cmd->add_option("--vocab", a->vocab, "--train with --shape: this vocabulary size instead of the shape's; 0 = the shape's");
 }
 
 // Under mpirun: data parallel, each rank one micro-batch of --batch sequences of every step (the

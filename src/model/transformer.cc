@@ -265,7 +265,8 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   const float eps = static_cast<float>(c.rms_norm_eps);
   const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
   const LayerWeights& l = weights_.layers[il];
-  const std::string prefix = p.observer != nullptr ? "L" + std::to_string(il) + "." : std::string();
+  std::string prefix;  // (appended: GCC 12 warns falsely of an overlapping copy in "L" + std::to_string(il))
+  if (p.observer != nullptr) prefix.append("L").append(std::to_string(il)).append(".");
   auto observe = [&](const char* name, const float* data, std::vector<int64_t> shape_of) {
     if (p.observer != nullptr) (*p.observer)(prefix + name, data, shape_of);
   };

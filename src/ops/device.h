@@ -48,6 +48,8 @@ struct DeviceCounters {
   int64_t upload_bytes = 0;
   int64_t downloads = 0;
   double record_ms = 0;             // host time spent recording
+  int64_t dispatches_run = 0;       // dispatches submitted (recorded or replayed)
+  double collect_ms = 0;            // host CPU time from begin() to the run: the ops collecting their commands
 };
 
 // An opened compute device: its copy of the weights, the forward's device memory, and the ops of the

@@ -16,6 +16,7 @@
 // (slot + 1) << 40 of a named forward buffer or of caller-owned memory (allocate: the KV cache): an operand
 // must be the start of one (no row offsets yet).
 #include <algorithm>
+#include <ctime>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -38,6 +39,14 @@ constexpr size_t kMaxRecorded = 8;
 constexpr int64_t kKeptOutBytes = int64_t{4} << 20;
 
 class VulkanBackend;
+
+// The calling thread's CPU time (not the wall's: on a shared machine, or on lavapipe, whose threads run the
+// kernels on the same cores, the collection's wall time is mostly waiting for a core).
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
 
 // allocate()'s memory: a buffer in the backend's address table, handed back to it on destruction.
 class VulkanMemory final : public DeviceMemory {
@@ -71,7 +80,8 @@ class VulkanBackend final : public DeviceBackend {
   }
   DeviceCounters counters() const override {
     const vk::Counters& c = rt_->counters();
-    return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms};
+    return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms,
+            dispatches_run_, collect_ms_};
   }
 
   Status add_matrix(const WeightView& w, const std::string& name) override {
@@ -115,6 +125,7 @@ class VulkanBackend final : public DeviceBackend {
   std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(mutex_); }
 
   Status begin() override {
+    begun_ms_ = thread_cpu_ms();
     seq_.reset(), segments_.clear();
     {
       const std::lock_guard<std::mutex> guard(table_mutex_);
@@ -189,11 +200,14 @@ class VulkanBackend final : public DeviceBackend {
   Status finish() override {
     DC_CHECK(seq_.has_value(), "VulkanBackend::finish without begin");
     if (status_.ok()) {
+      collect_ms_ += thread_cpu_ms() - begun_ms_;
       segments_.push_back(std::move(*seq_));
       std::vector<vk::Sequence*> run;
       for (vk::Sequence& s : segments_)
         if (!s.empty()) run.push_back(&replayable(std::move(s)));
       status_ = vk::Sequence::run_all(run);
+      if (status_.ok())
+        for (const vk::Sequence* s : run) dispatches_run_ += s->dispatches();
       if (!status_.ok())  // a failed recording or run is never replayed
         recorded_.remove_if([&](const vk::Sequence& s) { return std::find(run.begin(), run.end(), &s) != run.end(); });
       for (const Out& o : outs_)
@@ -339,6 +353,9 @@ class VulkanBackend final : public DeviceBackend {
   static constexpr int64_t kSplitScratchBytes = int64_t{32} << 20;
   vk::Buffer split_scratch_;
   int64_t runs_ = 0;  // finish() calls
+  double begun_ms_ = 0;    // thread_cpu_ms() at the last begin()
+  double collect_ms_ = 0;  // DeviceCounters::collect_ms
+  int64_t dispatches_run_ = 0;
   std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
   std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)
   std::vector<size_t> free_slots_, released_;

@@ -126,6 +126,18 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
       EXPECT_GT(j["achieved_gflops"].get<double>(), 0.0) << args;
       EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0) << args;
     }
+  // --layers / --vocab reshape the synthetic model (the last two ids of the vocabulary the mask and the pad).
+  auto reshaped = run_binary("bench --shape tiny --layers 3 --vocab 64 --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json");
+  ASSERT_EQ(reshaped.exit_code, 0) << reshaped.err;
+  const auto rj = nlohmann::json::parse(reshaped.out);
+  EXPECT_EQ(rj["layers"], 3);
+  EXPECT_EQ(rj["vocab"], 64);
+  EXPECT_TRUE(rj["complete"].get<bool>());
+  for (const auto& row : rj["generated"])
+    for (const auto& id : row) EXPECT_LT(id.get<int>(), 64);
+  auto on_checkpoint = run_binary("bench --model " + small_model() + " --layers 1 --no-peak");
+  EXPECT_EQ(on_checkpoint.exit_code, 2);
+  EXPECT_NE(on_checkpoint.err.find("--layers and --vocab change a --shape"), std::string::npos) << on_checkpoint.err;
   // Block decoding with the dual cache: fewer positions per forward, same JSON.
   auto r = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --cache dual "
                "--block-length 8");

@@ -313,6 +313,10 @@ TEST(ForwardVulkan, StepsOfOneShapeRecordOnce) {
   EXPECT_EQ(now.runs - first.runs, 2);
   EXPECT_EQ(now.recordings, first.recordings);
   EXPECT_EQ(now.descriptor_sets, first.descriptor_sets);
+  // Replayed or recorded, every run's dispatches count as run, and collecting them took host time.
+  EXPECT_EQ(first.dispatches_run - start.dispatches_run, forward_dispatches);
+  EXPECT_EQ(now.dispatches_run - first.dispatches_run, 2 * forward_dispatches);
+  EXPECT_GT(now.collect_ms, first.collect_ms);
 
   SamplingParams p = device->default_params();
   p.steps = 4, p.max_new_tokens = 8, p.alg = Algorithm::kEntropy;
