@@ -537,12 +537,7 @@ Result<Runtime::Impl::Pipeline> Runtime::Impl::pipeline(std::string_view shader,
     if (r != VK_SUCCESS) return vk_status(r, "vkCreatePipelineLayout");
     pipeline_layouts[n_buffers] = layout;
   }
-  std::string key(shader);
-  for (int32_t v : spec) {
-    key += ',';
-    key += std::to_string(v);
-  }
-  auto it = pipelines.find(key);
+  auto it = pipelines.find(PipelineKeyView{shader, spec});
   if (it != pipelines.end()) return Pipeline{it->second, pipeline_layouts[n_buffers], set_layouts[n_buffers]};
   const SpirvModule spirv = embedded_spirv(shader);
   if (!spirv.bytes) return invalid_argument("no embedded shader named '" + std::string(shader) + "' (src/ops/vulkan/shaders/)");
@@ -566,7 +561,7 @@ Result<Runtime::Impl::Pipeline> Runtime::Impl::pipeline(std::string_view shader,
   r = a.vkCreateComputePipelines(device, VK_NULL_HANDLE, 1, &ci, nullptr, &p);
   a.vkDestroyShaderModule(device, module, nullptr);
   if (r != VK_SUCCESS) return vk_status(r, "creating the pipeline of " + std::string(shader));
-  pipelines.emplace(key, p);
+  pipelines.emplace(PipelineKey{std::string(shader), spec}, p);
   return Pipeline{p, pipeline_layouts[n_buffers], set_layouts[n_buffers]};
 }
 

@@ -1,8 +1,11 @@
 // The Vulkan handles behind runtime.h (runtime.cc, sequence.cc only).
 #pragma once
 
+#include <algorithm>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/vulkan/loader.h"
@@ -51,7 +54,27 @@ struct Runtime::Impl {
   Buffer dummy;  // bound where a specialization reads no buffer
   VkDescriptorSetLayout set_layouts[kMaxBindings + 1] = {};      // by number of bindings
   VkPipelineLayout pipeline_layouts[kMaxBindings + 1] = {};
-  std::map<std::string, VkPipeline> pipelines;  // "shader,spec0,spec1,..."
+  // The pipelines by shader and specialization constants, found without building a key (every dispatch asks).
+  struct PipelineKey {
+    std::string shader;
+    std::vector<int32_t> spec;
+  };
+  struct PipelineKeyView {
+    std::string_view shader;
+    std::span<const int32_t> spec;
+  };
+  struct PipelineKeyLess {
+    using is_transparent = void;
+    static PipelineKeyView view(const PipelineKey& k) { return {k.shader, k.spec}; }
+    static PipelineKeyView view(const PipelineKeyView& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const PipelineKeyView x = view(a), y = view(b);
+      if (x.shader != y.shader) return x.shader < y.shader;
+      return std::lexicographical_compare(x.spec.begin(), x.spec.end(), y.spec.begin(), y.spec.end());
+    }
+  };
+  std::map<PipelineKey, VkPipeline, PipelineKeyLess> pipelines;
   mutable Counters counters;
   uint64_t next_buffer_id = 1;
   // DC_VULKAN_PROFILE=1: a timestamp after every command, summed per shader and printed to stderr when the
@@ -71,6 +94,7 @@ struct Runtime::Impl {
   void destroy_buffer(BufferSlot& s);
   // kInvalidArgument unless b is a live buffer of this device (not empty, not another Runtime's).
   Status check_owned(const Buffer& b, const std::string& op) const;
+  bool owns(const Buffer& b) const { return !b.empty() && b.runtime_ == owner; }  // check_owned's test, no message
   Status check_range(const Buffer& b, int64_t offset, int64_t bytes, const char* op) const;
   // A one-time command buffer, begun.
   Result<VkCommandBuffer> begin_commands();

@@ -1,6 +1,7 @@
 // Sequences: commands collected on the host, recorded into a command buffer at the first run and replayed,
 // with timestamps (runtime.h).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -14,20 +15,24 @@ namespace {
 
 constexpr uint32_t kSetsPerPool = 64;
 
-// One collected command: a dispatch (pipeline set) or a copy from a staging buffer (pipeline null).
+// One collected command: a dispatch (pipeline set) or a copy from a staging buffer (pipeline null). Fixed
+// arrays, no allocation: a forward collects every command again each step (~450 for a 28-layer model), to
+// replay a recorded sequence when they are the same.
 struct Command {
-  std::string shader = "copy";  // for DC_VULKAN_PROFILE
+  std::string_view shader = "copy";  // for DC_VULKAN_PROFILE (the kernels' names are literals)
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
-  std::vector<uint64_t> ids;        // the buffers' ids (the dispatch's bindings; a copy's source and destination)
-  std::vector<VkBuffer> handles;    // their handles, in the same order
-  std::vector<uint32_t> push;
+  uint32_t n_buffers = 0, n_push = 0;
+  std::array<uint64_t, kMaxBindings> ids{};      // the buffers' ids (the dispatch's bindings; a copy's source and destination)
+  std::array<VkBuffer, kMaxBindings> handles{};  // their handles, in the same order
+  std::array<uint32_t, kMaxPushBytes / 4> push{};
   uint32_t groups[3] = {1, 1, 1};
-  int64_t bytes = 0;                // a copy's size
+  int64_t bytes = 0;                             // a copy's size
+  // (the unused entries of the arrays stay zero, so whole arrays compare)
   bool operator==(const Command& o) const {
-    return pipeline == o.pipeline && ids == o.ids && push == o.push && groups[0] == o.groups[0] && groups[1] == o.groups[1] &&
-           groups[2] == o.groups[2] && bytes == o.bytes;
+    return pipeline == o.pipeline && n_buffers == o.n_buffers && ids == o.ids && n_push == o.n_push && push == o.push &&
+           groups[0] == o.groups[0] && groups[1] == o.groups[1] && groups[2] == o.groups[2] && bytes == o.bytes;
   }
 };
 
@@ -167,7 +172,7 @@ Status Sequence::Impl::record_dispatch(const Command& c) {
   DC_ASSIGN_OR_RETURN(VkDescriptorSet set, new_set(c.set_layout));
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
-  for (size_t i = 0; i < c.handles.size(); ++i) {
+  for (size_t i = 0; i < c.n_buffers; ++i) {
     infos[i] = {c.handles[i], 0, VK_WHOLE_SIZE};
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstSet = set;
@@ -176,11 +181,10 @@ Status Sequence::Impl::record_dispatch(const Command& c) {
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  a.vkUpdateDescriptorSets(rt->device, static_cast<uint32_t>(c.handles.size()), writes, 0, nullptr);
+  a.vkUpdateDescriptorSets(rt->device, c.n_buffers, writes, 0, nullptr);
   a.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipeline);
   a.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c.layout, 0, 1, &set, 0, nullptr);
-  if (!c.push.empty())
-    a.vkCmdPushConstants(cmd, c.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(4 * c.push.size()), c.push.data());
+  if (c.n_push > 0) a.vkCmdPushConstants(cmd, c.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * c.n_push, c.push.data());
   a.vkCmdDispatch(cmd, c.groups[0], c.groups[1], c.groups[2]);
   return Status();
 }
@@ -193,7 +197,7 @@ Status Sequence::Impl::add_profile() {
   if (r != VK_SUCCESS) return vk_status(r, "reading the profile's timestamps");
   for (size_t i = 0; i < commands.size(); ++i) {
     const Command& c = commands[i];
-    std::string key = c.shader;
+    std::string key(c.shader);
     if (rt->profile_grids)
       key += " " + std::to_string(c.groups[0]) + "x" + std::to_string(c.groups[1]) + "x" + std::to_string(c.groups[2]);
     auto& [ms, calls] = rt->profile[key];
@@ -220,22 +224,26 @@ Result<Sequence> Runtime::new_sequence() {
 
 Status Sequence::record(const Dispatch& d) {
   Impl& s = *impl_;
-  const std::string name(d.shader);
-  if (s.ended) return invalid_argument("shader " + name + ": a Sequence is recorded before its first run(); record a new one");
-  if (d.push.size() * 4 > kMaxPushBytes) return invalid_argument("shader " + name + ": more than 128 bytes of push constants");
+  // (the messages are built only on an error: this runs for every dispatch of every step)
+  const auto name = [&] { return "shader " + std::string(d.shader); };
+  if (s.ended) return invalid_argument(name() + ": a Sequence is recorded before its first run(); record a new one");
+  if (d.push.size() * 4 > kMaxPushBytes) return invalid_argument(name() + ": more than 128 bytes of push constants");
+  if (d.buffers.empty() || d.buffers.size() > kMaxBindings) return invalid_argument(name() + ": 1 to 8 buffers");
   Command c;
   for (size_t i = 0; i < d.buffers.size(); ++i) {
     const Buffer* b = d.buffers[i] != nullptr ? d.buffers[i] : &s.rt->dummy;
-    if (d.buffers[i] != nullptr) DC_RETURN_IF_ERROR(s.rt->check_owned(*b, "shader " + name + ", binding " + std::to_string(i)));
+    if (d.buffers[i] != nullptr && !s.rt->owns(*b)) return s.rt->check_owned(*b, name() + ", binding " + std::to_string(i));
     if (s.rt->buffers[b->slot_].mapped != nullptr)
-      return invalid_argument("shader " + name + ", binding " + std::to_string(i) + ": a staging buffer is not a storage buffer");
-    c.ids.push_back(b->id_);
-    c.handles.push_back(s.rt->handle(b));
+      return invalid_argument(name() + ", binding " + std::to_string(i) + ": a staging buffer is not a storage buffer");
+    c.ids[i] = b->id_;
+    c.handles[i] = s.rt->handle(b);
   }
+  c.n_buffers = static_cast<uint32_t>(d.buffers.size());
   DC_ASSIGN_OR_RETURN(Runtime::Impl::Pipeline p, s.rt->pipeline(d.shader, d.spec, d.buffers.size()));
   c.shader = d.shader;
   c.pipeline = p.pipeline, c.layout = p.layout, c.set_layout = p.set_layout;
-  c.push = d.push;
+  std::copy(d.push.begin(), d.push.end(), c.push.begin());
+  c.n_push = static_cast<uint32_t>(d.push.size());
   c.groups[0] = d.groups_x, c.groups[1] = d.groups_y, c.groups[2] = d.groups_z;
   s.commands.push_back(std::move(c));
   ++s.n_dispatches;
@@ -255,8 +263,9 @@ Status Sequence::upload(Buffer& staging, const void* src, int64_t bytes, Buffer&
   ++s.rt->counters.uploads;
   s.rt->counters.upload_bytes += bytes;
   Command c;
-  c.ids = {staging.id_, dst.id_};
-  c.handles = {s.rt->handle(&staging), s.rt->handle(&dst)};
+  c.n_buffers = 2;
+  c.ids[0] = staging.id_, c.ids[1] = dst.id_;
+  c.handles[0] = s.rt->handle(&staging), c.handles[1] = s.rt->handle(&dst);
   c.bytes = std::min(staging.bytes(), dst.bytes());
   s.commands.push_back(std::move(c));
   return Status();
@@ -272,8 +281,9 @@ Status Sequence::download(const Buffer& src, Buffer& staging) {
   if (s.rt->buffers[src.slot_].mapped != nullptr) return invalid_argument("download: from a staging buffer, not a device buffer");
   ++s.rt->counters.downloads;
   Command c;
-  c.ids = {src.id_, staging.id_};
-  c.handles = {s.rt->handle(&src), s.rt->handle(&staging)};
+  c.n_buffers = 2;
+  c.ids[0] = src.id_, c.ids[1] = staging.id_;
+  c.handles[0] = s.rt->handle(&src), c.handles[1] = s.rt->handle(&staging);
   c.bytes = std::min(src.bytes(), staging.bytes());
   s.commands.push_back(std::move(c));
   s.reads_back = true;

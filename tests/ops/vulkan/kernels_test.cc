@@ -296,7 +296,9 @@ void attention_against_the_cpu(vk::Runtime& rt, bool lowered) {
                    "attention window " + what + (split ? " split" : ""));
     }
     if (lowered) {
-      EXPECT_EQ(rt.impl().pipelines.count("attention," + std::to_string(D) + ",8,8,64"), 1u) << "the 8 × 8 tile did not run: " << what;
+      const std::vector<int32_t> spec{static_cast<int32_t>(D), 8, 8, 64};
+      EXPECT_EQ(rt.impl().pipelines.count(vk::Runtime::Impl::PipelineKeyView{"attention", spec}), 1u)
+          << "the 8 × 8 tile did not run: " << what;
     }
   }
 }
