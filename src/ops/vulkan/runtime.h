@@ -103,7 +103,8 @@ class Upload {
   std::unique_ptr<Impl> impl_;
 };
 
-// One compute dispatch: a shader by name (shaders/<name>.comp), its specialization constants (ids 0, 1,
+// One compute dispatch: a shader by name (shaders/<name>.comp; a string that outlives the Sequence, which
+// keeps a view of it for DC_VULKAN_PROFILE: the kernels pass literals), its specialization constants (ids 0, 1,
 // ... in order), its storage buffers (bindings 0, 1, ... in order; a `nullptr` entry binds a dummy
 // buffer, for bindings a specialization does not read), its push constants (at most 128 bytes) and the
 // workgroup counts.
