@@ -81,7 +81,7 @@ class VulkanBackend final : public DeviceBackend {
   DeviceCounters counters() const override {
     const vk::Counters& c = rt_->counters();
     return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms,
-            dispatches_run_, collect_ms_};
+            c.dispatches_run, collect_ms_};
   }
 
   Status add_matrix(const WeightView& w, const std::string& name) override {
@@ -206,8 +206,6 @@ class VulkanBackend final : public DeviceBackend {
       for (vk::Sequence& s : segments_)
         if (!s.empty()) run.push_back(&replayable(std::move(s)));
       status_ = vk::Sequence::run_all(run);
-      if (status_.ok())
-        for (const vk::Sequence* s : run) dispatches_run_ += s->dispatches();
       if (!status_.ok())  // a failed recording or run is never replayed
         recorded_.remove_if([&](const vk::Sequence& s) { return std::find(run.begin(), run.end(), &s) != run.end(); });
       for (const Out& o : outs_)
@@ -355,7 +353,6 @@ class VulkanBackend final : public DeviceBackend {
   int64_t runs_ = 0;  // finish() calls
   double begun_ms_ = 0;    // thread_cpu_ms() at the last begin()
   double collect_ms_ = 0;  // DeviceCounters::collect_ms
-  int64_t dispatches_run_ = 0;
   std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
   std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)
   std::vector<size_t> free_slots_, released_;

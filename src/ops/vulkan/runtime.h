@@ -56,6 +56,7 @@ class Runtime;
 struct Counters {
   int64_t recordings = 0;           // command buffers recorded (Sequences built)
   int64_t dispatches_recorded = 0;  // dispatches recorded into them
+  int64_t dispatches_run = 0;       // dispatches of the sequences run (recorded or replayed)
   int64_t descriptor_sets = 0;      // descriptor sets allocated and written
   int64_t submits = 0;              // vkQueueSubmit calls (sequences run, uploads, downloads)
   int64_t uploads = 0;              // host-to-device copies

@@ -198,8 +198,9 @@ Status Sequence::Impl::add_profile() {
   for (size_t i = 0; i < commands.size(); ++i) {
     const Command& c = commands[i];
     std::string key(c.shader);
-    if (rt->profile_grids)
-      key += " " + std::to_string(c.groups[0]) + "x" + std::to_string(c.groups[1]) + "x" + std::to_string(c.groups[2]);
+    if (rt->profile_grids)  // (appended: GCC 12 warns falsely of an overlapping copy in " " + std::to_string(...))
+      key.append(" ").append(std::to_string(c.groups[0])).append("x").append(std::to_string(c.groups[1])).append("x")
+          .append(std::to_string(c.groups[2]));
     auto& [ms, calls] = rt->profile[key];
     ms += static_cast<double>((stamps[2 + i] - (i == 0 ? stamps[0] : stamps[1 + i])) & rt->timestamp_mask) * rt->timestamp_period_ns * 1e-6;
     ++calls;
@@ -318,6 +319,7 @@ Status Sequence::run_all(const std::vector<Sequence*>& seqs) {
   if (r != VK_SUCCESS) return vk_status(r, "running a sequence of " + std::to_string(n_dispatches) + " dispatches");
   r = a.vkWaitForFences(s.rt->device, 1, &s.fence, VK_TRUE, UINT64_MAX);
   if (r != VK_SUCCESS) return vk_status(r, "waiting for a sequence of " + std::to_string(n_dispatches) + " dispatches");
+  s.rt->counters.dispatches_run += n_dispatches;
   if (s.rt->profiling)
     for (size_t i = 0; i < seqs.size(); ++i)
       if (std::find(seqs.begin(), seqs.begin() + static_cast<std::ptrdiff_t>(i), seqs[i]) == seqs.begin() + static_cast<std::ptrdiff_t>(i))
