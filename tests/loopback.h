@@ -11,9 +11,13 @@
 namespace dc::testing {
 
 // A socket connected to 127.0.0.1:port (a failed connect fails the test); no receive waits longer than
-// `timeout_s`.
-inline int connect_to(int port, int timeout_s = 20) {
+// `timeout_s`. A `receive_buffer_bytes` above 0 sets SO_RCVBUF before the connect (a small one keeps what
+// a client that never reads holds small).
+inline int connect_to(int port, int timeout_s = 20, int receive_buffer_bytes = 0) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (receive_buffer_bytes > 0) {
+    EXPECT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof(receive_buffer_bytes)), 0);
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));

@@ -27,7 +27,6 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr size_t kPeekBody = size_t{64} << 10;  // body bytes awaited in the hub; the rest is read under the deadline
-constexpr int kSendBufferBytes = 256 << 10;      // per connection (the kernel doubles it for its bookkeeping)
 constexpr auto kPullEvery = 250ms;               // a stream is also pulled this often without news (keep-alives)
 
 std::string address_of(const sockaddr_storage& a, int* port) {
@@ -226,8 +225,7 @@ void ConnectionHub::accept(int fd) {
     answer_and_close(fd, 503, "Service Unavailable", message, "server_error");
     return;
   }
-  // Bounds the kernel memory a client that stops reading can pin (autotuning grows it to 4 MiB on loopback).
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSendBufferBytes, sizeof(kSendBufferBytes));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &limits_.send_buffer_bytes, sizeof(limits_.send_buffer_bytes));
   client_of_[fd] = client;
   ++per_client_[client];
   if (metrics_ != nullptr) metrics_->set_connections_open(static_cast<int64_t>(client_of_.size()));

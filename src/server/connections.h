@@ -36,6 +36,9 @@ struct ConnectionLimits {
   size_t max_stream_buffer_bytes = size_t{1} << 20;  // a stream's unsent bytes of earlier pulls (past the
                                                      // socket's buffers) at most; a reader further behind is
                                                      // dropped
+  int send_buffer_bytes = 256 << 10;  // each connection's kernel send buffer (SO_SNDBUF; the kernel doubles it):
+                                      // bounds the memory a client that stops reading pins (autotuning would
+                                      // grow it to 4 MiB on loopback)
 };
 
 using SteadyTime = std::chrono::steady_clock::time_point;

@@ -423,9 +423,10 @@ TEST_P(BackwardTest, AttentionBf16WithinToleranceOfF32) {
     for (int64_t i = 0; i < 5; ++i) valid[i] = 0;  // row 0 left-padded by 5
     std::vector<float> out(nq);
     attention(ref, s, q.data(), k.data(), v.data(), valid.data(), out.data());
+    const AttentionShape shape = s;  // (clang 14 cannot capture a structured binding)
     auto run = [&](const Context& ctx) {
       std::vector<float> dq(nq, 7.0f), dk(nkv, 7.0f), dv(nkv, 7.0f);
-      attention_backward(ctx, s, q.data(), k.data(), v.data(), valid.data(), out.data(), dout.data(), dq.data(),
+      attention_backward(ctx, shape, q.data(), k.data(), v.data(), valid.data(), out.data(), dout.data(), dq.data(),
                          dk.data(), dv.data());
       return std::array<std::vector<float>, 3>{dq, dk, dv};
     };

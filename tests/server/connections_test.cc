@@ -202,8 +202,8 @@ TEST_F(Connections, StalledStreamReaderDoesNotDelayOthers) {
 }
 
 // A stream request on a raw socket (the client reads only when the test says so).
-int open_stream(int port, const std::string& body, bool close_after) {
-  const int fd = connect_to(port, 10);
+int open_stream(int port, const std::string& body, bool close_after, int receive_buffer_bytes = 0) {
+  const int fd = connect_to(port, 10, receive_buffer_bytes);
   send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + std::string(close_after ? "Connection: close\r\n" : "") +
                    "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
                    body);
@@ -264,21 +264,27 @@ TEST_F(Connections, StreamsHoldNoWorker) {
   EXPECT_EQ(s.metrics().slow_readers(), 0);
 }
 
-// Opens a stream of ~500 canvas events of ~3 KB (more than the socket buffers hold) that is never read, and
-// expects the server to drop it as a slow reader and cancel its job. Returns its socket. (Under ASan on a
-// loaded 2-core machine the events that fill the loopback buffers took 54-62 s to decode: a bound of 180 s.)
+// Opens a stream of canvas events of ~3 KB that is never read, and expects the server to drop it as a slow
+// reader and cancel its job. Returns its socket. The server's options must give the stream's socket a small
+// send buffer (small_socket_buffers): with the client's receive buffer as small, ~20 events fill both. (With
+// the default buffers ~250 events did, which took 54-72 s to decode under ASan.)
 int expect_unread_stream_dropped(Running& s) {
   const int fd = open_stream(
       s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
-      false);
+      false, 4 << 10);
   EXPECT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 180s)) << s.metrics().render();
   EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
   return fd;
 }
 
+ServerOptions small_socket_buffers(ServerOptions o) {
+  o.connections.send_buffer_bytes = 4 << 10;
+  return o;
+}
+
 // A reader further behind than --max-stream-buffer is dropped and its job cancelled; the server goes on.
 TEST_F(Connections, StreamReaderTooFarBehindIsDropped) {
-  ServerOptions o = options();
+  ServerOptions o = small_socket_buffers(options());
   o.connections.io_timeout_s = 30;
   o.connections.max_stream_buffer_bytes = 64 << 10;
   Running s(engine(), o);
@@ -325,7 +331,7 @@ TEST(StreamBuffer, OnePullLargerThanTheLimitReachesAReaderThatKeepsUp) {
 
 // A reader that takes no byte for --io-timeout is dropped too, however large the buffer.
 TEST_F(Connections, StalledStreamReaderIsDroppedAtTheDeadline) {
-  ServerOptions o = options();
+  ServerOptions o = small_socket_buffers(options());
   o.connections.io_timeout_s = 1;
   o.connections.max_stream_buffer_bytes = size_t{64} << 20;
   Running s(engine(), o);
