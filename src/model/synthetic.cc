@@ -9,11 +9,9 @@
 namespace dc {
 namespace {
 
-uint64_t mix(uint64_t x) { return splitmix64(x); }
-
 // Uniform in [-a, a) with a = std·√3.
 float uniform(uint64_t key, float stddev) {
-  const float u = static_cast<float>(mix(key) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+  const float u = static_cast<float>(splitmix64(key) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
   return (2.0f * u - 1.0f) * stddev * 1.7320508f;
 }
 
@@ -60,7 +58,7 @@ Result<std::unique_ptr<Model>> make_synthetic_model(const ModelConfig& config, u
   Status status;
   visit_weights(config, weights, [&](const WeightSlot& slot) {
     if (!status.ok()) return;
-    const uint64_t tensor_key = mix(seed ^ (++tensor_index << 32));
+    const uint64_t tensor_key = splitmix64(seed ^ (++tensor_index << 32));
     if (slot.vector != nullptr) {  // norms: 1; biases: small
       const bool is_norm = slot.name.find("norm") != std::string::npos;
       const std::span<float> v = storage->vectors.take(slot.shape[0]);

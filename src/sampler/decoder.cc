@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/thread_pool.h"
 #include "sampler/filters.h"
 #include "sampler/rng.h"
@@ -20,10 +21,6 @@ namespace dc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 ConfidenceKind confidence_kind(Algorithm alg) {
   switch (alg) {

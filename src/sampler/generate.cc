@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 
+#include "core/clock.h"
 #include "sampler/decoder.h"
 #include "sampler/filters.h"
 
@@ -15,10 +16,6 @@ namespace dc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // The full path: a forward's [n_out, n_vocab] logits in one buffer, sampled in place.
 class DenseLogitsHead final : public HeadSampler {
