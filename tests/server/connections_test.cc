@@ -264,6 +264,8 @@ TEST_F(Connections, StreamsHoldNoWorker) {
   EXPECT_EQ(s.metrics().slow_readers(), 0);
 }
 
+constexpr int kSmallSocketBufferBytes = 4 << 10;  // both ends' buffers in the unread-stream tests
+
 // Opens a stream of canvas events of ~3 KB that is never read, and expects the server to drop it as a slow
 // reader and cancel its job. Returns its socket. The server's options must give the stream's socket a small
 // send buffer (small_socket_buffers): with the client's receive buffer as small, ~20 events fill both. (With
@@ -271,14 +273,14 @@ TEST_F(Connections, StreamsHoldNoWorker) {
 int expect_unread_stream_dropped(Running& s) {
   const int fd = open_stream(
       s.port(), R"({"prompt": "x", "max_tokens": 512, "steps": 512, "block_length": 8, "stream": true, "stream_canvas": true})",
-      false, 4 << 10);
+      false, kSmallSocketBufferBytes);
   EXPECT_TRUE(eventually([&] { return s.metrics().slow_readers() == 1; }, 180s)) << s.metrics().render();
   EXPECT_TRUE(eventually([&] { return s.metrics().active_rows() == 0; }, 10s)) << "its job was not cancelled";
   return fd;
 }
 
 ServerOptions small_socket_buffers(ServerOptions o) {
-  o.connections.send_buffer_bytes = 4 << 10;
+  o.connections.send_buffer_bytes = kSmallSocketBufferBytes;
   return o;
 }
 
