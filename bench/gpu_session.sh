@@ -10,7 +10,10 @@
 # A KIT from a Release build: cp build/diffucoder build/tests/test_{ops,model}_vulkan KIT/bin; copy what `ldd`
 # lists for them but glibc and libstdc++ into KIT/lib; copy build/fixtures' manifest.json, .complete and the
 # small tiny-* checkpoints into KIT/fixtures. The GPU machine needs a Vulkan loader (libvulkan.so.1) and its
-# GPU's Vulkan driver; the torch stage needs PyTorch with CUDA.
+# GPU's Vulkan driver; the torch stage needs PyTorch with CUDA. NVIDIA's driver (libGLX_nvidia.so.0) also needs
+# glvnd's libGLdispatch.so.0 and libGLX.so.0: without them the loader answers VK_ERROR_INCOMPATIBLE_DRIVER, so
+# copy them and libvulkan.so.1 into KIT/lib where the machine lacks them, and name the driver's JSON in
+# VK_DRIVER_FILES (the workplace's H100: /usr/share/vulkan/icd.d/nvidia_icd.json).
 # Knobs: PROMPT (128), NEW (256), BLOCK (32), MAX_STEPS (64: cached modes), MAX_STEPS_NONE (16), PRECISION
 # (bench's --precision: f32 keeps the device off its matrix units).
 set -u
