@@ -1,11 +1,13 @@
 // Helpers of the GGUF model tests: logits of a model, a GGUF loaded as a Model, a tiny dense checkpoint
-// directory written from random weights, and the largest logit error relative to the logits' range.
+// directory written from random weights, the largest logit error relative to the logits' range, and the
+// tiny-vocab fixture as a GGUF file.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -16,7 +18,9 @@
 #include "core/context.h"
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
+#include "../fixtures.h"
 #include "gguf/dream.h"
+#include "gguf/writer.h"
 #include "io/atomic_dir.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
@@ -30,6 +34,28 @@ inline ThreadPool& pool() {
 }
 
 // The logits of every position of one fixed sequence of 7 tokens, at f32 precision.
+// The tiny-vocab fixture as a GGUF file of `weights` (kBF16: "bf16", kQ8_0: "q8_0", the name it has in the
+// file's name). Under ctest, the CLI's (the gguf_source_* setup tests convert it once per run, before the test
+// processes, and name their folder in DC_GGUF_SOURCE_DIR); run alone, converted into `dir`. Fails the test
+// (empty path) when neither works.
+inline std::string tiny_vocab_gguf(GgufWeights weights, const std::string& name, const std::string& dir) {
+  const char* ctest_dir = std::getenv("DC_GGUF_SOURCE_DIR");
+  const std::string path = (std::filesystem::path(ctest_dir != nullptr ? ctest_dir : dir) / ("tiny-vocab-" + name + ".gguf")).string();
+  if (ctest_dir != nullptr) {
+    if (std::filesystem::exists(path)) return path;
+    ADD_FAILURE() << path << ": ctest's gguf_source setup tests should have written it";
+    return "";
+  }
+  GgufConvertOptions o;
+  o.model_dir = testing::fixtures_dir() + "/tiny-vocab";
+  o.out_path = path;
+  o.weights = weights;
+  const Status s = convert_to_gguf(o, &pool());
+  if (s.ok()) return path;
+  ADD_FAILURE() << s.to_string();
+  return "";
+}
+
 inline std::vector<float> logits_of(const Model& m) {
   const int64_t n_vocab = m.config().n_vocab;
   std::vector<int32_t> tokens;

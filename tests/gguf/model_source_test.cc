@@ -31,23 +31,19 @@ class ModelSource : public ::testing::Test {
   static void SetUpTestSuite() {
     testing::load_manifest();
     tmp_ = new test::TempDir("source");
-    for (const auto& [weights, path] : {std::pair{GgufWeights::kBF16, bf16()}, std::pair{GgufWeights::kQ8_0, q8()}}) {
-      GgufConvertOptions o;
-      o.model_dir = dir();
-      o.out_path = path;
-      o.weights = weights;
-      const Status s = convert_to_gguf(o, &test::pool());
-      ASSERT_TRUE(s.ok()) << s.to_string();
-    }
+    bf16_ = test::tiny_vocab_gguf(GgufWeights::kBF16, "bf16", tmp_->file(""));
+    q8_ = test::tiny_vocab_gguf(GgufWeights::kQ8_0, "q8_0", tmp_->file(""));
   }
   static void TearDownTestSuite() { delete tmp_; }
   static std::string dir() { return testing::fixtures_dir() + "/tiny-vocab"; }
-  static std::string bf16() { return tmp_->file("tiny-vocab.gguf"); }
-  static std::string q8() { return tmp_->file("tiny-vocab-q8_0.gguf"); }
+  static std::string bf16() { return bf16_; }
+  static std::string q8() { return q8_; }
   static std::string bin() { return DC_BINARY_PATH; }
   static test::TempDir* tmp_;
+  static std::string bf16_, q8_;
 };
 test::TempDir* ModelSource::tmp_ = nullptr;
+std::string ModelSource::bf16_, ModelSource::q8_;
 
 TEST_F(ModelSource, FloatFileTrainsFromTheDirectorysWeights) {
   ModelConfig from_dir, from_file;

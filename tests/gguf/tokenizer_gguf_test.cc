@@ -41,19 +41,16 @@ class GgufTokenizer : public ::testing::Test {
   static void SetUpTestSuite() {
     testing::load_manifest();
     tmp_ = new test::TempDir("tok");
-    GgufConvertOptions o;
-    o.model_dir = dir();
-    o.out_path = path();
-    o.weights = GgufWeights::kBF16;
-    const Status s = convert_to_gguf(o, &test::pool());
-    ASSERT_TRUE(s.ok()) << s.to_string();
+    path_ = test::tiny_vocab_gguf(GgufWeights::kBF16, "bf16", tmp_->file(""));
   }
   static void TearDownTestSuite() { delete tmp_; }
   static std::string dir() { return testing::fixtures_dir() + "/tiny-vocab"; }
-  static std::string path() { return tmp_->file("tiny-vocab.gguf"); }
+  static std::string path() { return path_; }
   static test::TempDir* tmp_;
+  static std::string path_;
 };
 test::TempDir* GgufTokenizer::tmp_ = nullptr;
+std::string GgufTokenizer::path_;
 
 TEST_F(GgufTokenizer, EqualsTheTokenizerJsonOne) {
   auto file = GgufFile::open(path());
