@@ -33,7 +33,6 @@ inline ThreadPool& pool() {
   return p;
 }
 
-// The logits of every position of one fixed sequence of 7 tokens, at f32 precision.
 // The tiny-vocab fixture as a GGUF file of `weights` (kBF16: "bf16", kQ8_0: "q8_0", the name it has in the
 // file's name). Under ctest, the CLI's (the gguf_source_* setup tests convert it once per run, before the test
 // processes, and name their folder in DC_GGUF_SOURCE_DIR); run alone, converted into `dir`. Fails the test
@@ -56,6 +55,7 @@ inline std::string tiny_vocab_gguf(GgufWeights weights, const std::string& name,
   return "";
 }
 
+// The logits of every position of one fixed sequence of 7 tokens, at f32 precision.
 inline std::vector<float> logits_of(const Model& m) {
   const int64_t n_vocab = m.config().n_vocab;
   std::vector<int32_t> tokens;
