@@ -33,11 +33,16 @@ inline ThreadPool& pool() {
   return p;
 }
 
-// The tiny-vocab fixture as a GGUF file of `weights` (kBF16: "bf16", kQ8_0: "q8_0", the name it has in the
-// file's name). Under ctest, the CLI's (the gguf_source_* setup tests convert it once per run, before the test
-// processes, and name their folder in DC_GGUF_SOURCE_DIR); run alone, converted into `dir`. Fails the test
-// (empty path) when neither works.
-inline std::string tiny_vocab_gguf(GgufWeights weights, const std::string& name, const std::string& dir) {
+// The tiny-vocab fixture as a GGUF file of `weights`, kBF16 or kQ8_0 (the two the gguf_source_* setup tests of
+// tests/CMakeLists.txt write). Under ctest, theirs (converted by the CLI once per run, before the test processes,
+// in the folder DC_GGUF_SOURCE_DIR names); run alone, converted into `dir`. Fails the test (empty path) when
+// neither works.
+inline std::string tiny_vocab_gguf(GgufWeights weights, const std::string& dir) {
+  if (weights != GgufWeights::kBF16 && weights != GgufWeights::kQ8_0) {
+    ADD_FAILURE() << "tiny_vocab_gguf: only BF16 and Q8_0 files are made";
+    return "";
+  }
+  const std::string name = weights == GgufWeights::kBF16 ? "bf16" : "q8_0";
   const char* ctest_dir = std::getenv("DC_GGUF_SOURCE_DIR");
   const std::string path = (std::filesystem::path(ctest_dir != nullptr ? ctest_dir : dir) / ("tiny-vocab-" + name + ".gguf")).string();
   if (ctest_dir != nullptr) {

@@ -31,8 +31,8 @@ class ModelSource : public ::testing::Test {
   static void SetUpTestSuite() {
     testing::load_manifest();
     tmp_ = new test::TempDir("source");
-    bf16_ = test::tiny_vocab_gguf(GgufWeights::kBF16, "bf16", tmp_->file(""));
-    q8_ = test::tiny_vocab_gguf(GgufWeights::kQ8_0, "q8_0", tmp_->file(""));
+    bf16_ = test::tiny_vocab_gguf(GgufWeights::kBF16, tmp_->file(""));
+    q8_ = test::tiny_vocab_gguf(GgufWeights::kQ8_0, tmp_->file(""));
   }
   static void TearDownTestSuite() { delete tmp_; }
   static std::string dir() { return testing::fixtures_dir() + "/tiny-vocab"; }

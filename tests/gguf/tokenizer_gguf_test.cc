@@ -41,7 +41,7 @@ class GgufTokenizer : public ::testing::Test {
   static void SetUpTestSuite() {
     testing::load_manifest();
     tmp_ = new test::TempDir("tok");
-    path_ = test::tiny_vocab_gguf(GgufWeights::kBF16, "bf16", tmp_->file(""));
+    path_ = test::tiny_vocab_gguf(GgufWeights::kBF16, tmp_->file(""));
   }
   static void TearDownTestSuite() { delete tmp_; }
   static std::string dir() { return testing::fixtures_dir() + "/tiny-vocab"; }
