@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from . import _checks
+
 try:  # torch is optional: without it every result is a numpy array
     import torch
 except ImportError:  # pragma: no cover - exercised only where torch is missing
@@ -13,7 +15,8 @@ def is_torch(x):
 
 
 def to_numpy(x, name, dtype=None):
-    """x (torch tensor, numpy array, nested list) as a numpy array; TypeError naming `name` otherwise."""
+    """x (torch tensor, numpy array, nested list) as a numpy array; TypeError naming `name` otherwise. To an
+    integer dtype only from integers that fit it (ValueError naming `name` and the range otherwise)."""
     if is_torch(x):
         x = x.detach().cpu().numpy()
     elif not isinstance(x, np.ndarray):
@@ -22,8 +25,9 @@ def to_numpy(x, name, dtype=None):
         except (ValueError, TypeError) as e:
             raise TypeError(f"{name}: expected a tensor, an array or a list of ints ({e})") from None
     if dtype is not None and x.dtype != dtype:
-        if x.dtype.kind not in "iub" and dtype != np.float32:
-            raise TypeError(f"{name}: expected integers, got an array of {x.dtype}")
+        if np.dtype(dtype).kind in "iu":  # refuse what the cast would wrap (10**12 into int32), not wrap it
+            info = np.iinfo(dtype)
+            x = _checks.int_array(name, x, int(info.min), int(info.max))
         x = x.astype(dtype)
     return x
 

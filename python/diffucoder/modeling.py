@@ -5,12 +5,14 @@ the C++ engine. Names, arguments, defaults and return shapes follow Dream's gene
 import json
 import os
 import queue
+import re
 import threading
 from types import SimpleNamespace
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _checks
+from ._checks import INT32_MAX, UINT64_MAX
 from ._core import Model as _Model
 
 # The reference's effective defaults (spec §3.2: from_model_config picks up transformers' legacy
@@ -22,6 +24,49 @@ GENERATION_DEFAULTS = dict(max_length=20, max_new_tokens=None, steps=512, eps=1e
 # Extensions: Fast-dLLM block decoding (README), the seed, and stream=True for an iterator over steps.
 EXTENSION_DEFAULTS = dict(block_length=0, cache="none", threshold=0.0, factor=0.0, fast=False, seed=None)
 _HOOKS = ("attention_mask", "generation_tokens_hook_func", "generation_logits_hook_func", "stream")
+
+
+def _token_id_or_ids(name, value, vocab):
+    """bos / eos ids: None, an id or a list of ids (Hugging Face allows several eos ids), each in [0, vocab)."""
+    if isinstance(value, (list, tuple)):
+        return [_checks.integer(f"{name}[{i}]", v, 0, vocab - 1) for i, v in enumerate(value)]
+    return _checks.integer(name, value, 0, vocab - 1, none_ok=True)
+
+
+def _setting_checks(vocab):
+    """Per generation setting, its check: the value the engine gets, or TypeError / ValueError naming the
+    setting and its range. Names (alg, cache) and combinations are the engine's to check."""
+    c = _checks
+    token = lambda name: lambda v: c.integer(name, v, 0, vocab - 1, none_ok=True)  # noqa: E731
+    return {
+        "max_length": lambda v: c.integer("max_length", v, 1, INT32_MAX, none_ok=True),
+        "max_new_tokens": lambda v: c.integer("max_new_tokens", v, 1, INT32_MAX, none_ok=True),
+        "steps": lambda v: c.integer("steps", v, 1, INT32_MAX),
+        "eps": lambda v: c.real("eps", v, 0.0, 1.0, lo_open=True, hi_open=True),
+        "alg": lambda v: c.string("alg", v),
+        "alg_temp": lambda v: c.real("alg_temp", v, 0.0, none_ok=True),
+        "temperature": lambda v: c.real("temperature", v, 0.0),
+        "top_p": lambda v: c.real("top_p", v, 0.0, 1.0, lo_open=True, none_ok=True),
+        "top_k": lambda v: c.integer("top_k", v, none_ok=True),  # <= 0 (or None) = off
+        "num_return_sequences": lambda v: c.integer("num_return_sequences", v, 1, INT32_MAX),
+        "return_dict_in_generate": lambda v: c.boolean("return_dict_in_generate", v),
+        "output_history": lambda v: c.boolean("output_history", v),
+        "mask_token_id": token("mask_token_id"),
+        "pad_token_id": token("pad_token_id"),
+        "bos_token_id": lambda v: _token_id_or_ids("bos_token_id", v, vocab),
+        "eos_token_id": lambda v: _token_id_or_ids("eos_token_id", v, vocab),
+        "block_length": lambda v: c.integer("block_length", v, 0, INT32_MAX),
+        "cache": lambda v: c.string("cache", v),
+        "threshold": lambda v: c.real("threshold", v),
+        "factor": lambda v: c.real("factor", v),
+        "fast": lambda v: c.boolean("fast", v),
+        "seed": lambda v: c.integer("seed", v, 0, UINT64_MAX, none_ok=True),
+    }
+
+
+def _checked_settings(settings, vocab):
+    checks = _setting_checks(vocab)
+    return {k: checks[k](v) for k, v in settings.items()}
 
 
 class DreamModelOutput(dict):
@@ -56,9 +101,7 @@ def _seed(seed):
     """An explicit seed, else one drawn from torch's global generator (so torch.manual_seed makes runs
     repeatable), else from numpy's."""
     if seed is not None:
-        if not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
-        return int(seed)
+        return int(seed)  # checked by _checked_settings
     if _arrays.torch is not None:
         return int(_arrays.torch.randint(0, 2**62, (1,)).item())
     return int(np.random.randint(0, 2**62))
@@ -68,6 +111,18 @@ class DreamModel:
     """A loaded checkpoint. Load with AutoModel.from_pretrained; .to() / .eval() are accepted no-ops."""
 
     def __init__(self, path, precision="auto", threads=0, weight_cache="", tokenizer_path="", device="cpu", **generation):
+        path = _checks.path("path", path)
+        tokenizer_path = _checks.path("tokenizer_path", tokenizer_path)
+        threads = _checks.integer("threads", threads, 0, INT32_MAX)
+        precision = _checks.string("precision", precision)
+        weight_cache = _checks.path("weight_cache", weight_cache)
+        device = _checks.string("device", device)
+        if not re.fullmatch(r"cpu|vulkan(:[0-9]{1,4})?", device):
+            raise ValueError(f"device: {device!r}: use 'cpu', 'vulkan' (device 0) or 'vulkan:N' (N = an index of "
+                             "`diffucoder devices`)")
+        unknown = set(generation) - set(EXTENSION_DEFAULTS)
+        if unknown:
+            raise TypeError(f"from_pretrained() got an unexpected keyword argument '{sorted(unknown)[0]}'")
         self._core = _Model(path, tokenizer_path, threads, precision, weight_cache, device)
         self.name_or_path = path
         info = self._core.info
@@ -79,10 +134,7 @@ class DreamModel:
         cfg.update({k: v for k, v in info.items() if k.endswith("_token_id")})
         self.config = SimpleNamespace(**cfg)
         self.precision = info["precision"]
-        unknown = set(generation) - set(EXTENSION_DEFAULTS)
-        if unknown:
-            raise TypeError(f"from_pretrained() got an unexpected keyword argument '{sorted(unknown)[0]}'")
-        self._extension_defaults = dict(EXTENSION_DEFAULTS, **generation)
+        self._extension_defaults = dict(EXTENSION_DEFAULTS, **_checked_settings(generation, info["vocab_size"]))
 
     # ---- torch-module look-alikes ------------------------------------------------------------------
     def to(self, *args, **kwargs):
@@ -109,12 +161,12 @@ class DreamModel:
         if unknown:
             raise TypeError(f"forward() got an unexpected keyword argument '{sorted(unknown)[0]}'")
         like_torch = _arrays.is_torch(input_ids)
-        ids = _arrays.to_numpy(input_ids, "input_ids", np.int32)
+        ids = self._token_ids(input_ids)
         if ids.ndim != 2:
             raise ValueError(f"input_ids: must be 2-D [batch, length], got shape {tuple(ids.shape)}")
         mask = None
         if attention_mask is not None and not isinstance(attention_mask, str):
-            mask = _arrays.to_numpy(attention_mask, "attention_mask")
+            mask = _checks.mask_array("attention_mask", _arrays.to_numpy(attention_mask, "attention_mask"))
             if mask.ndim != 2:
                 raise ValueError("attention_mask: pass the 2-D [batch, length] padding mask (1 real, 0 pad); the "
                                  f"engine builds the pair mask itself (got shape {tuple(mask.shape)})")
@@ -123,11 +175,19 @@ class DreamModel:
             raise ValueError(f"attention_mask: {attention_mask!r} is not 'full', None or a [batch, length] mask")
         pos = None
         if position_ids is not None:
-            pos = _arrays.to_numpy(position_ids, "position_ids", np.int32)
+            pos = _checks.int_array("position_ids", _arrays.to_numpy(position_ids, "position_ids"), 0, INT32_MAX,
+                                    "position").astype(np.int32)
             if pos.ndim == 2 and pos.shape[0] == 1 and ids.shape[0] > 1:
                 pos = np.repeat(pos, ids.shape[0], axis=0)
         logits = self._core.forward(ids, mask, pos)
         return DreamModelOutput(logits=_arrays.wrap(logits, like_torch))
+
+    def _token_ids(self, input_ids, dtype=np.int32):
+        """input_ids as integers in [0, vocab_size) (ValueError naming the first one outside), as `dtype`."""
+        vocab = self._core.info["vocab_size"]
+        ids = _checks.int_array("input_ids", _arrays.to_numpy(input_ids, "input_ids"), 0, vocab - 1, "token id",
+                                f"the vocabulary [0, {vocab})")
+        return ids.astype(dtype)
 
     # ---- generation --------------------------------------------------------------------------------
     def diffusion_generate(self, inputs=None, generation_config=None, **kwargs):
@@ -143,12 +203,18 @@ class DreamModel:
         settings = dict(GENERATION_DEFAULTS)
         settings.update(self._extension_defaults)
         if generation_config is not None:
+            if not isinstance(generation_config, dict) and not hasattr(generation_config, "__dict__"):
+                raise TypeError("generation_config: expected a dict or a GenerationConfig, got "
+                                f"{type(generation_config).__name__}")
             source = generation_config if isinstance(generation_config, dict) else vars(generation_config)
             settings.update({k: v for k, v in source.items() if k in settings})
         for key, value in kwargs.items():
             if key not in settings:
                 raise TypeError(f"diffusion_generate() got an unexpected keyword argument '{key}'")
             settings[key] = value
+        if "stream" in hooks:
+            hooks["stream"] = _checks.boolean("stream", hooks["stream"])
+        settings = _checked_settings(settings, self._core.info["vocab_size"])
         explicit_max_length = "max_length" in kwargs or (generation_config is not None and settings["max_length"] != 20)
         run = _Run(self, inputs, hooks, settings, explicit_max_length)
         if hooks.get("stream"):
@@ -162,16 +228,17 @@ class _Run:
     def __init__(self, model, inputs, hooks, settings, explicit_max_length):
         self.model = model
         self.like_torch = _arrays.is_torch(inputs)
-        ids = _arrays.to_numpy(inputs, "input_ids", np.int64)
+        ids = model._token_ids(inputs, np.int64)
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(f"input_ids: must be 2-D [batch, length] with length >= 1, got shape {tuple(ids.shape)}")
         n, width = ids.shape
         mask = hooks.get("attention_mask")
         if mask is not None and not isinstance(mask, str):
-            mask = _arrays.to_numpy(mask, "attention_mask", np.int64)
+            mask = _checks.mask_array("attention_mask", _arrays.to_numpy(mask, "attention_mask"))
             if mask.shape != ids.shape:
                 raise ValueError(f"attention_mask: shape {tuple(mask.shape)} differs from input_ids {tuple(ids.shape)}")
-            mask = mask != 0
+        elif mask is not None and mask != "full":
+            raise ValueError(f"attention_mask: {mask!r} is not 'full', None or a [batch, length] mask")
         else:
             mask = np.ones(ids.shape, dtype=bool)
         pads = np.where(mask.any(axis=1), np.argmax(mask, axis=1), width)
@@ -310,14 +377,13 @@ class AutoModel:
     @staticmethod
     def from_pretrained(path, *args, torch_dtype=None, trust_remote_code=None, device_map=None, precision=None,
                         threads=0, weight_cache="", device="cpu", **kwargs):
-        path = os.fspath(path)
+        path = _checks.path("path", path)
         if not os.path.isdir(path) and not (path.endswith(".gguf") and os.path.isfile(path)):
             raise FileNotFoundError(f"{path}: not a checkpoint directory (config.json, *.safetensors) or a .gguf file")
         if args:
             raise TypeError("from_pretrained() takes the path and keyword arguments only")
         if device_map not in (None, "cpu", "auto"):
             raise ValueError(f"device_map: {device_map!r}: None, 'cpu' or 'auto' (a Vulkan GPU: device='vulkan')")
-        if not isinstance(threads, (int, np.integer)) or threads < 0:
-            raise ValueError(f"threads: must be an integer >= 0 (0 = all cores), got {threads!r}")
-        return DreamModel(path, precision=_precision(torch_dtype, precision), threads=int(threads),
+        threads = _checks.integer("threads", threads, 0, INT32_MAX)  # 0 = all cores
+        return DreamModel(path, precision=_precision(torch_dtype, precision), threads=threads,
                           weight_cache=weight_cache, device=device, **kwargs)

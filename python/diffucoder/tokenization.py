@@ -5,11 +5,13 @@ import os
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _checks
+from ._checks import INT32_MAX
 from ._core import Tokenizer as _Tokenizer
 from ._core import apply_chat_template as _chat
 
 _SPECIAL = ("bos_token", "eos_token", "pad_token", "mask_token")
+MAX_PADDED_LENGTH = 1 << 20  # padding="max_length" pads to at most this many tokens (more than any context)
 
 
 class BatchEncoding(dict):
@@ -60,7 +62,7 @@ class DreamTokenizer:
     def from_pretrained(cls, path, *args, trust_remote_code=None, **kwargs):
         """`path`: a checkpoint directory holding tokenizer.json, the tokenizer.json file itself, or a
         dream FILE.gguf (its tokenizer.ggml metadata)."""
-        path = os.fspath(path)
+        path = _checks.path("path", path)
         if path.endswith(".gguf"):
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path}: no such file")
@@ -91,11 +93,17 @@ class DreamTokenizer:
     def convert_tokens_to_ids(self, tokens):
         if isinstance(tokens, str):
             return self._core.token_to_id(tokens)
-        return [self._core.token_to_id(t) for t in tokens]
+        if not isinstance(tokens, (list, tuple)):
+            raise TypeError(f"tokens: expected a str or a list of str, got {type(tokens).__name__}")
+        return [self._core.token_to_id(_checks.string(f"tokens[{i}]", t)) for i, t in enumerate(tokens)]
 
     def convert_ids_to_tokens(self, ids):
-        if isinstance(ids, (int, np.integer)):
-            return self._core.id_to_token(int(ids))
+        """The token of each id (None for an id the vocabulary does not hold, as Hugging Face's)."""
+        if isinstance(ids, (int, np.integer)) and not isinstance(ids, (bool, np.bool_)):
+            return self._core.id_to_token(_checks.integer("ids", ids, 0, INT32_MAX))
+        ids = _checks.int_array("ids", _arrays.to_numpy(ids, "ids"), 0, INT32_MAX, "token id")
+        if ids.ndim != 1:
+            raise ValueError(f"ids: expected an id or one sequence of ids, got shape {tuple(ids.shape)}")
         return [self._core.id_to_token(int(i)) for i in ids]
 
     # ---- encoding ----------------------------------------------------------------------------------
@@ -103,6 +111,7 @@ class DreamTokenizer:
         """Token ids of `text` (no BOS / EOS are ever added: the Dream tokenizer adds none)."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        _checks.boolean("add_special_tokens", add_special_tokens)
         ids = self._core.encode(text)
         if return_tensors is None:
             return ids
@@ -117,20 +126,24 @@ class DreamTokenizer:
             single, texts = False, list(text)
         else:
             raise TypeError("text: expected a string or a list of strings")
+        if not texts:
+            raise ValueError("text: an empty list (no texts)")
         if truncation:
             raise ValueError("truncation: not supported (prompts are never cut); leave it out")
-        side = padding_side or self.padding_side
-        if side not in ("left", "right"):
-            raise ValueError(f"padding_side: {side!r} is not 'left' or 'right'")
+        _checks.boolean("add_special_tokens", add_special_tokens)
+        _checks.boolean("return_attention_mask", return_attention_mask)
+        max_length = _checks.integer("max_length", max_length, 1, MAX_PADDED_LENGTH, none_ok=True)
+        side = _checks.string("padding_side", padding_side or self.padding_side, ("left", "right"))
         ids = self._core.encode_batch(texts)
         width = max(len(i) for i in ids)
-        if padding in (True, "longest"):
+        if isinstance(padding, (bool, str)) and padding in (True, "longest"):
             target = width
         elif padding == "max_length":
             if max_length is None or max_length < width:
-                raise ValueError(f"max_length: padding='max_length' needs max_length >= the longest text ({width})")
+                raise ValueError(f"max_length: padding='max_length' needs max_length in [{width} (the longest text), "
+                                 f"{MAX_PADDED_LENGTH}], got {max_length}")
             target = max_length
-        elif padding in (False, None, "do_not_pad"):
+        elif padding is None or (isinstance(padding, (bool, str)) and padding in (False, "do_not_pad")):
             target = None
         else:
             raise ValueError(f"padding: {padding!r} is not True, False, 'longest', 'max_length' or 'do_not_pad'")
@@ -157,29 +170,53 @@ class DreamTokenizer:
 
     # ---- decoding ----------------------------------------------------------------------------------
     def decode(self, token_ids, skip_special_tokens=False, **kwargs):
-        """The text of one sequence of ids (a list, a 1-D tensor or array, or one id)."""
-        ids = _arrays.to_numpy(token_ids, "token_ids", np.int64)
+        """The text of one sequence of ids (a list, a 1-D tensor or array, or one id). Ids must be in
+        [0, 2**31 - 1]; one the vocabulary does not hold decodes to nothing, as in Hugging Face's tokenizers
+        (a model's vocabulary may be padded past the tokenizer's)."""
+        return self._decode(token_ids, skip_special_tokens, "token_ids")
+
+    def _decode(self, token_ids, skip_special_tokens, name):
+        skip = _checks.boolean("skip_special_tokens", skip_special_tokens)
+        ids = _checks.int_array(name, _arrays.to_numpy(token_ids, name), 0, INT32_MAX, "token id")
         if ids.ndim > 1:
-            raise ValueError(f"token_ids: expected one sequence, got shape {tuple(ids.shape)}; use batch_decode")
-        return self._core.decode([int(i) for i in ids.reshape(-1)], skip_special_tokens)
+            raise ValueError(f"{name}: expected one sequence, got shape {tuple(ids.shape)}; use batch_decode")
+        return self._core.decode([int(i) for i in ids.reshape(-1)], skip)
 
     def batch_decode(self, sequences, skip_special_tokens=False, **kwargs):
-        return [self.decode(s, skip_special_tokens=skip_special_tokens) for s in sequences]
+        if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
+            raise TypeError(f"sequences: expected a list of sequences or a 2-D tensor, got {type(sequences).__name__}")
+        return [self._decode(s, skip_special_tokens, f"sequences[{i}]") for i, s in enumerate(sequences)]
 
     # ---- chat --------------------------------------------------------------------------------------
     def apply_chat_template(self, conversation, tokenize=True, add_generation_prompt=False, return_tensors=None,
                             return_dict=False, padding=False, **kwargs):
         """Qwen2.5's ChatML layout (the default system message first when none is given)."""
+        if not isinstance(conversation, (list, tuple)):
+            raise TypeError("conversation: expected a list of messages ({'role': ..., 'content': ...}) or a list "
+                            f"of such lists, got {type(conversation).__name__}")
+        for name, value in (("tokenize", tokenize), ("add_generation_prompt", add_generation_prompt),
+                            ("return_dict", return_dict)):
+            _checks.boolean(name, value)
         batched = bool(conversation) and isinstance(conversation[0], (list, tuple))
         convs = conversation if batched else [conversation]
+        if not convs:
+            raise ValueError("conversation: an empty batch (no conversations)")
         texts = []
-        for c in convs:
+        for k, c in enumerate(convs):
+            where = f"conversation[{k}]" if batched else "conversation"
+            if not isinstance(c, (list, tuple)):
+                raise TypeError(f"{where}: expected a list of messages, got {type(c).__name__}")
+            if not c:
+                raise ValueError(f"{where}: no messages")
             messages = []
             for i, m in enumerate(c):
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                    raise TypeError(f"conversation: message {i} must be a dict with string 'role' and 'content'")
+                    raise TypeError(f"{where}: message {i} must be a dict with string 'role' and 'content'")
                 messages.append((m["role"], m["content"]))
-            texts.append(_chat(messages, add_generation_prompt))
+            try:
+                texts.append(_chat(messages, add_generation_prompt))
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
         if not tokenize:
             return texts if batched else texts[0]
         enc = self(texts if batched else texts[0], return_tensors=return_tensors, padding=padding)

@@ -10,6 +10,7 @@
 #include <diffucoder/diffucoder.h>
 
 #include <exception>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -64,7 +65,8 @@ py::array_t<T> view(T* data, std::vector<py::ssize_t> shape, bool writable) {
   return a;
 }
 
-// v as a T; TypeError naming the setting otherwise (bool is refused where a number is wanted).
+// v as a T; TypeError naming the setting otherwise (bool is refused where a number is wanted), ValueError
+// naming it and T's range for an int that T cannot hold.
 template <typename T>
 T setting(const std::string& key, py::handle v, const char* expected) {
   if (!std::is_same_v<T, bool> && !std::is_same_v<T, std::string> && py::isinstance<py::bool_>(v))
@@ -72,6 +74,12 @@ T setting(const std::string& key, py::handle v, const char* expected) {
   try {
     return v.cast<T>();
   } catch (const py::cast_error&) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (py::isinstance<py::int_>(v))
+        throw py::value_error(key + ": " + std::string(py::repr(v)) + " is outside [" +
+                              std::to_string(std::numeric_limits<T>::min()) + ", " +
+                              std::to_string(std::numeric_limits<T>::max()) + "]");
+    }
     throw py::type_error(key + ": expected " + expected + ", got " + std::string(py::str(py::type::of(v).attr("__name__"))) +
                          " " + std::string(py::repr(v)));
   }

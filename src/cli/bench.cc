@@ -320,6 +320,7 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print JSON");
   auto train = std::make_shared<BenchTrainArgs>();
   add_bench_train_options(cmd, train.get());
+  require_finite_floats(cmd);
   return [a, train, steps] {
     if (!train->enabled) return run_bench(*a);
     BenchTrainArgs t = *train;

@@ -1,6 +1,12 @@
 // Helpers shared by the subcommands.
 #include "cli/common.h"
 
+#include <CLI/CLI.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include "io/mapped_file.h"
 
 #include <algorithm>
@@ -11,6 +17,32 @@
 #include <new>
 
 namespace dc::cli {
+
+void require_finite_floats(CLI::App* cmd) {
+  // The same parse as CLI11's own conversion (strtold), so that what is checked is what the flag receives.
+  const CLI::Validator finite(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long double v = std::strtold(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size()) return "";  // not a number: the conversion says so
+        if (std::isfinite(v) && std::fabs(v) <= FLT_MAX) return "";
+        return "must be a finite number (got " + text + ")";
+      },
+      "", "finite");
+  for (CLI::Option* opt : cmd->get_options())
+    if (opt->get_type_name().rfind("FLOAT", 0) == 0) opt->check(finite);
+}
+
+std::string json_number(double value, int precision) {
+  if (!std::isfinite(value)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+  return buf;
+}
+
+std::string json_string(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 int report(const Status& status) {
   std::fprintf(stderr, "error: %s\n", status.message().c_str());

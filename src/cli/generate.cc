@@ -248,6 +248,7 @@ RunFn add_generate_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print one JSON object per completion");
   cmd->add_flag("--visual", a->visual, "Redraw the canvas on stderr as it unmasks");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  require_finite_floats(cmd);
   return [a, cmd] {
     a->given_prompt = cmd->count("--prompt") > 0;
     a->given_prompt_file = cmd->count("--prompt-file") > 0;

@@ -12,7 +12,9 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/ranks_agree.h"
 #include "gguf/model_source.h"
+#include "sandbox/sandbox.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_data.h"
 #include "train/grpo_trainer.h"
@@ -126,12 +128,15 @@ int run_grpo(GrpoArgs& a, dist::Comm& comm) {
                  (long long)t.steps_done(), (long long)a.opt.group_size, (long long)a.opt.prompts_per_round,
                  (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32",
                  comm.size(), comm.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", comm.backend());
+  if (!a.quiet && comm.rank() == 0 && (a.rewards.code_weight != 0 || a.rewards.format_weight != 0))
+    std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a test run's memory is bounded
   double seconds = 0;
   int64_t done_here = 0;
   while (t.steps_done() < a.opt.steps) {
     auto s = t.step();
     if (!s.ok()) return report(s.status());
     seconds += s->seconds, ++done_here;
+    if (s->skipped && comm.rank() == 0) std::fprintf(stderr, "warning: %s\n", s->skip_note.c_str());  // even --quiet
     if (!a.quiet) {
       const double eta = seconds / done_here * (a.opt.steps - s->step);
       std::fprintf(stderr,
@@ -149,9 +154,13 @@ int run_grpo(GrpoArgs& a, dist::Comm& comm) {
                                                    t.optimizer().gradient_bytes(), done_here, a.quiet);
   if (!ranks.ok) return 1;
   if (comm.rank() != 0) return 0;
-  std::printf("{\"steps\": %lld, \"final_reward_mean\": %.6f, \"seconds\": %.1f, \"out\": \"%s\", \"ranks\": %d, %s}\n",
-              (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().reward_mean, seconds,
-              a.opt.out_dir.c_str(), comm.size(), ranks.json.c_str());
+  const int64_t skipped = t.optimizer().state().skipped_steps;  // over the whole run, resumes included
+  // Built with json_number / json_string: a non-finite number prints as null, the path escaped.
+  std::printf("{\"steps\": %lld, \"final_reward_mean\": %s, \"seconds\": %s, \"skipped_steps\": %lld, \"out\": %s, "
+              "\"ranks\": %d, %s}\n",
+              (long long)t.steps_done(), json_number(t.history().empty() ? 0.0 : t.history().back().reward_mean, 6).c_str(),
+              json_number(seconds, 6).c_str(), (long long)skipped, json_string(a.opt.out_dir).c_str(), comm.size(),
+              ranks.json.c_str());
   return 0;
 }
 
@@ -223,7 +232,14 @@ RunFn add_grpo_command(CLI::App& app) {
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->add_option("--exit-after-step", a->exit_after, "Testing: exit abruptly (code 137) after this step")->group("");
   add_dist_timeout_flag(cmd, &a->dist_timeout);
-  return [a] { return run_on_ranks(a->dist_timeout, [a](dist::Comm& comm) { return run_grpo(*a, comm); }); };
+  require_finite_floats(cmd);
+  // Under mpirun the ranks first check that they run with the same options and data (cli/ranks_agree.h).
+  return [a, cmd] {
+    return run_on_ranks(a->dist_timeout, [a, cmd](dist::Comm& comm) {
+      const int disagreed = check_ranks_agree(comm, *cmd);
+      return disagreed != 0 ? disagreed : run_grpo(*a, comm);
+    });
+  };
 }
 
 }  // namespace dc::cli

@@ -201,7 +201,7 @@ int run_grpo_loss(const GrpoLossArgs& a) {
     p.batch.completion_mask.insert(p.batch.completion_mask.end(), mask.begin(), mask.end());
   }
   auto advantages = train::leave_one_out_advantages(p.rewards, p.group_size, p.scale_rewards);
-  if (!advantages.ok()) return report(advantages.status());
+  if (!advantages.ok()) return report(invalid_argument(a.batch_path + ": batch: " + advantages.status().message()));
   auto rows = train::coupled_rows(p.batch, p.mask, static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, true);
   if (!rows.ok()) return report(invalid_argument(a.batch_path + ": " + rows.status().message()));
 
@@ -227,9 +227,17 @@ int run_grpo_loss(const GrpoLossArgs& a) {
   ModelParams grads = ModelParams::zeros(cfg);
   Activations acts;
   auto res = train::grpo_loss_and_grads(ctx, *policy->model, in, p.options, 1.0f, grads, acts);
-  if (!res.ok()) return report(res.status());
+  if (!res.ok()) return report(invalid_argument(a.batch_path + ": " + res.status().message()));
   const std::vector<float>& ref_logps = in.ref_logps.empty() ? res->logps : in.ref_logps;
   const double grad_norm = train::global_grad_norm(grads, &pool);
+  // Never a NaN printed as a result: a non-finite part is an error naming it (a model holding non-finite
+  // weights, or an overflow).
+  for (const auto& [name, value] : {std::pair<const char*, double>{"loss", res->loss}, {"kl", res->kl},
+                                    {"grad norm", grad_norm}})
+    if (!std::isfinite(value))
+      return report(internal_error(std::string("grpo-loss: the ") + name + " of " + a.batch_path +
+                                   " is not finite (" + std::to_string(value) + "): check the weights of " +
+                                   a.model_dir + (a.ref_dir.empty() ? "" : " and " + a.ref_dir)));
   if (!a.json) {
     std::printf("loss %.6g  kl %.6g  clip fraction %.4g  grad norm %.6g  (%lld completions, %lld scored tokens)\n",
                 res->loss, res->kl, res->clip_fraction, grad_norm, (long long)p.batch.n_batch,
@@ -273,6 +281,7 @@ RunFn add_grpo_loss_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print every part as one JSON object (else a one-line summary)");
   cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));
+  require_finite_floats(cmd);
   return [a] { return run_grpo_loss(*a); };
 }
 

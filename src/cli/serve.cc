@@ -207,6 +207,7 @@ RunFn add_serve_command(CLI::App& app) {
   cmd->add_option("--max-prompt-tokens", a->limits.max_prompt_tokens, "Longest prompt (tokens)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--max-n", a->limits.max_n, "Largest n per request")->capture_default_str()->check(CLI::Range(1, 1024));
+  require_finite_floats(cmd);
   return [a] { return run_serve(*a); };
 }
 

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/ranks_agree.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
 
@@ -62,6 +63,7 @@ int run_train(TrainArgs& a, dist::Comm& comm) {
     auto s = t.step();
     if (!s.ok()) return report(s.status());
     seconds += s->seconds, tokens += s->tokens, ++done_here;
+    if (s->skipped && comm.rank() == 0) std::fprintf(stderr, "warning: %s\n", s->skip_note.c_str());  // even --quiet
     if (!a.quiet) {
       const double eta = seconds / done_here * (a.opt.steps - s->step);
       std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.3e  |g| %.3e  %.0f tok/s  ETA %.0f s\n",
@@ -77,11 +79,24 @@ int run_train(TrainArgs& a, dist::Comm& comm) {
                                                    t.optimizer().gradient_bytes(), done_here, a.quiet);
   if (!ranks.ok) return 1;
   if (comm.rank() != 0) return 0;
-  std::printf("{\"steps\": %lld, \"final_loss\": %.9g, \"tokens_per_s\": %.1f, \"out\": \"%s\", \"ranks\": %d, %s}\n",
-              (long long)t.steps_done(), t.history().empty() ? 0.0 : t.history().back().loss,
-              seconds > 0 ? tokens / seconds : 0.0, a.opt.out_dir.c_str(), comm.size(), ranks.json.c_str());
+  const int64_t skipped = t.optimizer().state().skipped_steps;  // over the whole run, resumes included
+  // Built with json_number / json_string: a non-finite loss prints as null, the path escaped.
+  std::printf("{\"steps\": %lld, \"final_loss\": %s, \"tokens_per_s\": %s, \"skipped_steps\": %lld, \"out\": %s, "
+              "\"ranks\": %d, %s}\n",
+              (long long)t.steps_done(), json_number(t.history().empty() ? 0.0 : t.history().back().loss).c_str(),
+              json_number(seconds > 0 ? tokens / seconds : 0.0, 6).c_str(), (long long)skipped,
+              json_string(a.opt.out_dir).c_str(), comm.size(), ranks.json.c_str());
   return 0;
 }
+
+// AdamW's betas: 1 divides by 1 − β^t = 0 in the bias correction (NaN weights).
+const CLI::Validator kBelowOne(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      return end == text.c_str() + text.size() && v >= 1.0 ? "must be below 1 (got " + text + ")" : "";
+    },
+    "< 1", "below_one");
 
 }  // namespace
 
@@ -92,8 +107,10 @@ void add_optimizer_flags(CLI::App* cmd, train::LrOptions* lr, std::string* sched
       ->check(CLI::IsMember({"constant", "linear", "cosine"}));
   cmd->add_option("--min-lr-ratio", lr->min_lr_ratio, "Final rate / peak rate (linear, cosine)")->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--beta1", adam->beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--beta2", adam->beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--beta1", adam->beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0))
+      ->check(kBelowOne);
+  cmd->add_option("--beta2", adam->beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0))
+      ->check(kBelowOne);
   cmd->add_option("--adam-eps", adam->eps, "AdamW eps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--weight-decay", adam->weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -145,7 +162,14 @@ RunFn add_train_command(CLI::App& app) {
       ->group("");
   cmd->add_option("--exit-rank", a->exit_rank, "Testing: only this rank exits at --exit-after-step")->group("");
   add_dist_timeout_flag(cmd, &a->dist_timeout);
-  return [a] { return run_on_ranks(a->dist_timeout, [a](dist::Comm& comm) { return run_train(*a, comm); }); };
+  require_finite_floats(cmd);
+  // Under mpirun the ranks first check that they run with the same options and data (cli/ranks_agree.h).
+  return [a, cmd] {
+    return run_on_ranks(a->dist_timeout, [a, cmd](dist::Comm& comm) {
+      const int disagreed = check_ranks_agree(comm, *cmd);
+      return disagreed != 0 ? disagreed : run_train(*a, comm);
+    });
+  };
 }
 
 }  // namespace dc::cli

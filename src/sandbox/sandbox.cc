@@ -1,9 +1,10 @@
-// The sandbox (sandbox.h). The caller thread clones the run's init straight into new namespaces
-// (raw clone, no glibc fork: the caller may be multithreaded, so the child touches no lock, no
-// allocator, only system calls), writes its uid / gid maps, and then pumps stdout / stderr with a
-// deadline. The init builds the new root, sets the limits, starts the program, reaps, reports.
+// The sandbox (sandbox.h), caller side. The caller thread clones the run's init straight into new
+// namespaces (raw clone, no glibc fork: the caller may be multithreaded, so the child touches no lock,
+// no allocator, only system calls: child.cc), writes its uid / gid maps, puts it in the run's cgroup
+// (where there is one), and then pumps stdout / stderr with a deadline.
 #include "sandbox/sandbox.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -11,21 +12,21 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <ftw.h>
-#include <linux/sched.h>
-#include <net/if.h>
 #include <poll.h>
-#include <sys/ioctl.h>
+#include <sched.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "sandbox/cgroup.h"
+#include "sandbox/child.h"
+#include "sandbox/remove_tree.h"
+#include "sandbox/seccomp_filter.h"
 
 namespace dc::sandbox {
 
@@ -39,183 +40,12 @@ const char* limit_hit_name(LimitHit hit) {
     case LimitHit::kMemory: return "memory";
     case LimitHit::kProcesses: return "processes";
     case LimitHit::kOpenFiles: return "open_files";
+    case LimitHit::kDisk: return "disk";
   }
   return "none";
 }
 
 namespace {
-
-constexpr int kInsideId = 1000;  // uid and gid of the program inside its user namespace
-
-// Everything the child needs, built before the clone (the child may not allocate).
-struct ChildPlan {
-  std::string dir;                                     // the run's host temp dir
-  std::string root, work, stdin_path;                  // relative to `dir` (root, work)
-  std::vector<std::string> bind_dirs;                  // "/usr", or "/lib" where it is no symlink
-  std::vector<unsigned long> bind_dir_flags;           // the source mount's locked flags
-  std::vector<std::pair<std::string, std::string>> links;  // name → target, e.g. bin → usr/bin
-  std::vector<std::string> etc_files, dev_files;       // bound read-only / as they are
-  std::string tmpfs_opts;
-  bool clear_groups = false;                           // drop supplementary groups (root callers)
-  std::string exe;                                     // resolved argv[0]
-  std::vector<std::string> argv_s, env_s;
-  std::vector<char*> argv, envp;
-  Limits limits;
-  // Host paths inside the new root, precomputed.
-  std::vector<std::string> root_paths;                 // root + "/" + name for every mount point
-};
-
-// ---- child side: only system calls from here to execve ------------------------------------------
-
-[[noreturn]] void child_fail(int status_fd, const char* what) {
-  int e = errno;
-  char buf[256];
-  size_t n = 0;
-  buf[n++] = 'E';
-  for (const char* p = what; *p && n < sizeof(buf) - 64; ++p) buf[n++] = *p;
-  const char* es = ": ";
-  for (const char* p = es; *p; ++p) buf[n++] = *p;
-  const char* msg = strerrordesc_np(e);
-  for (const char* p = msg ? msg : "?"; *p && n < sizeof(buf) - 1; ++p) buf[n++] = *p;
-  (void)!write(status_fd, buf, n);
-  _exit(1);
-}
-
-void set_limit(int resource, int64_t soft, int64_t hard) {
-  if (soft <= 0) return;
-  struct rlimit r;
-  r.rlim_cur = static_cast<rlim_t>(soft);
-  r.rlim_max = static_cast<rlim_t>(hard);
-  setrlimit(resource, &r);
-}
-
-// The run's PID 1. fds: 0 stdin, 1 stdout, 2 stderr, 3 the status pipe, 4 the sync pipe.
-[[noreturn]] void child_init(const ChildPlan& p, const std::string* paths) {
-  const int status_fd = 3, sync_fd = 4;
-  // Die with the caller; then the kernel kills every process of the namespace.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  char c;
-  if (read(sync_fd, &c, 1) != 1) _exit(1);  // the caller writes our uid / gid maps first
-  close(sync_fd);
-
-  // Paths below are relative to the run's dir: its ancestors may be closed to uid 1000.
-  if (chdir(p.dir.c_str()) != 0) child_fail(status_fd, "chdir to the sandbox dir");
-  // Become uid / gid 1000 of the namespace first (raw system calls: glibc's wrappers would signal
-  // the caller's other threads). The capabilities in the new namespace stay until execve, which drops
-  // them (no file capabilities, uid ≠ 0); the tmpfs only accepts files of a mapped owner.
-  if (p.clear_groups && syscall(SYS_setgroups, 0, nullptr) != 0) child_fail(status_fd, "setgroups");
-  if (syscall(SYS_setresgid, kInsideId, kInsideId, kInsideId) != 0) child_fail(status_fd, "setresgid");
-  if (syscall(SYS_setresuid, kInsideId, kInsideId, kInsideId) != 0) child_fail(status_fd, "setresuid");
-  if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) child_fail(status_fd, "mount / private");
-  if (mount("tmpfs", p.root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmpfs_opts.c_str()) != 0)
-    child_fail(status_fd, "mount tmpfs root");
-  size_t k = 0;  // walks `paths` in the order run() built them
-  for (size_t i = 0; i < p.bind_dirs.size(); ++i) {
-    const char* dst = paths[k++].c_str();
-    if (mkdir(dst, 0755) != 0) child_fail(status_fd, "mkdir bind dir");
-    if (mount(p.bind_dirs[i].c_str(), dst, nullptr, MS_BIND | MS_REC, nullptr) != 0)
-      child_fail(status_fd, "bind system dir");
-    if (mount(nullptr, dst, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | p.bind_dir_flags[i],
-              nullptr) != 0)
-      child_fail(status_fd, "remount system dir read-only");
-  }
-  for (const auto& l : p.links) {
-    if (symlink(l.second.c_str(), paths[k++].c_str()) != 0) child_fail(status_fd, "symlink");
-  }
-  if (mkdir(paths[k++].c_str(), 0755) != 0) child_fail(status_fd, "mkdir etc");
-  for (const auto& f : p.etc_files) {
-    const char* dst = paths[k++].c_str();
-    int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) child_fail(status_fd, "create etc file");
-    close(fd);
-    if (mount(f.c_str(), dst, nullptr, MS_BIND, nullptr) == 0)
-      mount(nullptr, dst, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
-  }
-  if (mkdir(paths[k++].c_str(), 0755) != 0) child_fail(status_fd, "mkdir dev");
-  for (const auto& f : p.dev_files) {
-    const char* dst = paths[k++].c_str();
-    int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-    if (fd < 0) child_fail(status_fd, "create dev node");
-    close(fd);
-    if (mount(f.c_str(), dst, nullptr, MS_BIND, nullptr) != 0) child_fail(status_fd, "bind dev node");
-  }
-  const char* proc = paths[k++].c_str();
-  if (mkdir(proc, 0555) != 0) child_fail(status_fd, "mkdir proc");
-  // A /proc of our PID namespace; a kernel that refuses it (masked host /proc) leaves it empty.
-  mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
-  const char* tmp = paths[k++].c_str();
-  if (mkdir(tmp, 01777) != 0) child_fail(status_fd, "mkdir tmp");
-  if (mount(p.work.c_str(), tmp, nullptr, MS_BIND, nullptr) != 0) child_fail(status_fd, "bind work dir");
-  mount(nullptr, tmp, nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, nullptr);
-  const char* old = paths[k++].c_str();
-  if (mkdir(old, 0700) != 0) child_fail(status_fd, "mkdir oldroot");
-  if (syscall(SYS_pivot_root, p.root.c_str(), old) != 0) child_fail(status_fd, "pivot_root");
-  if (chdir("/") != 0) child_fail(status_fd, "chdir /");
-  if (umount2("/.oldroot", MNT_DETACH) != 0) child_fail(status_fd, "detach old root");
-  rmdir("/.oldroot");
-  if (mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
-    child_fail(status_fd, "remount root read-only");
-  sethostname("sandbox", 7);
-  // Bring up the loopback interface (the only one in the new network namespace).
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s >= 0) {
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    memcpy(ifr.ifr_name, "lo", 3);
-    if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-      ifr.ifr_flags |= IFF_UP;
-      ioctl(s, SIOCSIFFLAGS, &ifr);
-    }
-    close(s);
-  }
-  if (chdir("/tmp") != 0) child_fail(status_fd, "chdir /tmp");
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(status_fd, "no_new_privs");
-  const Limits& L = p.limits;
-  if (L.cpu_seconds > 0) {
-    int64_t cpu = static_cast<int64_t>(L.cpu_seconds + 0.999);
-    set_limit(RLIMIT_CPU, cpu, cpu + 1);
-  }
-  set_limit(RLIMIT_AS, L.address_space_bytes, L.address_space_bytes);
-  set_limit(RLIMIT_NPROC, L.max_processes, L.max_processes);
-  set_limit(RLIMIT_FSIZE, L.file_size_bytes, L.file_size_bytes);
-  set_limit(RLIMIT_NOFILE, L.open_files, L.open_files);
-  {  // no core files
-    struct rlimit r{0, 0};
-    setrlimit(RLIMIT_CORE, &r);
-  }
-
-  long prog = syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr);
-  if (prog < 0) child_fail(status_fd, "start the program");
-  if (prog == 0) {
-    syscall(SYS_close_range, 3u, ~0u, 0u);
-    execve(p.exe.c_str(), p.argv.data(), p.envp.data());
-    int e = errno;
-    const char* m1 = "sandbox: cannot execute ";
-    (void)!write(2, m1, strlen(m1));
-    (void)!write(2, p.exe.c_str(), p.exe.size());
-    (void)!write(2, ": ", 2);
-    const char* m2 = strerrordesc_np(e);
-    (void)!write(2, m2, strlen(m2));
-    (void)!write(2, "\n", 1);
-    _exit(127);
-  }
-  // Reap everything until the program itself ends; what it left behind dies with us.
-  for (;;) {
-    int st = 0;
-    pid_t w = waitpid(-1, &st, __WALL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) child_fail(status_fd, "wait for the program");
-    if (w == prog) {
-      char buf[1 + sizeof(int)];
-      buf[0] = 'S';
-      memcpy(buf + 1, &st, sizeof(int));
-      (void)!write(status_fd, buf, sizeof(buf));
-      _exit(0);
-    }
-  }
-}
-
-// ---- caller side ---------------------------------------------------------------------------------
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -238,21 +68,6 @@ bool write_file(const std::string& path, const std::string& data, int flags = O_
   return ok;
 }
 
-int rm_entry(const char* path, const struct stat*, int type, struct FTW*) {
-  if (type == FTW_DP || type == FTW_D) return rmdir(path) == 0 || errno == ENOENT ? 0 : 0;
-  unlink(path);
-  return 0;
-}
-int chmod_entry(const char* path, const struct stat*, int type, struct FTW*) {
-  if (type == FTW_D || type == FTW_DNR) chmod(path, 0700);
-  return 0;
-}
-
-void remove_tree(const std::string& dir) {
-  if (geteuid() != 0) nftw(dir.c_str(), chmod_entry, 16, FTW_PHYS);  // undo a program's chmod 000
-  nftw(dir.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 // The flags of the mount holding `path` that a user namespace may not clear (they are locked).
 unsigned long locked_flags(const std::string& path) {
   struct statvfs s;
@@ -266,11 +81,13 @@ unsigned long locked_flags(const std::string& path) {
   return f;
 }
 
+// argv[0] as found on the sandbox's own PATH order; /usr/local is under the bound /usr, so what is
+// found there is what runs. Not found: /usr/bin/<name>, whose execve then fails (exit 127, a message).
 std::string resolve_exe(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   for (const char* dir : {"/usr/local/bin/", "/usr/bin/", "/bin/"}) {
     std::string p = std::string(dir) + name;
-    if (access(p.c_str(), X_OK) == 0) return p.rfind("/usr/local/", 0) == 0 ? "/usr/bin/" + name : p;
+    if (access(p.c_str(), X_OK) == 0) return p;
   }
   return "/usr/bin/" + name;
 }
@@ -284,87 +101,68 @@ uint32_t outside_id() {
   return 200000u + (static_cast<uint32_t>(getpid()) * 97u + n) % 100000u;
 }
 
-LimitHit classify(const RunResult& r, const Limits& L) {
+LimitHit classify(const RunResult& r, const Limits& L, const RunCgroup::Events& cg) {
   if (r.timed_out) return LimitHit::kWallTime;
   if (r.signal == SIGXCPU || (r.signal == SIGKILL && L.cpu_seconds > 0 && r.cpu_seconds >= L.cpu_seconds))
     return LimitHit::kCpuTime;
   if (r.signal == SIGXFSZ) return LimitHit::kFileSize;
+  if (cg.oom_killed) return LimitHit::kMemory;  // even if the program's parent exited 0 afterwards
   if (r.exited && r.exit_code == 0) return LimitHit::kNone;
   const std::string& e = r.stderr_data;
   auto has = [&](const char* s) { return e.find(s) != std::string::npos; };
   if (has("MemoryError") || has("Cannot allocate memory") || has("std::bad_alloc")) return LimitHit::kMemory;
   if (has("File too large")) return LimitHit::kFileSize;
+  if (has("No space left on device")) return LimitHit::kDisk;
   if (has("Too many open files")) return LimitHit::kOpenFiles;
-  if (has("Resource temporarily unavailable") && (has("fork") || has("thread") || has("spawn")))
+  if ((cg.pids_max || has("Resource temporarily unavailable")) && (has("fork") || has("thread") || has("spawn")))
     return LimitHit::kProcesses;
   return LimitHit::kNone;
 }
 
-}  // namespace
+constexpr double kMaxSeconds = 1e6;
 
-Status check_available() {
-  RunSpec spec;
-  spec.argv = {"/bin/true"};
-  spec.limits.wall_seconds = 10;
-  auto r = run(spec);
-  if (!r.ok()) return r.status();
-  if (!r->ok()) return internal_error("sandbox: /bin/true failed inside the sandbox: " + r->stderr_data);
+Status validate(const RunSpec& spec) {
+  if (spec.argv.empty() || spec.argv[0].empty()) return invalid_argument("sandbox: empty argv");
+  // (Bounded: a deadline of 1e30 s overflows the clock, and inf or NaN are no time at all.)
+  if (!(spec.limits.wall_seconds > 0 && spec.limits.wall_seconds <= kMaxSeconds))
+    return invalid_argument("sandbox: wall_seconds must be in (0, 1e6]");
+  if (!(spec.limits.cpu_seconds >= 0 && spec.limits.cpu_seconds <= kMaxSeconds))
+    return invalid_argument("sandbox: cpu_seconds must be in [0, 1e6] (0: no limit)");
+  int64_t total = 0;
+  for (const auto& [name, data] : spec.files) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      return invalid_argument("sandbox: file name '" + name + "' must be a plain name inside the temp dir");
+    total += static_cast<int64_t>(data.size()) + 4096;  // a tmpfs page at least per file
+  }
+  if (spec.limits.tmp_bytes > 0 && total > spec.limits.tmp_bytes)
+    return invalid_argument("sandbox: RunSpec::files (" + std::to_string(total) + " bytes with their pages) do not fit "
+                            "in Limits::tmp_bytes (" + std::to_string(spec.limits.tmp_bytes) + ")");
   return Status::ok_status();
 }
 
-Result<RunResult> run(const RunSpec& spec) {
-  if (spec.argv.empty() || spec.argv[0].empty()) return invalid_argument("sandbox: empty argv");
-  if (spec.limits.wall_seconds <= 0) return invalid_argument("sandbox: wall_seconds must be > 0");
-  for (const auto& [name, _] : spec.files) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-      return invalid_argument("sandbox: file name '" + name + "' must be a plain name inside the temp dir");
-  }
-  const char* tmp_env = std::getenv("TMPDIR");
-  std::string base = tmp_env && *tmp_env ? tmp_env : "/tmp";
-  std::string tmpl = base + "/dc-sandbox-XXXXXX";
-  if (!mkdtemp(tmpl.data())) return io_error(errno_text("sandbox: cannot create a temp dir under " + base));
-  const std::string dir = tmpl;
-  chmod(dir.c_str(), 0711);  // the child, an unprivileged uid by then, must traverse it
-  struct Cleanup {
-    std::string d;
-    ~Cleanup() { remove_tree(d); }
-  } cleanup{dir};
-
-  const bool root = geteuid() == 0;
-  const uint32_t out_uid = root ? outside_id() : geteuid();
-  const uint32_t out_gid = root ? out_uid : getegid();
-
-  ChildPlan p;
-  p.dir = dir;
-  p.root = "root";
-  p.work = "work";
-  p.limits = spec.limits;
-  p.clear_groups = root;
-  const std::string host_work = dir + "/work";
-  if (mkdir((dir + "/root").c_str(), 0755) != 0 || mkdir(host_work.c_str(), 0700) != 0)
-    return io_error(errno_text("sandbox: cannot create " + dir + "/{root,work}"));
+// The run's host dir: `root` (the new root's mount point) and `stage` (RunSpec::files, which the
+// init copies into the run's /tmp tmpfs), owned by the run's outside uid.
+Status stage_files(const RunSpec& spec, ChildPlan& p, bool root, uint32_t out_uid, uint32_t out_gid) {
+  const std::string stage = p.dir + "/" + p.stage;
+  if (mkdir((p.dir + "/" + p.root).c_str(), 0755) != 0 || mkdir(stage.c_str(), 0700) != 0)
+    return io_error(errno_text("sandbox: cannot create " + p.dir + "/{root,stage}"));
   for (const auto& [name, data] : spec.files) {
-    if (!write_file(host_work + "/" + name, data, O_WRONLY | O_CREAT | O_EXCL))
-      return io_error(errno_text("sandbox: cannot write " + name));
-    if (root && chown((host_work + "/" + name).c_str(), out_uid, out_gid) != 0)
-      return io_error(errno_text("sandbox: chown"));
+    const std::string host = stage + "/" + name;
+    if (!write_file(host, data, O_WRONLY | O_CREAT | O_EXCL))
+      return io_error(errno_text("sandbox: cannot write " + host));
+    if (root && chown(host.c_str(), out_uid, out_gid) != 0) return io_error(errno_text("sandbox: chown " + host));
+    p.stage_files.push_back(p.stage + "/" + name);
+    p.tmp_files.push_back(p.root + "/tmp/" + name);
   }
-  if (root && chown(host_work.c_str(), out_uid, out_gid) != 0) return io_error(errno_text("sandbox: chown"));
-  int stdin_fd;
-  if (!spec.stdin_data.empty()) {
-    p.stdin_path = dir + "/stdin";
-    if (!write_file(p.stdin_path, spec.stdin_data)) return io_error(errno_text("sandbox: cannot write stdin"));
-    stdin_fd = open(p.stdin_path.c_str(), O_RDONLY | O_CLOEXEC);
-  } else {
-    stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  }
-  if (stdin_fd < 0) return io_error(errno_text("sandbox: open stdin"));
+  if (root && chown(stage.c_str(), out_uid, out_gid) != 0) return io_error(errno_text("sandbox: chown " + stage));
+  return Status::ok_status();
+}
 
-  // The new root: /usr and the merged-/usr links (or binds where they are real dirs), a few /etc
-  // files, four device nodes, /proc, /tmp.
+// The new root: /usr and the merged-/usr links (or binds where they are real dirs), a few /etc
+// files, four device nodes, /proc, /tmp; and every path the child creates, in its order.
+void plan_root(ChildPlan& p) {
   p.bind_dirs.push_back("/usr");
   p.bind_dir_flags.push_back(locked_flags("/usr"));
-  std::vector<std::string> link_names;
   for (const char* d : {"bin", "sbin", "lib", "lib32", "lib64", "libx32"}) {
     std::string host = std::string("/") + d;
     struct stat st;
@@ -375,36 +173,34 @@ Result<RunResult> run(const RunSpec& spec) {
       if (n <= 0) continue;
       p.links.push_back({d, std::string(target, static_cast<size_t>(n))});
     } else if (S_ISDIR(st.st_mode)) {
-      p.bind_dirs.insert(p.bind_dirs.end(), host);
+      p.bind_dirs.push_back(host);
       p.bind_dir_flags.push_back(locked_flags(host));
     }
   }
   for (const char* f : {"ld.so.cache", "ld.so.conf", "localtime", "nsswitch.conf", "host.conf", "mime.types"}) {
     std::string host = std::string("/etc/") + f;
     struct stat st;
-    if (stat(host.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      p.etc_files.push_back(host);
-    }
+    if (stat(host.c_str(), &st) == 0 && S_ISREG(st.st_mode)) p.etc_files.push_back(host);
   }
-  for (const char* f : {"null", "zero", "random", "urandom"}) {
-    p.dev_files.push_back(std::string("/dev/") + f);
-  }
-  // Every path the child creates, in the order child_init walks them.
-  {
-    std::vector<std::string> ordered;
-    for (const auto& d : p.bind_dirs) ordered.push_back(p.root + d);
-    for (const auto& l : p.links) ordered.push_back(p.root + "/" + l.first);
-    ordered.push_back(p.root + "/etc");
-    for (const auto& f : p.etc_files) ordered.push_back(p.root + f);
-    ordered.push_back(p.root + "/dev");
-    for (const auto& f : p.dev_files) ordered.push_back(p.root + f);
-    ordered.push_back(p.root + "/proc");
-    ordered.push_back(p.root + "/tmp");
-    ordered.push_back(p.root + "/.oldroot");
-    p.root_paths = std::move(ordered);
-  }
-  int64_t tmpfs = spec.limits.tmpfs_bytes > 0 ? spec.limits.tmpfs_bytes : (1 << 20);
-  p.tmpfs_opts = "size=" + std::to_string(tmpfs) + ",mode=0755";
+  for (const char* f : {"null", "zero", "random", "urandom"}) p.dev_files.push_back(std::string("/dev/") + f);
+  auto& o = p.root_paths;
+  for (const auto& d : p.bind_dirs) o.push_back(p.root + d);
+  for (const auto& l : p.links) o.push_back(p.root + "/" + l.first);
+  o.push_back(p.root + "/etc");
+  for (const auto& f : p.etc_files) o.push_back(p.root + f);
+  o.push_back(p.root + "/dev");
+  for (const auto& f : p.dev_files) o.push_back(p.root + f);
+  o.push_back(p.root + "/dev/shm");
+  o.push_back(p.root + "/proc");
+  o.push_back(p.root + "/tmp");
+  o.push_back(p.root + "/.oldroot");
+}
+
+void plan_program(const RunSpec& spec, ChildPlan& p) {
+  const int64_t skeleton = spec.limits.tmpfs_bytes > 0 ? spec.limits.tmpfs_bytes : (1 << 20);
+  p.tmpfs_opts = "size=" + std::to_string(skeleton) + ",mode=0755";
+  p.tmp_opts = "mode=1777";
+  if (spec.limits.tmp_bytes > 0) p.tmp_opts += ",size=" + std::to_string(spec.limits.tmp_bytes);
   p.exe = resolve_exe(spec.argv[0]);
   p.argv_s = spec.argv;
   std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/tmp"}, {"TMPDIR", "/tmp"},
@@ -415,28 +211,31 @@ Result<RunResult> run(const RunSpec& spec) {
   p.argv.push_back(nullptr);
   for (auto& s : p.env_s) p.envp.push_back(s.data());
   p.envp.push_back(nullptr);
+}
 
+// The caller's ends of the run's pipes; closes what is still open.
+struct Pipes {
+  int out = -1, err = -1, status = -1, sync = -1;
+  ~Pipes() {
+    for (int fd : {out, err, status, sync})
+      if (fd >= 0) close(fd);
+  }
+};
+
+// Clones the init with fds 0..4 as child_init expects; returns its pid (the caller's ends in `pipes`).
+Result<long> spawn(const ChildPlan& p, int stdin_fd, Pipes& pipes) {
   int out[2], err[2], status[2], sync[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return io_error(errno_text("sandbox: pipe"));
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]), close(out[1]);
-    return io_error(errno_text("sandbox: pipe"));
+  int* all[4] = {out, err, status, sync};
+  for (int i = 0; i < 4; ++i) {
+    if (pipe2(all[i], O_CLOEXEC) != 0) {
+      const Status s = io_error(errno_text("sandbox: pipe"));
+      for (int j = 0; j < i; ++j) close(all[j][0]), close(all[j][1]);
+      return s;
+    }
   }
-  if (pipe2(status, O_CLOEXEC) != 0) {
-    close(out[0]), close(out[1]), close(err[0]), close(err[1]);
-    return io_error(errno_text("sandbox: pipe"));
-  }
-  if (pipe2(sync, O_CLOEXEC) != 0) {
-    for (int fd : {out[0], out[1], err[0], err[1], status[0], status[1]}) close(fd);
-    return io_error(errno_text("sandbox: pipe"));
-  }
-  const std::string* paths = p.root_paths.data();
-
-  const auto t0 = std::chrono::steady_clock::now();
   const long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWNS | CLONE_NEWUTS | SIGCHLD;
   long pid = syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
   if (pid == 0) {
-    // Child: fds 0..4 as child_init expects, everything else closed.
     int fds[5] = {stdin_fd, out[1], err[1], status[1], sync[0]};
     // Move the sources above 4 first so the dup2s below do not clobber one another.
     for (int& fd : fds) {
@@ -447,47 +246,32 @@ Result<RunResult> run(const RunSpec& spec) {
     for (int i = 0; i < 5; ++i)
       if (dup2(fds[i], i) < 0) _exit(1);
     syscall(SYS_close_range, 5u, ~0u, 0u);
-    child_init(p, paths);
+    child_init(p);
   }
   const int clone_errno = errno;
-  close(stdin_fd);
-  close(out[1]);
-  close(err[1]);
-  close(status[1]);
-  close(sync[0]);
-  auto close_rest = [&] {
-    close(out[0]);
-    close(err[0]);
-    close(status[0]);
-    close(sync[1]);
-  };
+  close(out[1]), close(err[1]), close(status[1]), close(sync[0]);
+  pipes.out = out[0], pipes.err = err[0], pipes.status = status[0], pipes.sync = sync[1];
   if (pid < 0) {
-    close_rest();
     errno = clone_errno;
     return internal_error(errno_text("sandbox: clone with new user/pid/net/ipc/mount namespaces"));
   }
-  // Map the child's uid / gid 1000 to an unprivileged outside id.
-  {
-    std::string proc = "/proc/" + std::to_string(pid);
-    // A privileged caller keeps setgroups allowed so the child can drop its supplementary groups;
-    // others must deny it before writing a gid map.
-    bool ok = (root || write_file(proc + "/setgroups", "deny", O_WRONLY)) &&
-              write_file(proc + "/gid_map", std::to_string(kInsideId) + " " + std::to_string(out_gid) + " 1\n", O_WRONLY) &&
-              write_file(proc + "/uid_map", std::to_string(kInsideId) + " " + std::to_string(out_uid) + " 1\n", O_WRONLY);
-    int map_errno = errno;
-    if (!ok) {
-      kill(static_cast<pid_t>(pid), SIGKILL);
-      waitpid(static_cast<pid_t>(pid), nullptr, 0);
-      close_rest();
-      errno = map_errno;
-      return internal_error(errno_text("sandbox: cannot write the uid / gid map of the sandbox"));
-    }
-    (void)!write(sync[1], "x", 1);
-    close(sync[1]);
-  }
+  return pid;
+}
 
-  RunResult r;
-  const Limits& L = spec.limits;
+// Maps the child's uid / gid 1000 to the outside ids.
+bool write_id_maps(long pid, bool root, uint32_t out_uid, uint32_t out_gid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  // A privileged caller keeps setgroups allowed so the child can drop its supplementary groups;
+  // others must deny it before writing a gid map.
+  const std::string in = std::to_string(kInsideId) + " ";
+  return (root || write_file(proc + "/setgroups", "deny", O_WRONLY)) &&
+         write_file(proc + "/gid_map", in + std::to_string(out_gid) + " 1\n", O_WRONLY) &&
+         write_file(proc + "/uid_map", in + std::to_string(out_uid) + " 1\n", O_WRONLY);
+}
+
+// Reads stdout / stderr into `r` until both close, killing the init at the deadline or on overflow.
+// Returns whether it killed the init.
+bool pump(long pid, const Limits& L, std::chrono::steady_clock::time_point t0, Pipes& pipes, RunResult& r) {
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                  std::chrono::duration<double>(L.wall_seconds));
   bool killed = false;
@@ -501,7 +285,9 @@ Result<RunResult> run(const RunSpec& spec) {
     bool* truncated;
     bool open = true;
   };
-  Stream streams[2] = {{out[0], &r.stdout_data, &r.stdout_truncated}, {err[0], &r.stderr_data, &r.stderr_truncated}};
+  Stream streams[2] = {{pipes.out, &r.stdout_data, &r.stdout_truncated},
+                       {pipes.err, &r.stderr_data, &r.stderr_truncated}};
+  const int64_t cap = L.output_bytes > 0 ? L.output_bytes : INT64_MAX;
   char buf[65536];
   while (streams[0].open || streams[1].open) {
     auto now = std::chrono::steady_clock::now();
@@ -533,7 +319,6 @@ Result<RunResult> run(const RunSpec& spec) {
         s.open = false;
         continue;
       }
-      int64_t cap = L.output_bytes > 0 ? L.output_bytes : INT64_MAX;
       int64_t room = cap - static_cast<int64_t>(s.data->size());
       if (room >= got) {
         s.data->append(buf, static_cast<size_t>(got));
@@ -545,6 +330,12 @@ Result<RunResult> run(const RunSpec& spec) {
       }
     }
   }
+  return killed;
+}
+
+// Waits for the init and reads its report into `r` ('S' + the program's wait status, or 'E' + why
+// the sandbox could not start: an error).
+Status collect(long pid, bool killed, std::chrono::steady_clock::time_point t0, Pipes& pipes, RunResult& r) {
   int wst = 0;
   struct rusage ru;
   memset(&ru, 0, sizeof(ru));
@@ -553,23 +344,21 @@ Result<RunResult> run(const RunSpec& spec) {
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.cpu_seconds = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
   r.max_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;
-  // The init's report: 'S' + the program's wait status, or 'E' + why the sandbox could not start.
   std::string report;
+  char buf[512];
   for (;;) {
-    ssize_t got = read(status[0], buf, sizeof(buf));
+    ssize_t got = read(pipes.status, buf, sizeof(buf));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     report.append(buf, static_cast<size_t>(got));
   }
-  close(out[0]);
-  close(err[0]);
-  close(status[0]);
   if (!report.empty() && report[0] == 'E') return internal_error("sandbox: " + report.substr(1));
   int st = wst;
   if (report.size() == 1 + sizeof(int) && report[0] == 'S') {
     memcpy(&st, report.data() + 1, sizeof(int));
   } else if (!killed) {
-    return internal_error("sandbox: the sandbox's init ended without a report (wait status " + std::to_string(wst) + ")");
+    return internal_error("sandbox: the sandbox's init ended without a report (wait status " +
+                          std::to_string(wst) + ")");
   }
   if (report.empty()) {  // killed by us before the program ended
     r.exited = false;
@@ -580,7 +369,132 @@ Result<RunResult> run(const RunSpec& spec) {
   } else if (WIFSIGNALED(st)) {
     r.signal = WTERMSIG(st);
   }
-  if (r.limit == LimitHit::kNone) r.limit = classify(r, L);
+  return Status::ok_status();
+}
+
+// Starts the planned run, waits for it, fills `r`.
+Status execute(const ChildPlan& p, const Limits& L, int stdin_fd, bool root, uint32_t out_uid, uint32_t out_gid,
+               RunResult& r) {
+  RunCgroup cgroup;
+  const CgroupSupport& cg = cgroup_support();
+  if (cg.usable && L.memory_bytes > 0) {
+    Status s = cgroup.create(cg.base, L);
+    if (!s.ok()) return s;
+  }
+  Pipes pipes;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<long> pid = spawn(p, stdin_fd, pipes);
+  if (!pid.ok()) return pid.status();
+  Status started = write_id_maps(*pid, root, out_uid, out_gid)
+                       ? Status::ok_status()
+                       : internal_error(errno_text("sandbox: cannot write the uid / gid map of the sandbox"));
+  if (started.ok() && cg.usable && L.memory_bytes > 0) started = cgroup.attach(*pid);
+  if (!started.ok()) {
+    kill(static_cast<pid_t>(*pid), SIGKILL);
+    waitpid(static_cast<pid_t>(*pid), nullptr, 0);
+    return started;
+  }
+  (void)!write(pipes.sync, "x", 1);
+  close(pipes.sync);
+  pipes.sync = -1;
+  const bool killed = pump(*pid, L, t0, pipes, r);
+  Status s = collect(*pid, killed, t0, pipes, r);
+  if (!s.ok()) return s;
+  const RunCgroup::Events events = cgroup.events();
+  cgroup.finish();
+  if (r.limit == LimitHit::kNone) r.limit = classify(r, L, events);
+  return Status::ok_status();
+}
+
+}  // namespace
+
+MemoryMode memory_mode() { return cgroup_support().usable ? MemoryMode::kCgroup : MemoryMode::kRlimit; }
+
+std::string describe() {
+  const CgroupSupport& cg = cgroup_support();
+  if (cg.usable) return "sandbox: memory per run: " + cg.reason;
+  return "sandbox: memory per run: no usable cgroup v2 (" + cg.reason +
+         "); per-process RLIMIT_AS and RLIMIT_NPROC lowered so that processes x address space <= the run's memory";
+}
+
+Limits effective_limits(const Limits& limits) {
+  Limits l = limits;
+  if (memory_mode() == MemoryMode::kCgroup || l.memory_bytes <= 0) return l;
+  const int64_t mem = l.memory_bytes;
+  int64_t as = l.address_space_bytes > 0 ? l.address_space_bytes : INT64_MAX;
+  int64_t np = l.max_processes > 0 ? l.max_processes : INT64_MAX;
+  const int64_t share = np == INT64_MAX ? 0 : mem / np;
+  as = std::min(as, std::max(std::min(kMinProcessBytes, mem), share));
+  np = std::min(np, std::max<int64_t>(1, mem / as));
+  l.address_space_bytes = as;
+  l.max_processes = np;
+  return l;
+}
+
+Status check_available() {
+  Result<sock_fprog> filter = seccomp_program();
+  if (!filter.ok()) return filter.status();
+  RunSpec spec;
+  spec.argv = {"/bin/true"};
+  spec.limits.wall_seconds = 10;
+  auto r = run(spec);
+  if (!r.ok()) return r.status();
+  if (!r->ok()) return internal_error("sandbox: /bin/true failed inside the sandbox: " + r->stderr_data);
+  return Status::ok_status();
+}
+
+namespace {
+
+// One run in its host dir `dir` (made by run(), removed by it afterwards).
+Result<RunResult> run_in(const RunSpec& spec, const std::string& dir, const sock_fprog& filter) {
+  chmod(dir.c_str(), 0711);  // the child, an unprivileged uid by then, must traverse it
+  const bool root = geteuid() == 0;
+  const uint32_t out_uid = root ? outside_id() : geteuid();
+  const uint32_t out_gid = root ? out_uid : getegid();
+  ChildPlan p;
+  p.dir = dir;
+  p.root = "root";
+  p.stage = "stage";
+  p.limits = effective_limits(spec.limits);
+  p.clear_groups = root;
+  p.filter = filter;
+  if (Status s = stage_files(spec, p, root, out_uid, out_gid); !s.ok()) return s;
+  int stdin_fd;
+  if (!spec.stdin_data.empty()) {
+    const std::string path = p.dir + "/stdin";
+    if (!write_file(path, spec.stdin_data)) return io_error(errno_text("sandbox: cannot write stdin"));
+    stdin_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } else {
+    stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  if (stdin_fd < 0) return io_error(errno_text("sandbox: open stdin"));
+  plan_root(p);
+  plan_program(spec, p);
+  RunResult r;
+  Status s = execute(p, p.limits, stdin_fd, root, out_uid, out_gid, r);
+  close(stdin_fd);
+  if (!s.ok()) return s;
+  return r;
+}
+
+}  // namespace
+
+Result<RunResult> run(const RunSpec& spec) {
+  if (Status s = validate(spec); !s.ok()) return s;
+  Result<sock_fprog> filter = seccomp_program();
+  if (!filter.ok()) return filter.status();
+  const char* tmp_env = std::getenv("TMPDIR");
+  std::string base = tmp_env && *tmp_env ? tmp_env : "/tmp";
+  std::string dir = base + "/dc-sandbox-XXXXXX";
+  if (!mkdtemp(dir.data())) return io_error(errno_text("sandbox: cannot create a temp dir under " + base));
+  Result<RunResult> r = run_in(spec, dir, *filter);
+  // The host dir holds only what we staged (the program writes to its tmpfs), but a failure to
+  // remove it is reported, never silent: in the result and on stderr.
+  if (Status s = remove_tree(dir); !s.ok()) {
+    const std::string msg = "sandbox: " + s.message();
+    std::fprintf(stderr, "%s\n", msg.c_str());
+    if (r.ok()) r->cleanup_error = msg;
+  }
   return r;
 }
 

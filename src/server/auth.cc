@@ -3,7 +3,9 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <fstream>
+#include <string_view>
 
 namespace dc::server {
 namespace {
@@ -69,12 +71,23 @@ Result<ApiKeys> ApiKeys::load(const std::vector<std::string>& keys, const std::s
   return out;
 }
 
+std::optional<std::string> bearer_token(const std::string& authorization) {
+  static constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size()) return std::nullopt;
+  for (size_t i = 0; i < kScheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return std::nullopt;
+  const char gap = authorization[kScheme.size()];
+  if (gap != ' ' && gap != '\t') return std::nullopt;  // "Bearerx" is another scheme
+  std::string token = trimmed(authorization.substr(kScheme.size()));
+  if (token.empty()) return std::nullopt;
+  return token;
+}
+
 bool ApiKeys::accepts(const std::string& authorization) const {
-  static const std::string kScheme = "Bearer ";
-  if (authorization.size() <= kScheme.size() || authorization.compare(0, kScheme.size(), kScheme) != 0) return false;
-  const std::string guess = trimmed(authorization.substr(kScheme.size()));
+  const std::optional<std::string> guess = bearer_token(authorization);
+  if (!guess) return false;
   unsigned found = 0;
-  for (const std::string& key : keys_) found |= equal_in_constant_time(key, guess);
+  for (const std::string& key : keys_) found |= equal_in_constant_time(key, *guess);
   return found != 0;
 }
 
@@ -87,7 +100,7 @@ std::optional<ApiError> ApiKeys::refuse(const std::string& authorization) const 
   if (authorization.empty()) {
     e.message = "You didn't provide an API key. Send it in an Authorization header using Bearer auth "
                 "(Authorization: Bearer YOUR_KEY).";
-  } else if (authorization.rfind("Bearer ", 0) != 0) {
+  } else if (!bearer_token(authorization)) {
     e.message = "Authorization: expected 'Bearer YOUR_KEY'.";
   } else {
     e.message = "Incorrect API key provided.";

@@ -108,6 +108,17 @@ HeadCheck check_head(std::string_view head) {
   return r;
 }
 
+// Where the head's lines do not end in CRLF: the offset of the first bare LF, or of a CR followed by anything
+// but LF (a CR at the very end may still get its LF). RFC 9112 §2.2 lets a server refuse these; without
+// the refusal such a head never shows its end ("\r\n\r\n") and would wait for the request deadline.
+std::optional<size_t> bare_line_end(std::string_view head) {
+  for (size_t i = 0; i < head.size(); ++i) {
+    if (head[i] == '\n' && (i == 0 || head[i - 1] != '\r')) return i;
+    if (head[i] == '\r' && i + 1 < head.size() && head[i + 1] != '\n') return i;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -449,6 +460,18 @@ void ConnectionHub::check(int fd) {
   }
   const std::string_view seen(peek_.data(), static_cast<size_t>(n));
   const size_t end = seen.find("\r\n\r\n");
+  const std::string_view head_part =
+      seen.substr(0, end == std::string_view::npos ? limits_.max_head_bytes : end + 4);
+  if (const std::optional<size_t> at = bare_line_end(head_part)) {
+    waiting_.erase(it);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    lock.unlock();
+    answer_and_close(fd, 400, "Bad Request",
+                     std::string("request head: every line must end in CRLF (\\r\\n); a bare ") +
+                         (head_part[*at] == '\n' ? "LF" : "CR") + " at byte " + std::to_string(*at),
+                     "invalid_request_error");
+    return;
+  }
   if (end == std::string_view::npos || end + 4 > limits_.max_head_bytes) {
     if (seen.size() < limits_.max_head_bytes) return;  // wait for more (under the deadline)
     waiting_.erase(it);

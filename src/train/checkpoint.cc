@@ -2,10 +2,12 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -49,7 +51,25 @@ Status read_into(const SafetensorsFile& file, const std::string& prefix, ModelPa
       return invalid_argument(file.path() + ": " + prefix + t.name + " is not f32 of the model's shape");
     std::memcpy(t.data, info->data, t.size * sizeof(float));
   }
-  return Status();
+  return check_finite_params(p, file.path());
+}
+
+// The index of the first value of x [n] that is not finite (or, with non_negative, below 0); -1 if none.
+int64_t first_bad_value(const float* x, int64_t n, bool non_negative) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]) || (non_negative && x[i] < 0)) return i;
+  return -1;
+}
+
+// A moment read from `path` (tensor `name`, values [begin, begin + n) of it): finite, and v ≥ 0.
+Status check_moment(const std::string& path, const std::string& name, const float* x, int64_t n, int64_t begin,
+                    bool is_v) {
+  const int64_t bad = first_bad_value(x, n, is_v);
+  if (bad < 0) return Status();
+  return invalid_argument(path + ": tensor " + name + " holds " + std::to_string(x[bad]) + " at index " +
+                          std::to_string(begin + bad) + (is_v ? "; the second moments must be finite and >= 0"
+                                                              : "; the first moments must be finite") +
+                          " (a damaged or edited checkpoint: resume from an older one, or pass --force to start over)");
 }
 
 }  // namespace
@@ -104,6 +124,7 @@ Status write_model_files(const std::string& tmp, const std::string& source_model
   DC_RETURN_IF_ERROR(copy_source_files(tmp, source_model_dir));
   Json st = {{"step", state.step}, {"cursor", state.cursor}, {"seed", state.seed}, {"options", state.options}};
   if (optimizer_shards > 1) st["optimizer_shards"] = optimizer_shards;
+  if (state.skipped_steps > 0) st["skipped_steps"] = state.skipped_steps;
   DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "trainer_state.json").string(), st.dump(2) + "\n"));
   if (extra) DC_RETURN_IF_ERROR(extra(tmp));
   return write_text_file((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
@@ -195,11 +216,14 @@ Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, c
 std::string find_latest_checkpoint(const std::string& out_dir) {
   std::error_code ec;
   std::string best;
+  int64_t best_step = -1;
   for (const auto& e : fs::directory_iterator(out_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("checkpoint-", 0) != 0 || name.find('.') != std::string::npos) continue;
-    if (!fs::exists(e.path() / "trainer_state.json", ec)) continue;
-    if (best.empty() || name > fs::path(best).filename().string()) best = e.path().string();
+    if (!e.is_directory() || name.rfind("checkpoint-", 0) != 0) continue;
+    const std::string digits = name.substr(11);  // temporary ".tmp.<pid>" / ".old.<pid>" directories are not
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t step = std::stoll(digits);
+    if (step > best_step) best_step = step, best = e.path().string();
   }
   return best;
 }
@@ -213,20 +237,86 @@ Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume
   return resume ? latest : std::string();
 }
 
+namespace {
+
+constexpr int64_t kMaxStateFileBytes = int64_t{1} << 20;  // trainer_state.json holds a few hundred bytes
+constexpr int64_t kMaxOptimizerShards = int64_t{1} << 16;
+
+// "<path>: field '<key>' ..." with the hint every trainer_state.json error ends with.
+Status bad_state(const std::string& path, const std::string& what) {
+  return invalid_argument(path + ": " + what + " (the file was edited or damaged: restore it, resume from an older "
+                          "checkpoint, or pass --force to start over)");
+}
+
+// An integer field in [lo, hi] (JSON integers only: 3.0, "3", true are refused).
+Result<int64_t> int_field(const Json& j, const std::string& path, const char* key, int64_t lo, int64_t hi, bool required,
+                          int64_t fallback) {
+  if (!j.contains(key)) {
+    if (required) return bad_state(path, std::string("field '") + key + "' is missing");
+    return fallback;
+  }
+  const Json& v = j[key];
+  const bool in_range =
+      v.is_number_unsigned()
+          ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) && (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
+          : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!in_range)
+    return bad_state(path, std::string("field '") + key + "' must be an integer in [" + std::to_string(lo) + ", " +
+                               std::to_string(hi) + "], got " + v.dump());
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
 Status load_train_state(const std::string& dir, TrainState& state, int* optimizer_shards) {
   const std::string state_path = (fs::path(dir) / "trainer_state.json").string();
+  std::error_code ec;
+  if (!fs::is_regular_file(state_path, ec))
+    return invalid_argument(state_path + " is missing: " + dir + " is not a complete checkpoint (remove it to resume "
+                            "from an older one, or pass --force to start over)");
+  const auto size = fs::file_size(state_path, ec);
+  if (ec || size > static_cast<uintmax_t>(kMaxStateFileBytes))
+    return bad_state(state_path, "larger than " + std::to_string(kMaxStateFileBytes) + " bytes");
   DC_ASSIGN_OR_RETURN(std::string text, read_file(state_path));
+  Json j;
   try {
-    const Json j = Json::parse(text);
-    state.step = j.at("step").get<int64_t>();
-    state.cursor = j.at("cursor").get<int64_t>();
-    state.seed = j.at("seed").get<uint64_t>();
-    state.options = j.at("options").get<std::string>();
-    *optimizer_shards = j.value("optimizer_shards", 1);
+    j = Json::parse(text);
   } catch (const std::exception& e) {
-    return parse_error(state_path + ": " + e.what());
+    return bad_state(state_path, std::string("not JSON: ") + e.what());
   }
-  if (*optimizer_shards < 1) return parse_error(state_path + ": optimizer_shards must be at least 1");
+  if (!j.is_object()) return bad_state(state_path, "not a JSON object");
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  DC_ASSIGN_OR_RETURN(state.step, int_field(j, state_path, "step", 0, kMax, true, 0));
+  DC_ASSIGN_OR_RETURN(state.cursor, int_field(j, state_path, "cursor", 0, kMax, true, 0));
+  DC_ASSIGN_OR_RETURN(state.skipped_steps, int_field(j, state_path, "skipped_steps", 0, state.step, false, 0));
+  DC_ASSIGN_OR_RETURN(const int64_t shards, int_field(j, state_path, "optimizer_shards", 1, kMaxOptimizerShards, false, 1));
+  *optimizer_shards = static_cast<int>(shards);
+  if (!j.contains("seed") || !j["seed"].is_number_unsigned())
+    return bad_state(state_path, "field 'seed' must be an integer in [0, 2^64), got " +
+                                     (j.contains("seed") ? j["seed"].dump() : std::string("nothing")));
+  state.seed = j["seed"].get<uint64_t>();
+  if (!j.contains("options") || !j["options"].is_string())
+    return bad_state(state_path, "field 'options' must be a string (the run's options)");
+  state.options = j["options"].get<std::string>();
+  return Status();
+}
+
+Status check_resumed_state(const std::string& dir, const TrainState& state, const ResumeExpectations& e) {
+  const std::string path = (fs::path(dir) / "trainer_state.json").string();
+  if (state.step > e.total_steps)
+    return bad_state(path, "field 'step' is " + std::to_string(state.step) + ", beyond the run's " +
+                               std::to_string(e.total_steps) + " steps");
+  if (state.step % e.steps_per_round != 0)
+    return bad_state(path, "field 'step' is " + std::to_string(state.step) + ", not a multiple of the " +
+                               std::to_string(e.steps_per_round) + " steps of a round (checkpoints end rounds)");
+  int64_t cursor = 0;
+  if (__builtin_mul_overflow(state.step / e.steps_per_round, e.samples_per_round, &cursor) || state.cursor != cursor)
+    return bad_state(path, "field 'cursor' is " + std::to_string(state.cursor) + "; after " +
+                               std::to_string(state.step) + " steps of this run it must be " + std::to_string(cursor) +
+                               " (samples consumed)");
+  if (state.seed != e.seed)
+    return bad_state(path, "field 'seed' is " + std::to_string(state.seed) + "; the run's --seed is " +
+                               std::to_string(e.seed));
   return Status();
 }
 
@@ -244,6 +334,8 @@ Status load_moments(const std::string& dir, int optimizer_shards, const ModelPar
           return invalid_argument(file.path() + ": " + prefix + t.name + " is not f32 of the model's shape");
         std::memcpy(out + (lo - range.begin), reinterpret_cast<const float*>(info->data) + (lo - t.offset),
                     static_cast<size_t>(hi - lo) * sizeof(float));
+        DC_RETURN_IF_ERROR(check_moment(file.path(), prefix + t.name, out + (lo - range.begin), hi - lo, lo - t.offset,
+                                        out == v));
       }
     }
     return Status();
@@ -262,6 +354,7 @@ Status load_moments(const std::string& dir, int optimizer_shards, const ModelPar
                                 std::to_string(optimizer_shards) + " of this model)");
       std::memcpy(out + (lo - range.begin), reinterpret_cast<const float*>(info->data) + (lo - saved.begin),
                   static_cast<size_t>(hi - lo) * sizeof(float));
+      DC_RETURN_IF_ERROR(check_moment(file.path(), name, out + (lo - range.begin), hi - lo, lo - saved.begin, out == v));
     }
   }
   return Status();
@@ -274,6 +367,17 @@ Status write_params_safetensors(const std::string& path, const ModelParams& para
 Status read_params_safetensors(const std::string& path, ModelParams& params) {
   DC_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
   return read_into(file, "", params);
+}
+
+Status check_finite_params(const ModelParams& params, const std::string& what) {
+  for (const auto& t : params.tensors()) {
+    const int64_t bad = first_bad_value(t.data, t.size, false);
+    if (bad >= 0)
+      return invalid_argument(what + ": tensor " + t.name + " holds " + std::to_string(t.data[bad]) + " at index " +
+                              std::to_string(bad) + " (weights must be finite: a damaged checkpoint, or one saved "
+                              "after a diverged run)");
+  }
+  return Status();
 }
 
 }  // namespace dc::train

@@ -18,7 +18,24 @@ struct TrainState {
   int64_t cursor = 0;   // training samples consumed (the data position)
   uint64_t seed = 0;
   std::string options;  // the options that must not change on --resume (checked as a string)
+  // Steps whose update was skipped (a non-finite loss or gradient norm; OptimizerCore::step); saved as
+  // trainer_state.json's "skipped_steps" when not 0.
+  int64_t skipped_steps = 0;
 };
+
+// What a resumed run expects of a checkpoint's state: step ≤ total_steps and a multiple of
+// steps_per_round, cursor = step / steps_per_round · samples_per_round (the data the steps consumed), seed
+// the run's. SFT: one step a round of batch · grad_accum samples; GRPO: num_iterations steps a round of
+// prompts_per_round prompts.
+struct ResumeExpectations {
+  int64_t total_steps = 0;
+  int64_t steps_per_round = 1;
+  int64_t samples_per_round = 0;
+  uint64_t seed = 0;
+};
+// invalid_argument naming dir/trainer_state.json, the field, its value and what was expected, when
+// `state` (read by load_train_state) does not belong to the run `expect` describes.
+Status check_resumed_state(const std::string& dir, const TrainState& state, const ResumeExpectations& expect);
 
 // "checkpoint-000042" for step 42.
 std::string checkpoint_name(int64_t step);
@@ -45,7 +62,9 @@ Status save_sharded_train_checkpoint(dist::Comm& comm, const std::string& dir, c
 // "optimizer-rank00001-of-00004.safetensors".
 std::string optimizer_shard_name(int rank, int size);
 
-// The newest complete checkpoint directory under out_dir ("" when there is none).
+// The newest checkpoint directory under out_dir, by its step number ("" when there is none): every
+// checkpoint-<digits> directory counts (they appear whole, io/atomic_dir.h), so a newest one that lost its
+// trainer_state.json fails its load instead of being passed over.
 std::string find_latest_checkpoint(const std::string& out_dir);
 
 // The checkpoint a run writing to out_dir continues from: with resume the newest one ("" when there is
@@ -55,14 +74,20 @@ Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume
 // A checkpoint's training state in two parts (errors name the file and the tensor): trainer_state.json
 // (and the number of optimizer shards it was saved with), and the moments of the flat values `range` of a model shaped like `layout` into m, v [range.size()] each,
 // from optimizer.safetensors or from the saved shards (re-sharded: any N reads any N's checkpoint).
+// trainer_state.json is checked field by field (a missing file, a non-object, step / cursor / skipped_steps
+// not integers ≥ 0, seed not an unsigned integer, options not a string, optimizer_shards outside
+// [1, 65536]: invalid_argument naming the file and the field); the moments must be finite and v ≥ 0.
 Status load_train_state(const std::string& dir, TrainState& state, int* optimizer_shards);
 Status load_moments(const std::string& dir, int optimizer_shards, const ModelParams& layout, dist::Range range,
                     float* m, float* v);
 
 // `params` as an f32 safetensors file with Hugging Face names (e.g. GRPO's ref_model.safetensors, from
 // an ExtraCheckpointFiles writer), and read back into params of the same model (errors name the file
-// and the tensor).
+// and the tensor; a non-finite value is an error).
 Status write_params_safetensors(const std::string& path, const ModelParams& params);
 Status read_params_safetensors(const std::string& path, ModelParams& params);
+// invalid_argument "<what>: tensor <name> holds a non-finite value (...)" for the first tensor of params
+// holding a NaN or an infinity (e.g. the weights of a checkpoint being resumed).
+Status check_finite_params(const ModelParams& params, const std::string& what);
 
 }  // namespace dc::train

@@ -4,12 +4,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "ops/loss.h"
 #include "train/rng.h"
 
 namespace dc::train {
+namespace {
+
+std::string number_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", x);
+  return buf;
+}
+
+}  // namespace
 
 Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards, int64_t group_size,
                                                      bool scale_rewards) {
@@ -20,6 +30,11 @@ Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& 
   if (n == 0 || n % group_size != 0)
     return invalid_argument(std::to_string(n) + " rewards do not make whole groups of group_size " +
                             std::to_string(group_size));
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isinf(rewards[i]) || std::fabs(rewards[i]) > kMaxAbsReward)
+      return invalid_argument("rewards[" + std::to_string(i) + "] = " + number_text(rewards[i]) +
+                              " is beyond the rewards' range [-1e30, 1e30] (the advantages' gradients would "
+                              "overflow): check the reward function or program");
   std::vector<double> a(n);
   for (int64_t g = 0; g < n; g += group_size) {
     double sum = 0;
@@ -72,7 +87,9 @@ Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask
   if (static_cast<int64_t>(mask.partial.size()) != B * C)
     return invalid_argument("GRPO batch: mask needs " + std::to_string(C) + " entries for each of the " +
                             std::to_string(B) + " completions");
-  if (!(mask.t > 0 && mask.t < 1)) return invalid_argument("GRPO batch: t must be in (0, 1), got " + std::to_string(mask.t));
+  if (!(mask.t >= kMinMaskRatio && mask.t <= 1 - kMinMaskRatio))
+    return invalid_argument("GRPO batch: t must be in (0, 1), at least 1e-6 from either end (its weights 1/t and "
+                            "1/(1 - t) must stay finite), got " + number_text(mask.t));
   if (mask_token_id < 0 || mask_token_id >= n_vocab) return invalid_argument("mask_token_id is outside the vocabulary");
   auto check_ids = [&](const std::vector<int32_t>& ids, const char* field, int64_t width) -> Status {
     for (size_t i = 0; i < ids.size(); ++i)
@@ -176,6 +193,16 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
       (!in.ref_logps.empty() && static_cast<int64_t>(in.ref_logps.size()) != n))
     return invalid_argument("GRPO loss: old_logps and ref_logps need " + std::to_string(C) + " values for each of the " +
                             std::to_string(B) + " completions");
+  auto finite = [](const auto& v, const char* name) -> Status {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        return invalid_argument(std::string("GRPO loss: ") + name + "[" + std::to_string(i) + "] is " +
+                                number_text(v[i]) + ", not a finite number");
+    return Status();
+  };
+  DC_RETURN_IF_ERROR(finite(in.advantages, "advantages"));
+  DC_RETURN_IF_ERROR(finite(in.old_logps, "old_logps"));
+  DC_RETURN_IF_ERROR(finite(in.ref_logps, "ref_logps"));
   std::vector<float> own, ce(n_out);
   float* logits = nullptr;  // [n_out, V], becomes dlogits
   try {

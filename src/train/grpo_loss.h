@@ -17,10 +17,18 @@
 
 namespace dc::train {
 
+// The largest reward magnitude taken (the recipe's rewards are in [0, 2.5]): beyond it the advantages'
+// f32 loss gradients overflow, and at ±1e308 the advantages themselves.
+constexpr double kMaxAbsReward = 1e30;
+// The mask ratio t of a coupled mask is kept kMinMaskRatio from 0 and 1 (the reference draws it in
+// [0.2, 0.8]): its weights 1/t and 1/(1 − t) stay finite in f32.
+constexpr double kMinMaskRatio = 1e-6;
+
 // Leave-one-out advantages within each group of `group_size` consecutive completions (spec §4.4):
 //   A_i = r_i − (Σ_group r_j − r_i) / (G − 1)
 // and, with scale_rewards, A_i / (std_group + 1e-4) (unbiased std of the group's rewards). NaN rewards
-// count as 0 (the reference's nansum). invalid_argument when group_size < 2 or does not divide the count.
+// count as 0 (the reference's nansum). invalid_argument when group_size < 2 or does not divide the count,
+// or naming rewards[i] when it is infinite or beyond ±kMaxAbsReward.
 Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards, int64_t group_size,
                                                      bool scale_rewards);
 
@@ -62,7 +70,8 @@ struct CoupledRows {
   ForwardBatch forward_batch() const;  // views into this object
 };
 
-// Checks the batch (sizes, ids in [0, n_vocab), the mask's size and t in (0, 1)) and lays out the rows;
+// Checks the batch (sizes, ids in [0, n_vocab), the mask's size and t in [kMinMaskRatio, 1 − kMinMaskRatio])
+// and lays out the rows;
 // invalid_argument naming the field otherwise.
 Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask, int32_t mask_token_id,
                                  int64_t n_vocab, bool all_positions);
@@ -100,6 +109,8 @@ struct GrpoLossResult {
 // Forward (training mode) over rows, then Model::backward ADDS grad_scale · d loss / d w into grads (with
 // kOverwrite, writes them: the first micro-batch of an optimizer step; no rows then zero them).
 // d L_tok / d logp = −A·ratio where ratio·A ≤ clip(ratio)·A (else 0) + β·(1 − exp(ref − logp)).
+// The advantages, old_logps and ref_logps must be finite (invalid_argument naming the first that is not);
+// a loss that still comes out non-finite is returned as it is (the trainer skips such a step).
 Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
                                            const GrpoLossOptions& options, float grad_scale, ModelParams& grads,
                                            Activations& acts, const ModelWeights* transposed = nullptr,

@@ -39,6 +39,18 @@ std::string grpo_fingerprint(const GrpoOptions& o) {
   return os.str();
 }
 
+// The options' real numbers (NaN fails every check), named by flag and field.
+Status check_grpo_numbers(const GrpoOptions& o) {
+  DC_RETURN_IF_ERROR(check_optimizer_options(o.lr, o.adam, o.max_grad_norm));
+  DC_RETURN_IF_ERROR(check_finite_in("--warmup-ratio (warmup_ratio)", o.warmup_ratio, 0.0, 1.0));
+  DC_RETURN_IF_ERROR(check_finite_in("--beta (loss.beta)", o.loss.beta, 0.0, 1e6));
+  DC_RETURN_IF_ERROR(check_finite_in("--epsilon (loss.epsilon)", o.loss.epsilon, 0.0, 1.0));
+  DC_RETURN_IF_ERROR(check_finite_in("--ref-mixup-alpha (ref_mixup_alpha)", o.ref_mixup_alpha, 0.0, 1.0));
+  if (o.ref_sync_steps < 0 || o.save_every < 0)
+    return invalid_argument("--ref-sync-steps and --save-every must be >= 0");
+  return Status();
+}
+
 // Rows [begin, begin + n) of a [rows, width] array.
 template <typename T>
 std::vector<T> slice(const std::vector<T>& v, int64_t begin, int64_t n, int64_t width) {
@@ -63,6 +75,7 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
                             std::to_string(o.grad_accum) + " must be multiples of the " + std::to_string(ranks) +
                             " ranks: each rank generates whole groups of prompts_per_round / ranks prompts and runs "
                             "grad_accum / ranks micro-batches");
+  DC_RETURN_IF_ERROR(check_grpo_numbers(o));
   std::unique_ptr<GrpoTrainer> t(new GrpoTrainer());
   t->opt_ = o;
   t->opt_.lr.total_steps = o.steps;
@@ -84,6 +97,8 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
     if (saved != fingerprint)
       return invalid_argument("--resume: the options differ from those of " + latest + " (pass the saved values, or "
                               "--force to start over):\n  saved: " + saved + "\n  now:   " + fingerprint);
+    DC_RETURN_IF_ERROR(check_resumed_state(latest, t->core_.state(),
+                                           {o.steps, o.num_iterations, o.prompts_per_round, o.seed}));
   } else {
     ModelConfig config;
     DC_ASSIGN_OR_RETURN(ModelParams params, load_trainable_params(o.model_dir, &config));
@@ -166,7 +181,11 @@ Status GrpoTrainer::start_round() {
     round_stats_.metrics[j].second = total / ranks();
   }
   for (int q = 0; q < ranks(); ++q) round_stats_.rollout_tokens += static_cast<int64_t>(all[q * mine.size()]);
-  DC_ASSIGN_OR_RETURN(std::vector<double> all_adv, leave_one_out_advantages(rewards, G, opt_.scale_rewards));
+  Result<std::vector<double>> advantages = leave_one_out_advantages(rewards, G, opt_.scale_rewards);
+  if (!advantages.ok())  // e.g. a reward beyond kMaxAbsReward: the round is not trained on
+    return invalid_argument("GRPO step " + std::to_string(state.step + 1) + " (round " + std::to_string(round) +
+                            "): " + advantages.status().message());
+  const std::vector<double>& all_adv = *advantages;
   const std::vector<double> adv = slice(all_adv, rank() * n_local, n_local, 1);  // this rank's rows
   double sum = 0, sq = 0;
   for (double x : rewards) sum += std::isnan(x) ? 0 : x;
@@ -242,8 +261,9 @@ Result<GrpoStepStats> GrpoTrainer::step() {
       DC_ASSIGN_OR_RETURN(const std::vector<double> sum, opt_.comm->sum_doubles({s.loss, s.kl, s.clip_fraction}));
       s.loss = sum[0], s.kl = sum[1], s.clip_fraction = sum[2];
     }
-    const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
-    s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
+    const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+    s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm, s.skipped = o.skipped;
+    if (o.skipped) s.skip_note = skip_note("GRPO", o, core_.consecutive_skips());
     s.round = (s.step - 1) / I, s.iteration = k;
     // ref ← (1 − α)·ref + α·policy: each rank mixes its shard, then the reference is all-gathered
     if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0)
@@ -252,6 +272,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     s.seconds = since(t0);
     history_.push_back(s);
     DC_RETURN_IF_ERROR(write_metrics_line(s));
+    if (core_.consecutive_skips() >= kMaxConsecutiveSkips) return too_many_skips("GRPO", o, core_.consecutive_skips());
     if (s.step % I == 0 && opt_.save_every > 0 && (s.step / I) % opt_.save_every == 0 && s.step < opt_.steps &&
         !opt_.out_dir.empty())
       DC_RETURN_IF_ERROR(save());
@@ -280,6 +301,7 @@ Status GrpoTrainer::write_metrics_line(const GrpoStepStats& s) {
             {"train_seconds", s.train_seconds},
             {"seconds", s.seconds}};
   for (const auto& [name, value] : s.metrics) j[name] = value;
+  if (s.skipped) j["skipped"] = true;  // (its non-finite loss or norm is written as null)
   return core_.append_metrics(j.dump());
 }
 

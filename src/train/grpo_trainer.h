@@ -83,6 +83,10 @@ struct GrpoStepStats {
   std::vector<std::pair<std::string, double>> metrics;  // the round's rollout metrics (data parallel: the ranks' mean)
   int64_t rollout_tokens = 0;                  // completion tokens generated for this step's round, all ranks (0 on later iterations)
   double rollout_seconds = 0, score_seconds = 0, train_seconds = 0, seconds = 0;
+  // The update was not applied (OptimizerStepStats::skipped; a non-finite loss or gradient norm): the
+  // weights are the last applied step's. skip_note: the warning to show, naming the step and the cause.
+  bool skipped = false;
+  std::string skip_note;
 };
 
 class GrpoTrainer {

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -204,6 +207,34 @@ double learning_rate(const LrOptions& o, int64_t step) {
   const double floor = o.lr * o.min_lr_ratio;
   if (o.schedule == LrSchedule::kLinear) return floor + (o.lr - floor) * (1.0 - progress);
   return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+Status check_finite_in(const std::string& name, double value, double lo, double hi, bool lo_open, bool hi_open) {
+  const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
+  if (ok) return Status();
+  std::ostringstream os;
+  os.precision(17);
+  constexpr double kMax = std::numeric_limits<double>::max();
+  os << name << ": must be a finite number";
+  if (lo > -kMax && hi < kMax)
+    os << " in " << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
+  else if (lo > -kMax)
+    os << (lo_open ? " > " : " >= ") << lo;
+  os << " (got " << value << ")";
+  return invalid_argument(os.str());
+}
+
+Status check_optimizer_options(const LrOptions& lr, const AdamWOptions& adam, double max_grad_norm) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  DC_RETURN_IF_ERROR(check_finite_in("--lr (lr)", lr.lr, 0.0, kMax));
+  DC_RETURN_IF_ERROR(check_finite_in("--min-lr-ratio (min_lr_ratio)", lr.min_lr_ratio, 0.0, 1.0));
+  if (lr.warmup_steps < 0)
+    return invalid_argument("--warmup-steps (warmup_steps): must be >= 0 (got " + std::to_string(lr.warmup_steps) + ")");
+  DC_RETURN_IF_ERROR(check_finite_in("--beta1 (beta1)", adam.beta1, 0.0, 1.0, false, true));
+  DC_RETURN_IF_ERROR(check_finite_in("--beta2 (beta2)", adam.beta2, 0.0, 1.0, false, true));
+  DC_RETURN_IF_ERROR(check_finite_in("--adam-eps (eps)", adam.eps, 0.0, kMax, true));
+  DC_RETURN_IF_ERROR(check_finite_in("--weight-decay (weight_decay)", adam.weight_decay, 0.0, kMax));
+  return check_finite_in("--max-grad-norm (max_grad_norm)", max_grad_norm, -kMax, kMax);
 }
 
 }  // namespace dc::train

@@ -73,4 +73,14 @@ struct LrOptions {
 // cosine from lr to lr·min_lr_ratio (HF cosine_with_min_lr with min_lr_rate).
 double learning_rate(const LrOptions& o, int64_t step);
 
+// The optimizer's numbers as a trainer takes them (NaN fails every check): lr finite and ≥ 0,
+// min_lr_ratio in [0, 1], warmup_steps ≥ 0, beta1 and beta2 in [0, 1) (1 divides by 0 in the bias
+// correction), eps finite and > 0, weight_decay finite and ≥ 0, max_grad_norm finite (≤ 0: no clipping).
+// invalid_argument naming the option by its flag (--lr) and its field (lr) otherwise.
+Status check_optimizer_options(const LrOptions& lr, const AdamWOptions& adam, double max_grad_norm);
+// `value` finite and in [lo, hi] (the bounds' ends open where *_open), else invalid_argument
+// "<name>: must be ... (got <value>)".
+Status check_finite_in(const std::string& name, double value, double lo, double hi, bool lo_open = false,
+                       bool hi_open = false);
+
 }  // namespace dc::train

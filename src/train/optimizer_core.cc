@@ -45,11 +45,14 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
 }
 
 Result<OptimizerCore> OptimizerCore::resume(const std::string& dir, const OptimizerOptions& options, dist::Comm* comm) {
+  int saved_shards = 1;
+  TrainState state;
+  DC_RETURN_IF_ERROR(load_train_state(dir, state, &saved_shards));  // first: a missing file is the likelier damage
   DC_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
   DC_ASSIGN_OR_RETURN(ModelParams params, ModelParams::from_checkpoint(ckpt));
+  DC_RETURN_IF_ERROR(check_finite_params(params, (fs::path(dir) / "model.safetensors").string()));
   OptimizerCore c = start(ckpt.config(), std::move(params), options, comm);
-  int saved_shards = 1;
-  DC_RETURN_IF_ERROR(load_train_state(dir, c.state_, &saved_shards));
+  c.state_ = std::move(state);
   float* m = c.sharded() ? c.m_shard_.data() : c.m_.data();
   float* v = c.sharded() ? c.v_shard_.data() : c.v_.data();
   DC_RETURN_IF_ERROR(load_moments(dir, saved_shards, c.params_, c.shard_, m, v));
@@ -191,7 +194,19 @@ Status OptimizerCore::end_micro_batch() {
   return Status();
 }
 
-OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed) {
+namespace {
+
+// Why a step must not be applied ("" when it may): a non-finite loss or gradient norm.
+std::string skip_cause(double loss, double grad_norm) {
+  auto text = [](double x) { return std::isnan(x) ? std::string("nan") : x > 0 ? std::string("inf") : std::string("-inf"); };
+  if (!std::isfinite(loss)) return "the loss is " + text(loss);
+  if (!std::isfinite(grad_norm)) return "the gradient norm is " + text(grad_norm);
+  return "";
+}
+
+}  // namespace
+
+OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed, double loss) {
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
   if (sharded()) {  // ZeRO: the norm of all shards (reduced by the micro-batches), AdamW on this shard, all-gather
@@ -201,9 +216,12 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
     Status st = sum.status();
     if (st.ok()) {
       s.grad_norm = std::sqrt((*sum)[0]);
-      adamw_shard(params_, shard_, g_shard, m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
-                  options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
-      st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), n);
+      s.skip_cause = skip_cause(loss, s.grad_norm);  // the same on every rank: the reduced norm and loss
+      if (s.skip_cause.empty()) {
+        adamw_shard(params_, shard_, g_shard, m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
+                    options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
+        st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), n);
+      }
     }
     if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
   } else if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
@@ -211,14 +229,40 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
       const ProfileScope profile(ctx, "gradient norm");
       s.grad_norm = global_grad_norm(grads_, ctx.pool);
     }
-    adamw_step_mixed(ctx, params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam,
-                     clip_coefficient(s.grad_norm, options_.max_grad_norm), *mixed);
+    s.skip_cause = skip_cause(loss, s.grad_norm);
+    if (s.skip_cause.empty())
+      adamw_step_mixed(ctx, params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam,
+                       clip_coefficient(s.grad_norm, options_.max_grad_norm), *mixed);
   } else {
     s.grad_norm = clip_grad_norm(grads_, options_.max_grad_norm, ctx.pool);
-    adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam, ctx.pool);
+    s.skip_cause = skip_cause(loss, s.grad_norm);
+    if (s.skip_cause.empty()) adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam, ctx.pool);
+  }
+  s.skipped = !s.skip_cause.empty();
+  if (s.skipped) {
+    // The bf16 copies still hold the unchanged weights: the next refresh keeps them (sharded, the masters
+    // outside this rank's shard may already be given back and must not be re-laid from).
+    if (mixed != nullptr) mixed->mark_written();
+    ++consecutive_skips_, ++state_.skipped_steps;
+  } else {
+    consecutive_skips_ = 0;
   }
   s.step = ++state_.step;
   return s;
+}
+
+std::string skip_note(const std::string& who, const OptimizerStepStats& s, int64_t consecutive) {
+  return who + " step " + std::to_string(s.step) + ": update skipped: " + s.skip_cause +
+         "; the weights stay those of step " + std::to_string(s.step - consecutive) + " (" +
+         std::to_string(consecutive) + " skipped in a row; the run stops at " + std::to_string(kMaxConsecutiveSkips) + ")";
+}
+
+Status too_many_skips(const std::string& who, const OptimizerStepStats& s, int64_t consecutive) {
+  return invalid_argument(who + " step " + std::to_string(s.step) + ": " + s.skip_cause + "; the last " +
+                          std::to_string(consecutive) + " steps were all skipped (a non-finite loss or gradient "
+                          "norm): the run diverged or its data or rewards are broken; stopping with the weights of step " +
+                          std::to_string(s.step - consecutive) + " (lower --lr or --max-grad-norm, check the data, or "
+                          "resume from an older checkpoint)");
 }
 
 Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::string& source_model_dir,

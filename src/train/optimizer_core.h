@@ -43,7 +43,20 @@ struct OptimizerOptions {
 struct OptimizerStepStats {
   int64_t step = 0;              // 1-based optimizer step just done
   double lr = 0, grad_norm = 0;  // the rate used; the gradients' global norm before clipping
+  // The update was not applied: the step's loss or the gradients' norm was not finite (a NaN or an
+  // infinity, e.g. from an overflow). The weights and moments stay those of the last applied step; the step
+  // still counts (the schedule and the data move on). skip_cause says why, e.g. "the gradient norm is nan".
+  bool skipped = false;
+  std::string skip_cause;
 };
+
+// Consecutive skipped steps after which a trainer stops the run with an error (its weights the last good
+// ones): one bad batch is skipped, a diverged run is not trained on for ever.
+constexpr int64_t kMaxConsecutiveSkips = 5;
+// "<who> step N: update skipped: <cause>; the weights stay those of step M (K in a row)", a skipped step's warning.
+std::string skip_note(const std::string& who, const OptimizerStepStats& s, int64_t consecutive);
+// The error that stops a run after kMaxConsecutiveSkips skipped steps in a row.
+Status too_many_skips(const std::string& who, const OptimizerStepStats& s, int64_t consecutive);
 
 class OptimizerCore {
  public:
@@ -55,7 +68,8 @@ class OptimizerCore {
                              dist::Comm* comm = nullptr);
   // The state a save() wrote into checkpoint directory `dir` (its f32 weights, moments and
   // trainer_state.json), continued with `options`. The caller compares state().options (the saved run's)
-  // with its own and reads its extra files from `dir`. Errors name the file and the tensor.
+  // with its own, checks the state against its run (check_resumed_state) and reads its extra files from
+  // `dir`. Errors name the file and the tensor or field (weights and moments must be finite).
   // Any number of ranks resumes from a checkpoint saved by any other (the moments are re-sharded).
   static Result<OptimizerCore> resume(const std::string& dir, const OptimizerOptions& options,
                                       dist::Comm* comm = nullptr);
@@ -118,7 +132,12 @@ class OptimizerCore {
   // also writes the next step's bf16 W copies (adamw_step_mixed), and the gradients are left as they
   // were. Sharded: the ZeRO step above (`mixed` written by the all-gather); a failed collective
   // ends the job on every rank with its message (Comm::abort).
-  OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr);
+  // `loss` is the step's loss (all ranks'); a non-finite loss or gradient norm skips the update (the
+  // stats say so; every rank decides alike, from the reduced norm and loss) and counts in
+  // consecutive_skips() and state().skipped_steps.
+  OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr, double loss = 0.0);
+  // Steps skipped in a row up to the last one (0 after an applied step).
+  int64_t consecutive_skips() const { return consecutive_skips_; }
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
   // source_model_dir's config and small files, and what `extra` writes) and returns its path.
@@ -165,6 +184,7 @@ class OptimizerCore {
   std::vector<bool> released_;            // per tensor: given back outside the shard (empty: none)
   static bool forward_reads_f32(const ModelParams::Tensor& t, const MixedPrecisionWeights& mixed);
   TrainState state_;
+  int64_t consecutive_skips_ = 0;
   std::string metrics_path_;  // "" until open_metrics
 };
 

@@ -7,10 +7,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <random>
 #include <thread>
 
 #include "core/check.h"
 #include "sandbox/pool.h"
+#include "train/code_reward_runner.h"
 
 namespace dc::train {
 namespace {
@@ -47,9 +50,18 @@ sandbox::Limits limits_of(const CodeRewardOptions& o) {
   sandbox::Limits l;
   l.wall_seconds = o.timeout_seconds;
   l.cpu_seconds = o.timeout_seconds + 1;
-  l.address_space_bytes = o.memory_bytes;
+  l.address_space_bytes = o.memory_bytes;  // one process may use the whole budget (cgroup mode)
+  l.memory_bytes = o.memory_bytes;         // the run's whole budget: processes x address space
   l.max_processes = o.max_processes;
   return l;
+}
+
+// A fresh random marker the code-reward runner prints when the program ran to its end.
+std::string make_nonce() {
+  std::random_device rd;
+  char buf[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", static_cast<unsigned>(rd()));
+  return std::string("DC_DONE_") + buf;
 }
 
 int workers_of(const CodeRewardOptions& o) {
@@ -130,6 +142,7 @@ Result<std::vector<CodeResult>> code_rewards(const std::vector<RewardInput>& inp
   std::vector<CodeResult> results(inputs.size());
   std::vector<sandbox::RunSpec> specs;
   std::vector<size_t> owner;
+  std::vector<std::string> nonces;  // one per spec
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].example == nullptr) return invalid_argument("code reward: completion " + std::to_string(i) + " has no example");
     const std::vector<std::string>& tests = inputs[i].example->tests;
@@ -145,8 +158,11 @@ Result<std::vector<CodeResult>> code_rewards(const std::vector<RewardInput>& inp
     if (raises) continue;  // reward 0, as the reference's script dies without a pass rate
     for (std::string& p : programs) {
       sandbox::RunSpec s;
-      s.argv = {"python3", "-c"};
-      s.argv.push_back(std::move(p));
+      s.argv = {"python3", "-I", "/tmp/runner.py"};
+      s.files["program.py"] = std::move(p);
+      s.files["runner.py"] = kCodeRewardRunner;
+      nonces.push_back(make_nonce());
+      s.stdin_data = nonces.back() + "\n";
       s.limits = limits_of(o);
       specs.push_back(std::move(s));
       owner.push_back(i);
@@ -157,10 +173,13 @@ Result<std::vector<CodeResult>> code_rewards(const std::vector<RewardInput>& inp
     if (!runs[k].ok()) return runs[k].status().with_context("code reward: the sandbox failed");
     const sandbox::RunResult& run = *runs[k];
     CodeResult& r = results[owner[k]];
+    const std::string tail = "\n" + nonces[k] + "\n";
+    const std::string& out = run.stdout_data;
     if (run.timed_out || run.limit == sandbox::LimitHit::kWallTime || run.limit == sandbox::LimitHit::kCpuTime)
       r.timed_out = true;
-    else if (run.exited && run.exit_code == 0)
-      ++r.passed;
+    else if (run.exited && run.exit_code == 0 && out.size() >= tail.size() &&
+             out.compare(out.size() - tail.size(), tail.size(), tail) == 0)
+      ++r.passed;  // the program ran to its end (its test included) and exited 0: code_reward_runner.h
   }
   for (CodeResult& r : results)
     if (r.ran && !r.timed_out) r.reward = static_cast<double>(r.passed) / static_cast<double>(r.total);

@@ -31,7 +31,7 @@ std::optional<std::string> extract_python_block(std::string_view text);
 // How the sandboxed programs of the code rewards run.
 struct CodeRewardOptions {
   double timeout_seconds = 5.0;             // wall clock of each test case (and of each ast.parse run)
-  int64_t memory_bytes = int64_t{1} << 30;  // RLIMIT_AS of each process
+  int64_t memory_bytes = int64_t{1} << 30;  // a run's memory (sandbox::Limits::memory_bytes and RLIMIT_AS)
   int64_t max_processes = 64;               // RLIMIT_NPROC of a run
   int workers = 0;                          // sandboxes at once; <= 0: the hardware threads
 };
@@ -59,17 +59,18 @@ Result<std::vector<double>> code_format_rewards(const std::vector<RewardInput>& 
 struct CodeResult {
   double reward = 0;      // passed / total, or 0 (not run, or a test timed out)
   bool ran = false;       // format was 1.0 and the example has tests
-  int64_t passed = 0;     // test cases that exited with code 0
+  int64_t passed = 0;     // test cases that ran to their end and exited with code 0
   int64_t total = 0;      // the example's test cases
   bool timed_out = false; // some test case hit the timeout (the reference's script then raises: reward 0)
 };
 
 // code per completion (spec §4.3), given its code_format reward: only completions with format == 1.0 run;
 // the first python block (unstripped) is `code`, and each test case t of the example runs in its own
-// sandbox as `python3 -c "<code>\n<t>"` with options.timeout_seconds of wall clock; it passes when it exits
-// with code 0. Reward = passed / total, or 0 when any test case timed out (the reference's evaluation
-// script raises TimeoutExpired and prints no pass rate). A program that exits 0 before its test runs
-// (sys.exit(0)) passes, as in the reference. Hostile programs (fork bombs, endless loops, huge
+// sandbox as the program "<code>\n<t>" (executed as `python3 -c` would, by code_reward_runner.h) with
+// options.timeout_seconds of wall clock; it passes when it ran to its end (every statement of t executed)
+// and exited with code 0. Reward = passed / total, or 0 when any test case timed out (the reference's
+// evaluation script raises TimeoutExpired and prints no pass rate). Unlike the reference, a program that
+// exits 0 before its test ran (sys.exit(0), os._exit(0)) fails. Hostile programs (fork bombs, endless loops, huge
 // allocations, file writes, network) are contained by the sandbox's namespaces and limits and fail.
 // Error only when the sandbox itself fails.
 Result<std::vector<CodeResult>> code_rewards(const std::vector<RewardInput>& inputs,

@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -141,6 +142,12 @@ namespace {
 Status check_counts(const TrainOptions& o) {
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
     return invalid_argument("--batch-size, --grad-accum and --steps must be at least 1");
+  int64_t samples = 0;
+  if (__builtin_mul_overflow(o.batch_size, o.grad_accum, &samples) || __builtin_mul_overflow(samples, o.steps, &samples))
+    return invalid_argument("--batch-size × --grad-accum × --steps overflows a 64-bit count of samples");
+  if (o.save_every < 0) return invalid_argument("--save-every (save_every): must be >= 0");
+  DC_RETURN_IF_ERROR(check_optimizer_options(o.lr, o.adam, o.max_grad_norm));
+  DC_RETURN_IF_ERROR(check_finite_in("--t-eps (masking.eps)", o.masking.eps, 0.0, 1.0, true, true));
   const int ranks = o.comm == nullptr ? 1 : o.comm->size();
   if (o.grad_accum % ranks != 0)
     return invalid_argument("--grad-accum " + std::to_string(o.grad_accum) + " is not a multiple of the " +
@@ -197,6 +204,7 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
     state.seed = o.seed;
   } else {
     DC_RETURN_IF_ERROR(compare_fingerprints(state.options, options, latest, &t->resume_note_));
+    DC_RETURN_IF_ERROR(check_resumed_state(latest, state, {o.steps, 1, o.grad_accum * o.batch_size, o.seed}));
   }
   state.options = options;  // the next checkpoint records the current --steps
   const ModelConfig& config = t->core_.config();
@@ -219,7 +227,8 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
     try {
       const Json j = Json::parse(line);
       StepStats s;
-      s.step = j.at("step"), s.loss = j.at("loss"), s.lr = j.at("lr"), s.grad_norm = j.at("grad_norm");
+      auto number = [&](const char* key) { return j.at(key).is_null() ? std::nan("") : j.at(key).get<double>(); };
+      s.step = j.at("step"), s.loss = number("loss"), s.lr = j.at("lr"), s.grad_norm = number("grad_norm");
       s.tokens = j.at("tokens"), s.seconds = j.at("seconds");
       t->history_.push_back(s);
     } catch (const std::exception&) {
@@ -230,9 +239,10 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
 }
 
 Status Trainer::write_metrics_line(const StepStats& s) {
-  const Json j = {{"step", s.step},           {"loss", s.loss},       {"lr", s.lr},
-                  {"grad_norm", s.grad_norm}, {"tokens", s.tokens},   {"seconds", s.seconds},
-                  {"tokens_per_s", s.seconds > 0 ? s.tokens / s.seconds : 0.0}};
+  Json j = {{"step", s.step},           {"loss", s.loss},       {"lr", s.lr},
+            {"grad_norm", s.grad_norm}, {"tokens", s.tokens},   {"seconds", s.seconds},
+            {"tokens_per_s", s.seconds > 0 ? s.tokens / s.seconds : 0.0}};
+  if (s.skipped) j["skipped"] = true;  // (its non-finite loss or norm is written as null)
   return core_.append_metrics(j.dump());
 }
 
@@ -294,12 +304,14 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss = sum[0], s.tokens = static_cast<int64_t>(sum[1]), s.loss_rows = static_cast<int64_t>(sum[2]);
   }
   const auto t_opt = std::chrono::steady_clock::now();
-  const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr);
+  const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
   s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
-  s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm;
+  s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm, s.skipped = o.skipped;
+  if (o.skipped) s.skip_note = skip_note("train", o, core_.consecutive_skips());
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   history_.push_back(s);
   DC_RETURN_IF_ERROR(write_metrics_line(s));
+  if (core_.consecutive_skips() >= kMaxConsecutiveSkips) return too_many_skips("train", o, core_.consecutive_skips());
   if (opt_.save_every > 0 && s.step % opt_.save_every == 0 && s.step < opt_.steps && !opt_.out_dir.empty())
     DC_RETURN_IF_ERROR(save());
   return s;
@@ -320,7 +332,8 @@ Status Trainer::save() {
 
 std::string loss_plot_svg(const std::vector<StepStats>& history) {
   std::vector<double> steps, losses;
-  for (const StepStats& s : history) steps.push_back(static_cast<double>(s.step)), losses.push_back(s.loss);
+  for (const StepStats& s : history)
+    if (std::isfinite(s.loss)) steps.push_back(static_cast<double>(s.step)), losses.push_back(s.loss);  // not skipped ones
   return line_plot_svg("masked-diffusion training loss", steps, losses);
 }
 

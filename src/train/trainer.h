@@ -74,6 +74,10 @@ struct StepStats {
   // Mixed precision: MixedPrecisionWeights::refresh at the start of the step (the full re-layout on the
   // first step only; afterwards AdamW writes the copies, in optimizer_seconds, and this takes the vectors).
   double relayout_seconds = 0;
+  // The update was not applied (OptimizerStepStats::skipped): the weights are the last applied step's.
+  // skip_note: the warning to show, naming the step and the cause.
+  bool skipped = false;
+  std::string skip_note;
 };
 
 class Trainer {

@@ -27,12 +27,15 @@ struct UserRewardItem {
   const nlohmann::json* example = nullptr;  // not owned; null: {}
 };
 
-// Runs the program once: writes one JSON line per item (in order) to its stdin and closes it, reads its
-// stdout until it exits. It must exit with code 0 having written exactly items.size() lines, each a number
-// (JSON number syntax, surrounding blanks allowed, or "nan", "NaN" — counted as 0 in the total as the
-// reference's nansum does); infinities are refused. Errors name the program and say what went wrong: not
-// executable, exit code or signal (with the end of its stderr), timeout (its process group is killed), too
-// much output, the wrong number of lines, a line that is not a number (its line number and text).
+// Runs the program once, in a process group of its own and with PR_SET_PDEATHSIG (it is killed when the
+// calling thread, or the process, dies): writes one JSON line per item (in order) to its stdin and closes
+// it, reads its stdout until it EXITS (not until the output closes: a child it left may hold it; what is in
+// the pipe at its exit counts), then kills its process group, whatever it left running (also on a timeout
+// or an error). It must exit with code 0 having written exactly items.size() lines, each a number (JSON
+// number syntax, surrounding blanks allowed, or "nan", "NaN" — counted as 0 in the total as the
+// reference's nansum does); infinities are refused. Errors name the program and say what went wrong, with
+// the end of its stderr: not executable, exit code or signal, timeout, too much output, the wrong number of
+// lines, a line that is not a number (its line number and text).
 Result<std::vector<double>> run_user_reward(const std::vector<UserRewardItem>& items, const UserRewardOptions& options);
 
 }  // namespace dc::train

@@ -41,6 +41,7 @@ double bare_run(const std::vector<std::string>& argv) {
 
 TEST(SandboxBench, DISABLED_Overhead) {
   ASSERT_TRUE(check_available().ok());
+  std::printf("%s\n", describe().c_str());
   const int n = 40;
   for (const std::vector<std::string>& argv :
        {std::vector<std::string>{"/bin/true"}, std::vector<std::string>{"/usr/bin/python3", "-c", "pass"}}) {

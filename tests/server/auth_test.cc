@@ -33,9 +33,30 @@ TEST(ApiKeys, LoadsKeysFromFlagsAndFile) {
   EXPECT_TRUE(keys->accepts("Bearer sk-flag"));
   EXPECT_TRUE(keys->accepts("Bearer sk-file-one"));
   EXPECT_TRUE(keys->accepts("Bearer sk-file-two"));
-  for (const char* bad : {"", "Bearer", "Bearer ", "sk-flag", "Basic sk-flag", "bearer sk-flag", "Bearer sk-fla",
-                          "Bearer sk-flagg", "Bearer # team keys", "Bearer sk-file-one sk-file-two"})
+  for (const char* bad : {"", "Bearer", "Bearer ", "bearer \t ", "sk-flag", "Basic sk-flag", "Bearersk-flag",
+                          "Bearer-sk-flag", "Bearer sk-fla", "Bearer sk-flagg", "Bearer # team keys",
+                          "Bearer sk-file-one sk-file-two", "Bear sk-flag", "bearer sk-wrong"})
     EXPECT_FALSE(keys->accepts(bad)) << bad;
+}
+
+// Issue 41, probe finding 12: the scheme is case-insensitive (RFC 7235 §2.1), and spaces or tabs may
+// separate it from the key.
+TEST(ApiKeys, SchemeIsCaseInsensitiveAndSpacesMayRepeat) {
+  Result<ApiKeys> keys = ApiKeys::load({"sk-one"}, "");
+  ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+  for (const char* good : {"Bearer sk-one", "bearer sk-one", "BEARER sk-one", "bEaReR sk-one", "Bearer   sk-one",
+                           "bearer\tsk-one", "Bearer \t sk-one", "Bearer sk-one  "})
+    EXPECT_TRUE(keys->accepts(good)) << good;
+  EXPECT_EQ(bearer_token("bearer  \tsk-x").value_or("(none)"), "sk-x");
+  EXPECT_FALSE(bearer_token("Basic sk-one"));
+  EXPECT_FALSE(bearer_token("bearer"));
+  // A lower-case scheme with a wrong key is still refused, as an incorrect key (not a malformed header).
+  const std::optional<ApiError> wrong = keys->refuse("bearer sk-two");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->http_status, 401);
+  EXPECT_EQ(wrong->message, "Incorrect API key provided.");
+  EXPECT_NE(keys->refuse("Basic sk-one")->message.find("expected 'Bearer"), std::string::npos);
+  EXPECT_FALSE(keys->refuse("bearer sk-one"));
 }
 
 TEST(ApiKeys, BadKeysAndFilesAreNamedNotEchoed) {
@@ -114,6 +135,27 @@ TEST_F(AuthServer, EveryV1RouteNeedsAKey) {
   EXPECT_NE(page->body.find("data-needs-key=\"1\""), std::string::npos);
   auto metrics = c.Get("/metrics", bearer("Bearer sk-one"));
   EXPECT_NE(metrics->body.find("dc_unauthorized_total 30"), std::string::npos) << metrics->body;
+}
+
+// Issue 41, probe finding 12, over HTTP: every case of the scheme (and tabs or several spaces after it) is
+// accepted on /v1/* and /metrics; a wrong key in any case is still 401.
+TEST_F(AuthServer, SchemeInAnyCaseIsAccepted) {
+  Running s(engine(), options({"sk-one"}));
+  httplib::Client c("127.0.0.1", s.port());
+  for (const char* header : {"Bearer sk-one", "bearer sk-one", "BEARER sk-one", "BeArEr sk-one",
+                             "bearer    sk-one", "Bearer\tsk-one", "bearer \t sk-one"}) {
+    auto models = c.Get("/v1/models", bearer(header));
+    ASSERT_TRUE(models) << header;
+    EXPECT_EQ(models->status, 200) << header << " → " << models->body;
+    auto metrics = c.Get("/metrics", bearer(header));
+    ASSERT_TRUE(metrics) << header;
+    EXPECT_EQ(metrics->status, 200) << header;
+  }
+  for (const char* header : {"bearer sk-two", "BEARER sk-on", "bearer", "bearersk-one", "basic sk-one"}) {
+    auto r = c.Get("/v1/models", bearer(header));
+    ASSERT_TRUE(r) << header;
+    EXPECT_EQ(r->status, 401) << header << " → " << r->body;
+  }
 }
 
 TEST_F(AuthServer, SwitchesForMetricsAndPage) {

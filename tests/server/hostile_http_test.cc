@@ -254,5 +254,71 @@ TEST_F(HostileHttp, FaviconAndModelCreated) {
   EXPECT_GT(json::parse(r->body)["data"][0]["created"].get<int64_t>(), 1700000000);
 }
 
+// Issue 41, probe finding 12: a head whose lines end in a bare LF (or CR) is answered 400, naming CRLF, at
+// once: the request deadline is 30 s here and every read waits 10 s at most, so a head that waits for its
+// end gets no answer and fails. The body's own line feeds are not the head's; the server lives on.
+TEST_F(HostileHttp, BareLineFeedsInTheHeadAre400AtOnce) {
+  ServerOptions o = test_options();
+  o.connections.request_timeout_s = 30;
+  Running s(*engine_, o);
+  const std::string cases[] = {
+      "GET /health HTTP/1.1\nHost: x\n\n",                              // every line
+      "GET /health HTTP/1.1\nHost: x\r\n\r\n",                          // the request line only
+      "GET /health HTTP/1.1\r\nHost: x\nAccept: */*\r\n\r\n",           // one header line among CRLF ones
+      "GET /health HTTP/1.1\r\nHost: x\r\n\n",                          // the blank line that ends the head
+      "GET /health HTTP/1.1\rHost: x\r\r",                              // bare CRs
+      "POST /v1/completions HTTP/1.1\nContent-Length: 2\n\n{}",          // with a body
+  };
+  for (const std::string& request : cases) {
+    const int fd = connect_to(s.port(), 10);
+    send_all(fd, request);
+    const std::string response = read_all(fd);
+    close(fd);
+    EXPECT_EQ(response.rfind("HTTP/1.1 400", 0), 0u) << json(request).dump() << " → " << response;
+    EXPECT_NE(response.find("CRLF"), std::string::npos) << response;
+  }
+  // On a kept-alive connection: the first request is answered, the second (bare LF) refused.
+  const int fd = connect_to(s.port(), 10);
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  // The whole first response (its head and body may come in separate reads) before the second request.
+  std::string first;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << first;
+    first.append(buf, static_cast<size_t>(n));
+    const size_t end = first.find("\r\n\r\n");
+    const size_t length_at = first.find("Content-Length: ");
+    if (end == std::string::npos || length_at == std::string::npos) continue;
+    if (first.size() >= end + 4 + std::stoul(first.substr(length_at + 16))) break;
+  }
+  EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+  send_all(fd, "GET /health HTTP/1.1\nHost: x\n\n");
+  const std::string second = read_all(fd);
+  close(fd);
+  EXPECT_EQ(second.rfind("HTTP/1.1 400", 0), 0u) << second;
+  // Line feeds in a body are the body's: a JSON body written over several lines is served.
+  const int post = connect_to(s.port(), 10);
+  send_all(post, post_request("{\n  \"prompt\": \"x\",\n  \"max_tokens\": 2\n}\n"));
+  const std::string served = read_all(post);
+  close(post);
+  EXPECT_EQ(served.rfind("HTTP/1.1 200", 0), 0u) << served;
+  // A chunked body whose chunk lines end in bare LFs gets an answer too (not a wait for the deadline).
+  const int chunked = connect_to(s.port(), 10);
+  const std::string body = R"({"prompt": "x", "max_tokens": 2})";
+  char size[16];
+  std::snprintf(size, sizeof(size), "%zx", body.size());
+  send_all(chunked, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + std::string(size) + "\n" + body +
+                    "\n0\n\n");
+  const std::string answered = read_all(chunked);
+  close(chunked);
+  EXPECT_EQ(answered.rfind("HTTP/1.1 ", 0), 0u) << answered;
+  httplib::Client c("127.0.0.1", s.port());
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
 }  // namespace
 }  // namespace dc::server

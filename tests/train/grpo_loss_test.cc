@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +47,12 @@ TEST(GrpoAdvantages, LeaveOneOutPerGroup) {
   EXPECT_EQ((*nan)[0], -1.0);
   EXPECT_FALSE(leave_one_out_advantages({1, 2, 3}, 2, false).ok());
   EXPECT_FALSE(leave_one_out_advantages({1, 2}, 1, false).ok());
+  // Rewards whose advantages overflow (2e308) or an infinite one are refused, naming the reward.
+  auto huge = leave_one_out_advantages({1e308, -1e308}, 2, false);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("rewards[0]"), std::string::npos) << huge.status().message();
+  EXPECT_FALSE(leave_one_out_advantages({1, std::numeric_limits<double>::infinity()}, 2, true).ok());
+  EXPECT_TRUE(leave_one_out_advantages({kMaxAbsReward, -kMaxAbsReward}, 2, true).ok());
 }
 
 TEST(GrpoMasks, CoupledDraw) {
@@ -281,6 +288,11 @@ TEST(GrpoLossCli, BadBatchesGetClearErrors) {
       {edit([](Json& j) { j.erase("t"); }), "missing key 't'"},
       {edit([](Json& j) { j["tt"] = 1; }), "unknown key 'tt'"},
       {edit([](Json& j) { j["t"] = 1.5; }), "t must be in (0, 1)"},
+      // Probe finding 6: these printed NaN with exit 0 (1/t overflows f32; the advantages overflow double).
+      {edit([](Json& j) { j["t"] = 1e-320; }), "t must be in (0, 1), at least 1e-6 from either end"},
+      {edit([](Json& j) { j["rewards"][0] = 1e308, j["rewards"][1] = -1e308; }), "rewards[0] = 1e+308 is beyond"},
+      {edit([](Json& j) { j["old_logps"] = Json::array(); for (int b = 0; b < 4; ++b) j["old_logps"].push_back(Json::array({1e300, 0, 0, 0, 0, 0, 0, 0})); }),
+       "old_logps[0] is inf"},
       {edit([](Json& j) { j["group_size"] = 3; }), "group_size 3"},
       {edit([](Json& j) { j["group_size"] = 1; }), "group_size 1"},
       {edit([](Json& j) { j["rewards"].erase(0); }), "'rewards' must be a list of 4"},

@@ -103,7 +103,7 @@ TEST_F(SandboxedRewards, CodeRewardIsThePassRateOfWellFormattedCompletions) {
       fenced("def f(x):\n    return 2 * x\n"),            // both pass
       fenced("def f(x):\n    return x + 1\n"),            // the first passes
       fenced("def f(x):\n    raise ValueError(x)\n"),     // exceptions fail
-      fenced("import sys\nsys.exit(0)\n"),                // exits 0 before the test: a pass, as in the reference
+      fenced("import sys\nsys.exit(0)\n"),                // exits 0 before the test: a pass in the reference, not here
       fenced("def f(x):\n    return 2 * x\n"),            // format 0.5 given below: never run
       fenced("def f(x):\n    while x == 2: pass\n    return 2\n"),  // the second test times out: reward 0
   };
@@ -112,13 +112,50 @@ TEST_F(SandboxedRewards, CodeRewardIsThePassRateOfWellFormattedCompletions) {
   auto r = code_rewards(inputs(completions), format, options_);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);  // bounded
-  const std::vector<double> want = {1.0, 0.5, 0.0, 1.0, 0.0, 0.0};
+  const std::vector<double> want = {1.0, 0.5, 0.0, 0.0, 0.0, 0.0};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ((*r)[i].reward, want[i]) << "completion " << i;
   EXPECT_EQ((*r)[1].passed, 1);
   EXPECT_EQ((*r)[1].total, 2);
   EXPECT_FALSE((*r)[4].ran);
   EXPECT_TRUE((*r)[5].timed_out);
   EXPECT_EQ((*r)[5].passed, 1);  // the first test passed, the timeout still zeroes the reward
+}
+
+// Exiting before the test ran is no pass (the reference counts exit code 0 of `code + "\n" + test`): each
+// of these got reward 1 from the runner before code_reward_runner.h. Programs that run to their end keep
+// the reference's verdict, whatever they print, read or leave behind.
+TEST_F(SandboxedRewards, ExitingBeforeTheTestIsNoPass) {
+  example_.tests = {"assert f(1) == 2"};
+  const std::string steal =  // the nonce from stdin, and wherever else it might be, printed
+      "import sys, os, re\n"
+      "for p in ['/proc/self/fd/0', '/proc/%d/fd/0' % os.getppid(), '/proc/1/fd/0']:\n"
+      "    try:\n"
+      "        print('\\n'.join(re.findall('DC_DONE_[0-9a-f]{32}', open(p).read())), flush=True)\n"
+      "    except OSError:\n"
+      "        pass\n";
+  const std::vector<std::string> forging = {
+      fenced("import os\nos._exit(0)\n"),
+      fenced("exit()\n"),
+      fenced("quit(0)\n"),
+      fenced("raise SystemExit\n"),
+      fenced("import os\nos.kill(os.getppid(), 9)\nos._exit(0)\n"),  // kills the runner (the sandbox's init before)
+      fenced(steal + "os._exit(0)\n"),
+      fenced(steal + "print('\\nDC_DONE_' + '0' * 32, flush=True)\nsys.exit(0)\n"),
+      fenced("import atexit, os\natexit.register(lambda: os._exit(0))\ndef f(x):\n    return 0\n"),  // the test fails
+      fenced("if __name__ == '__main__':\n    import sys\n    sys.exit(0)\ndef f(x):\n    return 2 * x\n"),
+  };
+  const std::vector<std::string> honest = {
+      fenced("def f(x):\n    return 2 * x\n"),
+      fenced("import sys\nprint('hi', file=sys.stderr)\nprint(input.__name__)\ndef f(x):\n    return 2 * x\n"),
+      fenced("import threading\nthreading.Thread(target=lambda: print('late')).start()\ndef f(x):\n    return 2 * x\n"),
+      fenced("def f(x):\n    return 2 * x\nif __name__ == '__main__':\n    print(f(3))\n"),  // runs, as with -c
+  };
+  std::vector<std::string> all = forging;
+  all.insert(all.end(), honest.begin(), honest.end());
+  auto r = code_rewards(inputs(all), std::vector<double>(all.size(), 1.0), options_);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (size_t i = 0; i < forging.size(); ++i) EXPECT_EQ((*r)[i].reward, 0.0) << forging[i];
+  for (size_t i = forging.size(); i < all.size(); ++i) EXPECT_EQ((*r)[i].reward, 1.0) << all[i];
 }
 
 TEST_F(SandboxedRewards, HostileCodeScoresZeroWithoutHarm) {
