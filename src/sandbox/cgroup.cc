@@ -129,7 +129,13 @@ CgroupSupport decide() {
   }
   const std::string subtree = read_text(base + "/cgroup.subtree_control");
   std::string moved;
-  if ((!has_word(subtree, "memory") || !has_word(subtree, "pids")) && !enable_controllers(base, moved)) {
+  const bool enabled = has_word(subtree, "memory") && has_word(subtree, "pids");
+  if (!enabled && rel == "/") {  // the hierarchy's root: enabling controllers there changes the whole machine
+    s.reason = "this process is in the root cgroup " + base + ", whose children lack memory and pids (enable them "
+               "there yourself, or run under a delegated cgroup, e.g. systemd-run --scope -p Delegate=yes)";
+    return s;
+  }
+  if (!enabled && !enable_controllers(base, moved)) {
     s.reason = "cannot enable memory and pids for the children of " + base + ": " + std::strerror(errno) +
                (errno == EBUSY ? " (it holds other processes: cgroup v2's no-internal-process rule)" : "");
     return s;
