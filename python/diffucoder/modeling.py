@@ -14,6 +14,7 @@ import numpy as np
 from . import _arrays, _checks
 from ._checks import INT32_MAX, UINT64_MAX
 from ._core import Model as _Model
+from ._core import resolve_model_path as _resolve_model_path
 
 # The reference's effective defaults (spec §3.2: from_model_config picks up transformers' legacy
 # temperature 1.0 and top_k 50; max_length 20 means "20 new tokens").
@@ -368,7 +369,7 @@ class _Run:
 
 
 class AutoModel:
-    """`AutoModel.from_pretrained(dir or FILE.gguf, torch_dtype=..., trust_remote_code=True, ...)`: a DreamModel.
+    """`AutoModel.from_pretrained(dir, FILE.gguf or "ORG/NAME" in Hugging Face's local cache, torch_dtype=..., ...)`: a DreamModel.
     Engine options: threads (0 = all cores), precision ("auto" | "f32" | "bf16"; overrides torch_dtype),
     weight_cache ("" beside the model, "off", or a directory), device ("cpu", "vulkan" or "vulkan:N": the
     forward on a Vulkan device, every cache mode); generation defaults for every call:
@@ -377,7 +378,7 @@ class AutoModel:
     @staticmethod
     def from_pretrained(path, *args, torch_dtype=None, trust_remote_code=None, device_map=None, precision=None,
                         threads=0, weight_cache="", device="cpu", **kwargs):
-        path = _checks.path("path", path)
+        path = _resolve_model_path(_checks.path("path", path))  # "ORG/NAME": Hugging Face's local cache
         if not os.path.isdir(path) and not (path.endswith(".gguf") and os.path.isfile(path)):
             raise FileNotFoundError(f"{path}: not a checkpoint directory (config.json, *.safetensors) or a .gguf file")
         if args:

@@ -8,6 +8,7 @@ import numpy as np
 from . import _arrays, _checks
 from ._checks import INT32_MAX
 from ._core import Tokenizer as _Tokenizer
+from ._core import resolve_model_path as _resolve_model_path
 from ._core import apply_chat_template as _chat
 
 _SPECIAL = ("bos_token", "eos_token", "pad_token", "mask_token")
@@ -61,8 +62,8 @@ class DreamTokenizer:
     @classmethod
     def from_pretrained(cls, path, *args, trust_remote_code=None, **kwargs):
         """`path`: a checkpoint directory holding tokenizer.json, the tokenizer.json file itself, or a
-        dream FILE.gguf (its tokenizer.ggml metadata)."""
-        path = _checks.path("path", path)
+        dream FILE.gguf (its tokenizer.ggml metadata), or a repo id "ORG/NAME" in Hugging Face's local cache."""
+        path = _resolve_model_path(_checks.path("path", path))
         if path.endswith(".gguf"):
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path}: no such file")

@@ -9,6 +9,8 @@
 
 #include <diffucoder/diffucoder.h>
 
+#include "io/hub_cache.h"  // from_pretrained("ORG/NAME"): the one hub-cache lookup, shared with the CLI
+
 #include <exception>
 #include <limits>
 #include <memory>
@@ -304,4 +306,8 @@ PYBIND11_MODULE(_core, m) {
     return value_or_raise(Model::apply_chat_template(m, add_generation_prompt));
   }, py::arg("messages"), py::arg("add_generation_prompt"));
   m.def("instruct_prompt", &Model::instruct_prompt, py::arg("query"));
+  // from_pretrained's path: an existing path as is, "ORG/NAME[@REVISION]" its snapshot directory in Hugging
+  // Face's local cache (FileNotFoundError naming the paths looked at and the download command otherwise).
+  m.def("resolve_model_path", [](const std::string& path) { return value_or_raise(dc::resolve_model_path(path)); },
+        py::arg("path"));
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "io/hub_cache.h"
 #include "io/mapped_file.h"
 
 #include <algorithm>
@@ -31,6 +32,20 @@ void require_finite_floats(CLI::App* cmd) {
       "", "finite");
   for (CLI::Option* opt : cmd->get_options())
     if (opt->get_type_name().rfind("FLOAT", 0) == 0) opt->check(finite);
+}
+
+// Hub models (io/hub_cache.h; README "With a downloaded model").
+void resolve_hub_models(CLI::App& app, Status* error) {
+  const CLI::Validator hub(
+      [error](std::string& value) -> std::string {
+        auto path = resolve_model_path(value);
+        if (path.ok()) value = *path;
+        else if (error->ok()) *error = path.status();
+        return "";
+      },
+      "", "hub");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    if (CLI::Option* opt = sub->get_option_no_throw("--model")) opt->transform(hub);
 }
 
 std::string json_number(double value, int precision) {

@@ -28,6 +28,12 @@ namespace dc::cli {
 // calls it last, over its own subcommand.
 void require_finite_floats(CLI::App* cmd);
 
+// Every --model option of app's subcommands that names "ORG/NAME[@REVISION]" rather than an existing path
+// becomes that model's snapshot directory in Hugging Face's local cache (io/hub_cache.h). A failed lookup
+// leaves the value and is kept in *error (the first one) for main to report after parsing: exit 1, as for a
+// missing model directory.
+void resolve_hub_models(CLI::App& app, Status* error);
+
 // A JSON number for printf-built JSON: the value with %.*g, or null when it is not finite (so printed JSON
 // never holds nan / inf, which are not JSON).
 std::string json_number(double value, int precision = 9);

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"diffucoder: run DiffuCoder / Dream masked-diffusion code models"};
@@ -27,11 +28,14 @@ int main(int argc, char** argv) {
   commands["grpo"] = dc::cli::add_grpo_command(app);
   commands["grpo-loss"] = dc::cli::add_grpo_loss_command(app);
   commands["devices"] = dc::cli::add_devices_command(app);
+  dc::Status hub_error;  // --model ORG/NAME not in Hugging Face's cache (cli/common.h)
+  dc::cli::resolve_hub_models(app, &hub_error);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (!hub_error.ok()) return dc::cli::report(hub_error);
   // Last resort at the process boundary: every size from outside is checked against a limit first, so
   // these mean the machine itself ran out (memory, threads) and must not end in an abort.
   try {

@@ -110,7 +110,15 @@ int run_serve(const ServeArgs& a) {
   // The directory's own name, also for "." or "dir/" (the absolute, normalised path's last component).
   std::filesystem::path dir = std::filesystem::absolute(a.model_dir).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();
-  so.model_name = a.model_name.empty() ? dir.filename().string() : a.model_name;
+  // A model of the Hugging Face cache (--model ORG/NAME, resolved to models--ORG--NAME/snapshots/<commit>) is
+  // named ORG/NAME, as clients ask for it, not by its commit.
+  std::string name = dir.filename().string();
+  const std::string repo = dir.parent_path().parent_path().filename().string();
+  if (dir.parent_path().filename() == "snapshots" && repo.rfind("models--", 0) == 0 && repo.size() > 8) {
+    name = repo.substr(8);
+    if (const size_t sep = name.find("--"); sep != std::string::npos) name.replace(sep, 2, "/");
+  }
+  so.model_name = a.model_name.empty() ? name : a.model_name;
   so.max_body_bytes = a.max_body_bytes;
   so.http_threads = a.http_threads;
   so.limits = a.limits;
