@@ -40,7 +40,7 @@ struct LoadOptions {
   std::string weight_cache;         // packed-weight cache: "" beside the model, "off", or a directory
   int64_t max_kv_cache_bytes = int64_t{8} << 30;  // the largest KV cache one generation may allocate
   std::string device = "cpu";       // where the forward runs: "cpu", "vulkan" (device 0) or "vulkan:N"
-                                    // (the Vulkan backend: cache "none" only so far)
+                                    // (the Vulkan backend: every cache mode, the sampling on the device)
 };
 
 // What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).

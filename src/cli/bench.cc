@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "model/synthetic.h"
 #include "model/quantize.h"
@@ -41,8 +42,6 @@ struct BenchArgs {
   int64_t group_size = 128;
   std::string device = "cpu";
 };
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // FLOPs of one forward to the hidden rows: the GEMMs of every layer over the computed positions (the
 // window with a KV cache) and their attention over all L keys (not the lm_head: the sampling runs it).

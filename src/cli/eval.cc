@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"
@@ -174,7 +175,7 @@ int run_eval(const EvalArgs& a) {
   Engine& engine = **engine_r;
   if (engine.tokenizer() == nullptr) return report(invalid_argument("--model " + a.model_dir + " has no tokenizer.json"));
   if (!a.quiet)
-    print_load_note(engine, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
+    print_load_note(engine, ms_since(t_load));
   auto params = make_params(engine, a);
   if (!params.ok()) return report(params.status());
   eval::PromptFormat format;

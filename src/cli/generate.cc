@@ -14,6 +14,7 @@
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
 #include "cli/progress.h"
+#include "core/clock.h"
 #include "io/mapped_file.h"
 #include "ops/device.h"
 #include "sampler/generate.h"
@@ -176,8 +177,7 @@ int run_generate(const GenerateArgs& a) {
   auto model_r = diffucoder::Model::load(load_options);
   if (!model_r.ok()) return report(model_r.status());
   const diffucoder::Model& model = **model_r;
-  const double load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+  const double load_ms = ms_since(t_load);
   if (!a.quiet) print_load_note(model.info().load_note, load_ms);
   const diffucoder::GenerationConfig config = make_config(model.default_config(), a);
   auto prompts = collect_prompts(model, a);

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "ops/device.h"
 #include "sampler/decoder.h"
@@ -89,7 +90,7 @@ int run_serve(const ServeArgs& a) {
   const auto t_load = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
   if (!engine.ok()) return report(engine.status());
-  print_load_note(**engine, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
+  print_load_note(**engine, ms_since(t_load));
   if ((*engine)->tokenizer() == nullptr)
     return report(not_found("serve: the model directory has no tokenizer.json; pass --tokenizer FILE"));
   {  // one row of --max-tokens must fit the sampler's logits limit, or every such request would fail

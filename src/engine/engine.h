@@ -36,8 +36,7 @@ struct EngineOptions {
   std::string weight_cache;
   // Where the forward runs (--device): the CPU, or a Vulkan device that gets a copy of the weights at
   // load (no packing, no packed-weight cache; f32 arithmetic, but for the GEMMs on a device's matrix
-  // units at kBF16: DeviceBackend::set_matrix_units). Model::forward
-  // documents what does not run on a device yet (the KV cache).
+  // units at kBF16: DeviceBackend::set_matrix_units); every cache mode, its KV cache on the device.
   DeviceSpec device;
 };
 

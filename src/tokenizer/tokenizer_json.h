@@ -34,7 +34,6 @@ struct TokenizerJson {
   std::string merge_pool;
   std::vector<MergeEntry> merges;  // in rank order
 
-  std::string_view vocab_text(const VocabEntry& e) const { return std::string_view(vocab_pool).substr(e.offset, e.size); }
   std::string_view merge_left(const MergeEntry& e) const { return std::string_view(merge_pool).substr(e.offset, e.left_size); }
   std::string_view merge_right(const MergeEntry& e) const {
     return std::string_view(merge_pool).substr(e.offset + e.left_size, e.right_size);
