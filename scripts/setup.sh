@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Why each package is here: see README.md "Dependencies".
+# Why each package is here: see docs/dependencies.md.
 DEB_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
               libgtest-dev googletest ninja-build mold python3-numpy python3-torch libopenblas0-pthread nodejs npm
               libcpp-httplib-dev libseccomp-dev chromium zlib1g-dev python3 python3-dev pybind11-dev python3-pybind11 python3-pytest
