@@ -4,21 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/number_text.h"
 #include "io/mapped_file.h"
 
 namespace dc {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string format_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  return buf;
-}
 
 // Reads typed fields of one JSON object; every error names `path` and the field.
 class FieldReader {
@@ -210,10 +204,10 @@ Status validate(const FieldReader& r, const ModelConfig& c) {
     return r.value_error("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim));
   }
   if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps)) {
-    return r.value_error("rms_norm_eps", "must be a finite number > 0, got " + format_number(c.rms_norm_eps));
+    return r.value_error("rms_norm_eps", "must be a finite number > 0, got " + number_text(c.rms_norm_eps));
   }
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) {
-    return r.value_error("rope_theta", "must be a finite number > 0, got " + format_number(c.rope_theta));
+    return r.value_error("rope_theta", "must be a finite number > 0, got " + number_text(c.rope_theta));
   }
   DC_RETURN_IF_ERROR(check_token_id(r, "mask_token_id", c.mask_token_id, c.n_vocab));
   DC_RETURN_IF_ERROR(check_token_id(r, "pad_token_id", c.pad_token_id, c.n_vocab));
@@ -345,10 +339,10 @@ Result<GenerationConfigFile> parse_generation_config(std::string_view json_text,
   for (const auto& [key, out] : doubles) {
     DC_RETURN_IF_ERROR(r.get_double(key, out, &kUnsetDouble));
     if (r.find(key) != nullptr && !r.find(key)->is_null() && !(*out >= 0)) {
-      return r.value_error(key, "must be >= 0 or null, got " + format_number(*out));
+      return r.value_error(key, "must be >= 0 or null, got " + number_text(*out));
     }
   }
-  if (g.top_p > 1) return r.value_error("top_p", "must be in [0, 1] or null, got " + format_number(g.top_p));
+  if (g.top_p > 1) return r.value_error("top_p", "must be in [0, 1] or null, got " + number_text(g.top_p));
   const std::pair<const char*, int64_t*> ints[] = {
       {"top_k", &g.top_k}, {"steps", &g.steps}, {"max_new_tokens", &g.max_new_tokens}, {"max_length", &g.max_length}};
   for (const auto& [key, out] : ints) {

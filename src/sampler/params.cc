@@ -2,21 +2,12 @@
 // and post-processing of generated ids.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
+#include "core/number_text.h"
 #include "sampler/generate.h"
 
 namespace dc {
-namespace {
-
-std::string str(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
-}  // namespace
 
 Result<Algorithm> parse_algorithm(std::string_view name) {
   for (Algorithm alg : {Algorithm::kOrigin, Algorithm::kMaskgitPlus, Algorithm::kTopkMargin, Algorithm::kEntropy}) {
@@ -60,16 +51,16 @@ Status validate(const SamplingParams& p, int64_t n_vocab) {
                             "); more steps than new tokens only adds steps that commit nothing");
   }
   if (!(p.eps > 0.0f && p.eps < 1.0f)) {
-    return invalid_argument("eps: must be in (0, 1) (got " + str(p.eps) + "); the reference uses 1e-3");
+    return invalid_argument("eps: must be in (0, 1) (got " + number_text(p.eps, 6) + "); the reference uses 1e-3");
   }
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
-    return invalid_argument("temperature: must be finite and >= 0 (got " + str(p.temperature) + "); 0 = greedy");
+    return invalid_argument("temperature: must be finite and >= 0 (got " + number_text(p.temperature, 6) + "); 0 = greedy");
   }
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    return invalid_argument("top_p: must be in (0, 1] (got " + str(p.top_p) + "); 1 disables top-p");
+    return invalid_argument("top_p: must be in (0, 1] (got " + number_text(p.top_p, 6) + "); 1 disables top-p");
   }
   if (!(p.alg_temp >= 0.0f) || !std::isfinite(p.alg_temp)) {
-    return invalid_argument("alg_temp: must be finite and >= 0 (got " + str(p.alg_temp) + "); 0 = deterministic top-k");
+    return invalid_argument("alg_temp: must be finite and >= 0 (got " + number_text(p.alg_temp, 6) + "); 0 = deterministic top-k");
   }
   if (p.num_return_sequences < 1) {
     return invalid_argument("num_return_sequences: must be >= 1 (got " + std::to_string(p.num_return_sequences) + ")");
@@ -103,14 +94,14 @@ Status validate(const SamplingParams& p, int64_t n_vocab) {
                             "); 0 = no block decoding, Fast-dLLM uses 32");
   }
   if (!std::isfinite(p.threshold)) {
-    return invalid_argument("threshold: must be finite (got " + str(p.threshold) + "); <= 0 = off, Fast-dLLM uses 0.9");
+    return invalid_argument("threshold: must be finite (got " + number_text(p.threshold, 6) + "); <= 0 = off, Fast-dLLM uses 0.9");
   }
   if (!std::isfinite(p.factor)) {
-    return invalid_argument("factor: must be finite (got " + str(p.factor) + "); <= 0 = off");
+    return invalid_argument("factor: must be finite (got " + number_text(p.factor, 6) + "); <= 0 = off");
   }
   if (p.threshold > 0.0f && p.factor > 0.0f) {
-    return invalid_argument("threshold and factor: at most one of them may be on (got threshold " + str(p.threshold) +
-                            ", factor " + str(p.factor) + ")");
+    return invalid_argument("threshold and factor: at most one of them may be on (got threshold " + number_text(p.threshold, 6) +
+                            ", factor " + number_text(p.factor, 6) + ")");
   }
   if (p.pad_token_id == p.mask_token_id) {
     return invalid_argument("pad_token_id: must differ from mask_token_id (" + std::to_string(p.mask_token_id) +

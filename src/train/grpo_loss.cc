@@ -4,22 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
+#include "core/number_text.h"
 #include "ops/loss.h"
 #include "train/rng.h"
 
 namespace dc::train {
-namespace {
-
-std::string number_text(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", x);
-  return buf;
-}
-
-}  // namespace
 
 Result<std::vector<double>> leave_one_out_advantages(const std::vector<double>& rewards, int64_t group_size,
                                                      bool scale_rewards) {
