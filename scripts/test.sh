@@ -2,7 +2,8 @@
 # Builds and runs the whole test suite with ctest (unit tests, PyTorch-reference parity, tokenizer
 # goldens, CLI). Usage: scripts/test.sh [--sanitize | --tsan]   (--sanitize: ASan + UBSan build in
 # build-asan/; --tsan: ThreadSanitizer build in build-tsan/ of only the concurrency tests: the thread pool,
-# generations on one and on two engines from two threads, and the server's streams, which its connection hub
+# generations on one and on two engines from two threads, set_matmul_precision against a generation on
+# another thread (Concurrency.*), and the server's streams, which its connection hub
 # writes while the engine thread wakes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,10 +1,11 @@
 // The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize and decode, format
 // chat prompts, run the model's forward, diffusion-generate with per-step, logits and tokens hooks and
-// cancellation, and fine-tune (Trainer: one SFT optimizer step at a time). Only this header and
-// core/status.h (the error type: dc::Status / dc::Result, standard library only) are public; everything under src/ may change. The CLI's `generate` and the Python package
+// cancellation, and fine-tune (Trainer: one SFT optimizer step at a time). This header is the whole public
+// surface (standard library only: it includes nothing of src/, which may change); the installed library is
+// `diffucoder::diffucoder` (CMake) / `diffucoder` (pkg-config). The CLI's `generate` and the Python package
 // (python/) are built on it.
 //
-//   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // dc::Result<...>
+//   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // diffucoder::Result<...>
 //   if (!model.ok()) { std::cerr << model.status().message() << "\n"; return 1; }
 //   auto ids = (*model)->tokenizer()->encode(diffucoder::Model::instruct_prompt("Write quicksort in Python."));
 //   diffucoder::GenerationConfig c = (*model)->default_config();
@@ -15,21 +16,122 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
-
-#include "core/status.h"
 
 namespace diffucoder {
 
-using dc::Result;
-using dc::Status;
-using dc::StatusCode;
+// What went wrong; every error message names the file, tensor, field or option and hints at the fix.
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,    // a parameter or field has a bad value
+  kNotFound,           // a file, tensor or key is missing
+  kIoError,            // reading or writing failed
+  kParseError,         // a file is malformed
+  kOutOfRange,         // a length or index exceeds a limit
+  kUnimplemented,      // valid input that the engine does not support yet
+  kResourceExhausted,  // memory ran out (KV cache, forward workspace, kernel scratch)
+  kCancelled,          // the caller stopped the work (a hook returned false, Hooks::cancel)
+  kFailedPrecondition,  // valid, but not in the object's present state (e.g. while a generation runs)
+  kInternal,
+};
+
+// "ok", "invalid argument", "not found", ...
+inline const char* status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kIoError: return "I/O error";
+    case StatusCode::kParseError: return "parse error";
+    case StatusCode::kOutOfRange: return "out of range";
+    case StatusCode::kUnimplemented: return "unimplemented";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kFailedPrecondition: return "failed precondition";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+// ok, or a code and a message.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status ok_status() { return Status(); }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "<code name>: <message>", or "ok".
+  std::string to_string() const { return ok() ? "ok" : std::string(status_code_name(code_)) + ": " + message_; }
+  // The message prefixed with context ("text 3: ..."); ok stays ok.
+  Status with_context(const std::string& context) const {
+    return ok() ? *this : Status(code_, context + ": " + message_);
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// A value or a failed Status (a Result built from an ok Status holds kInternal).
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}   // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
+    if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from an ok Status");
+  }
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  // Precondition: ok(). Prints the status and aborts otherwise (a programming error, not an input error).
+  T& value() & { check_ok(); return std::get<T>(v_); }
+  const T& value() const& { check_ok(); return std::get<T>(v_); }
+  T&& value() && { check_ok(); return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  void check_ok() const {
+    if (ok()) return;
+    std::fprintf(stderr, "fatal: value() on a failed diffucoder::Result: %s\n", status().to_string().c_str());
+    std::abort();
+  }
+  std::variant<T, Status> v_;
+};
+
+// The library's messages (the "note:" lines: weights left unpacked, a packed-weight cache not written,
+// training in f32 on a CPU without AVX512_BF16). Without a callback they go to stderr as
+// "note: <message>" (warnings), "error: <message>" (errors) or the message alone (info).
+enum class LogLevel { kDebug = 0, kInfo, kWarning, kError };
+using LogCallback = std::function<void(LogLevel, std::string_view)>;
+// Sets the process-wide callback (an empty one: back to stderr). It is called on the thread that logs, from
+// several at once possibly, and may be called from the library's background threads: it must be
+// thread-safe. Thread-safe itself; the previous callback is destroyed after its last call returns.
+void set_log_callback(LogCallback callback);
+
+// A model name as the CLI's --model and Python's from_pretrained take it: an existing path is returned as
+// is; "ORG/NAME[@REVISION]" is its snapshot directory in Hugging Face's local cache ($HF_HUB_CACHE,
+// $HF_HOME/hub, ~/.cache/huggingface/hub; no network): kNotFound naming the paths looked at and the
+// command that downloads it; anything else is returned unchanged, for Model::load to report.
+Result<std::string> resolve_model_path(std::string_view name_or_path);
 
 struct LoadOptions {
   std::string model_dir;            // a Hugging Face checkpoint directory (config.json, *.safetensors)

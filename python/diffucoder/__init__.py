@@ -2,6 +2,10 @@
 remote code's surface. Change one import line:
 
     from diffucoder import AutoModel, AutoTokenizer      # was: from transformers import ...
+
+The engine's notes (weights left unpacked, a packed-weight cache not written, ...) are records of the logger
+"diffucoder" (WARNING; progress at INFO), e.g. logging.getLogger("diffucoder").setLevel(logging.ERROR) to
+silence them.
 """
 
 from .modeling import AutoModel, DreamModel, DreamModelOutput

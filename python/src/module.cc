@@ -2,19 +2,22 @@
 // Arrays in and out are numpy; the Hugging Face surface (torch tensors, padding, defaults) is the Python
 // package's (python/diffucoder/). The GIL is released while the engine loads, computes and tokenises
 // batches; hooks re-acquire it. Ctrl-C is seen at the next step boundary: the generation is cancelled and
-// the KeyboardInterrupt raised. Errors become Python exceptions carrying the engine's message.
+// the KeyboardInterrupt raised. Errors become Python exceptions carrying the engine's message. The library's
+// log messages go to logging.getLogger("diffucoder"). Only the public header is used.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <diffucoder/diffucoder.h>
 
-#include "io/hub_cache.h"  // from_pretrained("ORG/NAME"): the one hub-cache lookup, shared with the CLI
-
+#include <cstdio>
+#include <deque>
 #include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -22,23 +25,27 @@
 namespace py = pybind11;
 using diffucoder::Generation;
 using diffucoder::GenerationConfig;
+using diffucoder::LogLevel;
 using diffucoder::Model;
+using diffucoder::Result;
+using diffucoder::Status;
+using diffucoder::StatusCode;
 using diffucoder::Tokenizer;
 
 namespace {
 
 // The Python exception of a failed Status: ValueError for bad values, FileNotFoundError for missing files,
 // MemoryError when memory runs out, OSError for I/O, NotImplementedError, RuntimeError otherwise.
-[[noreturn]] void raise_status(const dc::Status& s) {
+[[noreturn]] void raise_status(const Status& s) {
   PyObject* type = PyExc_RuntimeError;
   switch (s.code()) {
-    case dc::StatusCode::kInvalidArgument:
-    case dc::StatusCode::kOutOfRange:
-    case dc::StatusCode::kParseError: type = PyExc_ValueError; break;
-    case dc::StatusCode::kNotFound: type = PyExc_FileNotFoundError; break;
-    case dc::StatusCode::kIoError: type = PyExc_OSError; break;
-    case dc::StatusCode::kUnimplemented: type = PyExc_NotImplementedError; break;
-    case dc::StatusCode::kResourceExhausted: type = PyExc_MemoryError; break;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kParseError: type = PyExc_ValueError; break;
+    case StatusCode::kNotFound: type = PyExc_FileNotFoundError; break;
+    case StatusCode::kIoError: type = PyExc_OSError; break;
+    case StatusCode::kUnimplemented: type = PyExc_NotImplementedError; break;
+    case StatusCode::kResourceExhausted: type = PyExc_MemoryError; break;
     default: break;
   }
   PyErr_SetString(type, s.message().c_str());
@@ -46,10 +53,100 @@ namespace {
 }
 
 template <typename T>
-T value_or_raise(dc::Result<T> r) {
+T value_or_raise(Result<T> r) {
   if (!r.ok()) raise_status(r.status());
   return std::move(r).value();
 }
+
+// The library's log messages → logging.getLogger("diffucoder") (warnings: the "note:" lines, errors, info).
+// A message logged on a thread that holds the GIL is forwarded at once. The others — logged while the engine
+// runs with the GIL released, or on a thread of its own — are queued without touching Python (waiting for the
+// GIL there could deadlock against a Python thread that waits for the engine) and forwarded by the next
+// flush_log(): after every call that released the GIL, in every hook, and at exit. Where Python cannot take
+// them (the interpreter finalizing or gone), they go to stderr as the CLI prints them.
+struct LogQueue {
+  std::mutex mu;
+  std::deque<std::pair<LogLevel, std::string>> items;
+};
+LogQueue& log_queue() {
+  static LogQueue* q = new LogQueue();  // never destroyed: C++ threads may log after the module is gone
+  return *q;
+}
+
+bool python_is_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+void print_log_line(LogLevel level, std::string_view message) {
+  const char* prefix = level == LogLevel::kWarning ? "note: " : level == LogLevel::kError ? "error: " : "";
+  std::fprintf(stderr, "%s%.*s\n", prefix, static_cast<int>(message.size()), message.data());
+}
+
+// Precondition: the GIL is held and no Python exception is pending.
+void forward_to_logging(LogLevel level, std::string_view message) {
+  int py_level = 10;  // logging.DEBUG
+  if (level == LogLevel::kInfo) py_level = 20;
+  else if (level == LogLevel::kWarning) py_level = 30;
+  else if (level == LogLevel::kError) py_level = 40;
+  try {
+    py::object logger = py::module_::import("logging").attr("getLogger")("diffucoder");
+    logger.attr("log")(py_level, py::str(message.data(), message.size()));
+  } catch (py::error_already_set& e) {  // a failing handler: the message is not lost, the exception not raised here
+    e.discard_as_unraisable("diffucoder log message");
+    print_log_line(level, message);
+  }
+}
+
+// Forwards the queued messages, in order. Precondition: the GIL is held.
+void flush_log() {
+  std::deque<std::pair<LogLevel, std::string>> items;
+  {
+    std::lock_guard<std::mutex> lock(log_queue().mu);
+    items.swap(log_queue().items);
+  }
+  if (items.empty()) return;
+  const bool deliverable = !python_is_finalizing() && PyErr_Occurred() == nullptr;
+  for (const auto& [level, message] : items) {
+    if (deliverable) forward_to_logging(level, message);
+    else print_log_line(level, message);
+  }
+}
+
+// The sink set_log_callback installs (any thread).
+void log_to_python(LogLevel level, std::string_view message) {
+  if (Py_IsInitialized() && !python_is_finalizing() && PyGILState_Check() == 1 && PyErr_Occurred() == nullptr) {
+    flush_log();  // what came before, first
+    forward_to_logging(level, message);
+    return;
+  }
+  if (!Py_IsInitialized() || python_is_finalizing()) {
+    print_log_line(level, message);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(log_queue().mu);
+  log_queue().items.emplace_back(level, std::string(message));
+}
+
+// Deletes a Model with the GIL released (its destructor may wait seconds for the packed-weight cache's
+// background write, and other Python threads go on meanwhile), then forwards what it logged.
+struct ReleaseGilDelete {
+  void operator()(Model* model) const {
+    if (PyGILState_Check() != 1 || python_is_finalizing()) {
+      delete model;
+      return;
+    }
+    {
+      py::gil_scoped_release release;
+      delete model;
+    }
+    flush_log();
+  }
+};
+using ModelHolder = std::unique_ptr<Model, ReleaseGilDelete>;
 
 // A numpy array that owns `v` (moved into a capsule), shaped `shape`.
 template <typename T>
@@ -127,6 +224,7 @@ struct PyHooks {
   bool call(Fn&& fn) {
     if (error) return false;
     py::gil_scoped_acquire gil;
+    flush_log();  // the notes of the steps so far, while the generation runs
     try {
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
       fn();
@@ -169,11 +267,12 @@ py::dict generate(const Model& model, const std::vector<std::vector<int32_t>>& p
   const GenerationConfig config = config_from(settings, model);
   PyHooks hooks{std::move(on_step), std::move(on_logits), std::move(on_tokens), nullptr};
   const diffucoder::Hooks h = hooks.make();
-  dc::Result<Generation> r = dc::internal_error("not run");
+  Result<Generation> r = Status(StatusCode::kInternal, "not run");
   {
     py::gil_scoped_release release;
     r = model.generate(prompts, config, h);
   }
+  flush_log();
   if (hooks.error) std::rethrow_exception(hooks.error);
   Generation g = value_or_raise(std::move(r));
   py::dict out;
@@ -214,17 +313,18 @@ py::array_t<float> forward(const Model& model, py::array_t<int32_t, py::array::c
                             std::to_string(l) + "]");
     in.positions = {pos_a.data(), static_cast<size_t>(b * l)};
   }
-  dc::Result<std::vector<float>> r = dc::internal_error("not run");
+  Result<std::vector<float>> r = Status(StatusCode::kInternal, "not run");
   {
     py::gil_scoped_release release;
     r = model.forward(in);
   }
+  flush_log();
   return owning_array(value_or_raise(std::move(r)), {b, l, model.info().n_vocab});
 }
 
 std::vector<std::vector<int32_t>> encode_batch(const Tokenizer& tok, const std::vector<std::string>& texts) {
   std::vector<std::vector<int32_t>> out(texts.size());
-  dc::Status failed;
+  Status failed;
   {
     py::gil_scoped_release release;
     for (size_t i = 0; i < texts.size() && failed.ok(); ++i) {
@@ -233,6 +333,7 @@ std::vector<std::vector<int32_t>> encode_batch(const Tokenizer& tok, const std::
       else failed = r.status().with_context("text " + std::to_string(i));
     }
   }
+  flush_log();
   if (!failed.ok()) raise_status(failed);
   return out;
 }
@@ -241,14 +342,17 @@ std::vector<std::vector<int32_t>> encode_batch(const Tokenizer& tok, const std::
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "diffucoder.cpp engine (the C++ facade); use the diffucoder package, not this module";
+  diffucoder::set_log_callback(&log_to_python);
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { flush_log(); }));
 
   py::class_<Tokenizer>(m, "Tokenizer")
       .def(py::init([](const std::string& path) {
-             dc::Result<std::unique_ptr<Tokenizer>> r = dc::internal_error("not run");
+             Result<std::unique_ptr<Tokenizer>> r = Status(StatusCode::kInternal, "not run");
              {
                py::gil_scoped_release release;
                r = Tokenizer::load(path);
              }
+             flush_log();
              return value_or_raise(std::move(r));
            }),
            py::arg("path"))
@@ -261,17 +365,18 @@ PYBIND11_MODULE(_core, m) {
       .def("id_to_token", &Tokenizer::id_to_token)
       .def("__len__", &Tokenizer::size);
 
-  py::class_<Model>(m, "Model")
+  py::class_<Model, ModelHolder>(m, "Model")
       .def(py::init([](const std::string& model_dir, const std::string& tokenizer_path, int threads,
                        const std::string& precision, const std::string& weight_cache, const std::string& device) {
-             dc::Result<std::unique_ptr<Model>> r = dc::internal_error("not run");
+             Result<std::unique_ptr<Model>> r = Status(StatusCode::kInternal, "not run");
              {
                py::gil_scoped_release release;
                diffucoder::LoadOptions options{model_dir, tokenizer_path, threads, precision, weight_cache};
                options.device = device;
                r = Model::load(options);
              }
-             return value_or_raise(std::move(r));
+             flush_log();
+             return ModelHolder(value_or_raise(std::move(r)).release());
            }),
            py::arg("model_dir"), py::arg("tokenizer_path") = "", py::arg("threads") = 0, py::arg("precision") = "auto",
            py::arg("weight_cache") = "", py::arg("device") = "cpu")
@@ -308,6 +413,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("instruct_prompt", &Model::instruct_prompt, py::arg("query"));
   // from_pretrained's path: an existing path as is, "ORG/NAME[@REVISION]" its snapshot directory in Hugging
   // Face's local cache (FileNotFoundError naming the paths looked at and the download command otherwise).
-  m.def("resolve_model_path", [](const std::string& path) { return value_or_raise(dc::resolve_model_path(path)); },
+  m.def("resolve_model_path", [](const std::string& path) { return value_or_raise(diffucoder::resolve_model_path(path)); },
         py::arg("path"));
 }

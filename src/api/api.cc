@@ -3,14 +3,19 @@
 
 #include <algorithm>
 
+#include "api/status_convert.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "gguf/tokenizer_gguf.h"
+#include "io/hub_cache.h"
 #include "sampler/generate.h"
 #include "tokenizer/chat.h"
 #include "types/forward_batch.h"
 
 namespace diffucoder {
+
+using dc::api::to_public;
 
 struct Tokenizer::Impl {
   std::unique_ptr<dc::Tokenizer> owned;  // when loaded alone
@@ -28,7 +33,7 @@ Model::~Model() = default;
 
 namespace {
 
-Result<std::optional<dc::MatmulPrecision>> parse_precision(const std::string& name) {
+dc::Result<std::optional<dc::MatmulPrecision>> parse_precision(const std::string& name) {
   if (name == "auto") return std::optional<dc::MatmulPrecision>();
   if (name == "f32") return std::optional<dc::MatmulPrecision>(dc::MatmulPrecision::kF32);
   if (name == "bf16") return std::optional<dc::MatmulPrecision>(dc::MatmulPrecision::kBF16);
@@ -39,7 +44,7 @@ Result<std::optional<dc::MatmulPrecision>> parse_precision(const std::string& na
 int32_t id_or_none(int64_t id) { return id >= 0 && id <= INT32_MAX ? static_cast<int32_t>(id) : -1; }
 
 // The sampler's parameters of a facade config over `p` (the engine's defaults); unset ids keep p's.
-Result<dc::SamplingParams> sampling_params(dc::SamplingParams p, const GenerationConfig& c) {
+dc::Result<dc::SamplingParams> sampling_params(dc::SamplingParams p, const GenerationConfig& c) {
   p.max_new_tokens = c.max_new_tokens;
   p.max_length = c.max_length;
   p.steps = c.steps;
@@ -65,51 +70,69 @@ Result<dc::SamplingParams> sampling_params(dc::SamplingParams p, const Generatio
 }  // namespace
 
 Status check_config(const GenerationConfig& config) {
-  dc::SamplingParams placeholder;  // ids that any vocabulary holds; the real ones are checked by generate()
-  placeholder.mask_token_id = 0;
-  placeholder.pad_token_id = 1;
-  DC_ASSIGN_OR_RETURN(dc::SamplingParams p, sampling_params(placeholder, config));
-  return dc::validate(p, INT32_MAX);
+  return to_public([&]() -> dc::Status {
+    dc::SamplingParams placeholder;  // ids that any vocabulary holds; the real ones are checked by generate()
+    placeholder.mask_token_id = 0;
+    placeholder.pad_token_id = 1;
+    DC_ASSIGN_OR_RETURN(dc::SamplingParams p, sampling_params(placeholder, config));
+    return dc::validate(p, INT32_MAX);
+  }());
+}
+
+void set_log_callback(LogCallback callback) {
+  if (!callback) return dc::set_log_sink(nullptr);
+  dc::set_log_sink([callback = std::move(callback)](dc::LogLevel level, std::string_view message) {
+    callback(static_cast<LogLevel>(level), message);  // the same four levels in the same order
+  });
+}
+static_assert(static_cast<int>(dc::LogLevel::kError) == static_cast<int>(LogLevel::kError) &&
+              static_cast<int>(dc::LogLevel::kWarning) == static_cast<int>(LogLevel::kWarning) &&
+              static_cast<int>(dc::LogLevel::kInfo) == static_cast<int>(LogLevel::kInfo));
+
+Result<std::string> resolve_model_path(std::string_view name_or_path) {
+  return to_public(dc::resolve_model_path(std::string(name_or_path)));
 }
 
 Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
-  DC_ASSIGN_OR_RETURN(std::optional<dc::MatmulPrecision> precision, parse_precision(options.precision));
-  if (options.threads > dc::kMaxThreads)
-    return dc::invalid_argument("threads: " + std::to_string(options.threads) + " is more than the limit of " +
-                                std::to_string(dc::kMaxThreads));
-  if (options.max_kv_cache_bytes <= 0)
-    return dc::invalid_argument("max_kv_cache_bytes: must be > 0 (got " + std::to_string(options.max_kv_cache_bytes) + ")");
-  dc::EngineOptions e;
-  DC_ASSIGN_OR_RETURN(e.device, dc::parse_device(options.device));
-  e.model_dir = options.model_dir;
-  e.tokenizer_path = options.tokenizer_path;
-  e.n_threads = options.threads;
-  e.matmul_precision = precision;
-  e.weight_cache = options.weight_cache;
-  e.max_kv_cache_bytes = options.max_kv_cache_bytes;
-  auto impl = std::make_unique<Impl>();
-  DC_ASSIGN_OR_RETURN(impl->engine, dc::Engine::load(e));
-  const dc::ModelConfig& c = impl->engine->config();
-  ModelInfo& info = impl->info;
-  info.n_vocab = c.n_vocab;
-  info.hidden_size = c.n_embd;
-  info.n_layer = c.n_layer;
-  info.n_head = c.n_head;
-  info.n_head_kv = c.n_head_kv;
-  info.max_position_embeddings = c.max_position_embeddings;
-  info.mask_token_id = id_or_none(c.mask_token_id);
-  info.pad_token_id = id_or_none(c.pad_token_id >= 0 ? c.pad_token_id : c.eos_token_id);
-  info.eos_token_id = id_or_none(c.eos_token_id);
-  info.bos_token_id = id_or_none(c.bos_token_id);
-  info.torch_dtype = c.torch_dtype;
-  info.precision = impl->engine->matmul_precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
-  info.load_note = impl->engine->load_note();
-  if (impl->engine->tokenizer() != nullptr) {
-    auto view = std::make_unique<Tokenizer::Impl>();
-    view->tok = impl->engine->tokenizer();
-    impl->tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(view)));
-  }
-  return std::unique_ptr<Model>(new Model(std::move(impl)));
+  return to_public([&]() -> dc::Result<std::unique_ptr<Model>> {
+    DC_ASSIGN_OR_RETURN(std::optional<dc::MatmulPrecision> precision, parse_precision(options.precision));
+    if (options.threads > dc::kMaxThreads)
+      return dc::invalid_argument("threads: " + std::to_string(options.threads) + " is more than the limit of " +
+                                  std::to_string(dc::kMaxThreads));
+    if (options.max_kv_cache_bytes <= 0)
+      return dc::invalid_argument("max_kv_cache_bytes: must be > 0 (got " + std::to_string(options.max_kv_cache_bytes) + ")");
+    dc::EngineOptions e;
+    DC_ASSIGN_OR_RETURN(e.device, dc::parse_device(options.device));
+    e.model_dir = options.model_dir;
+    e.tokenizer_path = options.tokenizer_path;
+    e.n_threads = options.threads;
+    e.matmul_precision = precision;
+    e.weight_cache = options.weight_cache;
+    e.max_kv_cache_bytes = options.max_kv_cache_bytes;
+    auto impl = std::make_unique<Impl>();
+    DC_ASSIGN_OR_RETURN(impl->engine, dc::Engine::load(e));
+    const dc::ModelConfig& c = impl->engine->config();
+    ModelInfo& info = impl->info;
+    info.n_vocab = c.n_vocab;
+    info.hidden_size = c.n_embd;
+    info.n_layer = c.n_layer;
+    info.n_head = c.n_head;
+    info.n_head_kv = c.n_head_kv;
+    info.max_position_embeddings = c.max_position_embeddings;
+    info.mask_token_id = id_or_none(c.mask_token_id);
+    info.pad_token_id = id_or_none(c.pad_token_id >= 0 ? c.pad_token_id : c.eos_token_id);
+    info.eos_token_id = id_or_none(c.eos_token_id);
+    info.bos_token_id = id_or_none(c.bos_token_id);
+    info.torch_dtype = c.torch_dtype;
+    info.precision = impl->engine->matmul_precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
+    info.load_note = impl->engine->load_note();
+    if (impl->engine->tokenizer() != nullptr) {
+      auto view = std::make_unique<Tokenizer::Impl>();
+      view->tok = impl->engine->tokenizer();
+      impl->tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(view)));
+    }
+    return std::unique_ptr<Model>(new Model(std::move(impl)));
+  }());
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
@@ -119,21 +142,22 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& tokenizer_json_path) {
+  dc::Result<dc::Tokenizer> tok = dc::load_tokenizer_file(tokenizer_json_path);  // tokenizer.json or .gguf
+  if (!tok.ok()) return to_public(tok.status());
   auto impl = std::make_unique<Impl>();
-  DC_ASSIGN_OR_RETURN(dc::Tokenizer tok, dc::load_tokenizer_file(tokenizer_json_path));  // tokenizer.json or .gguf
-  impl->owned = std::make_unique<dc::Tokenizer>(std::move(tok));
+  impl->owned = std::make_unique<dc::Tokenizer>(std::move(tok).value());
   impl->tok = impl->owned.get();
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
-Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text) const { return impl_->tok->encode(text); }
+Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text) const { return to_public(impl_->tok->encode(text)); }
 
 Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::vector<int32_t> known;
   known.reserve(ids.size());
   for (int32_t id : ids)
     if (id >= 0 && id < impl_->tok->vocab_size() && impl_->tok->id_to_token(id)) known.push_back(id);
-  return impl_->tok->decode(known, skip_special_tokens);
+  return to_public(impl_->tok->decode(known, skip_special_tokens));
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->tok->token_to_id(token); }
@@ -146,14 +170,14 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
 int32_t Tokenizer::size() const { return impl_->tok->vocab_size(); }
 
 Result<std::vector<int32_t>> Model::encode_prompt(std::string_view text, bool chat) const {
-  return impl_->engine->encode_prompt(std::string(text), chat);
+  return to_public(impl_->engine->encode_prompt(std::string(text), chat));
 }
 
 Result<std::string> Model::apply_chat_template(const std::vector<Message>& messages, bool add_generation_prompt) {
   std::vector<dc::ChatMessage> m;
   m.reserve(messages.size());
   for (const Message& x : messages) m.push_back({x.role, x.content});
-  return dc::format_chat(m, add_generation_prompt);
+  return to_public(dc::format_chat(m, add_generation_prompt));
 }
 
 std::string Model::instruct_prompt(std::string_view query) { return dc::format_instruct_prompt(query); }
@@ -180,96 +204,100 @@ std::vector<int32_t> Generation::generated(int64_t row) const {
 
 Result<Generation> Model::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerationConfig& config,
                                    const Hooks& hooks) const {
-  DC_ASSIGN_OR_RETURN(dc::SamplingParams params, sampling_params(impl_->engine->default_params(), config));
-  dc::GenerateHooks h;
-  if (hooks.on_step || hooks.cancel != nullptr) {
-    h.on_step = [&hooks](const dc::StepInfo& s) {
-      if (hooks.cancel != nullptr && hooks.cancel->load(std::memory_order_relaxed)) return false;
-      if (!hooks.on_step) return true;
-      return hooks.on_step(StepEvent{s.step, s.n_steps, s.n_rows, s.n_seq, s.canvas,
-                                     static_cast<int64_t>(s.committed.size()), s.prompt_lengths, s.pad_counts,
-                                     s.block, s.n_blocks});
-    };
-  }
-  std::vector<int64_t> indices;  // reused across steps
-  if (hooks.on_logits) {
-    h.logits_hook = [&hooks, &indices](const dc::LogitsHookArgs& a) {
-      indices.resize(a.positions.size());
-      for (size_t i = 0; i < a.positions.size(); ++i) indices[i] = a.positions[i].row * a.n_seq + a.positions[i].position;
-      hooks.on_logits(LogitsEvent{a.step, a.n_steps, a.n_rows, a.n_seq, a.n_vocab, a.canvas, indices, a.logits});
-    };
-  }
-  if (hooks.on_tokens) {
-    h.tokens_hook = [&hooks](const dc::TokensHookArgs& a) {
-      hooks.on_tokens(TokensEvent{a.step, a.n_steps, a.n_rows, a.n_seq, a.canvas});
-    };
-  }
-  DC_ASSIGN_OR_RETURN(dc::GenerateOutput out, impl_->engine->generate(prompts, params, h));
-  Generation g;
-  g.n_rows = out.n_rows;
-  g.n_seq = out.n_seq;
-  g.prompt_width = out.prompt_width;
-  g.sequences.reserve(out.n_rows * out.n_seq);
-  for (const auto& row : out.sequences) g.sequences.insert(g.sequences.end(), row.begin(), row.end());
-  g.prompt_lengths = std::move(out.prompt_lengths);
-  g.pad_counts = std::move(out.pad_counts);
-  g.history = std::move(out.history);
-  g.steps_run = out.timings.steps_run;
-  g.forwards = out.timings.forwards;
-  g.total_ms = out.timings.total_ms;
-  g.forward_ms = out.timings.forward_ms;
-  g.sampling_ms = out.timings.sampling_ms;
-  return g;
+  return to_public([&]() -> dc::Result<Generation> {
+    DC_ASSIGN_OR_RETURN(dc::SamplingParams params, sampling_params(impl_->engine->default_params(), config));
+    dc::GenerateHooks h;
+    if (hooks.on_step || hooks.cancel != nullptr) {
+      h.on_step = [&hooks](const dc::StepInfo& s) {
+        if (hooks.cancel != nullptr && hooks.cancel->load(std::memory_order_relaxed)) return false;
+        if (!hooks.on_step) return true;
+        return hooks.on_step(StepEvent{s.step, s.n_steps, s.n_rows, s.n_seq, s.canvas,
+                                       static_cast<int64_t>(s.committed.size()), s.prompt_lengths, s.pad_counts,
+                                       s.block, s.n_blocks});
+      };
+    }
+    std::vector<int64_t> indices;  // reused across steps
+    if (hooks.on_logits) {
+      h.logits_hook = [&hooks, &indices](const dc::LogitsHookArgs& a) {
+        indices.resize(a.positions.size());
+        for (size_t i = 0; i < a.positions.size(); ++i) indices[i] = a.positions[i].row * a.n_seq + a.positions[i].position;
+        hooks.on_logits(LogitsEvent{a.step, a.n_steps, a.n_rows, a.n_seq, a.n_vocab, a.canvas, indices, a.logits});
+      };
+    }
+    if (hooks.on_tokens) {
+      h.tokens_hook = [&hooks](const dc::TokensHookArgs& a) {
+        hooks.on_tokens(TokensEvent{a.step, a.n_steps, a.n_rows, a.n_seq, a.canvas});
+      };
+    }
+    DC_ASSIGN_OR_RETURN(dc::GenerateOutput out, impl_->engine->generate(prompts, params, h));
+    Generation g;
+    g.n_rows = out.n_rows;
+    g.n_seq = out.n_seq;
+    g.prompt_width = out.prompt_width;
+    g.sequences.reserve(out.n_rows * out.n_seq);
+    for (const auto& row : out.sequences) g.sequences.insert(g.sequences.end(), row.begin(), row.end());
+    g.prompt_lengths = std::move(out.prompt_lengths);
+    g.pad_counts = std::move(out.pad_counts);
+    g.history = std::move(out.history);
+    g.steps_run = out.timings.steps_run;
+    g.forwards = out.timings.forwards;
+    g.total_ms = out.timings.total_ms;
+    g.forward_ms = out.timings.forward_ms;
+    g.sampling_ms = out.timings.sampling_ms;
+    return g;
+  }());
 }
 
 Result<std::vector<float>> Model::forward(const ForwardInput& in) const {
-  const dc::ModelConfig& c = impl_->engine->config();
-  if (in.n_batch < 1 || in.n_seq < 1)
-    return dc::invalid_argument("input_ids: needs at least one row and one position (got [" +
-                                std::to_string(in.n_batch) + ", " + std::to_string(in.n_seq) + "])");
-  if (in.n_seq > c.max_position_embeddings)
-    return dc::out_of_range("input_ids: " + std::to_string(in.n_seq) + " positions, more than the model's context of " +
-                            std::to_string(c.max_position_embeddings) + " (max_position_embeddings)");
-  if (in.n_batch > dc::kMaxGenerationRows)
-    return dc::out_of_range("input_ids: " + std::to_string(in.n_batch) + " rows, more than the limit of " +
-                            std::to_string(dc::kMaxGenerationRows));
-  const int64_t n = in.n_batch * in.n_seq;
-  if (n * c.n_vocab * int64_t{4} > dc::kMaxStepLogitsBytes)
-    return dc::out_of_range("input_ids: the logits of [" + std::to_string(in.n_batch) + ", " +
-                            std::to_string(in.n_seq) + "] need more than " +
-                            std::to_string(dc::kMaxStepLogitsBytes >> 30) + " GiB; run fewer rows or positions per call");
-  if (static_cast<int64_t>(in.tokens.size()) != n)
-    return dc::invalid_argument("input_ids: " + std::to_string(in.tokens.size()) + " ids for [" +
-                                std::to_string(in.n_batch) + ", " + std::to_string(in.n_seq) + "]");
-  if (!in.valid.empty() && static_cast<int64_t>(in.valid.size()) != n)
-    return dc::invalid_argument("attention_mask: shape differs from input_ids");
-  if (!in.positions.empty() && static_cast<int64_t>(in.positions.size()) != n)
-    return dc::invalid_argument("position_ids: shape differs from input_ids");
-  DC_RETURN_IF_ERROR(dc::check_prompt_ids(in.tokens, c.n_vocab, "input_ids"));
-  std::vector<int64_t> rows(n);
-  for (int64_t i = 0; i < n; ++i) rows[i] = i;
-  dc::ForwardBatch batch;
-  batch.n_batch = in.n_batch;
-  batch.n_seq = in.n_seq;
-  batch.tokens = in.tokens.data();
-  batch.valid = in.valid.empty() ? nullptr : in.valid.data();
-  batch.positions = in.positions.empty() ? nullptr : in.positions.data();
-  batch.out_rows = rows.data();
-  batch.n_out = n;
-  std::vector<float> logits;
-  try {
-    logits.resize(n * c.n_vocab);
-  } catch (const std::bad_alloc&) {
-    return dc::resource_exhausted("forward: no memory for the logits of " + std::to_string(n) + " positions");
-  }
-  DC_RETURN_IF_ERROR(impl_->engine->logits_fn()(batch, logits.data()));
-  return logits;
+  return to_public([&]() -> dc::Result<std::vector<float>> {
+    const dc::ModelConfig& c = impl_->engine->config();
+    if (in.n_batch < 1 || in.n_seq < 1)
+      return dc::invalid_argument("input_ids: needs at least one row and one position (got [" +
+                                  std::to_string(in.n_batch) + ", " + std::to_string(in.n_seq) + "])");
+    if (in.n_seq > c.max_position_embeddings)
+      return dc::out_of_range("input_ids: " + std::to_string(in.n_seq) + " positions, more than the model's context of " +
+                              std::to_string(c.max_position_embeddings) + " (max_position_embeddings)");
+    if (in.n_batch > dc::kMaxGenerationRows)
+      return dc::out_of_range("input_ids: " + std::to_string(in.n_batch) + " rows, more than the limit of " +
+                              std::to_string(dc::kMaxGenerationRows));
+    const int64_t n = in.n_batch * in.n_seq;
+    if (n * c.n_vocab * int64_t{4} > dc::kMaxStepLogitsBytes)
+      return dc::out_of_range("input_ids: the logits of [" + std::to_string(in.n_batch) + ", " +
+                              std::to_string(in.n_seq) + "] need more than " +
+                              std::to_string(dc::kMaxStepLogitsBytes >> 30) + " GiB; run fewer rows or positions per call");
+    if (static_cast<int64_t>(in.tokens.size()) != n)
+      return dc::invalid_argument("input_ids: " + std::to_string(in.tokens.size()) + " ids for [" +
+                                  std::to_string(in.n_batch) + ", " + std::to_string(in.n_seq) + "]");
+    if (!in.valid.empty() && static_cast<int64_t>(in.valid.size()) != n)
+      return dc::invalid_argument("attention_mask: shape differs from input_ids");
+    if (!in.positions.empty() && static_cast<int64_t>(in.positions.size()) != n)
+      return dc::invalid_argument("position_ids: shape differs from input_ids");
+    DC_RETURN_IF_ERROR(dc::check_prompt_ids(in.tokens, c.n_vocab, "input_ids"));
+    std::vector<int64_t> rows(n);
+    for (int64_t i = 0; i < n; ++i) rows[i] = i;
+    dc::ForwardBatch batch;
+    batch.n_batch = in.n_batch;
+    batch.n_seq = in.n_seq;
+    batch.tokens = in.tokens.data();
+    batch.valid = in.valid.empty() ? nullptr : in.valid.data();
+    batch.positions = in.positions.empty() ? nullptr : in.positions.data();
+    batch.out_rows = rows.data();
+    batch.n_out = n;
+    std::vector<float> logits;
+    try {
+      logits.resize(n * c.n_vocab);
+    } catch (const std::bad_alloc&) {
+      return dc::resource_exhausted("forward: no memory for the logits of " + std::to_string(n) + " positions");
+    }
+    DC_RETURN_IF_ERROR(impl_->engine->logits_fn()(batch, logits.data()));
+    return logits;
+  }());
 }
 
 std::vector<int32_t> Model::stop_ids() const { return impl_->engine->stop_ids(); }
 
 Result<std::string> Model::completion_text(std::span<const int32_t> generated) const {
-  return impl_->engine->completion_text(std::vector<int32_t>(generated.begin(), generated.end()));
+  return to_public(impl_->engine->completion_text(std::vector<int32_t>(generated.begin(), generated.end())));
 }
 
 }  // namespace diffucoder

@@ -59,209 +59,273 @@ double percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * (v.size() - 1) + 0.5)];
 }
 
-int run_bench(const BenchArgs& a) {
-  if (a.model_dir.empty() == a.shape.empty()) return usage_error(invalid_argument("give exactly one of --model DIR or --shape NAME"));
-  if (Status st = check_reshape(a.shape, a.layers, a.vocab); !st.ok()) return usage_error(st);
+// What the flags resolve to, checked before anything loads (every failure a usage error, exit 2).
+struct BenchSetup {
+  std::optional<MatmulPrecision> precision;  // nullopt: the checkpoint's
+  DeviceSpec device;
+  QuantizeOptions quantize;  // format kQ8 / kQ4 for --weights q8 / q4 (synthetic models)
+  Algorithm alg;
+  CacheMode cache;
+};
+
+Result<BenchSetup> check_bench_flags(const BenchArgs& a) {
+  if (a.model_dir.empty() == a.shape.empty()) return invalid_argument("give exactly one of --model DIR or --shape NAME");
+  DC_RETURN_IF_ERROR(check_reshape(a.shape, a.layers, a.vocab));
   if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
-    return usage_error(invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1"));
+    return invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1");
   if (a.prompt_len > kMaxCanvasLength || a.new_tokens > kMaxCanvasLength || a.steps > kMaxSteps ||
       a.batch > kMaxGenerationRows || a.batch * (a.prompt_len + a.new_tokens) > kMaxCanvasLength)
-    return usage_error(invalid_argument("--prompt-len and --new-tokens must be <= " + std::to_string(kMaxCanvasLength) +
-                                        ", --steps <= " + std::to_string(kMaxSteps) + ", --batch <= " +
-                                        std::to_string(kMaxGenerationRows) + ", --batch × (--prompt-len + --new-tokens) <= " +
-                                        std::to_string(kMaxCanvasLength)));
-  auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return usage_error(precision.status());
-  auto device = parse_device(a.device);
-  if (!device.ok()) return usage_error(device.status());
-  QuantizeOptions quantize;
-  quantize.group_size = a.group_size;
+    return invalid_argument("--prompt-len and --new-tokens must be <= " + std::to_string(kMaxCanvasLength) +
+                            ", --steps <= " + std::to_string(kMaxSteps) + ", --batch <= " +
+                            std::to_string(kMaxGenerationRows) + ", --batch × (--prompt-len + --new-tokens) <= " +
+                            std::to_string(kMaxCanvasLength));
+  BenchSetup s;
+  DC_ASSIGN_OR_RETURN(s.precision, parse_matmul_precision(a.precision));
+  DC_ASSIGN_OR_RETURN(s.device, parse_device(a.device));
+  s.quantize.group_size = a.group_size;
   if (a.weights == "q8" || a.weights == "q4") {
-    quantize.format = a.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
+    s.quantize.format = a.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
     if (!a.model_dir.empty())
-      return usage_error(invalid_argument("--weights " + a.weights + " applies to --shape models; quantize a checkpoint "
-                                     "once with `diffucoder convert --weights " + a.weights + "` and bench that"));
+      return invalid_argument("--weights " + a.weights + " applies to --shape models; quantize a checkpoint "
+                              "once with `diffucoder convert --weights " + a.weights + "` and bench that");
   } else if (a.weights != "bf16") {
-    return usage_error(invalid_argument("--weights '" + a.weights + "' is not one of bf16, q8, q4"));
+    return invalid_argument("--weights '" + a.weights + "' is not one of bf16, q8, q4");
   }
-  const auto t_load = Clock::now();
-  std::unique_ptr<Engine> engine;
-  if (!a.shape.empty()) {
-    auto config = synthetic_config(a.shape);
-    if (!config.ok()) return report(config.status());
-    reshape_synthetic(*config, a.layers, a.vocab);
-    std::fprintf(stderr, "bench: building a random %s %s model...\n", a.weights.c_str(), a.shape.c_str());
-    ThreadPool fill_pool(a.threads);
-    auto model = make_synthetic_model(*config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &quantize);
-    if (!model.ok()) return report(model.status());
-    auto made = Engine::from_model(std::move(*model), a.threads, *device);
-    if (!made.ok()) return report(made.status());
-    engine = std::move(*made);
-    if (Status s = engine->set_matmul_precision(precision->value_or(checkpoint_precision(engine->model()))); !s.ok())
-      return report(s);
-  } else {
+  DC_ASSIGN_OR_RETURN(s.alg, parse_algorithm(a.alg));
+  DC_ASSIGN_OR_RETURN(s.cache, parse_cache_mode(a.cache));
+  return s;
+}
+
+// The engine of a --shape (random weights, bf16 or quantized) or of a --model checkpoint.
+Result<std::unique_ptr<Engine>> load_bench_engine(const BenchArgs& a, const BenchSetup& s) {
+  if (a.shape.empty()) {
     EngineOptions eo;
     eo.model_dir = a.model_dir;
     eo.n_threads = a.threads;
-    eo.matmul_precision = *precision;
+    eo.matmul_precision = s.precision;
     eo.weight_cache = a.weight_cache;
-    eo.device = *device;
-    auto loaded = Engine::load(eo);
-    if (!loaded.ok()) return report(loaded.status());
-    engine = std::move(*loaded);
+    eo.device = s.device;
+    return Engine::load(eo);
   }
-  const double load_ms = ms_since(t_load);
-  const std::string precision_name = engine->matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32";
-  if (!a.model_dir.empty() || engine->backend() != nullptr) print_load_note(*engine, load_ms);
-  const std::string device_name = engine->backend() != nullptr ? a.device + " (" + engine->backend()->name() + ")" : "cpu";
-  const ModelConfig& c = engine->config();
+  DC_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config(a.shape));
+  reshape_synthetic(config, a.layers, a.vocab);
+  std::fprintf(stderr, "bench: building a random %s %s model...\n", a.weights.c_str(), a.shape.c_str());
+  ThreadPool fill_pool(a.threads);
+  DC_ASSIGN_OR_RETURN(auto model, make_synthetic_model(config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &s.quantize));
+  DC_ASSIGN_OR_RETURN(auto engine, Engine::from_model(std::move(model), a.threads, s.device));
+  DC_RETURN_IF_ERROR(engine->set_matmul_precision(s.precision.value_or(checkpoint_precision(engine->model()))));
+  return engine;
+}
 
-  SamplingParams p = engine->default_params();
-  auto alg = parse_algorithm(a.alg);
-  if (!alg.ok()) return usage_error(alg.status());
-  p.alg = *alg;
+// The sampling parameters of the run: the engine's defaults with the flags applied, validated.
+Result<SamplingParams> bench_params(const BenchArgs& a, const BenchSetup& s, const Engine& engine) {
+  SamplingParams p = engine.default_params();
+  p.alg = s.alg;
   p.steps = a.steps;
   p.max_new_tokens = a.new_tokens;
   p.temperature = a.temperature;
   p.seed = a.seed;
   p.block_length = a.block_length;
-  auto cache = parse_cache_mode(a.cache);
-  if (!cache.ok()) return usage_error(cache.status());
-  p.cache = *cache;
+  p.cache = s.cache;
   p.threshold = a.threshold;
   p.factor = a.factor;
   if (a.fast) apply_fast_mode(p);
-  if (Status s = validate(p, c.n_vocab); !s.ok()) return report(s);
-  const char* cache_name = cache_mode_name(p.cache);
+  DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
+  return p;
+}
 
+// --batch prompts of --prompt-len random ids below min(n_vocab, 150000), none the mask: [batch][prompt_len].
+std::vector<std::vector<int32_t>> random_prompts(const BenchArgs& a, int64_t n_vocab, int32_t mask_token_id) {
   std::mt19937 gen(static_cast<uint32_t>(a.seed));
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(n_vocab, 150000) - 1));
   std::vector<std::vector<int32_t>> prompts(a.batch, std::vector<int32_t>(a.prompt_len));
   for (auto& prompt : prompts)
     for (auto& t : prompt) {
-      do t = id(gen); while (t == p.mask_token_id);
+      do t = id(gen); while (t == mask_token_id);
     }
+  return prompts;
+}
 
-  const bool cpu_peak = !a.no_peak && engine->backend() == nullptr;  // the CPU's GEMM peak: meaningless on a device
-  if (cpu_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
-  const double peak = cpu_peak ? measure_bf16_gemm_peak_gflops(&engine->pool()) : 0.0;
-
-  // Time each step (from on_step to on_step) and each forward with its FLOPs.
-  std::vector<double> step_ms;
-  double flops = 0, forward_ms = 0;
-  double first_forward_ms = -1;  // from the start of generation to the end of its first forward
-  auto t_step = Clock::now();
-  auto t_gen = t_step;
+// What one timed generation measured.
+struct GenerationTiming {
+  std::vector<double> step_ms;  // each step, from on_step to on_step
+  double flops = 0, forward_ms = 0;  // the forwards' FLOPs (forward_flops) and their time
+  double first_forward_ms = -1;  // from the start of generation to the end of its first forward (-1: none)
+  double gen_ms = 0;  // the whole generate()
   // The device's counters at the start and after the first step that ran a forward (which compiles the
   // pipelines and records the first command buffers; a step may commit without one): the work per step is the
   // later steps' when there are any.
   DeviceCounters at_start, after_first;
   int steps_to_first = 0;  // steps up to and including the first with a forward (0: none yet)
+};
+
+// Generates from `prompts` with every step and forward timed into *t; --max-steps cancels the run early.
+Result<GenerateOutput> time_generation(const BenchArgs& a, Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                       const SamplingParams& p, GenerationTiming* t) {
+  const ModelConfig& c = engine.config();
+  auto t_step = Clock::now();
+  auto t_gen = t_step;
   GenerateHooks hooks;
   hooks.on_step = [&](const StepInfo& s) {
-    step_ms.push_back(ms_since(t_step));
-    if (steps_to_first == 0 && first_forward_ms >= 0 && engine->backend() != nullptr) {
-      after_first = engine->backend()->counters();
-      steps_to_first = static_cast<int>(step_ms.size());
+    t->step_ms.push_back(ms_since(t_step));
+    if (t->steps_to_first == 0 && t->first_forward_ms >= 0 && engine.backend() != nullptr) {
+      t->after_first = engine.backend()->counters();
+      t->steps_to_first = static_cast<int>(t->step_ms.size());
     }
     t_step = Clock::now();
     if (s.step % 16 == 15 || s.step + 1 == s.n_steps)
-      std::fprintf(stderr, "bench: step %d/%d, %.1f ms/step\n", s.step + 1, s.n_steps, step_ms.back());
+      std::fprintf(stderr, "bench: step %d/%d, %.1f ms/step\n", s.step + 1, s.n_steps, t->step_ms.back());
     return a.max_steps <= 0 || s.step + 1 < a.max_steps;
   };
-  const HeadFn inner = engine->head_fn();
+  const HeadFn inner = engine.head_fn();
   const HeadFn timed = [&](const ForwardBatch& b) {
-    const auto t = Clock::now();
+    const auto t0 = Clock::now();
     Result<HeadSampler*> head = inner(b);
-    forward_ms += ms_since(t);
-    if (first_forward_ms < 0) first_forward_ms = ms_since(t_gen);
-    flops += forward_flops(c, b);
+    t->forward_ms += ms_since(t0);
+    if (t->first_forward_ms < 0) t->first_forward_ms = ms_since(t_gen);
+    t->flops += forward_flops(c, b);
     return head;
   };
-  hooks.pool = &engine->pool();
-  if (engine->backend() != nullptr) at_start = engine->backend()->counters();
+  hooks.pool = &engine.pool();
+  if (engine.backend() != nullptr) t->at_start = engine.backend()->counters();
   t_gen = Clock::now();
   t_step = t_gen;
   auto out = generate(timed, c.n_vocab, prompts, p, hooks);
-  const double gen_ms = ms_since(t_gen);
-  if (!out.ok() && !is_cancelled(out.status())) return report(out.status());
-  const bool complete = out.ok();
-  const int steps_run = static_cast<int>(step_ms.size());
-  const double median = percentile(step_ms, 0.5);
-  // With --max-steps the run stops early: the end-to-end time is extrapolated from the mean step.
-  const double total_ms = complete ? gen_ms : gen_ms / std::max(1, steps_run) * a.steps;
-  const double tokens_per_s = a.batch * a.new_tokens / (total_ms / 1e3);
-  const double gflops = forward_ms > 0 ? flops / (forward_ms * 1e6) : 0.0;
-  // The device's host-side work per step (runs, recordings, descriptor sets, submissions, uploads), after the
-  // first step when there are more.
-  nlohmann::json device_work = nlohmann::json::object();
-  if (engine->backend() != nullptr && steps_run > 0) {
-    const DeviceCounters after = engine->backend()->counters();
-    const bool later = steps_to_first > 0 && steps_run > steps_to_first;
-    const DeviceCounters& before = later ? after_first : at_start;
-    const double n = later ? steps_run - steps_to_first : steps_run;
-    device_work = {{"runs", (after.runs - before.runs) / n}, {"recordings", (after.recordings - before.recordings) / n},
-                   {"dispatches_recorded", (after.dispatches_recorded - before.dispatches_recorded) / n},
-                   {"descriptor_sets", (after.descriptor_sets - before.descriptor_sets) / n},
-                   {"submits", (after.submits - before.submits) / n}, {"uploads", (after.uploads - before.uploads) / n},
-                   {"upload_bytes", (after.upload_bytes - before.upload_bytes) / n},
-                   {"downloads", (after.downloads - before.downloads) / n}, {"record_ms", (after.record_ms - before.record_ms) / n},
-                   {"dispatches_run", (after.dispatches_run - before.dispatches_run) / n},
-                   {"collect_ms", (after.collect_ms - before.collect_ms) / n}};
-  }
+  t->gen_ms = ms_since(t_gen);
+  return out;
+}
 
+// The device's host-side work per step (runs, recordings, descriptor sets, submissions, uploads), after the
+// first step when there are more; an empty object on the CPU.
+nlohmann::json device_work_per_step(const Engine& engine, const GenerationTiming& t) {
+  const int steps_run = static_cast<int>(t.step_ms.size());
+  if (engine.backend() == nullptr || steps_run == 0) return nlohmann::json::object();
+  const DeviceCounters after = engine.backend()->counters();
+  const bool later = t.steps_to_first > 0 && steps_run > t.steps_to_first;
+  const DeviceCounters& before = later ? t.after_first : t.at_start;
+  const double n = later ? steps_run - t.steps_to_first : steps_run;
+  return {{"runs", (after.runs - before.runs) / n}, {"recordings", (after.recordings - before.recordings) / n},
+          {"dispatches_recorded", (after.dispatches_recorded - before.dispatches_recorded) / n},
+          {"descriptor_sets", (after.descriptor_sets - before.descriptor_sets) / n},
+          {"submits", (after.submits - before.submits) / n}, {"uploads", (after.uploads - before.uploads) / n},
+          {"upload_bytes", (after.upload_bytes - before.upload_bytes) / n},
+          {"downloads", (after.downloads - before.downloads) / n}, {"record_ms", (after.record_ms - before.record_ms) / n},
+          {"dispatches_run", (after.dispatches_run - before.dispatches_run) / n},
+          {"collect_ms", (after.collect_ms - before.collect_ms) / n}};
+}
+
+// The numbers of one run, for the JSON and the table.
+struct BenchNumbers {
+  double load_ms = 0, first_forward_ms = -1, median = 0, p10 = 0, p90 = 0, total_ms = 0, tokens_per_s = 0;
+  double forward_ms = 0, gflops = 0, peak = 0;  // the forwards' time, their GFLOP/s; the bf16 GEMM peak (0: not measured)
+  int steps_run = 0, threads = 0;  // steps timed; the engine's CPU threads
+  bool complete = false;  // false: stopped by --max-steps, total_ms extrapolated
+  nlohmann::json device_work;  // device_work_per_step
+  std::string device_name, arithmetic;
+};
+
+BenchNumbers bench_numbers(const BenchArgs& a, Engine& engine, const GenerationTiming& t, double load_ms,
+                           double peak, bool complete) {
+  BenchNumbers n;
+  n.load_ms = load_ms, n.first_forward_ms = t.first_forward_ms, n.peak = peak, n.complete = complete;
+  n.steps_run = static_cast<int>(t.step_ms.size());
+  n.threads = engine.pool().n_threads();
+  n.median = percentile(t.step_ms, 0.5), n.p10 = percentile(t.step_ms, 0.1), n.p90 = percentile(t.step_ms, 0.9);
+  // With --max-steps the run stops early: the end-to-end time is extrapolated from the mean step.
+  n.total_ms = complete ? t.gen_ms : t.gen_ms / std::max(1, n.steps_run) * a.steps;
+  n.tokens_per_s = a.batch * a.new_tokens / (n.total_ms / 1e3);
+  n.forward_ms = t.forward_ms;
+  n.gflops = t.forward_ms > 0 ? t.flops / (t.forward_ms * 1e6) : 0.0;
+  n.device_work = device_work_per_step(engine, t);
+  n.device_name = engine.backend() != nullptr ? a.device + " (" + engine.backend()->name() + ")" : "cpu";
   // A device's GEMMs: exact f32, or its matrix units where --precision bf16 allows them.
-  const std::string arithmetic = engine->backend() != nullptr ? engine->backend()->arithmetic() : precision_name;
-  nlohmann::json j = {
+  const std::string precision_name = engine.matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32";
+  n.arithmetic = engine.backend() != nullptr ? engine.backend()->arithmetic() : precision_name;
+  return n;
+}
+
+nlohmann::json bench_json(const BenchArgs& a, const Engine& engine, const SamplingParams& p, const BenchNumbers& n,
+                          const Result<GenerateOutput>& out) {
+  const ModelConfig& c = engine.config();
+  return {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
-      {"threads", engine->pool().n_threads()},
+      {"threads", n.threads},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
-      {"alg", a.alg}, {"cache", cache_name}, {"block_length", p.block_length}, {"threshold", p.threshold},
-      {"factor", p.factor}, {"weights", a.weights}, {"device", device_name},
-      {"device_weight_bytes", engine->backend() != nullptr ? engine->backend()->weight_bytes() : 0}, {"precision", arithmetic}, {"load_ms", load_ms}, {"time_to_first_forward_ms", load_ms + first_forward_ms}, {"steps_run", steps_run}, {"complete", complete},
-      {"ms_per_step", {{"median", median}, {"p10", percentile(step_ms, 0.1)}, {"p90", percentile(step_ms, 0.9)}}},
-      {"total_ms", total_ms}, {"total_extrapolated", !complete}, {"tokens_per_second", tokens_per_s},
-      {"forward_ms", forward_ms}, {"achieved_gflops", gflops}, {"peak_gemm_gflops", peak},
-      {"fraction_of_peak", peak > 0 ? gflops / peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()},
-      {"device_work_per_step", device_work},
+      {"alg", a.alg}, {"cache", cache_mode_name(p.cache)}, {"block_length", p.block_length}, {"threshold", p.threshold},
+      {"factor", p.factor}, {"weights", a.weights}, {"device", n.device_name},
+      {"device_weight_bytes", engine.backend() != nullptr ? engine.backend()->weight_bytes() : 0},
+      {"precision", n.arithmetic}, {"load_ms", n.load_ms}, {"time_to_first_forward_ms", n.load_ms + n.first_forward_ms},
+      {"steps_run", n.steps_run}, {"complete", n.complete},
+      {"ms_per_step", {{"median", n.median}, {"p10", n.p10}, {"p90", n.p90}}},
+      {"total_ms", n.total_ms}, {"total_extrapolated", !n.complete}, {"tokens_per_second", n.tokens_per_s},
+      {"forward_ms", n.forward_ms}, {"achieved_gflops", n.gflops}, {"peak_gemm_gflops", n.peak},
+      {"fraction_of_peak", n.peak > 0 ? n.gflops / n.peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()},
+      {"device_work_per_step", n.device_work},
       // The generated ids per row (complete runs): drift between cache modes is measured from these.
-      {"generated", complete ? nlohmann::json(out->generated) : nlohmann::json::array()}};
-  if (a.json) {
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
-  }
+      {"generated", n.complete ? nlohmann::json(out->generated) : nlohmann::json::array()}};
+}
+
+void print_bench_table(const BenchArgs& a, const Engine& engine, const SamplingParams& p, const BenchNumbers& n) {
+  const ModelConfig& c = engine.config();
+  const std::string model = a.shape.empty() ? a.model_dir : a.shape;
   std::printf("| metric | value |\n|---|---|\n");
-  std::printf("| model | %s (%lld layers, hidden %lld) |\n", j["model"].get<std::string>().c_str(), (long long)c.n_layer,
-              (long long)c.n_embd);
+  std::printf("| model | %s (%lld layers, hidden %lld) |\n", model.c_str(), (long long)c.n_layer, (long long)c.n_embd);
   std::printf("| setting | prompt %lld, new %lld, steps %d, batch %d, alg %s, threads %d |\n", (long long)a.prompt_len,
-              (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), engine->pool().n_threads());
-  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_name,
+              (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), n.threads);
+  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_mode_name(p.cache),
               (long long)p.block_length, p.threshold, p.factor);
   std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
-              engine->backend() != nullptr ? (arithmetic + " (device)").c_str() : arithmetic.c_str());
-  std::printf("| device | %s |\n", device_name.c_str());
-  if (engine->backend() != nullptr)
-    std::printf("| device memory | %.1f MiB of weights |\n", engine->backend()->weight_bytes() / 1048576.0);
-  if (!device_work.empty())
+              engine.backend() != nullptr ? (n.arithmetic + " (device)").c_str() : n.arithmetic.c_str());
+  std::printf("| device | %s |\n", n.device_name.c_str());
+  if (engine.backend() != nullptr)
+    std::printf("| device memory | %.1f MiB of weights |\n", engine.backend()->weight_bytes() / 1048576.0);
+  const nlohmann::json& w = n.device_work;
+  if (!w.empty())
     std::printf("| device work per step (after the first forward) | %.1f runs of %.0f dispatches (%.2f ms of host CPU "
                 "collecting them), %.1f recordings (%.0f dispatches, %.0f descriptor sets, %.2f ms), %.1f submits, %.1f uploads "
                 "(%.0f bytes), %.1f downloads |\n",
-                device_work["runs"].get<double>(), device_work["dispatches_run"].get<double>(),
-                device_work["collect_ms"].get<double>(), device_work["recordings"].get<double>(),
-                device_work["dispatches_recorded"].get<double>(), device_work["descriptor_sets"].get<double>(),
-                device_work["record_ms"].get<double>(), device_work["submits"].get<double>(), device_work["uploads"].get<double>(),
-                device_work["upload_bytes"].get<double>(), device_work["downloads"].get<double>());
-  std::printf("| load | %.0f ms |\n", load_ms);
-  if (first_forward_ms >= 0)
-    std::printf("| time to first step | %.0f ms (load + the first forward, %.0f ms) |\n", load_ms + first_forward_ms,
-                first_forward_ms);
-  std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", median,
-              percentile(step_ms, 0.1), percentile(step_ms, 0.9), steps_run);
-  std::printf("| end to end | %.2f s%s |\n", total_ms / 1e3, complete ? "" : " (extrapolated)");
-  std::printf("| tokens/s | %.2f |\n", tokens_per_s);
-  std::printf("| forward GFLOP/s | %.1f (%.0f%% of the %.1f GFLOP/s bf16 GEMM peak) |\n", gflops,
-              peak > 0 ? 100 * gflops / peak : 0.0, peak);
+                w["runs"].get<double>(), w["dispatches_run"].get<double>(), w["collect_ms"].get<double>(),
+                w["recordings"].get<double>(), w["dispatches_recorded"].get<double>(), w["descriptor_sets"].get<double>(),
+                w["record_ms"].get<double>(), w["submits"].get<double>(), w["uploads"].get<double>(),
+                w["upload_bytes"].get<double>(), w["downloads"].get<double>());
+  std::printf("| load | %.0f ms |\n", n.load_ms);
+  if (n.first_forward_ms >= 0)
+    std::printf("| time to first step | %.0f ms (load + the first forward, %.0f ms) |\n", n.load_ms + n.first_forward_ms,
+                n.first_forward_ms);
+  std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", n.median, n.p10, n.p90, n.steps_run);
+  std::printf("| end to end | %.2f s%s |\n", n.total_ms / 1e3, n.complete ? "" : " (extrapolated)");
+  std::printf("| tokens/s | %.2f |\n", n.tokens_per_s);
+  std::printf("| forward GFLOP/s | %.1f (%.0f%% of the %.1f GFLOP/s bf16 GEMM peak) |\n", n.gflops,
+              n.peak > 0 ? 100 * n.gflops / n.peak : 0.0, n.peak);
   std::printf("| peak RSS | %.2f GB |\n", peak_rss_bytes() / 1e9);
+}
+
+int run_bench(const BenchArgs& a) {
+  Result<BenchSetup> setup = check_bench_flags(a);
+  if (!setup.ok()) return usage_error(setup.status());
+  const auto t_load = Clock::now();
+  Result<std::unique_ptr<Engine>> loaded = load_bench_engine(a, *setup);
+  if (!loaded.ok()) return report(loaded.status());
+  Engine& engine = **loaded;
+  const double load_ms = ms_since(t_load);
+  if (!a.model_dir.empty() || engine.backend() != nullptr) print_load_note(engine, load_ms);
+  Result<SamplingParams> p = bench_params(a, *setup, engine);
+  if (!p.ok()) return report(p.status());
+  const auto prompts = random_prompts(a, engine.config().n_vocab, p->mask_token_id);
+
+  const bool cpu_peak = !a.no_peak && engine.backend() == nullptr;  // the CPU's GEMM peak: meaningless on a device
+  if (cpu_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
+  const double peak = cpu_peak ? measure_bf16_gemm_peak_gflops(&engine.pool()) : 0.0;
+
+  GenerationTiming timing;
+  Result<GenerateOutput> out = time_generation(a, engine, prompts, *p, &timing);
+  if (!out.ok() && !is_cancelled(out.status())) return report(out.status());
+  const BenchNumbers n = bench_numbers(a, engine, timing, load_ms, peak, out.ok());
+  if (a.json) {
+    std::printf("%s\n", bench_json(a, engine, *p, n, out).dump(2).c_str());
+    return 0;
+  }
+  print_bench_table(a, engine, *p, n);
   return 0;
 }
 

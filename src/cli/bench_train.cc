@@ -120,36 +120,24 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
                 "per-phase table (cheap timers, off by default)");
 }
 
-// Under mpirun: data parallel, each rank one micro-batch of --batch sequences of every step (the
-// trainer's --grad-accum = ranks); rank 0 prints, with every rank's peak RSS, moment bytes and bytes
-// sent per step.
-int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
-  if (Status s = check_args(a); !s.ok()) return usage_error(s);
-  const int ranks = comm.size();
-  const bool talk = comm.rank() == 0;
-  ThreadPool pool(a.threads);
-  Profiler profiler;
-  Context ctx;
-  ctx.pool = &pool;
-  if (a.profile) ctx.profiler = &profiler;
-  auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return report(precision.status());
-  const MatmulPrecision mode = precision->value_or(MatmulPrecision::kBF16);
-  if (mode == MatmulPrecision::kBF16 &&
-      !bf16_backward([&] { Context c = ctx; c.matmul_precision = mode; return c; }()))
-    return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
-  const bool mixed = mode == MatmulPrecision::kBF16;
-  if (!a.no_peak && talk) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
-  const double peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&pool);
-  const auto t_load = Clock::now();
-  ModelConfig c;
-  auto loaded = load_params(a, c, &pool);
-  if (!loaded.ok()) return report(loaded.status());
-  if (c.mask_token_id < 0 || c.mask_token_id >= c.n_vocab)
-    return report(invalid_argument("config mask_token_id is outside the vocabulary"));
-  const int n_total = a.steps + 1;  // step 0 is the warm-up
+namespace {
 
-  // The trainer's options: constant rate, weight decay 0.1 on matrices, clipping at 1, no output files.
+// What a bench --train run measured, for its report (summary_json, print_summary).
+struct BenchRun {
+  const BenchTrainArgs* a = nullptr;
+  ModelConfig config;
+  train::TrainOptions options;
+  int ranks = 1, threads = 1;
+  bool mixed = true;
+  double peak = 0, load_s = 0;
+  int64_t n_params = 0, rss = 0;
+  std::vector<StepRecord> records;  // [0]: the warm-up
+  RankNumbers numbers;
+};
+
+// The trainer's options: constant rate, weight decay 0.1 on matrices, clipping at 1, no output files;
+// under mpirun each rank one micro-batch of every step (--grad-accum = ranks).
+train::TrainOptions bench_train_options(const BenchTrainArgs& a, MatmulPrecision mode, int n_total, dist::Comm& comm) {
   train::TrainOptions o;
   o.seq_len = a.seq_len;
   o.batch_size = a.batch;
@@ -162,10 +150,13 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   if (a.mask_ratio > 0) o.masking.fixed_t.assign(a.batch, a.mask_ratio);
   o.recompute = a.grad_checkpointing;
   o.precision = mode;
-  if (ranks > 1) o.comm = &comm, o.grad_accum = ranks;
+  if (comm.size() > 1) o.comm = &comm, o.grad_accum = comm.size();
+  return o;
+}
 
-  // Random sequences, one batch per step: ids below min(n_vocab, 150000) except the mask id; the first
-  // prompt_len positions are the prompt (never masked), the rest the completion.
+// Random sequences, one batch per step and rank: ids below min(n_vocab, 150000) except the mask id; the
+// first prompt_len positions are the prompt (never masked), the rest the completion.
+train::Dataset random_sequences(const BenchTrainArgs& a, const ModelConfig& c, int n_total, int ranks) {
   std::mt19937 gen(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
   train::Dataset data;
@@ -178,40 +169,45 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
     s.loss_mask.assign(a.seq_len, 1);
     std::fill_n(s.loss_mask.begin(), a.prompt_len, uint8_t{0});
   }
-  const int64_t n_params = loaded->n_values();
-  auto trainer = train::Trainer::create_with_params(o, ctx, c, std::move(*loaded), std::move(data));
-  if (!trainer.ok()) return report(trainer.status());
-  const double load_s = seconds_since(t_load);
+  return data;
+}
 
+// Runs the warm-up and the timed steps (rank 0 prints each); the profiler restarts after the warm-up.
+Result<std::vector<StepRecord>> run_steps(train::Trainer& trainer, int n_total, int timed, bool talk, Profiler& profiler) {
   std::vector<StepRecord> records;
   for (int step = 0; step < n_total; ++step) {
-    auto stats = (*trainer)->step();  // masking, loss_and_grads, clip_grad_norm, adamw_step
-    if (!stats.ok()) return report(stats.status());
+    DC_ASSIGN_OR_RETURN(const train::StepStats stats, trainer.step());  // masking, loss_and_grads, the optimizer
     StepRecord r;
-    r.seconds = stats->seconds;
-    r.fwd_bwd_s = stats->fwd_bwd_seconds;
-    r.optimizer_s = stats->optimizer_seconds;
-    r.relayout_s = stats->relayout_seconds;
-    r.forward_s = stats->forward_seconds;
-    r.backward_s = stats->backward_seconds;
+    r.seconds = stats.seconds;
+    r.fwd_bwd_s = stats.fwd_bwd_seconds;
+    r.optimizer_s = stats.optimizer_seconds;
+    r.relayout_s = stats.relayout_seconds;
+    r.forward_s = stats.forward_seconds;
+    r.backward_s = stats.backward_seconds;
     r.masking_s = std::max(0.0, r.seconds - r.fwd_bwd_s - r.optimizer_s);
-    r.loss = stats->loss;
-    r.grad_norm = stats->grad_norm;
-    r.n_out = stats->loss_rows;
+    r.loss = stats.loss;
+    r.grad_norm = stats.grad_norm;
+    r.n_out = stats.loss_rows;
     records.push_back(r);
     if (step == 0) profiler.reset();  // the table covers the timed steps only
     if (talk)
       std::fprintf(stderr, "bench --train: %s %d/%d  %.2f s (fwd+bwd %.2f, optimizer %.2f)  loss %.4f  |g| %.3e\n",
-                 step == 0 ? "warm-up" : "step", step == 0 ? 0 : step, a.steps, r.seconds, r.fwd_bwd_s,
-                 r.optimizer_s, r.loss, r.grad_norm);
+                   step == 0 ? "warm-up" : "step", step == 0 ? 0 : step, timed, r.seconds, r.fwd_bwd_s,
+                   r.optimizer_s, r.loss, r.grad_norm);
   }
+  return records;
+}
 
-  const std::vector<StepRecord> timed(records.begin() + 1, records.end());
+// The --json object: the settings, the medians over the timed steps, every step, each rank's numbers.
+nlohmann::json summary_json(const BenchRun& b, const Profiler& profiler) {
+  const BenchTrainArgs& a = *b.a;
+  const ModelConfig& c = b.config;
+  const std::vector<StepRecord> timed(b.records.begin() + 1, b.records.end());
   std::vector<double> secs, fwd_bwd, opt, gflops, fwd_gflops, bwd_gflops, relayout;
   nlohmann::json losses = nlohmann::json::array(), steps_json = nlohmann::json::array();
   for (const StepRecord& r : timed) {
     secs.push_back(r.seconds), fwd_bwd.push_back(r.fwd_bwd_s), opt.push_back(r.optimizer_s);
-    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out / ranks);  // one rank's; forward 1/3, backward 2/3
+    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out / b.ranks);  // one rank's; forward 1/3, backward 2/3
     gflops.push_back(flops / r.fwd_bwd_s / 1e9);
     fwd_gflops.push_back(flops / 3 / r.forward_s / 1e9);
     bwd_gflops.push_back(flops * 2 / 3 / r.backward_s / 1e9);
@@ -221,83 +217,140 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
                           {"optimizer_s", r.optimizer_s}, {"loss", r.loss}, {"grad_norm", r.grad_norm},
                           {"n_loss_rows", r.n_out}});
   }
-  const double tokens = static_cast<double>(a.batch * a.seq_len * ranks);  // the global batch's
+  const double tokens = static_cast<double>(a.batch * a.seq_len * b.ranks);  // the global batch's
   const double med = median(secs), best = *std::min_element(secs.begin(), secs.end());
-  const int64_t rss = peak_rss_bytes();
-  const RankNumbers numbers = gather_rank_numbers(comm, (*trainer)->optimizer().master_weight_bytes(),
-                                                  (*trainer)->optimizer().optimizer_state_bytes(),
-                                                  (*trainer)->optimizer().gradient_bytes(), n_total, /*quiet=*/true);
-  if (!numbers.ok) return 1;
-  if (!talk) return 0;
   nlohmann::json rss_ranks = nlohmann::json::array(), state_ranks = nlohmann::json::array(),
                  sent_ranks = nlohmann::json::array(), grad_ranks = nlohmann::json::array(),
                  master_ranks = nlohmann::json::array();
-  for (const RankNumbers::Rank& r : numbers.ranks)
+  for (const RankNumbers::Rank& r : b.numbers.ranks)
     rss_ranks.push_back(r.peak_rss_bytes), master_ranks.push_back(r.master_weight_bytes),
         state_ranks.push_back(r.optimizer_state_bytes),
         sent_ranks.push_back(r.bytes_sent_per_step), grad_ranks.push_back(r.gradient_bytes);
   nlohmann::json j = {
-      {"mode", "train"}, {"precision", mixed ? "bf16 mixed" : "f32"},
-      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", pool.n_threads()},
+      {"mode", "train"}, {"precision", b.mixed ? "bf16 mixed" : "f32"},
+      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", b.threads},
       {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
-      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", o.adam.weight_decay},
-      {"max_grad_norm", o.max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
-      {"n_params", n_params}, {"load_s", load_s},
+      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", b.options.adam.weight_decay},
+      {"max_grad_norm", b.options.max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
+      {"n_params", b.n_params}, {"load_s", b.load_s},
       {"seconds_per_step", {{"median", med}, {"min", best}}}, {"fwd_bwd_s_median", median(fwd_bwd)},
       {"optimizer_s_median", median(opt)}, {"tokens_per_second", tokens / med},
       {"tokens_per_second_best", tokens / best}, {"fwd_bwd_gflops_median", median(gflops)},
       {"forward_gflops_median", median(fwd_gflops)}, {"backward_gflops_median", median(bwd_gflops)},
-      {"relayout_s_median", median(relayout)}, {"peak_gemm_gflops", peak},
-      {"fraction_of_peak", peak > 0 ? median(gflops) / peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
-      {"warmup", {{"seconds", records[0].seconds}, {"loss", records[0].loss}}}, {"losses", losses},
-      {"per_step", steps_json}, {"peak_rss_bytes", rss}, {"ranks", ranks}, {"peak_rss_bytes_per_rank", rss_ranks},
+      {"relayout_s_median", median(relayout)}, {"peak_gemm_gflops", b.peak},
+      {"fraction_of_peak", b.peak > 0 ? median(gflops) / b.peak : 0.0}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
+      {"warmup", {{"seconds", b.records[0].seconds}, {"loss", b.records[0].loss}}}, {"losses", losses},
+      {"per_step", steps_json}, {"peak_rss_bytes", b.rss}, {"ranks", b.ranks}, {"peak_rss_bytes_per_rank", rss_ranks},
       {"master_weight_bytes_per_rank", master_ranks}, {"optimizer_state_bytes_per_rank", state_ranks},
       {"gradient_bytes_per_rank", grad_ranks},
       {"bytes_sent_per_step_per_rank", sent_ranks}};
-  const double step_total = std::accumulate(secs.begin(), secs.end(), 0.0);
   if (a.profile) {
     nlohmann::json& profile = j["profile"];  // path → seconds and calls per timed step (exclusive times)
     for (const auto& [path, e] : profiler.entries())
       profile[path] = {{"seconds_per_step", e.seconds / a.steps}, {"calls_per_step", double(e.calls) / a.steps}};
   }
+  return j;
+}
+
+// The markdown table (and --profile's) of summary_json's numbers `j`.
+void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& profiler) {
+  const BenchTrainArgs& a = *b.a;
+  const ModelConfig& c = b.config;
+  const double med = j["seconds_per_step"]["median"], best = j["seconds_per_step"]["min"];
+  const double tokens = static_cast<double>(a.batch * a.seq_len * b.ranks), gflops = j["fwd_bwd_gflops_median"];
+  std::string loss_text;
+  double step_total = 0;
+  for (size_t i = 1; i < b.records.size(); ++i) {
+    loss_text += (loss_text.empty() ? "" : ", ") + std::to_string(b.records[i].loss).substr(0, 7);
+    step_total += b.records[i].seconds;
+  }
+  std::printf("| metric | value |\n|---|---|\n");
+  std::printf("| model | %s%s (%lld layers, hidden %lld, vocabulary %lld, %.1fM parameters, f32 master weights) |\n",
+              j["model"].get<std::string>().c_str(), a.layers > 0 || a.vocab > 0 ? " reduced by --layers / --vocab" : "",
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_vocab, b.n_params / 1e6);
+  std::printf("| precision | %s |\n", b.mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
+  std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
+              (long long)a.seq_len, (long long)a.prompt_len, a.batch,
+              a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps, b.threads);
+  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, b.options.adam.weight_decay,
+              b.options.max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
+  std::printf("| load | %.1f s |\n", b.load_s);
+  std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
+  std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", j["fwd_bwd_s_median"].get<double>(),
+              j["optimizer_s_median"].get<double>());
+  std::printf("| training tokens/s | %.1f (best %.1f) |\n", tokens / med, tokens / best);
+  std::printf("| fwd+bwd GFLOP/s | %.1f (forward %.1f, backward %.1f); %.0f%% of the %.1f GFLOP/s bf16 GEMM peak |\n",
+              gflops, j["forward_gflops_median"].get<double>(), j["backward_gflops_median"].get<double>(),
+              b.peak > 0 ? 100 * gflops / b.peak : 0.0, b.peak);
+  if (b.mixed)
+    std::printf("| bf16 re-layout of the weights per step | %.3f s outside the optimizer (%s) |\n",
+                j["relayout_s_median"].get<double>(),
+                b.ranks > 1 ? "every step: the weights come from the all-gather"
+                            : "after the first step it is written by AdamW, in its time");
+  std::printf("| peak RSS | %.2f GB |\n", b.rss / 1e9);
+  if (b.ranks > 1)
+    for (int r = 0; r < b.ranks; ++r) {
+      const RankNumbers::Rank& n = b.numbers.ranks[static_cast<size_t>(r)];
+      std::printf("| rank %d of %d | peak RSS %.2f GB, f32 master weights %.2f GB, Adam moments %.2f GB, gradients "
+                  "%.2f GB, %.3f GB sent per step |\n", r, b.ranks, n.peak_rss_bytes / 1e9, n.master_weight_bytes / 1e9,
+                  n.optimizer_state_bytes / 1e9, n.gradient_bytes / 1e9, n.bytes_sent_per_step / 1e9);
+    }
+  std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), b.records[0].loss);
+  if (a.profile) print_profile(profiler, a.steps, step_total);
+}
+
+}  // namespace
+
+// Under mpirun: data parallel, each rank one micro-batch of --batch sequences of every step (the
+// trainer's --grad-accum = ranks); rank 0 prints, with every rank's peak RSS, moment bytes and bytes
+// sent per step.
+int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
+  if (Status s = check_args(a); !s.ok()) return usage_error(s);
+  BenchRun b;
+  b.a = &a, b.ranks = comm.size();
+  const bool talk = comm.rank() == 0;
+  ThreadPool pool(a.threads);
+  b.threads = pool.n_threads();
+  Profiler profiler;
+  Context ctx;
+  ctx.pool = &pool;
+  if (a.profile) ctx.profiler = &profiler;
+  auto precision = parse_matmul_precision(a.precision);
+  if (!precision.ok()) return report(precision.status());
+  const MatmulPrecision mode = precision->value_or(MatmulPrecision::kBF16);
+  if (mode == MatmulPrecision::kBF16 &&
+      !bf16_backward([&] { Context c = ctx; c.matmul_precision = mode; return c; }()))
+    return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
+  b.mixed = mode == MatmulPrecision::kBF16;
+  if (!a.no_peak && talk) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
+  b.peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&pool);
+  const auto t_load = Clock::now();
+  auto loaded = load_params(a, b.config, &pool);
+  if (!loaded.ok()) return report(loaded.status());
+  if (b.config.mask_token_id < 0 || b.config.mask_token_id >= b.config.n_vocab)
+    return report(invalid_argument("config mask_token_id is outside the vocabulary"));
+  const int n_total = a.steps + 1;  // step 0 is the warm-up
+  b.options = bench_train_options(a, mode, n_total, comm);
+  b.n_params = loaded->n_values();
+  auto trainer = train::Trainer::create_with_params(b.options, ctx, b.config, std::move(*loaded),
+                                                    random_sequences(a, b.config, n_total, b.ranks));
+  if (!trainer.ok()) return report(trainer.status());
+  b.load_s = seconds_since(t_load);
+  auto records = run_steps(**trainer, n_total, a.steps, talk, profiler);
+  if (!records.ok()) return report(records.status());
+  b.records = std::move(*records);
+  b.rss = peak_rss_bytes();
+  b.numbers = gather_rank_numbers(comm, (*trainer)->optimizer().master_weight_bytes(),
+                                  (*trainer)->optimizer().optimizer_state_bytes(),
+                                  (*trainer)->optimizer().gradient_bytes(), n_total, /*quiet=*/true);
+  if (!b.numbers.ok) return 1;
+  if (!talk) return 0;
+  const nlohmann::json j = summary_json(b, profiler);
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::string loss_text;
-  for (const StepRecord& r : timed) loss_text += (loss_text.empty() ? "" : ", ") + std::to_string(r.loss).substr(0, 7);
-  std::printf("| metric | value |\n|---|---|\n");
-  std::printf("| model | %s%s (%lld layers, hidden %lld, vocabulary %lld, %.1fM parameters, f32 master weights) |\n",
-              j["model"].get<std::string>().c_str(), a.layers > 0 || a.vocab > 0 ? " reduced by --layers / --vocab" : "",
-              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_vocab, n_params / 1e6);
-  std::printf("| precision | %s |\n", mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
-  std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
-              (long long)a.seq_len, (long long)a.prompt_len, a.batch,
-              a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps,
-              pool.n_threads());
-  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, o.adam.weight_decay,
-              o.max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
-  std::printf("| load | %.1f s |\n", load_s);
-  std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
-  std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", median(fwd_bwd), median(opt));
-  std::printf("| training tokens/s | %.1f (best %.1f) |\n", tokens / med, tokens / best);
-  std::printf("| fwd+bwd GFLOP/s | %.1f (forward %.1f, backward %.1f); %.0f%% of the %.1f GFLOP/s bf16 GEMM peak |\n",
-              median(gflops), median(fwd_gflops), median(bwd_gflops), peak > 0 ? 100 * median(gflops) / peak : 0.0,
-              peak);
-  if (mixed)
-    std::printf("| bf16 re-layout of the weights per step | %.3f s outside the optimizer (%s) |\n", median(relayout),
-                ranks > 1 ? "every step: the weights come from the all-gather"
-                          : "after the first step it is written by AdamW, in its time");
-  std::printf("| peak RSS | %.2f GB |\n", rss / 1e9);
-  if (ranks > 1)
-    for (int r = 0; r < ranks; ++r) {
-      const RankNumbers::Rank& n = numbers.ranks[static_cast<size_t>(r)];
-      std::printf("| rank %d of %d | peak RSS %.2f GB, f32 master weights %.2f GB, Adam moments %.2f GB, gradients "
-                  "%.2f GB, %.3f GB sent per step |\n", r, ranks, n.peak_rss_bytes / 1e9, n.master_weight_bytes / 1e9,
-                  n.optimizer_state_bytes / 1e9, n.gradient_bytes / 1e9, n.bytes_sent_per_step / 1e9);
-    }
-  std::printf("| loss per step | %s (warm-up %.4f) |\n", loss_text.c_str(), records[0].loss);
-  if (a.profile) print_profile(profiler, a.steps, step_total);
+  print_summary(b, j, profiler);
   return 0;
 }
 

@@ -32,12 +32,13 @@ int run_devices(bool json) {
   const std::string cpu_simd = cpu::cpu_has_amx_bf16() ? "AVX-512 + AVX512_BF16 + AMX-BF16"
                                : cpu::cpu_has_avx512_bf16() ? "AVX-512 + AVX512_BF16"
                                : cpu::cpu_has_avx512()      ? "AVX-512"
-                                                            : "scalar / compiler vectorisation";
+                               : cpu::cpu_has_avx2()        ? "AVX2 + FMA"
+                                                            : "x86-64 baseline (SSE2)";
   auto devices = vk::list_devices();
   if (json) {
     nlohmann::json j;
     j["cpu"] = {{"device", "cpu"}, {"name", cpu_model_name()}, {"threads", std::thread::hardware_concurrency()},
-                {"memory_bytes", ram}, {"kernels", cpu_simd}};
+                {"memory_bytes", ram}, {"kernels", cpu_simd}, {"level", cpu::cpu_level_name(cpu::cpu_level())}};
     j["vulkan_built"] = vk::compiled_in();
     j["vulkan"] = nlohmann::json::array();
     if (devices.ok()) {

@@ -1,6 +1,7 @@
-// `diffucoder eval`: HumanEval-format pass@k. Completions come from a model (generated here with every
-// engine option) or from a JSONL file (--completions); each is run with the task's test in the sandbox
-// (src/sandbox), recorded in a resumable results file, and summarised (pass@k, failure kinds).
+// `diffucoder eval`: HumanEval-format pass@k. Completions come from a model (generated here through the public
+// facade, include/diffucoder/diffucoder.h, with every engine option) or from a JSONL file (--completions); each
+// is run with the task's test in the sandbox (src/sandbox), recorded in a resumable results file, and
+// summarised (pass@k, failure kinds).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -14,7 +15,7 @@
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
 #include "core/clock.h"
-#include "engine/engine.h"
+#include "api/status_convert.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"
 #include "tokenizer/utf8.h"
@@ -38,14 +39,40 @@ struct EvalArgs {
   DecodingFlags decoding;
 };
 
-Result<SamplingParams> make_params(const Engine& engine, const EvalArgs& a) {
-  SamplingParams p = engine.default_params();
+// The sampler settings of the flags, resolved as the sampler resolves them (--fast's defaults filled in) and
+// checked without the model: the results file records them and generation_config hands them to the facade.
+// The model's ids are not part of them (placeholders any vocabulary holds; the facade uses the model's).
+Result<SamplingParams> make_params(const EvalArgs& a) {
+  SamplingParams p;
+  p.mask_token_id = 0;
+  p.pad_token_id = 1;
   p.max_new_tokens = a.max_new_tokens;
   p.steps = a.steps != 0 ? a.steps : static_cast<int>(a.max_new_tokens);
   p.num_return_sequences = a.samples_per_task;
   DC_RETURN_IF_ERROR(apply_decoding_flags(a.decoding, p));
-  DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
+  DC_RETURN_IF_ERROR(validate(p, INT32_MAX));
   return p;
+}
+
+// The facade's config of the resolved settings `p` over the model's defaults (its ids and context).
+diffucoder::GenerationConfig generation_config(const diffucoder::Model& model, const SamplingParams& p) {
+  diffucoder::GenerationConfig c = model.default_config();
+  c.max_new_tokens = p.max_new_tokens;
+  c.steps = p.steps;
+  c.num_return_sequences = p.num_return_sequences;
+  c.alg = algorithm_name(p.alg);
+  c.alg_temp = p.alg_temp;
+  c.temperature = p.temperature;
+  c.top_p = p.top_p;
+  c.top_k = p.top_k;
+  c.eps = p.eps;
+  c.seed = p.seed;
+  c.block_length = p.block_length;
+  c.cache = cache_mode_name(p.cache);
+  c.threshold = p.threshold;
+  c.factor = p.factor;
+  c.fast = false;  // (already applied to p)
+  return c;
 }
 
 // The numeric flags' ranges (README "diffucoder eval"); out of range, or NaN, is a usage error naming the
@@ -125,71 +152,58 @@ Result<std::vector<eval::Sample>> read_completions(const std::string& path,
   return samples;
 }
 
-int run_eval(const EvalArgs& a) {
-  if (a.completions.empty() == a.model_dir.empty()) return report(invalid_argument("give exactly one of --model, --completions"));
-  if (Status s = check_ranges(a); !s.ok()) return usage_error(s);
-  auto all = eval::load_tasks(a.benchmark);
-  if (!all.ok()) return report(all.status());
-  std::vector<eval::Task> tasks = *all;
-  if (a.limit > 0 && static_cast<size_t>(a.limit) < tasks.size()) tasks.resize(static_cast<size_t>(a.limit));
+// The benchmark's tasks (the first --limit of them) with indexes by task id; `by_id` and `all_by_id` point into
+// `tasks` and `all`, so an EvalTasks is not copied (made in place by load_eval_tasks).
+struct EvalTasks {
+  std::vector<eval::Task> all, tasks;
   std::map<std::string, const eval::Task*> by_id, all_by_id;
-  for (const auto& t : tasks) by_id[t.task_id] = &t;
-  for (const auto& t : *all) all_by_id[t.task_id] = &t;
-  eval::CheckOptions check;
-  check.timeout_seconds = a.timeout;
-  check.memory_bytes = a.memory_mb << 20;
-  Status avail = sandbox::check_available();
-  if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
-  if (!a.quiet) std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a sample's memory is bounded
+};
 
-  nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", tasks.size()}, {"timeout_s", a.timeout},
-                             {"memory_mb", a.memory_mb}};
-  if (!a.completions.empty()) {
-    settings["completions"] = a.completions;
-    auto samples = read_completions(a.completions, by_id, all_by_id);
-    if (!samples.ok()) return report(samples.status());
-    std::map<std::string, int> per_task;
-    for (const auto& s : *samples) per_task[s.task_id] = std::max(per_task[s.task_id], s.sample + 1);
-    auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
-    if (!results.ok()) return report(results.status());
-    std::vector<eval::Sample> todo;
-    for (auto& s : *samples)
-      if (!results->done(s.task_id, s.sample)) todo.push_back(std::move(s));
-    eval::Progress progress(static_cast<int64_t>(samples->size()), static_cast<int64_t>(samples->size() - todo.size()),
-                            a.quiet);
-    Status st = eval::check_samples(todo, by_id, check, a.workers, [&](const eval::SampleRecord& r) {
-      progress.add(r);
-      return results->append(r);
-    });
-    progress.finish();
-    if (!st.ok()) return report(st);
-    return finish(a, tasks, *results);
-  }
+Status load_eval_tasks(const EvalArgs& a, EvalTasks& t) {
+  DC_ASSIGN_OR_RETURN(t.all, eval::load_tasks(a.benchmark));
+  t.tasks = t.all;
+  if (a.limit > 0 && static_cast<size_t>(a.limit) < t.tasks.size()) t.tasks.resize(static_cast<size_t>(a.limit));
+  for (const auto& task : t.tasks) t.by_id[task.task_id] = &task;
+  for (const auto& task : t.all) t.all_by_id[task.task_id] = &task;
+  return Status::ok_status();
+}
 
-  // Model mode.
-  const auto t_load = std::chrono::steady_clock::now();
-  auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path);
-  if (!options.ok()) return usage_error(options.status());
-  auto engine_r = Engine::load(*options);
-  if (!engine_r.ok()) return report(engine_r.status());
-  Engine& engine = **engine_r;
-  if (engine.tokenizer() == nullptr) return report(invalid_argument("--model " + a.model_dir + " has no tokenizer.json"));
-  if (!a.quiet)
-    print_load_note(engine, ms_since(t_load));
-  auto params = make_params(engine, a);
-  if (!params.ok()) return report(params.status());
-  eval::PromptFormat format;
-  if (a.prompt_format == "base") {
-    format = eval::PromptFormat::kBase;
-  } else if (a.prompt_format == "instruct") {
-    format = eval::PromptFormat::kInstruct;
-  } else if (a.prompt_format == "auto") {
-    // Instruct / cpGRPO checkpoints have <|dlm_pad|> (the same test as the completion cut, spec §3.7).
-    format = engine.tokenizer()->token_to_id("<|dlm_pad|>") ? eval::PromptFormat::kInstruct : eval::PromptFormat::kBase;
-  } else {
-    return report(invalid_argument("--prompt-format must be auto, base or instruct, not " + a.prompt_format));
-  }
-  const SamplingParams& p = *params;
+// --completions mode: score the file's samples not yet in the results file.
+int score_completions(const EvalArgs& a, const EvalTasks& t, const eval::CheckOptions& check, nlohmann::json settings) {
+  settings["completions"] = a.completions;
+  auto samples = read_completions(a.completions, t.by_id, t.all_by_id);
+  if (!samples.ok()) return report(samples.status());
+  std::map<std::string, int> per_task;
+  for (const auto& s : *samples) per_task[s.task_id] = std::max(per_task[s.task_id], s.sample + 1);
+  auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
+  if (!results.ok()) return report(results.status());
+  std::vector<eval::Sample> todo;
+  for (auto& s : *samples)
+    if (!results->done(s.task_id, s.sample)) todo.push_back(std::move(s));
+  eval::Progress progress(static_cast<int64_t>(samples->size()), static_cast<int64_t>(samples->size() - todo.size()),
+                          a.quiet);
+  Status st = eval::check_samples(todo, t.by_id, check, a.workers, [&](const eval::SampleRecord& r) {
+    progress.add(r);
+    return results->append(r);
+  });
+  progress.finish();
+  if (!st.ok()) return report(st);
+  return finish(a, t.tasks, *results);
+}
+
+// --prompt-format: base, instruct, or auto (instruct when the tokenizer has <|dlm_pad|>).
+Result<eval::PromptFormat> prompt_format(const EvalArgs& a, const diffucoder::Model& model) {
+  if (a.prompt_format == "base") return eval::PromptFormat::kBase;
+  if (a.prompt_format == "instruct") return eval::PromptFormat::kInstruct;
+  if (a.prompt_format == "auto")  // instruct / cpGRPO checkpoints have <|dlm_pad|> (the completion cut's test, spec §3.7)
+    return model.tokenizer()->token_to_id("<|dlm_pad|>") ? eval::PromptFormat::kInstruct : eval::PromptFormat::kBase;
+  return invalid_argument("--prompt-format must be auto, base or instruct, not " + a.prompt_format);
+}
+
+// The results file's settings of a model run: what decides the completions.
+void add_generation_settings(const EvalArgs& a, const diffucoder::Model& model, const SamplingParams& p,
+                             eval::PromptFormat format,
+                             nlohmann::json& settings) {
   settings["model"] = a.model_dir;
   settings["prompt_format"] = eval::prompt_format_name(format);
   settings["samples_per_task"] = a.samples_per_task;
@@ -199,55 +213,117 @@ int run_eval(const EvalArgs& a) {
                             {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
                             {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
                             {"threshold", p.threshold}, {"factor", p.factor},
-                            {"precision", engine.matmul_precision() == MatmulPrecision::kF32 ? "f32" : "bf16"}};
+                            {"precision", model.info().precision}};
+}
+
+// What the model run shares across its batches.
+struct ModelRun {
+  const EvalArgs& a;
+  const EvalTasks& t;
+  const eval::CheckOptions& check;
+  const diffucoder::Model& model;
+  const diffucoder::GenerationConfig& config;
+  eval::PromptFormat format;
+  eval::ResultsFile& results;
+  eval::Progress& progress;
+};
+
+// Generates tasks [begin, end) together (--samples-per-task rows each) and checks the samples not yet in the
+// results file; the errors name the task.
+Status generate_and_check(ModelRun& run, size_t begin, size_t end) {
+  const int k = run.a.samples_per_task;
+  const std::vector<eval::Task>& tasks = run.t.tasks;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t t = begin; t < end; ++t) {
+    auto ids = api::to_internal(run.model.encode_prompt(eval::model_prompt(tasks[t], run.format), /*chat=*/false));
+    if (!ids.ok()) return ids.status().with_context(tasks[t].task_id);
+    prompts.push_back(std::move(*ids));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = api::to_internal(run.model.generate(prompts, run.config));
+  if (!out.ok()) return out.status().with_context(tasks[begin].task_id);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<eval::Sample> samples;
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < out->n_rows; ++r) {
+    const eval::Task& task = tasks[begin + static_cast<size_t>(r / k)];
+    eval::Sample s;
+    s.task_id = task.task_id;
+    s.sample = static_cast<int>(r % k);
+    const std::vector<int32_t> generated = out->generated(r);
+    s.tokens = static_cast<int64_t>(truncate_at_stop(generated, run.model.stop_ids()).size());
+    tokens += static_cast<int64_t>(generated.size());
+    if (run.results.done(s.task_id, s.sample)) continue;
+    auto text = api::to_internal(run.model.completion_text(generated));
+    if (!text.ok()) return text.status().with_context(task.task_id);
+    s.completion = *text;
+    s.program = eval::program_from_generation(task, s.completion, run.format);
+    samples.push_back(std::move(s));
+  }
+  run.progress.add_generation(tokens, secs);
+  return eval::check_samples(samples, run.t.by_id, run.check, run.a.workers, [&](const eval::SampleRecord& r) {
+    run.progress.add(r);
+    return run.results.append(r);
+  });
+}
+
+// Model mode: load the model (the facade's Model), then generate and check --batch-tasks tasks at a time,
+// skipping the batches the results file already holds (--resume).
+int run_model_eval(const EvalArgs& a, const EvalTasks& t, const eval::CheckOptions& check, nlohmann::json settings) {
+  // The flags the facade's load checks too, as usage errors before anything loads.
+  if (auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path); !options.ok())
+    return usage_error(options.status());
+  auto params = make_params(a);
+  if (!params.ok()) return usage_error(params.status());
+  const auto t_load = std::chrono::steady_clock::now();
+  const DecodingFlags& f = a.decoding;
+  diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
+  load_options.device = f.device;
+  auto model_r = api::to_internal(diffucoder::Model::load(load_options));
+  if (!model_r.ok()) return report(model_r.status());
+  const diffucoder::Model& model = **model_r;
+  if (model.tokenizer() == nullptr) return report(invalid_argument("--model " + a.model_dir + " has no tokenizer.json"));
+  if (!a.quiet) print_load_note(model.info().load_note, ms_since(t_load));
+  auto format = prompt_format(a, model);
+  if (!format.ok()) return report(format.status());
+  const diffucoder::GenerationConfig config = generation_config(model, *params);
+  add_generation_settings(a, model, *params, *format, settings);
   std::map<std::string, int> per_task;
-  for (const auto& t : tasks) per_task[t.task_id] = a.samples_per_task;
+  for (const auto& task : t.tasks) per_task[task.task_id] = a.samples_per_task;
   auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
   if (!results.ok()) return report(results.status());
   const int k = a.samples_per_task;
-  const int64_t total = static_cast<int64_t>(tasks.size()) * k;
+  const int64_t total = static_cast<int64_t>(t.tasks.size()) * k;
   eval::Progress progress(total, static_cast<int64_t>(results->records().size()), a.quiet);
-  for (size_t begin = 0; begin < tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
-    const size_t end = std::min(tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
+  ModelRun run{a, t, check, model, config, *format, *results, progress};
+  for (size_t begin = 0; begin < t.tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
+    const size_t end = std::min(t.tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
     bool any = false;
-    for (size_t t = begin; t < end; ++t)
-      for (int s = 0; s < k; ++s) any |= !results->done(tasks[t].task_id, s);
+    for (size_t i = begin; i < end; ++i)
+      for (int s = 0; s < k; ++s) any |= !results->done(t.tasks[i].task_id, s);
     if (!any) continue;  // resumed: this batch is in the results file
-    std::vector<std::vector<int32_t>> prompts;
-    for (size_t t = begin; t < end; ++t) {
-      auto ids = engine.encode_prompt(eval::model_prompt(tasks[t], format), /*chat=*/false);
-      if (!ids.ok()) return report(ids.status().with_context(tasks[t].task_id));
-      prompts.push_back(std::move(*ids));
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto out = engine.generate(prompts, p);
-    if (!out.ok()) return report(out.status().with_context(tasks[begin].task_id));
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::vector<eval::Sample> samples;
-    int64_t tokens = 0;
-    for (int64_t r = 0; r < out->n_rows; ++r) {
-      const eval::Task& task = tasks[begin + static_cast<size_t>(r / k)];
-      eval::Sample s;
-      s.task_id = task.task_id;
-      s.sample = static_cast<int>(r % k);
-      s.tokens = static_cast<int64_t>(truncate_at_stop(out->generated[r], engine.stop_ids()).size());
-      tokens += static_cast<int64_t>(out->generated[r].size());
-      if (results->done(s.task_id, s.sample)) continue;
-      auto text = engine.completion_text(out->generated[r]);
-      if (!text.ok()) return report(text.status().with_context(task.task_id));
-      s.completion = *text;
-      s.program = eval::program_from_generation(task, s.completion, format);
-      samples.push_back(std::move(s));
-    }
-    progress.add_generation(tokens, secs);
-    Status st = eval::check_samples(samples, by_id, check, a.workers, [&](const eval::SampleRecord& r) {
-      progress.add(r);
-      return results->append(r);
-    });
-    if (!st.ok()) return report(st);
+    if (Status st = generate_and_check(run, begin, end); !st.ok()) return report(st);
   }
   progress.finish();
-  return finish(a, tasks, *results);
+  return finish(a, t.tasks, *results);
+}
+
+int run_eval(const EvalArgs& a) {
+  if (a.completions.empty() == a.model_dir.empty()) return report(invalid_argument("give exactly one of --model, --completions"));
+  if (Status s = check_ranges(a); !s.ok()) return usage_error(s);
+  EvalTasks t;
+  if (Status s = load_eval_tasks(a, t); !s.ok()) return report(s);
+  eval::CheckOptions check;
+  check.timeout_seconds = a.timeout;
+  check.memory_bytes = a.memory_mb << 20;
+  Status avail = sandbox::check_available();
+  if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
+  if (!a.quiet) std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a sample's memory is bounded
+
+  const nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", t.tasks.size()}, {"timeout_s", a.timeout},
+                                   {"memory_mb", a.memory_mb}};
+  if (!a.completions.empty()) return score_completions(a, t, check, settings);
+  return run_model_eval(a, t, check, settings);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "api/status_convert.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
@@ -73,15 +74,16 @@ Result<std::vector<int32_t>> jsonl_prompt(const diffucoder::Model& model, const 
         return invalid_argument(where + ": each message needs string \"role\" and \"content\"");
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    Result<std::string> text = diffucoder::Model::apply_chat_template(messages, /*add_generation_prompt=*/true);
+    Result<std::string> text =
+        api::to_internal(diffucoder::Model::apply_chat_template(messages, /*add_generation_prompt=*/true));
     if (!text.ok()) return text.status().with_context(where);
-    auto ids = model.encode_prompt(*text, false);
+    auto ids = api::to_internal(model.encode_prompt(*text, false));
     if (!ids.ok()) return ids.status().with_context(where);
     return ids;
   }
   if (j.contains("prompt")) {
     if (!j["prompt"].is_string()) return invalid_argument(where + ": \"prompt\" must be a string");
-    auto ids = model.encode_prompt(j["prompt"].get<std::string>(), chat);
+    auto ids = api::to_internal(model.encode_prompt(j["prompt"].get<std::string>(), chat));
     if (!ids.ok()) return ids.status().with_context(where);
     return ids;
   }
@@ -129,7 +131,7 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const diffucoder::Mode
       if (!file.ok()) return file.status().with_context("--prompt-file");
       text = std::move(*file);
     }
-    DC_ASSIGN_OR_RETURN(auto ids, model.encode_prompt(text, a.chat));
+    DC_ASSIGN_OR_RETURN(auto ids, api::to_internal(model.encode_prompt(text, a.chat)));
     if (ids.empty())
       return invalid_argument(std::string(a.given_prompt ? "--prompt" : "--prompt-file") +
                               ": the prompt encodes to no tokens (it is empty); the model needs at least one");
@@ -169,13 +171,13 @@ diffucoder::GenerationConfig make_config(diffucoder::GenerationConfig c, const G
 int run_generate(const GenerateArgs& a) {
   if (Status st = check_usage(a); !st.ok()) return usage_error(st);
   // the sampling flags, before the model is loaded (the vocabulary and token ids are checked after)
-  if (Status st = diffucoder::check_config(make_config({}, a)); !st.ok()) return usage_error(st);
+  if (Status st = api::to_internal(diffucoder::check_config(make_config({}, a))); !st.ok()) return usage_error(st);
   const auto t_load = std::chrono::steady_clock::now();
   const DecodingFlags& f = a.decoding;
   diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
   load_options.device = f.device;
   auto model_r = diffucoder::Model::load(load_options);
-  if (!model_r.ok()) return report(model_r.status());
+  if (!model_r.ok()) return report(api::to_internal(model_r.status()));
   const diffucoder::Model& model = **model_r;
   const double load_ms = ms_since(t_load);
   if (!a.quiet) print_load_note(model.info().load_note, load_ms);
@@ -188,7 +190,7 @@ int run_generate(const GenerateArgs& a) {
   hooks.on_step = [&](const diffucoder::StepEvent& s) { progress.on_step(s); return true; };
   auto out = model.generate(*prompts, config, hooks);
   progress.finish();
-  if (!out.ok()) return report(out.status());
+  if (!out.ok()) return report(api::to_internal(out.status()));
 
   for (int64_t r = 0; r < out->n_rows; ++r) {
     const std::vector<int32_t> gen = out->generated(r);
@@ -196,7 +198,7 @@ int run_generate(const GenerateArgs& a) {
     std::string text;
     if (model.tokenizer() != nullptr) {
       auto t = model.completion_text(gen);
-      if (!t.ok()) return report(t.status());
+      if (!t.ok()) return report(api::to_internal(t.status()));
       text = *t;
     }
     if (a.json) {

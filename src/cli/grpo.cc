@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -49,50 +52,38 @@ std::string metric(const train::GrpoStepStats& s, const std::string& name) {
   return "-";
 }
 
-int run_grpo(GrpoArgs& a, dist::Comm& comm) {
-  if (comm.size() > 1) a.opt.comm = &comm;
-  if (comm.rank() != 0) a.quiet = true;  // progress from rank 0 only
-  auto schedule = train::parse_lr_schedule(a.schedule);
-  if (!schedule.ok()) return usage_error(schedule.status());
-  a.opt.lr.schedule = *schedule;
-  auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return usage_error(precision.status());
-  a.opt.precision = precision->value_or(MatmulPrecision::kBF16);
+// The flags that need parsing or checks beyond CLI11's into a.opt / a.rewards; a usage error otherwise.
+Status finish_options(GrpoArgs& a) {
+  DC_ASSIGN_OR_RETURN(a.opt.lr.schedule, train::parse_lr_schedule(a.schedule));
+  DC_ASSIGN_OR_RETURN(std::optional<MatmulPrecision> precision, parse_matmul_precision(a.precision));
+  a.opt.precision = precision.value_or(MatmulPrecision::kBF16);
   a.opt.random_masking = !a.no_random_masking;
   a.rewards.user.argv = a.reward_program;
   if (a.rewards.user.argv.empty() && a.rewards.code_weight == 0 && a.rewards.format_weight == 0)
-    return usage_error(invalid_argument("every reward is off: give --code-weight, --format-weight or --reward-program"));
+    return invalid_argument("every reward is off: give --code-weight, --format-weight or --reward-program");
+  return Status();
+}
 
-  auto tokenizer = model_source_tokenizer(a.opt.model_dir);
-  if (!tokenizer.ok()) return report(tokenizer.status());
-  train::GrpoDataOptions d;
-  d.max_prompt_length = a.max_prompt_length;
-  d.require_tests = a.rewards.code_weight != 0 || a.rewards.format_weight != 0;
-  auto data = train::load_grpo_dataset(a.data_path, *tokenizer, d);
-  if (!data.ok()) return report(data.status());
-  auto config = model_source_config(a.opt.model_dir);
-  if (!config.ok()) return report(config.status());
+// The rollouts' decoding: the recipe's (train/rollout.h) with the flags' lengths, steps and sampling.
+train::RolloutOptions rollout_options(const GrpoArgs& a, const ModelConfig& config, const Tokenizer& tokenizer) {
   train::RolloutOptions ro;
   ro.group_size = a.opt.group_size;
-  ro.sampling = train::recipe_rollout_params(*config);
+  ro.sampling = train::recipe_rollout_params(config);
   ro.sampling.max_new_tokens = a.max_completion_length;
   ro.sampling.steps = a.diffusion_steps;
   ro.sampling.temperature = a.temperature;
   ro.sampling.top_p = a.temperature > 0 ? a.top_p : 1.0f;  // the reference: top_p only when sampling
   if (a.fast) apply_fast_mode(ro.sampling);
-  if (const auto im_end = tokenizer->token_to_id("<|im_end|>")) ro.im_end_id = *im_end;
-  a.opt.n_prompts = static_cast<int64_t>(data->examples.size());
-  if (a.opt.steps == 0) {  // one epoch: every prompt once
-    const int64_t rounds = (a.opt.n_prompts + a.opt.prompts_per_round - 1) / a.opt.prompts_per_round;
-    a.opt.steps = rounds * a.opt.num_iterations;
-  }
+  if (const auto im_end = tokenizer.token_to_id("<|im_end|>")) ro.im_end_id = *im_end;
+  return ro;
+}
 
-  const train::GrpoDataset& ds = *data;
-  const Tokenizer& tok = *tokenizer;
-  const uint64_t seed = a.opt.seed + static_cast<uint64_t>(comm.rank());  // each rank its own completions
-  const train::RewardOptions rewards = a.rewards;
-  train::RolloutFn rollout = [&ds, &tok, ro, seed, rewards](const Context& ctx, const Model& policy, int64_t round,
-                                                            const std::vector<int64_t>& prompts) -> Result<train::Rollout> {
+// One round's rollouts of this rank's prompts: generated from the policy (seeded by `seed` and the round),
+// scored in the sandbox, laid out as the trainer's batch (with the prompts' padding mask).
+train::RolloutFn make_rollout_fn(const train::GrpoDataset& ds, const Tokenizer& tok, const train::RolloutOptions& ro,
+                                 uint64_t seed, const train::RewardOptions& rewards) {
+  return [&ds, &tok, ro, seed, rewards](const Context& ctx, const Model& policy, int64_t round,
+                                        const std::vector<int64_t>& prompts) -> Result<train::Rollout> {
     std::vector<std::vector<int32_t>> ids;
     std::vector<const train::GrpoExample*> examples;
     for (int64_t p : prompts) ids.push_back(ds.examples[p].prompt_ids), examples.push_back(&ds.examples[p]);
@@ -103,6 +94,7 @@ int run_grpo(GrpoArgs& a, dist::Comm& comm) {
     train::Rollout r;
     r.batch.n_batch = rb.n_rows, r.batch.n_prompt = rb.prompt_width, r.batch.n_completion = rb.completion_length;
     r.batch.prompt_ids = std::move(rb.prompt_ids);
+    r.batch.prompt_mask = std::move(rb.prompt_mask);  // the scoring forward masks the pads as the rollout did
     r.batch.completion_ids = std::move(rb.completion_ids);
     r.batch.completion_mask = std::move(rb.completion_mask);
     r.rewards = rw.total;
@@ -113,41 +105,43 @@ int run_grpo(GrpoArgs& a, dist::Comm& comm) {
                  {"reward_seconds", rw.seconds}};
     return r;
   };
+}
 
-  ThreadPool pool(a.threads);
-  Context ctx;
-  ctx.pool = &pool;
-  auto trainer = train::GrpoTrainer::create(a.opt, ctx, rollout);
-  if (!trainer.ok()) return report(trainer.status());
-  train::GrpoTrainer& t = **trainer;
-  if (!a.quiet)
-    std::fprintf(stderr,
-                 "grpo: %lld prompts (%lld left-truncated); %lld steps from step %lld, %lld completions per prompt, "
-                 "%lld prompts per round, %lld iterations per round; %s; %d rank%s (%s)\n",
-                 (long long)a.opt.n_prompts, (long long)data->n_truncated, (long long)a.opt.steps,
-                 (long long)t.steps_done(), (long long)a.opt.group_size, (long long)a.opt.prompts_per_round,
-                 (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32",
-                 comm.size(), comm.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", comm.backend());
-  if (!a.quiet && comm.rank() == 0 && (a.rewards.code_weight != 0 || a.rewards.format_weight != 0))
+void print_start(const GrpoArgs& a, const train::GrpoTrainer& t, const dist::Comm& comm, int64_t n_truncated) {
+  std::fprintf(stderr,
+               "grpo: %lld prompts (%lld left-truncated); %lld steps from step %lld, %lld completions per prompt, "
+               "%lld prompts per round, %lld iterations per round; %s; %d rank%s (%s)\n",
+               (long long)a.opt.n_prompts, (long long)n_truncated, (long long)a.opt.steps,
+               (long long)t.steps_done(), (long long)a.opt.group_size, (long long)a.opt.prompts_per_round,
+               (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32",
+               comm.size(), comm.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", comm.backend());
+  if (comm.rank() == 0 && (a.rewards.code_weight != 0 || a.rewards.format_weight != 0))
     std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a test run's memory is bounded
-  double seconds = 0;
-  int64_t done_here = 0;
+}
+
+// The optimizer steps left, a progress line each (unless quiet); *seconds and *done_here: what this
+// process ran. A failing step's error is returned.
+Status run_steps(const GrpoArgs& a, train::GrpoTrainer& t, const dist::Comm& comm, double* seconds, int64_t* done_here) {
   while (t.steps_done() < a.opt.steps) {
-    auto s = t.step();
-    if (!s.ok()) return report(s.status());
-    seconds += s->seconds, ++done_here;
-    if (s->skipped && comm.rank() == 0) std::fprintf(stderr, "warning: %s\n", s->skip_note.c_str());  // even --quiet
+    DC_ASSIGN_OR_RETURN(const train::GrpoStepStats s, t.step());
+    *seconds += s.seconds, ++*done_here;
+    if (s.skipped && comm.rank() == 0) std::fprintf(stderr, "warning: %s\n", s.skip_note.c_str());  // even --quiet
     if (!a.quiet) {
-      const double eta = seconds / done_here * (a.opt.steps - s->step);
+      const double eta = *seconds / static_cast<double>(*done_here) * static_cast<double>(a.opt.steps - s.step);
       std::fprintf(stderr,
                    "step %5lld/%lld  reward %.3f ± %.3f  pass %s  format %s  kl %.4f  clip %.3f  loss %.4f  |g| %.3e  "
                    "lr %.2e  rollout %s tok/s  ETA %.0f s\n",
-                   (long long)s->step, (long long)a.opt.steps, s->reward_mean, s->reward_std,
-                   metric(*s, "pass_rate").c_str(), metric(*s, "format_rate").c_str(), s->kl, s->clip_fraction, s->loss,
-                   s->grad_norm, s->lr, metric(*s, "rollout_tokens_per_s").c_str(), eta);
+                   (long long)s.step, (long long)a.opt.steps, s.reward_mean, s.reward_std,
+                   metric(s, "pass_rate").c_str(), metric(s, "format_rate").c_str(), s.kl, s.clip_fraction, s.loss,
+                   s.grad_norm, s.lr, metric(s, "rollout_tokens_per_s").c_str(), eta);
     }
-    if (a.exit_after > 0 && s->step == a.exit_after) std::_Exit(137);
+    if (a.exit_after > 0 && s.step == a.exit_after) std::_Exit(137);
   }
+  return Status();
+}
+
+// The last checkpoint, every rank's memory gathered, and rank 0's JSON result line; the exit code.
+int finish_run(const GrpoArgs& a, train::GrpoTrainer& t, dist::Comm& comm, double seconds, int64_t done_here) {
   const Status saved = t.save();
   if (!saved.ok()) return report(saved);
   const RankNumbers ranks = gather_rank_numbers(comm, t.optimizer().master_weight_bytes(), t.optimizer().optimizer_state_bytes(),
@@ -162,6 +156,39 @@ int run_grpo(GrpoArgs& a, dist::Comm& comm) {
               json_number(seconds, 6).c_str(), (long long)skipped, json_string(a.opt.out_dir).c_str(), comm.size(),
               ranks.json.c_str());
   return 0;
+}
+
+int run_grpo(GrpoArgs& a, dist::Comm& comm) {
+  if (comm.size() > 1) a.opt.comm = &comm;
+  if (comm.rank() != 0) a.quiet = true;  // progress from rank 0 only
+  if (const Status s = finish_options(a); !s.ok()) return usage_error(s);
+  auto tokenizer = model_source_tokenizer(a.opt.model_dir);
+  if (!tokenizer.ok()) return report(tokenizer.status());
+  train::GrpoDataOptions d;
+  d.max_prompt_length = a.max_prompt_length;
+  d.require_tests = a.rewards.code_weight != 0 || a.rewards.format_weight != 0;
+  auto data = train::load_grpo_dataset(a.data_path, *tokenizer, d);
+  if (!data.ok()) return report(data.status());
+  auto config = model_source_config(a.opt.model_dir);
+  if (!config.ok()) return report(config.status());
+  const train::RolloutOptions ro = rollout_options(a, *config, *tokenizer);
+  a.opt.n_prompts = static_cast<int64_t>(data->examples.size());
+  if (a.opt.steps == 0) {  // one epoch: every prompt once
+    const int64_t rounds = (a.opt.n_prompts + a.opt.prompts_per_round - 1) / a.opt.prompts_per_round;
+    a.opt.steps = rounds * a.opt.num_iterations;
+  }
+  const uint64_t seed = a.opt.seed + static_cast<uint64_t>(comm.rank());  // each rank its own completions
+  ThreadPool pool(a.threads);
+  Context ctx;
+  ctx.pool = &pool;
+  auto trainer = train::GrpoTrainer::create(a.opt, ctx, make_rollout_fn(*data, *tokenizer, ro, seed, a.rewards));
+  if (!trainer.ok()) return report(trainer.status());
+  train::GrpoTrainer& t = **trainer;
+  if (!a.quiet) print_start(a, t, comm, data->n_truncated);
+  double seconds = 0;
+  int64_t done_here = 0;
+  if (const Status s = run_steps(a, t, comm, &seconds, &done_here); !s.ok()) return report(s);
+  return finish_run(a, t, comm, seconds, done_here);
 }
 
 }  // namespace

@@ -83,7 +83,7 @@ Result<ParsedBatch> parse_batch(const std::string& text) {
     if (!j.contains(key)) return invalid_argument(std::string("batch: missing key '") + key + "'");
   const std::set<std::string> known = {"prompt_ids", "completion_ids", "rewards",       "group_size",
                                        "t",          "mask",           "old_logps",     "beta",
-                                       "epsilon",    "scale_rewards",  "im_end_id"};
+                                       "epsilon",    "scale_rewards",  "im_end_id",     "prompt_mask"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (known.count(it.key()) == 0)
       return invalid_argument("batch: unknown key '" + it.key() + "'");
@@ -112,6 +112,13 @@ Result<ParsedBatch> parse_batch(const std::string& text) {
     for (int64_t i = 0; i < b.n_batch; ++i)
       b.prompt_ids.insert(b.prompt_ids.end(), prompts.begin() + i / per_group * width,
                           prompts.begin() + (i / per_group + 1) * width);
+    if (j.contains("prompt_mask")) {  // the left pads of prompts of several lengths, shaped as prompt_ids
+      DC_ASSIGN_OR_RETURN(std::vector<int32_t> pm, matrix<int32_t>(j, "prompt_mask", b.n_batch / per_group, &width));
+      for (int32_t m : pm)
+        if (m > 1) return invalid_argument("batch: 'prompt_mask' entries must be 0 (a left pad) or 1 (a prompt token)");
+      for (int64_t i = 0; i < b.n_batch; ++i)
+        b.prompt_mask.insert(b.prompt_mask.end(), pm.begin() + i / per_group * width, pm.begin() + (i / per_group + 1) * width);
+    }
     if (3 * b.n_batch * (b.n_prompt + b.n_completion) > kMaxTokens)
       return invalid_argument("batch: 3 × completions × (prompt + completion length) must be at most " +
                               std::to_string(kMaxTokens) + " tokens");
@@ -276,8 +283,8 @@ RunFn add_grpo_loss_command(CLI::App& app) {
   cmd->add_option("--model", a->model_dir, "Policy checkpoint directory, or a dream F32 / F16 / BF16 FILE.gguf")->required();
   cmd->add_option("--ref-model", a->ref_dir, "Reference model for the KL term (default: the policy itself, KL 0)");
   cmd->add_option("--batch", a->batch_path,
-                  "JSON: prompt_ids, completion_ids, rewards, group_size, t, mask [, old_logps, beta, epsilon, "
-                  "scale_rewards, im_end_id]")->required();
+                  "JSON: prompt_ids, completion_ids, rewards, group_size, t, mask [, prompt_mask, old_logps, beta, "
+                  "epsilon, scale_rewards, im_end_id]")->required();
   cmd->add_flag("--json", a->json, "Print every part as one JSON object (else a one-line summary)");
   cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));

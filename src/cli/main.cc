@@ -2,17 +2,29 @@
 // eval, grpo, grpo-loss, devices).
 // Exit codes: 0 ok, 1 runtime error (bad model, bad input), 2 usage error.
 #include <CLI/CLI.hpp>
+#include <diffucoder/diffucoder.h>
 
 #include <cstdio>
 #include <map>
 #include <new>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "ops/cpu/kernels.h"
 
 int main(int argc, char** argv) {
+  // The library's messages (weights left unpacked, training in f32, the packed-weight cache): one line each on
+  // stderr, "note: ..." for warnings, written whole so that lines of several threads do not interleave.
+  diffucoder::set_log_callback([](diffucoder::LogLevel level, std::string_view message) {
+    const char* prefix = level == diffucoder::LogLevel::kWarning ? "note: "
+                         : level == diffucoder::LogLevel::kError ? "error: " : "";
+    const std::string line = prefix + std::string(message) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+  });
   CLI::App app{"diffucoder: run DiffuCoder / Dream masked-diffusion code models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "diffucoder 0.1.0");
@@ -36,6 +48,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (!hub_error.ok()) return dc::cli::report(hub_error);
+  // DC_CPU_LEVEL (the kernels' cap) misspelt: a usage error before any work, not a silent baseline run.
+  if (dc::Status s = dc::cpu::check_cpu_level_env(); !s.ok()) return dc::cli::usage_error(s);
   // Last resort at the process boundary: every size from outside is checked against a limit first, so
   // these mean the machine itself ran out (memory, threads) and must not end in an abort.
   try {

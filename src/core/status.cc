@@ -16,6 +16,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnimplemented: return "unimplemented";
     case StatusCode::kResourceExhausted: return "resource exhausted";
     case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kFailedPrecondition: return "failed precondition";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

@@ -20,6 +20,7 @@ enum class StatusCode {
   kUnimplemented,    // valid input that the engine does not support yet
   kResourceExhausted,  // memory ran out (an allocation failed: KV cache, forward workspace, kernel scratch)
   kCancelled,        // the caller stopped the work (a hook returned false, a client went away)
+  kFailedPrecondition,  // valid, but not in the object's present state (e.g. while a generation runs)
   kInternal,
 };
 
@@ -50,6 +51,7 @@ inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(
 inline Status parse_error(std::string m) { return {StatusCode::kParseError, std::move(m)}; }
 inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }

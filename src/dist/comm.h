@@ -6,6 +6,8 @@
 //
 // Deterministic: the reduce-scatter adds the ranks' contributions in rank order 0, 1, …, N−1 on the
 // shard's owner, whatever order the messages arrive in, so a run is bit-reproducible for a given N.
+// Overlap: a reduce-scatter may also be started and finished later (reduce_scatter_add_start / finish),
+// so that a bucket's messages travel while the caller computes the next one (the backward's layers).
 #pragma once
 
 #include <cstdint>
@@ -41,11 +43,21 @@ class Comm {
   // rank's shard's part of the region, summed over the ranks in rank order (in₀ + in₁ + … + in_{N−1}), is
   // ADDED into shard_sum [shard size] (index 0 at the shard's begin). Every rank calls it with the same
   // region and n.
+  // Blocking, in chunks of 4 MiB: no memory beyond a chunk's sum.
   virtual Status reduce_scatter_add(const float* in, Range region, int64_t n, float* shard_sum) = 0;
+  // The same reduce-scatter, non-blocking: start sends the other owners' parts of `in` and posts the
+  // receives of this rank's part (into receive buffers of its own: (N−1) × this rank's part of the
+  // region, 4 bytes per value, kept for reuse) and returns a handle; finish(handle) waits for them and adds
+  // the rank-order sum into shard_sum (bit for bit reduce_scatter_add's). Until finish returns, `in` must
+  // not change and shard_sum's part of the region must not be read. Several may be in flight; every rank
+  // starts them in the same order; each is finished once (any order). An error of start leaves nothing
+  // pending; an error of finish ends the handle (its sends completed first, as reduce_scatter_add's do).
+  virtual Result<int64_t> reduce_scatter_add_start(const float* in, Range region, int64_t n, float* shard_sum) = 0;
+  virtual Status finish(int64_t handle) = 0;
   // The all-gather of ZeRO's updated weights over a flat buffer [n] split by shard_range: data
   // [region.size()] holds the values region.begin…end of values of `value_bytes` bytes (4: f32, 2: bf16);
-  // each rank's shard's part of the region is copied to every other rank (in place). Every rank calls it
-  // with the same region, n and value_bytes.
+  // each rank's shard's part of the region is copied to every other rank (in place: one MPI_Allgatherv per
+  // 2^30 values of the region). Every rank calls it with the same region, n and value_bytes.
   virtual Status all_gather_region(void* data, Range region, int64_t n, int value_bytes) = 0;
   // data [n] f32: every rank's shard of it copied to every other rank (in place).
   Status all_gather(float* data, int64_t n) { return all_gather_region(data, {0, n}, n, sizeof(float)); }

@@ -1,5 +1,8 @@
 // The MPI backend of Comm (DC_HAVE_MPI, CMake's DIFFUCODER_MPI): MPI_COMM_WORLD with MPI_ERRORS_RETURN,
 // every call checked; a watchdog thread that ends the job when one collective waits past the timeout;
+// a progress thread that, while non-blocking reduce-scatters are in flight, tests their requests every
+// kProgressUs (Open MPI moves a large message only inside MPI calls), so that they travel while the
+// caller computes (MPI_THREAD_SERIALIZED: every MPI call under mpi_mu_);
 // SIGTERM and SIGPIPE handlers that say why this rank stopped (the launcher stopped it; a send to a rank
 // that has died broke its connection). Without MPI, world_comm() says what data parallelism needs.
 #include "dist/comm.h"
@@ -7,7 +10,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <string>
+#include <vector>
 
 #if DC_HAVE_MPI
 #include <mpi.h>
@@ -28,7 +34,10 @@ namespace {
 
 constexpr int64_t kMaxCount = int64_t{1} << 26;     // values per message (MPI counts are int)
 constexpr int64_t kReduceChunk = int64_t{1} << 20;  // values per reduce-scatter message: 4 MiB of sum buffer
-constexpr int kTag = 7316;
+constexpr int64_t kGatherWindow = int64_t{1} << 30;  // values per MPI_Allgatherv (its counts and displacements are int)
+constexpr int kTag = 7316;        // the blocking reduce-scatter's messages
+constexpr int kStartedTag = 7317;  // the non-blocking one's (never matched against the blocking one's)
+constexpr int kProgressUs = 300;  // the progress thread's period while reduce-scatters are in flight
 
 // Written by the signal handlers (async-signal-safe: write + _exit only), then exit 128 + the signal.
 char g_term_message[256];  // SIGTERM: the launcher stops the ranks when one has ended or failed
@@ -47,7 +56,8 @@ int64_t now_ms() {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(int rank, int size, double timeout_s) : rank_(rank), size_(size), timeout_ms_(int64_t(timeout_s * 1000)) {
+  MpiComm(int rank, int size, double timeout_s, bool progress_thread)
+      : rank_(rank), size_(size), timeout_ms_(int64_t(timeout_s * 1000)) {
     std::snprintf(g_term_message, sizeof(g_term_message),
                   "rank %d: stopped by the MPI launcher (another rank ended or failed: see its message); "
                   "continue from the last checkpoint with --resume\n", rank_);
@@ -62,6 +72,7 @@ class MpiComm final : public Comm {
     struct sigaction pipe_before = {};
     if (sigaction(SIGPIPE, nullptr, &pipe_before) != 0 || pipe_before.sa_handler != SIG_IGN) sigaction(SIGPIPE, &sa, nullptr);
     if (timeout_ms_ > 0) watchdog_ = std::thread([this] { watch(); });
+    if (progress_thread) progress_ = std::thread([this] { progress(); });
   }
   ~MpiComm() override {
     {
@@ -70,6 +81,13 @@ class MpiComm final : public Comm {
     }
     cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
+    {
+      std::lock_guard<std::mutex> lock(mpi_mu_);
+      stop_progress_ = true;
+    }
+    progress_cv_.notify_all();
+    if (progress_.joinable()) progress_.join();
+    for (auto& op : pending_) complete_sends(*op);  // never finished (an error path): no send left reading
     MPI_Finalize();
   }
 
@@ -79,11 +97,13 @@ class MpiComm final : public Comm {
 
   Status barrier() override {
     Busy busy(this, "barrier");
+    std::lock_guard<std::mutex> lock(mpi_mu_);
     return check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   }
 
   Status broadcast(void* data, int64_t bytes, int root) override {
     Busy busy(this, "broadcast");
+    std::lock_guard<std::mutex> lock(mpi_mu_);
     char* p = static_cast<char*>(data);
     for (int64_t b = 0; b < bytes; b += kMaxCount) {
       const int count = static_cast<int>(std::min(kMaxCount, bytes - b));
@@ -99,11 +119,8 @@ class MpiComm final : public Comm {
   // included (abandon).
   Status reduce_scatter_add(const float* in, Range region, int64_t n, float* shard_sum) override {
     Busy busy(this, "reduce-scatter of the gradients");
-    const auto part_of = [&](int owner) {  // owner's shard ∩ region
-      const Range r = shard_range(n, owner, size_);
-      const int64_t begin = std::max(r.begin, region.begin);
-      return Range{begin, std::max(begin, std::min(r.end, region.end))};
-    };
+    std::lock_guard<std::mutex> lock(mpi_mu_);
+    const auto part_of = [&](int owner) { return part(region, n, owner); };
     std::vector<MPI_Request> sends;
     for (int owner = 0; owner < size_; ++owner) {
       if (owner == rank_) continue;
@@ -144,28 +161,112 @@ class MpiComm final : public Comm {
     return check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }
 
-  // Each owner broadcasts its shard, owners in rank order.
+  // Posts this rank's receives (per peer, in chunks of kMaxCount, into one receive buffer: peer p's part
+  // at p's index among the other ranks) and its sends, as reduce_scatter_add's messages but non-blocking;
+  // the progress thread then tests them. Messages of one pair match in posting order (one tag), so ops
+  // started in the same order on every rank pair up.
+  Result<int64_t> reduce_scatter_add_start(const float* in, Range region, int64_t n, float* shard_sum) override {
+    std::lock_guard<std::mutex> lock(mpi_mu_);
+    auto op = std::make_unique<PendingReduce>();
+    op->handle = ++handles_, op->in = in, op->region = region, op->n = n, op->shard_sum = shard_sum;
+    op->mine = part(region, n, rank_);
+    const int64_t m = op->mine.size();
+    op->recv = take_buffer(m * (size_ - 1));
+    for (int source = 0, slot = 0; source < size_; ++source) {
+      if (source == rank_) continue;
+      float* dst = op->recv.data() + (slot++) * m;
+      for (int64_t b = 0; b < m; b += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, m - b));
+        op->requests.push_back(MPI_REQUEST_NULL);
+        const Status posted = check(MPI_Irecv(dst + b, count, MPI_FLOAT, source, kStartedTag, MPI_COMM_WORLD,
+                                              &op->requests.back()), "MPI_Irecv");
+        if (!posted.ok()) return drop(std::move(op), posted);
+      }
+    }
+    for (int owner = 0; owner < size_; ++owner) {
+      if (owner == rank_) continue;
+      const Range r = part(region, n, owner);
+      for (int64_t b = r.begin; b < r.end; b += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, r.end - b));
+        op->requests.push_back(MPI_REQUEST_NULL);
+        const Status sent = check(MPI_Isend(in + (b - region.begin), count, MPI_FLOAT, owner, kStartedTag,
+                                            MPI_COMM_WORLD, &op->requests.back()), "MPI_Isend");
+        if (!sent.ok()) return drop(std::move(op), sent);
+        bytes_sent_ += int64_t{count} * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    const int64_t handle = op->handle;
+    if (!progress_.joinable()) test_pending();  // no progress thread: the earlier ones move here
+    pending_.push_back(std::move(op));
+    progress_cv_.notify_one();
+    return handle;
+  }
+
+  // Waits for the handle's messages, then adds, value by value, in₀ + in₁ + … + in_{N−1} into shard_sum
+  // (reduce_scatter_add's arithmetic: the same bits).
+  Status finish(int64_t handle) override {
+    Busy busy(this, "reduce-scatter of the gradients");
+    std::unique_ptr<PendingReduce> op;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mu_);
+      auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p->handle == handle; });
+      if (it == pending_.end()) return internal_error("reduce-scatter: no pending operation " + std::to_string(handle));
+      op = std::move(*it);
+      pending_.erase(it);
+      const Status waited = check(MPI_Waitall(static_cast<int>(op->requests.size()), op->requests.data(),
+                                              MPI_STATUSES_IGNORE), "MPI_Waitall");
+      if (!waited.ok()) return drop(std::move(op), waited);
+    }
+    const int64_t m = op->mine.size();
+    if (m == 0) return Status();  // (its receive buffer, empty, is not kept)
+    const float* own = op->in + (op->mine.begin - op->region.begin);
+    float* dst = op->shard_sum + (op->mine.begin - shard_range(op->n, rank_, size_).begin);
+    constexpr int64_t kBlock = 4096;  // values summed at a time (each loop below vectorises)
+    float sum[kBlock];
+    for (int64_t b = 0; b < m; b += kBlock) {
+      const int64_t count = std::min(kBlock, m - b);
+      for (int source = 0, slot = 0; source < size_; ++source) {
+        const float* src = source == rank_ ? own + b : op->recv.data() + (slot++) * m + b;
+        if (source == 0) {
+          std::memcpy(sum, src, static_cast<size_t>(count) * sizeof(float));
+        } else {
+          for (int64_t i = 0; i < count; ++i) sum[i] += src[i];
+        }
+      }
+      for (int64_t i = 0; i < count; ++i) dst[b + i] += sum[i];
+    }
+    std::lock_guard<std::mutex> lock(mpi_mu_);
+    give_buffer(std::move(op->recv));
+    return Status();
+  }
+
+  // One MPI_Allgatherv in place per kGatherWindow values of the region: rank r contributes its shard's
+  // part of the window (counts and displacements in values of value_bytes bytes, from the window's start).
   Status all_gather_region(void* data, Range region, int64_t n, int value_bytes) override {
     if (value_bytes != 2 && value_bytes != 4)
       return internal_error("all-gather: values of " + std::to_string(value_bytes) + " bytes (expected 2 or 4)");
     Busy busy(this, "all-gather of the weights");
+    std::lock_guard<std::mutex> lock(mpi_mu_);
     const MPI_Datatype type = value_bytes == 4 ? MPI_FLOAT : MPI_UINT16_T;
     char* bytes = static_cast<char*>(data);
-    for (int owner = 0; owner < size_; ++owner) {
-      const Range s = shard_range(n, owner, size_);
-      const int64_t lo = std::max(s.begin, region.begin), hi = std::min(s.end, region.end);
-      for (int64_t b = lo; b < hi; b += kMaxCount) {
-        const int count = static_cast<int>(std::min(kMaxCount, hi - b));
-        DC_RETURN_IF_ERROR(check(MPI_Bcast(bytes + (b - region.begin) * value_bytes, count, type, owner,
-                                           MPI_COMM_WORLD), "MPI_Bcast"));
-        if (owner == rank_) bytes_sent_ += int64_t{count} * value_bytes * (size_ - 1);
+    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+    for (int64_t b = region.begin; b < region.end; b += kGatherWindow) {
+      const Range window{b, std::min(region.end, b + kGatherWindow)};
+      for (int owner = 0; owner < size_; ++owner) {
+        const Range r = part(window, n, owner);
+        counts[owner] = static_cast<int>(r.size());
+        displs[owner] = static_cast<int>(r.begin - window.begin);
       }
+      DC_RETURN_IF_ERROR(check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes + (b - region.begin) * value_bytes,
+                                              counts.data(), displs.data(), type, MPI_COMM_WORLD), "MPI_Allgatherv"));
+      bytes_sent_ += int64_t{counts[rank_]} * value_bytes * (size_ - 1);
     }
     return Status();
   }
 
   Status all_gather_doubles(const double* values, int64_t k, double* all) override {
     Busy busy(this, "all-gather of the metrics");
+    std::lock_guard<std::mutex> lock(mpi_mu_);
     bytes_sent_ += k * static_cast<int64_t>(sizeof(double)) * (size_ - 1);
     return check(MPI_Allgather(values, static_cast<int>(k), MPI_DOUBLE, all, static_cast<int>(k), MPI_DOUBLE,
                                MPI_COMM_WORLD), "MPI_Allgather");
@@ -174,6 +275,8 @@ class MpiComm final : public Comm {
   [[noreturn]] void abort(int code, const std::string& message) override {
     std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
     std::fflush(stderr);
+    std::unique_lock<std::mutex> lock(mpi_mu_, std::defer_lock);  // the progress thread's MPI call ends first
+    for (int i = 0; i < 1000 && !lock.try_lock(); ++i) ::usleep(1000);
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
@@ -223,8 +326,83 @@ class MpiComm final : public Comm {
     }
   }
 
+  // A started reduce-scatter (reduce_scatter_add_start).
+  struct PendingReduce {
+    int64_t handle = 0;
+    const float* in = nullptr;
+    Range region, mine;  // mine: this rank's part of the region
+    int64_t n = 0;
+    float* shard_sum = nullptr;
+    std::vector<float> recv;               // [(size − 1) · mine.size()] the other ranks' parts, in rank order
+    std::vector<MPI_Request> requests;     // the receives, then the sends
+  };
+
+  // owner's shard ∩ region (empty at the region's edge when they do not meet).
+  Range part(Range region, int64_t n, int owner) const {
+    const Range r = shard_range(n, owner, size_);
+    const int64_t begin = std::min(std::max(r.begin, region.begin), region.end);
+    return Range{begin, std::max(begin, std::min(r.end, region.end))};
+  }
+
+  // (mpi_mu_ held) A receive buffer of at least `values` floats, reused from earlier operations.
+  std::vector<float> take_buffer(int64_t values) {
+    for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
+      if (static_cast<int64_t>(it->capacity()) >= values) {
+        std::vector<float> b = std::move(*it);
+        buffers_.erase(it);
+        b.resize(static_cast<size_t>(values));
+        return b;
+      }
+    return std::vector<float>(static_cast<size_t>(values));
+  }
+  void give_buffer(std::vector<float> b) { buffers_.push_back(std::move(b)); }
+
+  // (mpi_mu_ held) Completes what an operation still has in flight, so that no send reads its input and no
+  // receive writes its buffer after this; the watchdog bounds the wait (a dead peer).
+  static void complete_sends(PendingReduce& op) {
+    MPI_Waitall(static_cast<int>(op.requests.size()), op.requests.data(), MPI_STATUSES_IGNORE);
+  }
+  // (mpi_mu_ held) Ends a failed operation: completes it, frees its buffer, returns `failed`.
+  Status drop(std::unique_ptr<PendingReduce> op, Status failed) {
+    complete_sends(*op);
+    give_buffer(std::move(op->recv));
+    return failed;
+  }
+
+  // (mpi_mu_ held) MPI_Testall on each pending operation: completed requests become MPI_REQUEST_NULL; an
+  // error is left for finish's MPI_Waitall to report.
+  void test_pending() {
+    for (auto& op : pending_) {
+      int done = 0;
+      if (MPI_Testall(static_cast<int>(op->requests.size()), op->requests.data(), &done, MPI_STATUSES_IGNORE) !=
+          MPI_SUCCESS)
+        return;
+    }
+  }
+
+  // While operations are pending: test_pending every kProgressUs, else sleeps until one starts.
+  void progress() {
+    std::unique_lock<std::mutex> lock(mpi_mu_);
+    while (!stop_progress_) {
+      if (pending_.empty()) {
+        progress_cv_.wait(lock, [this] { return stop_progress_ || !pending_.empty(); });
+        continue;
+      }
+      test_pending();
+      progress_cv_.wait_for(lock, std::chrono::microseconds(kProgressUs), [this] { return stop_progress_; });
+    }
+  }
+
   int rank_, size_;
   int64_t timeout_ms_;
+  // Every MPI call holds mpi_mu_ (the progress thread calls MPI too); pending_ and buffers_ are under it.
+  std::mutex mpi_mu_;
+  std::condition_variable progress_cv_;
+  bool stop_progress_ = false;
+  std::deque<std::unique_ptr<PendingReduce>> pending_;
+  std::vector<std::vector<float>> buffers_;  // receive buffers of finished operations, for the next ones
+  int64_t handles_ = 0;
+  std::thread progress_;
   std::atomic<int64_t> busy_since_ms_{0};
   std::atomic<const char*> op_{"start"};
   std::mutex mu_;
@@ -238,13 +416,15 @@ class MpiComm final : public Comm {
 Result<std::unique_ptr<Comm>> world_comm(double timeout_s) {
   if (!launched_as_ranks()) return single_comm();
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+  // SERIALIZED: the progress thread calls MPI too (never at the same time as another thread: mpi_mu_).
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
     return io_error("MPI_Init failed: data-parallel training cannot start");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<Comm>(new MpiComm(rank, size, timeout_s));
+  // Below SERIALIZED, no progress thread: started reduce-scatters move only inside start and finish.
+  return std::unique_ptr<Comm>(new MpiComm(rank, size, timeout_s, provided >= MPI_THREAD_SERIALIZED));
 }
 
 #else

@@ -23,7 +23,7 @@ Status DeviceHeadSampler::forward(const ForwardBatch& batch) {
                                                          "the hidden rows of " + std::to_string(batch.n_out) + " positions"));
     capacity_rows_ = batch.n_out;
   }
-  DC_RETURN_IF_ERROR(model_.forward_hidden(ctx_, batch, hidden_ != nullptr ? hidden_->data() : nullptr));
+  DC_RETURN_IF_ERROR(model_.forward_hidden(ctx_, batch, hidden_ != nullptr ? as_operand(hidden_->data()) : nullptr));
   n_rows_ = batch.n_out;
   return Status::ok_status();
 }
@@ -47,14 +47,14 @@ Status DeviceHeadSampler::reserve_logits(int64_t n) {
   return Status::ok_status();
 }
 
-float* DeviceHeadSampler::record_logits(std::vector<int32_t> rows) {
+DeviceIn DeviceHeadSampler::record_logits(std::vector<int32_t> rows) {
   if (static_cast<int64_t>(rows.size()) < kMinHeadRows) rows.resize(kMinHeadRows, rows.back());
   const int64_t n = static_cast<int64_t>(rows.size()), E = model_.config().n_embd;
   const int32_t* index = device_copy(ctx_, "head.index", rows.data(), n);
   float* picked = device_floats(ctx_, "head.rows", n * E);  // [n, E]
   if (!device_status(ctx_).ok()) return nullptr;
-  gather_rows(ctx_, hidden_->data(), E, index, n, picked);
-  model_.lm_head(ctx_, picked, n, logits_->data(), n);  // one product: no offsets into device rows
+  gather_rows(ctx_, as_operand(hidden_->data()), E, index, n, picked);
+  model_.lm_head(ctx_, picked, n, as_operand(logits_->data()), n);  // one product: no offsets into device rows
   return logits_->data();
 }
 
@@ -66,8 +66,8 @@ Status DeviceHeadSampler::logits(int64_t first, int64_t n, float* out) {
   const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
   DC_RETURN_IF_ERROR(reserve_logits(n));
   DC_RETURN_IF_ERROR(ctx_.backend->begin());
-  const float* logits = record_logits(std::move(rows));
-  if (logits != nullptr) ctx_.backend->copy_out("head.logits", logits, out, n * model_.config().n_vocab * static_cast<int64_t>(sizeof(float)));
+  const DeviceIn logits = record_logits(std::move(rows));
+  if (logits) ctx_.backend->copy_out("head.logits", logits, out, n * model_.config().n_vocab * static_cast<int64_t>(sizeof(float)));
   return ctx_.backend->finish();
 }
 
@@ -92,11 +92,11 @@ Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample
     const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
     DC_RETURN_IF_ERROR(reserve_logits(n));
     DC_RETURN_IF_ERROR(ctx_.backend->begin());
-    const float* logits = record_logits(std::move(index));
-    const float* u = device_copy(ctx_, "head.uniforms", uniforms.data(), n);
-    int32_t* ids_at = static_cast<int32_t*>(ctx_.backend->alloc("head.ids", n * 4));
-    float* conf_at = device_floats(ctx_, "head.conf", n * 3);
-    if (logits != nullptr && device_status(ctx_).ok()) {
+    const DeviceIn logits = record_logits(std::move(index));
+    const DeviceIn u = device_cast<const float>(ctx_.backend->copy_in("head.uniforms", uniforms.data(), n * 4));
+    const DevicePtr<int32_t> ids_at = device_cast<int32_t>(ctx_.backend->alloc("head.ids", n * 4));
+    const DeviceOut conf_at = device_cast<float>(ctx_.backend->alloc("head.conf", n * 12));
+    if (logits && device_status(ctx_).ok()) {
       ctx_.backend->sample_rows(logits, n, V, args.filter, u, ids_at, conf_at);
       ctx_.backend->copy_out("head.ids", ids_at, ids.data(), n * 4);  // one submission with the step's kernels
       ctx_.backend->copy_out("head.conf", conf_at, conf.data(), n * 12);

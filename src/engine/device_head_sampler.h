@@ -52,7 +52,7 @@ class DeviceHeadSampler final : public HeadSampler {
   // Records the lm_head of the hidden rows `rows` (indices into this forward's rows) into the logits block
   // (its first rows.size() rows of n_vocab; reserve_logits first) and returns it (nullptr after a device
   // error, in status()). Under the device's lock, between begin() and finish().
-  float* record_logits(std::vector<int32_t> rows);
+  DeviceIn record_logits(std::vector<int32_t> rows);
 
   const Model& model_;
   Context ctx_;

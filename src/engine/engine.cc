@@ -6,11 +6,13 @@
 #include <functional>
 #include <memory>
 
+#include "core/log.h"
 #include "engine/device_head_sampler.h"
 #include "engine/head_sampler.h"
 #include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
 #include "model/kv_cache.h"
+#include "ops/cpu/kernels.h"
 #include "model/weight_cache.h"
 #include "tokenizer/chat.h"
 
@@ -20,7 +22,7 @@ namespace {
 
 // A GGUF file (gguf/dream.h): its weights, and its tokenizer when the file has one and none was given.
 Status load_gguf(const EngineOptions& options, std::unique_ptr<Model>* model, std::optional<Tokenizer>* tokenizer) {
-  ThreadPool pool(options.n_threads);  // re-quantizes the Q8_0 / Q5_K / Q6_K matrices
+  ThreadPool pool(options.n_threads);  // checks the quantized blocks' scales
   DC_ASSIGN_OR_RETURN(GgufModel m, load_gguf_model(options.model_dir, &pool));
   if (options.tokenizer_path.empty() && gguf_has_tokenizer(*m.file)) {
     DC_ASSIGN_OR_RETURN(*tokenizer, gguf_tokenizer(*m.file));
@@ -32,6 +34,8 @@ Status load_gguf(const EngineOptions& options, std::unique_ptr<Model>* model, st
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
+  // A misspelt DC_CPU_LEVEL would silently cap the kernels at the baseline: refuse it before the load.
+  DC_RETURN_IF_ERROR(cpu::check_cpu_level_env());
   const bool gguf = is_gguf_path(options.model_dir);
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tok;
@@ -105,12 +109,42 @@ Status Engine::use_device(const DeviceSpec& device) {
 }
 
 Status Engine::set_matmul_precision(MatmulPrecision precision) {
-  ctx_.matmul_precision = precision;
+  {
+    const std::lock_guard<std::mutex> lock(gate_mutex_);
+    if (generations_ > 0 || repacking_)
+      return failed_precondition("set_matmul_precision: a generation is running on this engine (" +
+                           std::to_string(generations_) + " generate call(s) or logits / head functions alive) or "
+                           "the precision is being changed; change it when none is");
+    repacking_ = true;
+    ctx_.matmul_precision = precision;
+  }
+  Status s;
   if (backend_ != nullptr) {  // the device's own copy: kBF16 allows its matrix units
     backend_->set_matrix_units(precision == MatmulPrecision::kBF16);
-    return Status();
+  } else {
+    s = model_->pack_weights(ctx_);
   }
-  return model_->pack_weights(ctx_);
+  {
+    const std::lock_guard<std::mutex> lock(gate_mutex_);
+    repacking_ = false;
+  }
+  gate_cv_.notify_all();
+  return s;
+}
+
+MatmulPrecision Engine::matmul_precision() const {
+  const std::lock_guard<std::mutex> lock(gate_mutex_);
+  return ctx_.matmul_precision;
+}
+
+std::shared_ptr<void> Engine::begin_generation() {
+  std::unique_lock<std::mutex> lock(gate_mutex_);
+  gate_cv_.wait(lock, [this] { return !repacking_; });
+  ++generations_;
+  return std::shared_ptr<void>(this, [](Engine* e) {
+    const std::lock_guard<std::mutex> end(e->gate_mutex_);
+    --e->generations_;
+  });
 }
 
 std::string Engine::load_note() const {
@@ -130,7 +164,7 @@ std::string Engine::load_note() const {
 void Engine::pack_or_note(const std::string& cache_path) {
   Status s = cache_path.empty() ? model_->pack_weights(ctx_) : model_->pack_weights(ctx_, cache_path, &weight_cache_report_);
   if (!s.ok())
-    std::fprintf(stderr, "note: some weights left unpacked, their GEMMs will be slower: %s\n", s.message().c_str());
+    dc::log(LogLevel::kWarning, "some weights left unpacked, their GEMMs will be slower: " + s.message());
 }
 
 SamplingParams Engine::default_params() const {
@@ -215,9 +249,17 @@ HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cach
 
 int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const { return kv_bytes(config(), n_rows, n_seq); }
 
-LogitsFn Engine::logits_fn() { return model_logits_fn(*model_, ctx_, max_kv_cache_bytes_); }
+LogitsFn Engine::logits_fn() {
+  std::shared_ptr<void> running = begin_generation();  // held by the function: no re-pack while it lives
+  LogitsFn fn = model_logits_fn(*model_, ctx_, max_kv_cache_bytes_);
+  return [fn = std::move(fn), running](const ForwardBatch& batch, float* logits) { return fn(batch, logits); };
+}
 
-HeadFn Engine::head_fn() { return model_head_fn(*model_, ctx_, max_kv_cache_bytes_); }
+HeadFn Engine::head_fn() {
+  std::shared_ptr<void> running = begin_generation();
+  HeadFn fn = model_head_fn(*model_, ctx_, max_kv_cache_bytes_);
+  return [fn = std::move(fn), running](const ForwardBatch& batch) { return fn(batch); };
+}
 
 HeadMemory Engine::head_memory() const {
   // On a device every step is sampled there (DeviceHeadSampler): the host holds a few numbers per position;
@@ -265,6 +307,7 @@ Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx,
 
 Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingParams& params, GenerateHooks hooks) {
+  const std::shared_ptr<void> running = begin_generation();  // ctx_ and the weights stay as they are
   return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks));
 }
 

@@ -2,7 +2,9 @@
 // the sampler's LogitsFn, prompt encoding (plain or chat), and the post-processing of completions.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,8 +78,13 @@ class Engine {
   // AVX512_BF16, q8 / q4 ones with VNNI). Fails only when memory runs out for that; the rest then
   // stays row-major (same results, slower). On a device: kBF16 lets the GEMMs use its matrix units, kF32
   // keeps them exact f32 (no re-layout).
+  // Not while the engine generates: with a generate() call running on another thread, or a function from
+  // logits_fn() / head_fn() alive (e.g. a server's scheduler holds one), it changes nothing and returns
+  // kFailedPrecondition ("a generation is running ..."): re-packing would rewrite the weights a forward reads.
+  // generate(), logits_fn() and head_fn() called while it re-packs wait until it is done (then use the new
+  // precision). Thread-safe; a second call while one re-packs is refused the same way.
   Status set_matmul_precision(MatmulPrecision precision);
-  MatmulPrecision matmul_precision() const { return ctx_.matmul_precision; }
+  MatmulPrecision matmul_precision() const;
   // The backend of the device the forward runs on (EngineOptions::device); null on the CPU.
   const DeviceBackend* backend() const { return backend_.get(); }
   // What loading did with the packed-weight cache (EngineOptions::weight_cache).
@@ -138,6 +145,10 @@ class Engine {
   // Packs at ctx_'s precision (through the cache at `cache_path` when not ""); when memory runs out a
   // line on stderr says the rest stays row-major.
   void pack_or_note(const std::string& cache_path = "");
+  // A generation's hold on the weights and ctx_ (generate() for its duration, a logits_fn() / head_fn()
+  // function for its lifetime): waits while set_matmul_precision re-packs, then counts as running until the
+  // returned token is destroyed (on any thread).
+  std::shared_ptr<void> begin_generation();
   // Opens `device` and uploads the model's weights to it (row-major: before any packing); the CPU: nothing.
   // Errors: no such device or driver, too little device memory for the weights (Model::to_device).
   Status use_device(const DeviceSpec& device);
@@ -149,6 +160,12 @@ class Engine {
   Context ctx_;
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
   WeightCacheReport weight_cache_report_;
+  // The generations against set_matmul_precision (a reader / writer gate whose tokens may be released on
+  // another thread than took them, which std::shared_mutex does not allow).
+  mutable std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
+  int64_t generations_ = 0;  // tokens of begin_generation alive
+  bool repacking_ = false;   // set_matmul_precision is changing ctx_ and the weights
 };
 
 }  // namespace dc

@@ -1,5 +1,5 @@
 // The dream architecture: metadata → ModelConfig (through config.json's validation), tensor names, and
-// the binding of a GGUF's tensors to ModelWeights (mapped, repacked or re-quantized; dream.h).
+// the binding of a GGUF's tensors to ModelWeights (mapped as they are; dream.h).
 #include "gguf/dream.h"
 
 #include <atomic>
@@ -10,7 +10,6 @@
 
 #include "io/config_json.h"
 #include "io/mapped_file.h"
-#include "model/quantize.h"
 #include "gguf/quants.h"
 
 namespace dc {
@@ -114,7 +113,7 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-// What the loaded model owns: the mapping, the norms / biases, the repacked matrices.
+// What the loaded model owns: the mapping, the norms / biases, dense matrices copied for alignment.
 struct GgufStorage {
   explicit GgufStorage(GgufFile f, const ModelConfig& c) : file(std::move(f)), vectors(c) {}
   GgufFile file;
@@ -143,52 +142,21 @@ Status bind_matrix(const GgufTensor& t, const WeightSlot& slot, GgufStorage& st,
       if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(v.dtype) != 0)  // general.alignment 1 or 2: copy
         v.data = st.bytes.emplace_back(t.data, t.data + t.n_bytes).data();
       break;
-    case GgufType::kQ4_0: case GgufType::kQ4_K: {
-      const int64_t n_groups = cols / 32;
-      const int64_t src_row = static_cast<int64_t>(t.n_bytes) / rows;
-      std::vector<uint8_t>& codes = st.bytes.emplace_back(static_cast<size_t>(rows * cols / 2));
-      std::vector<uint8_t>& tables = st.bytes.emplace_back(static_cast<size_t>(rows * n_groups * 4));
-      uint16_t* scales = reinterpret_cast<uint16_t*>(tables.data());
-      uint16_t* mins = scales + rows * n_groups;
-      std::atomic<int64_t> bad_row{-1};
+    default: {  // a ggml block type: its blocks run in place (the kernels of ops/cpu/matmul_gguf.h)
+      const int64_t row_bytes = static_cast<int64_t>(t.n_bytes) / rows;
+      std::atomic<int64_t> bad_row{-1};  // every block's scales checked once, in parallel
       parallel_for(pool, rows, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
-          if (!repack_q4_row(t.type, t.data + r * src_row, cols, codes.data() + r * cols / 2, scales + r * n_groups,
-                             mins + r * n_groups))
-            bad_row.store(r);
+          if (!gguf_row_finite(t.type, t.data + r * row_bytes, cols)) bad_row.store(r);
       }, 16);
       if (bad_row.load() >= 0) return non_finite_row(st, t, bad_row.load());
       v.dtype = DType::kU8;
-      v.quant = WeightQuant::kQ4;
-      v.data = codes.data();
-      v.scales = scales;
-      v.mins = mins;
-      v.group_size = 32;
-      break;
-    }
-    default: {  // Q8_0, Q5_K, Q6_K: our q8
-      const int64_t src_row = static_cast<int64_t>(t.n_bytes) / rows;
-      std::vector<uint8_t>& codes = st.bytes.emplace_back(static_cast<size_t>(rows * cols));
-      std::vector<uint8_t>& scale_bytes = st.bytes.emplace_back(static_cast<size_t>(rows * 4));
-      float* scales = reinterpret_cast<float*>(scale_bytes.data());
-      std::atomic<int64_t> bad_row{-1};
-      parallel_for(pool, rows, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int64_t r = r0; r < r1; ++r) {
-          gguf_dequantize(t.type, t.data + r * src_row, row.data(), cols);
-          if (!quantize_row_q8(row.data(), cols, reinterpret_cast<int8_t*>(codes.data()) + r * cols, scales + r))
-            bad_row.store(r);
-        }
-      }, 16);
-      if (bad_row.load() >= 0) return non_finite_row(st, t, bad_row.load());
-      v.dtype = DType::kI8;
-      v.quant = WeightQuant::kQ8;
-      v.data = codes.data();
-      v.scales = scales;
+      v.quant = WeightQuant::kGguf;
+      v.ggml_type = static_cast<cpu::GgmlType>(static_cast<uint32_t>(t.type));
+      v.data = t.data;
     }
   }
-  // The file's blocks of a repacked matrix are not read again: hand their pages back (RSS stays about
-  // the size of the repacked model, not of both).
+  // A dense matrix copied for its alignment: the file's pages are not read again.
   if (v.data != t.data) release_pages(t.data, t.n_bytes);
   *slot.matrix = v;
   return Status();

@@ -49,10 +49,11 @@ Result<ModelConfig> dream_config(const GgufFile& file);
 // checkpoint started from the file writes as its config.json). Not validated: dream_config does that.
 Result<nlohmann::json> dream_config_json(const GgufFile& file);
 
-// How loading stores each GGUF type: F32 / F16 / BF16 matrices are mapped as they are; Q4_0 and Q4_K are
-// repacked into our q4 (group 32; Q4_0 exactly, Q4_K with its scale products rounded to f16); Q8_0,
-// Q5_K and Q6_K are dequantized and re-quantized into our q8 (one scale per row: adds at most half a
-// row's step, max|w_row| / 254, per weight). Norms and biases become f32.
+// How loading stores each GGUF type: every matrix stays in the mapped file as it is. F32 / F16 / BF16
+// ones are dense WeightViews; the ggml block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K) are WeightQuant::kGguf views of their blocks, which the matmul kernels read in place
+// (ops/cpu/matmul_gguf.h), so the loaded model takes about the file's size. Each block's scales are
+// checked finite at load. Norms and biases become f32.
 struct GgufModel {
   ModelConfig config;
   ModelWeights weights;
@@ -61,7 +62,7 @@ struct GgufModel {
 };
 
 // Opens `path`, reads its config and binds every tensor the config implies (shape and type checked;
-// errors name the GGUF tensor and our name). `pool` threads the re-quantization.
+// errors name the GGUF tensor and our name). `pool` threads the check of the blocks' scales.
 Result<GgufModel> load_gguf_model(const std::string& path, ThreadPool* pool);
 
 }  // namespace dc

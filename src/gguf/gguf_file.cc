@@ -15,6 +15,11 @@ std::optional<GgufTypeInfo> gguf_type_info(uint32_t type) {
     case GgufType::kBF16: return GgufTypeInfo{"BF16", 1, 2};
     case GgufType::kQ8_0: return GgufTypeInfo{"Q8_0", 32, 34};
     case GgufType::kQ4_0: return GgufTypeInfo{"Q4_0", 32, 18};
+    case GgufType::kQ4_1: return GgufTypeInfo{"Q4_1", 32, 20};
+    case GgufType::kQ5_0: return GgufTypeInfo{"Q5_0", 32, 22};
+    case GgufType::kQ5_1: return GgufTypeInfo{"Q5_1", 32, 24};
+    case GgufType::kQ2_K: return GgufTypeInfo{"Q2_K", 256, 84};
+    case GgufType::kQ3_K: return GgufTypeInfo{"Q3_K", 256, 110};
     case GgufType::kQ4_K: return GgufTypeInfo{"Q4_K", 256, 144};
     case GgufType::kQ5_K: return GgufTypeInfo{"Q5_K", 256, 176};
     case GgufType::kQ6_K: return GgufTypeInfo{"Q6_K", 256, 210};
@@ -250,8 +255,10 @@ Result<ParsedGguf> parse_gguf(const uint8_t* bytes, size_t size, const std::stri
     const std::optional<GgufTypeInfo> info = gguf_type_info(type);
     if (!info)
       return unimplemented(path + ": tensor '" + t.name + "' has ggml type " + std::to_string(type) +
-                           ", which this engine does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K do); "
-                           "re-quantize the model to one of those");
+                           ", which this engine does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, "
+                           "Q3_K, Q4_K, Q5_K, Q6_K do; not the IQ* / TQ* types); re-quantize the model to one of those "
+                           "(llama-quantize ... Q4_K_M), or convert its source checkpoint with diffucoder convert --out "
+                           "FILE.gguf --weights q4_k|q8_0");
     t.type = static_cast<GgufType>(type);
     if (t.dims[0] % info->block != 0)
       return c.error("tensor '" + t.name + "' (" + info->name + ") has " + std::to_string(t.dims[0]) +

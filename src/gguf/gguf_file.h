@@ -17,9 +17,11 @@
 
 namespace dc {
 
-// The tensor types this engine reads (ggml's type ids); any other id is refused by name.
+// The tensor types this engine reads (ggml's type ids; the quantized ones are ops' cpu::GgmlType, run in
+// place by the matmul kernels); any other id (IQ*, TQ*, Q8_1, Q8_K, ...) is refused by name.
 enum class GgufType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12,
+  kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
 };
 
 // A block of `block` elements takes `bytes` bytes (1 element for the float types).

@@ -22,8 +22,8 @@ Result<ModelConfig> model_source_config(const std::string& path);
 Result<nlohmann::json> model_source_config_json(const std::string& path);
 
 // f32 copies of the weights, to train: a directory's tensors widened (ModelParams::from_checkpoint);
-// a GGUF's F32 / F16 / BF16 tensors widened. A GGUF with a quantized matrix (Q8_0, Q4_0, Q4_K, Q5_K,
-// Q6_K) is refused with an error naming the tensor and its type and saying what to train from instead.
+// a GGUF's F32 / F16 / BF16 tensors widened. A GGUF with a quantized matrix (any ggml block type) is
+// refused with an error naming the tensor and its type and saying what to train from instead.
 // *config receives the model's config.
 Result<ModelParams> load_trainable_params(const std::string& path, ModelConfig* config);
 

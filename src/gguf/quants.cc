@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "ops/cpu/gguf_blocks.h"
 
 namespace dc {
 namespace {
@@ -27,60 +28,6 @@ void put_f16_at_least(uint8_t* p, float v) {
   uint16_t h = f32_to_f16(v);
   if (f16_to_f32(h) < v) ++h;
   std::memcpy(p, &h, 2);
-}
-
-void dequant_q8_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
-}
-
-void dequant_q4_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  for (int j = 0; j < 16; ++j) {
-    y[j] = d * static_cast<float>((b[2 + j] & 0xF) - 8);
-    y[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
-  }
-}
-
-// Q4_K and Q5_K: qh null for Q4_K.
-void dequant_k4_k5(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
-  const float d = f16_at(b), dmin = f16_at(b + 2);
-  const uint8_t* scales = b + 4;
-  for (int s = 0; s < 8; ++s) {
-    int sc, m;
-    k_quant_scale_min(scales, s, &sc, &m);
-    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(m);
-    const uint8_t* q = qs + 32 * (s / 2);
-    for (int l = 0; l < 32; ++l) {
-      int v = s % 2 ? q[l] >> 4 : q[l] & 0xF;
-      if (qh != nullptr && (qh[l] >> s & 1)) v += 16;
-      y[32 * s + l] = ds * static_cast<float>(v) - ms;
-    }
-  }
-}
-
-void dequant_q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
-  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = f16_at(b + 208);
-  for (int half = 0; half < 2; ++half) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0xF) | ((qh[l] >> 0 & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2 & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4)) - 32;
-      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
-    }
-    y += 128;
-    ql += 64;
-    qh += 32;
-    sc += 8;
-  }
 }
 
 bool f16_finite(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
@@ -109,11 +56,17 @@ bool gguf_row_finite(GgufType type, const uint8_t* row, int64_t n) {
         if ((h & 0x7F80) == 0x7F80) return false;
         break;
       }
-      case GgufType::kF16: case GgufType::kQ8_0: case GgufType::kQ4_0:
+      case GgufType::kF16: case GgufType::kQ8_0: case GgufType::kQ4_0: case GgufType::kQ5_0:
         if (!f16_finite_at(p)) return false;
         break;
-      case GgufType::kQ4_K: case GgufType::kQ5_K:
+      case GgufType::kQ4_K: case GgufType::kQ5_K: case GgufType::kQ4_1: case GgufType::kQ5_1:  // d, dmin / m
         if (!f16_finite_at(p) || !f16_finite_at(p + 2)) return false;
+        break;
+      case GgufType::kQ2_K:
+        if (!f16_finite_at(p + 80) || !f16_finite_at(p + 82)) return false;
+        break;
+      case GgufType::kQ3_K:
+        if (!f16_finite_at(p + 108)) return false;
         break;
       case GgufType::kQ6_K:
         if (!f16_finite_at(p + 208)) return false;
@@ -142,18 +95,7 @@ void gguf_dequantize(GgufType type, const uint8_t* src, float* dst, int64_t n) {
     case GgufType::kBF16: convert_to_f32(DType::kBF16, src, dst, static_cast<size_t>(n)); return;
     default: break;
   }
-  for (int64_t b = 0; b < n / info.block; ++b) {
-    const uint8_t* blk = src + b * info.bytes;
-    float* y = dst + b * info.block;
-    switch (type) {
-      case GgufType::kQ8_0: dequant_q8_0(blk, y); break;
-      case GgufType::kQ4_0: dequant_q4_0(blk, y); break;
-      case GgufType::kQ4_K: dequant_k4_k5(blk, nullptr, blk + 16, y); break;
-      case GgufType::kQ5_K: dequant_k4_k5(blk, blk + 16, blk + 48, y); break;
-      case GgufType::kQ6_K: dequant_q6_k(blk, y); break;
-      default: DC_CHECK(false, "gguf_dequantize: unhandled type");
-    }
-  }
+  cpu::ggml_dequantize(static_cast<cpu::GgmlType>(static_cast<uint32_t>(type)), src, dst, n);  // ops' block formats
 }
 
 void quantize_q8_0(const float* x, uint8_t* out, int64_t n) {
@@ -272,37 +214,6 @@ void quantize_q6_k(const float* x, uint8_t* out, int64_t n) {
       qh[32 * h + l] |= static_cast<uint8_t>((v >> 4) << (2 * g));
     }
   }
-}
-
-bool repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins) {
-  DC_CHECK(type == GgufType::kQ4_0 || type == GgufType::kQ4_K, "repack_q4_row: Q4_0 or Q4_K only");
-  std::memset(codes, 0, static_cast<size_t>(n / 2));
-  auto put = [&](int64_t e, int q) { codes[e / 2] |= static_cast<uint8_t>(e % 2 ? q << 4 : q); };
-  if (type == GgufType::kQ4_0) {
-    for (int64_t b = 0; b < n / 32; ++b, src += 18) {
-      std::memcpy(&scales[b], src, 2);
-      mins[b] = f32_to_f16(-8.0f * f16_at(src));
-      for (int j = 0; j < 16; ++j) {
-        put(32 * b + j, src[2 + j] & 0xF);
-        put(32 * b + j + 16, src[2 + j] >> 4);
-      }
-    }
-  } else {
-    for (int64_t b = 0; b < n / 256; ++b, src += 144) {
-      const float d = f16_at(src), dmin = f16_at(src + 2);
-      for (int s = 0; s < 8; ++s) {
-        int sc, m;
-        k_quant_scale_min(src + 4, s, &sc, &m);
-        scales[8 * b + s] = f32_to_f16(d * static_cast<float>(sc));
-        mins[8 * b + s] = f32_to_f16(-dmin * static_cast<float>(m));
-        const uint8_t* q = src + 16 + 32 * (s / 2);
-        for (int l = 0; l < 32; ++l) put(256 * b + 32 * s + l, s % 2 ? q[l] >> 4 : q[l] & 0xF);
-      }
-    }
-  }
-  for (int64_t g = 0; g < n / 32; ++g)
-    if (!f16_finite(scales[g]) || !f16_finite(mins[g])) return false;
-  return true;
 }
 
 }  // namespace dc

@@ -1,4 +1,6 @@
-// ggml's block formats (from ggml's format documentation), little-endian, d / dmin as f16:
+// ggml's block formats on the GGUF side: dequantization of every type this engine reads (the quantized
+// ones are ops/cpu/gguf_blocks.h's, whose header documents each layout: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K
+// Q4_K Q5_K Q6_K), the finiteness check of a row's scales, and the quantizers `convert` writes:
 //   Q8_0 (32 values, 34 B): d, int8 q[32];                              x = d·q
 //   Q4_0 (32 values, 18 B): d, u8 qs[16]: value j in the low nibble of qs[j], j+16 in the high one;
 //                           x = d·(q − 8)
@@ -9,8 +11,7 @@
 //        sub-block s in bit s of qh[l]), u8 qs[128] as Q4_K;  x = d·sc·q − dmin·m, q in [0, 31]
 //   Q6_K (256 values, 210 B): u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits), int8 scales[16] (one per
 //        16 values), d;  x = d·scale·(q − 32)
-// Dequantization of every type to f32, the quantizers `convert` writes (every type above), and the exact or
-// near-exact repacking of Q4_0 / Q4_K rows into our q4 layout (group 32).
+// The loader keeps the file's blocks as they are (gguf/dream.h); nothing here re-packs them.
 #pragma once
 
 #include <cstdint>
@@ -45,12 +46,5 @@ void quantize_q4_0(const float* x, uint8_t* out, int64_t n);
 void quantize_q4_k(const float* x, uint8_t* out, int64_t n);
 void quantize_q5_k(const float* x, uint8_t* out, int64_t n);
 void quantize_q6_k(const float* x, uint8_t* out, int64_t n);
-
-// Repacks one row of n values stored as Q4_0 or Q4_K (n a multiple of the block) into our q4 layout
-// with group size 32 (types/quantization.h): codes[n/2] (value 2i in the low nibble of byte i), f16
-// scales[n/32] and mins[n/32] with x = scale·q + min. Q4_0 is exact (scale = d, min = −8d); Q4_K rounds
-// d·sc and −dmin·m to f16, so each value moves by at most (15·|d·sc| + |dmin·m|)·2⁻¹¹. False when a
-// scale or min is not finite (a damaged block, or −8d / d·sc beyond f16's range).
-bool repack_q4_row(GgufType type, const uint8_t* src, int64_t n, uint8_t* codes, uint16_t* scales, uint16_t* mins);
 
 }  // namespace dc

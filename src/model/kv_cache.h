@@ -38,9 +38,10 @@ class KvCache {
   // The device holding the cache (null: host memory, the CPU's).
   const DeviceBackend* backend() const { return backend_; }
 
-  // [n_batch, n_seq, kv_dim] of one layer: host pointers, or device pointers on a device.
-  float* k(int64_t layer) { return device_.empty() ? k_.data() + layer * layer_size() : device_[2 * layer]->data(); }
-  float* v(int64_t layer) { return device_.empty() ? v_.data() + layer * layer_size() : device_[2 * layer + 1]->data(); }
+  // [n_batch, n_seq, kv_dim] of one layer: host pointers, or on a device the forward's operands that carry
+  // its DevicePtr (ops/device.h as_operand).
+  float* k(int64_t layer) { return device_.empty() ? k_.data() + layer * layer_size() : as_operand(device_[2 * layer]->data()); }
+  float* v(int64_t layer) { return device_.empty() ? v_.data() + layer * layer_size() : as_operand(device_[2 * layer + 1]->data()); }
   const float* k(int64_t layer) const { return const_cast<KvCache*>(this)->k(layer); }
   const float* v(int64_t layer) const { return const_cast<KvCache*>(this)->v(layer); }
 

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "core/log.h"
 #include "io/mapped_file.h"
 #include "model/transformer.h"
 #include "model/weight_cache.h"
@@ -118,9 +119,12 @@ Status Model::pack_weights(const Context& ctx, const std::string& cache_path, We
 
 Status Model::wait_for_weight_cache() {
   if (!cache_writer_.joinable()) return cache_write_status_;
-  if (!cache_done_ && cache_total_ - cache_written_ > (int64_t{64} << 20))
-    std::fprintf(stderr, "finishing the packed-weight cache (%.1f of %.1f GB written; the next start maps it)...\n",
-                 static_cast<double>(cache_written_) / 1e9, static_cast<double>(cache_total_) / 1e9);
+  if (!cache_done_ && cache_total_ - cache_written_ > (int64_t{64} << 20)) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "finishing the packed-weight cache (%.1f of %.1f GB written; the next start maps it)...",
+                  static_cast<double>(cache_written_) / 1e9, static_cast<double>(cache_total_) / 1e9);
+    dc::log(LogLevel::kInfo, line);
+  }
   cache_writer_.join();
   return cache_write_status_;
 }
@@ -128,7 +132,7 @@ Status Model::wait_for_weight_cache() {
 Model::~Model() {
   if (cache_writer_.joinable()) {
     if (Status s = wait_for_weight_cache(); !s.ok())
-      std::fprintf(stderr, "note: the packed-weight cache was not written: %s\n", s.message().c_str());
+      dc::log(LogLevel::kWarning, "the packed-weight cache was not written: " + s.message());
   }
 }
 

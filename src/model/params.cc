@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "io/mapped_file.h"
 
@@ -11,20 +12,27 @@ namespace dc {
 
 ModelParams ModelParams::zeros(const ModelConfig& config) { return make_zeros(config, false); }
 
-ModelParams ModelParams::zeros_sharing_slots(const ModelConfig& config) { return make_zeros(config, true); }
+ModelParams ModelParams::zeros_sharing_slots(const ModelConfig& config, int64_t layer_slots) {
+  return make_zeros(config, true, std::max<int64_t>(1, layer_slots));
+}
 
-ModelParams ModelParams::make_zeros(const ModelConfig& config, bool share_slots) {
+ModelParams ModelParams::make_zeros(const ModelConfig& config, bool share_slots, int64_t layer_slots) {
   ModelParams p;
-  std::vector<int64_t> slot;  // share_slots: the offsets of layer 0's tensors, which every layer reuses
+  std::vector<int64_t> slot;  // share_slots: the offsets of layers 0…layer_slots−1's tensors, which the others reuse
   int64_t layer_tensors = 0;  // tensors of layers seen so far
+  int64_t per_layer = 0;      // tensors per layer (layer 0's count, complete before layer 1's come)
   visit_tensors(config, p.spans_, [&](std::string name, std::vector<int64_t> shape, std::span<float>* m,
                                       std::span<float>*) {
     int64_t size = 1;
     for (int64_t d : shape) size *= d;
     const bool in_layer = name.rfind("model.layers.", 0) == 0;
+    const int64_t il = in_layer ? std::stoll(name.substr(13)) : -1;  // "model.layers.<il>."
+    per_layer += il == 0;
     const bool head = share_slots && name == "lm_head.weight";  // in the embedding table's slot (offset 0)
-    const bool shared = head || (share_slots && in_layer && name.rfind("model.layers.0.", 0) != 0);
-    const int64_t offset = head ? 0 : shared ? slot[layer_tensors % static_cast<int64_t>(slot.size())] : p.n_values_;
+    const bool shared = head || (share_slots && in_layer && il >= layer_slots);
+    const int64_t offset = head     ? 0
+                           : shared ? slot[(il % layer_slots) * per_layer + (layer_tensors - il * per_layer)]
+                                    : p.n_values_;
     if (share_slots && in_layer && !shared) slot.push_back(offset);
     layer_tensors += in_layer;
     p.tensors_.push_back({std::move(name), std::move(shape), nullptr, offset, size, m != nullptr});

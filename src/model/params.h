@@ -31,13 +31,13 @@ class ModelParams {
   // from 2 MiB on). With tied embeddings there is no lm_head tensor and both views' output is tok_embd.
   // Throws std::bad_alloc when memory runs out (as a std::vector would).
   static ModelParams zeros(const ModelConfig& config);
-  // Gradients laid out in shared slots (ZeRO-2, train/optimizer_core.h): the layers share ONE layer's
-  // storage, and an untied lm_head shares the embedding table's (zeros()'s layout without the layers
-  // ≥ 1 and the lm_head; tensors() lists them all, those at the offsets of layer 0's and of the table's).
-  // The backward's on_head_done (set_head_done) must take the lm_head's values out and clear its slot
-  // before the embedding table's are written, and on_layer_done (set_layer_done) each layer's before the
-  // next layer's. n_values() counts the storage.
-  static ModelParams zeros_sharing_slots(const ModelConfig& config);
+  // Gradients laid out in shared slots (ZeRO-2, train/optimizer_core.h): the layers share `layer_slots`
+  // layers' storage (layer il in slot il % layer_slots), and an untied lm_head shares the embedding
+  // table's (zeros()'s layout without the layers ≥ layer_slots and the lm_head; tensors() lists them all,
+  // those at the offsets of their slot's and of the table's). The backward's on_head_done (set_head_done)
+  // must take the lm_head's values out and clear its slot before the embedding table's are written, and
+  // on_layer_done (set_layer_done) layer il's before layer il − layer_slots's. n_values() counts the storage.
+  static ModelParams zeros_sharing_slots(const ModelConfig& config, int64_t layer_slots = 1);
   // f32 copies (widened from bf16 / f16) of dense `src`; invalid_argument for quantized weights.
   static Result<ModelParams> from_weights(const ModelConfig& config, const ModelWeights& src);
   // The same of an opened checkpoint's weights, bound and checked against its config (bind_weights).
@@ -66,7 +66,7 @@ class ModelParams {
   void zero();
 
  private:
-  static ModelParams make_zeros(const ModelConfig& config, bool share_slots);
+  static ModelParams make_zeros(const ModelConfig& config, bool share_slots, int64_t layer_slots = 1);
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
   };

@@ -95,6 +95,7 @@ const char* quant_format_name(WeightQuant format) {
     case WeightQuant::kQ8: return "q8";
     case WeightQuant::kQ4: return "q4";
     case WeightQuant::kNone: return "none";
+    case WeightQuant::kGguf: return "gguf";
   }
   return "?";
 }

@@ -139,7 +139,7 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
   Status s = forward_body(ctx, b, rows, nullptr, nullptr);
   if (s.ok() && logits != nullptr && b.n_out > 0) {
     lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
-    ctx.backend->copy_out("forward.logits", out, logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
+    ctx.backend->copy_out("forward.logits", as_device(out), logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
   }
   if (s.ok()) s = ctx.backend->finish();
   if (!s.ok() && b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);  // recorded, not run

@@ -22,7 +22,8 @@ void attention(const Context& ctx, const AttentionShape& shape, const float* q, 
       if (ctx.reference_kernels) return cpu::attention(ctx.pool, shape, q, k, v, valid, out);
       return cpu::attention_fast(ctx.pool, ws, shape, q, k, v, valid, out);
     case Device::kVulkan:
-      return ctx.backend->attention(shape, 0, shape.n_seq, q, k, v, valid, out);
+      return ctx.backend->attention(shape, 0, shape.n_seq, as_device(q), as_device(k), as_device(v), as_device(valid),
+                                     as_device(out));
   }
 }
 

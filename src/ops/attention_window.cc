@@ -25,7 +25,8 @@ void attention_window(const Context& ctx, const AttentionShape& shape, int64_t w
         return cpu::attention_window(ctx.pool, shape, window_begin, window_len, q, k, v, valid, out);
       return cpu::attention_window_fast(ctx.pool, ws, shape, window_begin, window_len, q, k, v, valid, out);
     case Device::kVulkan:
-      return ctx.backend->attention(shape, window_begin, window_len, q, k, v, valid, out);
+      return ctx.backend->attention(shape, window_begin, window_len, as_device(q), as_device(k), as_device(v),
+                                     as_device(valid), as_device(out));
   }
 }
 
@@ -40,7 +41,7 @@ void kv_store(const Context& ctx, const float* src, int64_t n_batch, int64_t n_s
         std::copy_n(src + r * window_len * cols, window_len * cols, cache + (r * n_seq + window_begin) * cols);
       return;
     case Device::kVulkan:
-      return ctx.backend->kv_store(src, n_batch, n_seq, window_begin, window_len, cols, cache);
+      return ctx.backend->kv_store(as_device(src), n_batch, n_seq, window_begin, window_len, cols, as_device(cache));
   }
 }
 

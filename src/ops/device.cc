@@ -25,7 +25,7 @@ float* device_floats(const Context& ctx, const char* name, int64_t n) {
     DC_CHECK(ctx.workspace != nullptr, "device_floats: the CPU needs a workspace");
     return ctx.workspace->floats(name, n);
   }
-  return static_cast<float*>(ctx.backend->alloc(name, n * static_cast<int64_t>(sizeof(float))));
+  return as_operand(device_cast<float>(ctx.backend->alloc(name, n * static_cast<int64_t>(sizeof(float)))));
 }
 
 Status device_status(const Context& ctx) { return ctx.device == Device::kCpu ? Status() : ctx.backend->status(); }

@@ -1,16 +1,19 @@
 // Devices under the one forward: the CPU (operands in host memory) or a DeviceBackend — the Vulkan
-// backend today — whose activations are device pointers: addresses in the backend's memory, never
-// dereferenced by the host, with pointer arithmetic reserved for a later step (an operand that is not the
-// start of one of the backend's buffers is an error of the forward, not undefined behaviour). The ops' front-ends switch on Context::device and
-// call the backend's op exactly as they call the CPU kernels; the helpers below are how the forward
-// (model/transformer.cc) gets its buffers and host inputs on either device.
+// backend today — whose memory is named by DevicePtr, a handle of its own type that the host cannot
+// dereference (no *, ->, [] or arithmetic, no conversion to or from a host pointer: such code does not
+// compile), with offsets reserved for a later step (an operand that is not the start of one of the
+// backend's buffers is an error of the forward, not undefined behaviour). The ops' front-ends switch on
+// Context::device and call the backend's op exactly as they call the CPU kernels; the helpers below are
+// how the forward (model/transformer.cc) gets its buffers and host inputs on either device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "core/context.h"
 #include "core/status.h"
@@ -28,12 +31,78 @@ struct DeviceSpec {
 // "cpu", "vulkan" (device 0) or "vulkan:N". Errors (kInvalidArgument) name --device's accepted forms.
 Result<DeviceSpec> parse_device(std::string_view spec);
 
+// The address of device memory holding T's: a DeviceBackend's handle (the Vulkan backend's: a buffer's
+// slot), never a host pointer. Null by default; DevicePtr<T> converts to DevicePtr<const T> (and to
+// const void / void as T* would); device_cast reinterprets the element type. Nothing else: the host
+// reads and writes device memory only through the backend (copy_in, copy_out).
+template <typename T>
+class DevicePtr {
+ public:
+  constexpr DevicePtr() = default;
+  constexpr DevicePtr(std::nullptr_t) {}  // NOLINT: a null device pointer, as nullptr for T*
+  template <typename U>
+    requires(!std::is_same_v<U, T> && std::is_convertible_v<U*, T*>)
+  constexpr DevicePtr(DevicePtr<U> p) : handle_(p.handle()) {}  // NOLINT: float → const float, as T* does
+  // The pointer a backend hands out for its memory `handle` (0: null), and back.
+  static constexpr DevicePtr from_handle(uint64_t handle) {
+    DevicePtr p;
+    p.handle_ = handle;
+    return p;
+  }
+  constexpr uint64_t handle() const { return handle_; }
+  constexpr explicit operator bool() const { return handle_ != 0; }
+  friend constexpr bool operator==(DevicePtr a, DevicePtr b) { return a.handle_ == b.handle_; }
+
+ private:
+  uint64_t handle_ = 0;
+};
+
+using DeviceIn = DevicePtr<const float>;  // an op's f32 operand on a device
+using DeviceOut = DevicePtr<float>;       // an op's f32 result (or operand updated in place) on a device
+
+// The same device memory seen as U's (a buffer's bytes are untyped; the device's reinterpret_cast).
+template <typename U, typename T>
+constexpr DevicePtr<U> device_cast(DevicePtr<T> p) {
+  return DevicePtr<U>::from_handle(p.handle());
+}
+
+// The forward (model/transformer.cc) and the ops' front-ends are written once over T* operands, host
+// memory on the CPU. On a device an operand carries a DevicePtr's handle instead, converted only by these
+// two: device_floats / device_copy / a device KV cache make such operands (as_operand), the front-ends'
+// device case takes them back (as_device) to call the backend, which refuses any handle that is not one of
+// its buffers. The forward never dereferences an operand on a device (it runs no host code on them there).
+template <typename T>
+T* as_operand(DevicePtr<T> p) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(p.handle()));
+}
+template <typename T>
+DevicePtr<T> as_device(T* operand) {
+  return DevicePtr<T>::from_handle(reinterpret_cast<uintptr_t>(operand));
+}
+
+namespace device_ptr_checks {  // what makes a host dereference of device memory fail to compile
+template <typename P>
+concept Dereferenceable = requires(P p) { *p; };
+template <typename P>
+concept Indexable = requires(P p) { p[0]; };
+template <typename P>
+concept Offsettable = requires(P p) { p + 1; };
+static_assert(!Dereferenceable<DevicePtr<float>> && !Dereferenceable<DevicePtr<const float>>);
+static_assert(!Indexable<DevicePtr<float>> && !Offsettable<DevicePtr<float>>);
+static_assert(!std::is_convertible_v<DevicePtr<float>, float*> && !std::is_convertible_v<DevicePtr<float>, const float*>);
+static_assert(!std::is_constructible_v<float*, DevicePtr<float>> && !std::is_constructible_v<const void*, DevicePtr<float>>);
+static_assert(!std::is_convertible_v<float*, DevicePtr<float>> && !std::is_constructible_v<DevicePtr<float>, float*>);
+static_assert(std::is_convertible_v<DevicePtr<float>, DevicePtr<const float>>);
+static_assert(!std::is_convertible_v<DevicePtr<const float>, DevicePtr<float>>);  // const stays const
+static_assert(!std::is_convertible_v<DevicePtr<int32_t>, DevicePtr<float>>);      // device_cast says so
+}  // namespace device_ptr_checks
+
 // Device memory that outlives one forward (a KV cache), from DeviceBackend::allocate: freed when destroyed,
 // which must happen before the backend is (any thread; the memory is released at the next forward).
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
-  virtual float* data() const = 0;  // its device pointer
+  virtual DevicePtr<float> data() const = 0;
 };
 
 // The host-side work a backend did since it was opened (ops/vulkan/runtime.h Counters): the cost of a forward
@@ -83,40 +152,40 @@ class DeviceBackend {
 
   virtual std::unique_lock<std::mutex> lock() = 0;
   virtual Status begin() = 0;
-  // `bytes` of device memory named `name` (grown, never shrunk, reused by the next forward); nullptr after
+  // `bytes` of device memory named `name` (grown, never shrunk, reused by the next forward); null after
   // an error (which finish() returns).
-  virtual void* alloc(const char* name, int64_t bytes) = 0;
+  virtual DevicePtr<void> alloc(const char* name, int64_t bytes) = 0;
   // alloc(name, bytes) holding a copy of host[bytes], made now (before finish() runs the kernels).
-  virtual const void* copy_in(const char* name, const void* host, int64_t bytes) = 0;
+  virtual DevicePtr<void> copy_in(const char* name, const void* host, int64_t bytes) = 0;
   virtual Status status() const = 0;  // the first error since begin()
   virtual Status finish() = 0;
   // Copies device[bytes] to host[bytes] as part of the work finish() runs (no submission or wait of its own):
   // `host` holds it once finish() has returned ok, and must stay valid until then. `name` names the
   // persistent staging memory it goes through (grown, never shrunk).
-  virtual void copy_out(const char* name, const void* device, void* host, int64_t bytes) = 0;
+  virtual void copy_out(const char* name, DevicePtr<const void> device, void* host, int64_t bytes) = 0;
 
   // The ops of ops/matmul.h, ops/elementwise.h, ops/attention.h and ops/attention_window.h with device
   // pointers (attention: the window [window_begin, window_begin + window_len) of queries; the full attention
-  // is the window [0, n_seq)).
-  virtual void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) = 0;
-  virtual void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) = 0;
-  virtual void rope_apply(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos,
-                          const float* sin) = 0;
-  virtual void swiglu(const float* gate, const float* up, int64_t count, float* out) = 0;
-  virtual void add_inplace(float* y, const float* x, int64_t count) = 0;
-  virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
-  virtual void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) = 0;
-  virtual void attention(const AttentionShape& shape, int64_t window_begin, int64_t window_len, const float* q,
-                         const float* k, const float* v, const uint8_t* valid, float* out) = 0;
-  virtual void kv_store(const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
-                        int64_t cols, float* cache) = 0;
+  // is the window [0, n_seq)). Weights, norm weights and biases are named by their host views (host
+  // pointers, never read here: the keys of add_matrix / add_vector's copies).
+  virtual void matmul_nt(DeviceIn x, int64_t n, const WeightView& w, const float* bias, DeviceOut y) = 0;
+  virtual void rms_norm(DeviceIn x, const float* w, int64_t n, int64_t d, float eps, DeviceOut y) = 0;
+  virtual void rope_apply(DeviceOut x, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) = 0;
+  virtual void swiglu(DeviceIn gate, DeviceIn up, int64_t count, DeviceOut out) = 0;
+  virtual void add_inplace(DeviceOut y, DeviceIn x, int64_t count) = 0;
+  virtual void embedding(const WeightView& table, DevicePtr<const int32_t> ids, int64_t n, DeviceOut out) = 0;
+  virtual void gather_rows(DeviceIn x, int64_t cols, DevicePtr<const int32_t> rows, int64_t n, DeviceOut out) = 0;
+  virtual void attention(const AttentionShape& shape, int64_t window_begin, int64_t window_len, DeviceIn q, DeviceIn k, DeviceIn v,
+                         DevicePtr<const uint8_t> valid, DeviceOut out) = 0;
+  virtual void kv_store(DeviceIn src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
+                        int64_t cols, DeviceOut cache) = 0;
   // The head sampler's step (engine/device_head_sampler.h) per row of logits[n, n_vocab] with `filter`:
   // ids[n] the token (the argmax, lowest id on ties, at temperature 0; else the categorical draw of
   // uniforms[n], f32 in [0, 1), in sampler/filters.h's order) and conf[n, 3] of the filtered softmax: the
   // token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10) (NaN for a row with a NaN or +inf
   // logit or every logit −inf), sampler/filters.h's rules throughout.
-  virtual void sample_rows(const float* logits, int64_t n, int64_t n_vocab, const FilterConfig& filter,
-                           const float* uniforms, int32_t* ids, float* conf) = 0;
+  virtual void sample_rows(DeviceIn logits, int64_t n, int64_t n_vocab, const FilterConfig& filter, DeviceIn uniforms,
+                           DevicePtr<int32_t> ids, DeviceOut conf) = 0;
 };
 
 // Opens Vulkan device `index` (ops/vulkan/runtime.h's order). Errors: kUnimplemented (built without
@@ -124,7 +193,7 @@ class DeviceBackend {
 Result<std::unique_ptr<DeviceBackend>> open_vulkan_backend(int index);
 
 // n floats of the forward named `name`: ctx.workspace's on the CPU (which must be set), the backend's
-// device memory on a device (nullptr after a device error).
+// device memory on a device as a forward operand (as_operand; nullptr after a device error).
 float* device_floats(const Context& ctx, const char* name, int64_t n);
 
 // The device's first error of this forward (ok on the CPU): check it after the allocations, before the ops,
@@ -132,11 +201,11 @@ float* device_floats(const Context& ctx, const char* name, int64_t n);
 Status device_status(const Context& ctx);
 
 // host[n] where ctx's ops read it: the host pointer itself on the CPU, a device copy named `name` on a
-// device (nullptr stays nullptr).
+// device as a forward operand (as_operand; nullptr stays nullptr).
 template <typename T>
 const T* device_copy(const Context& ctx, const char* name, const T* host, int64_t n) {
   if (ctx.device == Device::kCpu || host == nullptr) return host;
-  return static_cast<const T*>(ctx.backend->copy_in(name, host, n * static_cast<int64_t>(sizeof(T))));
+  return as_operand(device_cast<const T>(ctx.backend->copy_in(name, host, n * static_cast<int64_t>(sizeof(T)))));
 }
 
 }  // namespace dc

@@ -21,7 +21,7 @@ void rms_norm(const Context& ctx, const float* x, const float* w, int64_t n, int
       if (ctx.reference_kernels) return cpu::rms_norm(ctx.pool, x, w, n, d, eps, y);
       return cpu::rms_norm_fast(ctx.pool, x, w, n, d, eps, y);
     case Device::kVulkan:
-      return ctx.backend->rms_norm(x, w, n, d, eps, y);
+      return ctx.backend->rms_norm(as_device(x), w, n, d, eps, as_device(y));
   }
 }
 
@@ -53,7 +53,7 @@ void rope_apply(const Context& ctx, float* x, int64_t n, int64_t n_heads, int64_
       if (ctx.reference_kernels) return cpu::rope_apply(ctx.pool, x, n, n_heads, head_dim, cos, sin);
       return cpu::rope_apply_fast(ctx.pool, x, n, n_heads, head_dim, cos, sin);
     case Device::kVulkan:
-      return ctx.backend->rope_apply(x, n, n_heads, head_dim, cos, sin);
+      return ctx.backend->rope_apply(as_device(x), n, n_heads, head_dim, as_device(cos), as_device(sin));
   }
 }
 
@@ -65,7 +65,7 @@ void swiglu(const Context& ctx, const float* gate, const float* up, int64_t coun
       if (ctx.reference_kernels) return cpu::swiglu(ctx.pool, gate, up, count, out);
       return cpu::swiglu_fast(ctx.pool, gate, up, count, out);
     case Device::kVulkan:
-      return ctx.backend->swiglu(gate, up, count, out);
+      return ctx.backend->swiglu(as_device(gate), as_device(up), count, as_device(out));
   }
 }
 
@@ -77,7 +77,7 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
       if (ctx.reference_kernels) return cpu::add_inplace(ctx.pool, y, x, count);
       return cpu::add_inplace_fast(ctx.pool, y, x, count);
     case Device::kVulkan:
-      return ctx.backend->add_inplace(y, x, count);
+      return ctx.backend->add_inplace(as_device(y), as_device(x), count);
   }
 }
 
@@ -95,7 +95,7 @@ void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, 
       for (int64_t i = 0; i < n; ++i) DC_CHECK(ids[i] >= 0 && ids[i] < table.rows, "embedding: id out of range");
       return cpu::embedding(ctx.pool, table, ids, n, out);
     case Device::kVulkan:  // device ids: Model::forward checked the tokens on the host
-      return ctx.backend->embedding(table, ids, n, out);
+      return ctx.backend->embedding(table, as_device(ids), n, as_device(out));
   }
 }
 
@@ -106,7 +106,7 @@ void gather_rows(const Context& ctx, const float* x, int64_t cols, const int32_t
       for (int64_t r = 0; r < n; ++r) std::copy_n(x + rows[r] * cols, cols, out + r * cols);
       return;
     case Device::kVulkan:
-      return ctx.backend->gather_rows(x, cols, rows, n, out);
+      return ctx.backend->gather_rows(as_device(x), cols, as_device(rows), n, as_device(out));
   }
 }
 

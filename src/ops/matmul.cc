@@ -31,7 +31,11 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
         case DType::kI8:
         case DType::kU8:
           // Quantized weights (WeightQuant): ops/cpu/matmul_quant.cc.
-          DC_CHECK(w.quantized() && w.scales != nullptr, "matmul_nt: integer weight without its quantization");
+          DC_CHECK(w.quantized() && (w.scales != nullptr || w.quant == WeightQuant::kGguf),
+                   "matmul_nt: integer weight without its quantization");
+          DC_CHECK(w.quant != WeightQuant::kGguf || (w.ggml_type != cpu::GgmlType::kNone && w.layout == WeightLayout::kRowMajor &&
+                                                     w.cols % cpu::ggml_block_info(w.ggml_type).values == 0),
+                   "matmul_nt: ggml block weight without its type, or not row-major");
           DC_CHECK(w.quant != WeightQuant::kQ4 || (w.mins != nullptr && w.group_size > 0 && w.group_size % 2 == 0 &&
                                                    w.cols % w.group_size == 0),
                    "matmul_nt: q4 weight without mins or with a bad group size");
@@ -41,7 +45,7 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
       DC_CHECK(false, "matmul_nt: no kernel for this weight dtype");
       return;
     case Device::kVulkan:
-      return ctx.backend->matmul_nt(x, n, w, bias, y);
+      return ctx.backend->matmul_nt(as_device(x), n, w, bias, as_device(y));
   }
 }
 
@@ -99,7 +103,7 @@ PanelSizes panel_sizes(const WeightView& w) {
     return p;
   }
   const bool q4 = w.quant == WeightQuant::kQ4;
-  if (q4 && w.group_size % kQuantBlock != 0) return p;
+  if ((q4 && w.group_size % kQuantBlock != 0) || w.quant == WeightQuant::kGguf) return p;  // kGguf: read in place
   p.panel_rows = kQuantPanelRows;
   p.panels = (w.rows + kQuantPanelRows - 1) / kQuantPanelRows;
   p.data_bytes = p.panels * (w.cols + kQuantBlock - 1) / kQuantBlock * (q4 ? 512 : 1024);

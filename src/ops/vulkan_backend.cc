@@ -12,9 +12,9 @@
 // forward's last segment then records anew).
 // A forward is collected in segments, each replayed on its own and all run in one submission: a gather of
 // rows starts a new one, as it is where a forward's per-step shape begins (the out rows after the layers,
-// whose number changes every step while the canvas does not; the head's masked rows). A device pointer is the address
-// (slot + 1) << 40 of a named forward buffer or of caller-owned memory (allocate: the KV cache): an operand
-// must be the start of one (no row offsets yet).
+// whose number changes every step while the canvas does not; the head's masked rows). A device pointer
+// (ops/device.h DevicePtr) is the handle (slot + 1) << 40 of a named forward buffer or of caller-owned memory
+// (allocate: the KV cache): an operand must be the start of one (no row offsets yet).
 #include <algorithm>
 #include <ctime>
 #include <cstdint>
@@ -32,7 +32,7 @@
 namespace dc {
 namespace {
 
-constexpr int kAddressShift = 40;  // device pointers: slot in the high bits, a byte offset (always 0) below
+constexpr int kAddressShift = 40;  // DevicePtr handles: slot in the high bits, a byte offset (always 0) below
 // Recorded sequences kept for replay: the forward of a generation's shape and the head sampler's few.
 constexpr size_t kMaxRecorded = 8;
 // copy_out's largest persistent staging buffer (above: one per forward).
@@ -53,7 +53,7 @@ class VulkanMemory final : public DeviceMemory {
  public:
   VulkanMemory(VulkanBackend* owner, size_t slot) : owner_(owner), slot_(slot) {}
   ~VulkanMemory() override;
-  float* data() const override { return reinterpret_cast<float*>(static_cast<uintptr_t>(slot_ + 1) << kAddressShift); }
+  DevicePtr<float> data() const override { return DevicePtr<float>::from_handle(uint64_t{slot_ + 1} << kAddressShift); }
 
  private:
   VulkanBackend* owner_;
@@ -88,6 +88,10 @@ class VulkanBackend final : public DeviceBackend {
     if (matrices_.count(w.data) != 0) return Status();
     if (w.layout != WeightLayout::kRowMajor)
       return invalid_argument(name + ": packed (kPanels) weights are the CPU's layout; upload the row-major weights");
+    if (w.quant == WeightQuant::kGguf)
+      return unimplemented(name + ": " + cpu::ggml_block_info(w.ggml_type).name +
+                           " blocks of a quantized GGUF run on the CPU only (--device cpu); for a device, use an F16 / BF16 "
+                           "GGUF or a checkpoint directory converted with diffucoder convert --weights q8|q4");
     const vk::HostMatrix host{w.dtype, w.quant, w.rows, w.cols, w.group_size, w.data, w.scales, w.mins};
     DC_ASSIGN_OR_RETURN(vk::DeviceMatrix d, vk::upload_matrix(*rt_, host, name));
     weight_bytes_ += d.data.bytes() + d.scales.bytes() + d.mins.bytes();
@@ -144,7 +148,7 @@ class VulkanBackend final : public DeviceBackend {
     return Status();
   }
 
-  void* alloc(const char* name, int64_t bytes) override {
+  DevicePtr<void> alloc(const char* name, int64_t bytes) override {
     if (!status_.ok() || bytes <= 0) return nullptr;
     const int64_t words = (bytes + 3) / 4 * 4;  // the shaders read whole 32-bit words
     auto [it, fresh] = slots_.try_emplace(name, 0);
@@ -163,18 +167,18 @@ class VulkanBackend final : public DeviceBackend {
       }
       b = std::move(grown).value();
     }
-    return reinterpret_cast<void*>(static_cast<uintptr_t>(it->second + 1) << kAddressShift);
+    return DevicePtr<void>::from_handle(uint64_t{it->second + 1} << kAddressShift);
   }
 
-  const void* copy_in(const char* name, const void* host, int64_t bytes) override {
-    void* p = alloc(name, bytes);
-    if (p == nullptr) return nullptr;
+  DevicePtr<void> copy_in(const char* name, const void* host, int64_t bytes) override {
+    const DevicePtr<void> p = alloc(name, bytes);
+    if (!p) return nullptr;
     vk::Buffer* staging = staging_for(staging_in_, name, bytes);
     if (staging != nullptr) keep(seq_->upload(*staging, host, bytes, at(p)));
     return status_.ok() ? p : nullptr;
   }
 
-  void copy_out(const char* name, const void* device, void* host, int64_t bytes) override {
+  void copy_out(const char* name, DevicePtr<const void> device, void* host, int64_t bytes) override {
     if (!recording() || bytes <= 0) return;
     const vk::Buffer& src = at(device);
     if (!status_.ok()) return;
@@ -219,25 +223,25 @@ class VulkanBackend final : public DeviceBackend {
     return status_;
   }
 
-  void matmul_nt(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) override {
+  void matmul_nt(DeviceIn x, int64_t n, const WeightView& w, const float* bias, DeviceOut y) override {
     if (recording()) keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), vector(bias), at(y), matrix_units_, &split_scratch_));
   }
-  void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) override {
+  void rms_norm(DeviceIn x, const float* w, int64_t n, int64_t d, float eps, DeviceOut y) override {
     if (recording()) keep(vk::rms_norm(*seq_, at(x), *vector(w), n, d, eps, at(y)));
   }
-  void rope_apply(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin) override {
+  void rope_apply(DeviceOut x, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) override {
     if (recording()) keep(vk::rope_apply(*seq_, at(x), n, n_heads, head_dim, at(cos), at(sin)));
   }
-  void swiglu(const float* gate, const float* up, int64_t count, float* out) override {
+  void swiglu(DeviceIn gate, DeviceIn up, int64_t count, DeviceOut out) override {
     if (recording()) keep(vk::swiglu(*seq_, at(gate), at(up), count, at(out)));
   }
-  void add_inplace(float* y, const float* x, int64_t count) override {
+  void add_inplace(DeviceOut y, DeviceIn x, int64_t count) override {
     if (recording()) keep(vk::add_inplace(*seq_, at(y), at(x), count));
   }
-  void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
+  void embedding(const WeightView& table, DevicePtr<const int32_t> ids, int64_t n, DeviceOut out) override {
     if (recording()) keep(vk::gather_rows(*seq_, matrix(table), at(ids), n, at(out)));
   }
-  void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) override {
+  void gather_rows(DeviceIn x, int64_t cols, DevicePtr<const int32_t> rows, int64_t n, DeviceOut out) override {
     if (!recording()) return;
     if (!seq_->empty()) {  // a new segment (see the top of the file)
       segments_.push_back(std::move(*seq_));
@@ -247,19 +251,19 @@ class VulkanBackend final : public DeviceBackend {
     }
     keep(vk::gather_rows(*seq_, at(x), cols, at(rows), n, at(out)));
   }
-  void attention(const AttentionShape& s, int64_t window_begin, int64_t window_len, const float* q, const float* k,
-                 const float* v, const uint8_t* valid, float* out) override {
+  void attention(const AttentionShape& s, int64_t window_begin, int64_t window_len, DeviceIn q, DeviceIn k, DeviceIn v,
+                 DevicePtr<const uint8_t> valid, DeviceOut out) override {
     if (!recording()) return;
     const vk::AttentionDims dims{s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim};
-    keep(vk::attention(*seq_, dims, window_begin, window_len, at(q), at(k), at(v), valid != nullptr ? &at(valid) : nullptr,
+    keep(vk::attention(*seq_, dims, window_begin, window_len, at(q), at(k), at(v), valid ? &at(valid) : nullptr,
                        at(out), &split_scratch_));
   }
-  void kv_store(const float* src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len, int64_t cols,
-                float* cache) override {
+  void kv_store(DeviceIn src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len, int64_t cols,
+                DeviceOut cache) override {
     if (recording()) keep(vk::kv_store(*seq_, at(src), n_batch, n_seq, window_begin, window_len, cols, at(cache)));
   }
-  void sample_rows(const float* logits, int64_t n, int64_t n_vocab, const FilterConfig& filter, const float* uniforms,
-                   int32_t* ids, float* conf) override {
+  void sample_rows(DeviceIn logits, int64_t n, int64_t n_vocab, const FilterConfig& filter, DeviceIn uniforms,
+                   DevicePtr<int32_t> ids, DeviceOut conf) override {
     if (!recording()) return;
     const vk::RowFilter f{filter.temperature, filter.top_p, filter.top_k};
     keep(vk::sample_rows(*seq_, at(logits), n, n_vocab, f, at(uniforms), at(ids), at(conf)));
@@ -311,11 +315,11 @@ class VulkanBackend final : public DeviceBackend {
     free_slots_.pop_back();
     return slot;
   }
-  // The buffer at device pointer p; nullptr for a host pointer, another device's, an offset into a buffer
-  // or freed memory.
-  vk::Buffer* lookup(const void* p) {
-    const uintptr_t address = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t slot = (address >> kAddressShift) - 1, offset = address & ((uintptr_t{1} << kAddressShift) - 1);
+  // The buffer at device pointer p; nullptr for a host pointer passed as an operand, another device's, an
+  // offset into a buffer or freed memory.
+  vk::Buffer* lookup(DevicePtr<const void> p) {
+    const uint64_t address = p.handle();
+    const uint64_t slot = (address >> kAddressShift) - 1, offset = address & ((uint64_t{1} << kAddressShift) - 1);
     const std::lock_guard<std::mutex> guard(table_mutex_);
     if (address >> kAddressShift == 0 || slot >= table_.size() || offset != 0) return nullptr;
     return table_[slot];
@@ -325,7 +329,7 @@ class VulkanBackend final : public DeviceBackend {
                             "'s buffers (a host pointer, another device's, or an offset into a buffer)");
   }
   // lookup(p), or (the error kept) an empty buffer, which every kernel refuses.
-  vk::Buffer& at(const void* p) {
+  vk::Buffer& at(DevicePtr<const void> p) {
     vk::Buffer* b = lookup(p);
     if (b == nullptr) keep(not_mine());
     return b != nullptr ? *b : invalid_;
@@ -354,7 +358,7 @@ class VulkanBackend final : public DeviceBackend {
   double begun_ms_ = 0;    // thread_cpu_ms() at the last begin()
   double collect_ms_ = 0;  // DeviceCounters::collect_ms
   std::mutex table_mutex_;                          // table_, owned_, free_slots_, released_
-  std::vector<vk::Buffer*> table_;                  // device pointer (slot + 1) << 40 → buffer (null: free)
+  std::vector<vk::Buffer*> table_;                  // DevicePtr handle (slot + 1) << 40 → buffer (null: free)
   std::vector<size_t> free_slots_, released_;
   std::unordered_map<size_t, vk::Buffer> owned_;    // allocate()'s buffers, by slot
   std::deque<vk::Buffer> arena_;                    // the forward's named buffers

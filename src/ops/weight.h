@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/cpu/gguf_blocks.h"
 #include "types/quantization.h"
 
 namespace dc {
@@ -40,11 +41,14 @@ struct WeightView {
   const void* data = nullptr;  // row-major [rows, cols] (kQ4: [rows, cols/2] bytes); not owned
   int64_t rows = 0;
   int64_t cols = 0;
-  // Quantized weights only (dtype is then kI8 for kQ8, kU8 for kQ4); not owned.
+  // Quantized weights only (dtype is then kI8 for kQ8, kU8 for kQ4 and kGguf); not owned.
   WeightQuant quant = WeightQuant::kNone;
   const void* scales = nullptr;  // kQ8: f32 [rows]; kQ4: f16 bits [rows, cols/group_size]
   const void* mins = nullptr;    // kQ4: f16 bits [rows, cols/group_size]
   int64_t group_size = 0;        // kQ4: columns per scale, divides cols
+  // kGguf (dtype kU8): the ggml block type of data's blocks, row-major, ggml_row_bytes(type, cols) per row
+  // (cols a multiple of the block); no scales or mins (they are inside the blocks); kRowMajor only.
+  cpu::GgmlType ggml_type = cpu::GgmlType::kNone;
   WeightLayout layout = WeightLayout::kRowMajor;
 
   bool empty() const { return data == nullptr; }
@@ -88,6 +92,9 @@ struct WeightView {
         for (int64_t c = 0; c < cols; ++c) dst[c] = s * static_cast<float>(q[c]);
         return;
       }
+      case WeightQuant::kGguf:
+        cpu::ggml_dequantize(ggml_type, static_cast<const uint8_t*>(data) + r * cpu::ggml_row_bytes(ggml_type, cols), dst, cols);
+        return;
       case WeightQuant::kQ4: {
         if (layout == WeightLayout::kPanels) {
           const int64_t n_groups = cols / group_size;

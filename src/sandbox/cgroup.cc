@@ -13,13 +13,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include "core/log.h"
 
 namespace dc::sandbox {
 namespace {
@@ -224,8 +225,8 @@ void RunCgroup::finish() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (!removed)  // not silent: an empty cgroup left behind costs little, but say so
-    std::fprintf(stderr, "sandbox: cannot remove the run's cgroup %s: %s (rmdir it by hand)\n", path_.c_str(),
-                 std::strerror(errno));
+    log(LogLevel::kError, "sandbox: cannot remove the run's cgroup " + path_ + ": " + std::strerror(errno) +
+                              " (rmdir it by hand)");
   path_.clear();
 }
 

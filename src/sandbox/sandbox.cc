@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
@@ -23,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/child.h"
 #include "sandbox/remove_tree.h"
@@ -489,10 +489,10 @@ Result<RunResult> run(const RunSpec& spec) {
   if (!mkdtemp(dir.data())) return io_error(errno_text("sandbox: cannot create a temp dir under " + base));
   Result<RunResult> r = run_in(spec, dir, *filter);
   // The host dir holds only what we staged (the program writes to its tmpfs), but a failure to
-  // remove it is reported, never silent: in the result and on stderr.
+  // remove it is reported, never silent: in the result and through the log.
   if (Status s = remove_tree(dir); !s.ok()) {
     const std::string msg = "sandbox: " + s.message();
-    std::fprintf(stderr, "%s\n", msg.c_str());
+    log(LogLevel::kError, msg);
     if (r.ok()) r->cleanup_error = msg;
   }
   return r;

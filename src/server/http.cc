@@ -22,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "sampler/decoder.h"
+#include "server/canvas.h"
 #include "server/web_ui.h"
 #include "tokenizer/chat.h"
 
@@ -208,6 +209,7 @@ struct StreamState {
   std::vector<int64_t> tokens;        // completion tokens per choice
   bool keep = false;                  // the connection stays open after the response
   bool head_sent = false, started = false, done = false;
+  std::optional<CanvasView> canvas;   // stream_canvas: the rows as last sent (each step decodes what changed)
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
@@ -285,27 +287,6 @@ struct HttpServer::Impl {
     Result<std::string> text = engine.completion_text(ids);
     if (text.ok()) r.text = std::move(*text);
     return r;
-  }
-
-  // Per-token text for the canvas view (null for masks).
-  json canvas_rows(const JobSnapshot& s) const {
-    json rows = json::array();
-    const Tokenizer* tok = engine.tokenizer();
-    for (const auto& row : s.rows) {
-      json pieces = json::array();
-      for (int32_t t : row) {
-        if (t == mask_id) {
-          pieces.push_back(nullptr);
-        } else if (t < tok->vocab_size()) {
-          Result<std::string> piece = tok->decode({t});
-          pieces.push_back(piece.ok() ? *piece : std::string());
-        } else {
-          pieces.push_back("");
-        }
-      }
-      rows.push_back(std::move(pieces));
-    }
-    return rows;
   }
 
   Result<std::vector<int32_t>> prompt_ids(const ApiRequest& r) const {
@@ -490,8 +471,17 @@ struct HttpServer::Impl {
         for (int i = 0; i < r.n; ++i) out += sse_event(chunk_json(r.endpoint, st.meta, i, "", true, ""));
     }
     if (r.stream_canvas) {
-      for (const JobSnapshot& s : snaps)
-        out += sse_event(json{{"step", s.step}, {"n_steps", s.n_steps}, {"rows", canvas_rows(s)}}, "canvas");
+      if (!st.canvas) st.canvas.emplace(*engine.tokenizer(), mask_id);
+      for (const JobSnapshot& s : snaps) {
+        st.canvas->update(s.rows);
+        json event = {{"step", s.step}, {"n_steps", s.n_steps}};
+        if (r.canvas_changes && !st.canvas->reshaped()) {
+          event["changes"] = st.canvas->changes();
+        } else {
+          event["rows"] = st.canvas->rows();
+        }
+        out += sse_event(event, "canvas");
+      }
     }
     auto advance = [&](size_t i, const std::vector<int32_t>& gen, bool final) {
       if (!st.finished[i].empty()) return;

@@ -132,6 +132,147 @@ Status refuse_unsupported(const json& body, Endpoint endpoint) {
   return Status::ok_status();
 }
 
+// The body as a JSON object; a parse error names the position and what the parser read there, and a number
+// past double's range names its field.
+Result<json> parse_body(const std::string& body_text) {
+  if (const size_t nul = body_text.find('\0'); nul != std::string::npos)
+    return parse_error("body: not valid JSON (a NUL byte at byte " + std::to_string(nul) + ")");
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::exception& e) {  // the parser's message names the position and what it read there
+    std::string what = e.what();
+    if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    // A number past double's range (1e400) is valid JSON the parser cannot hold: name its field.
+    static const std::string kOverflow = "number overflow parsing '";
+    if (const size_t o = what.find(kOverflow); o != std::string::npos) {
+      const std::string literal = what.substr(o + kOverflow.size(), what.find('\'', o + kOverflow.size()) - o - kOverflow.size());
+      const size_t at = literal.empty() ? std::string::npos : body_text.find(literal);
+      const size_t colon = at == std::string::npos ? at : body_text.rfind(':', at);
+      const size_t close = colon == std::string::npos ? colon : body_text.rfind('"', colon);
+      const size_t open = close == std::string::npos || close == 0 ? std::string::npos : body_text.rfind('"', close - 1);
+      if (open != std::string::npos) {
+        const std::string field = body_text.substr(open + 1, close - open - 1);
+        if (!field.empty() && field.find_first_of(" \\\"") == std::string::npos)
+          return invalid_argument(field + ": the number " + literal + " is out of range");
+      }
+    }
+    return parse_error("body: not valid JSON (" + what + ")");
+  }
+  if (!body.is_object()) return parse_error("body: must be a JSON object, got " + type_name(body));
+  return body;
+}
+
+// max_tokens (or max_completion_tokens) into *max_tokens and p.max_new_tokens, steps, temperature, top_p, top_k,
+// n and seed, in that order.
+Status parse_sampling(const json& body, const RequestLimits& limits, ApiRequest& r, int64_t* max_tokens) {
+  SamplingParams& p = r.params;
+  *max_tokens = limits.default_max_tokens;
+  const char* max_field = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (present(body, max_field)) {
+    DC_ASSIGN_OR_RETURN(*max_tokens, get_int(body, max_field, 1, limits.max_tokens));
+  }
+  p.max_new_tokens = *max_tokens;
+  p.steps = static_cast<int>(*max_tokens);
+  if (present(body, "steps")) {
+    DC_ASSIGN_OR_RETURN(int64_t steps, get_int(body, "steps", 1, limits.max_tokens));
+    p.steps = static_cast<int>(steps);
+  }
+  DC_RETURN_IF_ERROR(read_float(body, "temperature", 0.0, 2.0, p.temperature));
+  if (present(body, "top_p")) {
+    const json& v = body["top_p"];
+    if (!v.is_number()) return field_error("top_p", "must be a number, got " + type_name(v));
+    const double t = v.get<double>();
+    if (!(t > 0.0 && t <= 1.0)) return field_error("top_p", "must be in (0, 1], got " + v.dump());
+    p.top_p = static_cast<float>(t);
+  }
+  if (present(body, "top_k")) {
+    DC_ASSIGN_OR_RETURN(p.top_k, get_int(body, "top_k", -1, INT32_MAX));
+  }
+  if (present(body, "n")) {
+    DC_ASSIGN_OR_RETURN(int64_t n, get_int(body, "n", 1, limits.max_n));
+    r.n = static_cast<int>(n);
+  }
+  p.num_return_sequences = r.n;
+  if (present(body, "seed")) {
+    const json& v = body["seed"];
+    if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()))
+      return field_error("seed", "is out of range: must be an integer in [-2^63, 2^64), got " + v.dump());
+    if (!v.is_number_integer()) return field_error("seed", "must be an integer, got " + type_name(v));
+    p.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+  }
+  return Status::ok_status();
+}
+
+// stop: a string or an array of up to limits.max_stop non-empty strings.
+Status parse_stop(const json& v, const RequestLimits& limits, ApiRequest& r) {
+  if (v.is_string()) {
+    r.stop.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    for (const json& s : v) {
+      if (!s.is_string()) return field_error("stop", "must be a string or an array of strings");
+      r.stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return field_error("stop", "must be a string or an array of strings, got " + type_name(v));
+  }
+  if (static_cast<int>(r.stop.size()) > limits.max_stop)
+    return field_error("stop", "at most " + std::to_string(limits.max_stop) + " stop strings");
+  for (const std::string& s : r.stop)
+    if (s.empty()) return field_error("stop", "stop strings must not be empty");
+  return Status::ok_status();
+}
+
+// stream, stream_options.include_usage and stream_canvas (true, false or "changes"; it needs stream).
+Status parse_streaming(const json& body, ApiRequest& r) {
+  if (present(body, "stream")) {
+    DC_ASSIGN_OR_RETURN(r.stream, get_bool(body, "stream"));
+  }
+  if (present(body, "stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return field_error("stream_options", "must be an object");
+    if (present(so, "include_usage")) {
+      DC_ASSIGN_OR_RETURN(r.include_usage, get_bool(so, "include_usage"));
+    }
+  }
+  if (present(body, "stream_canvas")) {
+    const json& v = body["stream_canvas"];
+    if (v.is_string() && v.get<std::string>() == "changes") {
+      r.stream_canvas = r.canvas_changes = true;
+    } else if (v.is_boolean()) {
+      r.stream_canvas = v.get<bool>();
+    } else {
+      return field_error("stream_canvas", "must be true, false or \"changes\", got " + (v.is_string() ? v.dump() : type_name(v)));
+    }
+  }
+  if (r.stream_canvas && !r.stream) return field_error("stream_canvas", "needs stream: true");
+  return Status::ok_status();
+}
+
+// The diffusion extensions: alg, alg_temp, eps, block_length, threshold, factor, cache; `serve --fast`'s mode
+// when the request sets none of block_length, cache, threshold and factor.
+Status parse_diffusion(const json& body, const RequestLimits& limits, SamplingParams& p) {
+  if (present(body, "alg")) {
+    DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "alg"));
+    DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(name));
+  }
+  DC_RETURN_IF_ERROR(read_float(body, "alg_temp", 0.0, 1e6, p.alg_temp));
+  DC_RETURN_IF_ERROR(read_float(body, "eps", 0.0, 1.0, p.eps));
+  if (present(body, "block_length")) {
+    DC_ASSIGN_OR_RETURN(p.block_length, get_int(body, "block_length", 0, limits.max_tokens));
+  }
+  DC_RETURN_IF_ERROR(read_float(body, "threshold", 0.0, 1.0, p.threshold));
+  DC_RETURN_IF_ERROR(read_float(body, "factor", 0.0, 1e6, p.factor));
+  if (present(body, "cache")) {
+    DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "cache"));
+    DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(name));
+  }
+  if (limits.fast && !present(body, "block_length") && !present(body, "cache") && !present(body, "threshold") &&
+      !present(body, "factor"))
+    apply_fast_mode(p);
+  return Status::ok_status();
+}
+
 }  // namespace
 
 nlohmann::json ApiError::to_json() const {
@@ -160,6 +301,10 @@ ApiError api_error(const Status& status) {
       e.http_status = 404;
       e.type = "not_found_error";
       break;
+    case StatusCode::kFailedPrecondition:  // valid, but not now: the client may retry
+      e.http_status = 409;
+      e.type = "conflict_error";
+      break;
     default:
       e.http_status = 500;
       e.type = "server_error";
@@ -169,31 +314,7 @@ ApiError api_error(const Status& status) {
 
 Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text, const SamplingParams& base,
                                  const RequestLimits& limits) {
-  if (const size_t nul = body_text.find('\0'); nul != std::string::npos)
-    return parse_error("body: not valid JSON (a NUL byte at byte " + std::to_string(nul) + ")");
-  json body;
-  try {
-    body = json::parse(body_text);
-  } catch (const json::exception& e) {  // the parser's message names the position and what it read there
-    std::string what = e.what();
-    if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    // A number past double's range (1e400) is valid JSON the parser cannot hold: name its field.
-    static const std::string kOverflow = "number overflow parsing '";
-    if (const size_t o = what.find(kOverflow); o != std::string::npos) {
-      const std::string literal = what.substr(o + kOverflow.size(), what.find('\'', o + kOverflow.size()) - o - kOverflow.size());
-      const size_t at = literal.empty() ? std::string::npos : body_text.find(literal);
-      const size_t colon = at == std::string::npos ? at : body_text.rfind(':', at);
-      const size_t close = colon == std::string::npos ? colon : body_text.rfind('"', colon);
-      const size_t open = close == std::string::npos || close == 0 ? std::string::npos : body_text.rfind('"', close - 1);
-      if (open != std::string::npos) {
-        const std::string field = body_text.substr(open + 1, close - open - 1);
-        if (!field.empty() && field.find_first_of(" \\\"") == std::string::npos)
-          return invalid_argument(field + ": the number " + literal + " is out of range");
-      }
-    }
-    return parse_error("body: not valid JSON (" + what + ")");
-  }
-  if (!body.is_object()) return parse_error("body: must be a JSON object, got " + type_name(body));
+  DC_ASSIGN_OR_RETURN(const json body, parse_body(body_text));
   DC_RETURN_IF_ERROR(refuse_unsupported(body, endpoint));
 
   ApiRequest r;
@@ -216,93 +337,14 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
     if (!present(body, "messages")) return field_error("messages", "is required");
     DC_RETURN_IF_ERROR(parse_messages(body["messages"], r));
   }
-  int64_t max_tokens = limits.default_max_tokens;
-  const char* max_field = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (present(body, max_field)) {
-    DC_ASSIGN_OR_RETURN(max_tokens, get_int(body, max_field, 1, limits.max_tokens));
-  }
-  p.max_new_tokens = max_tokens;
-  p.steps = static_cast<int>(max_tokens);
-  if (present(body, "steps")) {
-    DC_ASSIGN_OR_RETURN(int64_t steps, get_int(body, "steps", 1, limits.max_tokens));
-    p.steps = static_cast<int>(steps);
-  }
-  DC_RETURN_IF_ERROR(read_float(body, "temperature", 0.0, 2.0, p.temperature));
-  if (present(body, "top_p")) {
-    const json& v = body["top_p"];
-    if (!v.is_number()) return field_error("top_p", "must be a number, got " + type_name(v));
-    const double t = v.get<double>();
-    if (!(t > 0.0 && t <= 1.0)) return field_error("top_p", "must be in (0, 1], got " + v.dump());
-    p.top_p = static_cast<float>(t);
-  }
-  if (present(body, "top_k")) {
-    DC_ASSIGN_OR_RETURN(p.top_k, get_int(body, "top_k", -1, INT32_MAX));
-  }
-  if (present(body, "n")) {
-    DC_ASSIGN_OR_RETURN(int64_t n, get_int(body, "n", 1, limits.max_n));
-    r.n = static_cast<int>(n);
-  }
-  p.num_return_sequences = r.n;
-  if (present(body, "seed")) {
-    const json& v = body["seed"];
-    if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()))
-      return field_error("seed", "is out of range: must be an integer in [-2^63, 2^64), got " + v.dump());
-    if (!v.is_number_integer()) return field_error("seed", "must be an integer, got " + type_name(v));
-    p.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
-  }
-  if (present(body, "stop")) {
-    const json& v = body["stop"];
-    if (v.is_string()) {
-      r.stop.push_back(v.get<std::string>());
-    } else if (v.is_array()) {
-      for (const json& s : v) {
-        if (!s.is_string()) return field_error("stop", "must be a string or an array of strings");
-        r.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return field_error("stop", "must be a string or an array of strings, got " + type_name(v));
-    }
-    if (static_cast<int>(r.stop.size()) > limits.max_stop)
-      return field_error("stop", "at most " + std::to_string(limits.max_stop) + " stop strings");
-    for (const std::string& s : r.stop)
-      if (s.empty()) return field_error("stop", "stop strings must not be empty");
-  }
-  if (present(body, "stream")) {
-    DC_ASSIGN_OR_RETURN(r.stream, get_bool(body, "stream"));
-  }
-  if (present(body, "stream_options")) {
-    const json& so = body["stream_options"];
-    if (!so.is_object()) return field_error("stream_options", "must be an object");
-    if (present(so, "include_usage")) {
-      DC_ASSIGN_OR_RETURN(r.include_usage, get_bool(so, "include_usage"));
-    }
-  }
-  if (present(body, "stream_canvas")) {
-    DC_ASSIGN_OR_RETURN(r.stream_canvas, get_bool(body, "stream_canvas"));
-  }
-  if (r.stream_canvas && !r.stream) return field_error("stream_canvas", "needs stream: true");
+  int64_t max_tokens = 0;
+  DC_RETURN_IF_ERROR(parse_sampling(body, limits, r, &max_tokens));
+  if (present(body, "stop")) DC_RETURN_IF_ERROR(parse_stop(body["stop"], limits, r));
+  DC_RETURN_IF_ERROR(parse_streaming(body, r));
   if (present(body, "user")) {
     DC_ASSIGN_OR_RETURN(r.user, get_string(body, "user"));
   }
-  // Diffusion extensions.
-  if (present(body, "alg")) {
-    DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "alg"));
-    DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(name));
-  }
-  DC_RETURN_IF_ERROR(read_float(body, "alg_temp", 0.0, 1e6, p.alg_temp));
-  DC_RETURN_IF_ERROR(read_float(body, "eps", 0.0, 1.0, p.eps));
-  if (present(body, "block_length")) {
-    DC_ASSIGN_OR_RETURN(p.block_length, get_int(body, "block_length", 0, limits.max_tokens));
-  }
-  DC_RETURN_IF_ERROR(read_float(body, "threshold", 0.0, 1.0, p.threshold));
-  DC_RETURN_IF_ERROR(read_float(body, "factor", 0.0, 1e6, p.factor));
-  if (present(body, "cache")) {
-    DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "cache"));
-    DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(name));
-  }
-  if (limits.fast && !present(body, "block_length") && !present(body, "cache") && !present(body, "threshold") &&
-      !present(body, "factor"))
-    apply_fast_mode(p);
+  DC_RETURN_IF_ERROR(parse_diffusion(body, limits, p));
   DC_RETURN_IF_ERROR(validate(p, INT32_MAX));  // ranges (the vocabulary is checked with the prompt)
   DC_RETURN_IF_ERROR(check_steps_per_block(p, max_tokens));
   return r;

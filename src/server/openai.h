@@ -39,6 +39,7 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   bool stream_canvas = false;         // extension: an `event: canvas` SSE event after every step
+  bool canvas_changes = false;        // stream_canvas "changes": events after the first carry only what changed
   std::vector<std::string> stop;
   std::string user;
   SamplingParams params;              // max_new_tokens = max_tokens, num_return_sequences = n

@@ -1,5 +1,6 @@
-// The page of GET /. It posts to /v1/completions or /v1/chat/completions with stream and stream_canvas,
-// reads the server-sent events with fetch(), and redraws the canvas after every step.
+// The page of GET /. It posts to /v1/completions or /v1/chat/completions with stream and stream_canvas
+// "changes", reads the server-sent events with fetch(), applies each step's changes to the canvas (the first
+// event holds it whole) and redraws it.
 #include "server/web_ui.h"
 
 #include <string_view>
@@ -51,24 +52,26 @@ body[data-needs-key="1"] #keyrow { display: block; }
 <script>
 const $ = (id) => document.getElementById(id);
 function esc(s) { return s.replace(/[&<>]/g, (c) => ({'&': '&amp;', '<': '&lt;', '>': '&gt;'}[c])); }
-let previous = [];
+let previous = [], rows = [];
 function draw(ev) {
-  const row = ev.rows[0];
+  previous = rows.length ? rows[0].slice() : [];
+  if (ev.rows) rows = ev.rows;
+  else for (const [r, i, p] of ev.changes) rows[r][i] = p;
+  const row = rows[0];
   let html = '';
   row.forEach((p, i) => {
     if (p === null) html += '<span class="mask">\u2591</span>';
     else html += '<span class="' + (previous[i] === null ? 'new' : '') + '">' + esc(p) + '</span>';
   });
-  previous = row;
   $('canvas').innerHTML = html;
 }
 async function generate() {
-  $('error').textContent = ''; $('text').textContent = ''; $('canvas').textContent = ''; previous = [];
+  $('error').textContent = ''; $('text').textContent = ''; $('canvas').textContent = ''; previous = []; rows = [];
   const chat = $('chat').checked;
   const body = {
     max_tokens: +$('max_tokens').value, steps: +$('steps').value, alg: $('alg').value,
     temperature: +$('temperature').value, top_p: +$('top_p').value, seed: +$('seed').value,
-    stream: true, stream_canvas: true,
+    stream: true, stream_canvas: 'changes',
   };
   if (chat) body.messages = [{role: 'user', content: $('prompt').value}]; else body.prompt = $('prompt').value;
   const headers = {'Content-Type': 'application/json'};

@@ -59,10 +59,59 @@ ForwardBatch CoupledRows::forward_batch() const {
   fb.n_batch = n_batch;
   fb.n_seq = n_seq;
   fb.tokens = tokens.data();
+  fb.valid = valid.empty() ? nullptr : valid.data();
+  fb.positions = positions.empty() ? nullptr : positions.data();
   fb.out_rows = out_rows.data();
   fb.n_out = static_cast<int64_t>(out_rows.size());
   return fb;
 }
+
+namespace {
+
+// Whether batch.prompt_mask holds a pad; invalid_argument unless it is empty or [B, P] of rows of 0s (left
+// pads) then 1s with at least one 1 (the last prompt position predicts the first completion token).
+Result<bool> check_prompt_mask(const GrpoBatch& batch) {
+  const int64_t B = batch.n_batch, P = batch.n_prompt;
+  if (batch.prompt_mask.empty()) return false;
+  if (static_cast<int64_t>(batch.prompt_mask.size()) != B * P)
+    return invalid_argument("GRPO batch: prompt_mask must hold B·P = " + std::to_string(B * P) + " entries, got " +
+                            std::to_string(batch.prompt_mask.size()));
+  bool padded = false;
+  for (int64_t b = 0; b < B; ++b) {
+    const uint8_t* m = batch.prompt_mask.data() + b * P;
+    int64_t pads = 0;
+    while (pads < P && m[pads] == 0) ++pads;
+    for (int64_t i = pads; i < P; ++i)
+      if (m[i] != 1)
+        return invalid_argument("GRPO batch: prompt_mask[" + std::to_string(b) + "][" + std::to_string(i) + "] = " +
+                                std::to_string(m[i]) + ": a row is its left pads (0) then its prompt tokens (1)");
+    if (pads == P)
+      return invalid_argument("GRPO batch: prompt_mask[" + std::to_string(b) + "] has no prompt token (all pads)");
+    padded |= pads > 0;
+  }
+  return padded;
+}
+
+// The rollout's padding mask and positions over the three versions (sampler/decoder.cc's canvas):
+// valid = the prompt's mask, then 1s over the completion; positions = cumsum(valid) − 1, pads at 1.
+void lay_out_padding(const GrpoBatch& batch, CoupledRows& r) {
+  const int64_t B = batch.n_batch, P = batch.n_prompt, L = r.n_seq;
+  r.valid.assign(r.tokens.size(), 1);
+  r.positions.assign(r.tokens.size(), 0);
+  for (int64_t v = 0; v < 3; ++v)
+    for (int64_t b = 0; b < B; ++b) {
+      const uint8_t* m = batch.prompt_mask.data() + b * P;
+      const int64_t pads = std::find(m, m + P, uint8_t{1}) - m;
+      uint8_t* valid = r.valid.data() + (v * B + b) * L;
+      int32_t* pos = r.positions.data() + (v * B + b) * L;
+      for (int64_t i = 0; i < L; ++i) {
+        valid[i] = i >= pads ? 1 : 0;
+        pos[i] = static_cast<int32_t>(i >= pads ? i - pads : 1);
+      }
+    }
+}
+
+}  // namespace
 
 Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask, int32_t mask_token_id,
                                  int64_t n_vocab, bool all_positions) {
@@ -92,6 +141,7 @@ Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask
   };
   DC_RETURN_IF_ERROR(check_ids(batch.prompt_ids, "prompt_ids", P));
   DC_RETURN_IF_ERROR(check_ids(batch.completion_ids, "completion_ids", C));
+  DC_ASSIGN_OR_RETURN(const bool padded, check_prompt_mask(batch));
 
   CoupledRows r;
   r.n_batch = 3 * B, r.n_seq = L;
@@ -106,6 +156,7 @@ Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask
         row[P + j] = masked ? mask_token_id : batch.completion_ids[b * C + j];
       }
     }
+  if (padded) lay_out_padding(batch, r);
   const float half = 0.5f, w1 = static_cast<float>(0.5 / mask.t), w2 = static_cast<float>(0.5 / (1.0 - mask.t));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < C; ++j) {

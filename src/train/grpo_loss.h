@@ -51,10 +51,19 @@ struct GrpoBatch {
   std::vector<int32_t> prompt_ids;       // [B, P]
   std::vector<int32_t> completion_ids;   // [B, C]
   std::vector<uint8_t> completion_mask;  // [B, C] (rollout.h completion_mask of each row)
+  // [B, P] 1 = a prompt token, 0 = a left pad (RolloutBatch::prompt_mask: prompts of several lengths in one
+  // batch); empty = every prompt token real. Each row: its pads, then at least one token.
+  std::vector<uint8_t> prompt_mask;
 };
 
-// The three versions of every sequence as one forward batch [3B, P + C] (spec §4.5 step 5: no padding
-// mask, default positions) and the rows of its logits that score a completion position: with the
+// The three versions of every sequence as one forward batch [3B, P + C] and the rows of its logits that
+// score a completion position. The forward sees what the rollout's saw: with left pads in the batch
+// (GrpoBatch::prompt_mask has a 0), its padding mask (no position attends a pad, a pad's output is 0) and
+// positions (cumsum(valid) − 1 from the first prompt token, pads at 1: spec §3.3, the decoder's own), so
+// a completion's log-probs do not depend on its batch mates' prompt lengths. Without pads: no mask and
+// default positions, the reference's form (spec §4.5 step 5), bit for bit the same forward. (The reference
+// scores with no mask even when its batch holds pads, which the recipe's one prompt per device avoids,
+// §4.2; that form is not kept: it attends pads the rollout never saw.) With the
 // logits shift (spec §2.6) position j of completion b is predicted by row (v·B + b)·(P + C) + P + j − 1.
 // Each position is scored twice: by version 0 with factor 1/2, and by version 1 (if partial) with
 // factor 1/(2t) or else by version 2 with factor 1/(2(1 − t)); so
@@ -63,6 +72,8 @@ struct GrpoBatch {
 struct CoupledRows {
   int64_t n_batch = 0, n_seq = 0;  // 3B, P + C
   std::vector<int32_t> tokens;     // [3B, P + C]
+  std::vector<uint8_t> valid;      // [3B, P + C] 1 = real, 0 = left pad; empty without pads
+  std::vector<int32_t> positions;  // [3B, P + C] RoPE positions; empty without pads (0..P+C−1)
   std::vector<int64_t> out_rows;   // [n_out]
   std::vector<int32_t> targets;    // [n_out] the completion token
   std::vector<int64_t> position;   // [n_out] b·C + j
@@ -70,8 +81,8 @@ struct CoupledRows {
   ForwardBatch forward_batch() const;  // views into this object
 };
 
-// Checks the batch (sizes, ids in [0, n_vocab), the mask's size and t in [kMinMaskRatio, 1 − kMinMaskRatio])
-// and lays out the rows;
+// Checks the batch (sizes, ids in [0, n_vocab), the prompt mask's size and left-pad form, the mask's size
+// and t in [kMinMaskRatio, 1 − kMinMaskRatio]) and lays out the rows;
 // invalid_argument naming the field otherwise.
 Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask, int32_t mask_token_id,
                                  int64_t n_vocab, bool all_positions);

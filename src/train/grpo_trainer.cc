@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/log.h"
 #include "io/atomic_dir.h"
 #include "gguf/model_source.h"
 #include "io/checkpoint.h"
@@ -84,12 +85,13 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   t->ctx_.workspace = &t->workspace_;
   t->ctx_.matmul_precision = o.precision;
   if (o.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
-    std::fprintf(stderr, "note: this CPU has no AVX512_BF16 (or reference kernels are on): GRPO in f32\n");
+    dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): GRPO in f32");
     t->ctx_.matmul_precision = t->opt_.precision = MatmulPrecision::kF32;
   }
   t->rollout_ = std::move(rollout);
   DC_ASSIGN_OR_RETURN(const std::string latest, checkpoint_to_resume(o.out_dir, o.resume, o.force));
-  const OptimizerOptions optimizer{t->opt_.lr, o.adam, o.max_grad_norm};
+  const OptimizerOptions optimizer{t->opt_.lr, o.adam, o.max_grad_norm,
+                                   o.comm != nullptr ? o.grad_accum / o.comm->size() : 1};  // micro-batches per rank
   const std::string fingerprint = grpo_fingerprint(t->opt_);
   if (!latest.empty()) {
     DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer, o.comm));
@@ -161,6 +163,9 @@ Status GrpoTrainer::start_round() {
   if (r.batch.n_batch != n_local || static_cast<int64_t>(r.rewards.size()) != n_local)
     return internal_error("GRPO rollout: " + std::to_string(r.batch.n_batch) + " completions and " +
                           std::to_string(r.rewards.size()) + " rewards for " + std::to_string(n_local));
+  if (!r.batch.prompt_mask.empty() && static_cast<int64_t>(r.batch.prompt_mask.size()) != n_local * r.batch.n_prompt)
+    return internal_error("GRPO rollout: a prompt_mask of " + std::to_string(r.batch.prompt_mask.size()) +
+                          " entries for " + std::to_string(n_local) + " prompts of " + std::to_string(r.batch.n_prompt));
   const auto t1 = Clock::now();
   // The round's rewards, every rank's in rank order (the reference gathers them before grouping), the
   // rollout metrics' means over ranks and the tokens generated; the metric count checked first, so that
@@ -212,6 +217,7 @@ Status GrpoTrainer::start_round() {
     m.batch.prompt_ids = slice(r.batch.prompt_ids, a * mb, mb, P);
     m.batch.completion_ids = slice(r.batch.completion_ids, a * mb, mb, C);
     m.batch.completion_mask = slice(r.batch.completion_mask, a * mb, mb, C);
+    if (!r.batch.prompt_mask.empty()) m.batch.prompt_mask = slice(r.batch.prompt_mask, a * mb, mb, P);  // the rollout's pads
     m.advantages = slice(adv, a * mb, mb, 1);
     for (int64_t k = 0; k < I; ++k) {
       DC_ASSIGN_OR_RETURN(CoupledRows rows, coupled_rows(m.batch, draw_coupled_mask(mb, C, seeds[k]),

@@ -35,7 +35,8 @@ namespace dc::train {
 
 // One generation round: for each prompt (dataset index) G completions, groups consecutive.
 struct Rollout {
-  GrpoBatch batch;              // N = prompts · G rows: prompts left-padded to one length, completion_mask set
+  // N = prompts · G rows: prompts left-padded to one length (prompt_mask marks the pads), completion_mask set
+  GrpoBatch batch;
   std::vector<double> rewards;  // [N] total reward (NaN counts as 0)
   // Means over the round worth logging, e.g. {"pass_rate", 0.4}, {"format_rate", 0.9}.
   std::vector<std::pair<std::string, double>> metrics;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,50 @@
 namespace dc::train {
 namespace fs = std::filesystem;
 
+namespace {
+
+// This host's MemAvailable (/proc/meminfo) shared by the ranks on it (OMPI_COMM_WORLD_LOCAL_SIZE, else
+// all `ranks`); 0 when unknown.
+int64_t memory_per_local_rank(int ranks) {
+  std::ifstream in("/proc/meminfo");
+  int64_t available = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) available = std::atoll(line.c_str() + 13) * 1024;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int on_host = local != nullptr && std::atoi(local) > 0 ? std::atoi(local) : ranks;
+  return available / std::max(1, on_host);
+}
+
+}  // namespace
+
+// GradReduction: once per step when asked, or (kAuto) when the whole local buffer's extra bytes — the
+// layers beyond the two slots and an untied lm_head — take at most a quarter of this rank's share of the
+// host's available memory, on every rank. kAuto is overridden by DIFFUCODER_GRAD_REDUCTION=step |
+// micro-batch (the benchmarks' and tests' switch). The ranks must agree (their reductions pair up): the
+// choices are gathered, and an explicit one that differs between ranks (an environment variable not passed
+// to every host: mpirun -x) ends the job with a message.
+bool OptimizerCore::choose_once_per_step(int64_t extra_bytes) const {
+  if (options_.micro_batches <= 1) return false;
+  GradReduction rule = options_.reduction;
+  const char* env = std::getenv("DIFFUCODER_GRAD_REDUCTION");
+  if (env != nullptr && rule == GradReduction::kAuto) {
+    const std::string v = env;
+    if (v != "step" && v != "micro-batch" && v != "auto")
+      comm_->abort(2, "DIFFUCODER_GRAD_REDUCTION=" + v + ": expected step, micro-batch or auto");
+    rule = v == "step" ? GradReduction::kOncePerStep : v == "micro-batch" ? GradReduction::kPerMicroBatch : rule;
+  }
+  const bool once = rule == GradReduction::kOncePerStep ||
+                    (rule == GradReduction::kAuto && extra_bytes <= memory_per_local_rank(comm_->size()) / 4);
+  const double ranks = comm_->size();
+  Result<std::vector<double>> votes = comm_->sum_doubles({once ? 1.0 : 0.0, rule == GradReduction::kAuto ? 0.0 : 1.0});
+  if (!votes.ok()) comm_->abort(1, "choosing when to reduce the gradients: " + votes.status().message());
+  const double n_once = (*votes)[0], n_explicit = (*votes)[1];
+  if ((n_explicit != 0 && n_explicit != ranks) || (n_explicit == ranks && n_once != 0 && n_once != ranks))
+    comm_->abort(2, "the ranks do not agree on when to reduce the gradients (DIFFUCODER_GRAD_REDUCTION differs "
+                    "between them: pass it to every rank with mpirun -x DIFFUCODER_GRAD_REDUCTION)");
+  return n_once == ranks;
+}
+
 OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params, const OptimizerOptions& options,
                                    dist::Comm* comm) {
   OptimizerCore c;
@@ -25,7 +70,6 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
   c.comm_ = comm;
   c.resident_values_ = c.params_.n_values();
   if (c.sharded()) {
-    c.grads_ = ModelParams::zeros_sharing_slots(config);
     c.shard_ = dist::shard_range(c.params_.n_values(), comm->rank(), comm->size());
     c.m_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
     c.v_shard_.assign(static_cast<size_t>(c.shard_.size()), 0.0f);
@@ -35,6 +79,11 @@ OptimizerCore OptimizerCore::start(const ModelConfig& config, ModelParams params
     c.layers_ = {first.offset, norm.offset};
     c.layer_size_ = c.layers_.size() / config.n_layer;
     c.table_size_ = c.params_.tensors().front().size;  // the embedding table, first
+    const int64_t slots = std::min<int64_t>(2, config.n_layer);  // the backward writes one while the other is sent
+    c.once_per_step_ = c.choose_once_per_step(
+        4 * ((config.n_layer - slots) * c.layer_size_ + (config.tie_word_embeddings ? 0 : c.table_size_)));
+    c.layer_slots_ = c.once_per_step_ ? config.n_layer : slots;
+    c.grads_ = c.once_per_step_ ? ModelParams::zeros(config) : ModelParams::zeros_sharing_slots(config, slots);
   } else {
     c.grads_ = ModelParams::zeros(config);
     c.shard_ = {0, c.params_.n_values()};
@@ -154,28 +203,47 @@ void OptimizerCore::begin_step(const MixedPrecisionWeights* mixed) {
   if (!sharded()) return;
   if (mixed != nullptr && masters_whole_) release_masters(*mixed);  // the copies hold them now
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
-  parts_reduced_ = 0;
+  parts_reduced_ = 0, micro_ = 0;
   grads_.set_head_done([this] { return reduce_head(); });
   grads_.set_layer_done([this](int64_t il) { return reduce_layer(il); });
 }
 
-Status OptimizerCore::reduce_slot(float* slot, int64_t offset, int64_t size) {
-  DC_RETURN_IF_ERROR(comm_->reduce_scatter_add(slot, {offset, offset + size}, params_.n_values(), g_shard_.data()));
-  std::fill_n(slot, size, 0.0f);
+Status OptimizerCore::start_reduce(float* slot, int64_t offset, int64_t size, size_t keep) {
+  DC_ASSIGN_OR_RETURN(const int64_t handle, comm_->reduce_scatter_add_start(slot, {offset, offset + size},
+                                                                             params_.n_values(), g_shard_.data()));
+  in_flight_.push_back({handle, once_per_step_ ? nullptr : slot, size});  // (a whole buffer is overwritten next step)
+  return finish_reduces(keep);
+}
+
+Status OptimizerCore::finish_reduces(size_t keep) {
+  while (in_flight_.size() > keep) {
+    const InFlight f = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    DC_RETURN_IF_ERROR(comm_->finish(f.handle));
+    if (f.slot != nullptr) std::fill_n(f.slot, f.size, 0.0f);  // for its next user
+  }
   return Status();
 }
 
 Status OptimizerCore::reduce_head() {
   ++parts_reduced_;
-  const int64_t norm_size = config_.n_embd;  // model.norm.weight, right after the layers (here and in grads_)
-  DC_RETURN_IF_ERROR(reduce_slot(grads_.data() + layers_.begin + layer_size_, layers_.end, norm_size));
+  if (!reducing()) return Status();  // once per step: not before the last micro-batch
+  constexpr size_t kAll = ~size_t{0};  // both stay in flight through the last layer's backward
+  const int64_t norm_size = config_.n_embd;  // model.norm.weight, right after the layers (flat offset layers_.end)
+  DC_RETURN_IF_ERROR(start_reduce(grads_.find("model.norm.weight")->data, layers_.end, norm_size, kAll));
   if (config_.tie_word_embeddings) return Status();  // the lm_head's gradient is the table's: reduced last
-  return reduce_slot(grads_.data(), layers_.end + norm_size, table_size_);  // lm_head.weight, in the table's slot
+  // lm_head.weight: in the table's slot (shared slots), which the lookup's backward writes once the layers are
+  // done, so it is finished at the first layer's start (keep 1 below) at the latest
+  return start_reduce(grads_.find("lm_head.weight")->data, layers_.end + norm_size, table_size_, kAll);
 }
 
+// Layer il's reduce-scatter started; all but it finished: the one of layer il + 1 (whose slot layer il − 1
+// reuses with two slots), and the head's.
 Status OptimizerCore::reduce_layer(int64_t il) {
   ++parts_reduced_;
-  return reduce_slot(grads_.data() + layers_.begin, layers_.begin + il * layer_size_, layer_size_);
+  if (!reducing()) return Status();
+  float* slot = grads_.data() + layers_.begin + (il % layer_slots_) * layer_size_;
+  return start_reduce(slot, layers_.begin + il * layer_size_, layer_size_, 1);
 }
 
 Status OptimizerCore::end_micro_batch() {
@@ -185,12 +253,19 @@ Status OptimizerCore::end_micro_batch() {
   if (done != parts && done != 0)
     return internal_error("ZeRO-2: a backward reduced " + std::to_string(done) + " of its " + std::to_string(parts) +
                           " parts (the lm_head and final norm, then the layers)");
-  if (done == 0) {  // no backward: its part in the reductions the other ranks' backwards run, with zeros
-    DC_RETURN_IF_ERROR(reduce_head());
-    for (int64_t il = config_.n_layer - 1; il >= 0; --il) DC_RETURN_IF_ERROR(reduce_layer(il));
+  if (reducing()) {
+    if (done == 0) {  // no backward: its part in the reductions the other ranks' backwards run (with zeros in
+                      // the slots, or what the earlier micro-batches accumulated)
+      DC_RETURN_IF_ERROR(reduce_head());
+      for (int64_t il = config_.n_layer - 1; il >= 0; --il) DC_RETURN_IF_ERROR(reduce_layer(il));
+    }
+    DC_RETURN_IF_ERROR(finish_reduces(0));
+    // the embedding table, written last: blocking (nothing left to overlap), in 4 MiB chunks
+    DC_RETURN_IF_ERROR(comm_->reduce_scatter_add(grads_.data(), {0, table_size_}, params_.n_values(), g_shard_.data()));
+    if (!once_per_step_) std::fill_n(grads_.data(), table_size_, 0.0f);
   }
-  DC_RETURN_IF_ERROR(reduce_slot(grads_.data(), 0, table_size_));  // the embedding table, written last
   parts_reduced_ = 0;
+  ++micro_;
   return Status();
 }
 
@@ -212,6 +287,10 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
   if (sharded()) {  // ZeRO: the norm of all shards (reduced by the micro-batches), AdamW on this shard, all-gather
     const int64_t n = params_.n_values();
     float* g_shard = g_shard_.data();
+    if (!in_flight_.empty() || (once_per_step_ && micro_ != options_.micro_batches))
+      comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": internal error: " +
+                          std::to_string(micro_) + " micro-batches ended of the " + std::to_string(options_.micro_batches) +
+                          " the gradients are reduced over, " + std::to_string(in_flight_.size()) + " reductions in flight");
     Result<std::vector<double>> sum = comm_->sum_doubles({sum_of_squares(g_shard, shard_.size(), ctx.pool)});
     Status st = sum.status();
     if (st.ok()) {

@@ -4,14 +4,21 @@
 // atomic, plus the driver's own files) with bit-exact resume, and out_dir/metrics.jsonl.
 // Data parallel (a dist::Comm of N > 1 ranks): ZeRO stages 1 and 2 — each rank keeps the Adam moments and
 // the reduced gradients of its shard of the flat buffer only (dist::shard_range). The local gradients
-// live in a buffer of shared slots (ModelParams::zeros_sharing_slots: the layers share one layer's
+// live in a buffer of shared slots (ModelParams::zeros_sharing_slots: the layers share two layers'
 // storage, an untied lm_head the embedding table's), reduce-scattered in rank order into the shards' sums
-// (Comm::reduce_scatter_add) as the backward completes them, each slot then cleared for its next user:
-// the lm_head and final norm (on_head_done), each layer from the last (on_layer_done), and the embedding
-// table at the micro-batch's end (end_micro_batch). So every micro-batch reduces all gradients once, in
-// the same order on every rank, and a rank holds, besides its shard's sums, one layer's and one table's
-// slot. The clip uses the all-reduced norm and AdamW updates the shard's f32 masters. In f32 the masters
-// are then all-gathered whole. In mixed precision the forward reads bf16 copies of the matrices: each
+// as the backward completes them, each slot then cleared for its next user: the lm_head and final norm
+// (on_head_done), each layer from the last (on_layer_done), and the embedding table at the micro-batch's
+// end (end_micro_batch). The reductions overlap the backward: a bucket's reduce-scatter is started
+// (Comm::reduce_scatter_add_start) when the backward completes it and finished when the next one starts,
+// so layer il's messages travel while the backward computes layer il − 1 (in the other slot); the table's
+// is blocking. So every micro-batch reduces all gradients once, in the same order on every rank, and a
+// rank holds, besides its shard's sums, two layers' and one table's slot, and the receive buffers of the
+// bucket in flight. With several micro-batches per rank (OptimizerOptions::micro_batches) and
+// GradReduction::kOncePerStep (kAuto: when the memory allows) the rank instead accumulates its
+// micro-batches in a whole local buffer (4 bytes per value, as one process) and reduces it once, in the
+// step's last micro-batch: (micro_batches − 1) fewer reductions for that memory.
+// The clip uses the all-reduced norm and AdamW updates the shard's f32 masters. In f32 the masters
+// are then all-gathered whole (Comm::all_gather_region: one MPI_Allgatherv). In mixed precision the forward reads bf16 copies of the matrices: each
 // matrix is all-gathered in bf16 (half the bytes) straight into its copy, and its f32 masters outside the
 // rank's shard are given back to the system (release_pages), so that each rank holds the f32 masters of
 // its shard, plus those the forward reads in f32 (norm weights, biases, the embedding table), whole.
@@ -34,10 +41,20 @@
 
 namespace dc::train {
 
+// Data parallel with several micro-batches per rank: when the gradients are reduce-scattered.
+enum class GradReduction {
+  kAuto,           // kOncePerStep when micro_batches > 1 and the whole local buffer fits (see OptimizerCore)
+  kOncePerStep,    // a whole local gradient buffer, reduced in the step's last micro-batch
+  kPerMicroBatch,  // shared slots, every micro-batch reduced (ZeRO-2's least memory)
+};
+
 struct OptimizerOptions {
   LrOptions lr;
   AdamWOptions adam;
   double max_grad_norm = 1.0;  // ≤ 0: no clipping
+  // Sharded only: the micro-batches each rank runs per step (end_micro_batch calls), and the rule above.
+  int64_t micro_batches = 1;
+  GradReduction reduction = GradReduction::kAuto;
 };
 
 struct OptimizerStepStats {
@@ -108,6 +125,8 @@ class OptimizerCore {
   int64_t master_weight_bytes() const;
   // Bytes of gradients this rank holds: the local buffer, and sharded the reduced shard (4 bytes per value).
   int64_t gradient_bytes() const;
+  // Sharded: whether the micro-batches are accumulated locally and reduced once per step (GradReduction).
+  bool reduces_once_per_step() const { return once_per_step_; }
   // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.
   TrainState& state() { return state_; }
   const TrainState& state() const { return state_; }
@@ -165,11 +184,26 @@ class OptimizerCore {
   int64_t layer_size_ = 0;                // values per layer (the shared slot of grads_, at layers_.begin)
   int64_t table_size_ = 0;                // the embedding table's values (its slot, at 0, holds the lm_head's too)
   int64_t parts_reduced_ = 0;             // parts of the backward reduced in this micro-batch (head, layers)
-  // grads_'s [size] at `slot` as the flat values offset… of the gradients, reduce-scattered into g_shard_,
-  // then cleared.
-  Status reduce_slot(float* slot, int64_t offset, int64_t size);
-  Status reduce_head();                   // the final norm's, and an untied lm_head's from the table's slot
-  Status reduce_layer(int64_t il);        // the layers' slot as layer il's
+  int64_t layer_slots_ = 1;               // layers' storage in grads_ (layer il's at slot il % layer_slots_)
+  bool once_per_step_ = false;            // GradReduction::kOncePerStep chosen (grads_ whole)
+  int64_t micro_ = 0;                     // micro-batches ended in this step
+  // A started reduce-scatter: its handle and the slot it reads, cleared once it is finished (shared slots).
+  struct InFlight {
+    int64_t handle = 0;
+    float* slot = nullptr;
+    int64_t size = 0;
+  };
+  std::vector<InFlight> in_flight_;       // oldest first
+  // Whether this micro-batch's backward reduces (always with shared slots; the last one once per step).
+  bool reducing() const { return !once_per_step_ || micro_ + 1 == options_.micro_batches; }
+  // grads_'s [size] at `slot` as the flat values offset… of the gradients: its reduce-scatter into g_shard_
+  // started; the oldest ones finished (and their slots cleared) while more than `keep` remain in flight.
+  Status start_reduce(float* slot, int64_t offset, int64_t size, size_t keep);
+  Status finish_reduces(size_t keep);
+  Status reduce_head();                   // the final norm's, and an untied lm_head's (from the table's slot)
+  Status reduce_layer(int64_t il);        // layer il's slot
+  // start(): whether to reduce once per step, the whole buffer costing extra_bytes more than the slots.
+  bool choose_once_per_step(int64_t extra_bytes) const;
   bool masters_whole_ = true;
   int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
   // The sharded mixed-precision all-gather after AdamW (see the top).

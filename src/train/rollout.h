@@ -43,7 +43,8 @@ struct RolloutBatch {
   int64_t prompt_width = 0;             // the longest prompt; shorter ones are left-padded to it
   int64_t completion_length = 0;        // new tokens per row (the canvas after the prompt)
   std::vector<int32_t> prompt_ids;      // [n_rows, prompt_width] left pads (sampling.pad_token_id), prompt
-  std::vector<uint8_t> prompt_mask;     // [n_rows, prompt_width] 1 = a prompt token, 0 = a pad
+  std::vector<uint8_t> prompt_mask;     // [n_rows, prompt_width] 1 = a prompt token, 0 = a pad (the loss's
+                                        // GrpoBatch::prompt_mask: scored with the decoder's mask / positions)
   std::vector<int32_t> completion_ids;  // [n_rows, completion_length] every generated id
   std::vector<uint8_t> completion_mask; // [n_rows, completion_length] 1 through the first <|im_end|>, 0 after
   std::vector<std::string> texts;       // [n_rows] completion_text of each row

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/log.h"
 #include "core/profiler.h"
 #include "io/atomic_dir.h"
 #include "gguf/model_source.h"
@@ -115,7 +116,9 @@ Status compare_fingerprints(const std::string& saved, const std::string& now, co
                           "--force to start over):" + diffs);
 }
 
-OptimizerOptions optimizer_options(const TrainOptions& o) { return {o.lr, o.adam, o.max_grad_norm}; }
+OptimizerOptions optimizer_options(const TrainOptions& o) {
+  return {o.lr, o.adam, o.max_grad_norm, o.comm != nullptr ? o.grad_accum / o.comm->size() : 1};  // micro-batches per rank
+}
 
 }  // namespace
 
@@ -192,7 +195,7 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
                                                        const std::string& latest) {
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
-    std::fprintf(stderr, "note: this CPU has no AVX512_BF16 (or reference kernels are on): training in f32\n");
+    dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): training in f32");
     t->ctx_.matmul_precision = MatmulPrecision::kF32;
     t->opt_.precision = MatmulPrecision::kF32;
   }

@@ -11,7 +11,9 @@ namespace dc {
 //   kQ4: data U8 [rows, cols/2] (column 2i in the low nibble of byte i, 2i+1 in the high nibble),
 //        scales and mins F16 [rows, cols/group_size]:           w[r, c] = scale[r, g] * q + min[r, g]
 //        with q in [0, 15] the nibble and g = c / group_size.
-enum class WeightQuant : uint8_t { kNone, kQ8, kQ4 };
+//   kGguf: ggml's block formats read as a GGUF file stores them (data the tensor's blocks, row r at
+//        r · ggml_row_bytes; the type in WeightView::ggml_type, ops/cpu/gguf_blocks.h). Never in config.json.
+enum class WeightQuant : uint8_t { kNone, kQ8, kQ4, kGguf };
 
 // The "quantization" object of config.json: {"format": "q8" | "q4", "group_size": G,
 // "quantized_by": "diffucoder"}. q8 has one scale per row (group_size 0); q4 needs an even G ≥ 2.

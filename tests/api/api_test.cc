@@ -159,11 +159,11 @@ TEST(Api, CancelFlagAndOnStepStopTheGeneration) {
     return true;
   };
   auto out = model->generate({{1, 2, 3}}, c, hooks);
-  EXPECT_EQ(out.status().code(), dc::StatusCode::kCancelled);
+  EXPECT_EQ(out.status().code(), diffucoder::StatusCode::kCancelled);
   EXPECT_EQ(steps_seen, 3);
   hooks.cancel = nullptr;
   hooks.on_step = [](const diffucoder::StepEvent&) { return false; };
-  EXPECT_EQ(model->generate({{1, 2, 3}}, c, hooks).status().code(), dc::StatusCode::kCancelled);
+  EXPECT_EQ(model->generate({{1, 2, 3}}, c, hooks).status().code(), diffucoder::StatusCode::kCancelled);
 }
 
 TEST(Api, ErrorsNameTheFieldOrFile) {
@@ -188,13 +188,13 @@ TEST(Api, ErrorsNameTheFieldOrFile) {
   auto model = load_f32("tiny-gqa2");
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->tokenizer(), nullptr);
-  EXPECT_EQ(model->encode_prompt("hi", false).status().code(), dc::StatusCode::kNotFound);
+  EXPECT_EQ(model->encode_prompt("hi", false).status().code(), diffucoder::StatusCode::kNotFound);
   const std::vector<int32_t> ids = {1, 2, 100000};
   auto bad = model->forward(input(1, 3, ids));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("input_ids"), std::string::npos) << bad.status().message();
   auto shape = model->forward(input(2, 3, ids));
-  EXPECT_EQ(shape.status().code(), dc::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shape.status().code(), diffucoder::StatusCode::kInvalidArgument);
 }
 
 TEST(Api, TokenizerAloneEqualsTheModelsAndChatTemplate) {

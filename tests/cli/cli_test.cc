@@ -248,6 +248,23 @@ TEST(Cli, FastModeIsItsThreeFlags) {
   EXPECT_LE(jf["timings"]["steps"].get<int>(), nlohmann::json::parse(exact.out)["timings"]["steps"].get<int>());
 }
 
+// eval generates through the facade; its sampler flags are checked before the model loads, as usage errors
+// (exit 2) as generate's are: a bad --alg or --top-p with a model that does not exist names the flag, not the path.
+TEST(Cli, EvalChecksItsSamplerFlagsBeforeLoading) {
+  const test::TempDir tmp("cli_eval_flags");
+  const std::string base = "eval --benchmark " + std::string(DC_SOURCE_DIR) +
+                           "/data/humaneval/HumanEval.jsonl.gz --limit 1 --quiet --model /nonexistent-model --out " +
+                           tmp.file("r.jsonl");
+  for (const auto& [flag, message] : {std::pair<std::string, std::string>{" --alg fastest", "fastest"},
+                                      {" --top-p 0", "top_p"}}) {
+    auto r = run_binary(base + flag);
+    if (r.err.find("sandbox is not available") != std::string::npos) GTEST_SKIP() << "no sandbox here: " << r.err;
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flag << ": " << r.err;
+    EXPECT_EQ(r.err.find("/nonexistent-model"), std::string::npos) << flag << ": " << r.err;
+  }
+}
+
 TEST(Cli, BadInputGivesClearErrorAndNonZeroExit) {
   const test::TempDir tmp("cli_bad");
   const fs::path dir = tmp.path();

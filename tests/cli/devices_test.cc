@@ -31,5 +31,18 @@ TEST(DevicesCommand, WithoutADriverSaysWhatToInstall) {
   EXPECT_EQ(r.out.find("vulkan:0"), std::string::npos) << r.out;
 }
 
+// DC_CPU_LEVEL caps the kernels' level: the cap shows in `devices --json`, and a misspelt value is a usage
+// error (exit 2 naming the variable) rather than a silent run on the baseline kernels.
+TEST(DevicesCommand, CpuLevelCapShowsAndABadOneIsRefused) {
+  auto capped = testing::run_command("DC_CPU_LEVEL=baseline " + kBinary + " devices --json");
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  EXPECT_NE(capped.out.find("\"level\": \"baseline\""), std::string::npos) << capped.out;
+  EXPECT_NE(capped.out.find("x86-64 baseline"), std::string::npos) << capped.out;
+  auto bad = testing::run_command("DC_CPU_LEVEL=avx9000 " + kBinary + " devices");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.err.find("DC_CPU_LEVEL"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("avx9000"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace dc

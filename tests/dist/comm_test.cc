@@ -33,6 +33,10 @@ TEST(SingleComm, IsOneRankAndAdds) {
   std::vector<float> out = {1.0f, 1.0f, 1.0f, 1.0f};
   ASSERT_TRUE(c->reduce_scatter_add(in.data(), {1, 3}, 4, out.data()).ok());  // values 1 and 2 of 4
   EXPECT_EQ(out, (std::vector<float>{1.0f, 2.5f, -1.0f, 1.0f}));
+  auto started = c->reduce_scatter_add_start(in.data(), {2, 4}, 4, out.data());  // the non-blocking one
+  ASSERT_TRUE(started.ok());
+  ASSERT_TRUE(c->finish(*started).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.5f, 0.5f, -1.0f}));
   std::string s = "kept";
   ASSERT_TRUE(c->broadcast_string(s, 0).ok());
   EXPECT_EQ(s, "kept");

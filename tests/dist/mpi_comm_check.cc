@@ -2,6 +2,9 @@
 // from the same seeds, so each can compute the expected results itself. The reduce-scatter must add, bit
 // for bit, the contributions summed in rank order (its determinism contract) for sizes that split unevenly
 // and span several messages' worth of chunks, over the whole buffer and over a region of it; all-gather, broadcast and the metric sums must be exact.
+// The non-blocking reduce-scatter (start / finish) with several buckets in flight must give the same bits;
+// the all-gather (one MPI_Allgatherv) every rank's shard, in f32 and bf16, for shards of unequal sizes
+// (n % size != 0) and regions that cut them.
 // Exit 0 when every check holds; else a line per failure and exit 1.
 // `mpi_comm_check --hang`: the timeout path instead — rank 1 never joins the barrier, so rank 0's watchdog
 // (a 2 s timeout) must end the job with its message (ctest dist_mpi_timeout matches it).
@@ -114,6 +117,36 @@ int main(int argc, char** argv) {
                        acc[i - mine.begin], want), same = false;
       }
       expect(same, "reduce-scatter adds the rank-order sum of the region bit for bit", rank);
+    }
+    // Non-blocking: three buckets (ZeRO-2's layers) started at once, the next started before the earlier
+    // ones finish, finished out of order; each adds the same rank-order sum bit for bit, and a blocking
+    // reduce-scatter run while they are in flight does not take their messages.
+    {
+      std::vector<float> acc(mine.size(), 0.0f), blocking(mine.size(), 0.0f);
+      const dc::dist::Range buckets[3] = {{0, n / 3}, {n / 3, 2 * n / 3}, {2 * n / 3, n}};
+      int64_t handles[3] = {0, 0, 0};
+      bool started = true;
+      for (int k = 2; k >= 0; --k) {  // the backward's order: last layer first
+        auto h = comm.reduce_scatter_add_start(in.data() + buckets[k].begin, buckets[k], n, acc.data());
+        started = started && h.ok();
+        handles[k] = h.ok() ? *h : 0;
+      }
+      expect(started, "reduce_scatter_add_start returns a handle", rank);
+      expect(comm.reduce_scatter_add(in.data(), {0, n}, n, blocking.data()).ok(), "a blocking one in between", rank);
+      usleep(20000);  // the caller computes; the progress thread moves the messages
+      for (int k : {1, 2, 0}) expect(comm.finish(handles[k]).ok(), "finish returns ok", rank);
+      expect(!comm.finish(handles[0]).ok(), "a finished handle is not finished twice", rank);
+      bool same = true;
+      for (int64_t i = mine.begin; i < mine.end && same; ++i) {
+        float want = value(0, i);
+        for (int r = 1; r < size; ++r) want += value(r, i);
+        same = std::memcmp(&want, &acc[i - mine.begin], sizeof(float)) == 0 &&
+               std::memcmp(&want, &blocking[i - mine.begin], sizeof(float)) == 0;
+        if (!same)
+          std::fprintf(stderr, "rank %d: n %lld, value %lld: started %.9g, blocking %.9g, the rank-order sum %.9g\n", rank,
+                       (long long)n, (long long)i, acc[i - mine.begin], blocking[i - mine.begin], want);
+      }
+      expect(same, "started reduce-scatters add the rank-order sum bit for bit", rank);
     }
     // all-gather: each rank fills only its shard; afterwards all hold everything.
     std::vector<float> data(n, -1.0f);

@@ -1,7 +1,9 @@
 // `mpirun -np 2 diffucoder train` against one process over loopback (registered only when MPI is built):
 // 2 ranks equal 1 rank with the same accumulation over 20 steps (losses and final weights within 1e-6
 // relative) while each rank holds half the optimizer state and of the reduced gradients (ZeRO-2: besides,
-// one layer's slot, the embedding table's (an untied lm_head's shares it) and the final norm); a rerun is bit-identical; a killed rank ends
+// two layers' slots, the embedding table's (an untied lm_head's shares it) and the final norm; five layers
+// reuse the two slots while their reductions travel; several micro-batches per rank reduced once per step
+// equal the per-micro-batch reduction); a rerun is bit-identical; a killed rank ends
 // the job with a message on the survivor and no partial checkpoint, and the run resumes bit-exact on 2
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
 // In bf16 mixed precision each rank keeps the f32 masters of its shard only (counted), with the same
@@ -211,15 +213,16 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
   EXPECT_EQ(j2["optimizer_state_bytes"][0].get<int64_t>() + j2["optimizer_state_bytes"][1].get<int64_t>(), full);
   EXPECT_GT(j2["bytes_sent_per_step"][0].get<double>(), 0.9 * full / 2);  // half the gradients out, half the weights
   EXPECT_EQ(j2["peak_rss_bytes"].size(), 2u);
-  // ZeRO-2, the gradients each rank holds, counted: its 1/2 shard of the reduced gradients, one layer's slot,
-  // one embedding table's (the lm_head's shares it) and the final norm — not one process's whole buffer.
+  // ZeRO-2, the gradients each rank holds, counted: its 1/2 shard of the reduced gradients, two layers'
+  // slots (one written while the other is sent: here all of the 2 layers), one embedding table's (the
+  // lm_head's shares it) and the final norm — not one process's whole buffer.
   const ParamCounts counts = param_counts(path("one") / kFinal / "model.safetensors");
-  const int64_t n_params = counts.all, in_layers = counts.in_layers;
+  const int64_t n_params = counts.all;
   ASSERT_GT(counts.lm_head, 0);
   EXPECT_EQ(j1["gradient_bytes"][0].get<int64_t>(), 4 * n_params);
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(),
-              4 * (n_params - in_layers - counts.lm_head + in_layers / 2 + dist::shard_range(n_params, r, 2).size()))
+              4 * (n_params - counts.lm_head + dist::shard_range(n_params, r, 2).size()))
         << "rank " << r;
 
   // The same run again, where rank 1 dies after step 12: the job ends with a message on rank 0; the last
@@ -309,10 +312,11 @@ void write_tied_checkpoint(const fs::path& dir) {
 
 // Tied embeddings in sharded bf16 mixed precision: the table's f32 masters stay whole on every rank (the
 // lookup reads them) and its bf16 panels, the lm_head's, are re-laid from the all-gathered f32; its
-// gradient (the lm_head's dW, then the lookup's scatter) is reduced once per micro-batch, after the
-// backward. 2 ranks of 2 micro-batches each equal one process of 4 within 1e-6 (weights and losses); each
-// rank counts the masters of its shard and the f32-read tensors outside it, and as gradients its shard
-// of the sums, one layer's slot, the table's and the final norm's. Two short runs.
+// gradient (the lm_head's dW, then the lookup's scatter) is reduced once per step (2 micro-batches per rank
+// and the memory for it: the whole local buffer), after the last backward. 2 ranks of 2 micro-batches each
+// equal one process of 4 within 1e-6 (weights and losses); each rank counts the masters of its shard and
+// the f32-read tensors outside it, and as gradients its shard of the sums and the whole local buffer.
+// Two short runs.
 TEST_F(TrainDist, TiedEmbeddingsShardedInMixedPrecision) {
   write_tied_checkpoint(path("tied"));
   const std::string run = "--steps 2 --precision bf16 --save-every 2", model = path("tied").string();
@@ -328,14 +332,101 @@ TEST_F(TrainDist, TiedEmbeddingsShardedInMixedPrecision) {
   const auto j1 = summary(one.out), j2 = summary(two.out);
   EXPECT_EQ(j1["master_weight_bytes"][0].get<int64_t>(), 4 * c.all);
   EXPECT_EQ(j1["gradient_bytes"][0].get<int64_t>(), 4 * c.all);
-  const int64_t final_norm = c.all - c.in_layers - c.table, one_layer = c.in_layers / 2;  // of the 2 layers
   int64_t held = 0;
   for (int r = 0; r < 2; ++r) {
     const int64_t shard = dist::shard_range(c.all, r, 2).size();
     held += j2["master_weight_bytes"][r].get<int64_t>() / 4;
-    EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(), 4 * (shard + c.table + final_norm + one_layer)) << "rank " << r;
+    EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(), 4 * (shard + c.all)) << "rank " << r;
   }
   EXPECT_EQ(held, mixed ? c.all + c.read_in_f32 : 2 * c.all);
+}
+
+// A copy of tiny-vocab with 5 layers (layer il a copy of layer il % 2), for the shared slots' reuse.
+void write_five_layer_checkpoint(const fs::path& dir) {
+  const fs::path src = fs::path(testing::fixtures_dir()) / "tiny-vocab";
+  fs::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "generation_config.json"}) fs::copy_file(src / f, dir / f);
+  nlohmann::json config = nlohmann::json::parse(read_bytes(src / "config.json"));
+  ASSERT_EQ(config["num_hidden_layers"], 2);
+  config["num_hidden_layers"] = 5;
+  std::ofstream(dir / "config.json") << config.dump();
+  auto file = SafetensorsFile::open((src / "model.safetensors").string());
+  ASSERT_TRUE(file.ok());
+  std::vector<TensorToWrite> out;
+  for (const auto& [name, t] : file->tensors()) {
+    if (name.rfind("model.layers.1.", 0) == 0) continue;
+    if (name.rfind("model.layers.0.", 0) != 0) {
+      out.push_back({name, t.dtype, t.shape, t.data});
+      continue;
+    }
+    for (int il = 0; il < 5; ++il) {
+      const std::string from = "model.layers." + std::to_string(il % 2) + "." + name.substr(15);
+      const auto it = file->tensors().find(from);
+      ASSERT_NE(it, file->tensors().end()) << from;
+      out.push_back({"model.layers." + std::to_string(il) + "." + name.substr(15), it->second.dtype, it->second.shape,
+                     it->second.data});
+    }
+  }
+  ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), out).ok());
+}
+
+// Five layers in ZeRO-2's two shared slots (layer il in slot il % 2): each layer's reduce-scatter travels
+// while the backward computes the next layer into the other slot, and a slot is reused (layers 2, 1, 0)
+// only once its reduction has finished and cleared it. 2 ranks equal one process within 1e-6, with one
+// micro-batch per rank and with two reduced each (DIFFUCODER_GRAD_REDUCTION=micro-batch), and each rank
+// holds two layers' slots (not five). Four short runs.
+TEST_F(TrainDist, LayersShareTwoSlotsWhileTheirReductionsTravel) {
+  write_five_layer_checkpoint(path("five"));
+  const std::string run = "--steps 3 --precision f32 --save-every 3", model = path("five").string();
+  const auto one = train(1, "five_one", "", 2, run, model);
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = train(2, "five_two", "", 2, run, model);
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  const char* kLast = "checkpoint-000003";
+  expect_same_run(path("five_one"), path("five_two"), kLast, 3);
+  const ParamCounts c = param_counts(path("five_one") / kLast / "model.safetensors");
+  ASSERT_GT(c.lm_head, 0);
+  const auto j2 = summary(two.out);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(j2["gradient_bytes"][r].get<int64_t>(),
+              4 * (c.all - c.lm_head - c.in_layers / 5 * 3 + dist::shard_range(c.all, r, 2).size())) << "rank " << r;
+  const auto one4 = train(1, "five_one4", "", 4, run, model);
+  ASSERT_EQ(one4.exit_code, 0) << one4.out;
+  const auto two4 = train_under("DIFFUCODER_GRAD_REDUCTION=micro-batch " + launcher(2), "five_two4", "", 4, run, model);
+  ASSERT_EQ(two4.exit_code, 0) << two4.out;
+  expect_same_run(path("five_one4"), path("five_two4"), kLast, 3);
+}
+
+// Several micro-batches per rank (--grad-accum 4 on 2 ranks): reduced once per step from a whole local
+// buffer (the default when it fits; the 2 micro-batches summed on the rank first) or every micro-batch
+// from the shared slots (DIFFUCODER_GRAD_REDUCTION=micro-batch, ZeRO-2's least memory). The two orders
+// of the same additions agree within rounding (1e-6, weights and losses), a rerun once per step is bit for
+// bit the same, and each counts its gradient memory: the whole buffer, or the slots (the lm_head's in the
+// table's). Three short runs.
+TEST_F(TrainDist, GradAccumReducedOncePerStepEqualsPerMicroBatch) {
+  const std::string run = "--steps 4 --precision f32 --save-every 4";
+  const auto once = train(2, "once", "", 4, run);
+  ASSERT_EQ(once.exit_code, 0) << once.out;
+  const auto again = train(2, "once_again", "", 4, run);
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  const auto each = train_under("DIFFUCODER_GRAD_REDUCTION=micro-batch " + launcher(2), "each", "", 4, run,
+                                testing::fixtures_dir() + "/tiny-vocab");
+  ASSERT_EQ(each.exit_code, 0) << each.out;
+  const char* kLast = "checkpoint-000004";
+  expect_same_run(path("each"), path("once"), kLast, 4);
+  EXPECT_TRUE(read_bytes(path("once") / kLast / "model.safetensors") ==
+              read_bytes(path("once_again") / kLast / "model.safetensors"));
+  EXPECT_EQ(losses(path("once") / "metrics.jsonl"), losses(path("once_again") / "metrics.jsonl"));
+  const ParamCounts c = param_counts(path("once") / kLast / "model.safetensors");
+  ASSERT_GT(c.lm_head, 0);
+  const auto j_once = summary(once.out), j_each = summary(each.out);
+  for (int r = 0; r < 2; ++r) {
+    const int64_t shard = dist::shard_range(c.all, r, 2).size();
+    EXPECT_EQ(j_once["gradient_bytes"][r].get<int64_t>(), 4 * (c.all + shard)) << "rank " << r;
+    EXPECT_EQ(j_each["gradient_bytes"][r].get<int64_t>(), 4 * (c.all - c.lm_head + shard)) << "rank " << r;
+  }
+  // the bytes sent: one reduction of the gradients per step instead of two (the weights' all-gather alike)
+  EXPECT_LT(j_once["bytes_sent_per_step"][0].get<double>(), 0.8 * j_each["bytes_sent_per_step"][0].get<double>());
 }
 
 // Two hosts on this machine (tests/dist/netns_hosts.sh): two network namespaces joined by one veth link,

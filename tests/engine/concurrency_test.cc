@@ -1,8 +1,10 @@
 // Concurrent generations: two threads generating on one engine (one shared thread pool) and on two
-// engines give the same tokens as the same generations run one after the other. CI also runs these
+// engines give the same tokens as the same generations run one after the other; set_matmul_precision
+// against a generation on another thread. CI also runs these
 // under ThreadSanitizer (scripts/test.sh --tsan), where a data race fails the run.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -91,6 +93,66 @@ TEST(Concurrency, TwoThreadsOnTwoEnginesMatchOneAfterTheOther) {
     });
   for (auto& th : threads) th.join();
   for (size_t j = 0; j < jobs.size(); ++j) EXPECT_EQ(got[j], want[j]) << "job " << j;
+}
+
+// Issue 42 item 8: set_matmul_precision while another thread generates on the same engine is refused,
+// changing nothing (the running generation gets the tokens it gets alone); a live head_fn() counts as a
+// generation; once none runs, it re-packs.
+TEST(Concurrency, SetMatmulPrecisionIsRefusedWhileAGenerationRuns) {
+  std::unique_ptr<Engine> engine = make_engine(2);
+  const Job job = make_jobs(*engine)[0];
+  const MatmulPrecision before = engine->matmul_precision();
+  const MatmulPrecision other = before == MatmulPrecision::kF32 ? MatmulPrecision::kBF16 : MatmulPrecision::kF32;
+  const std::vector<std::vector<int32_t>> want = run(*engine, job);
+  std::promise<void> started, checked;
+  std::shared_future<void> checked_future = checked.get_future().share();
+  std::vector<std::vector<int32_t>> got;
+  std::thread generating([&] {
+    GenerateHooks hooks;
+    hooks.on_step = [&, first = true](const StepInfo&) mutable {
+      if (first) started.set_value(), checked_future.wait(), first = false;  // mid-generation until checked
+      return true;
+    };
+    auto out = engine->generate(job.prompts, job.params, hooks);
+    EXPECT_TRUE(out.ok()) << out.status().to_string();
+    if (out.ok()) got = out->sequences;
+  });
+  started.get_future().wait();
+  const Status refused = engine->set_matmul_precision(other);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("a generation is running"), std::string::npos) << refused.to_string();
+  EXPECT_EQ(engine->matmul_precision(), before);
+  checked.set_value();
+  generating.join();
+  EXPECT_EQ(got, want) << "the generation ran at its own precision throughout";
+
+  HeadFn head = engine->head_fn();  // a scheduler's function: a generation while it lives
+  EXPECT_FALSE(engine->set_matmul_precision(other).ok());
+  head = nullptr;
+  ASSERT_TRUE(engine->set_matmul_precision(other).ok());
+  EXPECT_EQ(engine->matmul_precision(), other);
+  ASSERT_TRUE(engine->set_matmul_precision(before).ok());
+  EXPECT_EQ(run(*engine, job).size(), want.size());
+}
+
+// Both at once, unsynchronised: generations on one thread, precision changes on another. Each change is
+// either done or refused with the message; every generation succeeds. Under ThreadSanitizer (scripts/
+// test.sh --tsan) a data race between the re-pack and a forward fails the run.
+TEST(Concurrency, SetMatmulPrecisionAndGenerateFromTwoThreads) {
+  std::unique_ptr<Engine> engine = make_engine(2);
+  Job job = make_jobs(*engine)[0];
+  job.params.max_new_tokens = 8, job.params.steps = 4;
+  std::thread generating([&] {
+    for (int i = 0; i < 4; ++i) EXPECT_FALSE(run(*engine, job).empty()) << "generation " << i;
+  });
+  for (int i = 0; i < 40; ++i) {
+    const Status s = engine->set_matmul_precision(i % 2 == 0 ? MatmulPrecision::kBF16 : MatmulPrecision::kF32);
+    if (!s.ok()) {
+      EXPECT_NE(s.message().find("a generation is running"), std::string::npos) << s.to_string();
+    }
+  }
+  generating.join();
+  EXPECT_TRUE(engine->set_matmul_precision(MatmulPrecision::kF32).ok()) << "nothing runs any more";
 }
 
 }  // namespace

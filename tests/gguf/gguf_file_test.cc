@@ -113,10 +113,12 @@ TEST(GgufFile, OffsetsPastTheEndOverlapAndMisalignment) {
 }
 
 TEST(GgufFile, UnknownTensorTypeIsNamed) {
-  auto g = parse(good_file(64, 3));  // Q4_1: a ggml type this engine does not read
+  auto g = parse(good_file(64, 20));  // IQ4_NL: a ggml type this engine does not read
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(g.status().message().find("tensor 'b' has ggml type 3"), std::string::npos) << g.status().to_string();
+  EXPECT_NE(g.status().message().find("tensor 'b' has ggml type 20"), std::string::npos) << g.status().to_string();
+  EXPECT_NE(g.status().message().find("not the IQ* / TQ* types"), std::string::npos) << g.status().to_string();
+  EXPECT_NE(g.status().message().find("--weights q4_k|q8_0"), std::string::npos) << g.status().to_string();
 }
 
 TEST(GgufFile, BadAlignment) { expect_error(good_file(64, 0, 48), "power of two"); }

@@ -60,8 +60,9 @@ inline std::string tiny_vocab_gguf(GgufWeights weights, const std::string& dir) 
   return "";
 }
 
-// The logits of every position of one fixed sequence of 7 tokens, at f32 precision.
-inline std::vector<float> logits_of(const Model& m) {
+// The logits of every position of one fixed sequence of 7 tokens, at f32 precision (with the reference
+// kernels when asked).
+inline std::vector<float> logits_of(const Model& m, bool reference_kernels = false) {
   const int64_t n_vocab = m.config().n_vocab;
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < 7; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 5) % n_vocab));
@@ -76,6 +77,7 @@ inline std::vector<float> logits_of(const Model& m) {
   b.n_out = static_cast<int64_t>(rows.size());
   Context ctx{Device::kCpu, &pool()};
   ctx.matmul_precision = MatmulPrecision::kF32;
+  ctx.reference_kernels = reference_kernels;
   std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
   const Status s = m.forward(ctx, b, logits.data());
   EXPECT_TRUE(s.ok()) << s.to_string();

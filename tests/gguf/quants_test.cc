@@ -1,5 +1,5 @@
 // ggml's block formats against hand-made blocks whose values are worked out by hand below, the
-// quantizers' error bounds, and the q4 repacking (Q4_0 exact, Q4_K within its stated bound).
+// quantizers' error bounds, and the finiteness checks of each type's scales.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -206,41 +206,6 @@ TEST(GgufQuants, Q6_KQuantizerWithinHalfAStep) {
   });
 }
 
-// Our q4 (group 32): value c of a row = scale[c/32]·q + min[c/32], q the nibble.
-std::vector<float> q4_values(const std::vector<uint8_t>& codes, const std::vector<uint16_t>& scales,
-                             const std::vector<uint16_t>& mins, int64_t n) {
-  std::vector<float> y(static_cast<size_t>(n));
-  for (int64_t c = 0; c < n; ++c) {
-    const int q = c % 2 ? codes[c / 2] >> 4 : codes[c / 2] & 0xF;
-    y[c] = f16_to_f32(scales[c / 32]) * static_cast<float>(q) + f16_to_f32(mins[c / 32]);
-  }
-  return y;
-}
-
-TEST(GgufQuants, RepackQ4_0IsExact) {
-  const int64_t n = 64;
-  std::vector<uint8_t> src(2 * 18);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(splitmix64(i) >> 56);
-  set_f16(src, 0, 0x2E66);   // d ≈ 0.1
-  set_f16(src, 18, 0xB400);  // d = −0.25
-  std::vector<uint8_t> codes(n / 2);
-  std::vector<uint16_t> scales(n / 32), mins(n / 32);
-  repack_q4_row(GgufType::kQ4_0, src.data(), n, codes.data(), scales.data(), mins.data());
-  EXPECT_EQ(q4_values(codes, scales, mins, n), dequant(GgufType::kQ4_0, src, n));
-}
-
-TEST(GgufQuants, RepackRefusesNonFiniteScales) {
-  std::vector<uint8_t> q40(18, 0x11);
-  set_f16(q40, 0, 0x7C00);  // d = inf
-  std::vector<uint8_t> codes(16);
-  std::vector<uint16_t> scales(1), mins(1);
-  EXPECT_FALSE(repack_q4_row(GgufType::kQ4_0, q40.data(), 32, codes.data(), scales.data(), mins.data()));
-  set_f16(q40, 0, 0x7BFF);  // d = 65504: finite, but its min −8d is beyond f16's range
-  EXPECT_FALSE(repack_q4_row(GgufType::kQ4_0, q40.data(), 32, codes.data(), scales.data(), mins.data()));
-  set_f16(q40, 0, 0x3C00);  // d = 1
-  EXPECT_TRUE(repack_q4_row(GgufType::kQ4_0, q40.data(), 32, codes.data(), scales.data(), mins.data()));
-}
-
 TEST(GgufQuants, RowFiniteChecksEachTypesScales) {
   std::vector<uint8_t> q6(210, 0);
   EXPECT_TRUE(gguf_row_finite(GgufType::kQ6_K, q6.data(), 256));
@@ -257,23 +222,87 @@ TEST(GgufQuants, RowFiniteChecksEachTypesScales) {
   EXPECT_TRUE(gguf_row_finite(GgufType::kBF16, bf16.data(), 1));
 }
 
-TEST(GgufQuants, RepackQ4_KWithinItsBound) {
-  const int64_t n = 256;
-  const auto x = random_values(n, 9, 1.0f);
-  std::vector<uint8_t> src(144);
-  quantize_q4_k(x.data(), src.data(), n);
-  std::vector<uint8_t> codes(n / 2);
-  std::vector<uint16_t> scales(n / 32), mins(n / 32);
-  repack_q4_row(GgufType::kQ4_K, src.data(), n, codes.data(), scales.data(), mins.data());
-  const auto want = dequant(GgufType::kQ4_K, src, n);
-  const auto got = q4_values(codes, scales, mins, n);
-  const float d = f16_to_f32(static_cast<uint16_t>(src[0] | src[1] << 8));
-  const float dmin = f16_to_f32(static_cast<uint16_t>(src[2] | src[3] << 8));
-  for (int64_t i = 0; i < n; ++i) {
-    int sc, m;
-    k_quant_scale_min(src.data() + 4, static_cast<int>(i / 32), &sc, &m);
-    const float bound = (15.0f * d * static_cast<float>(sc) + dmin * static_cast<float>(m)) * std::ldexp(1.0f, -11);
-    ASSERT_LE(std::fabs(got[i] - want[i]), bound + 1e-7f) << "value " << i;
+// The five types with kernels of their own since issue 42 (no quantizer: files from llama-quantize), against
+// hand-made blocks (ggml's layouts, gguf_blocks.h).
+TEST(GgufQuants, Q4_1Block) {
+  std::vector<uint8_t> b(20, 0);
+  set_f16(b, 0, 0x3800);  // d = 0.5
+  set_f16(b, 2, 0xBC00);  // m = −1
+  b[4] = 0x3A;            // value 0: 10, value 16: 3
+  const auto y = dequant(GgufType::kQ4_1, b, 32);
+  EXPECT_EQ(y[0], 4.0f);
+  EXPECT_EQ(y[16], 0.5f);
+  EXPECT_EQ(y[1], -1.0f);
+}
+
+TEST(GgufQuants, Q5_0Block) {
+  std::vector<uint8_t> b(22, 0);
+  set_f16(b, 0, 0x3800);                  // d = 0.5
+  const uint32_t qh = 0x80010001u;        // fifth bits of values 0, 16 and 31
+  std::memcpy(b.data() + 2, &qh, 4);
+  b[6] = 0x21;                            // value 0: 1 (+16), value 16: 2 (+16)
+  const auto y = dequant(GgufType::kQ5_0, b, 32);
+  EXPECT_EQ(y[0], 0.5f);    // (17 − 16)·0.5
+  EXPECT_EQ(y[16], 1.0f);   // (18 − 16)·0.5
+  EXPECT_EQ(y[15], -8.0f);  // (0 − 16)·0.5
+  EXPECT_EQ(y[31], 0.0f);   // (16 − 16)·0.5
+}
+
+TEST(GgufQuants, Q5_1Block) {
+  std::vector<uint8_t> b(24, 0);
+  set_f16(b, 0, 0x3400);  // d = 0.25
+  set_f16(b, 2, 0x3C00);  // m = 1
+  b[4] = 0x02;            // qh bit 1: the fifth bit of value 1
+  b[8 + 1] = 0xF3;        // value 1: 3 (+16), value 17: 15
+  const auto y = dequant(GgufType::kQ5_1, b, 32);
+  EXPECT_EQ(y[1], 5.75f);   // 19·0.25 + 1
+  EXPECT_EQ(y[17], 4.75f);  // 15·0.25 + 1
+  EXPECT_EQ(y[0], 1.0f);
+}
+
+TEST(GgufQuants, Q2_KBlock) {
+  std::vector<uint8_t> b(84, 0);
+  set_f16(b, 80, 0x3C00);  // d = 1
+  set_f16(b, 82, 0x3800);  // dmin = 0.5
+  b[0] = 0x23;             // sub-block 0 (values 0..15): sc 3, m 2
+  b[2] = 0x14;             // sub-block 2 (values 32..47): sc 4, m 1
+  b[16] = 0x06;            // qs[0]: value 0 (bits 0-1) = 2, value 32 (bits 2-3) = 1
+  const auto y = dequant(GgufType::kQ2_K, b, 256);
+  EXPECT_EQ(y[0], 5.0f);    // 1·3·2 − 0.5·2
+  EXPECT_EQ(y[32], 3.5f);   // 1·4·1 − 0.5·1
+  EXPECT_EQ(y[1], -1.0f);   // code 0: −dmin·m
+  EXPECT_EQ(y[16], 0.0f);   // sub-block 1: sc = m = 0
+}
+
+TEST(GgufQuants, Q3_KBlock) {
+  std::vector<uint8_t> b(110, 0);
+  set_f16(b, 108, 0x3800);  // d = 0.5
+  b[96 + 0] = 0x01;         // scale 0: low 4 bits 1 ...
+  b[96 + 8] = 0x02;         // ... high 2 bits 2: 33, i.e. 33 − 32 = 1
+  b[96 + 7] = 0xF0;         // scale 15: low 4 bits 15 (high bits 0): 15 − 32 = −17
+  b[0] = 0x01;              // hmask[0] bit 0: value 0's third bit
+  b[32 + 0] = 0x03;         // qs[0] bits 0-1: value 0's low bits = 3
+  b[32 + 63] = 0x40;        // qs[63] bits 6-7: value 255 (h 1, j 3, l 31) = 1
+  b[31] = 0x80;             // hmask[31] bit 7 (4h + j): value 255's third bit
+  const auto y = dequant(GgufType::kQ3_K, b, 256);
+  EXPECT_EQ(y[0], 1.5f);     // 0.5·1·(3 + 4 − 4)
+  EXPECT_EQ(y[1], -2.0f);    // 0.5·1·(0 − 4)
+  EXPECT_EQ(y[255], -8.5f);  // 0.5·(−17)·(1 + 4 − 4)
+  EXPECT_EQ(y[240], 34.0f);  // 0.5·(−17)·(0 − 4)
+}
+
+TEST(GgufQuants, RowFiniteChecksTheNewTypesScales) {
+  struct Case {
+    GgufType type;
+    size_t bytes, at;
+    int64_t n;
+  };
+  for (const Case& c : {Case{GgufType::kQ4_1, 20, 2, 32}, Case{GgufType::kQ5_0, 22, 0, 32}, Case{GgufType::kQ5_1, 24, 2, 32},
+                        Case{GgufType::kQ2_K, 84, 82, 256}, Case{GgufType::kQ3_K, 110, 108, 256}}) {
+    std::vector<uint8_t> b(c.bytes, 0);
+    EXPECT_TRUE(gguf_row_finite(c.type, b.data(), c.n)) << static_cast<int>(c.type);
+    set_f16(b, c.at, 0x7C00);  // inf in its (last) f16 field
+    EXPECT_FALSE(gguf_row_finite(c.type, b.data(), c.n)) << static_cast<int>(c.type);
   }
 }
 

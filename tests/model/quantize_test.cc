@@ -1,13 +1,11 @@
 // q8 / q4 weights end to end: the round-trip error bounds of the quantizers, the config block, convert
 // on every tiny fixture then load and forward (logits against the unquantized model), the loader's
-// checks of quantized tensors, and convert's errors. Disabled by default: the logit error on a random
-// model of the Qwen2.5-0.5B shape,
-//   build-q/tests/test_model --gtest_also_run_disabled_tests --gtest_filter='*QuantizedRandomModel*'
+// checks of quantized tensors, and convert's errors. The logit error on a random model of the Qwen2.5-0.5B
+// shape is bench/kernels/quantized_model_bench.cc (docs/bench.md).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -399,99 +397,6 @@ TEST(QuantizedCheckpoint, ConvertErrors) {
   expect_error(convert((dir / "wrong").string(), dir / "c", WeightQuant::kQ8), "mlp.gate_proj.weight");
   EXPECT_FALSE(fs::exists(dir / "c"));
   EXPECT_FALSE(has_tmp_leftover(dir));
-}
-
-// ---- the logit error at the Qwen2.5-0.5B shape (disabled: run by hand) ------------------------------
-
-TEST(QuantizedRandomModel, DISABLED_Qwen05BShapeLogitError) {
-  ModelConfig c;
-  c.n_vocab = 151936;
-  c.n_embd = 896;
-  c.n_ff = 4864;
-  c.n_layer = std::getenv("DC_LAYERS") ? std::atoi(std::getenv("DC_LAYERS")) : 4;
-  c.n_head = 14;
-  c.n_head_kv = 2;
-  c.head_dim = 64;
-  c.rope_theta = 1e6;
-  c.tie_word_embeddings = false;
-  ModelWeights dense;
-  struct Store {
-    explicit Store(const ModelConfig& c) : vectors(c) {}
-    VectorStore vectors;
-    std::vector<std::vector<uint16_t>> matrices;
-  };
-  auto store = std::make_shared<Store>(c);
-  std::mt19937 gen(42);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  visit_weights(c, dense, [&](const WeightSlot& slot) {
-    if (slot.matrix != nullptr) {
-      store->matrices.emplace_back(slot.shape[0] * slot.shape[1]);
-      for (auto& v : store->matrices.back()) v = f32_to_bf16(normal(gen));
-      *slot.matrix = WeightView{DType::kBF16, store->matrices.back().data(), slot.shape[0], slot.shape[1]};
-    } else {
-      const std::span<float> vec = store->vectors.take(slot.shape[0]);
-      const bool norm = slot.name.find("norm") != std::string::npos;
-      for (auto& v : vec) v = norm ? 1.0f : normal(gen);
-      *slot.vector = vec;
-    }
-  });
-  ThreadPool pool(0);
-  auto base = Model::from_weights(c, dense, store);
-  QuantCase k;
-  k.B = 1;
-  k.L = 64;
-  std::uniform_int_distribution<int32_t> ids(0, 151642);
-  for (int64_t i = 0; i < k.L; ++i) {
-    k.tokens.push_back(ids(gen));
-    k.rows.push_back(i);
-  }
-  const Context fast{Device::kCpu, &pool};
-  Context ref = fast;
-  ref.reference_kernels = true;
-  auto timed_ms = [&](const Model& model) {  // the best of three forwards
-    double best = 1e30;
-    for (int r = 0; r < 3; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      logits_of(model, k, fast);
-      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-  };
-  const auto want = logits_of(*base, k, fast);
-  std::printf("  %-24s forward %.1f ms\n", "bf16 (unquantized)", timed_ms(*base));
-  auto top1 = [&](const std::vector<float>& l, int64_t r) {
-    return std::max_element(l.begin() + r * c.n_vocab, l.begin() + (r + 1) * c.n_vocab) - (l.begin() + r * c.n_vocab);
-  };
-  struct Variant {
-    const char* name;
-    QuantizeOptions o;
-  };
-  const Variant variants[] = {
-      {"q8", {WeightQuant::kQ8, 32, true}},
-      {"q8 (embeddings kept)", {WeightQuant::kQ8, 32, false}},
-      {"q4 g32 min", {WeightQuant::kQ4, 32, true}},
-      {"q4 g32 min (emb. kept)", {WeightQuant::kQ4, 32, false}},
-      {"q4 g32 symmetric", {WeightQuant::kQ4, 32, true, Q4Variant::kSymmetric}},
-      {"q4 g64 min", {WeightQuant::kQ4, 64, true}},
-      {"q4 g128 min", {WeightQuant::kQ4, 128, true}},
-      {"q4 g128 min (emb. kept)", {WeightQuant::kQ4, 128, false}},
-  };
-  std::printf("random Qwen2.5-0.5B shape, %lld layers, %lld tokens\n", (long long)c.n_layer, (long long)k.L);
-  for (const Variant& v : variants) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto q = quantize_weights(c, dense, v.o, &pool);
-    ASSERT_TRUE(q.ok()) << q.status().to_string();
-    const double quant_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    auto model = Model::from_weights(c, q->weights, q->storage);
-    const auto got = logits_of(*model, k, fast);
-    int agree = 0;
-    for (int64_t r = 0; r < k.L; ++r) agree += top1(got, r) == top1(want, r);
-    double exact_x = -1;
-    if (std::getenv("DC_REF") != nullptr) exact_x = relative_error(logits_of(*model, k, ref), want);
-    std::printf("  %-24s rel. logit error %.2e (f32 activations: %.2e)  top-1 agreement %d/%lld  forward %.1f ms"
-                "  (quantized in %.1f s)\n",
-                v.name, relative_error(got, want), exact_x, agree, (long long)k.L, timed_ms(*model), quant_s);
-  }
 }
 
 }  // namespace

@@ -94,6 +94,7 @@ TEST_P(FastKernelsTest, MatmulF32PathMatchesReferenceForEveryDtype) {
 
 // bf16 precision over bf16 weights, and over f16 weights (exact, split into bf16 hi + lo: pack_f16.h).
 TEST_P(FastKernelsTest, MatmulBf16ActivationsWithinStatedTolerance) {
+  if (!cpu::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 (bf16 activations, kPanels)";
   for (DType dtype : {DType::kBF16, DType::kF16})
   for (auto [n, m, k] : kMatmulShapes) {
     const KernelWeight w = make_kernel_weight(dtype, m, k, static_cast<uint32_t>(3 + n + m + k));
@@ -171,7 +172,7 @@ TEST_P(FastKernelsTest, MatmulAddSumsIntoY) {
       matmul_nt_add(fast1_, x.data(), n, w.view, got1.data());
       expect_close(want, got, 1e-5, "f32 precision, " + what);
       ASSERT_EQ(got, got1) << what << ": result depends on the thread count";
-      if (dtype != DType::kBF16) continue;
+      if (dtype != DType::kBF16 || !cpu::cpu_has_avx512_bf16()) continue;  // bf16 activations: AVX512_BF16
       auto x_rounded = x;
       for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
       std::vector<float> want_rounded = y0, got_bf16 = y0;
@@ -225,6 +226,7 @@ TEST(PackF16, SplitIsExactForEveryF16Value) {
 // bit; the fast kernel at f32 precision matches the reference and at bf16 precision the reference on
 // rounded activations (and the row-major fast result bit for bit where both take the packed path).
 TEST_P(FastKernelsTest, MatmulPackedPanelsMatchRowMajor) {
+  if (!cpu::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 (bf16 activations, kPanels)";
   for (auto [n, m, k] : kMatmulShapes) {
     const KernelWeight w = make_kernel_weight(DType::kBF16, m, k, static_cast<uint32_t>(9 + n + m + k));
     const dc::testing::PackedCopy p(&pool_, w.view);

@@ -17,6 +17,13 @@ def model(tiny_gqa2):
     return diffucoder.AutoModel.from_pretrained(tiny_gqa2, threads=2)
 
 
+def test_misspelt_cpu_level_fails_the_load(tiny_gqa2, monkeypatch):
+    # DC_CPU_LEVEL caps the kernels; a misspelt one must not silently run the baseline kernels
+    monkeypatch.setenv("DC_CPU_LEVEL", "avx9000")
+    with pytest.raises(ValueError, match="DC_CPU_LEVEL=avx9000"):
+        diffucoder.AutoModel.from_pretrained(tiny_gqa2, threads=2)
+
+
 def test_load_errors(tiny_gqa2, tiny_vocab, tmp_path):
     with pytest.raises(FileNotFoundError, match="no-such-dir"):
         diffucoder.AutoModel.from_pretrained(str(tmp_path / "no-such-dir"))

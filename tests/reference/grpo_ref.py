@@ -10,7 +10,9 @@ What it computes (spec §4):
   * completion_mask: 1 up to and including the first <|im_end|>, 0 after; all ones without one.
   * the three versions of prompt + completion: v0 every completion position masked, v1 the positions of
     `mask` (R < t), v2 the others; the prompt is never masked. One forward over the 3B sequences with no
-    attention mask and default positions, logits[:, :-1] then the last C positions, log_softmax, gather;
+    attention mask and default positions (the reference's form), or, when the batch gives a `prompt_mask`
+    with left pads, the rollout's padding mask and positions (spec §3.3; the engine's scoring),
+    logits[:, :-1] then the last C positions, log_softmax, gather;
     logp = (logp_v0 + where(mask, logp_v1 / t, logp_v2 / (1 - t))) / 2.
   * ratio = exp(logp - old) (old = logp.detach() when absent), TRL's clipped objective
     -min(ratio*A, clamp(ratio, 1-eps, 1+eps)*A) + beta*k3 KL, k3 = exp(ref-logp) - (ref-logp) - 1,
@@ -61,7 +63,7 @@ def completion_mask(completion_ids, im_end):
     return (torch.arange(C)[None, :] <= first[:, None]).int()
 
 
-def coupled_logps(model, prompt_ids, completion_ids, mask, t):
+def coupled_logps(model, prompt_ids, completion_ids, mask, t, prompt_mask=None):
     prompt, comp = torch.tensor(prompt_ids), torch.tensor(completion_ids)
     partial = torch.tensor(mask).bool()
     C = comp.shape[1]
@@ -70,7 +72,13 @@ def coupled_logps(model, prompt_ids, completion_ids, mask, t):
     v1 = torch.where(partial, v0, comp)
     v2 = torch.where(~partial, v0, comp)
     batch = torch.cat([torch.cat([prompt, v], 1) for v in (v0, v1, v2)], 0)
-    logits = R.forward(model, batch)[:, :-1][:, -C:]  # position j predicted from j - 1 (spec §2.6)
+    valid = pos = None
+    if prompt_mask is not None and not torch.tensor(prompt_mask).bool().all():
+        # Left pads: the rollout's padding mask and positions (spec §3.3: cumsum(mask) - 1, pads at 1).
+        m = torch.cat([torch.tensor(prompt_mask), torch.ones_like(comp)], 1).repeat(3, 1)
+        valid = m
+        pos = torch.where(m.bool(), m.cumsum(1) - 1, torch.ones_like(m))
+    logits = R.forward(model, batch, valid, pos)[:, :-1][:, -C:]  # position j predicted from j - 1 (spec §2.6)
     lp = torch.log_softmax(logits, -1).gather(-1, comp.repeat(3, 1)[..., None])[..., 0]
     lp0, lp1, lp2 = lp.chunk(3, 0)
     return (lp0 + torch.where(partial, lp1 / t, lp2 / (1 - t))) / 2
@@ -96,16 +104,19 @@ def run_case(policy, ref, batch, use_ref):
     B = len(batch["completion_ids"])
     G = batch["group_size"]
     prompts = batch["prompt_ids"]
+    pmask = batch.get("prompt_mask")
     if len(prompts) != B:  # one prompt per group
         prompts = [p for p in prompts for _ in range(G)]
+        pmask = None if pmask is None else [m for m in pmask for _ in range(G)]
     adv = advantages(batch["rewards"], G, batch.get("scale_rewards", False)).float()
     cmask = completion_mask(batch["completion_ids"], batch["im_end_id"])
     with torch.no_grad():
-        ref_lp = coupled_logps(ref if use_ref else policy, prompts, batch["completion_ids"], batch["mask"], batch["t"])
+        ref_lp = coupled_logps(ref if use_ref else policy, prompts, batch["completion_ids"], batch["mask"], batch["t"],
+                               pmask)
     for w in policy.weights.values():
         w.grad = None
         w.requires_grad_(True)
-    logps = coupled_logps(policy, prompts, batch["completion_ids"], batch["mask"], batch["t"])
+    logps = coupled_logps(policy, prompts, batch["completion_ids"], batch["mask"], batch["t"], pmask)
     old = torch.tensor(batch["old_logps"]) if "old_logps" in batch else None
     loss, kl, clip, scale = grpo_loss(logps, old, ref_lp, adv, cmask, batch.get("beta", 0.01), batch.get("epsilon", 0.5))
     loss.backward()
@@ -167,8 +178,14 @@ def main():
         lp = coupled_logps(policy, b2["prompt_ids"], b2["completion_ids"], b2["mask"], b2["t"])
     ratios = [0.3, 0.9, 1.2, 2.5, 1.0, 0.45]
     b2["old_logps"] = [[float(lp[i, j]) - math.log(ratios[(i + j) % len(ratios)]) for j in range(6)] for i in range(4)]
+    # Two prompts of different lengths in one batch (3 and 6 tokens), the shorter left-padded with the pad id
+    # as a rollout pads them: scored with the rollout's padding mask and positions (prompt_mask).
+    b5 = make_batch(rng, policy, B=4, G=2, P=6, C=5, t=0.45, rewards=[2.0, 0.5, 1.0, 0.0], im_end_rows={1: 3},
+                    per_group_prompt=True)
+    b5["prompt_ids"][0][:3] = [policy.vocab_size - 1] * 3
+    b5["prompt_mask"] = [[0, 0, 0, 1, 1, 1], [1] * 6]
     for name, batch, use_ref in (("g2_fresh", b1, True), ("g4_clip", b2, True), ("g3_equal", b3, True),
-                                 ("no_ref", b4, False)):
+                                 ("no_ref", b4, False), ("left_padded", b5, True)):
         expected, grads = run_case(policy, ref, batch, use_ref)
         st.write_file(os.path.join(out, name + ".grads.safetensors"), grads)
         cases.append(dict(name=name, batch=batch, ref=use_ref, expected=expected))

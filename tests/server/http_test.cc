@@ -233,6 +233,56 @@ TEST_F(HttpTest, ChatStreamWithCanvasEvents) {
   EXPECT_EQ(sse.data.back(), "[DONE]");
 }
 
+// stream_canvas "changes": the first canvas event holds the rows, the later ones only [row, position, piece]
+// changes; applied in order they give, at every step, the rows that stream_canvas true sends whole (the same
+// deterministic generation), in fewer bytes.
+TEST_F(HttpTest, CanvasChangesReassembleToTheWholeCanvasAtEveryStep) {
+  const json base = {{"prompt", "def f(x):"}, {"max_tokens", 16}, {"steps", 8}, {"n", 2}, {"stream", true}};
+  json whole_body = base, changes_body = base;
+  whole_body["stream_canvas"] = true;
+  changes_body["stream_canvas"] = "changes";
+  auto whole = post("/v1/completions", whole_body);
+  auto changes = post("/v1/completions", changes_body);
+  ASSERT_TRUE(whole && changes);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  ASSERT_EQ(changes->status, 200) << changes->body;
+  auto canvas_events = [](const std::string& body) {
+    const Sse sse = parse_sse(body);
+    std::vector<json> events;
+    size_t bytes = 0;
+    for (size_t i = 0; i < sse.data.size(); ++i)
+      if (sse.events[i] == "canvas") events.push_back(json::parse(sse.data[i])), bytes += sse.data[i].size();
+    return std::make_pair(events, bytes);
+  };
+  const auto [want, whole_bytes] = canvas_events(whole->body);
+  const auto [got, changes_bytes] = canvas_events(changes->body);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(want.size(), 8u);
+  json rows;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]["step"], want[i]["step"]);
+    if (i == 0) {
+      ASSERT_TRUE(got[i].contains("rows") && !got[i].contains("changes")) << got[i].dump();
+      rows = got[i]["rows"];
+    } else {
+      ASSERT_TRUE(got[i].contains("changes") && !got[i].contains("rows")) << got[i].dump();
+      EXPECT_FALSE(got[i]["changes"].empty()) << "step " << i;  // every step unmasks at least one position
+      for (const json& c : got[i]["changes"]) rows[c[0].get<size_t>()][c[1].get<size_t>()] = c[2];
+    }
+    ASSERT_EQ(rows, want[i]["rows"]) << "step " << i;
+  }
+  for (const json& row : rows)
+    for (const json& piece : row) EXPECT_FALSE(piece.is_null());  // resolved
+  EXPECT_LT(changes_bytes, whole_bytes);
+  // Anything else than true, false or "changes" is refused, naming the field.
+  json bad = base;
+  bad["stream_canvas"] = "all";
+  auto refused = post("/v1/completions", bad);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_EQ(json::parse(refused->body)["error"]["param"], "stream_canvas") << refused->body;
+}
+
 TEST_F(HttpTest, StopStrings) {
   const json body = {{"prompt", "abc"}, {"max_tokens", 16}};
   const std::string text = json::parse(post("/v1/completions", body)->body)["choices"][0]["text"];

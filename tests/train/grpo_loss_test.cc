@@ -14,6 +14,7 @@
 #include <span>
 #include <nlohmann/json.hpp>
 
+#include "engine_fixtures.h"
 #include "fixtures.h"
 #include "io/safetensors.h"
 #include "model/params.h"
@@ -135,7 +136,7 @@ void expect_scalar(const Json& got, const Json& want, const std::string& key) {
 
 TEST(GrpoLossParity, CliMatchesTheReference) {
   const Json cases = load_cases();
-  ASSERT_EQ(cases.size(), 4u);
+  ASSERT_EQ(cases.size(), 5u);
   for (const Json& c : cases) {
     const std::string name = c["name"];
     SCOPED_TRACE(name);
@@ -180,6 +181,9 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
     const bool per_group = static_cast<int64_t>(j["prompt_ids"].size()) != b.n_batch;
     for (int64_t i = 0; i < b.n_batch; ++i)
       for (const Json& id : j["prompt_ids"][per_group ? i / G : i]) b.prompt_ids.push_back(id.get<int32_t>());
+    if (j.contains("prompt_mask"))  // left_padded: the rollout's pads
+      for (int64_t i = 0; i < b.n_batch; ++i)
+        for (const Json& m : j["prompt_mask"][per_group ? i / G : i]) b.prompt_mask.push_back(m.get<uint8_t>());
     b.completion_ids = testing::flatten<int32_t>(j["completion_ids"]);
     for (int64_t i = 0; i < b.n_batch; ++i) {
       const auto mask = completion_mask(std::span(b.completion_ids).subspan(i * b.n_completion, b.n_completion),
@@ -268,6 +272,111 @@ TEST(GrpoLossParity, LogProbsInBlocksEqualTheLossPass) {
   for (size_t i = 0; i < blocks->size(); ++i) EXPECT_NEAR((*blocks)[i], res->logps[i], 1e-5f * (1 + std::fabs(res->logps[i]))) << i;
 }
 
+TEST(GrpoMasks, PromptMaskGivesTheRolloutsPaddingAndPositions) {
+  GrpoBatch b;
+  b.n_batch = 2, b.n_prompt = 3, b.n_completion = 2;
+  b.prompt_ids = {63, 1, 2, 3, 4, 5};  // row 0: one left pad, then a prompt of 2
+  b.completion_ids = {6, 7, 8, 9};
+  b.completion_mask = {1, 1, 1, 1};
+  b.prompt_mask = {0, 1, 1, 1, 1, 1};
+  const CoupledMask m{0.5, {1, 0, 0, 1}};
+  auto r = coupled_rows(b, m, 62, 64, false);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<uint8_t> row0 = {0, 1, 1, 1, 1}, row1 = {1, 1, 1, 1, 1};
+  const std::vector<int32_t> pos0 = {1, 0, 1, 2, 3}, pos1 = {0, 1, 2, 3, 4};  // pads at 1 (spec §3.3)
+  for (int64_t v = 0; v < 3; ++v) {  // every version: the same mask and positions
+    EXPECT_EQ(std::vector<uint8_t>(r->valid.begin() + (2 * v) * 5, r->valid.begin() + (2 * v + 1) * 5), row0) << v;
+    EXPECT_EQ(std::vector<uint8_t>(r->valid.begin() + (2 * v + 1) * 5, r->valid.begin() + (2 * v + 2) * 5), row1) << v;
+    EXPECT_EQ(std::vector<int32_t>(r->positions.begin() + (2 * v) * 5, r->positions.begin() + (2 * v + 1) * 5), pos0) << v;
+    EXPECT_EQ(std::vector<int32_t>(r->positions.begin() + (2 * v + 1) * 5, r->positions.begin() + (2 * v + 2) * 5), pos1) << v;
+  }
+  const ForwardBatch fb = r->forward_batch();
+  EXPECT_EQ(fb.valid, r->valid.data());
+  EXPECT_EQ(fb.positions, r->positions.data());
+  b.prompt_mask = {1, 1, 1, 1, 1, 1};  // no pad: the reference's form, no mask and default positions
+  auto plain = coupled_rows(b, m, 62, 64, false);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->valid.empty() && plain->positions.empty());
+  EXPECT_EQ(plain->forward_batch().valid, nullptr);
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> bad = {
+      {{0, 1, 1, 1, 1}, "prompt_mask must hold B·P = 6 entries"},
+      {{1, 0, 1, 1, 1, 1}, "prompt_mask[0][1] = 0"},
+      {{0, 1, 1, 1, 1, 2}, "prompt_mask[1][2] = 2"},
+      {{0, 1, 1, 0, 0, 0}, "prompt_mask[1] has no prompt token"}};
+  for (const auto& [mask, message] : bad) {
+    b.prompt_mask = mask;
+    auto e = coupled_rows(b, m, 62, 64, false);
+    ASSERT_FALSE(e.ok()) << message;
+    EXPECT_NE(e.status().message().find(message), std::string::npos) << e.status().message();
+  }
+}
+
+// Issue 42 item 6: two prompts of different lengths rolled out in one generation (the shorter left-padded,
+// masked and renumbered by the decoder) are scored as the rollout saw them: the shorter prompt's
+// completions get the log-probs of scoring them alone (no pads), in the no-grad pass and in the loss's
+// training forward; without the prompt mask (the old scoring) they do not.
+TEST(GrpoLossPadding, ShorterPromptScoresAsAlone) {
+  auto engine = testing::load_exact((fs::path(testing::fixtures_dir()) / "tiny-vocab").string(), 2);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const ModelConfig& cfg = (*engine)->config();
+  auto params = ModelParams::from_weights(cfg, (*engine)->model().weights());
+  ASSERT_TRUE(params.ok());
+  const auto policy = Model::from_weights(cfg, params->weights(), nullptr);
+  Context ctx;
+  ctx.pool = &(*engine)->pool();
+  ctx.matmul_precision = MatmulPrecision::kF32;
+  RolloutOptions ro;
+  ro.group_size = 2;
+  ro.sampling = recipe_rollout_params(cfg);
+  ro.sampling.max_new_tokens = 8, ro.sampling.steps = 8;
+  const Tokenizer& tok = *(*engine)->tokenizer();
+  const std::vector<std::vector<int32_t>> prompts = {*tok.encode("def add(a, b):\n    return"), *tok.encode("x =")};
+  ASSERT_GT(prompts[0].size(), prompts[1].size() + 2);
+  auto rb = generate_rollouts(ctx, *policy, tok, prompts, ro, 21);
+  ASSERT_TRUE(rb.ok()) << rb.status().message();
+  const int64_t P = rb->prompt_width, C = rb->completion_length, B = rb->n_rows;  // rows 2, 3: the short prompt
+  GrpoBatch both;
+  both.n_batch = B, both.n_prompt = P, both.n_completion = C;
+  both.prompt_ids = rb->prompt_ids, both.prompt_mask = rb->prompt_mask;
+  both.completion_ids = rb->completion_ids;
+  both.completion_mask.assign(B * C, 1);
+  const CoupledMask mask = draw_coupled_mask(B, C, 9);
+  GrpoBatch alone;  // the short prompt's two completions with no pads
+  const int64_t Ps = static_cast<int64_t>(prompts[1].size());
+  alone.n_batch = 2, alone.n_prompt = Ps, alone.n_completion = C;
+  for (int g = 0; g < 2; ++g) alone.prompt_ids.insert(alone.prompt_ids.end(), prompts[1].begin(), prompts[1].end());
+  alone.completion_ids.assign(rb->completion_ids.begin() + 2 * C, rb->completion_ids.end());
+  alone.completion_mask.assign(2 * C, 1);
+  const CoupledMask alone_mask{mask.t, std::vector<uint8_t>(mask.partial.begin() + 2 * C, mask.partial.end())};
+  const int32_t mask_id = static_cast<int32_t>(cfg.mask_token_id);
+  auto rows = coupled_rows(both, mask, mask_id, cfg.n_vocab, false);
+  auto alone_rows = coupled_rows(alone, alone_mask, mask_id, cfg.n_vocab, false);
+  GrpoBatch unmasked = both;
+  unmasked.prompt_mask.clear();
+  auto unmasked_rows = coupled_rows(unmasked, mask, mask_id, cfg.n_vocab, false);
+  ASSERT_TRUE(rows.ok() && alone_rows.ok() && unmasked_rows.ok());
+  auto logps = coupled_logps(ctx, *policy, *rows, C);
+  auto alone_logps = coupled_logps(ctx, *policy, *alone_rows, C);
+  auto unmasked_logps = coupled_logps(ctx, *policy, *unmasked_rows, C);
+  ASSERT_TRUE(logps.ok() && alone_logps.ok() && unmasked_logps.ok());
+  ModelParams grads = ModelParams::zeros(cfg);
+  Activations acts;
+  GrpoLossInputs in;
+  in.batch = &both, in.rows = &*rows, in.advantages = {0.5, -0.5, 1.0, -1.0};
+  auto res = grpo_loss_and_grads(ctx, *policy, in, GrpoLossOptions{}, 1.0f, grads, acts);
+  ASSERT_TRUE(res.ok()) << res.status().message();
+  double unmasked_gap = 0;
+  for (int64_t i = 0; i < 2 * C; ++i) {
+    const float want = (*alone_logps)[i];
+    EXPECT_NEAR((*logps)[2 * C + i], want, 1e-5f * (1 + std::fabs(want))) << "position " << i;
+    EXPECT_NEAR(res->logps[2 * C + i], want, 1e-5f * (1 + std::fabs(want))) << "position " << i << " (loss pass)";
+    unmasked_gap = std::max(unmasked_gap, std::fabs(static_cast<double>((*unmasked_logps)[2 * C + i]) - want));
+  }
+  EXPECT_GT(unmasked_gap, 1e-3) << "attending the pads changes the log-probs (the scoring before the fix)";
+  for (int64_t i = 0; i < 2 * C; ++i)  // the long prompt has no pads: the same either way, bit for bit
+    EXPECT_EQ((*logps)[i], (*unmasked_logps)[i]) << i;
+}
+
 TEST(GrpoLossCli, BadBatchesGetClearErrors) {
   const Json cases = load_cases();
   ASSERT_FALSE(cases.empty());
@@ -302,6 +411,9 @@ TEST(GrpoLossCli, BadBatchesGetClearErrors) {
       {edit([](Json& j) { j["completion_ids"][2][3] = -1; }), "not a non-negative integer"},
       {edit([](Json& j) { j["prompt_ids"][0].push_back(1); }), "prompt_ids[1] must be a list of 6"},
       {edit([](Json& j) { j["mask"][0][0] = 2; }), "'mask' entries must be 0 or 1"},
+      {edit([](Json& j) { j["prompt_mask"] = Json::array({Json::array({1, 1})}); }), "'prompt_mask' must be a list of 4"},
+      {edit([](Json& j) { j["prompt_mask"] = Json::array(); for (int b = 0; b < 4; ++b) j["prompt_mask"].push_back(Json::array({1, 0, 1, 1, 1})); }),
+       "prompt_mask[0][1] = 0"},
       {edit([](Json& j) { j["old_logps"] = Json::array({Json::array({0.1})}); }), "'old_logps' must be a list of 4"},
       {edit([](Json& j) { j["epsilon"] = -1; }), "'epsilon' must be a number"},
       {edit([](Json& j) { j.erase("im_end_id"); }), "give 'im_end_id' in the batch"},

@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "ops/cpu/attention_row.h"
+#include "ops/cpu/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 void attention(ThreadPool* pool, const AttentionShape& s, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out) {
@@ -48,4 +50,5 @@ void attention(ThreadPool* pool, const AttentionShape& s, const float* q, const 
   }, 8);
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

@@ -5,10 +5,12 @@
 #include <limits>
 #include <vector>
 
-#include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/attention_row.h"
+#include "ops/cpu/backward_kernels.h"
+#include "ops/cpu/kernel_variant.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 void attention_backward(ThreadPool* pool, const AttentionShape& s, const float* q, const float* k, const float* v,
                         const uint8_t* valid, const float* out, const float* dout, float* dq, float* dk,
@@ -72,4 +74,5 @@ void attention_backward(ThreadPool* pool, const AttentionShape& s, const float* 
   }, 1);
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

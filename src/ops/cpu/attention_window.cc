@@ -9,8 +9,10 @@
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/cpu/attention_row.h"
+#include "ops/cpu/kernel_variant.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 void attention_window(ThreadPool* pool, const AttentionShape& s, int64_t window_begin, int64_t window_len,
                       const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
@@ -51,4 +53,5 @@ void attention_window(ThreadPool* pool, const AttentionShape& s, int64_t window_
   }, 8);
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

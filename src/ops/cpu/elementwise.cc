@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/cpu/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 void rms_norm(ThreadPool* pool, const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
   parallel_for(pool, n, [&](int64_t b, int64_t e) {
@@ -64,4 +66,5 @@ void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, in
   }, 16);
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

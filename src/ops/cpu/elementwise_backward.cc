@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "ops/cpu/backward_kernels.h"
+#include "ops/cpu/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 void rms_norm_backward(ThreadPool* pool, const float* x, const float* w, const float* dy, int64_t n, int64_t d,
                        float eps, float* dx, float* dw) {
@@ -84,4 +86,5 @@ void transpose(ThreadPool* pool, const float* x, int64_t rows, int64_t cols, flo
   }, 1);
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

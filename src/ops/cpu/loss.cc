@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "ops/cpu/backward_kernels.h"
+#include "ops/cpu/kernel_variant.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 double cross_entropy(ThreadPool* pool, const float* logits, const int32_t* targets, const float* weights, int64_t n,
                      int64_t n_vocab, float* dlogits, float* ce) {
@@ -33,4 +35,5 @@ double cross_entropy(ThreadPool* pool, const float* logits, const int32_t* targe
   return total;
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

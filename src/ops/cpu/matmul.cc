@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/cpu/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {
+DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 namespace {
 
 constexpr int64_t kBlockRows = 32;  // weight rows converted and reused per task
@@ -86,4 +88,5 @@ void matmul_tn(ThreadPool* pool, const float* a, int64_t n, int64_t m, const flo
   });
 }
 
+DC_KERNEL_VARIANT_END
 }  // namespace dc::cpu

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_gguf.h"
 #include "ops/cpu/quant.h"
 #include "ops/cpu/simd_avx512.h"
 
@@ -330,15 +331,15 @@ DC_TARGET_VNNI void panel_tile(const QuantizedX& xq, int64_t i0, int64_t tile, i
   if (c.first)
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < 2; ++v) _mm512_mask_storeu_ps(yt + r * c.m + 16 * v, c.keep[v], _mm512_setzero_ps());
-  auto add_to_y = [&](int r, int v, __m512 a, __m512 sx) {
+  auto add_to_y = [&](int r, int v, __m512 a, __m512 sx) DC_TARGET_VNNI {  // (a lambda has no target of its own)
     float* p = yt + r * c.m + 16 * v;
     _mm512_mask_storeu_ps(p, c.keep[v], _mm512_fmadd_ps(a, sx, _mm512_maskz_loadu_ps(c.keep[v], p)));
   };
   __m512i acc[R][2];
   // The 32 columns of block b into acc.
-  auto block = [&](int64_t b) {
+  auto block = [&](int64_t b) DC_TARGET_VNNI {
     const int8_t* xb = xq.q + i0 * row_stride + b * kBlock;
-    auto step = [&](__m512i w0, __m512i w1, int s) {  // step s: 4 columns (x positions 4s..4s+3)
+    auto step = [&](__m512i w0, __m512i w1, int s) DC_TARGET_VNNI {  // step s: 4 columns (x positions 4s..4s+3)
       for (int r = 0; r < R; ++r) {
         int32_t x4;
         std::memcpy(&x4, xb + r * row_stride + 4 * s, 4);
@@ -551,6 +552,7 @@ bool cpu_has_avx512_vnni() {
 
 bool int8_kernel_supports(const WeightView& w) {
   if (!cpu_has_avx512_vnni()) return false;
+  if (w.quant == WeightQuant::kGguf) return w.layout == WeightLayout::kRowMajor;
   const int64_t g = w.group_size;
   return w.quant == WeightQuant::kQ8 || (g % kBlock == 0 && (kXBlock % g == 0 || g % kXBlock == 0));
 }
@@ -565,6 +567,10 @@ void matmul_nt_quant(ThreadPool* pool, Workspace& ws, const float* x, int64_t n,
       matmul_reference(pool, x, n, w, bias, y);
       return;
     case QuantKernel::kInt8Vnni:
+      if (vnni_ok && w.quant == WeightQuant::kGguf) {
+        matmul_nt_gguf_vnni(pool, ws, x, n, w, bias, y);
+        return;
+      }
       if (vnni_ok) {
         matmul_vnni(pool, ws, x, n, w, bias, y);
         return;

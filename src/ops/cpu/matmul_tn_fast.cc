@@ -105,7 +105,7 @@ DC_TARGET_AVX512 void task(const Job& j, int64_t i0, int64_t i1, int64_t q0, int
       // Overwriting y: each 32-row group's lines are loaded before its tiles are stored, as kLoad does.
       // AMX tile stores to lines not in the cache made the overwrite ~1.3x slower than loading y and
       // adding (measured on the 0.5B dW shapes; write prefetches did not help, plain loads do).
-      auto load_rows = [&](int64_t r0) {
+      auto load_rows = [&](int64_t r0) DC_TARGET_AVX512 {  // (a lambda has no target of its own)
         if (init != Init::kZero) return;
         __m512 sink = _mm512_setzero_ps();
         for (int64_t r = r0; r < std::min(i1, r0 + kAmxRows); ++r)

@@ -19,7 +19,8 @@ enum class QuantKernel {
 };
 
 // y[n, w.rows] = x[n, w.cols] · dequant(w)ᵀ (+ bias[w.rows] when bias != nullptr). Overwrites y.
-// Precondition: w.quantized(). Threads over blocks of weight rows; the result does not depend on the
+// Precondition: w.quantized(). kGguf weights (ggml blocks, read in place) take the same three kernels:
+// kReference and kDequantF32 through WeightView::row_to_f32, kInt8Vnni is matmul_nt_gguf_vnni. Threads over blocks of weight rows; the result does not depend on the
 // number of threads. kInt8Vnni rounds each 128-column block of a row of x to int8 with scale amax/127
 // (error ≤ amax/254 per element) and accumulates exact int32 sums per block (kQ4: per group), then
 // f32 across them; it needs cpu_has_avx512_vnni() and, for kQ4, a group_size of 32, 64 or a multiple
@@ -38,7 +39,8 @@ void pack_quant_panels(ThreadPool* pool, const WeightView& w, int64_t panel_begi
 bool cpu_has_avx512_vnni();
 
 // Whether kInt8Vnni (and kAuto) run the int8 kernel on w (else kDequantF32): cpu_has_avx512_vnni(), and
-// kQ8 or kQ4 with a group_size of 32, 64 or a multiple of kInt8XBlock.
+// kQ8, kQ4 with a group_size of 32, 64 or a multiple of kInt8XBlock, or kGguf (row-major; its own
+// kernel, ops/cpu/matmul_gguf.h: x rounded per 16 columns).
 bool int8_kernel_supports(const WeightView& w);
 
 }  // namespace dc::cpu

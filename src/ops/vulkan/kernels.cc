@@ -55,7 +55,7 @@ int32_t weight_type(const DeviceMatrix& w) {
   switch (w.quant) {
     case WeightQuant::kQ8: return 3;
     case WeightQuant::kQ4: return 4;
-    case WeightQuant::kNone: break;
+    case WeightQuant::kNone: case WeightQuant::kGguf: break;
   }
   return w.dtype == DType::kF32 ? 0 : w.dtype == DType::kF16 ? 1 : 2;
 }
@@ -82,6 +82,8 @@ Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string
         return invalid_argument(what + ": q4 needs U8 codes, f16 scales and mins, and an even group_size dividing cols");
       data_bytes = m.rows * m.cols / 2, table_bytes = m.rows * (m.cols / m.group_size) * 2;
       break;
+    case WeightQuant::kGguf:
+      return unimplemented(what + ": ggml block weights (a quantized GGUF) have no device kernels");
   }
   // Shaders read whole 32-bit words: round the buffers up (the padding is never used).
   const auto words = [](int64_t bytes) { return (bytes + 3) / 4 * 4; };

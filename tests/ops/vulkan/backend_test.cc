@@ -1,11 +1,15 @@
-// ops' Vulkan DeviceBackend (ops/vulkan_backend.cc) on device 0: an operand that is not one of its buffers
-// (a host pointer, memory it freed) is an error of the forward, not undefined behaviour; allocate()'s
+// ops' Vulkan DeviceBackend (ops/vulkan_backend.cc) on device 0: its memory is a DevicePtr, which no host
+// pointer is (the compile-time checks below); an operand that is not one of its buffers (a host pointer
+// smuggled through a forward operand, memory it freed) is an error of the forward, not undefined
+// behaviour; allocate()'s
 // memory lives until its owner frees it; forwards of one shape record once and read their own uploads, and
 // their results come back in the same submission.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ops/device.h"
@@ -13,8 +17,15 @@
 namespace dc {
 namespace {
 
+// Host memory is not device memory: the backend's ops and copies do not take host pointers.
+static_assert(!std::is_invocable_v<decltype(&DeviceBackend::add_inplace), DeviceBackend&, float*, const float*, int64_t>);
+static_assert(!std::is_invocable_v<decltype(&DeviceBackend::add_inplace), DeviceBackend&, DeviceOut, const float*, int64_t>);
+static_assert(std::is_invocable_v<decltype(&DeviceBackend::add_inplace), DeviceBackend&, DeviceOut, DeviceIn, int64_t>);
+static_assert(!std::is_invocable_v<decltype(&DeviceBackend::copy_out), DeviceBackend&, const char*, const float*, void*, int64_t>);
+static_assert(std::is_same_v<decltype(std::declval<DeviceMemory&>().data()), DevicePtr<float>>);
+
 // A forward of its own that copies device[bytes] out.
-Status read_back(DeviceBackend& b, const void* device, void* host, int64_t bytes) {
+Status read_back(DeviceBackend& b, DevicePtr<const void> device, void* host, int64_t bytes) {
   if (Status s = b.begin(); !s.ok()) return s;
   b.copy_out("read_back", device, host, bytes);
   return b.finish();
@@ -27,13 +38,13 @@ TEST(VulkanBackend, HostPointersAreRefusedClearly) {
   std::vector<float> host(8, 1.0f);
   const auto lock = b.lock();
   ASSERT_TRUE(b.begin().ok());
-  float* y = static_cast<float*>(b.alloc("y", 32));
-  ASSERT_NE(y, nullptr);
-  b.add_inplace(y, host.data(), 8);
+  const DeviceOut y = device_cast<float>(b.alloc("y", 32));
+  ASSERT_TRUE(y);
+  b.add_inplace(y, as_device(host.data()), 8);  // a host pointer where a front-end expects a device operand
   const Status s = b.finish();
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not the start of one of"), std::string::npos) << s.message();
-  EXPECT_EQ(read_back(b, host.data(), host.data(), 32).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_back(b, as_device(host.data()), host.data(), 32).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
@@ -45,7 +56,7 @@ TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
   auto kept = b.allocate(16, "kept");
   ASSERT_TRUE(kept.ok()) << kept.status().to_string();
   const std::vector<float> ones(4, 1.0f);
-  const float* x = static_cast<const float*>(b.copy_in("x", ones.data(), 16));
+  const DeviceIn x = device_cast<const float>(b.copy_in("x", ones.data(), 16));
   b.add_inplace((*kept)->data(), x, 4);  // undefined contents + 1: overwritten below
   ASSERT_TRUE(b.finish().ok());
   ASSERT_TRUE(b.begin().ok());  // a later forward: the memory is still there
@@ -54,7 +65,7 @@ TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
   std::vector<float> got(4);
   ASSERT_TRUE(read_back(b, (*kept)->data(), got.data(), 16).ok());
   EXPECT_NEAR(got[0], 1.0f / (1.0f + std::exp(-1.0f)), 1e-6);
-  float* freed = (*kept)->data();
+  const DeviceOut freed = (*kept)->data();
   kept->reset();
   ASSERT_TRUE(b.begin().ok());  // frees it
   EXPECT_EQ(read_back(b, freed, got.data(), 16).code(), StatusCode::kInvalidArgument);
@@ -70,7 +81,7 @@ TEST(VulkanBackend, BadCopyOutsAreRefusedClearly) {
   const std::vector<float> x = {1, 2, 3, 4};
   std::vector<float> got(8, -1.0f);
   ASSERT_TRUE(b.begin().ok());
-  const void* dx = b.copy_in("x", x.data(), 16);
+  DevicePtr<const void> dx = b.copy_in("x", x.data(), 16);
   b.copy_out("too_long", dx, got.data(), 32);
   Status s = b.finish();
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
@@ -98,9 +109,9 @@ TEST(VulkanBackend, ForwardsOfOneShapeRecordOnceAndReadTheirOwnUploads) {
     std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), got(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = 100.0f * step + i, y[static_cast<size_t>(i)] = -0.5f * i;
     ASSERT_TRUE(b.begin().ok());
-    const float* dx = static_cast<const float*>(b.copy_in("x", x.data(), n * 4));
-    float* dy = const_cast<float*>(static_cast<const float*>(b.copy_in("y", y.data(), n * 4)));
-    ASSERT_TRUE(dx != nullptr && dy != nullptr);
+    const DeviceIn dx = device_cast<const float>(b.copy_in("x", x.data(), n * 4));
+    const DeviceOut dy = device_cast<float>(b.copy_in("y", y.data(), n * 4));
+    ASSERT_TRUE(dx && dy);
     b.add_inplace(dy, dx, n);
     b.copy_out("y", dy, got.data(), n * 4);
     ASSERT_TRUE(b.finish().ok());
@@ -134,7 +145,7 @@ TEST(VulkanBackend, LargeCopyOutsUseAStagingBufferOfTheirOwn) {
     std::vector<float> x(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
     for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 1000) + 1000.0f * forward;
     ASSERT_TRUE(b.begin().ok());
-    const void* dx = b.copy_in("x", x.data(), n * 4);
+    const DevicePtr<const void> dx = b.copy_in("x", x.data(), n * 4);
     b.copy_out("x", dx, got.data(), n * 4);
     ASSERT_TRUE(b.finish().ok()) << b.status().to_string();
     EXPECT_EQ(got, x) << "forward " << forward;
@@ -155,11 +166,11 @@ TEST(VulkanBackend, RepeatedSegmentsRunEachTime) {
   const std::vector<int32_t> rows = {0};
   for (int forward = 0; forward < 2; ++forward) {
     ASSERT_TRUE(b.begin().ok());
-    const float* dx = static_cast<const float*>(b.copy_in("x", x.data(), 16));
-    const int32_t* drows = static_cast<const int32_t*>(b.copy_in("rows", rows.data(), 4));
-    float* acc = static_cast<float*>(b.alloc("acc", 16));
-    float* tmp = static_cast<float*>(b.alloc("tmp", 16));
-    ASSERT_TRUE(dx != nullptr && drows != nullptr && acc != nullptr && tmp != nullptr);
+    const DeviceIn dx = device_cast<const float>(b.copy_in("x", x.data(), 16));
+    const DevicePtr<const int32_t> drows = device_cast<const int32_t>(b.copy_in("rows", rows.data(), 4));
+    const DeviceOut acc = device_cast<float>(b.alloc("acc", 16));
+    const DeviceOut tmp = device_cast<float>(b.alloc("tmp", 16));
+    ASSERT_TRUE(dx && drows && acc && tmp);
     b.gather_rows(dx, 4, drows, 1, acc);  // acc = x
     for (int i = 0; i < 2; ++i) {        // two identical segments: acc += x each
       b.gather_rows(dx, 4, drows, 1, tmp);
