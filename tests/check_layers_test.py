@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Self-test of scripts/check_layers.py: on a copy of the tree it passes, and it fails, naming the file
-and the layer, on a planted upward include (core → engine), on the old sampler → model include, and on a
-declared dependency nothing includes. Usage: check_layers_test.py --root REPO"""
+and the layer, on a planted upward include (core → engine), on the old sampler → model include, on an
+internal include in a command built on the public API (cli/train.cc), and on a declared dependency nothing
+includes. Usage: check_layers_test.py --root REPO"""
 import argparse
 import pathlib
 import shutil
@@ -45,6 +46,13 @@ def main():
         gen_h = root / 'src' / 'sampler' / 'generate.h'
         gen_h.write_text(gen_h.read_text().replace('#pragma once\n', '#pragma once\n#include "model/transformer.h"\n', 1))
         expect('planted sampler -> model include', root, 1, 'src/sampler/generate.h:', 'layer sampler')
+
+        root = fresh_copy('facade')
+        train_cc = root / 'src' / 'cli' / 'train.cc'
+        train_cc.write_text(train_cc.read_text().replace('#include "cli/commands.h"\n',
+                                                         '#include "cli/commands.h"\n#include "train/trainer.h"\n', 1))
+        expect('internal include in a command built on the facade', root, 1, 'src/cli/train.cc:',
+               '"train/trainer.h"', 'public API')
 
         root = fresh_copy('unused')
         cmake = root / 'CMakeLists.txt'

@@ -1,9 +1,9 @@
 // The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize and decode, format
 // chat prompts, run the model's forward, diffusion-generate with per-step, logits and tokens hooks and
-// cancellation, and fine-tune (Trainer: one SFT optimizer step at a time). This header is the whole public
-// surface (standard library only: it includes nothing of src/, which may change); the installed library is
-// `diffucoder::diffucoder` (CMake) / `diffucoder` (pkg-config). The CLI's `generate` and the Python package
-// (python/) are built on it.
+// cancellation, and fine-tune (Trainer: one SFT optimizer step at a time, data parallel over Ranks). This
+// header is the whole public surface (standard library only: it includes nothing of src/, which may
+// change); the installed library is `diffucoder::diffucoder` (CMake) / `diffucoder` (pkg-config). The
+// CLI's `generate` and `train` and the Python package (python/) are built on it.
 //
 //   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // diffucoder::Result<...>
 //   if (!model.ok()) { std::cerr << model.status().message() << "\n"; return 1; }
@@ -321,30 +321,96 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
+// The processes of a data-parallel run (`mpirun -np N program`, MPI built in), for TrainConfig::ranks:
+// an opaque handle over the library's communicator. MPI starts in join and ends when the Ranks is
+// destroyed, so a process joins once (and must not use MPI itself).
+class Ranks {
+ public:
+  // MPI's world when an MPI launcher started this process as one of several ranks (the environment says
+  // so: OMPI_COMM_WORLD_SIZE or PMI_SIZE above 1, or PMIX_RANK with SLURM_NTASKS above 1), else this
+  // process alone (size 1, no MPI). A collective that waits longer than timeout_s seconds (0: no limit)
+  // ends the whole job with a message naming the operation; a SIGTERM from the launcher prints which rank
+  // stopped. Launched as ranks without MPI built in: kUnimplemented saying so.
+  static Result<std::unique_ptr<Ranks>> join(double timeout_s = 600);
+  ~Ranks();
+  Ranks(const Ranks&) = delete;
+  Ranks& operator=(const Ranks&) = delete;
+
+  int rank() const;                    // 0 … size() − 1
+  int size() const;
+  std::string backend() const;         // "single" (one process) or "mpi"
+
+  // Every rank calls it with its own settings ({name, value}, compared byte for byte) before its other
+  // collectives: OK on every rank when all equal rank 0's (at once for one rank); else kInvalidArgument on
+  // EVERY rank: on a rank that differs "rank R: --lr is 0.0002 here but 0.0001 on rank 0: every rank must
+  // run with the same options and data", on the others which ranks differ in which setting. Another code:
+  // the communication failed. Call barrier() after printing the message, before ending the job.
+  Status check_same_settings(const std::vector<std::pair<std::string, std::string>>& settings);
+  Status barrier();
+  // Ends the whole job (every rank) with exit code `code` after printing `message`.
+  [[noreturn]] void abort(int code, const std::string& message);
+
+ private:
+  friend class Trainer;
+  struct Impl;
+  explicit Ranks(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 // Masked-diffusion fine-tuning (SFT) of a checkpoint, the `diffucoder train` command as a library: f32
 // master weights, bf16 mixed precision by default, AdamW with a learning-rate schedule, checkpoints in the
-// Hugging Face layout and bit-exact resume (README "diffucoder train" has the data format and the math).
+// Hugging Face layout and bit-exact resume, data parallel over Ranks (docs/train.md has the data format and
+// the math). Trainer::create refuses a bad value naming the field.
 struct TrainConfig {
   std::string model_dir;            // the checkpoint to start from (its tokenizer.json encodes the data)
   std::string data_path;            // JSONL ({"prompt", "completion"} or {"messages"}) or plain text
   bool instruct_template = false;   // {"prompt"} lines in DiffuCoder's Instruct format (`train --instruct-template`)
   std::string out_dir;              // checkpoints, metrics.jsonl, loss.svg; "" = write nothing
   int64_t seq_len = 256, batch_size = 4, grad_accum = 1, steps = 100;
-  double lr = 1e-5, min_lr_ratio = 0.0, weight_decay = 0.0, max_grad_norm = 1.0;
+  double lr = 1e-5, min_lr_ratio = 0.0, weight_decay = 0.0, max_grad_norm = 1.0;  // max_grad_norm 0: no clipping
   int64_t warmup_steps = 0;
   std::string lr_schedule = "cosine";  // "constant" | "linear" | "cosine"
+  double beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;  // AdamW: betas in [0, 1), eps > 0
+  double t_eps = 1e-3;                 // the mask ratio t ~ U(t_eps, 1); t_eps in [1e-9, 0.999]
+  // "tokens": the loss ÷ the maskable tokens of the batch | "sequences": LLaDA's ÷ each answer's length,
+  // the mean over the batch
+  std::string loss_norm = "tokens";
+  int32_t pad_token_id = -1;           // the canvas fill: this id, or below 0 <|dlm_pad|> (else config's pad_token_id)
   std::string precision = "bf16";      // "bf16" (mixed: f32 master weights, bf16 GEMMs) | "f32"
   bool grad_checkpointing = false;
+  int64_t save_every = 0;              // step() also checkpoints every N steps before the last (0: only save())
   bool resume = false, force = false;  // continue out_dir's newest checkpoint / start over in a used out_dir
   uint64_t seed = 42;
   int threads = 0;                     // <= 0: all hardware threads
+  // Data parallel over these ranks (null or one rank: this process alone; kept by pointer, it must outlive
+  // the Trainer): each step's grad_accum micro-batches (the same global batch as one process; grad_accum a
+  // multiple of the ranks) are split over the ranks and the optimizer state is sharded (ZeRO). Every rank
+  // creates its Trainer with the same config and calls step(), save() and gather_rank_stats() together.
+  Ranks* ranks = nullptr;
 };
 
 struct TrainStepStats {
   int64_t step = 0;                    // 1-based optimizer step just done
-  double loss = 0, lr = 0, grad_norm = 0;
-  int64_t tokens = 0;                  // positions through the model in this step
+  double loss = 0, lr = 0, grad_norm = 0;  // loss of the global batch (all ranks)
+  int64_t tokens = 0;                  // positions through the model in this step (all ranks)
   double seconds = 0;
+  int64_t loss_rows = 0;               // masked positions scored in this step
+  // The update was not applied (e.g. a non-finite gradient): the weights are the last applied step's;
+  // skip_note is the warning to show, naming the step and the cause.
+  bool skipped = false;
+  std::string skip_note;
+};
+
+// The training data as read: sequences of seq_len tokens, lines skipped (no answer left), sequences cut.
+struct TrainDataCounts {
+  int64_t sequences = 0, skipped = 0, truncated = 0;
+};
+
+// One rank's memory and traffic at the end of a run (gather_rank_stats).
+struct TrainRankStats {
+  int64_t peak_rss_bytes = 0;          // the process's peak resident set (0 where unreadable)
+  int64_t master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0;  // f32, this rank's shard
+  double bytes_sent_per_step = 0;      // over the step() calls of this process
 };
 
 class Trainer {
@@ -357,12 +423,22 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // One optimizer step (grad_accum micro-batches): noising, forward, loss, backward, clipping, AdamW;
-  // appends a line to out_dir/metrics.jsonl. kResourceExhausted when memory runs out (do not step again).
+  // appends a line to out_dir/metrics.jsonl (and checkpoints every save_every steps before the last).
+  // kResourceExhausted when memory runs out (do not step again).
   Result<TrainStepStats> step();
   // Writes out_dir/checkpoint-<step> (atomically) and out_dir/loss.svg; invalid_argument without out_dir.
   Status save();
   int64_t steps_done() const;
   std::string precision() const;       // what the steps run in: "bf16" or "f32"
+  TrainDataCounts data_counts() const;
+  // After a resume that raised steps: a line saying so (the LR schedule is stretched); else "".
+  std::string resume_note() const;
+  int64_t skipped_steps() const;       // steps whose update was not applied, over the whole run (resumes included)
+  // The steps done so far: this object's, after those of out_dir/metrics.jsonl when resumed.
+  std::vector<TrainStepStats> history() const;
+  // Every rank's TrainRankStats, on every rank (rank r's at [r]; one entry without ranks). A collective:
+  // every rank calls it.
+  Result<std::vector<TrainRankStats>> gather_rank_stats();
 
  private:
   struct Impl;

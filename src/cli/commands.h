@@ -28,10 +28,14 @@ RunFn add_grpo_loss_command(CLI::App& app);
 RunFn add_grpo_command(CLI::App& app);
 RunFn add_devices_command(CLI::App& app);
 
-// The optimizer flags `train` and `grpo` share (train.cc): --lr, --lr-schedule (into *schedule),
-// --min-lr-ratio, --beta1, --beta2, --adam-eps, --weight-decay, --max-grad-norm, with the given defaults.
-void add_optimizer_flags(CLI::App* cmd, train::LrOptions* lr, std::string* schedule, train::AdamWOptions* adam,
-                         double* max_grad_norm);
+// The optimizer flags `train` and `grpo` share (train.cc): --lr, --lr-schedule, --min-lr-ratio, --beta1,
+// --beta2, --adam-eps, --weight-decay, --max-grad-norm, into the values pointed at (their defaults).
+struct OptimizerFlags {
+  double* lr;
+  std::string* schedule;
+  double *min_lr_ratio, *beta1, *beta2, *adam_eps, *weight_decay, *max_grad_norm;
+};
+void add_optimizer_flags(CLI::App* cmd, const OptimizerFlags& to);
 // --dist-timeout (train.cc), which `train` and `grpo` share: under mpirun, the seconds a rank waits in one
 // collective before ending the job.
 void add_dist_timeout_flag(CLI::App* cmd, double* seconds);

@@ -69,6 +69,11 @@ int usage_error(const Status& status) {
   return 2;
 }
 
+int report(const diffucoder::Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option) {
   std::vector<int32_t> ids;
   std::string item;
@@ -107,26 +112,34 @@ void print_load_note(const std::string& note, double load_ms) {
   std::fprintf(stderr, "loaded in %.1f s, %s\n", load_ms / 1000.0, note.c_str());
 }
 
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
+namespace {
+
+// run_on_ranks over a dist::Comm or a diffucoder::Ranks (both: size(), abort(code, message)).
+template <typename Group, typename Body>
+int run_on_group(Group& group, const Body& body) {
+  int code = 1;
+  try {
+    code = body(group);
+  } catch (const std::bad_alloc&) {  // a rank out of memory stops the others, which would wait in a collective
+    if (group.size() > 1) group.abort(1, "out of memory; stopping every rank (fewer ranks per host, or a smaller model)");
+    throw;  // one process: main's message
+  }
+  if (code != 0 && group.size() > 1) group.abort(code, "failed (see the message above); stopping every rank");
+  return code;
 }
+
+}  // namespace
 
 int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body) {
   auto comm = dist::world_comm(timeout_s);
   if (!comm.ok()) return report(comm.status());
-  int code = 1;
-  try {
-    code = body(**comm);
-  } catch (const std::bad_alloc&) {  // a rank out of memory stops the others, which would wait in a collective
-    if ((*comm)->size() > 1) (*comm)->abort(1, "out of memory; stopping every rank (fewer ranks per host, or a smaller model)");
-    throw;  // one process: main's message
-  }
-  if (code != 0 && (*comm)->size() > 1) (*comm)->abort(code, "failed (see the message above); stopping every rank");
-  return code;
+  return run_on_group(**comm, body);
+}
+
+int run_on_ranks(double timeout_s, const std::function<int(diffucoder::Ranks&)>& body) {
+  auto ranks = diffucoder::Ranks::join(timeout_s);
+  if (!ranks.ok()) return report(ranks.status());
+  return run_on_group(**ranks, body);
 }
 
 namespace {
@@ -152,23 +165,34 @@ RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t master_weight_bytes, i
              static_cast<double>(optimizer_state_bytes),
              static_cast<double>(gradient_bytes),
              static_cast<double>(comm.bytes_sent()) / static_cast<double>(std::max<int64_t>(1, steps))});
-  RankNumbers n;
-  if (all.empty()) return n;
-  n.ok = true;
-  if (comm.rank() != 0) return n;
-  std::string lists[kFields];
+  if (all.empty()) return {};
+  std::vector<RankNumbers::Rank> ranks;
   for (int r = 0; r < comm.size(); ++r) {
-    for (int f = 0; f < kFields; ++f) {
-      if (r > 0) lists[f] += ", ";
-      lists[f] += std::to_string(static_cast<int64_t>(all[kFields * r + f]));
-    }
     const double* v = &all[kFields * r];
-    n.ranks.push_back({v[0], v[1], v[2], v[3], v[4]});
+    ranks.push_back({v[0], v[1], v[2], v[3], v[4]});
+  }
+  return report_rank_numbers(comm.rank(), std::move(ranks), quiet);
+}
+
+RankNumbers report_rank_numbers(int rank, std::vector<RankNumbers::Rank> ranks, bool quiet) {
+  RankNumbers n;
+  n.ok = true;
+  if (rank != 0) return n;
+  std::string lists[5];
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankNumbers::Rank& k = ranks[r];
+    const double v[5] = {k.peak_rss_bytes, k.master_weight_bytes, k.optimizer_state_bytes, k.gradient_bytes,
+                         k.bytes_sent_per_step};
+    for (int f = 0; f < 5; ++f) {
+      if (r > 0) lists[f] += ", ";
+      lists[f] += std::to_string(static_cast<int64_t>(v[f]));
+    }
     if (!quiet)
-      std::fprintf(stderr, "rank %d: peak memory %.1f MiB, f32 master weights %.1f MiB, optimizer state %.1f MiB, "
+      std::fprintf(stderr, "rank %zu: peak memory %.1f MiB, f32 master weights %.1f MiB, optimizer state %.1f MiB, "
                    "gradients %.1f MiB, %.2f MiB sent per step\n", r, v[0] / 1048576.0, v[1] / 1048576.0,
                    v[2] / 1048576.0, v[3] / 1048576.0, v[4] / 1048576.0);
   }
+  n.ranks = std::move(ranks);
   n.json = "\"peak_rss_bytes\": [" + lists[0] + "], \"master_weight_bytes\": [" + lists[1] +
            "], \"optimizer_state_bytes\": [" + lists[2] + "], \"gradient_bytes\": [" + lists[3] +
            "], \"bytes_sent_per_step\": [" + lists[4] + "]";

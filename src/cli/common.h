@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <diffucoder/diffucoder.h>
+
 #include "core/context.h"
+#include "core/peak_rss.h"
 #include "core/status.h"
 #include "dist/comm.h"
 #include "engine/engine.h"
@@ -44,6 +47,8 @@ std::string json_string(const std::string& text);
 int report(const Status& status);
 // Prints "error: <message>" to stderr and returns exit code 2 (a usage error: bad or conflicting flags).
 int usage_error(const Status& status);
+// The same for the public API's Status (the commands built on include/diffucoder/diffucoder.h).
+int report(const diffucoder::Status& status);
 
 // "1,2,3" or "[1, 2, 3]" → ids; errors name the offending entry and the option.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option);
@@ -57,16 +62,16 @@ Result<std::optional<MatmulPrecision>> parse_matmul_precision(const std::string&
 void print_load_note(const std::string& note, double load_ms);
 inline void print_load_note(const Engine& engine, double load_ms) { print_load_note(engine.load_note(), load_ms); }
 
-// Peak resident set size of this process in bytes (VmHWM of /proc/self/status; 0 if unreadable).
-int64_t peak_rss_bytes();
-
 // Runs body over this process's communicator (dist::world_comm: MPI's world under mpirun, else one
 // process) and returns its exit code; a rank whose body fails ends the job on every rank (the others
 // would wait for it in their next collective).
 int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body);
+// The same over the public API's Ranks (diffucoder::Ranks::join), for the commands built on it (train).
+int run_on_ranks(double timeout_s, const std::function<int(diffucoder::Ranks&)>& body);
 
-// The end of a training run (train, grpo): every rank's peak memory, f32 master-weight, optimizer-state and
-// gradient bytes (OptimizerCore's master_weight_bytes, optimizer_state_bytes, gradient_bytes) and bytes sent
+// The end of a training run (grpo, bench --train; train gathers through its diffucoder::Trainer and reports
+// with report_rank_numbers): every rank's peak memory, f32 master-weight, optimizer-state and gradient bytes
+// (OptimizerCore's master_weight_bytes, optimizer_state_bytes, gradient_bytes) and bytes sent
 // per step (over `steps` steps run here) gathered; on rank 0 a line per rank on stderr (unless quiet) and
 // `json` = "\"peak_rss_bytes\": [..], \"master_weight_bytes\": [..], \"optimizer_state_bytes\": [..],
 // \"gradient_bytes\": [..], \"bytes_sent_per_step\": [..]" (one value per rank) for its result line, and the
@@ -82,5 +87,8 @@ struct RankNumbers {
 };
 RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t master_weight_bytes, int64_t optimizer_state_bytes,
                                 int64_t gradient_bytes, int64_t steps, bool quiet);
+// The part after the gathering: on rank 0 (`rank`), the lines and `json` of `ranks` (one per rank, e.g.
+// from diffucoder::Trainer::gather_rank_stats); on the other ranks nothing. ok is true.
+RankNumbers report_rank_numbers(int rank, std::vector<RankNumbers::Rank> ranks, bool quiet);
 
 }  // namespace dc::cli

@@ -223,7 +223,8 @@ RunFn add_grpo_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--fast", a->fast, "Faster, APPROXIMATE rollouts: block decoding with a dual KV cache and threshold "
                                    "commits (not the policy's own distribution; the loss still scores exactly)");
-  add_optimizer_flags(cmd, &o.lr, &a->schedule, &o.adam, &o.max_grad_norm);
+  add_optimizer_flags(cmd, {&o.lr.lr, &a->schedule, &o.lr.min_lr_ratio, &o.adam.beta1, &o.adam.beta2, &o.adam.eps,
+                            &o.adam.weight_decay, &o.max_grad_norm});
   cmd->add_option("--warmup-ratio", o.warmup_ratio, "Warmup steps / steps")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--beta", o.loss.beta, "KL coefficient (k3 estimator against the reference model)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "api/status_convert.h"
 #include "cli/common.h"
 #include "core/splitmix64.h"
 
@@ -98,15 +99,32 @@ std::vector<dist::Setting> run_settings(const CLI::App& command) {
   return settings;
 }
 
-int check_ranks_agree(dist::Comm& comm, const CLI::App& command) {
-  if (comm.size() == 1) return 0;
-  const Status agreed = dist::check_ranks_agree(comm, run_settings(command));
+namespace {
+
+// check_ranks_agree's end: the message out on every rank, then exit code 2 after a barrier (1, without
+// one, when the communication itself failed).
+template <typename Group>
+int stop_disagreeing(Group& group, const Status& agreed) {
   if (agreed.ok()) return 0;
   std::fprintf(stderr, "error: %s\n", agreed.message().c_str());
   std::fflush(stderr);
   if (agreed.code() != StatusCode::kInvalidArgument) return 1;  // the communication failed
-  (void)comm.barrier();  // every rank's message out before the job ends (every rank is here)
+  (void)group.barrier();  // every rank's message out before the job ends (every rank is here)
   return 2;
+}
+
+}  // namespace
+
+int check_ranks_agree(dist::Comm& comm, const CLI::App& command) {
+  if (comm.size() == 1) return 0;
+  return stop_disagreeing(comm, dist::check_ranks_agree(comm, run_settings(command)));
+}
+
+int check_ranks_agree(diffucoder::Ranks& ranks, const CLI::App& command) {
+  if (ranks.size() == 1) return 0;
+  std::vector<std::pair<std::string, std::string>> settings;
+  for (dist::Setting& s : run_settings(command)) settings.emplace_back(std::move(s.name), std::move(s.value));
+  return stop_disagreeing(ranks, api::to_internal(ranks.check_same_settings(settings)));
 }
 
 }  // namespace dc::cli

@@ -3,6 +3,8 @@
 // processes and machines").
 #pragma once
 
+#include <diffucoder/diffucoder.h>
+
 #include <string>
 #include <vector>
 
@@ -30,5 +32,7 @@ std::string data_fingerprint(const std::string& path);
 // prints this rank's message, waits for the other ranks' (a barrier) and returns the exit code 2 (1, with
 // no barrier, when the communication itself failed).
 int check_ranks_agree(dist::Comm& comm, const CLI::App& command);
+// The same over the public API's Ranks (Ranks::check_same_settings), for the commands built on it (train).
+int check_ranks_agree(diffucoder::Ranks& ranks, const CLI::App& command);
 
 }  // namespace dc::cli
