@@ -5,7 +5,10 @@ For load-time benchmarks (BENCHMARKS.md "Start-up"): make_tiny.py holds every te
 in f32 at 7B); this writes shard by shard, tensor by tensor, from one reused block of random bf16
 values, so it needs ~100 MB of memory. The values are noise (std 0.02); only sizes and layout matter.
 
-    /usr/bin/python3 bench/make_shape_checkpoint.py --shape diffucoder-7b --out DIR [--shards 5]
+    /usr/bin/python3 bench/make_shape_checkpoint.py --shape diffucoder-7b --out DIR [--shards 5] [--layers N]
+
+--layers N keeps the shape's matrices but only N layers (the 7B's matrices at a size that fits beside the
+other work: BENCHMARKS.md "GGUF blocks run as they are").
 """
 import argparse
 import json
@@ -44,8 +47,13 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--shards", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=0, help="only this many layers (default: the shape's)")
     a = ap.parse_args()
-    s = SHAPES[a.shape]
+    s = dict(SHAPES[a.shape])
+    if a.layers < 0 or a.layers > s["layers"]:
+        ap.error("--layers must be in [1, %d]" % s["layers"])
+    if a.layers:
+        s["layers"] = a.layers
     os.makedirs(a.out, exist_ok=True)
     rng = np.random.Generator(np.random.PCG64(7))
     block = (rng.standard_normal(size=1 << 25, dtype=np.float32) * np.float32(0.02))

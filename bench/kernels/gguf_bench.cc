@@ -2,8 +2,9 @@
 // Q2_K Q3_K Q4_K Q5_K Q6_K; the AVX-512 VNNI kernel of ops/cpu/matmul_gguf.h) next to the engine's own q8
 // and q4 (group 32) kPanels kernels, at the DiffuCoder-7B MLP shapes (k, m) = (3584, 18944) and
 // (18944, 3584), n = 1 and 33 rows of x. Kernels interleaved round by round (the best of the rounds counts).
-// Environment: DC_BENCH_THREADS (default: all), DC_BENCH_ROUNDS (default 5), DC_BENCH_N (one n),
-// DC_BENCH_KM=k,m (one shape; k a multiple of 256). Usage: build/bench/gguf_bench (BENCHMARKS.md).
+// Environment: DC_BENCH_THREADS (default: all), DC_BENCH_ROUNDS (default 5), DC_BENCH_N (n, or a comma
+// list: 1,33,320), DC_BENCH_KM=k,m (one shape; k a multiple of 256), DC_BENCH_PATH=rows|panels (the GGUF
+// kernels' path, matmul_gguf.h; default: chosen by n). Usage: build/bench/gguf_bench (BENCHMARKS.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "core/context.h"
 #include "core/splitmix64.h"
 #include "ops/cpu/gguf_blocks.h"
+#include "ops/cpu/matmul_gguf.h"
 #include "ops/cpu/quant.h"
 #include "ops/matmul.h"
 #include "quant_holder.h"
@@ -68,7 +70,8 @@ struct Packed {
   }
 };
 
-void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, const std::vector<int64_t>& ns, int rounds) {
+void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, const std::vector<int64_t>& ns, int rounds,
+                 dc::cpu::GgufPath path) {
   const dc::testing::QuantHolder q8(dc::WeightQuant::kQ8, m, k, 0, 1), q4(dc::WeightQuant::kQ4, m, k, 32, 3);
   const Packed q8_packed(&pool, q8.view), q4_packed(&pool, q4.view);
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ4_K, GgmlType::kQ3_K,
@@ -94,7 +97,11 @@ void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, 
     for (int r = 0; r < rounds; ++r)
       for (size_t i = 0; i < weights.size(); ++i)
         best[i] = std::min(best[i], ms_of([&] {
-          dc::cpu::matmul_nt_quant(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), QuantKernel::kInt8Vnni);
+          if (weights[i].second.quant == dc::WeightQuant::kGguf && path != dc::cpu::GgufPath::kAuto) {
+            dc::cpu::matmul_nt_gguf_vnni(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), path);
+          } else {
+            dc::cpu::matmul_nt_quant(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), QuantKernel::kInt8Vnni);
+          }
         }));
     for (size_t i = 0; i < weights.size(); ++i) {
       const dc::WeightView& w = weights[i].second;
@@ -125,12 +132,18 @@ int main() {
     shapes = {{std::atoll(e), std::atoll(comma + 1)}};
   }
   std::vector<int64_t> ns = {1, 33};
-  if (const char* e = std::getenv("DC_BENCH_N")) ns = {std::max<int64_t>(1, std::atoll(e))};
+  if (const char* e = std::getenv("DC_BENCH_N")) {
+    ns.clear();
+    for (const char* p = e; p != nullptr && *p != '\0'; p = std::strchr(p, ',') ? std::strchr(p, ',') + 1 : nullptr)
+      ns.push_back(std::max<int64_t>(1, std::atoll(p)));
+  }
+  dc::cpu::GgufPath path = dc::cpu::GgufPath::kAuto;
+  if (const char* e = std::getenv("DC_BENCH_PATH")) path = std::strcmp(e, "rows") == 0 ? dc::cpu::GgufPath::kRows : dc::cpu::GgufPath::kPanels;
   const int threads = std::getenv("DC_BENCH_THREADS") ? std::atoi(std::getenv("DC_BENCH_THREADS"))
                                                       : static_cast<int>(std::thread::hardware_concurrency());
   const int rounds = std::getenv("DC_BENCH_ROUNDS") ? std::max(1, std::atoi(std::getenv("DC_BENCH_ROUNDS"))) : 5;
   dc::ThreadPool pool(std::max(1, threads));
   dc::Workspace ws;
-  for (const auto& [k, m] : shapes) bench_shape(pool, ws, k, m, ns, rounds);
+  for (const auto& [k, m] : shapes) bench_shape(pool, ws, k, m, ns, rounds, path);
   return 0;
 }

@@ -2,7 +2,8 @@
 // block type, the reference kernel against the dequantize-then-multiply product, the decoded u8 form
 // against the dequantization, and the AVX-512 VNNI kernel against the exact product within the bound its
 // int8 activations imply, on odd shapes (1 row of x, rows of W not a multiple of the 32-row panel,
-// columns over several 1024-column chunks), with 1 and 3 threads.
+// columns over several 1024-column chunks), with 1 and 3 threads, through each of its two paths (kRows for
+// a few rows of x, kPanels).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -170,6 +171,39 @@ std::vector<double> fast_bound(GgmlType t, const std::vector<uint8_t>& blocks, c
   return bound;
 }
 
+// Runs the fast kernel (path `path`) on shape s of type t with a bias and checks every output against
+// the exact product within fast_bound.
+void check_fast_kernel(ThreadPool& pool, Workspace& ws, GgmlType t, const Shape& s, cpu::GgufPath path) {
+  SCOPED_TRACE("n " + std::to_string(s.n) + " m " + std::to_string(s.m) + " k " + std::to_string(s.k));
+  const auto blocks = random_blocks(t, s.m, s.k, 300 + s.k);
+  const auto x = random_x(s.n, s.k, 5 + s.m);
+  std::vector<float> wf(static_cast<size_t>(s.m * s.k));
+  cpu::ggml_dequantize(t, blocks.data(), wf.data(), s.m * s.k);
+  const auto want = exact_product(x, s.n, wf, s.m, s.k);
+  const auto bound = fast_bound(t, blocks, x, s.n, s.m, s.k);
+  std::vector<float> bias(static_cast<size_t>(s.m));
+  for (int64_t j = 0; j < s.m; ++j) bias[j] = 0.25f * static_cast<float>(j % 5);
+  std::vector<float> y(static_cast<size_t>(s.n * s.m), 1e30f);  // overwritten, never read
+  const WeightView w = view(t, blocks, s.m, s.k);
+  ASSERT_TRUE(cpu::int8_kernel_supports(w));
+  if (path == cpu::GgufPath::kAuto) {
+    cpu::matmul_nt_quant(&pool, ws, x.data(), s.n, w, bias.data(), y.data(), QuantKernel::kInt8Vnni);
+  } else {
+    cpu::matmul_nt_gguf_vnni(&pool, ws, x.data(), s.n, w, bias.data(), y.data(), path);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < s.n; ++i)
+    for (int64_t j = 0; j < s.m; ++j) {
+      const size_t at = static_cast<size_t>(i * s.m + j);
+      const double err = std::fabs(y[at] - (want[at] + bias[j]));
+      // + the bias's own addition: one f32 rounding of the result
+      ASSERT_LE(err, bound[at] + std::ldexp(std::fabs(want[at]) + bias[j], -23))
+          << "y[" << i << ", " << j << "] = " << y[at] << ", exact " << want[at] + bias[j];
+      worst = std::max(worst, err / bound[at]);
+    }
+  EXPECT_GT(worst, 0.0);  // it did round x (a kernel equal to the oracle would not test the bound)
+}
+
 TEST(GgufMatmul, FastKernelWithinItsActivationRounding) {
   if (!cpu::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   for (int threads : {1, 3}) {
@@ -177,32 +211,25 @@ TEST(GgufMatmul, FastKernelWithinItsActivationRounding) {
     Workspace ws;
     for (GgmlType t : kTypes) {
       SCOPED_TRACE(cpu::ggml_block_info(t).name);
-      for (const Shape& s : shapes_of(t)) {
-        SCOPED_TRACE("n " + std::to_string(s.n) + " m " + std::to_string(s.m) + " k " + std::to_string(s.k));
-        const auto blocks = random_blocks(t, s.m, s.k, 300 + s.k);
-        const auto x = random_x(s.n, s.k, 5 + s.m);
-        std::vector<float> wf(static_cast<size_t>(s.m * s.k));
-        cpu::ggml_dequantize(t, blocks.data(), wf.data(), s.m * s.k);
-        const auto want = exact_product(x, s.n, wf, s.m, s.k);
-        const auto bound = fast_bound(t, blocks, x, s.n, s.m, s.k);
-        std::vector<float> bias(static_cast<size_t>(s.m));
-        for (int64_t j = 0; j < s.m; ++j) bias[j] = 0.25f * static_cast<float>(j % 5);
-        std::vector<float> y(static_cast<size_t>(s.n * s.m), 1e30f);  // overwritten, never read
-        const WeightView w = view(t, blocks, s.m, s.k);
-        ASSERT_TRUE(cpu::int8_kernel_supports(w));
-        cpu::matmul_nt_quant(&pool, ws, x.data(), s.n, w, bias.data(), y.data(), QuantKernel::kInt8Vnni);
-        double worst = 0;
-        for (int64_t i = 0; i < s.n; ++i)
-          for (int64_t j = 0; j < s.m; ++j) {
-            const size_t at = static_cast<size_t>(i * s.m + j);
-            const double err = std::fabs(y[at] - (want[at] + bias[j]));
-            // + the bias's own addition: one f32 rounding of the result
-            ASSERT_LE(err, bound[at] + std::ldexp(std::fabs(want[at]) + bias[j], -23))
-                << "y[" << i << ", " << j << "] = " << y[at] << ", exact " << want[at] + bias[j];
-            worst = std::max(worst, err / bound[at]);
-          }
-        EXPECT_GT(worst, 0.0);  // it did round x (a kernel equal to the oracle would not test the bound)
-      }
+      for (const Shape& s : shapes_of(t)) check_fast_kernel(pool, ws, t, s, cpu::GgufPath::kAuto);
+    }
+  }
+}
+
+// Each path on its own, whatever n (kRows: the per-row decoding into registers, its 256-column super
+// blocks and, for the 32-value types, a last partial one; kPanels: the 32-row panels): n from 1 to past a
+// register tile, m odd, k at several multiples of 256 and (32-value types) of 32 only.
+TEST(GgufMatmul, EachPathWithinItsActivationRounding) {
+  if (!cpu::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  ThreadPool pool(2);
+  Workspace ws;
+  for (GgmlType t : kTypes) {
+    SCOPED_TRACE(cpu::ggml_block_info(t).name);
+    std::vector<Shape> shapes = {{1, 37, 256}, {2, 1, 768}, {3, 19, 1280}, {4, 33, 512}, {5, 37, 256}, {9, 7, 2304}};
+    if (block_of(t) == 32) shapes.insert(shapes.end(), {{1, 5, 32}, {2, 37, 96}, {1, 3, 1056}, {4, 9, 480}, {6, 5, 224}});
+    for (cpu::GgufPath path : {cpu::GgufPath::kRows, cpu::GgufPath::kPanels}) {
+      SCOPED_TRACE(path == cpu::GgufPath::kRows ? "kRows" : "kPanels");
+      for (const Shape& s : shapes) check_fast_kernel(pool, ws, t, s, path);
     }
   }
 }

@@ -3,7 +3,8 @@
 // consecutive codes of 16 rows, lane = weight row), so that one broadcast of 4 bytes of x feeds 16 rows
 // through vpdpbusd; per 16 columns the exact int32 sums become f32 once: y += s·sx·Σ c·xq + o·sx·Σ xq.
 // The panel is decoded once per chunk and read by every row of x (the whole batch), so decoding costs
-// per weight, not per product.
+// per weight, not per product. This file is the kPanels path and the entry point; up to kGgufRowsMaxN rows
+// of x go to the kRows path (matmul_gguf_rows.cc), which needs no panel buffer and no transpose.
 #include "ops/cpu/matmul_gguf.h"
 
 #include <immintrin.h>
@@ -28,12 +29,7 @@ constexpr int64_t kRows = 32;     // weight rows per panel: two vectors of 16 la
 constexpr int64_t kChunk = 1024;  // columns decoded at a time (a multiple of every block): 32 KiB of codes
 constexpr int kMaxTile = 6;       // rows of x per register tile (12 int32 + 12 f32 accumulators)
 
-struct QuantizedX {
-  const int8_t* q;    // [n, k]
-  const float* sx;    // [n, k/16]  scale of each group
-  const float* sxs;   // [n, k/16]  sx · Σ xq over the group
-  int64_t k;
-};
+using QuantizedX = GgufQuantizedX;
 
 DC_TARGET_VNNI void quantize_x(const float* x, int64_t k, int64_t i0, int64_t i1, int8_t* q, float* sx, float* sxs) {
   const int64_t groups = k / kG;
@@ -256,7 +252,7 @@ DC_TARGET_VNNI void tile_rows(int rows, const QuantizedX& xq, int64_t i0, const 
 }  // namespace
 
 void matmul_nt_gguf_vnni(ThreadPool* pool, Workspace& ws, const float* x, int64_t n, const WeightView& w,
-                         const float* bias, float* y) {
+                         const float* bias, float* y, GgufPath path) {
   const int64_t m = w.rows, k = w.cols, groups = k / kG;
   const size_t q_bytes = static_cast<size_t>(n * k + 63) & ~size_t{63};
   char* xbuf = ws.thread_buffer<char>("matmul_gguf.x", q_bytes + 2 * static_cast<size_t>(n * groups) * sizeof(float));
@@ -265,6 +261,8 @@ void matmul_nt_gguf_vnni(ThreadPool* pool, Workspace& ws, const float* x, int64_
   float* sxs = sx + n * groups;
   parallel_for(pool, n, [&](int64_t i0, int64_t i1) { quantize_x(x, k, i0, i1, xq8, sx, sxs); }, 4);
   const QuantizedX xq{xq8, sx, sxs, k};
+  if (path == GgufPath::kRows || (path == GgufPath::kAuto && n <= kGgufRowsMaxN))
+    return matmul_nt_gguf_rows_vnni(pool, xq, n, w, bias, y);
 
   const int64_t row_bytes = ggml_row_bytes(w.ggml_type, k);
   const int64_t n_panels = (m + kRows - 1) / kRows;
