@@ -143,6 +143,8 @@ struct LoadOptions {
   int64_t max_kv_cache_bytes = int64_t{8} << 30;  // the largest KV cache one generation may allocate
   std::string device = "cpu";       // where the forward runs: "cpu", "vulkan" (device 0) or "vulkan:N"
                                     // (the Vulkan backend: every cache mode, the sampling on the device)
+  std::string lora_dir{};           // a PEFT LoRA adapter directory merged into the weights at load
+                                    // (docs/lora.md); "" = none
 };
 
 // What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).

@@ -109,6 +109,7 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
     e.matmul_precision = precision;
     e.weight_cache = options.weight_cache;
     e.max_kv_cache_bytes = options.max_kv_cache_bytes;
+    e.lora_dir = options.lora_dir;
     auto impl = std::make_unique<Impl>();
     DC_ASSIGN_OR_RETURN(impl->engine, dc::Engine::load(e));
     const dc::ModelConfig& c = impl->engine->config();

@@ -38,7 +38,7 @@ struct BenchArgs {
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
-  std::string weights = "bf16", precision = "auto", weight_cache;
+  std::string weights = "bf16", precision = "auto", weight_cache, lora;
   int64_t group_size = 128;
   std::string device = "cpu";
 };
@@ -71,6 +71,7 @@ struct BenchSetup {
 Result<BenchSetup> check_bench_flags(const BenchArgs& a) {
   if (a.model_dir.empty() == a.shape.empty()) return invalid_argument("give exactly one of --model DIR or --shape NAME");
   DC_RETURN_IF_ERROR(check_reshape(a.shape, a.layers, a.vocab));
+  if (!a.lora.empty() && a.model_dir.empty()) return invalid_argument("--lora needs --model (a --shape model has random weights)");
   if (a.prompt_len < 1 || a.new_tokens < 1 || a.steps < 1 || a.batch < 1)
     return invalid_argument("--prompt-len, --new-tokens, --steps and --batch must be >= 1");
   if (a.prompt_len > kMaxCanvasLength || a.new_tokens > kMaxCanvasLength || a.steps > kMaxSteps ||
@@ -104,6 +105,7 @@ Result<std::unique_ptr<Engine>> load_bench_engine(const BenchArgs& a, const Benc
     eo.n_threads = a.threads;
     eo.matmul_precision = s.precision;
     eo.weight_cache = a.weight_cache;
+    eo.lora_dir = a.lora;
     eo.device = s.device;
     return Engine::load(eo);
   }
@@ -377,6 +379,7 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "Matmul activations: auto (the weights' dtype) | f32 | bf16")
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache, "--model: packed-weight cache directory, or off");
+  cmd->add_option("--lora", a->lora, "--model: a PEFT LoRA adapter directory merged into the weights at load");
   cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N")
       ->capture_default_str();
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");
@@ -386,6 +389,7 @@ RunFn add_bench_command(CLI::App& app) {
   require_finite_floats(cmd);
   return [a, train, steps] {
     if (!train->enabled) return run_bench(*a);
+    if (!a->lora.empty()) return usage_error(invalid_argument("--lora: bench --train trains the checkpoint itself, not an adapter"));
     BenchTrainArgs t = *train;
     t.model_dir = a->model_dir, t.shape = a->shape, t.prompt_len = a->prompt_len, t.batch = a->batch;
     t.layers = a->layers, t.vocab = a->vocab;

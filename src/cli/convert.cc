@@ -1,24 +1,27 @@
-// `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 128] [--force]`: writes a
-// quantized copy of a checkpoint (formats in README.md "Quantized weights"); `--out FILE.gguf --weights
+// `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 128] [--lora ADAPTER] [--force]`:
+// writes a quantized copy of a checkpoint (with --lora, the adapter merged first; without --weights then, the
+// dtypes kept) (formats in README.md "Quantized weights"); `--out FILE.gguf --weights
 // f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k` writes a GGUF of architecture dream instead (gguf/writer.h). Progress on stderr.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "gguf/dream.h"
 #include "gguf/writer.h"
+#include "lora/merge.h"
 #include "model/convert.h"
 
 namespace dc::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string model_dir, out_dir, weights;
+  std::string model_dir, out_dir, weights, lora;
   int64_t group_size = 128;
   bool force = false, keep_embeddings = false, quiet = false;
   int threads = 0;
@@ -60,9 +63,39 @@ int run_convert_gguf(const ConvertArgs& args) {
   return 0;
 }
 
+// --lora: the base loaded and merged (lora/merge.h); the merged matrices, in the base's dtype, become
+// opt's replacements. *merged keeps their memory.
+Status merge_for_convert(const ConvertArgs& args, ConvertOptions& opt, std::unique_ptr<Model>* merged, ThreadPool* pool) {
+  DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> base, Model::load(args.model_dir));
+  if (base->config().quantization.format != WeightQuant::kNone)
+    return invalid_argument("--lora: " + args.model_dir + " is quantized; merge into the float checkpoint it was "
+                            "converted from (then quantize with --weights q8 | q4)");
+  LoraMergeReport report;
+  DC_ASSIGN_OR_RETURN(*merged, load_lora_merged(std::move(base), args.lora, pool, &report));
+  const ModelConfig config = (*merged)->config();
+  ModelWeights w = (*merged)->weights();
+  const std::set<std::string> changed(report.changed.begin(), report.changed.end());
+  visit_weights(config, w, [&](const WeightSlot& slot) {
+    if (slot.matrix == nullptr || !changed.count(slot.name)) return;
+    const WeightView& m = *slot.matrix;
+    const size_t bytes = static_cast<size_t>(m.rows * m.cols) * dtype_size(m.dtype);
+    opt.replacements[slot.name] = TensorInfo{slot.name, m.dtype, slot.shape, m.data, bytes, args.lora + " (merged)"};
+  });
+  if (!args.quiet)
+    std::fprintf(stderr, "merged %s: %lld matrices updated, %lld replaced whole\n", args.lora.c_str(),
+                 (long long)report.n_updates, (long long)report.n_replacements);
+  return Status();
+}
+
 int run_convert(const ConvertArgs& args) {
+  if (!args.lora.empty() && is_gguf_path(args.out_dir))
+    return usage_error(invalid_argument("--lora writes a checkpoint directory; convert the merged directory to "
+                                        "--out FILE.gguf in a second step"));
+  if (args.lora.empty() && args.weights.empty())
+    return usage_error(invalid_argument("--weights is required (q8 | q4; a GGUF type with --out FILE.gguf; "
+                                        "left off only with --lora, to keep the dtype)"));
   if (is_gguf_path(args.out_dir)) return run_convert_gguf(args);
-  if (args.weights != "q8" && args.weights != "q4")
+  if (!args.weights.empty() && args.weights != "q8" && args.weights != "q4")
     return usage_error(invalid_argument("--weights " + args.weights + ": a checkpoint directory output takes q8 or q4 "
                                         "(f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k need --out FILE.gguf)"));
   const bool q4 = args.weights == "q4";
@@ -72,7 +105,7 @@ int run_convert(const ConvertArgs& args) {
   ConvertOptions opt;
   opt.model_dir = args.model_dir;
   opt.out_dir = args.out_dir;
-  opt.quantize.format = args.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
+  opt.quantize.format = args.weights.empty() ? WeightQuant::kNone : args.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
   opt.quantize.group_size = args.group_size;
   opt.quantize.embeddings = !args.keep_embeddings;
   opt.force = args.force;
@@ -98,11 +131,14 @@ int run_convert(const ConvertArgs& args) {
                  kept && q4 ? "  (kept: columns not a multiple of --group-size)" : "");
   };
   ThreadPool pool(args.threads);
+  std::unique_ptr<Model> merged;  // --lora: holds the replacements' memory
+  if (!args.lora.empty())
+    if (const Status s = merge_for_convert(args, opt, &merged, &pool); !s.ok()) return report(s);
   const Status status = convert_checkpoint(opt, &pool);
   if (!status.ok()) return report(status);
   if (!args.quiet)
     std::fprintf(stderr, "wrote %s: %lld tensors quantized to %s, %.3f GB -> %.3f GB in %s\n", args.out_dir.c_str(),
-                 (long long)n_quantized, args.weights.c_str(), in_bytes / 1e9, out_bytes / 1e9,
+                 (long long)n_quantized, args.weights.empty() ? "none (dtypes kept)" : args.weights.c_str(), in_bytes / 1e9, out_bytes / 1e9,
                  duration_text(seconds).c_str());
   if (n_matrices_kept > 0)  // also with --quiet: the output is not what was asked for
     std::fprintf(stderr,
@@ -123,10 +159,12 @@ RunFn add_convert_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights,
                   "q8: int8, one f32 scale per row; q4: 4-bit, f16 scale and min per group of columns; "
                   "for --out FILE.gguf: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k (llama.cpp's types)")
-      ->required()
       ->check(CLI::IsMember({"q8", "q4", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
   cmd->add_option("--group-size", args->group_size, "q4: columns per scale and min (a multiple of 32; 32, 64 and multiples of 128 run the int8 kernel)")
       ->capture_default_str();
+  cmd->add_option("--lora", args->lora,
+                  "A PEFT LoRA adapter directory to merge into the weights (docs/lora.md); without --weights the "
+                  "merged checkpoint keeps the model's dtypes");
   cmd->add_flag("--force", args->force, "Replace an existing output directory");
   cmd->add_flag("--keep-embeddings", args->keep_embeddings, "Leave model.embed_tokens.weight unquantized");
   cmd->add_option("--threads", args->threads, "Threads (0: all hardware threads)")->capture_default_str()

@@ -31,6 +31,7 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
   cmd->add_option("--device", f->device,
                   "Where the forward runs: cpu | vulkan | vulkan:N (`diffucoder devices`)")
       ->capture_default_str();
+  cmd->add_option("--lora", f->lora, "A PEFT LoRA adapter directory merged into the weights at load (docs/lora.md)");
 }
 
 Status apply_decoding_flags(const DecodingFlags& f, SamplingParams& p) {
@@ -58,6 +59,7 @@ Result<EngineOptions> engine_options(const DecodingFlags& f, const std::string& 
   options.n_threads = f.threads;
   options.matmul_precision = precision;
   options.weight_cache = f.weight_cache;
+  options.lora_dir = f.lora;
   DC_ASSIGN_OR_RETURN(options.device, parse_device(f.device));
   return options;
 }

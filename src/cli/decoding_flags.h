@@ -25,17 +25,18 @@ struct DecodingFlags {
   int threads = 0;
   std::string precision = "auto", weight_cache;
   std::string device = "cpu";
+  std::string lora;  // --lora DIR: a PEFT adapter merged at load (docs/lora.md)
 };
 
 // --alg --temperature --top-p --top-k --alg-temp --eps --seed --block-length --cache --threshold --factor
-// --fast --threads --precision --weight-cache --device.
+// --fast --threads --precision --weight-cache --device --lora.
 void add_decoding_flags(CLI::App* cmd, DecodingFlags* flags);
 
 // Sets p's sampler fields from the flags (then --fast's defaults for what it left off). The caller sets
 // the lengths, steps and sequences and validates.
 Status apply_decoding_flags(const DecodingFlags& flags, SamplingParams& p);
 
-// EngineOptions for `model_dir` with the flags' threads, precision, weight cache and device; errors name the flag.
+// EngineOptions for `model_dir` with the flags' threads, precision, weight cache, device and LoRA adapter; errors name the flag.
 Result<EngineOptions> engine_options(const DecodingFlags& flags, const std::string& model_dir,
                                      const std::string& tokenizer_path);
 

@@ -176,6 +176,7 @@ int run_generate(const GenerateArgs& a) {
   const DecodingFlags& f = a.decoding;
   diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
   load_options.device = f.device;
+  load_options.lora_dir = f.lora;
   auto model_r = diffucoder::Model::load(load_options);
   if (!model_r.ok()) return report(api::to_internal(model_r.status()));
   const diffucoder::Model& model = **model_r;

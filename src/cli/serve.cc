@@ -23,7 +23,7 @@ namespace dc::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache, device = "cpu";
+  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache, device = "cpu", lora;
   int port = 8080, threads = 0, http_threads = 128;
   server::RequestLimits limits;
   server::SchedulerOptions scheduler;
@@ -86,6 +86,7 @@ int run_serve(const ServeArgs& a) {
   if (!precision.ok()) return report(precision.status());
   eo.matmul_precision = *precision;
   eo.weight_cache = a.weight_cache;
+  eo.lora_dir = a.lora;
   eo.device = parse_device(a.device).value();  // checked by check_usage
   const auto t_load = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
@@ -170,6 +171,7 @@ RunFn add_serve_command(CLI::App& app) {
                   "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
   cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N (Vulkan: requests without a KV cache only)")
       ->capture_default_str();
+  cmd->add_option("--lora", a->lora, "A PEFT LoRA adapter directory merged into the weights at load (docs/lora.md)");
   cmd->add_flag("--fast", a->limits.fast,
                 "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
                 "(blocks of 32, dual cache, threshold 0.9; approximate)");

@@ -11,6 +11,7 @@
 #include "engine/head_sampler.h"
 #include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
+#include "lora/merge.h"
 #include "model/kv_cache.h"
 #include "ops/cpu/kernels.h"
 #include "model/weight_cache.h"
@@ -50,6 +51,15 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
       if (std::filesystem::exists(candidate)) tok_path = candidate;
     }
   }
+  std::string lora_note;
+  if (!options.lora_dir.empty()) {  // merged before any packing, cache or device upload
+    ThreadPool pool(options.n_threads);
+    LoraMergeReport report;
+    DC_ASSIGN_OR_RETURN(model, load_lora_merged(std::move(model), options.lora_dir, &pool, &report));
+    lora_note = "LoRA " + options.lora_dir + " merged into " + std::to_string(report.n_updates) + " matrices" +
+                (report.n_replacements > 0 ? " (+ " + std::to_string(report.n_replacements) + " replaced whole)" : "");
+    for (const std::string& note : report.notes) dc::log(LogLevel::kWarning, note);
+  }
   if (!tok && !tok_path.empty()) {
     DC_ASSIGN_OR_RETURN(tok, load_tokenizer_file(tok_path));
   }
@@ -63,13 +73,15 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   }
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
+  engine->lora_note_ = std::move(lora_note);
   engine->ctx_.matmul_precision = options.matmul_precision.value_or(checkpoint_precision(*engine->model_));
   if (options.device.device != Device::kCpu) {  // the device keeps its own row-major copy: nothing to pack
     DC_RETURN_IF_ERROR(engine->use_device(options.device));
     return engine;
   }
   std::string cache_path;
-  if (options.weight_cache != "off" && !gguf) {  // a GGUF model is packed at each load (no cache file)
+  // A GGUF model, or one with a LoRA merged, is packed at each load (no cache file).
+  if (options.weight_cache != "off" && !gguf && options.lora_dir.empty()) {
     const std::string precision = engine->ctx_.matmul_precision == MatmulPrecision::kBF16 ? "bf16" : "f32";
     cache_path = options.weight_cache.empty() ? default_weight_cache_path(options.model_dir, precision)
                                               : weight_cache_path_in(options.weight_cache, options.model_dir, precision);
@@ -151,8 +163,10 @@ std::string Engine::load_note() const {
   const WeightCacheReport& c = weight_cache_report_;
   if (backend_ != nullptr)
     return "device vulkan (" + backend_->name() + "), " + std::to_string(backend_->weight_bytes() >> 20) +
-           " MiB of weights on it, " + backend_->arithmetic() + " arithmetic";
+           " MiB of weights on it, " + backend_->arithmetic() + " arithmetic" +
+           (lora_note_.empty() ? std::string() : "; " + lora_note_);
   std::string note = std::string("matmul precision ") + (matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32");
+  if (!lora_note_.empty()) note += "; " + lora_note_;
   if (!c.note.empty()) note += "; " + c.note + ", rebuilding it";
   if (c.outcome == WeightCacheReport::kLoaded) note += "; packed weights mapped from " + c.path;
   if (c.outcome == WeightCacheReport::kWriting)

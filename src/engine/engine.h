@@ -40,6 +40,11 @@ struct EngineOptions {
   // load (no packing, no packed-weight cache; f32 arithmetic, but for the GEMMs on a device's matrix
   // units at kBF16: DeviceBackend::set_matrix_units); every cache mode, its KV cache on the device.
   DeviceSpec device;
+  // A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors, docs/lora.md) merged
+  // into the weights at load, before packing or the upload to a device: W' = W + scale · B·A, stored as the
+  // base stores W (q8 / q4 / GGUF blocks quantized again). "" = none. A merged model keeps no packed-weight
+  // cache (the cache is keyed by the base checkpoint's files). Errors name the adapter file and field / tensor.
+  std::string lora_dir;
 };
 
 // The matmul precision a checkpoint computes in by default: kBF16 when its matrices are stored in bf16
@@ -92,6 +97,9 @@ class Engine {
   // One sentence for the user: the matmul precision and what happened to the packed-weight cache, e.g.
   // "matmul precision bf16; packed weights mapped from DIR/diffucoder-packed.bf16.bin".
   std::string load_note() const;
+  // "" without an adapter, else what the merge of EngineOptions::lora_dir changed, e.g. "LoRA DIR merged
+  // into 28 matrices".
+  const std::string& lora_note() const { return lora_note_; }
 
   // The reference's effective defaults (sampler/generate.h) with this model's mask / pad ids and
   // context length. generation_config.json is NOT applied, as in the reference (spec §3.2).
@@ -160,6 +168,7 @@ class Engine {
   Context ctx_;
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
   WeightCacheReport weight_cache_report_;
+  std::string lora_note_;
   // The generations against set_matmul_precision (a reader / writer gate whose tokens may be released on
   // another thread than took them, which std::shared_mutex does not allow).
   mutable std::mutex gate_mutex_;

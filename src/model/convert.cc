@@ -54,9 +54,10 @@ Status write_config(const std::string& model_dir, const std::string& dir, const 
   } catch (const std::exception& e) {
     return parse_error(src + ": not valid JSON (" + e.what() + ")");
   }
-  j["quantization"] = {{"format", quant_format_name(o.format)},
-                       {"group_size", o.format == WeightQuant::kQ4 ? o.group_size : 0},
-                       {"quantized_by", "diffucoder"}};
+  if (o.format != WeightQuant::kNone)
+    j["quantization"] = {{"format", quant_format_name(o.format)},
+                         {"group_size", o.format == WeightQuant::kQ4 ? o.group_size : 0},
+                         {"quantized_by", "diffucoder"}};
   return write_text_file((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
 }
 
@@ -69,7 +70,11 @@ Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std
     if (slot.matrix != nullptr) matrices[slot.name] = slot.shape;
   });
   std::vector<Item> items;
-  for (const auto& [name, t] : ckpt.tensors()) {
+  for (const auto& [name, source] : ckpt.tensors()) {
+    const auto replaced = opt.replacements.find(name);
+    const TensorInfo& t = replaced == opt.replacements.end() ? source : replaced->second;
+    if (t.dtype != source.dtype || t.shape != source.shape)
+      return invalid_argument("convert: the replacement of '" + name + "' differs from the source's dtype or shape");
     Item item{&t, false, t.n_bytes};
     auto m = matrices.find(name);
     if (m != matrices.end() && should_quantize(name, m->second[1], opt.quantize)) {
@@ -136,8 +141,9 @@ Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std
     }
     for (const TensorToWrite& t : tensors) weight_map[t.name] = shard_name;
     for (size_t i : shards[s]) total_size += items[i].out_bytes;
-    DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / shard_name).string(), tensors,
-                                         {{"format", "pt"}, {"quantization", quant_format_name(opt.quantize.format)}}));
+    std::map<std::string, std::string> metadata = {{"format", "pt"}};
+    if (opt.quantize.format != WeightQuant::kNone) metadata["quantization"] = quant_format_name(opt.quantize.format);
+    DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / shard_name).string(), tensors, metadata));
   }
   if (shards.size() > 1) {
     const Json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
@@ -158,7 +164,9 @@ Status convert_into(const ConvertOptions& opt, const Checkpoint& ckpt, const std
 }  // namespace
 
 Status convert_checkpoint(const ConvertOptions& opt, ThreadPool* pool) {
-  DC_RETURN_IF_ERROR(check_quantize_options(opt.quantize));
+  // An unquantized copy (format kNone) only as a carrier of replacements (`convert --lora`).
+  if (opt.quantize.format != WeightQuant::kNone || opt.replacements.empty())
+    DC_RETURN_IF_ERROR(check_quantize_options(opt.quantize));
   if (opt.out_dir.empty()) return invalid_argument("--out must name the directory to write");
   std::error_code ec;
   const fs::path out = fs::path(opt.out_dir).lexically_normal();

@@ -1,0 +1,90 @@
+// `--lora DIR` on the commands that load a model (generate, bench, serve, eval through the shared decoding flags)
+// and `convert --lora`: a merged copy written atomically; a broken adapter is exit code 1 with the file and
+// the field or tensor named. (The logits of merged models are checked in tests/lora/lora_test.cc.)
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "fixtures.h"
+#include "process.h"
+#include "temp_dir.h"
+
+namespace dc {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_binary;
+
+std::string lora_fixture(const std::string& rel) {
+  const char* d = std::getenv("DC_LORA_FIXTURES_DIR");
+  return std::string(d != nullptr ? d : "") + "/" + rel;
+}
+const std::string kLoraBase = dc::testing::fixtures_dir() + "/tiny-gqa2";
+
+TEST(CliLora, ConvertWritesTheMergedCheckpoint) {
+  const test::TempDir tmp("lora_cli");
+  const fs::path out = fs::path(tmp.path()) / "merged";
+  auto r = run_binary("convert --model " + kLoraBase + " --lora " + lora_fixture("list_all/adapter") + " --out " +
+                      out.string() + " --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("merged"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(out / "config.json"));
+  for (const auto& e : fs::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  // generate --lora on the base gives the merged copy's tokens (greedy, f32).
+  const std::string gen = " --prompt-ids 1,2,3,4,5 --max-new-tokens 8 --precision f32 --weight-cache off --threads 2 --quiet";
+  auto with_lora = run_binary("generate --model " + kLoraBase + " --lora " + lora_fixture("list_all/adapter") + gen);
+  auto copy = run_binary("generate --model " + out.string() + gen);
+  ASSERT_EQ(with_lora.exit_code, 0) << with_lora.err;
+  ASSERT_EQ(copy.exit_code, 0) << copy.err;
+  EXPECT_FALSE(with_lora.out.empty());
+  EXPECT_EQ(with_lora.out, copy.out);
+  // q8 of the merged weights; GGUF output is refused (a second step).
+  r = run_binary("convert --model " + kLoraBase + " --lora " + lora_fixture("list_all/adapter") + " --out " +
+                 (fs::path(tmp.path()) / "q8").string() + " --weights q8 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_binary("convert --model " + kLoraBase + " --lora " + lora_fixture("list_all/adapter") + " --out " +
+                 (fs::path(tmp.path()) / "x.gguf").string() + " --weights f32");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--lora"), std::string::npos) << r.err;
+}
+
+TEST(CliLora, BenchLoadsTheAdapter) {
+  auto r = run_binary("bench --model " + kLoraBase + " --lora " + lora_fixture("regex_patterns/adapter") +
+                      " --prompt-len 4 --new-tokens 4 --steps 2 --threads 2 --no-peak --weight-cache off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("LoRA"), std::string::npos) << r.err;  // the load note
+  r = run_binary("bench --shape tiny --lora " + lora_fixture("regex_patterns/adapter") + " --no-peak");
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(CliLora, BrokenAdaptersExitOneNamingTheProblem) {
+  const test::TempDir tmp("lora_cli_bad");
+  struct Case {
+    std::string args, adapter;
+    std::vector<std::string> contains;
+  };
+  const std::string out = " --out " + (fs::path(tmp.path()) / "never").string();
+  const std::vector<Case> cases = {
+      {"convert --model " + kLoraBase + out, "bad/bad_shape", {"adapter_model.safetensors", "q_proj.lora_A.weight", "shape"}},
+      {"convert --model " + kLoraBase + out, "bad/missing_weights", {"adapter_model.safetensors", "missing"}},
+      {"generate --model " + kLoraBase + " --prompt-ids 1,2,3 --max-new-tokens 4", "bad/unknown_target",
+       {"adapter_config.json", "field 'target_modules'", "qkv_proj"}},
+      {"generate --model " + kLoraBase + " --prompt-ids 1,2,3 --max-new-tokens 4", "bad/not_lora",
+       {"adapter_config.json", "field 'peft_type'"}},
+      {"bench --model " + kLoraBase + " --no-peak", "bad/embedding_lora", {"lora_embedding_A"}},
+      {"serve --model " + kLoraBase + " --port 0", "bad/dora", {"adapter_config.json", "field 'use_dora'"}},
+      {"serve --model " + kLoraBase + " --port 0", "bad/no_such_adapter", {"no_such_adapter", "not a directory"}},
+  };
+  for (const Case& c : cases) {
+    auto r = run_binary(c.args + " --lora " + lora_fixture(c.adapter));
+    EXPECT_EQ(r.exit_code, 1) << c.args << " --lora " << c.adapter << "\n" << r.err;
+    for (const std::string& s : c.contains) EXPECT_NE(r.err.find(s), std::string::npos) << c.adapter << ": " << s << "\n" << r.err;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(tmp.path()) / "never"));
+}
+
+}  // namespace
+}  // namespace dc
