@@ -380,6 +380,12 @@ struct TrainConfig {
   int32_t pad_token_id = -1;           // the canvas fill: this id, or below 0 <|dlm_pad|> (else config's pad_token_id)
   std::string precision = "bf16";      // "bf16" (mixed: f32 master weights, bf16 GEMMs) | "f32"
   bool grad_checkpointing = false;
+  // LoRA (lora_r > 0): train adapters over the frozen base as it is stored (bf16, or a q8 / q4 conversion for a
+  // QLoRA-style run); only their A and B are trained and checkpoints are PEFT adapters (docs/lora.md).
+  int64_t lora_r = 0;
+  double lora_alpha = 0;               // 0: = lora_r (scale 1)
+  std::string lora_targets = "all-linear";  // comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+  double lora_dropout = 0;             // in [0, 1)
   int64_t save_every = 0;              // step() also checkpoints every N steps before the last (0: only save())
   bool resume = false, force = false;  // continue out_dir's newest checkpoint / start over in a used out_dir
   uint64_t seed = 42;
@@ -411,7 +417,8 @@ struct TrainDataCounts {
 // One rank's memory and traffic at the end of a run (gather_rank_stats).
 struct TrainRankStats {
   int64_t peak_rss_bytes = 0;          // the process's peak resident set (0 where unreadable)
-  int64_t master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0;  // f32, this rank's shard
+  // f32, this rank's shard (a LoRA run: its adapters, their moments and gradients)
+  int64_t master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0;
   double bytes_sent_per_step = 0;      // over the step() calls of this process
 };
 

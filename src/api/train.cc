@@ -10,6 +10,7 @@
 #include "core/number_text.h"
 #include "core/peak_rss.h"
 #include "core/thread_pool.h"
+#include "lora/trainable.h"
 #include "train/trainer.h"
 
 namespace diffucoder {
@@ -77,6 +78,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& c) {
     o.pad_token_id = std::max(c.pad_token_id, -1);
     o.precision = c.precision == "f32" ? dc::MatmulPrecision::kF32 : dc::MatmulPrecision::kBF16;
     o.recompute = c.grad_checkpointing;
+    if (c.lora_r != 0) {
+      o.lora.r = c.lora_r, o.lora.alpha = c.lora_alpha, o.lora.dropout = static_cast<float>(c.lora_dropout);
+      DC_ASSIGN_OR_RETURN(o.lora.targets, dc::parse_lora_targets(c.lora_targets));
+      DC_RETURN_IF_ERROR(dc::check_lora_spec(o.lora));
+    }
     o.save_every = c.save_every;
     o.resume = c.resume, o.force = c.force, o.seed = c.seed;
     auto impl = std::make_unique<Impl>();
@@ -120,7 +126,7 @@ TrainDataCounts Trainer::data_counts() const {
 }
 
 std::string Trainer::resume_note() const { return impl_->trainer->resume_note(); }
-int64_t Trainer::skipped_steps() const { return impl_->trainer->optimizer().state().skipped_steps; }
+int64_t Trainer::skipped_steps() const { return impl_->trainer->footprint().skipped_steps; }
 
 std::vector<TrainStepStats> Trainer::history() const {
   std::vector<TrainStepStats> out;
@@ -130,12 +136,12 @@ std::vector<TrainStepStats> Trainer::history() const {
 }
 
 Result<std::vector<TrainRankStats>> Trainer::gather_rank_stats() {
-  const dc::train::OptimizerCore& core = impl_->trainer->optimizer();
+  const dc::train::Trainer::Footprint held = impl_->trainer->footprint();
   TrainRankStats mine;
   mine.peak_rss_bytes = dc::peak_rss_bytes();
-  mine.master_weight_bytes = core.master_weight_bytes();
-  mine.optimizer_state_bytes = core.optimizer_state_bytes();
-  mine.gradient_bytes = core.gradient_bytes();
+  mine.master_weight_bytes = held.master_weight_bytes;
+  mine.optimizer_state_bytes = held.optimizer_state_bytes;
+  mine.gradient_bytes = held.gradient_bytes;
   dc::dist::Comm* comm = impl_->comm;
   if (comm == nullptr) return std::vector<TrainRankStats>{mine};
   mine.bytes_sent_per_step =

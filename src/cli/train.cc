@@ -50,7 +50,12 @@ int run_train(TrainArgs& a, diffucoder::Ranks& ranks) {
                  (long long)data.sequences, (long long)c.seq_len, (long long)data.skipped, (long long)data.truncated,
                  (long long)c.steps, (long long)t.steps_done(),
                  t.precision() == "bf16" ? "bf16 mixed precision" : "f32", ranks.size(),
-                 ranks.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", ranks.backend().c_str());
+                 ranks.size() > 1 ? (c.lora_r > 0 ? "s, the adapters' gradients summed" : "s, ZeRO-sharded optimizer state") : "",
+                 ranks.backend().c_str());
+    if (c.lora_r > 0)
+      std::fprintf(stderr, "train: LoRA r=%lld alpha=%g on %s (dropout %g) over the frozen base; checkpoints are PEFT adapters\n",
+                   (long long)c.lora_r, c.lora_alpha > 0 ? c.lora_alpha : static_cast<double>(c.lora_r),
+                   c.lora_targets.c_str(), c.lora_dropout);
   }
   double seconds = 0;
   int64_t tokens = 0, done_here = 0;
@@ -148,6 +153,15 @@ RunFn add_train_command(CLI::App& app) {
                 "Wrap {\"prompt\"} in the DiffuCoder-Instruct chat format and end completions with <|im_end|>");
   cmd->add_flag("--grad-checkpointing", o.grad_checkpointing,
                 "Keep only each layer's input and recompute the layer in the backward (less memory, ~1/3 more compute)");
+  cmd->add_option("--lora-r", o.lora_r, "Train LoRA adapters of this rank over the frozen base (0: a full fine-tune)")
+      ->capture_default_str()->check(CLI::Range(0, 65536));
+  cmd->add_option("--lora-alpha", o.lora_alpha, "LoRA alpha (the update is scaled by alpha / r; 0: = r)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lora-targets", o.lora_targets,
+                  "Projections to adapt: all-linear, or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+      ->capture_default_str();
+  cmd->add_option("--lora-dropout", o.lora_dropout, "Dropout on the adapters' input, in [0, 1)")->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999999));
   cmd->add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");

@@ -53,6 +53,12 @@ Result<ModelParams> load_trainable_params(const std::string& path, ModelConfig* 
   return ModelParams::from_weights(m.config, m.weights);
 }
 
+Result<std::unique_ptr<Model>> load_model_source(const std::string& path, ThreadPool* pool) {
+  if (!is_gguf_path(path)) return Model::load(path);
+  DC_ASSIGN_OR_RETURN(GgufModel m, load_gguf_model(path, pool));
+  return Model::from_weights(m.config, std::move(m.weights), std::move(m.storage));
+}
+
 Result<Tokenizer> model_source_tokenizer(const std::string& path) {
   return load_tokenizer_file(is_gguf_path(path) ? path : (std::filesystem::path(path) / "tokenizer.json").string());
 }

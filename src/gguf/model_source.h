@@ -4,11 +4,14 @@
 // inference (engine/engine.cc).
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "model/params.h"
+#include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 #include "types/model_config.h"
 
@@ -26,6 +29,10 @@ Result<nlohmann::json> model_source_config_json(const std::string& path);
 // refused with an error naming the tensor and its type and saying what to train from instead.
 // *config receives the model's config.
 Result<ModelParams> load_trainable_params(const std::string& path, ModelConfig* config);
+
+// The model as it is stored (bf16 / f16 / f32, q8 / q4, or a GGUF's blocks read in place): a frozen base
+// for LoRA training (train / grpo --lora-r), which reads it without widening it.
+Result<std::unique_ptr<Model>> load_model_source(const std::string& path, ThreadPool* pool);
 
 // The tokenizer: DIR/tokenizer.json, or the GGUF's tokenizer.ggml metadata (gguf_tokenizer).
 Result<Tokenizer> model_source_tokenizer(const std::string& path);

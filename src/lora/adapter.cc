@@ -31,7 +31,7 @@ Status field_error(const std::string& path, const std::string& field, const std:
 
 // Fields that only shape training or initialisation: read past whatever they hold.
 const std::set<std::string> kIgnored = {
-    "base_model_name_or_path", "revision", "task_type", "inference_mode", "init_lora_weights", "lora_dropout",
+    "base_model_name_or_path", "revision", "task_type", "inference_mode", "init_lora_weights",
     "auto_mapping", "loftq_config", "eva_config", "corda_config", "megatron_config", "megatron_core",
     "peft_version", "qalora_group_size", "layers_pattern"};
 
@@ -120,6 +120,10 @@ Status parse_fields(const Json& j, const std::string& path, LoraConfig& c) {
     } else if (key == "lora_alpha") {
       DC_RETURN_IF_ERROR(must_be(v.is_number() && std::isfinite(v.get<double>()), "must be a finite number"));
       c.lora_alpha = v.get<double>();
+    } else if (key == "lora_dropout") {  // training only (a resumed run's)
+      DC_RETURN_IF_ERROR(must_be(v.is_null() || (v.is_number() && v.get<double>() >= 0 && v.get<double>() < 1),
+                                 "must be a number in [0, 1)"));
+      c.lora_dropout = v.is_null() ? 0.0 : v.get<double>();
     } else if (key == "use_rslora") {
       DC_RETURN_IF_ERROR(must_be(v.is_boolean(), "must be true or false"));
       c.use_rslora = v.get<bool>();

@@ -15,13 +15,14 @@
 
 namespace dc {
 
-// adapter_config.json, the fields that matter for a merge (the training-only ones, e.g. lora_dropout,
-// init_lora_weights, task_type, are read past; a field that would change the result and that the merge
+// adapter_config.json, the fields that matter for a merge (and lora_dropout, for a resumed run; the training-only
+// ones such as init_lora_weights, task_type, are read past; a field that would change the result and that the merge
 // does not implement is an error naming it).
 struct LoraConfig {
   int64_t r = 8;
   double lora_alpha = 8;
   bool use_rslora = false;  // scale = alpha / sqrt(r) instead of alpha / r
+  double lora_dropout = 0;  // training only: the dropout a resumed run continues with
   // target_modules: a list (a module is selected when its name equals an entry or ends with "." + entry)
   // or one regex string (selected when it matches the whole module name, Python's re.fullmatch), or
   // "all-linear" (every projection of every layer, not the lm_head).

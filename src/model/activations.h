@@ -2,8 +2,11 @@
 // forward writes straight into these buffers instead of its scratch). All f32, row-major.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
+
+#include "model/lora_weights.h"
 
 namespace dc {
 
@@ -19,6 +22,8 @@ struct LayerActivations {
   std::vector<float> gate;   // [T, F]      a2·W_gateᵀ (before SiLU)
   std::vector<float> up;     // [T, F]      a2·W_upᵀ
   std::vector<float> act;    // [T, F]      silu(gate)·up
+  // A forward with unmerged LoRA adapters: u = dropout(x)·Aᵀ [T, r] of each adapted projection (else empty).
+  std::array<std::vector<float>, kLoraTargets> lora_u;
 };
 
 struct Activations {

@@ -12,6 +12,7 @@
 #include "core/workspace.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
+#include "model/lora_project.h"
 #include "ops/attention.h"
 #include "ops/attention_window.h"
 #include "ops/device.h"
@@ -94,6 +95,12 @@ Status Model::forward_checked(const Context& ctx, const ForwardBatch& b, float* 
                             " and this forward runs on " + where(ctx.backend) +
                             "; a cache is read only on the device that filled it (refresh it there first)");
   }
+  if (b.lora != nullptr && static_cast<int64_t>(b.lora->layers.size()) != config_.n_layer)
+    return invalid_argument("forward: the LoRA adapters have " + std::to_string(b.lora->layers.size()) +
+                            " layers, the model " + std::to_string(config_.n_layer));
+  if (b.lora != nullptr && ctx.device != Device::kCpu)
+    return invalid_argument("forward: unmerged LoRA adapters run on the CPU only; on a device, merge them into the "
+                            "weights at load (--lora-mode merged, the default)");
   if (ctx.device != Device::kCpu) return forward_on_device(ctx, b, hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
@@ -244,6 +251,7 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
     pass.gate = act ? act->gate.data() : gate;
     pass.up = act ? act->up.data() : up;
     pass.act = act ? act->act.data() : gate;  // silu(gate)·up (in place on gate when not training)
+    pass.lora_u = act ? &act->lora_u : nullptr;
     layer_forward(ctx, il, pass);
   }
   if (refresh) cache->set_filled(true);
@@ -272,9 +280,14 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   };
   rms_norm(ctx, p.h, l.attn_norm.data(), T, E, eps, p.a1);
   observe("attn_norm", p.a1, {T, E});
-  matmul_nt(ctx, p.a1, T, l.wq, l.bq.data(), p.q);
-  matmul_nt(ctx, p.a1, T, l.wk, l.bk.data(), p.k);
-  matmul_nt(ctx, p.a1, T, l.wv, l.bv.data(), p.v);
+  // Each projection with its LoRA adapter, if any (u saved for the backward in training mode).
+  auto project = [&](const float* x, const WeightView& w, const float* bias, float* y, int t) {
+    lora_project(ctx, x, T, w, bias, y, LoraSite{b.lora, il, t}, p.lora_u != nullptr,
+                 p.lora_u != nullptr ? &(*p.lora_u)[t] : nullptr);
+  };
+  project(p.a1, l.wq, l.bq.data(), p.q, kLoraQ);
+  project(p.a1, l.wk, l.bk.data(), p.k, kLoraK);
+  project(p.a1, l.wv, l.bv.data(), p.v, kLoraV);
   rope_apply(ctx, p.q, T, c.n_head, D, p.cos, p.sin);
   rope_apply(ctx, p.k, T, c.n_head_kv, D, p.cos, p.sin);
   observe("q", p.q, {T, q_dim});
@@ -291,16 +304,16 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
     attention_window(ctx, shape, wb, W, p.q, cache->k(il), cache->v(il), b.valid, p.attn);
   }
   observe("attn", p.attn, {T, q_dim});
-  matmul_nt(ctx, p.attn, T, l.wo, nullptr, p.tmp);
+  project(p.attn, l.wo, nullptr, p.tmp, kLoraO);
   add_inplace(ctx, p.h, p.tmp, T * E);
   observe("attn_residual", p.h, {T, E});
   if (p.h_mid != nullptr) std::copy_n(p.h, T * E, p.h_mid);
   rms_norm(ctx, p.h, l.ffn_norm.data(), T, E, eps, p.a2);
   observe("ffn_norm", p.a2, {T, E});
-  matmul_nt(ctx, p.a2, T, l.w_gate, nullptr, p.gate);
-  matmul_nt(ctx, p.a2, T, l.w_up, nullptr, p.up);
+  project(p.a2, l.w_gate, nullptr, p.gate, kLoraGate);
+  project(p.a2, l.w_up, nullptr, p.up, kLoraUp);
   swiglu(ctx, p.gate, p.up, T * F, p.act);
-  matmul_nt(ctx, p.act, T, l.w_down, nullptr, p.tmp);
+  project(p.act, l.w_down, nullptr, p.tmp, kLoraDown);
   add_inplace(ctx, p.h, p.tmp, T * E);
   observe("out", p.h, {T, E});
 }

@@ -16,6 +16,7 @@
 #include "io/mapped_file.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
+#include "model/lora_weights.h"
 #include "model/weights.h"
 #include "ops/matmul.h"
 #include "types/forward_batch.h"
@@ -128,9 +129,15 @@ class Model {
   // complete, and grads.on_head_done once the lm_head's and the final norm's are, before any layer's
   // (their errors returned). Not thread-safe against other calls writing the same grads. Mixed
   // precision (bf16_backward(ctx)): `transposed` (may be null) holds every matrix's wᵀ in bf16
-  // (MixedPrecisionWeights::transposed()) for the dx products.
+  // (MixedPrecisionWeights::transposed()) for the dx products; an empty view there: made per call.
   Status backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                   const ModelWeights* transposed = nullptr, GradWrite write = GradWrite::kAdd) const;
+  // backward() of a training-mode forward that ran with batch.lora = &lora, the base frozen: ADDS the
+  // gradients of the adapters' A and B into `grads` (shaped as lora's matrices) and computes none of the
+  // base's weights (so the base may be quantized: its dx products read it dequantized). `lora` must be the
+  // forward's, dropout key included (the backward draws the same mask). Errors as backward()'s.
+  Status backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
+                       const LoraGrads& grads, const ModelWeights* transposed = nullptr) const;
 
  private:
   Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,
@@ -162,8 +169,10 @@ class Model {
                            const ForwardObserver* observer, Activations* train) const;
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
                       Activations* train) const;
-  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
-                       const ModelWeights* transposed, GradWrite write) const;
+  // grads null: a frozen base (backward_lora); lora / lora_grads: the adapters and their gradients, or null.
+  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans* grads,
+                       const LoraWeights* lora, const LoraGrads* lora_grads, const ModelWeights* transposed,
+                       GradWrite write) const;
 
   // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
   struct LayerPass {
@@ -184,6 +193,8 @@ class Model {
     float* gate = nullptr;      // [T, F] before SiLU
     float* up = nullptr;        // [T, F]
     float* act = nullptr;       // [T, F] silu(gate)·up; may equal gate
+    // Training mode: the activations' u of each LoRA-adapted projection (its dropout on); else null.
+    std::array<std::vector<float>, kLoraTargets>* lora_u = nullptr;
   };
   // Layer il's pre-norm attention block and SwiGLU MLP (the body of forward, and the recomputation of
   // backward with acts.recompute).

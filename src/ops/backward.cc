@@ -68,9 +68,9 @@ bool bf16_backward(const Context& ctx) {
 }
 
 void transpose_to_bf16(const Context& ctx, const WeightView& w, uint16_t* data) {
-  DC_CHECK(!w.empty() && !w.quantized(), "transpose_to_bf16: bad operand");
+  DC_CHECK(!w.empty(), "transpose_to_bf16: bad operand");
   const int64_t rows = w.rows, cols = w.cols;
-  if (bf16_backward(ctx) && w.dtype == DType::kF32 && w.layout == WeightLayout::kRowMajor)
+  if (bf16_backward(ctx) && !w.quantized() && w.dtype == DType::kF32 && w.layout == WeightLayout::kRowMajor)
     return cpu::transpose_bf16_fast(ctx.pool, static_cast<const float*>(w.data), rows, cols, data);
   constexpr int64_t kTile = 64;
   parallel_for(ctx.pool, (rows + kTile - 1) / kTile, [&](int64_t b, int64_t e) {
@@ -98,7 +98,7 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
                         float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write,
                         GradWrite dx_write) {
   const ProfileScope profile(ctx, [&] { return "matmul_nt_backward, W " + std::to_string(w.rows) + "×" + std::to_string(w.cols); });
-  DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !w.quantized(), "matmul_nt_backward: bad operand");
+  DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !(w.quantized() && dw != nullptr), "matmul_nt_backward: bad operand");
   DC_CHECK(ctx.device == Device::kCpu, "matmul_nt_backward: the backward runs on the CPU only");
   DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
@@ -147,7 +147,7 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
     }
     if (dx != nullptr) {  // dx = dy · w = dy · (wᵀ)ᵀ: matmul_nt against wᵀ [in, out]
       float* w_t = ws.floats("matmul_backward.wt", in * out);  // [in, out]
-      if (w.dtype == DType::kF32) {
+      if (w.dtype == DType::kF32 && !w.quantized() && w.layout == WeightLayout::kRowMajor) {
         transpose(ctx, static_cast<const float*>(w.data), out, in, w_t);
       } else {
         float* dense = ws.floats("matmul_backward.dense", out * in);  // [out, in]

@@ -68,7 +68,7 @@ enum class GradWrite { kAdd, kOverwrite };
 
 // Backward of y = x·wᵀ + bias (training), adding into the caller's buffers:
 //   dx[n, w.cols] += dy·w      dw[w.rows, w.cols] += dyᵀ·x      dbias[w.rows] += Σ_rows dy
-// (dw and dbias overwritten instead with `write` kOverwrite). Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16). The products sum
+// (dw and dbias overwritten instead with `write` kOverwrite). Any of dx, dw, dbias may be nullptr (not wanted). w must be dense (f32 / f16 / bf16), or without dw any kind (a frozen quantized base: its rows dequantized). The products sum
 // straight into dx and dw (the fast kernels unless ctx.reference_kernels): in f32 through matmul_nt_add
 // on transposed f32 copies, or, when bf16_backward(ctx) (mixed precision), with bf16 operands and f32
 // accumulation: dx through matmul_nt_add against `wt` = wᵀ [w.cols, w.rows] in bf16 (kPanels, or the
@@ -84,7 +84,8 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
 // AVX512_BF16, fast kernels.
 bool bf16_backward(const Context& ctx);
 
-// Writes wᵀ [w.cols, w.rows] rounded to bf16 into `data` (row-major, w.rows · w.cols bf16), threaded.
+// Writes wᵀ [w.cols, w.rows] rounded to bf16 into `data` (row-major, w.rows · w.cols bf16), threaded; any
+// weight kind and layout (quantized ones dequantized row by row).
 void transpose_to_bf16(const Context& ctx, const WeightView& w, uint16_t* data);
 
 }  // namespace dc

@@ -122,10 +122,7 @@ Status write_model_files(const std::string& tmp, const std::string& source_model
   DC_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / "model.safetensors").string(), tensors_of(params, ""),
                                        {{"format", "pt"}}));
   DC_RETURN_IF_ERROR(copy_source_files(tmp, source_model_dir));
-  Json st = {{"step", state.step}, {"cursor", state.cursor}, {"seed", state.seed}, {"options", state.options}};
-  if (optimizer_shards > 1) st["optimizer_shards"] = optimizer_shards;
-  if (state.skipped_steps > 0) st["skipped_steps"] = state.skipped_steps;
-  DC_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / "trainer_state.json").string(), st.dump(2) + "\n"));
+  DC_RETURN_IF_ERROR(write_train_state(tmp, state, optimizer_shards));
   if (extra) DC_RETURN_IF_ERROR(extra(tmp));
   return write_text_file((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
 }
@@ -299,6 +296,13 @@ Status load_train_state(const std::string& dir, TrainState& state, int* optimize
     return bad_state(state_path, "field 'options' must be a string (the run's options)");
   state.options = j["options"].get<std::string>();
   return Status();
+}
+
+Status write_train_state(const std::string& dir, const TrainState& state, int optimizer_shards) {
+  Json st = {{"step", state.step}, {"cursor", state.cursor}, {"seed", state.seed}, {"options", state.options}};
+  if (optimizer_shards > 1) st["optimizer_shards"] = optimizer_shards;
+  if (state.skipped_steps > 0) st["skipped_steps"] = state.skipped_steps;
+  return write_text_file((fs::path(dir) / "trainer_state.json").string(), st.dump(2) + "\n");
 }
 
 Status check_resumed_state(const std::string& dir, const TrainState& state, const ResumeExpectations& e) {

@@ -78,6 +78,9 @@ Result<std::string> checkpoint_to_resume(const std::string& out_dir, bool resume
 // not integers ≥ 0, seed not an unsigned integer, options not a string, optimizer_shards outside
 // [1, 65536]: invalid_argument naming the file and the field); the moments must be finite and v ≥ 0.
 Status load_train_state(const std::string& dir, TrainState& state, int* optimizer_shards);
+// Writes dir/trainer_state.json of `state` (not atomic by itself: into a checkpoint's temporary directory),
+// with "optimizer_shards" when more than one.
+Status write_train_state(const std::string& dir, const TrainState& state, int optimizer_shards = 1);
 Status load_moments(const std::string& dir, int optimizer_shards, const ModelParams& layout, dist::Range range,
                     float* m, float* v);
 

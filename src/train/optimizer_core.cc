@@ -269,17 +269,12 @@ Status OptimizerCore::end_micro_batch() {
   return Status();
 }
 
-namespace {
-
-// Why a step must not be applied ("" when it may): a non-finite loss or gradient norm.
 std::string skip_cause(double loss, double grad_norm) {
   auto text = [](double x) { return std::isnan(x) ? std::string("nan") : x > 0 ? std::string("inf") : std::string("-inf"); };
   if (!std::isfinite(loss)) return "the loss is " + text(loss);
   if (!std::isfinite(grad_norm)) return "the gradient norm is " + text(grad_norm);
   return "";
 }
-
-}  // namespace
 
 OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights* mixed, double loss) {
   OptimizerStepStats s;
@@ -357,19 +352,18 @@ Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::s
   return dir;
 }
 
-Result<std::vector<std::string>> OptimizerCore::open_metrics(const std::string& out_dir) {
-  if (comm_ != nullptr && comm_->rank() != 0) return std::vector<std::string>{};
+Result<std::vector<std::string>> open_metrics_file(const std::string& out_dir, int64_t step, std::string* path) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error("cannot create " + out_dir + ": " + ec.message());
-  const std::string path = (fs::path(out_dir) / "metrics.jsonl").string();
+  *path = (fs::path(out_dir) / "metrics.jsonl").string();
   std::vector<std::string> kept;
   std::string text;
-  if (state_.step > 0) {
-    std::ifstream in(path);
+  if (step > 0) {
+    std::ifstream in(*path);
     for (std::string line; std::getline(in, line);) {
       try {
-        if (nlohmann::json::parse(line).at("step").get<int64_t>() > state_.step) continue;
+        if (nlohmann::json::parse(line).at("step").get<int64_t>() > step) continue;
       } catch (const std::exception&) {
         continue;  // a line cut by a kill
       }
@@ -377,9 +371,13 @@ Result<std::vector<std::string>> OptimizerCore::open_metrics(const std::string& 
       kept.push_back(std::move(line));
     }
   }
-  DC_RETURN_IF_ERROR(write_text_file(path, text));
-  metrics_path_ = path;
+  DC_RETURN_IF_ERROR(write_text_file(*path, text));
   return kept;
+}
+
+Result<std::vector<std::string>> OptimizerCore::open_metrics(const std::string& out_dir) {
+  if (comm_ != nullptr && comm_->rank() != 0) return std::vector<std::string>{};
+  return open_metrics_file(out_dir, state_.step, &metrics_path_);
 }
 
 Status OptimizerCore::append_metrics(const std::string& json_object) const {

@@ -67,6 +67,12 @@ struct OptimizerStepStats {
   std::string skip_cause;
 };
 
+// Why a step must not be applied ("" when it may): "the loss is nan", "the gradient norm is inf".
+std::string skip_cause(double loss, double grad_norm);
+// Starts out_dir/metrics.jsonl (creating out_dir): keeps its lines of steps ≤ `step` (a resumed run continues
+// the same curve; lines cut by a kill are dropped), returns them and sets *path.
+Result<std::vector<std::string>> open_metrics_file(const std::string& out_dir, int64_t step, std::string* path);
+
 // Consecutive skipped steps after which a trainer stops the run with an error (its weights the last good
 // ones): one bad batch is skipped, a diverged run is not trained on for ever.
 constexpr int64_t kMaxConsecutiveSkips = 5;

@@ -26,9 +26,13 @@ namespace dc::train {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
-                              ModelParams& grads, Activations& acts, const ModelWeights* transposed, LossTimes* times,
-                              GradWrite write) {
+namespace {
+
+// The forward in training mode on `batch` (with `lora`, or null), the weighted cross-entropy, and
+// `backward(dlogits)` with dlogits scaled by grad_scale; `none` runs when the batch has no loss rows.
+template <class Backward, class None>
+Result<double> run_loss(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                        const LoraWeights* lora, Activations& acts, LossTimes* times, Backward&& backward, None&& none) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_out = static_cast<int64_t>(batch.out_rows.size()), V = model.config().n_vocab;
   ForwardBatch fb;
@@ -39,10 +43,11 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
   fb.positions = batch.positions.empty() ? nullptr : batch.positions.data();
   fb.out_rows = batch.out_rows.data();
   fb.n_out = n_out;
+  fb.lora = lora;
   std::vector<float> logits(n_out * V);  // [n_out, V], becomes dlogits
   DC_RETURN_IF_ERROR(model.forward(ctx, fb, logits.data(), nullptr, &acts));
   if (n_out == 0) {
-    if (write == GradWrite::kOverwrite) grads.zero();
+    none();
     return 0.0;
   }
   const double loss =
@@ -50,12 +55,34 @@ Result<double> loss_and_grads(const Context& ctx, const Model& model, const Mask
   const auto t1 = std::chrono::steady_clock::now();
   if (grad_scale != 1.0f)
     for (float& g : logits) g *= grad_scale;
-  DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits.data(), grads.spans(), transposed, write));
+  DC_RETURN_IF_ERROR(backward(logits.data()));
   if (times != nullptr) {
     times->forward_s = std::chrono::duration<double>(t1 - t0).count();
     times->backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   return loss;
+}
+
+}  // namespace
+
+Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                              ModelParams& grads, Activations& acts, const ModelWeights* transposed, LossTimes* times,
+                              GradWrite write) {
+  return run_loss(
+      ctx, model, batch, grad_scale, nullptr, acts, times,
+      [&](const float* dlogits) { return model.backward(ctx, acts, dlogits, grads.spans(), transposed, write); },
+      [&] {
+        if (write == GradWrite::kOverwrite) grads.zero();
+      });
+}
+
+Result<double> loss_and_lora_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                                   const LoraWeights& lora, LoraParams& grads, Activations& acts,
+                                   const ModelWeights* transposed, LossTimes* times) {
+  return run_loss(
+      ctx, model, batch, grad_scale, &lora, acts, times,
+      [&](const float* dlogits) { return model.backward_lora(ctx, acts, dlogits, lora, grads.grads(), transposed); },
+      [] {});
 }
 
 namespace {
@@ -71,6 +98,9 @@ std::string options_fingerprint(const TrainOptions& o) {
      << " norm=" << static_cast<int>(o.masking.norm) << " pad=" << o.pad_token_id
      << " instruct=" << o.instruct_template;
   if (o.precision == MatmulPrecision::kBF16) os << " precision=bf16";  // f32 runs keep their old fingerprint
+  if (o.lora.r > 0)
+    os << " lora_r=" << o.lora.r << " lora_alpha=" << o.lora.alpha << " lora_targets=" << lora_targets_text(o.lora.targets)
+       << " lora_dropout=" << o.lora.dropout << " rslora=" << o.lora.use_rslora;
   return os.str();
 }
 
@@ -167,14 +197,31 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   t->opt_ = o;
   t->ctx_ = ctx;
   DC_ASSIGN_OR_RETURN(const std::string latest, checkpoint_to_resume(o.out_dir, o.resume, o.force));
+  if (o.lora.r > 0) {  // adapters over the frozen base, read as it is stored
+    DC_RETURN_IF_ERROR(check_lora_spec(o.lora));
+    DC_ASSIGN_OR_RETURN(t->model_, load_model_source(o.model_dir, ctx.pool));
+    t->config_ = t->model_->config();
+    if (!latest.empty()) {
+      if (!fs::exists(fs::path(latest) / "adapter_config.json"))
+        return invalid_argument("--resume: " + latest + " is a full fine-tune's checkpoint, not a LoRA run's (drop --lora-r)");
+      DC_ASSIGN_OR_RETURN(t->lora_core_, LoraCore::resume(latest, t->config_, optimizer_options(o), o.comm));
+    } else {
+      t->lora_core_ = LoraCore::start(t->config_, o.lora, o.seed, optimizer_options(o), o.comm);
+    }
+    return finish_setup(std::move(t), std::move(data), latest);
+  }
   if (!latest.empty()) {
+    if (fs::exists(fs::path(latest) / "adapter_config.json"))
+      return invalid_argument("--resume: " + latest + " is a LoRA run's checkpoint (pass its --lora-r and --lora-* flags)");
     DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer_options(o), o.comm));
+    t->config_ = t->core_.config();
     return finish_setup(std::move(t), std::move(data), latest);
   }
   {
     ModelConfig config;
     DC_ASSIGN_OR_RETURN(ModelParams params, load_trainable_params(o.model_dir, &config));
     t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o), o.comm);
+    t->config_ = config;
   }  // the mapped stored weights are released: training uses the f32 copies
   return finish_setup(std::move(t), std::move(data), "");
 }
@@ -187,6 +234,14 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_params(const TrainOptions&
   std::unique_ptr<Trainer> t(new Trainer());
   t->opt_ = o;
   t->ctx_ = ctx;
+  t->config_ = config;
+  if (o.lora.r > 0) {  // the weights in memory are the frozen base
+    DC_RETURN_IF_ERROR(check_lora_spec(o.lora));
+    auto storage = std::make_shared<ModelParams>(std::move(params));
+    t->model_ = Model::from_weights(config, storage->weights(), storage);
+    t->lora_core_ = LoraCore::start(config, o.lora, o.seed, optimizer_options(o), o.comm);
+    return finish_setup(std::move(t), std::move(data), "");
+  }
   t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o), o.comm);
   return finish_setup(std::move(t), std::move(data), "");
 }
@@ -201,7 +256,7 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
   }
   const TrainOptions& o = t->opt_;
   t->ctx_.workspace = &t->workspace_;  // the steps' scratch is this trainer's, released with it
-  TrainState& state = t->core_.state();
+  TrainState& state = t->state();
   const std::string options = options_fingerprint(t->opt_);
   if (latest.empty()) {
     state.seed = o.seed;
@@ -210,7 +265,7 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
     DC_RETURN_IF_ERROR(check_resumed_state(latest, state, {o.steps, 1, o.grad_accum * o.batch_size, o.seed}));
   }
   state.options = options;  // the next checkpoint records the current --steps
-  const ModelConfig& config = t->core_.config();
+  const ModelConfig& config = t->config_;
 
   for (const TrainSequence& seq : data.sequences)
     if (static_cast<int64_t>(seq.tokens.size()) != o.seq_len)
@@ -225,7 +280,8 @@ Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> 
     return invalid_argument("config.json mask_token_id is outside the vocabulary");
 
   if (o.out_dir.empty()) return t;  // nothing written (benchmarks)
-  DC_ASSIGN_OR_RETURN(std::vector<std::string> kept, t->core_.open_metrics(o.out_dir));
+  std::vector<std::string> kept;
+  DC_RETURN_IF_ERROR(t->open_metrics(&kept));
   for (const std::string& line : kept) {  // the curve of the steps already done
     try {
       const Json j = Json::parse(line);
@@ -246,14 +302,44 @@ Status Trainer::write_metrics_line(const StepStats& s) {
             {"grad_norm", s.grad_norm}, {"tokens", s.tokens},   {"seconds", s.seconds},
             {"tokens_per_s", s.seconds > 0 ? s.tokens / s.seconds : 0.0}};
   if (s.skipped) j["skipped"] = true;  // (its non-finite loss or norm is written as null)
-  return core_.append_metrics(j.dump());
+  return opt_.lora.r > 0 ? lora_core_.append_metrics(j.dump()) : core_.append_metrics(j.dump());
+}
+
+Status Trainer::open_metrics(std::vector<std::string>* kept) {
+  DC_ASSIGN_OR_RETURN(*kept, opt_.lora.r > 0 ? lora_core_.open_metrics(opt_.out_dir) : core_.open_metrics(opt_.out_dir));
+  return Status();
+}
+
+Trainer::Footprint Trainer::footprint() const {
+  if (opt_.lora.r > 0) {
+    const int64_t n = lora_core_.params().n_values();
+    return {4 * n, 8 * n, 4 * n, lora_core_.state().skipped_steps};
+  }
+  return {core_.master_weight_bytes(), core_.optimizer_state_bytes(), core_.gradient_bytes(), core_.state().skipped_steps};
+}
+
+void Trainer::prepare_lora_base() {
+  // Mixed precision: the base's matrices re-laid once in the bf16 GEMMs' panels (as the engine does), whose
+  // words the backward's dx products read as wᵀ (transposed_panels); the others (f32, quantized) are read
+  // as stored and their wᵀ made per call. A placeholder layer list marks the preparation done.
+  lora_transposed_.layers.resize(static_cast<size_t>(config_.n_layer));
+  if (ctx_.matmul_precision != MatmulPrecision::kBF16 || !model_->pack_weights(ctx_).ok()) return;
+  const ModelWeights& w = model_->weights();
+  for (size_t il = 0; il < w.layers.size(); ++il)
+    for (WeightView LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
+                                        &LayerWeights::w_gate, &LayerWeights::w_up, &LayerWeights::w_down}) {
+      const WeightView& v = w.layers[il].*m;
+      if (!v.quantized() && v.layout == WeightLayout::kPanels) lora_transposed_.layers[il].*m = transposed_panels(v);
+    }
+  const WeightView& out = w.output;
+  if (!out.quantized() && out.layout == WeightLayout::kPanels) lora_transposed_.output = transposed_panels(out);
 }
 
 Result<StepStats> Trainer::step() {
   try {
     return step_or_throw();
   } catch (const std::bad_alloc&) {  // the logits of the loss rows, the masked batch, the metrics
-    return resource_exhausted("train step " + std::to_string(core_.steps_done() + 1) + ": out of memory (batch " +
+    return resource_exhausted("train step " + std::to_string(steps_done() + 1) + ": out of memory (batch " +
                               std::to_string(opt_.batch_size) + " × " + std::to_string(opt_.seq_len) +
                               " tokens); lower --batch-size or --seq-len, or use --grad-checkpointing");
   }
@@ -262,7 +348,9 @@ Result<StepStats> Trainer::step() {
 Result<StepStats> Trainer::step_or_throw() {
   const auto t0 = std::chrono::steady_clock::now();
   StepStats s;
-  const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
+  const bool lora = opt_.lora.r > 0;
+  const bool mixed = !lora && ctx_.matmul_precision == MatmulPrecision::kBF16;  // LoRA: the base is read as stored
+  if (lora && lora_transposed_.layers.empty()) prepare_lora_base();
   if (mixed) {  // this step's bf16 copies, in the same buffers every step
     DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     s.relayout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -270,8 +358,9 @@ Result<StepStats> Trainer::step_or_throw() {
   // Views of the master weights (and their bf16 copies), which AdamW updates in place: built once.
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
-  core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients
-  TrainState& state = core_.state();
+  if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
+  else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients
+  TrainState& state = this->state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
   // This rank's contiguous run of the global batch's micro-batches (all of them in one process).
   const int rank = opt_.comm == nullptr ? 0 : opt_.comm->rank(), ranks = opt_.comm == nullptr ? 1 : opt_.comm->size();
@@ -284,15 +373,23 @@ Result<StepStats> Trainer::step_or_throw() {
     MaskedBatch batch;
     {
       const ProfileScope profile(ctx_, "masking");
-      DC_ASSIGN_OR_RETURN(batch, make_masked_batch(seqs, opt_.masking, key, core_.config().n_vocab));
+      DC_ASSIGN_OR_RETURN(batch, make_masked_batch(seqs, opt_.masking, key, config_.n_vocab));
     }
     const auto t_fwd = std::chrono::steady_clock::now();
     LossTimes times;
     // The first micro-batch writes the gradients (no zeroing pass over them), the others add.
     const GradWrite write = micro == rank * per_rank ? GradWrite::kOverwrite : GradWrite::kAdd;
-    DC_ASSIGN_OR_RETURN(double loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
-                                                    mixed ? &mixed_.transposed() : nullptr, &times, write));
-    DC_RETURN_IF_ERROR(core_.end_micro_batch());
+    double loss = 0;
+    if (lora) {  // the adapters' dropout draws a fresh mask per micro-batch
+      LoraWeights adapters = lora_core_.params().weights();
+      adapters.dropout_key = hash_counters(state.seed, 0x6c6f7261, static_cast<uint64_t>(state.step * opt_.grad_accum + micro));
+      DC_ASSIGN_OR_RETURN(loss, loss_and_lora_grads(ctx_, *model_, batch, scale, adapters, lora_core_.grads(), acts_,
+                                                    bf16_backward(ctx_) ? &lora_transposed_ : nullptr, &times));
+    } else {
+      DC_ASSIGN_OR_RETURN(loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
+                                               mixed ? &mixed_.transposed() : nullptr, &times, write));
+      DC_RETURN_IF_ERROR(core_.end_micro_batch());
+    }
     s.fwd_bwd_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     s.forward_seconds += times.forward_s;
     s.backward_seconds += times.backward_s;
@@ -307,14 +404,15 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss = sum[0], s.tokens = static_cast<int64_t>(sum[1]), s.loss_rows = static_cast<int64_t>(sum[2]);
   }
   const auto t_opt = std::chrono::steady_clock::now();
-  const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+  const OptimizerStepStats o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+  const int64_t in_a_row = lora ? lora_core_.consecutive_skips() : core_.consecutive_skips();
   s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm, s.skipped = o.skipped;
-  if (o.skipped) s.skip_note = skip_note("train", o, core_.consecutive_skips());
+  if (o.skipped) s.skip_note = skip_note("train", o, in_a_row);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   history_.push_back(s);
   DC_RETURN_IF_ERROR(write_metrics_line(s));
-  if (core_.consecutive_skips() >= kMaxConsecutiveSkips) return too_many_skips("train", o, core_.consecutive_skips());
+  if (in_a_row >= kMaxConsecutiveSkips) return too_many_skips("train", o, in_a_row);
   if (opt_.save_every > 0 && s.step % opt_.save_every == 0 && s.step < opt_.steps && !opt_.out_dir.empty())
     DC_RETURN_IF_ERROR(save());
   return s;
@@ -323,7 +421,8 @@ Result<StepStats> Trainer::step_or_throw() {
 Status Trainer::save() {
   if (opt_.out_dir.empty()) return invalid_argument("save: the trainer has no output directory (TrainOptions::out_dir)");
   if (opt_.model_dir.empty()) return invalid_argument("save: the trainer has no model directory to copy the config from");
-  DC_RETURN_IF_ERROR(core_.save(opt_.out_dir, opt_.model_dir).status());
+  if (opt_.lora.r > 0) DC_RETURN_IF_ERROR(lora_core_.save(opt_.out_dir, opt_.model_dir).status());
+  else DC_RETURN_IF_ERROR(core_.save(opt_.out_dir, opt_.model_dir).status());
   if (opt_.comm != nullptr && opt_.comm->rank() != 0) return Status();  // rank 0 draws the plot
   const std::string svg = (fs::path(opt_.out_dir) / "loss.svg").string();
   DC_RETURN_IF_ERROR(write_text_file(svg + ".tmp", loss_plot_svg(history_)));

@@ -12,9 +12,11 @@
 #include "core/status.h"
 #include "model/mixed_weights.h"
 #include "model/params.h"
+#include "lora/trainable.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/lora_core.h"
 #include "train/masked_diffusion.h"
 #include "train/optimizer.h"
 #include "train/optimizer_core.h"
@@ -35,6 +37,11 @@ struct LossTimes {
 Result<double> loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
                               ModelParams& grads, Activations& acts, const ModelWeights* transposed = nullptr,
                               LossTimes* times = nullptr, GradWrite write = GradWrite::kAdd);
+// The same for LoRA adapters over a frozen `model`: the forward with batch.lora = &lora, the gradients of
+// the adapters ADDED into `grads` (Model::backward_lora).
+Result<double> loss_and_lora_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                                   const LoraWeights& lora, LoraParams& grads, Activations& acts,
+                                   const ModelWeights* transposed = nullptr, LossTimes* times = nullptr);
 
 struct TrainOptions {
   std::string model_dir, data_path;
@@ -52,6 +59,11 @@ struct TrainOptions {
   // bf16 operands with f32 sums, weights re-laid once per optimizer step); needs AVX512_BF16, else the
   // trainer runs kF32 and says so. kF32: every GEMM in f32 (the gradient-parity tests' path).
   MatmulPrecision precision = MatmulPrecision::kBF16;
+  // r > 0: train LoRA adapters of this spec over the frozen base, model_dir's weights as they are stored
+  // (bf16 / f16 / f32, q8 / q4 for a QLoRA-style run, a GGUF's blocks): only the adapters' A and B are
+  // trained (f32, with their moments); checkpoints hold them in PEFT's layout (LoraCore). No --resume across
+  // the two modes.
+  LoraSpec lora;
   int64_t save_every = 0;      // 0: only at the end
   bool resume = false;
   bool force = false;          // allow a non-empty out_dir without --resume
@@ -108,11 +120,20 @@ class Trainer {
   void release_scratch() { workspace_.release(); }
   int64_t scratch_bytes() const { return workspace_.bytes(); }
 
-  int64_t steps_done() const { return core_.steps_done(); }
+  int64_t steps_done() const { return opt_.lora.r > 0 ? lora_core_.steps_done() : core_.steps_done(); }
   MatmulPrecision precision() const { return ctx_.matmul_precision; }  // what the steps run in
   const Dataset& dataset() const { return data_; }
+  // A full fine-tune's weights and optimizer (empty in a LoRA run).
   const ModelParams& params() const { return core_.params(); }
   const OptimizerCore& optimizer() const { return core_; }
+  // A LoRA run (options.lora.r > 0): its adapters and optimizer, else null.
+  const LoraCore* lora() const { return opt_.lora.r > 0 ? &lora_core_ : nullptr; }
+  // What the run holds, whichever it trains: f32 trainable values (master weights or adapters), Adam
+  // moments and gradients in bytes (this rank's), and the steps skipped over the whole run.
+  struct Footprint {
+    int64_t master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0, skipped_steps = 0;
+  };
+  Footprint footprint() const;
   const std::vector<StepStats>& history() const { return history_; }
   // After a --resume that raised --steps: a line saying so (the LR schedule is stretched); else "".
   const std::string& resume_note() const { return resume_note_; }
@@ -126,7 +147,12 @@ class Trainer {
   Status write_metrics_line(const StepStats& s);
   Result<StepStats> step_or_throw();  // step() without turning std::bad_alloc into a Status
 
+  TrainState& state() { return opt_.lora.r > 0 ? lora_core_.state() : core_.state(); }
+  Status open_metrics(std::vector<std::string>* kept);
+  void prepare_lora_base();  // the first LoRA step: the base packed, lora_transposed_ set
+
   TrainOptions opt_;
+  ModelConfig config_;
   Context ctx_;          // ctx_.workspace = &workspace_
   Workspace workspace_;
   OptimizerCore core_;   // weights, gradients, moments, step, data cursor
@@ -134,7 +160,9 @@ class Trainer {
   std::unique_ptr<DataOrder> order_;
   Activations acts_;
   MixedPrecisionWeights mixed_;  // the bf16 copies of this step (precision kBF16)
-  std::unique_ptr<Model> model_;  // built at the first step over core_.params() (or mixed_.forward())
+  std::unique_ptr<Model> model_;  // built at the first step over core_.params() (or mixed_.forward()); LoRA: the base
+  LoraCore lora_core_;            // a LoRA run's adapters, gradients and moments
+  ModelWeights lora_transposed_;  // LoRA, mixed precision: the packed bf16 base's wᵀ views (empty where none)
   std::string resume_note_;
   std::vector<StepStats> history_;
 };

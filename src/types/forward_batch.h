@@ -8,6 +8,7 @@
 namespace dc {
 
 class KvCache;
+struct LoraWeights;  // model/lora_weights.h
 
 // What a forward does with a KvCache (Fast-dLLM block decoding, spec §6).
 enum class CacheOp {
@@ -38,6 +39,8 @@ struct ForwardBatch {
   CacheOp cache_op = CacheOp::kNone;
   KvCache* cache = nullptr;  // not owned; required unless cache_op is kNone. The sampler leaves it null
                              // and the LogitsFn (e.g. Engine::logits_fn) supplies its own cache
+  // Unmerged LoRA adapters added to every row's projections (not owned; null: none). CPU only.
+  const LoraWeights* lora = nullptr;
 
   int64_t window_stop() const { return window_end < 0 ? n_seq : window_end; }
   // Positions computed by this forward over all rows: n_batch · (window_stop − window_begin).

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "fixtures.h"
@@ -84,6 +85,33 @@ TEST(CliLora, BrokenAdaptersExitOneNamingTheProblem) {
     for (const std::string& s : c.contains) EXPECT_NE(r.err.find(s), std::string::npos) << c.adapter << ": " << s << "\n" << r.err;
   }
   EXPECT_FALSE(fs::exists(fs::path(tmp.path()) / "never"));
+}
+
+// `train --lora-r`: a PEFT adapter as the checkpoint, which `generate --lora` then loads; a bad --lora-targets is
+// refused by the trainer (exit code 1, as its other refused settings) naming the flag and the entry.
+TEST(CliLora, TrainWritesAnAdapterThatGenerateLoads) {
+  const test::TempDir tmp("lora_train_cli");
+  const fs::path dir = tmp.path();
+  {
+    std::ofstream data(dir / "sft.jsonl");
+    for (int i = 0; i < 4; ++i) data << R"({"prompt": "def f)" << i << R"((x):", "completion": " return x"})" << "\n";
+  }
+  const std::string model = testing::fixtures_dir() + "/tiny-vocab";
+  const std::string common = "train --model " + model + " --data " + (dir / "sft.jsonl").string() +
+                             " --steps 2 --seq-len 16 --batch-size 2 --threads 2 --lr 1e-2 --out " + (dir / "out").string();
+  auto r = run_binary(common + " --lora-r 4 --lora-alpha 8 --lora-targets q_proj,v_proj,down_proj --lora-dropout 0.05");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("LoRA r=4"), std::string::npos) << r.err;
+  const fs::path ckpt = dir / "out" / "checkpoint-000002";
+  EXPECT_TRUE(fs::exists(ckpt / "adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
+  auto gen = run_binary("generate --model " + model + " --lora " + ckpt.string() +
+                        " --prompt-ids 1,2,3 --max-new-tokens 4 --precision f32 --weight-cache off --threads 2 --quiet");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  r = run_binary(common + "2 --lora-r 4 --lora-targets q_proj,qkv_proj");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--lora-targets"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("qkv_proj"), std::string::npos) << r.err;
 }
 
 }  // namespace

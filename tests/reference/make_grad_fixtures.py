@@ -9,6 +9,9 @@ Layout:
     DIR/grad_cases.json                   [{name, tokens, loss_mask, mask, t, valid, positions, norm, loss}]
     DIR/<case>.grads.safetensors          d loss / d w for every weight, by checkpoint name (f32)
     DIR/adamw.json, DIR/adamw.safetensors ten AdamW steps: hyper-parameters, lr per step, p0, g<i>, final
+    DIR/lora/<case>/adapter/              a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)
+    DIR/lora/<case>.grads.safetensors     d loss / d lora_A, lora_B by autograd, PEFT tensor names, base frozen
+    DIR/lora/cases.json                   [{name, adapter, loss}] (the batch: grad_cases.json's case of that name)
     DIR/.complete                         written last
 
 Loss (src/train/masked_diffusion.h): noisy = where(mask, mask_id, tokens); logits shifted by one
@@ -94,6 +97,59 @@ def make_case(model, name, rng, B, L, prompt_lens, pads, norm):
     return case, grads, grads_bf16
 
 
+LORA_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def lora_case(model, case, fields, out, rng):
+    """A PEFT adapter over the frozen model and the loss's gradients with respect to its A and B.
+
+    Written from PEFT's LoRA layer (y = x W^T + scaling * (x A^T) B^T, scaling = lora_alpha / r) and its
+    file layout ("base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]), not from the
+    engine's code: the adapted weight W + scaling * B @ A is the same function of A and B, so autograd through
+    it gives the LoRA gradients. B is random (not PEFT's zero init) so that dA is not zero."""
+    r, alpha, targets = fields["r"], fields["lora_alpha"], fields["target_modules"]
+    scaling = alpha / r
+    base = dict(model.weights)
+    leaves, tensors = {}, {}
+    for name, w in sorted(base.items()):
+        module = name[:-len(".weight")]
+        if not (name.endswith(".weight") and w.dim() == 2 and any(module.endswith("." + t) for t in targets)):
+            continue
+        out_dim, in_dim = w.shape
+        a = torch.tensor(rng.normal(0, 1 / math.sqrt(in_dim), (r, in_dim)), dtype=torch.float32, requires_grad=True)
+        b = torch.tensor(rng.normal(0, 0.5, (out_dim, r)), dtype=torch.float32, requires_grad=True)
+        leaves[module] = (a, b)
+        tensors["base_model.model.%s.lora_A.weight" % module] = a.detach().numpy().copy()
+        tensors["base_model.model.%s.lora_B.weight" % module] = b.detach().numpy().copy()
+    for w in base.values():
+        w.requires_grad_(False)
+    for module, (a, b) in leaves.items():
+        model.weights[module + ".weight"] = base[module + ".weight"] + scaling * (b @ a)
+    tokens = torch.tensor(case["tokens"]).view(case["n_batch"], case["n_seq"])
+    shape = tokens.shape
+    as_bool = lambda key: torch.tensor(case[key]).view(shape).bool()  # noqa: E731
+    valid = None if case["valid"] is None else torch.tensor(case["valid"]).view(shape)
+    positions = None if case["positions"] is None else torch.tensor(case["positions"]).view(shape)
+    loss = md_loss(model, tokens, as_bool("loss_mask"), as_bool("mask"), case["t"], valid, positions, case["norm"])
+    loss.backward()
+    grads = {}
+    for module, (a, b) in leaves.items():
+        grads["base_model.model.%s.lora_A.weight" % module] = a.grad.numpy().astype(np.float32)
+        grads["base_model.model.%s.lora_B.weight" % module] = b.grad.numpy().astype(np.float32)
+    model.weights.clear()
+    model.weights.update(base)
+    adapter = os.path.join(out, "lora", case["name"], "adapter")
+    os.makedirs(adapter, exist_ok=True)
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0,
+              "target_modules": targets, "bias": "none", "use_rslora": False, "fan_in_fan_out": False,
+              "modules_to_save": None, "init_lora_weights": True, "inference_mode": True}
+    with open(os.path.join(adapter, "adapter_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    st.write_file(os.path.join(adapter, "adapter_model.safetensors"), tensors, metadata={"format": "pt"})
+    st.write_file(os.path.join(out, "lora", case["name"] + ".grads.safetensors"), grads)
+    return {"name": case["name"], "adapter": "lora/%s/adapter" % case["name"], "loss": float(loss)}
+
+
 def lr_at(step, lr, warmup, total, min_ratio):
     """HF get_cosine_with_min_lr_schedule_with_warmup (min_lr_rate), written independently of the C++."""
     if step < warmup:
@@ -164,6 +220,11 @@ def main():
         cases.append(case)
     with open(os.path.join(out, "grad_cases.json"), "w") as f:
         json.dump(cases, f)
+    lora = [lora_case(model, cases[0], {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]},
+                      out, rng),
+            lora_case(model, cases[1], {"r": 3, "lora_alpha": 5, "target_modules": LORA_LINEAR}, out, rng)]
+    with open(os.path.join(out, "lora", "cases.json"), "w") as f:
+        json.dump(lora, f)
     adamw_fixture(out)
     with open(done, "w") as f:
         f.write(stamp)

@@ -22,59 +22,12 @@
 #include "ops/matmul.h"
 #include "train/trainer.h"
 #include "temp_dir.h"
+#include "train/tiny_training.h"
 
 namespace dc::train {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kGrad = DC_GRAD_FIXTURES_DIR;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Sequences of `L` ids from this project's own source: characters mapped to ids by frequency rank,
-// the 61 most frequent to 0..60 and every other to 61 (ids 62 / 63 are the fixture's mask / pad).
-Dataset code_corpus(int64_t L) {
-  const std::string text = read_file(fs::path(DC_SOURCE_DIR) / "src" / "train" / "trainer.cc") +
-                           read_file(fs::path(DC_SOURCE_DIR) / "src" / "train" / "data.cc");
-  std::map<unsigned char, int64_t> count;
-  for (unsigned char ch : text) ++count[ch];
-  std::vector<std::pair<int64_t, unsigned char>> by_count;
-  for (auto [ch, n] : count) by_count.push_back({-n, ch});
-  std::sort(by_count.begin(), by_count.end());
-  std::map<unsigned char, int32_t> id;
-  for (size_t i = 0; i < by_count.size(); ++i) id[by_count[i].second] = static_cast<int32_t>(std::min<size_t>(i, 61));
-  Dataset ds;
-  for (size_t b = 0; b + L <= text.size(); b += L) {
-    TrainSequence s;
-    for (int64_t j = 0; j < L; ++j) s.tokens.push_back(id[static_cast<unsigned char>(text[b + j])]);
-    s.loss_mask.assign(L, 1);
-    ds.sequences.push_back(std::move(s));
-  }
-  return ds;
-}
-
-TrainOptions tiny_options(const fs::path& out, int64_t steps) {
-  TrainOptions o;
-  o.model_dir = (kGrad / "tiny-train").string();
-  o.data_path = "code-corpus";
-  o.out_dir = out.string();
-  o.seq_len = 32, o.batch_size = 8, o.steps = steps;
-  o.lr.lr = 1e-2, o.lr.warmup_steps = 10, o.lr.total_steps = steps, o.lr.min_lr_ratio = 0.1;
-  o.adam.beta2 = 0.99;
-  return o;
-}
-
-Context make_ctx(ThreadPool& pool) {
-  Context ctx;
-  ctx.pool = &pool;
-  return ctx;
-}
-
 // A micro-batch whose masking drew no loss row, first in its step (GradWrite::kOverwrite): the gradients
 // are zeroed, not left as the previous step's (the review's finding: untested, and a regression would train
 // silently on stale gradients).

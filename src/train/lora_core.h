@@ -1,0 +1,77 @@
+// LoraCore: the training state of LoRA adapters over a frozen base (train / grpo --lora-r): the f32 adapters,
+// their gradients and both Adam moments (four LoraParams, one small contiguous buffer each), global-norm
+// clipping, AdamW with the learning-rate schedule, the step, and checkpoints that PEFT loads
+// (OUT/checkpoint-<step>/: adapter_config.json + adapter_model.safetensors, with optimizer.safetensors and
+// trainer_state.json beside them) with bit-exact resume. OptimizerCore's rules for everything it shares
+// (skipped steps, metrics.jsonl, the resume checks). Data parallel: every rank holds the whole state (an
+// adapter is a fraction of a percent of the model) and the gradients are summed over the ranks before the
+// clip (a reduce-scatter in rank order, then an all-gather: bit-reproducible for a given N), so every rank
+// applies the same update.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/status.h"
+#include "dist/comm.h"
+#include "lora/trainable.h"
+#include "train/checkpoint.h"
+#include "train/optimizer_core.h"
+
+namespace dc::train {
+
+class LoraCore {
+ public:
+  // Step 0: adapters of `spec` over a model of `config`, PEFT-initialised from `seed` (A Kaiming-uniform,
+  // B zero), zero moments. Throws std::bad_alloc when memory runs out. `comm` (may be null) must outlive it.
+  static LoraCore start(const ModelConfig& config, const LoraSpec& spec, uint64_t seed, const OptimizerOptions& options,
+                        dist::Comm* comm = nullptr);
+  // The state a save() wrote into `dir` (the adapter, the moments, trainer_state.json); the caller checks
+  // state() against its run. Errors name the file and the tensor or field.
+  static Result<LoraCore> resume(const std::string& dir, const ModelConfig& config, const OptimizerOptions& options,
+                                 dist::Comm* comm = nullptr);
+
+  LoraCore() = default;
+  LoraCore(LoraCore&&) = default;
+  LoraCore& operator=(LoraCore&&) = default;
+
+  // The adapters, updated in place by step() (a forward holding params().weights() sees every step's).
+  const LoraParams& params() const { return params_; }
+  // The gradients: zeroed by begin_step(), added into by the backwards (Model::backward_lora).
+  LoraParams& grads() { return grads_; }
+  const LoraParams& m() const { return m_; }
+  const LoraParams& v() const { return v_; }
+  TrainState& state() { return state_; }
+  const TrainState& state() const { return state_; }
+  int64_t steps_done() const { return state_.step; }
+  const OptimizerOptions& options() const { return options_; }
+  int64_t consecutive_skips() const { return consecutive_skips_; }
+  // Bytes of the adapters, gradients and moments (16 per trainable value).
+  int64_t state_bytes() const { return 16 * params_.n_values(); }
+
+  void begin_step() { grads_.zero(); }
+  // Sums the gradients over the ranks, clips them to options().max_grad_norm, AdamW at the rate of the
+  // schedule, counts the step; a non-finite loss or norm skips the update (as OptimizerCore::step). A failed
+  // collective ends the job on every rank (Comm::abort).
+  OptimizerStepStats step(const Context& ctx, double loss);
+
+  // Writes out_dir/checkpoint-<steps_done> atomically (rank 0; every rank calls it) and returns its path.
+  // base_model is recorded as adapter_config.json's base_model_name_or_path.
+  Result<std::string> save(const std::string& out_dir, const std::string& base_model,
+                           const ExtraCheckpointFiles& extra = nullptr);
+  // metrics.jsonl as OptimizerCore's (rank 0 writes it).
+  Result<std::vector<std::string>> open_metrics(const std::string& out_dir);
+  Status append_metrics(const std::string& json_object) const;
+
+ private:
+  OptimizerOptions options_;
+  LoraParams params_, grads_, m_, v_;
+  dist::Comm* comm_ = nullptr;
+  TrainState state_;
+  int64_t consecutive_skips_ = 0;
+  std::string metrics_path_;
+};
+
+}  // namespace dc::train
