@@ -38,7 +38,7 @@ int run_devices(bool json) {
   if (json) {
     nlohmann::json j;
     j["cpu"] = {{"device", "cpu"}, {"name", cpu_model_name()}, {"threads", std::thread::hardware_concurrency()},
-                {"memory_bytes", ram}, {"kernels", cpu_simd}, {"level", cpu::cpu_level_name(cpu::cpu_level())}};
+                {"memory_bytes", ram}, {"kernels", cpu_simd}, {"level", cpu_level_name(cpu_level())}};
     j["vulkan_built"] = vk::compiled_in();
     j["vulkan"] = nlohmann::json::array();
     if (devices.ok()) {

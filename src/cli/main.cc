@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "ops/cpu/kernels.h"
+#include "core/cpu_level.h"
 
 int main(int argc, char** argv) {
   // The library's messages (weights left unpacked, training in f32, the packed-weight cache): one line each on
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   }
   if (!hub_error.ok()) return dc::cli::report(hub_error);
   // DC_CPU_LEVEL (the kernels' cap) misspelt: a usage error before any work, not a silent baseline run.
-  if (dc::Status s = dc::cpu::check_cpu_level_env(); !s.ok()) return dc::cli::usage_error(s);
+  if (dc::Status s = dc::check_cpu_level_env(); !s.ok()) return dc::cli::usage_error(s);
   // Last resort at the process boundary: every size from outside is checked against a limit first, so
   // these mean the machine itself ran out (memory, threads) and must not end in an abort.
   try {

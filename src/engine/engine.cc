@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/cpu_level.h"
 #include "core/log.h"
 #include "engine/device_head_sampler.h"
 #include "engine/head_sampler.h"
@@ -13,7 +14,6 @@
 #include "gguf/tokenizer_gguf.h"
 #include "lora/merge.h"
 #include "model/kv_cache.h"
-#include "ops/cpu/kernels.h"
 #include "model/weight_cache.h"
 #include "tokenizer/chat.h"
 
@@ -36,7 +36,7 @@ Status load_gguf(const EngineOptions& options, std::unique_ptr<Model>* model, st
 
 Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   // A misspelt DC_CPU_LEVEL would silently cap the kernels at the baseline: refuse it before the load.
-  DC_RETURN_IF_ERROR(cpu::check_cpu_level_env());
+  DC_RETURN_IF_ERROR(check_cpu_level_env());
   const bool gguf = is_gguf_path(options.model_dir);
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tok;

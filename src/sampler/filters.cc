@@ -1,8 +1,8 @@
-// Temperature, top-p, top-k and softmax over one row; a lazily sorted prefix avoids sorting the vocab.
+// Temperature, top-p, top-k and softmax over one row; a lazily sorted prefix avoids sorting the vocab. The
+// passes over the whole row are row_kernels.h's, compiled for the CPU's level.
 #include "sampler/filters.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -10,36 +10,14 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "sampler/row_kernels.h"
 
 namespace dc {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// exp(x) for x <= 0 (x = logit − max) within 2 ulp of the correctly rounded value, branch-free so that
-// loops over the vocabulary vectorise (libm's expf does not). exp(x) = 2^k · exp(r), |r| <= ln2/2, with
-// Cephes' degree-6 polynomial. Below −87 the result is clamped to about 1e-38 instead of a denormal
-// or 0: negligible next to the max term (1). −inf gives that tiny value too, so callers must not rely
-// on −inf → 0 here (the survivor softmax uses exp_or_zero).
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  // Round to nearest with the 1.5·2^23 trick (std::floor and std::max keep GCC from vectorising).
-  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
-}
-
-// exp(x) for x <= 0 with exp(−inf) = 0 exactly (a filtered or banned token has probability 0).
-inline float exp_or_zero(float x) { return x == -std::numeric_limits<float>::infinity() ? 0.0f : exp_nonpositive(x); }
+using row_kernels::exp_or_zero;
 
 // Strict total order "a comes before b": larger logit first, equal logits by lower id.
 struct Before {
@@ -96,10 +74,7 @@ class SortedPrefix {
     constexpr int64_t kBlock = 64;
     int64_t i = target;
     for (; i + kBlock <= n_; i += kBlock) {
-      int any = 0;
-#pragma omp simd reduction(| : any)
-      for (int64_t j = i; j < i + kBlock; ++j) any |= x_[j] > worst;
-      if (!any) continue;
+      if (!row_kernels::any_greater(x_ + i, kBlock, worst)) continue;
       for (int64_t j = i; j < i + kBlock; ++j) offer(j);
     }
     for (; i < n_; ++i) offer(i);
@@ -132,54 +107,13 @@ class SortedPrefix {
   bool full_ = false;
 };
 
-// Σ exp(x_i − max) over all n entries: f32 terms computed a block at a time (a loop the compiler
-// vectorises), summed in f64 over 16 independent lanes, lanes added in a fixed order: deterministic.
-double sum_exp(const float* x, int64_t n, float max) {
-  constexpr int64_t kBlock = 512, kLanes = 16;
-  float terms[kBlock];
-  double lanes[kLanes] = {};
-  double tail = 0.0;
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t len = std::min(kBlock, n - start);
-    for (int64_t j = 0; j < len; ++j) terms[j] = exp_nonpositive(x[start + j] - max);
-    int64_t j = 0;
-    for (; j + kLanes <= len; j += kLanes) {
-      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += terms[j + l];
-    }
-    for (; j < len; ++j) tail += terms[j];
-  }
-  double z = tail;
-  for (double lane : lanes) z += lane;
-  return z;
-}
-
-// Divides x by t (when kDivide) in place, returns the max and sets `bad` if a value is NaN or +inf.
-// An OpenMP simd reduction so that the loop vectorises: one running max is a chain the compiler must
-// otherwise keep in order, and a scalar division per token costs more than the row's other passes
-// together. The sum of (v − v) over the values other than −inf (a banned token) is NaN iff one was NaN
-// or +inf, and exactly 0 otherwise, in any order. The max of a set is the same in any order and x / t is
-// the same IEEE division either way, so the results equal a scalar loop's.
-template <bool kDivide>
-float scan_row(float* x, int64_t n, float t, bool& bad) {
-  float max = -kInf, nan_sum = 0.0f;
-#pragma omp simd reduction(max : max) reduction(+ : nan_sum)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = kDivide ? x[i] / t : x[i];
-    x[i] = v;
-    nan_sum += v == -kInf ? 0.0f : v - v;
-    max = v > max ? v : max;
-  }
-  bad = std::isnan(nan_sum);
-  return max;
-}
-
 // Number of leading entries of the sorted order that survive top-p then top-k (see the header).
 // top_p_on / top_k_on say which filters are active; k is already min(top_k, n).
 int64_t surviving_prefix(const float* x, int64_t n, bool top_p_on, float top_p, bool top_k_on, int64_t k,
                          SortedPrefix& prefix) {
   prefix.ensure(top_k_on ? k : 64);
   const float max = x[prefix[0]];
-  const double z = top_p_on ? sum_exp(x, n, max) : 1.0;
+  const double z = top_p_on ? row_kernels::sum_exp(x, n, max) : 1.0;
   double cum = 0.0;  // c[i−1] of the reference: mass of the sorted tokens before i
   int64_t i = 0;
   for (; i < n; ++i) {
@@ -224,20 +158,14 @@ void top_k_filter(float* logits, int64_t n_vocab, int64_t top_k, FilterScratch& 
 
 void softmax_in_place(float* x, int64_t n) {
   const float max = *std::max_element(x, x + n);
-  double z = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = exp_or_zero(x[i] - max);
-    z += x[i];
-  }
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] / z);
+  row_kernels::normalize(x, n, row_kernels::exp_rows(x, nullptr, n, max, x));
 }
 
 Status filtered_distribution(float* logits, int64_t n_vocab, const FilterConfig& config, FilterScratch& scratch) {
   DC_CHECK(n_vocab >= 1, "filtered_distribution needs n_vocab >= 1");
   // Temperature, the finiteness check and the max in one pass.
   bool bad = false;
-  const float max = config.temperature > 0.0f ? scan_row<true>(logits, n_vocab, config.temperature, bad)
-                                              : scan_row<false>(logits, n_vocab, 1.0f, bad);
+  const float max = row_kernels::scan_row(logits, n_vocab, config.temperature > 0.0f, config.temperature, bad);
   if (bad) {
     int64_t at = 0;
     while (at < n_vocab && logits[at] < kInf) ++at;
@@ -259,16 +187,12 @@ Status filtered_distribution(float* logits, int64_t n_vocab, const FilterConfig&
     scratch.ids.resize(static_cast<size_t>(kept));
     for (int64_t i = 0; i < kept; ++i) scratch.ids[static_cast<size_t>(i)] = prefix[i];
   }
-  // Softmax over the survivors (the max survives every filter).
-  const size_t m = scratch.ids.size();
-  scratch.probs.resize(m);
-  double z = 0.0;
-  for (size_t i = 0; i < m; ++i) {
-    const float e = exp_or_zero(logits[scratch.ids[i]] - max);
-    scratch.probs[i] = e;
-    z += e;
-  }
-  for (size_t i = 0; i < m; ++i) scratch.probs[i] = static_cast<float>(scratch.probs[i] / z);
+  // Softmax over the survivors (the max survives every filter); without filters ids = 0, 1, ...: the row
+  // read in order.
+  const int64_t m = static_cast<int64_t>(scratch.ids.size());
+  scratch.probs.resize(static_cast<size_t>(m));
+  const int32_t* ids = top_p_on || top_k_on ? scratch.ids.data() : nullptr;
+  row_kernels::normalize(scratch.probs.data(), m, row_kernels::exp_rows(logits, ids, m, max, scratch.probs.data()));
   return Status::ok_status();
 }
 

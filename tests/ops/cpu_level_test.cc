@@ -1,5 +1,5 @@
-// The run-time CPU levels (ops/cpu/cpu_features.cc) and the portable kernels' two variants
-// (ops/cpu/kernel_variant.h): DC_CPU_LEVEL's names, the cap, that the dispatch runs the capped level's variant,
+// The run-time CPU levels (core/cpu_level.cc, ops/cpu/cpu_features.cc) and the portable kernels' two
+// variants (core/kernel_variant.h): DC_CPU_LEVEL's names, the cap, that the dispatch runs the capped level's variant,
 // and each variant (baseline, and AVX2 + FMA where the CPU has it) through the op front-ends of a fast
 // context (which fall back to them below AVX-512) against a double-precision reference (matmul, RMSNorm,
 // SwiGLU, attention, cross-entropy; relative 1e-5) or against the other variant (the rest).
@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cpu_level.h"
 #include "core/dtype.h"
 #include "kernel_test_util.h"
 #include "ops/attention.h"
@@ -35,19 +36,18 @@ decltype(::dc::cpu::attention) attention;
 namespace dc {
 namespace {
 
-using cpu::CpuLevel;
 using dc::testing::expect_close;
 using dc::testing::random_vec;
 
 TEST(CpuLevel, ParsesItsNamesAndRefusesOthers) {
   for (CpuLevel level : {CpuLevel::kBaseline, CpuLevel::kAvx2, CpuLevel::kAvx512, CpuLevel::kAvx512Bf16,
                          CpuLevel::kAmx, CpuLevel::kNative}) {
-    const auto parsed = cpu::parse_cpu_level(cpu::cpu_level_name(level));
-    ASSERT_TRUE(parsed.ok()) << cpu::cpu_level_name(level);
+    const auto parsed = parse_cpu_level(cpu_level_name(level));
+    ASSERT_TRUE(parsed.ok()) << cpu_level_name(level);
     EXPECT_EQ(parsed.value(), level);
   }
   for (const char* bad : {"AVX2", "avx", "x86-64-v3", ""}) {
-    const auto parsed = cpu::parse_cpu_level(bad);
+    const auto parsed = parse_cpu_level(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_NE(parsed.status().message().find("DC_CPU_LEVEL"), std::string::npos) << parsed.status().message();
     EXPECT_NE(parsed.status().message().find("baseline, avx2"), std::string::npos) << parsed.status().message();
@@ -56,28 +56,28 @@ TEST(CpuLevel, ParsesItsNamesAndRefusesOthers) {
 
 TEST(CpuLevel, TheCapLowersTheLevelAndEveryFeatureWithIt) {
   const char* env = std::getenv("DC_CPU_LEVEL");
-  const CpuLevel detected = cpu::cpu_detected_level();
-  const CpuLevel uncapped = cpu::cpu_level();  // the detected level, or DC_CPU_LEVEL's cap below it
+  const CpuLevel detected = cpu_detected_level();
+  const CpuLevel uncapped = cpu_level();  // the detected level, or DC_CPU_LEVEL's cap below it
   EXPECT_LE(uncapped, detected);
   if (env == nullptr || *env == '\0') {
     EXPECT_EQ(uncapped, detected);
-    EXPECT_TRUE(cpu::check_cpu_level_env().ok());
+    EXPECT_TRUE(check_cpu_level_env().ok());
   }
-  cpu::set_cpu_level_cap_for_testing(CpuLevel::kBaseline);
-  EXPECT_EQ(cpu::cpu_level(), CpuLevel::kBaseline);
+  set_cpu_level_cap_for_testing(CpuLevel::kBaseline);
+  EXPECT_EQ(cpu_level(), CpuLevel::kBaseline);
   EXPECT_FALSE(cpu::cpu_has_avx2() || cpu::cpu_has_avx512() || cpu::cpu_has_avx512_bf16() || cpu::cpu_has_amx_bf16());
-  cpu::set_cpu_level_cap_for_testing(CpuLevel::kAvx2);
-  EXPECT_EQ(cpu::cpu_level(), std::min(uncapped, CpuLevel::kAvx2));
+  set_cpu_level_cap_for_testing(CpuLevel::kAvx2);
+  EXPECT_EQ(cpu_level(), std::min(uncapped, CpuLevel::kAvx2));
   EXPECT_EQ(cpu::cpu_has_avx2(), uncapped >= CpuLevel::kAvx2);
   EXPECT_FALSE(cpu::cpu_has_avx512());
-  cpu::set_cpu_level_cap_for_testing(CpuLevel::kNative);
-  EXPECT_EQ(cpu::cpu_level(), uncapped);
+  set_cpu_level_cap_for_testing(CpuLevel::kNative);
+  EXPECT_EQ(cpu_level(), uncapped);
   EXPECT_EQ(cpu::cpu_has_avx512_bf16(), uncapped >= CpuLevel::kAvx512Bf16);
   cpu::force_portable_kernels_for_testing(true);  // its meaning since before the levels: no AVX-512
   EXPECT_FALSE(cpu::cpu_has_avx512());
-  EXPECT_EQ(cpu::cpu_level(), std::min(uncapped, CpuLevel::kAvx2));
+  EXPECT_EQ(cpu_level(), std::min(uncapped, CpuLevel::kAvx2));
   cpu::force_portable_kernels_for_testing(false);
-  EXPECT_EQ(cpu::cpu_level(), uncapped);
+  EXPECT_EQ(cpu_level(), uncapped);
 }
 
 // matmul_nt with every weight row converted as the kernels convert it, summed in double.
@@ -130,12 +130,12 @@ class PortableVariantTest : public ::testing::TestWithParam<CpuLevel> {
  protected:
   PortableVariantTest() : pool_(3) { ctx_.pool = &pool_; }
   void SetUp() override {
-    if (cpu::cpu_level() < GetParam())  // the CPU's level, or DC_CPU_LEVEL's cap
-      GTEST_SKIP() << "no " << cpu::cpu_level_name(GetParam()) << " (level " << cpu::cpu_level_name(cpu::cpu_level()) << ")";
-    cpu::set_cpu_level_cap_for_testing(GetParam());
-    ASSERT_EQ(cpu::cpu_level(), GetParam());
+    if (cpu_level() < GetParam())  // the CPU's level, or DC_CPU_LEVEL's cap
+      GTEST_SKIP() << "no " << cpu_level_name(GetParam()) << " (level " << cpu_level_name(cpu_level()) << ")";
+    set_cpu_level_cap_for_testing(GetParam());
+    ASSERT_EQ(cpu_level(), GetParam());
   }
-  void TearDown() override { cpu::set_cpu_level_cap_for_testing(CpuLevel::kNative); }
+  void TearDown() override { set_cpu_level_cap_for_testing(CpuLevel::kNative); }
   bool avx2() const { return GetParam() == CpuLevel::kAvx2; }
 
   ThreadPool pool_;
@@ -259,7 +259,7 @@ TEST_P(PortableVariantTest, BackwardAndRopeAgreeWithTheBaselineVariant) {
     return std::vector<std::vector<float>>{dx, dw, dgate, dup, rope, dq, dk, dv};
   };
   const auto got = run();
-  cpu::set_cpu_level_cap_for_testing(CpuLevel::kBaseline);
+  set_cpu_level_cap_for_testing(CpuLevel::kBaseline);
   const auto want = run();
   for (size_t i = 0; i < got.size(); ++i) {
     if (avx2()) {
@@ -271,7 +271,7 @@ TEST_P(PortableVariantTest, BackwardAndRopeAgreeWithTheBaselineVariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, PortableVariantTest, ::testing::Values(CpuLevel::kBaseline, CpuLevel::kAvx2),
-                         [](const auto& info) { return std::string(cpu::cpu_level_name(info.param)); });
+                         [](const auto& info) { return std::string(cpu_level_name(info.param)); });
 
 }  // namespace
 }  // namespace dc

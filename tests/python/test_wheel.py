@@ -2,7 +2,7 @@
 build directory (DC_CMAKE_BUILD_DIR, so no second build), installed into a fresh venv, and a smoke subset of
 these tests run against it from a directory outside the source tree (so only the wheel's package can be
 imported). Also: the wheel's extension module uses AVX / AVX2 / AVX-512 instructions only in the kernels
-picked at run time (namespace dc::cpu, ops/cpu/cpu_features.cc), unless the build is DC_NATIVE=ON.
+picked at run time (namespace dc::cpu, and the avx2 / avx512 variants of core/kernel_variant.h), unless the build is DC_NATIVE=ON.
 ctest `python_wheel` (tests/CMakeLists.txt); python_package leaves this file out."""
 
 import glob
@@ -41,9 +41,12 @@ def _build_is_native(build_dir):
 def _dispatched(name):
     """Whether a function (objdump -C's label, a template's return type first) is a run-time dispatched
     kernel: in namespace dc::cpu (the fast kernels' target attributes, the AVX2 variant of the portable ones)
-    but not its baseline variant, dc::cpu::baseline."""
+    but not its baseline variant, dc::cpu::baseline; or in a wider variant of core/kernel_variant.h elsewhere
+    (dc::row_kernels::avx2, ::avx512: the sampler's row loops)."""
     head = name.split("(")[0]
-    return "dc::cpu::" in head and "dc::cpu::baseline::" not in head
+    if "::baseline::" in head:
+        return False
+    return "dc::cpu::" in head or re.search(r"\bdc::(\w+::)+(avx2|avx512)::", head) is not None
 
 
 def vector_functions_outside_dispatch(*paths):
@@ -83,10 +86,11 @@ def test_only_dispatched_kernels_use_avx():
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump (binutils)")
 def test_the_check_finds_avx_outside_the_dispatch(tmp_path):
-    """The check above can fail: a function compiled with -mavx2 is reported, the same in dc::cpu::avx2 is not,
-    and in dc::cpu::baseline it is."""
+    """The check above can fail: a function compiled with -mavx2 is reported, the same in dc::cpu::avx2 or a
+    layer's variant namespace (dc::row_kernels::avx512) is not, and in a baseline variant it is."""
     for ns, flags, expect_bad in (("dc", ["-mavx2"], True), ("dc", [], False), ("dc::cpu::avx2", ["-mavx2"], False),
-                                  ("dc::cpu::baseline", ["-mavx2"], True)):
+                                  ("dc::cpu::baseline", ["-mavx2"], True), ("dc::row_kernels::avx512", ["-mavx2"], False),
+                                  ("dc::row_kernels::baseline", ["-mavx2"], True), ("dc::avx2", ["-mavx2"], True)):
         src = tmp_path / "f.cc"
         src.write_text(f"namespace {ns} {{ void scale(float* x, int n) {{ for (int i = 0; i < n; ++i) x[i] *= 3.0f; }} }}\n")
         obj = tmp_path / "f.o"

@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/kernel_variant.h"
 #include "ops/cpu/attention_row.h"
-#include "ops/cpu/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {

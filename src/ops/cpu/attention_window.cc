@@ -6,10 +6,10 @@
 #include <limits>
 #include <vector>
 
+#include "core/kernel_variant.h"
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/cpu/attention_row.h"
-#include "ops/cpu/kernel_variant.h"
 
 namespace dc::cpu {
 DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc

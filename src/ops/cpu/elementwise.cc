@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/cpu/kernel_variant.h"
+#include "core/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 #include "core/context.h"
-#include "core/status.h"
+#include "core/cpu_level.h"
 #include "core/thread_pool.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
@@ -35,24 +34,13 @@ void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, co
 void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
                       const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
 
-// Run-time CPU features (cached after the first call), as ordered levels: each includes the ones below.
-// The reference kernels above are the portable kernels, compiled twice (kernel_variant.h): kAvx2 and up run
-// their AVX2 + FMA variant, kBaseline their x86-64 baseline one. kNative: no cap (DC_CPU_LEVEL=native).
-enum class CpuLevel : int { kBaseline, kAvx2, kAvx512, kAvx512Bf16, kAmx, kNative };
-CpuLevel cpu_detected_level();  // what the CPU (and the OS, for AMX) offers
-// The level the kernels use: the detected one, capped by the environment variable DC_CPU_LEVEL (baseline,
-// avx2, avx512, avx512bf16, amx or native; read once; an unknown value caps at baseline, and
-// check_cpu_level_env says why) and by set_cpu_level_cap_for_testing.
-CpuLevel cpu_level();
-Result<CpuLevel> parse_cpu_level(std::string_view name);  // the names above; an error names DC_CPU_LEVEL
-const char* cpu_level_name(CpuLevel level);
-Status check_cpu_level_env();  // DC_CPU_LEVEL unset or valid; else the error (for the CLI and Python)
+// The CPU level (core/cpu_level.h) as the kernels see it. The reference kernels above are the portable
+// kernels, compiled twice (core/kernel_variant.h, kernels_avx2.cc): kAvx2 and up run their AVX2 + FMA
+// variant, kBaseline their x86-64 baseline one.
 bool cpu_has_avx2();         // cpu_level() >= kAvx2: AVX2 + FMA
 bool cpu_has_avx512();       // >= kAvx512: AVX-512 F, BW, VL, DQ (+ AVX2, FMA, F16C)
 bool cpu_has_avx512_bf16();  // >= kAvx512Bf16: the above plus AVX512_BF16 (vdpbf16ps)
 bool cpu_has_amx_bf16();     // >= kAmx: the above plus AMX-TILE / AMX-BF16, with the OS's leave to use the tiles
-// Tests only (not thread-safe against running kernels): cap the level (kNative: no cap).
-void set_cpu_level_cap_for_testing(CpuLevel cap);
 // Tests only: while on, the level is capped at kAvx2, so the fast kernels take their portable fallbacks.
 void force_portable_kernels_for_testing(bool on);
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/kernel_variant.h"
 #include "ops/cpu/backward_kernels.h"
-#include "ops/cpu/kernel_variant.h"
 
 namespace dc::cpu {
 DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/cpu/kernel_variant.h"
+#include "core/kernel_variant.h"
 #include "ops/cpu/kernels.h"
 
 namespace dc::cpu {

@@ -1,5 +1,5 @@
 // The reference (portable) kernels' names of kernels.h and backward_kernels.h: each calls the AVX2 + FMA
-// variant (kernels_avx2.cc) when cpu_level() >= kAvx2, else the baseline one (kernel_variant.h). One load
+// variant (kernels_avx2.cc) when cpu_level() >= kAvx2, else the baseline one (core/kernel_variant.h). One load
 // and compare per kernel call, against thousands of flops.
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"

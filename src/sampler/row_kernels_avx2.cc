@@ -1,0 +1,4 @@
+// The sampler's row loops again, compiled for AVX2 + FMA into dc::row_kernels::avx2 (core/kernel_variant.h;
+// without FMA contraction in a portable build, CMakeLists.txt, so they give the baseline's bits).
+#define DC_KERNEL_AVX2 1
+#include "sampler/row_kernels.cc"
