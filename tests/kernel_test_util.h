@@ -1,5 +1,5 @@
 // Helpers shared by the kernel tests (tests/ops): seeded random values, a relative-tolerance comparison and a
-// kPanels copy of a weight made the way Model::pack_weights makes it.
+// kPanels copy of a weight made the way Model::pack_weights makes it (packed_copy.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/matmul.h"
+#include "packed_copy.h"
 
 namespace dc::testing {
 
@@ -41,27 +42,5 @@ inline void expect_close(const std::vector<float>& want, const std::vector<float
   EXPECT_LE(worst, rel_tol * max_ref) << what << ": index " << worst_i << " got " << got[worst_i] << " want "
                                       << want[worst_i] << " tol " << rel_tol * max_ref;
 }
-
-// The kPanels copy of a weight (bf16 or quantized), packed in two chunks of panels as Model::pack_weights
-// packs in chunks; the buffers start poisoned (0xa5 bytes), so unwritten bytes show.
-struct PackedCopy {
-  using Buffer = std::unique_ptr<uint8_t[], decltype(&std::free)>;
-  Buffer data{nullptr, &std::free}, scales{nullptr, &std::free}, mins{nullptr, &std::free};
-  WeightView view;
-
-  PackedCopy(ThreadPool* pool, const WeightView& w) {
-    const PanelSizes sizes = panel_sizes(w);
-    auto buffer = [](int64_t bytes) {
-      Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)), &std::free);
-      std::fill_n(b.get(), bytes, uint8_t{0xa5});
-      return b;
-    };
-    data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
-    Context ctx{Device::kCpu, pool};
-    pack_panels(ctx, w, data.get(), scales.get(), mins.get(), 0, sizes.panels / 2);
-    view = pack_panels(ctx, w, data.get(), scales.get(), mins.get(), sizes.panels / 2, sizes.panels);
-  }
-  const uint32_t* words() const { return reinterpret_cast<const uint32_t*>(data.get()); }
-};
 
 }  // namespace dc::testing

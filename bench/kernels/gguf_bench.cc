@@ -6,12 +6,9 @@
 // list: 1,33,320), DC_BENCH_KM=k,m (one shape; k a multiple of 256), DC_BENCH_PATH=rows|panels (the GGUF
 // kernels' path, matmul_gguf.h; default: chosen by n). Usage: build/bench/gguf_bench (BENCHMARKS.md).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,18 +20,14 @@
 #include "ops/cpu/matmul_gguf.h"
 #include "ops/cpu/quant.h"
 #include "ops/matmul.h"
+#include "kernel_timing.h"
+#include "packed_copy.h"
 #include "quant_holder.h"
 
 namespace {
 
 using dc::cpu::GgmlType;
 using QuantKernel = dc::cpu::QuantKernel;
-
-double ms_of(const std::function<void()>& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Random blocks with a finite f16 d (and dmin / m) in every block: the speed does not depend on the values.
 std::vector<uint8_t> random_blocks(GgmlType t, int64_t rows, int64_t cols) {
@@ -55,25 +48,10 @@ std::vector<uint8_t> random_blocks(GgmlType t, int64_t rows, int64_t cols) {
   return b;
 }
 
-struct Packed {
-  using Buffer = std::unique_ptr<uint8_t[], decltype(&std::free)>;
-  Buffer data{nullptr, &std::free}, scales{nullptr, &std::free}, mins{nullptr, &std::free};
-  dc::WeightView view;
-  Packed(dc::ThreadPool* pool, const dc::WeightView& w) {
-    const dc::PanelSizes sizes = dc::panel_sizes(w);
-    auto buffer = [](int64_t bytes) {
-      return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)), &std::free);
-    };
-    data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
-    const dc::Context ctx{dc::Device::kCpu, pool};
-    view = dc::pack_panels(ctx, w, data.get(), scales.get(), mins.get(), 0, sizes.panels);
-  }
-};
-
 void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, const std::vector<int64_t>& ns, int rounds,
                  dc::cpu::GgufPath path) {
   const dc::testing::QuantHolder q8(dc::WeightQuant::kQ8, m, k, 0, 1), q4(dc::WeightQuant::kQ4, m, k, 32, 3);
-  const Packed q8_packed(&pool, q8.view), q4_packed(&pool, q4.view);
+  const dc::testing::PackedCopy q8_packed(&pool, q8.view), q4_packed(&pool, q4.view);
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ4_K, GgmlType::kQ3_K,
                             GgmlType::kQ2_K, GgmlType::kQ5_1, GgmlType::kQ5_0, GgmlType::kQ4_1, GgmlType::kQ4_0};
   std::vector<std::vector<uint8_t>> blocks;
@@ -93,16 +71,13 @@ void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, 
   for (int64_t n : ns) {
     const auto x = dc::testing::random_x(n, k, 5);
     std::vector<float> y(static_cast<size_t>(n * m));
-    std::vector<double> best(weights.size(), 1e30);
-    for (int r = 0; r < rounds; ++r)
-      for (size_t i = 0; i < weights.size(); ++i)
-        best[i] = std::min(best[i], ms_of([&] {
-          if (weights[i].second.quant == dc::WeightQuant::kGguf && path != dc::cpu::GgufPath::kAuto) {
-            dc::cpu::matmul_nt_gguf_vnni(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), path);
-          } else {
-            dc::cpu::matmul_nt_quant(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), QuantKernel::kInt8Vnni);
-          }
-        }));
+    const std::vector<double> best = dc::bench::best_of_rounds(rounds, weights.size(), [&](size_t i) {
+      if (weights[i].second.quant == dc::WeightQuant::kGguf && path != dc::cpu::GgufPath::kAuto) {
+        dc::cpu::matmul_nt_gguf_vnni(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), path);
+      } else {
+        dc::cpu::matmul_nt_quant(&pool, ws, x.data(), n, weights[i].second, nullptr, y.data(), QuantKernel::kInt8Vnni);
+      }
+    });
     for (size_t i = 0; i < weights.size(); ++i) {
       const dc::WeightView& w = weights[i].second;
       const double bytes = w.quant == dc::WeightQuant::kGguf ? static_cast<double>(dc::cpu::ggml_row_bytes(w.ggml_type, k)) * m
@@ -123,14 +98,7 @@ int main() {
     return 1;
   }
   std::vector<std::pair<int64_t, int64_t>> shapes = {{3584, 18944}, {18944, 3584}};  // (k, m)
-  if (const char* e = std::getenv("DC_BENCH_KM")) {
-    const char* comma = std::strchr(e, ',');
-    if (comma == nullptr || std::atoll(e) <= 0 || std::atoll(e) % 256 != 0 || std::atoll(comma + 1) <= 0) {
-      std::fprintf(stderr, "gguf_bench: DC_BENCH_KM must be k,m (k a positive multiple of 256), got '%s'\n", e);
-      return 2;
-    }
-    shapes = {{std::atoll(e), std::atoll(comma + 1)}};
-  }
+  if (!dc::bench::shape_from_env("gguf_bench", 256, "", shapes)) return 2;
   std::vector<int64_t> ns = {1, 33};
   if (const char* e = std::getenv("DC_BENCH_N")) {
     ns.clear();

@@ -8,12 +8,10 @@
 //   DC_BENCH_QUICK=1  only the kPanels kernels
 // Usage: build/bench/quant_bench (docs/bench.md; BENCHMARKS.md "Quantized weights").
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +19,8 @@
 #include "core/context.h"
 #include "ops/cpu/quant.h"
 #include "ops/matmul.h"
+#include "kernel_timing.h"
+#include "packed_copy.h"
 #include "quant_holder.h"
 
 namespace {
@@ -29,33 +29,6 @@ using dc::testing::QuantHolder;
 using dc::testing::random_x;
 using QuantKernel = dc::cpu::QuantKernel;
 
-double best_ms(int reps, const std::function<void()>& fn) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-// The kPanels copy of w (ops/matmul.h's pack_panels), as Model::pack_weights makes it.
-struct Packed {
-  using Buffer = std::unique_ptr<uint8_t[], decltype(&std::free)>;
-  Buffer data{nullptr, &std::free}, scales{nullptr, &std::free}, mins{nullptr, &std::free};
-  dc::WeightView view;
-
-  Packed(dc::ThreadPool* pool, const dc::WeightView& w) {
-    const dc::PanelSizes sizes = dc::panel_sizes(w);
-    auto buffer = [](int64_t bytes) {
-      return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)), &std::free);
-    };
-    data = buffer(sizes.data_bytes), scales = buffer(sizes.table_bytes), mins = buffer(sizes.table_bytes);
-    const dc::Context ctx{dc::Device::kCpu, pool};
-    view = dc::pack_panels(ctx, w, data.get(), scales.get(), mins.get(), 0, sizes.panels);
-  }
-};
-
 // Every kernel at one shape and n; a line per kernel: ms, GMAC/s and the speed-up over bf16 weights at f32.
 void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, const std::vector<int64_t>& ns) {
   const QuantHolder q8(dc::WeightQuant::kQ8, m, k, 0, 1), q4(dc::WeightQuant::kQ4, m, k, 128, 2),
@@ -63,7 +36,7 @@ void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, 
   std::vector<uint16_t> bf16(m * k);
   for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = dc::f32_to_bf16(q8.dense[i]);
   const dc::WeightView wb{dc::DType::kBF16, bf16.data(), m, k};
-  const Packed wb_packed(&pool, wb), q8_packed(&pool, q8.view), q4_packed(&pool, q4.view),
+  const dc::testing::PackedCopy wb_packed(&pool, wb), q8_packed(&pool, q8.view), q4_packed(&pool, q4.view),
       q4_32_packed(&pool, q4_32.view);
   for (int64_t n : ns) {
     const auto x = random_x(n, k, 5);
@@ -85,15 +58,14 @@ void bench_shape(dc::ThreadPool& pool, dc::Workspace& ws, int64_t k, int64_t m, 
         {"q8 dequant f32 (portable)", quant(q8.view, QuantKernel::kDequantF32)},
         {"q4 dequant f32 (portable)", quant(q4.view, QuantKernel::kDequantF32)},
     };
-    std::vector<double> best(kernels.size(), 1e30);
     const int rounds = std::getenv("DC_BENCH_ROUNDS") ? std::atoi(std::getenv("DC_BENCH_ROUNDS")) : 5;
-    for (int r = 0; r < rounds; ++r)
-      for (size_t i = 0; i < kernels.size(); ++i) {
-        const std::string& name = kernels[i].first;
-        if (r >= 2 && name.find("portable") != std::string::npos) continue;  // slow: two rounds
-        if (std::getenv("DC_BENCH_QUICK") && name.find("kPanels") == std::string::npos) continue;
-        best[i] = std::min(best[i], best_ms(1, kernels[i].second));
-      }
+    const std::vector<double> best = dc::bench::best_of_rounds(
+        rounds, kernels.size(), [&](size_t i) { kernels[i].second(); },
+        [&](int r, size_t i) {
+          const std::string& name = kernels[i].first;
+          if (r >= 2 && name.find("portable") != std::string::npos) return true;  // slow: two rounds
+          return std::getenv("DC_BENCH_QUICK") != nullptr && name.find("kPanels") == std::string::npos;
+        });
     for (size_t i = 0; i < kernels.size(); ++i)
       std::printf("k %5lld m %5lld n %3lld  %-28s %8.2f ms  %6.1f GMAC/s  %5.2fx bf16/f32\n", (long long)k,
                   (long long)m, (long long)n, kernels[i].first.c_str(), best[i], 1e-6 * n * m * k / best[i],
@@ -109,14 +81,7 @@ int main() {
     return 1;
   }
   std::vector<std::pair<int64_t, int64_t>> shapes = {{3584, 18944}, {18944, 3584}};  // (k, m)
-  if (const char* e = std::getenv("DC_BENCH_KM")) {
-    const char* comma = std::strchr(e, ',');
-    if (comma == nullptr || std::atoll(e) <= 0 || std::atoll(e) % 128 != 0 || std::atoll(comma + 1) <= 0) {
-      std::fprintf(stderr, "quant_bench: DC_BENCH_KM must be k,m (k a positive multiple of 128, the q4 group), got '%s'\n", e);
-      return 2;
-    }
-    shapes = {{std::atoll(e), std::atoll(comma + 1)}};
-  }
+  if (!dc::bench::shape_from_env("quant_bench", 128, ", the q4 group", shapes)) return 2;
   std::vector<int64_t> ns = {33, 320};
   if (const char* e = std::getenv("DC_BENCH_N")) ns = {std::atoll(e)};
   if (ns[0] < 1) {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "ops/cpu/gguf_blocks.h"
+#include "ops/cpu/gguf_codes_simd.h"
 #include "ops/cpu/simd_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -21,7 +22,8 @@
 namespace dc::cpu {
 namespace {
 
-#define DC_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+using gguf_codes::bits;
+using gguf_codes::load256;
 
 constexpr int64_t kG = kGgufXGroup;  // columns per x scale and per weight scale / offset
 static_assert(kG == kGgmlGroup);
@@ -50,14 +52,10 @@ template <GgmlType t>
 DC_TARGET_VNNI void decode_codes(const uint8_t* src, int64_t n_blocks, uint8_t* out) {
   const GgmlBlockInfo info = ggml_block_info(t);
   const __m128i low4 = _mm_set1_epi8(0x0f), bit4 = _mm_set1_epi8(0x10);
-  const __m256i low4y = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  const __m256i three = _mm256_set1_epi8(3);
   auto load128 = [](const uint8_t* p) DC_TARGET_VNNI { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
-  auto load256 = [](const uint8_t* p) DC_TARGET_VNNI { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
   auto store128 = [](uint8_t* p, __m128i v) DC_TARGET_VNNI { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); };
   auto store256 = [](uint8_t* p, __m256i v) DC_TARGET_VNNI { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); };
-  auto bits = [one](__m256i v, int shift, int width_mask) DC_TARGET_VNNI {  // (v >> shift) & mask, per byte
-    return _mm256_and_si256(_mm256_srli_epi16(v, shift), width_mask == 1 ? one : _mm256_set1_epi8(static_cast<char>(width_mask)));
-  };
   for (int64_t blk = 0; blk < n_blocks; ++blk, src += info.bytes, out += info.values) {
     switch (t) {  // a constant: one case is compiled per type
       case GgmlType::kQ8_0:
@@ -78,32 +76,22 @@ DC_TARGET_VNNI void decode_codes(const uint8_t* src, int64_t n_blocks, uint8_t* 
         store128(out + 16, hi);
         break;
       }
-      case GgmlType::kQ4_K: case GgmlType::kQ5_K: {
-        const bool five = t == GgmlType::kQ5_K;
-        const uint8_t* qs = src + (five ? 48 : 16);
-        const __m256i qh = five ? load256(src + 16) : _mm256_setzero_si256();
-        for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-          const __m256i q = load256(qs + 32 * c);
-          __m256i lo = _mm256_and_si256(q, low4y), hi = bits(q, 4, 0x0f);
-          if (five) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(qh, 2 * c, 1), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(qh, 2 * c + 1, 1), 4));
+      case GgmlType::kQ4_K: case GgmlType::kQ5_K:
+        if constexpr (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
+          __m256i lo[4], hi[4];
+          gguf_codes::k4_codes<t>(src, lo, hi);
+          for (int c = 0; c < 4; ++c) {  // sub-blocks 2c and 2c + 1
+            store256(out + 64 * c, lo[c]);
+            store256(out + 64 * c + 32, hi[c]);
           }
-          store256(out + 64 * c, lo);
-          store256(out + 64 * c + 32, hi);
         }
+        break;
+      case GgmlType::kQ6_K: {
+        __m256i codes[8];
+        gguf_codes::q6k_codes(src, codes);
+        for (int j = 0; j < 8; ++j) store256(out + 32 * j, codes[j]);
         break;
       }
-      case GgmlType::kQ6_K:
-        for (int h = 0; h < 2; ++h) {
-          const __m256i ql0 = load256(src + 64 * h), ql1 = load256(src + 64 * h + 32), qh = load256(src + 128 + 32 * h);
-          uint8_t* o = out + 128 * h;
-          store256(o, _mm256_or_si256(_mm256_and_si256(ql0, low4y), _mm256_slli_epi16(bits(qh, 0, 3), 4)));
-          store256(o + 32, _mm256_or_si256(_mm256_and_si256(ql1, low4y), _mm256_slli_epi16(bits(qh, 2, 3), 4)));
-          store256(o + 64, _mm256_or_si256(bits(ql0, 4, 0x0f), _mm256_slli_epi16(bits(qh, 4, 3), 4)));
-          store256(o + 96, _mm256_or_si256(bits(ql1, 4, 0x0f), _mm256_slli_epi16(bits(qh, 6, 3), 4)));
-        }
-        break;
       case GgmlType::kQ2_K: case GgmlType::kQ3_K: {
         const bool q3 = t == GgmlType::kQ3_K;
         const __m256i hm = q3 ? load256(src) : _mm256_setzero_si256();

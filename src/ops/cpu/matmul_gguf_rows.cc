@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "ops/cpu/gguf_blocks.h"
+#include "ops/cpu/gguf_codes_simd.h"
 #include "ops/cpu/matmul_gguf.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -21,7 +22,8 @@
 namespace dc::cpu {
 namespace {
 
-#define DC_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+using gguf_codes::bits;
+using gguf_codes::load256;
 
 constexpr int64_t kSuper = 256;   // columns per super block
 constexpr int kMaxRowTile = 4;    // rows of x per pass over a weight row (8: not measured apart from noise)
@@ -33,7 +35,6 @@ struct Super {
   __m512 sc, of;
 };
 
-DC_TARGET_VNNI inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 DC_TARGET_VNNI inline __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
@@ -102,37 +103,18 @@ DC_TARGET_VNNI inline void k4_scales(const uint8_t* b, Super& s) {
   s.of = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(_mm512_set1_ps(f16_at(b + 2)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn))));
 }
 
-// (v >> shift) & mask, per byte.
-DC_TARGET_VNNI inline __m256i bits(__m256i v, int shift, int mask) {
-  return _mm256_and_si256(_mm256_srli_epi16(v, shift), _mm256_set1_epi8(static_cast<char>(mask)));
-}
-
 // One K-quant block (256 values) at b.
 template <GgmlType t>
 DC_TARGET_VNNI inline void decode_super_k(const uint8_t* b, Super& s) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
   if constexpr (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
-    constexpr bool kFive = t == GgmlType::kQ5_K;
-    const uint8_t* qs = b + (kFive ? 48 : 16);
-    const __m256i qh = kFive ? load256(b + 16) : _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-      const __m256i q = load256(qs + 32 * c);
-      __m256i lo = _mm256_and_si256(q, low4), hi = bits(q, 4, 0x0f);
-      if (kFive) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(qh, 2 * c, 1), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(qh, 2 * c + 1, 1), 4));
-      }
-      s.c[c] = join(lo, hi);
-    }
+    __m256i lo[4], hi[4];
+    gguf_codes::k4_codes<t>(b, lo, hi);
+    for (int c = 0; c < 4; ++c) s.c[c] = join(lo[c], hi[c]);  // sub-blocks 2c and 2c + 1
     k4_scales(b, s);
   } else if constexpr (t == GgmlType::kQ6_K) {
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = load256(b + 64 * h), ql1 = load256(b + 64 * h + 32), qh = load256(b + 128 + 32 * h);
-      s.c[2 * h] = join(_mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(bits(qh, 0, 3), 4)),
-                        _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(bits(qh, 2, 3), 4)));
-      s.c[2 * h + 1] = join(_mm256_or_si256(bits(ql0, 4, 0x0f), _mm256_slli_epi16(bits(qh, 4, 3), 4)),
-                            _mm256_or_si256(bits(ql1, 4, 0x0f), _mm256_slli_epi16(bits(qh, 6, 3), 4)));
-    }
+    __m256i codes[8];
+    gguf_codes::q6k_codes(b, codes);
+    for (int c = 0; c < 4; ++c) s.c[c] = join(codes[2 * c], codes[2 * c + 1]);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
     s.sc = _mm512_mul_ps(_mm512_set1_ps(f16_at(b + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
     s.of = _mm512_mul_ps(s.sc, _mm512_set1_ps(-32.0f));
