@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fixtures.h"
+#include "grad_case.h"
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
@@ -30,55 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kGradDir = DC_GRAD_FIXTURES_DIR;
 
-// One masked-diffusion batch of grad_cases.json, its loss rows written out from the mask and t.
-struct LoraBatch {
-  std::vector<int32_t> noisy, positions, targets;
-  std::vector<uint8_t> valid;
-  std::vector<int64_t> rows;
-  std::vector<float> weights;
-  int64_t n_batch = 0, n_seq = 0;
-  ForwardBatch batch(const LoraWeights* lora) const {
-    ForwardBatch b;
-    b.n_batch = n_batch, b.n_seq = n_seq;
-    b.tokens = noisy.data();
-    b.positions = positions.empty() ? nullptr : positions.data();
-    b.valid = valid.empty() ? nullptr : valid.data();
-    b.out_rows = rows.data();
-    b.n_out = static_cast<int64_t>(rows.size());
-    b.lora = lora;
-    return b;
-  }
-};
-
-LoraBatch lora_batch(const nlohmann::json& c, int32_t mask_id) {
-  LoraBatch k;
-  k.n_batch = c["n_batch"], k.n_seq = c["n_seq"];
-  const int64_t B = k.n_batch, L = k.n_seq;
-  const auto tokens = c["tokens"].get<std::vector<int32_t>>();
-  const auto loss_mask = c["loss_mask"].get<std::vector<int>>();
-  const auto mask = c["mask"].get<std::vector<int>>();
-  const auto t = c["t"].get<std::vector<double>>();
-  if (!c["valid"].is_null()) {
-    for (int v : c["valid"].get<std::vector<int>>()) k.valid.push_back(static_cast<uint8_t>(v));
-    k.positions = c["positions"].get<std::vector<int32_t>>();
-  }
-  double total = 0;
-  std::vector<double> n_b(B, 0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < L; ++j) n_b[b] += loss_mask[b * L + j], total += loss_mask[b * L + j];
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < L; ++j) {
-      const bool m = mask[b * L + j] != 0;
-      k.noisy.push_back(m ? mask_id : tokens[b * L + j]);
-      if (!m) continue;
-      k.rows.push_back(b * L + (j > 0 ? j - 1 : 0));
-      k.targets.push_back(tokens[b * L + j]);
-      const double z = c["norm"] == "tokens" ? total : B * n_b[b];
-      k.weights.push_back(static_cast<float>(1.0 / (t[b] * z)));
-    }
-  return k;
-}
-
 double lora_rel_diff(const float* got, const float* want, int64_t n) {
   double d = 0, r = 0;
   for (int64_t i = 0; i < n; ++i) d += (got[i] - want[i]) * double(got[i] - want[i]), r += double(want[i]) * want[i];
@@ -92,7 +44,7 @@ nlohmann::json batch_case(const std::string& name) {
 }
 
 // The loss of `batch` under `lora` and, with `grads`, its adapter gradients (added into them).
-double lora_loss(const Context& ctx, const Model& model, const LoraBatch& k, const LoraWeights& lora,
+double lora_loss(const Context& ctx, const Model& model, const GradCase& k, const LoraWeights& lora,
                  LoraParams* grads, bool recompute = false) {
   const ForwardBatch fb = k.batch(&lora);
   const int64_t V = model.config().n_vocab;
@@ -134,7 +86,7 @@ TEST_F(LoraTrainable, LossAndAdapterGradientsMatchAutograd) {
   for (const auto& c : testing::load_json((kGradDir / "lora" / "cases.json").string())) {
     const std::string name = c["name"];
     SCOPED_TRACE(name);
-    const LoraBatch k = lora_batch(batch_case(name), static_cast<int32_t>(model_->config().mask_token_id));
+    const GradCase k = make_grad_case(batch_case(name), static_cast<int32_t>(model_->config().mask_token_id));
     const LoraParams lora = open(c["adapter"]);
     LoraParams grads = LoraParams::zeros_like(lora);
     const double loss = lora_loss(ctx_, *model_, k, lora.weights(), &grads);
@@ -163,7 +115,7 @@ TEST_F(LoraTrainable, UnmergedLogitsEqualTheMergedModels) {
   ASSERT_TRUE(base.ok());
   auto merged = load_lora_merged(std::move(*base), (kGradDir / c["adapter"].get<std::string>()).string(), nullptr);
   ASSERT_TRUE(merged.ok()) << merged.status().message();
-  const LoraBatch k = lora_batch(batch_case(c["name"]), static_cast<int32_t>(model_->config().mask_token_id));
+  const GradCase k = make_grad_case(batch_case(c["name"]), static_cast<int32_t>(model_->config().mask_token_id));
   const int64_t V = model_->config().n_vocab, n = static_cast<int64_t>(k.rows.size());
   std::vector<float> unmerged(n * V), want(n * V), plain(n * V);
   ASSERT_TRUE(model_->forward(ctx_, k.batch(&lora.weights()), unmerged.data()).ok());
@@ -177,7 +129,7 @@ TEST_F(LoraTrainable, UnmergedLogitsEqualTheMergedModels) {
 TEST_F(LoraTrainable, DropoutGradientsMatchFiniteDifferences) {
   const auto c = testing::load_json((kGradDir / "lora" / "cases.json").string())[0];
   LoraParams lora = open(c["adapter"]);
-  const LoraBatch k = lora_batch(batch_case(c["name"]), static_cast<int32_t>(model_->config().mask_token_id));
+  const GradCase k = make_grad_case(batch_case(c["name"]), static_cast<int32_t>(model_->config().mask_token_id));
   LoraWeights w = lora.weights();
   w.dropout = 0.4f, w.dropout_key = 99;
   LoraParams grads = LoraParams::zeros_like(lora);
@@ -213,7 +165,7 @@ TEST_F(LoraTrainable, QuantizedBaseGradientsNearTheF32Ones) {
   ASSERT_TRUE(quantized.ok()) << quantized.status().message();
   const auto q8 = Model::from_weights(model_->config(), quantized->weights, quantized->storage);
   ASSERT_TRUE(q8->weights().layers[0].wq.quantized());
-  const LoraBatch k = lora_batch(batch_case(c["name"]), static_cast<int32_t>(model_->config().mask_token_id));
+  const GradCase k = make_grad_case(batch_case(c["name"]), static_cast<int32_t>(model_->config().mask_token_id));
   LoraParams f32 = LoraParams::zeros_like(lora), q8_grads = LoraParams::zeros_like(lora);
   lora_loss(ctx_, *model_, k, lora.weights(), &f32);
   lora_loss(ctx_, *q8, k, lora.weights(), &q8_grads);

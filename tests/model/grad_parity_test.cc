@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "fixtures.h"
+#include "grad_case.h"
 #include "io/safetensors.h"
 #include "model/mixed_weights.h"
 #include "model/params.h"
@@ -23,52 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kDir = DC_GRAD_FIXTURES_DIR;
-
-struct GradCase {
-  std::vector<int32_t> noisy, positions;
-  std::vector<uint8_t> valid;
-  std::vector<int64_t> rows;
-  std::vector<int32_t> targets;
-  std::vector<float> weights;
-  ForwardBatch batch() const {
-    ForwardBatch b;
-    b.tokens = noisy.data();
-    b.positions = positions.empty() ? nullptr : positions.data();
-    b.valid = valid.empty() ? nullptr : valid.data();
-    b.out_rows = rows.data();
-    b.n_out = static_cast<int64_t>(rows.size());
-    return b;
-  }
-};
-
-// The loss terms written out from the fixture's mask and t (independently of src/train).
-GradCase make_grad_case(const nlohmann::json& c, int32_t mask_id) {
-  GradCase k;
-  const int64_t B = c["n_batch"], L = c["n_seq"];
-  const auto tokens = c["tokens"].get<std::vector<int32_t>>();
-  const auto loss_mask = c["loss_mask"].get<std::vector<int>>();
-  const auto mask = c["mask"].get<std::vector<int>>();
-  const auto t = c["t"].get<std::vector<double>>();
-  if (!c["valid"].is_null()) {
-    for (int v : c["valid"].get<std::vector<int>>()) k.valid.push_back(static_cast<uint8_t>(v));
-    k.positions = c["positions"].get<std::vector<int32_t>>();
-  }
-  double total = 0;
-  std::vector<double> n_b(B, 0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < L; ++j) n_b[b] += loss_mask[b * L + j], total += loss_mask[b * L + j];
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < L; ++j) {
-      const bool m = mask[b * L + j] != 0;
-      k.noisy.push_back(m ? mask_id : tokens[b * L + j]);
-      if (!m) continue;
-      k.rows.push_back(b * L + (j > 0 ? j - 1 : 0));
-      k.targets.push_back(tokens[b * L + j]);
-      const double z = c["norm"] == "tokens" ? total : B * n_b[b];
-      k.weights.push_back(static_cast<float>(1.0 / (t[b] * z)));
-    }
-  return k;
-}
 
 double rel_diff(const float* got, const float* want, int64_t n) {
   double d = 0, r = 0;
@@ -106,7 +61,6 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
     SCOPED_TRACE(c["name"].get<std::string>());
     const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
     ForwardBatch fb = k.batch();
-    fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
     const int64_t V = cfg.n_vocab, n_out = fb.n_out;
     std::vector<float> logits(n_out * V), plain(n_out * V);
     Activations acts;
@@ -198,7 +152,6 @@ TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
     SCOPED_TRACE(name);
     const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
     ForwardBatch fb = k.batch();
-    fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
     const int64_t V = cfg.n_vocab, n_out = fb.n_out;
     std::vector<float> dlogits(n_out * V);
     Activations acts;
@@ -255,7 +208,6 @@ TEST_P(GradParity, OverwriteEqualsAddIntoZeros) {
       const auto model = Model::from_weights(cfg, bf16 ? mixed.forward() : params->weights(), nullptr);
       const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
       ForwardBatch fb = k.batch();
-      fb.n_batch = c["n_batch"], fb.n_seq = c["n_seq"];
       const int64_t n_out = fb.n_out;
       std::vector<float> dlogits(n_out * cfg.n_vocab);
       Activations acts;

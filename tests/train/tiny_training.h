@@ -6,10 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "core/context.h"
 #include "core/thread_pool.h"
@@ -64,6 +67,23 @@ inline Context make_ctx(ThreadPool& pool) {
   Context ctx;
   ctx.pool = &pool;
   return ctx;
+}
+
+// A trainer of `o` on the code corpus, run until `steps` are done (null, with the failure recorded, when it fails).
+inline std::unique_ptr<Trainer> trained_to(const TrainOptions& o, ThreadPool& pool, int64_t steps) {
+  auto t = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
+  if (!t.ok()) {
+    ADD_FAILURE() << t.status().message();
+    return nullptr;
+  }
+  while ((*t)->steps_done() < steps) {
+    const auto s = (*t)->step();
+    if (!s.ok()) {
+      ADD_FAILURE() << "step " << (*t)->steps_done() + 1 << ": " << s.status().message();
+      return nullptr;
+    }
+  }
+  return std::move(*t);
 }
 
 }  // namespace dc::train

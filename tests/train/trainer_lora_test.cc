@@ -101,16 +101,10 @@ TEST(TrainerLora, KilledRunResumesBitForBitAndModesDoNotMix) {
   TrainOptions o = lora_options(whole, 7);
   o.lora.dropout = 0.1f;
   o.grad_accum = 2, o.save_every = 3, o.max_grad_norm = 0.5, o.adam.weight_decay = 0.1;
-  auto a = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
-  ASSERT_TRUE(a.ok()) << a.status().message();
-  while ((*a)->steps_done() < 7) ASSERT_TRUE((*a)->step().ok());
-
+  const std::unique_ptr<Trainer> a = trained_to(o, pool, 7);
+  ASSERT_NE(a, nullptr);
   o.out_dir = cut.string();
-  {  // killed after step 4: the checkpoint of step 3 is the newest
-    auto b = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
-    ASSERT_TRUE(b.ok()) << b.status().message();
-    while ((*b)->steps_done() < 4) ASSERT_TRUE((*b)->step().ok());
-  }
+  ASSERT_NE(trained_to(o, pool, 4), nullptr);  // killed after step 4: the checkpoint of step 3 is the newest
   TrainOptions full = o;  // a full fine-tune cannot continue a LoRA run, nor another rank
   full.resume = true, full.lora = LoraSpec{};
   auto refused = Trainer::create_with_data(full, make_ctx(pool), code_corpus(32));
@@ -128,8 +122,8 @@ TEST(TrainerLora, KilledRunResumesBitForBitAndModesDoNotMix) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ((*c)->steps_done(), 3);
   while ((*c)->steps_done() < 7) ASSERT_TRUE((*c)->step().ok());
-  for (size_t i = 0; i < 7; ++i) EXPECT_EQ((*c)->history()[i].loss, (*a)->history()[i].loss) << "step " << i + 1;
-  const LoraCore& pa = *(*a)->lora();
+  for (size_t i = 0; i < 7; ++i) EXPECT_EQ((*c)->history()[i].loss, a->history()[i].loss) << "step " << i + 1;
+  const LoraCore& pa = *a->lora();
   const LoraCore& pc = *(*c)->lora();
   ASSERT_EQ(pa.params().n_values(), pc.params().n_values());
   EXPECT_EQ(0, std::memcmp(pa.params().data(), pc.params().data(), pa.params().n_values() * sizeof(float)));

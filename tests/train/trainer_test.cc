@@ -128,16 +128,10 @@ TEST_P(TrainerResume, ReproducesTheUninterruptedRunBitForBit) {
   TrainOptions o = tiny_options(whole, 7);
   o.precision = GetParam();
   o.grad_accum = 2, o.save_every = 3, o.max_grad_norm = 0.5, o.adam.weight_decay = 0.1;
-  auto a = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
-  ASSERT_TRUE(a.ok()) << a.status().message();
-  while ((*a)->steps_done() < 7) ASSERT_TRUE((*a)->step().ok());
-
+  const std::unique_ptr<Trainer> a = trained_to(o, pool, 7);
+  ASSERT_NE(a, nullptr);
   o.out_dir = cut.string();
-  {  // killed after step 4: the checkpoint of step 3 is the newest
-    auto b = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
-    ASSERT_TRUE(b.ok()) << b.status().message();
-    while ((*b)->steps_done() < 4) ASSERT_TRUE((*b)->step().ok());
-  }
+  ASSERT_NE(trained_to(o, pool, 4), nullptr);  // killed after step 4: the checkpoint of step 3 is the newest
   auto refused = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--resume"), std::string::npos) << refused.status().message();
@@ -160,8 +154,8 @@ TEST_P(TrainerResume, ReproducesTheUninterruptedRunBitForBit) {
   EXPECT_EQ((*c)->steps_done(), 3);
   while ((*c)->steps_done() < 7) ASSERT_TRUE((*c)->step().ok());
   ASSERT_EQ((*c)->history().size(), 7u);  // steps 1-3 from metrics.jsonl, 4-7 run again
-  for (size_t i = 0; i < 7; ++i) EXPECT_EQ((*c)->history()[i].loss, (*a)->history()[i].loss) << "step " << i + 1;
-  const auto& pa = (*a)->params().tensors();
+  for (size_t i = 0; i < 7; ++i) EXPECT_EQ((*c)->history()[i].loss, a->history()[i].loss) << "step " << i + 1;
+  const auto& pa = a->params().tensors();
   const auto& pc = (*c)->params().tensors();
   ASSERT_EQ(pa.size(), pc.size());
   for (size_t i = 0; i < pa.size(); ++i)

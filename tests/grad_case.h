@@ -1,0 +1,66 @@
+// A masked-diffusion batch of make_grad_fixtures.py's grad_cases.json as the model reads it: the noised tokens,
+// the loss rows (shifted by one), targets and 1/(t·Z) weights, written out from the case's mask and t
+// independently of src/train (tests/model/grad_parity_test.cc, tests/lora/trainable_test.cc).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "types/forward_batch.h"
+
+namespace dc {
+
+struct GradCase {
+  std::vector<int32_t> noisy, positions;
+  std::vector<uint8_t> valid;
+  std::vector<int64_t> rows;
+  std::vector<int32_t> targets;
+  std::vector<float> weights;
+  int64_t n_batch = 0, n_seq = 0;
+  // The forward of the case (with unmerged adapters `lora`, or none).
+  ForwardBatch batch(const LoraWeights* lora = nullptr) const {
+    ForwardBatch b;
+    b.n_batch = n_batch, b.n_seq = n_seq;
+    b.lora = lora;
+    b.tokens = noisy.data();
+    b.positions = positions.empty() ? nullptr : positions.data();
+    b.valid = valid.empty() ? nullptr : valid.data();
+    b.out_rows = rows.data();
+    b.n_out = static_cast<int64_t>(rows.size());
+    return b;
+  }
+};
+
+// The loss terms written out from the fixture's mask and t (independently of src/train).
+inline GradCase make_grad_case(const nlohmann::json& c, int32_t mask_id) {
+  GradCase k;
+  k.n_batch = c["n_batch"], k.n_seq = c["n_seq"];
+  const int64_t B = k.n_batch, L = k.n_seq;
+  const auto tokens = c["tokens"].get<std::vector<int32_t>>();
+  const auto loss_mask = c["loss_mask"].get<std::vector<int>>();
+  const auto mask = c["mask"].get<std::vector<int>>();
+  const auto t = c["t"].get<std::vector<double>>();
+  if (!c["valid"].is_null()) {
+    for (int v : c["valid"].get<std::vector<int>>()) k.valid.push_back(static_cast<uint8_t>(v));
+    k.positions = c["positions"].get<std::vector<int32_t>>();
+  }
+  double total = 0;
+  std::vector<double> n_b(B, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < L; ++j) n_b[b] += loss_mask[b * L + j], total += loss_mask[b * L + j];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < L; ++j) {
+      const bool m = mask[b * L + j] != 0;
+      k.noisy.push_back(m ? mask_id : tokens[b * L + j]);
+      if (!m) continue;
+      k.rows.push_back(b * L + (j > 0 ? j - 1 : 0));
+      k.targets.push_back(tokens[b * L + j]);
+      const double z = c["norm"] == "tokens" ? total : B * n_b[b];
+      k.weights.push_back(static_cast<float>(1.0 / (t[b] * z)));
+    }
+  return k;
+}
+
+}  // namespace dc
