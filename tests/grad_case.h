@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -61,6 +63,13 @@ inline GradCase make_grad_case(const nlohmann::json& c, int32_t mask_id) {
       k.weights.push_back(static_cast<float>(1.0 / (t[b] * z)));
     }
   return k;
+}
+
+// ‖got − want‖ / ‖want‖ over n values (a gradient against its reference).
+inline double grad_rel_diff(const float* got, const float* want, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; ++i) d += (got[i] - want[i]) * double(got[i] - want[i]), r += double(want[i]) * want[i];
+  return std::sqrt(d) / std::max(std::sqrt(r), 1e-30);
 }
 
 }  // namespace dc

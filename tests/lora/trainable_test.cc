@@ -31,12 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kGradDir = DC_GRAD_FIXTURES_DIR;
 
-double lora_rel_diff(const float* got, const float* want, int64_t n) {
-  double d = 0, r = 0;
-  for (int64_t i = 0; i < n; ++i) d += (got[i] - want[i]) * double(got[i] - want[i]), r += double(want[i]) * want[i];
-  return std::sqrt(d) / std::max(std::sqrt(r), 1e-30);
-}
-
 nlohmann::json batch_case(const std::string& name) {
   for (const auto& c : testing::load_json((kGradDir / "grad_cases.json").string()))
     if (c["name"] == name) return c;
@@ -98,7 +92,7 @@ TEST_F(LoraTrainable, LossAndAdapterGradientsMatchAutograd) {
       const TensorInfo* r = ref->find(t.name);
       ASSERT_NE(r, nullptr) << t.name;
       ASSERT_EQ(r->shape, t.shape) << t.name;
-      const double d = lora_rel_diff(grads.data() + t.offset, static_cast<const float*>(r->data), t.size);
+      const double d = grad_rel_diff(grads.data() + t.offset, static_cast<const float*>(r->data), t.size);
       EXPECT_LE(d, 1e-4) << t.name << ": |Δ|/|autograd| = " << d;
     }
     // Gradient checkpointing: the same gradients, bit for bit.
@@ -121,8 +115,8 @@ TEST_F(LoraTrainable, UnmergedLogitsEqualTheMergedModels) {
   ASSERT_TRUE(model_->forward(ctx_, k.batch(&lora.weights()), unmerged.data()).ok());
   ASSERT_TRUE((*merged)->forward(ctx_, k.batch(nullptr), want.data()).ok());
   ASSERT_TRUE(model_->forward(ctx_, k.batch(nullptr), plain.data()).ok());
-  EXPECT_LE(lora_rel_diff(unmerged.data(), want.data(), n * V), 1e-5);
-  EXPECT_GT(lora_rel_diff(plain.data(), want.data(), n * V), 1e-2) << "the adapter changed nothing";
+  EXPECT_LE(grad_rel_diff(unmerged.data(), want.data(), n * V), 1e-5);
+  EXPECT_GT(grad_rel_diff(plain.data(), want.data(), n * V), 1e-2) << "the adapter changed nothing";
 }
 
 // Dropout: the gradient of the loss under a fixed mask key, against central differences of the same loss.
@@ -170,7 +164,7 @@ TEST_F(LoraTrainable, QuantizedBaseGradientsNearTheF32Ones) {
   lora_loss(ctx_, *model_, k, lora.weights(), &f32);
   lora_loss(ctx_, *q8, k, lora.weights(), &q8_grads);
   // The q8 base's own error (x rounded to int8 per block too) on this tiny random model: measured 5.8 %.
-  const double d = lora_rel_diff(q8_grads.data(), f32.data(), f32.n_values());
+  const double d = grad_rel_diff(q8_grads.data(), f32.data(), f32.n_values());
   EXPECT_LE(d, 0.15);
   EXPECT_GT(d, 0.0) << "the q8 base gave the f32 base's gradients: it was not read";
   // A full backward over quantized weights is refused (they cannot be trained).

@@ -25,12 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kDir = DC_GRAD_FIXTURES_DIR;
 
-double rel_diff(const float* got, const float* want, int64_t n) {
-  double d = 0, r = 0;
-  for (int64_t i = 0; i < n; ++i) d += (got[i] - want[i]) * double(got[i] - want[i]), r += double(want[i]) * want[i];
-  return std::sqrt(d) / std::max(std::sqrt(r), 1e-30);
-}
-
 // The tiny training checkpoint as f32 parameters, and a context of GetParam() threads.
 class GradParity : public ::testing::TestWithParam<int> {
  protected:
@@ -78,7 +72,7 @@ TEST_P(GradParity, LossAndEveryGradientMatchAutograd) {
       const TensorInfo* r = ref->find(t.name);
       ASSERT_NE(r, nullptr) << t.name;
       ASSERT_EQ(r->shape, t.shape) << t.name;
-      const double d = rel_diff(t.data, static_cast<const float*>(r->data), t.size);
+      const double d = grad_rel_diff(t.data, static_cast<const float*>(r->data), t.size);
       EXPECT_LE(d, 1e-4) << t.name << ": |Δ|/|ref| = " << d;
       ++checked;
     }
@@ -171,9 +165,9 @@ TEST_P(GradParity, MixedPrecisionNearF32AndAutocast) {
       const auto& t = grads.tensors()[i];
       // Another kernel path (per-call packing) sums in another order, and the backward rounds its
       // intermediate gradients to bf16 again, which amplifies that: measured ≤ 3.3e-5 (ASan build).
-      EXPECT_LE(rel_diff(per_call.tensors()[i].data, t.data, t.size), 2e-4) << t.name << " (wᵀ made per call)";
-      const double d32 = rel_diff(t.data, static_cast<const float*>(f32->find(t.name)->data), t.size);
-      const double dac = rel_diff(t.data, static_cast<const float*>(autocast->find(t.name)->data), t.size);
+      EXPECT_LE(grad_rel_diff(per_call.tensors()[i].data, t.data, t.size), 2e-4) << t.name << " (wᵀ made per call)";
+      const double d32 = grad_rel_diff(t.data, static_cast<const float*>(f32->find(t.name)->data), t.size);
+      const double dac = grad_rel_diff(t.data, static_cast<const float*>(autocast->find(t.name)->data), t.size);
       EXPECT_LE(d32, 2e-2) << t.name << ": |Δ|/|f32 autograd| = " << d32;
       EXPECT_LE(dac, 3e-2) << t.name << ": |Δ|/|autocast bf16 autograd| = " << dac;
       worst_f32 = std::max(worst_f32, d32), worst_autocast = std::max(worst_autocast, dac);
