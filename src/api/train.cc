@@ -136,7 +136,7 @@ std::vector<TrainStepStats> Trainer::history() const {
 }
 
 Result<std::vector<TrainRankStats>> Trainer::gather_rank_stats() {
-  const dc::train::Trainer::Footprint held = impl_->trainer->footprint();
+  const dc::train::TrainFootprint held = impl_->trainer->footprint();
   TrainRankStats mine;
   mine.peak_rss_bytes = dc::peak_rss_bytes();
   mine.master_weight_bytes = held.master_weight_bytes;

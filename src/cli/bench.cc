@@ -395,6 +395,7 @@ RunFn add_bench_command(CLI::App& app) {
     t.layers = a->layers, t.vocab = a->vocab;
     t.steps = steps->count() > 0 ? a->steps : t.steps;
     t.threads = a->threads, t.seed = a->seed, t.json = a->json, t.precision = a->precision, t.no_peak = a->no_peak;
+    t.weights = a->weights;
     return run_bench_train(t);
   };
 }

@@ -17,6 +17,7 @@
 #include "cli/common.h"
 #include "core/profiler.h"
 #include "gguf/model_source.h"
+#include "lora/trainable.h"
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "ops/matmul.h"
@@ -34,11 +35,13 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // the layer projections over all T = B·L positions, 6·E·V per lm_head row actually computed (n_out,
 // the masked positions), and 12·L·L·(H·D) per sequence per layer for attention (q·kᵀ and p·v: 4·L²·H·D
 // forward, twice that backward). Embedding gathers, norms and element-wise ops are not counted.
-double train_step_flops(const ModelConfig& c, int64_t n_batch, int64_t n_seq, int64_t n_out) {
+// A frozen base (LoRA) skips the dW products: 4 per matmul parameter per token (the adapters' own products,
+// 2·r·(in + out) per projection and token, are not counted).
+double train_step_flops(const ModelConfig& c, int64_t n_batch, int64_t n_seq, int64_t n_out, bool frozen_base) {
   const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
-  const double layer_params = E * q + 2 * E * kv + q * E + 3 * E * F;
+  const double layer_params = E * q + 2 * E * kv + q * E + 3 * E * F, per_param = frozen_base ? 4.0 : 6.0;
   const double T = static_cast<double>(n_batch * n_seq), L = static_cast<double>(n_seq);
-  return c.n_layer * (6.0 * layer_params * T + 12.0 * n_batch * L * L * q) + 6.0 * E * c.n_vocab * n_out;
+  return c.n_layer * (per_param * layer_params * T + 12.0 * n_batch * L * L * q) + per_param * E * c.n_vocab * n_out;
 }
 
 double median(std::vector<double> v) {
@@ -58,6 +61,22 @@ Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, Th
     return ModelParams::from_weights(config, model->weights());
   }
   return load_trainable_params(a.model_dir, &config);
+}
+
+// A LoRA run's frozen base: a synthetic model of --shape with --weights (bf16, or q8 / q4 quantized matrix by
+// matrix as it is drawn), or --model as stored.
+Result<std::unique_ptr<Model>> load_base(const BenchTrainArgs& a, ModelConfig& config, ThreadPool* pool) {
+  if (a.shape.empty()) {
+    DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_source(a.model_dir, pool));
+    config = model->config();
+    return model;
+  }
+  DC_ASSIGN_OR_RETURN(config, synthetic_config(a.shape));
+  reshape_synthetic(config, a.layers, a.vocab);
+  QuantizeOptions q;
+  q.format = a.weights == "q4" ? WeightQuant::kQ4 : WeightQuant::kQ8;
+  std::fprintf(stderr, "bench --train: building random %s weights of the %s shape...\n", a.weights.c_str(), a.shape.c_str());
+  return make_synthetic_model(config, a.seed, pool, a.weights == "bf16" ? nullptr : &q);
 }
 
 struct StepRecord {
@@ -96,6 +115,9 @@ Status check_args(const BenchTrainArgs& a) {
   if (!(a.mask_ratio == 0.0 || (a.mask_ratio > 0.0 && a.mask_ratio <= 1.0)))
     return invalid_argument("--mask-ratio must be in (0, 1], or 0 to draw t ~ U(eps, 1) per sequence");
   if (!(a.lr >= 0.0)) return invalid_argument("--lr must be >= 0");
+  if (a.weights != "bf16" && a.lora_r == 0)
+    return invalid_argument("--weights " + a.weights + " with --train: quantized weights train only as a frozen LoRA base "
+                            "(add --lora-r R)");
   DC_RETURN_IF_ERROR(check_reshape(a.shape, a.layers, a.vocab));
   return Status();
 }
@@ -115,6 +137,11 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
       ->capture_default_str();
   cmd->add_flag("--grad-checkpointing", a->grad_checkpointing,
                 "--train: keep only each layer's input and recompute the layer in the backward");
+  cmd->add_option("--lora-r", a->lora_r, "--train: LoRA adapters of this rank (alpha = r) over the frozen base "
+                  "(--shape: bench's --weights bf16 | q8 | q4)")
+      ->capture_default_str()->check(CLI::Range(0, 65536));
+  cmd->add_option("--lora-targets", a->lora_targets, "--train --lora-r: all-linear, or a comma list of q_proj,...,down_proj")
+      ->capture_default_str();
   cmd->add_flag("--profile", a->profile,
                 "--train: time every op of the timed steps (forward, backward, loss, optimizer) and print the "
                 "per-phase table (cheap timers, off by default)");
@@ -130,7 +157,7 @@ struct BenchRun {
   int ranks = 1, threads = 1;
   bool mixed = true;
   double peak = 0, load_s = 0;
-  int64_t n_params = 0, rss = 0;
+  int64_t n_params = 0, rss = 0, trainable = 0;
   std::vector<StepRecord> records;  // [0]: the warm-up
   RankNumbers numbers;
 };
@@ -151,6 +178,7 @@ train::TrainOptions bench_train_options(const BenchTrainArgs& a, MatmulPrecision
   o.recompute = a.grad_checkpointing;
   o.precision = mode;
   if (comm.size() > 1) o.comm = &comm, o.grad_accum = comm.size();
+  o.lora.r = a.lora_r;
   return o;
 }
 
@@ -207,10 +235,12 @@ nlohmann::json summary_json(const BenchRun& b, const Profiler& profiler) {
   nlohmann::json losses = nlohmann::json::array(), steps_json = nlohmann::json::array();
   for (const StepRecord& r : timed) {
     secs.push_back(r.seconds), fwd_bwd.push_back(r.fwd_bwd_s), opt.push_back(r.optimizer_s);
-    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out / b.ranks);  // one rank's; forward 1/3, backward 2/3
+    // one rank's; forward 1/3, backward 2/3 (a frozen base: 1/2 and 1/2)
+    const bool frozen = a.lora_r > 0;
+    const double flops = train_step_flops(c, a.batch, a.seq_len, r.n_out / b.ranks, frozen), fwd_part = frozen ? 0.5 : 1.0 / 3;
     gflops.push_back(flops / r.fwd_bwd_s / 1e9);
-    fwd_gflops.push_back(flops / 3 / r.forward_s / 1e9);
-    bwd_gflops.push_back(flops * 2 / 3 / r.backward_s / 1e9);
+    fwd_gflops.push_back(flops * fwd_part / r.forward_s / 1e9);
+    bwd_gflops.push_back(flops * (1 - fwd_part) / r.backward_s / 1e9);
     relayout.push_back(r.relayout_s);
     losses.push_back(r.loss);
     steps_json.push_back({{"seconds", r.seconds}, {"masking_s", r.masking_s}, {"fwd_bwd_s", r.fwd_bwd_s},
@@ -232,7 +262,8 @@ nlohmann::json summary_json(const BenchRun& b, const Profiler& profiler) {
       {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
       {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", b.options.adam.weight_decay},
       {"max_grad_norm", b.options.max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
-      {"n_params", b.n_params}, {"load_s", b.load_s},
+      {"n_params", b.n_params}, {"load_s", b.load_s}, {"lora_r", a.lora_r}, {"lora_targets", a.lora_targets},
+      {"base_weights", a.lora_r > 0 ? a.weights : "f32 masters"}, {"trainable_values", b.trainable},
       {"seconds_per_step", {{"median", med}, {"min", best}}}, {"fwd_bwd_s_median", median(fwd_bwd)},
       {"optimizer_s_median", median(opt)}, {"tokens_per_second", tokens / med},
       {"tokens_per_second_best", tokens / best}, {"fwd_bwd_gflops_median", median(gflops)},
@@ -265,9 +296,12 @@ void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& p
     step_total += b.records[i].seconds;
   }
   std::printf("| metric | value |\n|---|---|\n");
-  std::printf("| model | %s%s (%lld layers, hidden %lld, vocabulary %lld, %.1fM parameters, f32 master weights) |\n",
+  std::printf("| model | %s%s (%lld layers, hidden %lld, vocabulary %lld, %.1fM parameters, %s) |\n",
               j["model"].get<std::string>().c_str(), a.layers > 0 || a.vocab > 0 ? " reduced by --layers / --vocab" : "",
-              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_vocab, b.n_params / 1e6);
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_vocab, b.n_params / 1e6,
+              a.lora_r > 0 ? ("frozen " + a.weights + " base, LoRA r=" + std::to_string(a.lora_r) + " on " + a.lora_targets +
+                              ": " + std::to_string(b.trainable) + " trainable values").c_str()
+                           : "f32 master weights");
   std::printf("| precision | %s |\n", b.mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
   std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
               (long long)a.seq_len, (long long)a.prompt_len, a.batch,
@@ -325,24 +359,44 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
   if (!a.no_peak && talk) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
   b.peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&pool);
   const auto t_load = Clock::now();
-  auto loaded = load_params(a, b.config, &pool);
-  if (!loaded.ok()) return report(loaded.status());
-  if (b.config.mask_token_id < 0 || b.config.mask_token_id >= b.config.n_vocab)
-    return report(invalid_argument("config mask_token_id is outside the vocabulary"));
   const int n_total = a.steps + 1;  // step 0 is the warm-up
   b.options = bench_train_options(a, mode, n_total, comm);
-  b.n_params = loaded->n_values();
-  auto trainer = train::Trainer::create_with_params(b.options, ctx, b.config, std::move(*loaded),
-                                                    random_sequences(a, b.config, n_total, b.ranks));
+  if (a.lora_r > 0) {
+    auto targets = parse_lora_targets(a.lora_targets);
+    if (!targets.ok()) return usage_error(targets.status());
+    b.options.lora.targets = *targets;
+  }
+  Result<std::unique_ptr<train::Trainer>> trainer = invalid_argument("not created");
+  if (a.lora_r > 0) {
+    auto base = load_base(a, b.config, &pool);
+    if (!base.ok()) return report(base.status());
+    b.n_params = 0;
+    visit_tensors(b.config, (*base)->weights(), [&](const std::string&, const std::vector<int64_t>& shape,
+                                                    const WeightView*, const VectorView*) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      b.n_params += n;
+    });
+    trainer = train::Trainer::create_with_model(b.options, ctx, std::move(*base), random_sequences(a, b.config, n_total, b.ranks));
+  } else {
+    auto loaded = load_params(a, b.config, &pool);
+    if (!loaded.ok()) return report(loaded.status());
+    b.n_params = loaded->n_values();
+    trainer = train::Trainer::create_with_params(b.options, ctx, b.config, std::move(*loaded),
+                                                 random_sequences(a, b.config, n_total, b.ranks));
+  }
   if (!trainer.ok()) return report(trainer.status());
+  if (b.config.mask_token_id < 0 || b.config.mask_token_id >= b.config.n_vocab)
+    return report(invalid_argument("config mask_token_id is outside the vocabulary"));
+  b.trainable = (*trainer)->lora() != nullptr ? (*trainer)->lora()->params().n_values() : b.n_params;
   b.load_s = seconds_since(t_load);
   auto records = run_steps(**trainer, n_total, a.steps, talk, profiler);
   if (!records.ok()) return report(records.status());
   b.records = std::move(*records);
   b.rss = peak_rss_bytes();
-  b.numbers = gather_rank_numbers(comm, (*trainer)->optimizer().master_weight_bytes(),
-                                  (*trainer)->optimizer().optimizer_state_bytes(),
-                                  (*trainer)->optimizer().gradient_bytes(), n_total, /*quiet=*/true);
+  const train::TrainFootprint held = (*trainer)->footprint();
+  b.numbers = gather_rank_numbers(comm, held.master_weight_bytes, held.optimizer_state_bytes, held.gradient_bytes,
+                                  n_total, /*quiet=*/true);
   if (!b.numbers.ok) return 1;
   if (!talk) return 0;
   const nlohmann::json j = summary_json(b, profiler);

@@ -39,6 +39,14 @@ void add_optimizer_flags(CLI::App* cmd, const OptimizerFlags& to);
 // --dist-timeout (train.cc), which `train` and `grpo` share: under mpirun, the seconds a rank waits in one
 // collective before ending the job.
 void add_dist_timeout_flag(CLI::App* cmd, double* seconds);
+// The LoRA flags `train` and `grpo` share (train.cc): --lora-r, --lora-alpha, --lora-targets, --lora-dropout.
+struct LoraFlags {
+  int64_t* r;
+  double* alpha;
+  std::string* targets;
+  double* dropout;
+};
+void add_lora_flags(CLI::App* cmd, const LoraFlags& to);
 
 // `diffucoder bench --train` (bench_train.cc): times masked-diffusion optimizer steps. bench.cc fills
 // the options it shares with the generation benchmark; add_bench_train_options registers the others
@@ -54,6 +62,11 @@ struct BenchTrainArgs {
   bool profile = false;            // per-phase timers (core/profiler.h) of the timed steps
   std::string precision = "auto";  // bench's --precision: auto / bf16 = mixed precision, f32
   int64_t layers = 0, vocab = 0;   // --shape with only this many layers / this vocabulary (0: the shape's)
+  // --lora-r R: train LoRA adapters (alpha = R) over the frozen base, which --shape builds with bench's
+  // --weights (bf16 / q8 / q4) or --model loads as stored.
+  int64_t lora_r = 0;
+  std::string lora_targets = "all-linear";
+  std::string weights = "bf16";
 };
 void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* args);
 // bench's --layers / --vocab: a --shape model with this many layers and this vocabulary (0: the shape's; the

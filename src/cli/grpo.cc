@@ -22,6 +22,7 @@
 #include "train/grpo_data.h"
 #include "train/grpo_trainer.h"
 #include "train/rewards.h"
+#include "lora/trainable.h"
 #include "train/rng.h"
 #include "train/rollout.h"
 
@@ -38,6 +39,9 @@ struct GrpoArgs {
   std::vector<std::string> reward_program;
   train::RewardOptions rewards;
   int threads = 0;
+  int64_t lora_r = 0;  // --lora-*: parsed into opt.lora when the run starts
+  double lora_alpha = 0, lora_dropout = 0;
+  std::string lora_targets = "all-linear";
   int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
   double dist_timeout = 600;
 };
@@ -58,6 +62,11 @@ Status finish_options(GrpoArgs& a) {
   DC_ASSIGN_OR_RETURN(std::optional<MatmulPrecision> precision, parse_matmul_precision(a.precision));
   a.opt.precision = precision.value_or(MatmulPrecision::kBF16);
   a.opt.random_masking = !a.no_random_masking;
+  if (a.lora_r > 0) {
+    a.opt.lora.r = a.lora_r, a.opt.lora.alpha = a.lora_alpha, a.opt.lora.dropout = static_cast<float>(a.lora_dropout);
+    DC_ASSIGN_OR_RETURN(a.opt.lora.targets, parse_lora_targets(a.lora_targets));
+    DC_RETURN_IF_ERROR(check_lora_spec(a.opt.lora));
+  }
   a.rewards.user.argv = a.reward_program;
   if (a.rewards.user.argv.empty() && a.rewards.code_weight == 0 && a.rewards.format_weight == 0)
     return invalid_argument("every reward is off: give --code-weight, --format-weight or --reward-program");
@@ -114,7 +123,13 @@ void print_start(const GrpoArgs& a, const train::GrpoTrainer& t, const dist::Com
                (long long)a.opt.n_prompts, (long long)n_truncated, (long long)a.opt.steps,
                (long long)t.steps_done(), (long long)a.opt.group_size, (long long)a.opt.prompts_per_round,
                (long long)a.opt.num_iterations, t.precision() == MatmulPrecision::kBF16 ? "bf16 mixed precision" : "f32",
-               comm.size(), comm.size() > 1 ? "s, ZeRO-sharded optimizer state" : "", comm.backend());
+               comm.size(), comm.size() > 1 ? (a.opt.lora.r > 0 ? "s, the adapters' gradients summed" : "s, ZeRO-sharded optimizer state") : "",
+               comm.backend());
+  if (a.opt.lora.r > 0)
+    std::fprintf(stderr, "grpo: LoRA r=%lld alpha=%g on %s (dropout %g) over the frozen base; the reference model is the "
+                 "base plus the adapters' reference copy; checkpoints are PEFT adapters\n", (long long)a.opt.lora.r,
+                 a.opt.lora.alpha > 0 ? a.opt.lora.alpha : static_cast<double>(a.opt.lora.r),
+                 lora_targets_text(a.opt.lora.targets).c_str(), a.opt.lora.dropout);
   if (comm.rank() == 0 && (a.rewards.code_weight != 0 || a.rewards.format_weight != 0))
     std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a test run's memory is bounded
 }
@@ -144,11 +159,12 @@ Status run_steps(const GrpoArgs& a, train::GrpoTrainer& t, const dist::Comm& com
 int finish_run(const GrpoArgs& a, train::GrpoTrainer& t, dist::Comm& comm, double seconds, int64_t done_here) {
   const Status saved = t.save();
   if (!saved.ok()) return report(saved);
-  const RankNumbers ranks = gather_rank_numbers(comm, t.optimizer().master_weight_bytes(), t.optimizer().optimizer_state_bytes(),
-                                                   t.optimizer().gradient_bytes(), done_here, a.quiet);
+  const train::TrainFootprint held = t.footprint();
+  const RankNumbers ranks = gather_rank_numbers(comm, held.master_weight_bytes, held.optimizer_state_bytes,
+                                                   held.gradient_bytes, done_here, a.quiet);
   if (!ranks.ok) return 1;
   if (comm.rank() != 0) return 0;
-  const int64_t skipped = t.optimizer().state().skipped_steps;  // over the whole run, resumes included
+  const int64_t skipped = held.skipped_steps;  // over the whole run, resumes included
   // Built with json_number / json_string: a non-finite number prints as null, the path escaped.
   std::printf("{\"steps\": %lld, \"final_reward_mean\": %s, \"seconds\": %s, \"skipped_steps\": %lld, \"out\": %s, "
               "\"ranks\": %d, %s}\n",
@@ -250,6 +266,7 @@ RunFn add_grpo_command(CLI::App& app) {
   cmd->add_option("--reward-weight", a->rewards.user_weight, "Weight of --reward-program's score")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the prompt order, rollouts and mask seeds")->capture_default_str();
   cmd->add_flag("--grad-checkpointing", o.recompute, "Keep only each layer's input and recompute it in the backward");
+  add_lora_flags(cmd, {&a->lora_r, &a->lora_alpha, &a->lora_targets, &a->lora_dropout});
   cmd->add_option("--precision", a->precision, "bf16: mixed precision (the default) | f32")->capture_default_str();
   cmd->add_option("--save-every", o.save_every, "Checkpoint every N rounds (0: only at the end)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -122,6 +122,18 @@ void add_optimizer_flags(CLI::App* cmd, const OptimizerFlags& to) {
       ->check(CLI::NonNegativeNumber);
 }
 
+void add_lora_flags(CLI::App* cmd, const LoraFlags& to) {
+  cmd->add_option("--lora-r", *to.r, "Train LoRA adapters of this rank over the frozen base (0: a full fine-tune; docs/lora.md)")
+      ->capture_default_str()->check(CLI::Range(0, 65536));
+  cmd->add_option("--lora-alpha", *to.alpha, "LoRA alpha (the update is scaled by alpha / r; 0: = r)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lora-targets", *to.targets,
+                  "Projections to adapt: all-linear, or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+      ->capture_default_str();
+  cmd->add_option("--lora-dropout", *to.dropout, "Dropout on the adapters' input, in [0, 1)")->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999999));
+}
+
 void add_dist_timeout_flag(CLI::App* cmd, double* seconds) {
   cmd->add_option("--dist-timeout", *seconds,
                   "Under mpirun: seconds a rank waits for the others in one collective before ending the job (0: no limit)")
@@ -153,15 +165,7 @@ RunFn add_train_command(CLI::App& app) {
                 "Wrap {\"prompt\"} in the DiffuCoder-Instruct chat format and end completions with <|im_end|>");
   cmd->add_flag("--grad-checkpointing", o.grad_checkpointing,
                 "Keep only each layer's input and recompute the layer in the backward (less memory, ~1/3 more compute)");
-  cmd->add_option("--lora-r", o.lora_r, "Train LoRA adapters of this rank over the frozen base (0: a full fine-tune)")
-      ->capture_default_str()->check(CLI::Range(0, 65536));
-  cmd->add_option("--lora-alpha", o.lora_alpha, "LoRA alpha (the update is scaled by alpha / r; 0: = r)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--lora-targets", o.lora_targets,
-                  "Projections to adapt: all-linear, or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-      ->capture_default_str();
-  cmd->add_option("--lora-dropout", o.lora_dropout, "Dropout on the adapters' input, in [0, 1)")->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999999));
+  add_lora_flags(cmd, {&o.lora_r, &o.lora_alpha, &o.lora_targets, &o.lora_dropout});
   cmd->add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");

@@ -85,9 +85,11 @@ Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* h
   return forward_checked(ctx, b, hidden, nullptr, nullptr, nullptr);
 }
 
-Status Model::forward_checked(const Context& ctx, const ForwardBatch& b, float* hidden, float* logits,
+Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
                               const ForwardObserver* observer, Activations* train) const {
   const ProfileScope profile(ctx, "forward");
+  ForwardBatch b = batch;
+  if (b.lora == nullptr) b.lora = lora_;  // set_lora's adapters
   DC_RETURN_IF_ERROR(check_batch(b));
   if (b.cache_op == CacheOp::kUse && b.cache->backend() != ctx.backend) {
     const auto where = [](const DeviceBackend* d) { return d != nullptr ? d->name() : std::string("the CPU"); };

@@ -78,6 +78,13 @@ class Model {
   // Blocks until the cache writer started by pack_weights finished; its status (ok when none ran).
   Status wait_for_weight_cache();
 
+  // Unmerged LoRA adapters every forward of this model adds when its batch names none (ForwardBatch::lora
+  // null): a model over a frozen base's weights that acts as base + adapters wherever it is passed (GRPO's
+  // policy and reference models in the rollouts and the scoring passes). Not owned; null: none. Set before the
+  // model is used from other threads.
+  void set_lora(const LoraWeights* lora) { lora_ = lora; }
+  const LoraWeights* lora() const { return lora_; }
+
   // Uploads every weight to ctx's device (ctx.backend), once, in its stored layout; call before a forward
   // with that context (so before pack_weights, whose kPanels copies are the CPU's layout). Errors: the
   // weights larger than the device's memory, or its out-of-memory (kResourceExhausted), naming the sizes.
@@ -200,6 +207,7 @@ class Model {
   // backward with acts.recompute).
   void layer_forward(const Context& ctx, int64_t il, const LayerPass& pass) const;
 
+  const LoraWeights* lora_ = nullptr;             // set_lora's default adapters
   std::shared_ptr<const Checkpoint> checkpoint_;  // owns the mapped files weights_ points into, or null
   std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights) or the f32 vectors (load)
   ModelConfig config_;

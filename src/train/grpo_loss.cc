@@ -221,9 +221,14 @@ Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model,
   return combine(rows, ce, rows.n_batch / 3 * n_completion);
 }
 
-Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
-                                           const GrpoLossOptions& o, float grad_scale, ModelParams& grads,
-                                           Activations& acts, const ModelWeights* transposed, GradWrite write) {
+namespace {
+
+// The loss of grpo_loss_and_grads, then backward(dlogits) (none without scored rows: no_rows() instead);
+// the forward adds `lora` (null: the model's own).
+template <class Backward, class NoRows>
+Result<GrpoLossResult> grpo_loss_then(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                      const GrpoLossOptions& o, float grad_scale, const LoraWeights* lora,
+                                      Activations& acts, Backward&& backward, NoRows&& no_rows) {
   const GrpoBatch& batch = *in.batch;
   const CoupledRows& rows = *in.rows;
   const int64_t B = batch.n_batch, C = batch.n_completion, n = B * C;
@@ -253,7 +258,9 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
     return resource_exhausted("GRPO loss: out of memory for the " + std::to_string(n_out) + " × " + std::to_string(V) +
                               " logits of the scored rows; use smaller micro-batches (a larger --grad-accum)");
   }
-  DC_RETURN_IF_ERROR(model.forward(ctx, rows.forward_batch(), logits, nullptr, &acts));
+  ForwardBatch fb = rows.forward_batch();
+  fb.lora = lora;
+  DC_RETURN_IF_ERROR(model.forward(ctx, fb, logits, nullptr, &acts));
   const std::vector<float> ones(n_out, 1.0f);
   cross_entropy(ctx, logits, rows.targets.data(), ones.data(), n_out, V, logits, ce.data());
 
@@ -286,11 +293,31 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
       for (int64_t k = 0; k < V; ++k) row[k] *= w;
     }
   }, 16);
-  if (n_out > 0)
-    DC_RETURN_IF_ERROR(model.backward(ctx, acts, logits, grads.spans(), transposed, write));
-  else if (write == GradWrite::kOverwrite)
-    grads.zero();
+  if (n_out > 0) DC_RETURN_IF_ERROR(backward(logits));
+  else no_rows();
   return res;
+}
+
+}  // namespace
+
+Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                           const GrpoLossOptions& o, float grad_scale, ModelParams& grads,
+                                           Activations& acts, const ModelWeights* transposed, GradWrite write) {
+  return grpo_loss_then(
+      ctx, model, in, o, grad_scale, nullptr, acts,
+      [&](const float* dlogits) { return model.backward(ctx, acts, dlogits, grads.spans(), transposed, write); },
+      [&] {
+        if (write == GradWrite::kOverwrite) grads.zero();
+      });
+}
+
+Result<GrpoLossResult> grpo_loss_and_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                const GrpoLossOptions& o, float grad_scale, const LoraWeights& lora,
+                                                LoraParams& grads, Activations& acts, const ModelWeights* transposed) {
+  return grpo_loss_then(
+      ctx, model, in, o, grad_scale, &lora, acts,
+      [&](const float* dlogits) { return model.backward_lora(ctx, acts, dlogits, lora, grads.grads(), transposed); },
+      [] {});
 }
 
 }  // namespace dc::train

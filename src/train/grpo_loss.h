@@ -11,6 +11,7 @@
 
 #include "core/context.h"
 #include "core/status.h"
+#include "lora/trainable.h"
 #include "model/activations.h"
 #include "model/params.h"
 #include "model/transformer.h"  // Model, ForwardBatch
@@ -126,5 +127,11 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
                                            const GrpoLossOptions& options, float grad_scale, ModelParams& grads,
                                            Activations& acts, const ModelWeights* transposed = nullptr,
                                            GradWrite write = GradWrite::kAdd);
+// The same for LoRA adapters over a frozen `model`: the forward adds `lora` (its dropout key drawn by the
+// caller), and their gradients are ADDED into `grads` (Model::backward_lora).
+Result<GrpoLossResult> grpo_loss_and_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                const GrpoLossOptions& options, float grad_scale, const LoraWeights& lora,
+                                                LoraParams& grads, Activations& acts,
+                                                const ModelWeights* transposed = nullptr);
 
 }  // namespace dc::train

@@ -14,6 +14,7 @@
 #include "io/atomic_dir.h"
 #include "gguf/model_source.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "train/plot.h"
 #include "train/rng.h"
 
@@ -37,6 +38,9 @@ std::string grpo_fingerprint(const GrpoOptions& o) {
      << " warmup_ratio=" << o.warmup_ratio << " b1=" << o.adam.beta1 << " b2=" << o.adam.beta2 << " eps=" << o.adam.eps
      << " wd=" << o.adam.weight_decay << " clip=" << o.max_grad_norm << " seed=" << o.seed
      << " precision=" << (o.precision == MatmulPrecision::kBF16 ? "bf16" : "f32");
+  if (o.lora.r > 0)
+    os << " lora_r=" << o.lora.r << " lora_alpha=" << o.lora.alpha << " lora_targets=" << lora_targets_text(o.lora.targets)
+       << " lora_dropout=" << o.lora.dropout << " rslora=" << o.lora.use_rslora;
   return os.str();
 }
 
@@ -93,7 +97,11 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   const OptimizerOptions optimizer{t->opt_.lr, o.adam, o.max_grad_norm,
                                    o.comm != nullptr ? o.grad_accum / o.comm->size() : 1};  // micro-batches per rank
   const std::string fingerprint = grpo_fingerprint(t->opt_);
-  if (!latest.empty()) {
+  if (o.lora.r > 0) {
+    DC_RETURN_IF_ERROR(t->create_lora(optimizer, latest, fingerprint));
+  } else if (!latest.empty()) {
+    if (fs::exists(fs::path(latest) / "adapter_config.json"))
+      return invalid_argument("--resume: " + latest + " is a LoRA run's checkpoint (pass its --lora-r and --lora-* flags)");
     DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer, o.comm));
     const std::string& saved = t->core_.state().options;
     if (saved != fingerprint)
@@ -108,17 +116,21 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
     t->core_.state().seed = o.seed;
     t->core_.state().options = fingerprint;
   }  // the mapped stored weights are released: training uses the f32 copies
-  const ModelConfig& config = t->core_.config();
+  if (o.lora.r <= 0) {
+    t->config_ = t->core_.config();
+    DC_ASSIGN_OR_RETURN(t->ref_, ModelParams::from_weights(t->config_, t->core_.params().weights()));
+    if (!latest.empty())
+      DC_RETURN_IF_ERROR(read_params_safetensors((fs::path(latest) / "ref_model.safetensors").string(), t->ref_));
+  }
+  const ModelConfig& config = t->config_;
   if (config.mask_token_id < 0 || config.mask_token_id >= config.n_vocab)
     return invalid_argument("config.json mask_token_id is outside the vocabulary");
-  DC_ASSIGN_OR_RETURN(t->ref_, ModelParams::from_weights(config, t->core_.params().weights()));
-  if (!latest.empty())
-    DC_RETURN_IF_ERROR(read_params_safetensors((fs::path(latest) / "ref_model.safetensors").string(), t->ref_));
   t->acts_.recompute = o.recompute;
   t->order_ = std::make_unique<DataOrder>(o.n_prompts, o.seed);
   if (o.out_dir.empty()) return t;
   // metrics.jsonl: the lines of the steps already done stay (a resumed run continues the same curve).
-  DC_ASSIGN_OR_RETURN(std::vector<std::string> kept, t->core_.open_metrics(o.out_dir));
+  DC_ASSIGN_OR_RETURN(std::vector<std::string> kept,
+                      t->lora() ? t->lora_core_.open_metrics(o.out_dir) : t->core_.open_metrics(o.out_dir));
   for (const std::string& line : kept) {
     const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.contains("reward_mean") || !j["reward_mean"].is_number()) continue;
@@ -129,7 +141,48 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   return t;
 }
 
+Status GrpoTrainer::create_lora(const OptimizerOptions& optimizer, const std::string& latest,
+                                const std::string& fingerprint) {
+  DC_RETURN_IF_ERROR(check_lora_spec(opt_.lora));
+  DC_ASSIGN_OR_RETURN(base_, load_model_source(opt_.model_dir, ctx_.pool));
+  config_ = base_->config();
+  const std::string ref_path = (fs::path(latest) / "ref_adapter_model.safetensors").string();
+  if (!latest.empty()) {
+    if (!fs::exists(fs::path(latest) / "adapter_config.json"))
+      return invalid_argument("--resume: " + latest + " is a full fine-tune's checkpoint, not a LoRA run's (drop --lora-r)");
+    DC_ASSIGN_OR_RETURN(lora_core_, LoraCore::resume(latest, config_, optimizer, opt_.comm));
+    const std::string& saved = lora_core_.state().options;
+    if (saved != fingerprint)
+      return invalid_argument("--resume: the options differ from those of " + latest + " (pass the saved values, or "
+                              "--force to start over):\n  saved: " + saved + "\n  now:   " + fingerprint);
+    DC_RETURN_IF_ERROR(check_resumed_state(latest, lora_core_.state(),
+                                           {opt_.steps, opt_.num_iterations, opt_.prompts_per_round, opt_.seed}));
+  } else {
+    lora_core_ = LoraCore::start(config_, opt_.lora, opt_.seed, optimizer, opt_.comm);
+    lora_core_.state().options = fingerprint;
+  }
+  ref_lora_ = LoraParams::zeros_like(lora_core_.params());
+  std::copy_n(lora_core_.params().data(), ref_lora_.n_values(), ref_lora_.data());  // the reference starts as the policy
+  if (!latest.empty()) {
+    DC_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::open(ref_path));
+    for (const LoraParams::Tensor& t : ref_lora_.tensors()) {
+      const TensorInfo* info = file.find(t.name);
+      if (info == nullptr || info->dtype != DType::kF32 || info->shape != t.shape)
+        return invalid_argument(ref_path + ": no f32 tensor " + t.name + " of the adapter's shape");
+      std::copy_n(static_cast<const float*>(info->data), t.size, ref_lora_.data() + t.offset);
+    }
+  }
+  base_transposed_ = pack_frozen_base(ctx_, *base_);
+  return Status();
+}
+
 std::unique_ptr<Model> GrpoTrainer::policy_model() {
+  if (lora()) {  // the frozen base's weights plus the adapters (no dropout outside the loss's training forward)
+    policy_adapters_ = lora_core_.params().weights();
+    auto model = Model::from_weights(config_, base_->weights(), nullptr);
+    model->set_lora(&policy_adapters_);
+    return model;
+  }
   return Model::from_weights(core_.config(),
                              ctx_.matmul_precision == MatmulPrecision::kBF16 ? mixed_.forward() : core_.params().weights(),
                              nullptr);
@@ -144,8 +197,8 @@ Result<std::vector<double>> GrpoTrainer::gather(const std::vector<double>& value
 }
 
 Status GrpoTrainer::start_round() {
-  TrainState& state = core_.state();
-  const ModelConfig& config = core_.config();
+  TrainState& state = this->state();
+  const ModelConfig& config = config_;
   const int64_t I = opt_.num_iterations, G = opt_.group_size, round = state.step / I;
   // This rank's whole groups: its contiguous share of the round's prompts (every rank advances the cursor).
   const int64_t per_rank = opt_.prompts_per_round / ranks();
@@ -205,7 +258,10 @@ Status GrpoTrainer::start_round() {
   const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
   MixedPrecisionWeights ref_mixed;  // the reference model's bf16 copies, for this round's passes
   std::unique_ptr<Model> ref_model;
-  if (opt_.loss.beta != 0) {
+  if (opt_.loss.beta != 0 && lora()) {  // the base plus the adapters' reference copy
+    ref_model = Model::from_weights(config, base_->weights(), nullptr);
+    ref_model->set_lora(&ref_lora_.weights());
+  } else if (opt_.loss.beta != 0) {
     if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights()));
     ref_model = Model::from_weights(config, mixed ? ref_mixed.forward() : ref_.weights(), nullptr);
   }
@@ -243,48 +299,70 @@ Status GrpoTrainer::start_round() {
 Result<GrpoStepStats> GrpoTrainer::step() {
   try {
     const auto t0 = Clock::now();
-    const bool mixed = ctx_.matmul_precision == MatmulPrecision::kBF16;
+    const bool lora = this->lora();
+    const bool mixed = !lora && ctx_.matmul_precision == MatmulPrecision::kBF16;  // LoRA: the base is read as stored
     if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
-    const int64_t I = opt_.num_iterations, k = core_.steps_done() % I;
+    const int64_t I = opt_.num_iterations, k = steps_done() % I;
     if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
     GrpoStepStats s = round_stats_;
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
     const auto t1 = Clock::now();
     const std::unique_ptr<Model> model = policy_model();
-    core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing pass: the first micro-batch writes the gradients
+    if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
+    else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing pass: the first micro-batch writes the gradients
     const double scale = 1.0 / static_cast<double>(opt_.grad_accum);
     for (Micro& m : round_) {
       GrpoLossInputs in;
       in.batch = &m.batch, in.rows = &m.rows[k], in.advantages = m.advantages;
       in.old_logps = m.old_logps[k], in.ref_logps = m.ref_logps[k];
-      DC_ASSIGN_OR_RETURN(GrpoLossResult r, grpo_loss_and_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale),
-                                                                core_.grads(), acts_, mixed ? &mixed_.transposed() : nullptr,
-                                                                &m == &round_.front() ? GradWrite::kOverwrite : GradWrite::kAdd));
-      DC_RETURN_IF_ERROR(core_.end_micro_batch());
+      GrpoLossResult r;
+      if (lora) {  // the adapters' dropout draws a fresh mask per micro-batch
+        LoraWeights adapters = lora_core_.params().weights();
+        adapters.dropout_key = hash_counters(state().seed, 0x6c6f7261, static_cast<uint64_t>(steps_done()),
+                                             static_cast<uint64_t>(&m - round_.data()) + 1000 * static_cast<uint64_t>(rank()));
+        DC_ASSIGN_OR_RETURN(r, grpo_loss_and_lora_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), adapters,
+                                                        lora_core_.grads(), acts_,
+                                                        bf16_backward(ctx_) ? &base_transposed_ : nullptr));
+      } else {
+        DC_ASSIGN_OR_RETURN(r, grpo_loss_and_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), core_.grads(),
+                                                   acts_, mixed ? &mixed_.transposed() : nullptr,
+                                                   &m == &round_.front() ? GradWrite::kOverwrite : GradWrite::kAdd));
+        DC_RETURN_IF_ERROR(core_.end_micro_batch());
+      }
       s.loss += r.loss * scale, s.kl += r.kl * scale, s.clip_fraction += r.clip_fraction * scale;
     }
     if (ranks() > 1) {  // the whole round's: the ranks' parts added in rank order
       DC_ASSIGN_OR_RETURN(const std::vector<double> sum, opt_.comm->sum_doubles({s.loss, s.kl, s.clip_fraction}));
       s.loss = sum[0], s.kl = sum[1], s.clip_fraction = sum[2];
     }
-    const OptimizerStepStats o = core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+    const OptimizerStepStats o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+    const int64_t in_a_row = lora ? lora_core_.consecutive_skips() : core_.consecutive_skips();
     s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm, s.skipped = o.skipped;
-    if (o.skipped) s.skip_note = skip_note("GRPO", o, core_.consecutive_skips());
+    if (o.skipped) s.skip_note = skip_note("GRPO", o, in_a_row);
     s.round = (s.step - 1) / I, s.iteration = k;
-    // ref ← (1 − α)·ref + α·policy: each rank mixes its shard, then the reference is all-gathered
-    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0)
-      DC_RETURN_IF_ERROR(core_.mix_into(ref_, static_cast<float>(opt_.ref_mixup_alpha)));
+    // ref ← (1 − α)·ref + α·policy: each rank mixes its shard, then the reference is all-gathered (LoRA: the
+    // adapters' reference copy, the same on every rank)
+    if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0) {
+      if (lora) {
+        const float alpha = static_cast<float>(opt_.ref_mixup_alpha);
+        const float* p = lora_core_.params().data();
+        float* ref = ref_lora_.data();
+        for (int64_t i = 0; i < ref_lora_.n_values(); ++i) ref[i] = (1.0f - alpha) * ref[i] + alpha * p[i];
+      } else {
+        DC_RETURN_IF_ERROR(core_.mix_into(ref_, static_cast<float>(opt_.ref_mixup_alpha)));
+      }
+    }
     s.train_seconds = since(t1);
     s.seconds = since(t0);
     history_.push_back(s);
     DC_RETURN_IF_ERROR(write_metrics_line(s));
-    if (core_.consecutive_skips() >= kMaxConsecutiveSkips) return too_many_skips("GRPO", o, core_.consecutive_skips());
+    if (in_a_row >= kMaxConsecutiveSkips) return too_many_skips("GRPO", o, in_a_row);
     if (s.step % I == 0 && opt_.save_every > 0 && (s.step / I) % opt_.save_every == 0 && s.step < opt_.steps &&
         !opt_.out_dir.empty())
       DC_RETURN_IF_ERROR(save());
     return s;
   } catch (const std::bad_alloc&) {
-    return resource_exhausted("GRPO step " + std::to_string(core_.steps_done() + 1) + ": out of memory; lower "
+    return resource_exhausted("GRPO step " + std::to_string(steps_done() + 1) + ": out of memory; lower "
                               "--num-generations or --max-completion-length, raise --grad-accum, or use --grad-checkpointing");
   }
 }
@@ -308,19 +386,31 @@ Status GrpoTrainer::write_metrics_line(const GrpoStepStats& s) {
             {"seconds", s.seconds}};
   for (const auto& [name, value] : s.metrics) j[name] = value;
   if (s.skipped) j["skipped"] = true;  // (its non-finite loss or norm is written as null)
-  return core_.append_metrics(j.dump());
+  return lora() ? lora_core_.append_metrics(j.dump()) : core_.append_metrics(j.dump());
 }
 
 Status GrpoTrainer::save() {
   if (opt_.out_dir.empty()) return invalid_argument("save: the GRPO trainer has no output directory");
-  if (core_.steps_done() % opt_.num_iterations != 0)
+  if (steps_done() % opt_.num_iterations != 0)
     return invalid_argument("save: checkpoints are written at round boundaries (every --num-iterations steps)");
-  DC_RETURN_IF_ERROR(core_
-                         .save(opt_.out_dir, opt_.model_dir,
-                               [&](const std::string& tmp) {
-                                 return write_params_safetensors((fs::path(tmp) / "ref_model.safetensors").string(), ref_);
-                               })
-                         .status());
+  if (lora()) {  // the adapters in PEFT's layout; their reference copy beside them
+    DC_RETURN_IF_ERROR(lora_core_
+                           .save(opt_.out_dir, opt_.model_dir,
+                                 [&](const std::string& tmp) {
+                                   std::vector<TensorToWrite> ref;
+                                   for (const LoraParams::Tensor& t : ref_lora_.tensors())
+                                     ref.push_back({t.name, DType::kF32, t.shape, ref_lora_.data() + t.offset});
+                                   return write_safetensors((fs::path(tmp) / "ref_adapter_model.safetensors").string(), ref);
+                                 })
+                           .status());
+  } else {
+    DC_RETURN_IF_ERROR(core_
+                           .save(opt_.out_dir, opt_.model_dir,
+                                 [&](const std::string& tmp) {
+                                   return write_params_safetensors((fs::path(tmp) / "ref_model.safetensors").string(), ref_);
+                                 })
+                           .status());
+  }
   if (rank() != 0) return Status();  // rank 0 draws the plot
   std::vector<double> steps, rewards;
   for (const GrpoStepStats& s : history_) steps.push_back(static_cast<double>(s.step)), rewards.push_back(s.reward_mean);

@@ -28,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/grpo_loss.h"
+#include "train/lora_core.h"
 #include "train/optimizer.h"
 #include "train/optimizer_core.h"
 
@@ -69,6 +70,10 @@ struct GrpoOptions {
   uint64_t seed = 42;
   bool recompute = false;        // gradient checkpointing
   MatmulPrecision precision = MatmulPrecision::kBF16;  // as TrainOptions::precision
+  // r > 0: train LoRA adapters over the frozen base as stored (as TrainOptions::lora): the policy is the base
+  // plus the adapters, the reference model the base plus a reference copy of the adapters (so at the start
+  // the base itself; no second copy of the weights), which the sync mixes.
+  LoraSpec lora;
   int64_t save_every = 0;        // rounds between checkpoints (0: only at the end)
   bool resume = false, force = false;
   // Data parallel over comm's ranks (null or one rank: this process alone; kept by pointer, it must
@@ -104,22 +109,31 @@ class GrpoTrainer {
   // calls step() and save(); rank 0 writes the metrics, the plot and the shared checkpoint files.
   Status save();
 
-  int64_t steps_done() const { return core_.steps_done(); }
+  int64_t steps_done() const { return lora() ? lora_core_.steps_done() : core_.steps_done(); }
+  // A full run's policy and reference weights (empty in a LoRA run).
   const ModelParams& params() const { return core_.params(); }
   const ModelParams& ref_params() const { return ref_; }
+  // A LoRA run's adapters and optimizer, and the reference copy of the adapters (else null).
+  const LoraCore* lora_core() const { return lora() ? &lora_core_ : nullptr; }
+  const LoraParams* ref_adapters() const { return lora() ? &ref_lora_ : nullptr; }
   const std::vector<GrpoStepStats>& history() const { return history_; }
   const OptimizerCore& optimizer() const { return core_; }
   MatmulPrecision precision() const { return ctx_.matmul_precision; }
+  TrainFootprint footprint() const { return lora() ? lora_core_.footprint() : core_.footprint(); }
 
  private:
   GrpoTrainer() = default;
   Status start_round();  // rollout, advantages, rows, old and reference log-probs of round state_.step / I
+  bool lora() const { return opt_.lora.r > 0; }
+  TrainState& state() { return lora() ? lora_core_.state() : core_.state(); }
   int rank() const { return opt_.comm == nullptr ? 0 : opt_.comm->rank(); }
   int ranks() const { return opt_.comm == nullptr ? 1 : opt_.comm->size(); }
   // values [k] of every rank, in rank order ([ranks · k]); one process: values.
   Result<std::vector<double>> gather(const std::vector<double>& values);
   Status write_metrics_line(const GrpoStepStats& s);
-  std::unique_ptr<Model> policy_model();  // over the current weights (bf16 copies refreshed when mixed)
+  std::unique_ptr<Model> policy_model();  // over the current weights (bf16 copies refreshed when mixed; LoRA: base + adapters)
+  // The LoRA setup: the base as stored, the adapters started or resumed from `latest`, the reference copy.
+  Status create_lora(const OptimizerOptions& optimizer, const std::string& latest, const std::string& fingerprint);
 
   struct Micro {
     GrpoBatch batch;
@@ -129,11 +143,19 @@ class GrpoTrainer {
   };
 
   GrpoOptions opt_;
+  ModelConfig config_;
   Context ctx_;
   Workspace workspace_;
   OptimizerCore core_;  // the policy's f32 weights, gradients, Adam moments, step, prompt cursor
   ModelParams ref_;     // the reference model (f32), saved as ref_model.safetensors in checkpoints
   MixedPrecisionWeights mixed_;
+  // LoRA: the frozen base, its packed weights' wᵀ views, the adapters' state, their reference copy, and the
+  // adapters as the policy's forward reads them (this micro-batch's dropout key).
+  std::unique_ptr<Model> base_;
+  ModelWeights base_transposed_;
+  LoraCore lora_core_;
+  LoraParams ref_lora_;
+  LoraWeights policy_adapters_;
   RolloutFn rollout_;
   std::unique_ptr<DataOrder> order_;
   Activations acts_;

@@ -7,10 +7,27 @@
 
 #include "io/atomic_dir.h"
 #include "io/safetensors.h"
+#include "ops/matmul.h"
 #include "train/optimizer.h"
 
 namespace dc::train {
 namespace fs = std::filesystem;
+
+ModelWeights pack_frozen_base(const Context& ctx, Model& model) {
+  ModelWeights t;
+  t.layers.resize(static_cast<size_t>(model.config().n_layer));
+  if (ctx.matmul_precision != MatmulPrecision::kBF16 || !model.pack_weights(ctx).ok()) return t;
+  auto transposed = [](const WeightView& v) {
+    return !v.quantized() && v.layout == WeightLayout::kPanels ? transposed_panels(v) : WeightView{};
+  };
+  const ModelWeights& w = model.weights();
+  for (size_t il = 0; il < w.layers.size(); ++il)
+    for (WeightView LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
+                                        &LayerWeights::w_gate, &LayerWeights::w_up, &LayerWeights::w_down})
+      t.layers[il].*m = transposed(w.layers[il].*m);
+  t.output = transposed(w.output);
+  return t;
+}
 
 LoraCore LoraCore::start(const ModelConfig& config, const LoraSpec& spec, uint64_t seed, const OptimizerOptions& options,
                          dist::Comm* comm) {

@@ -17,10 +17,17 @@
 #include "core/status.h"
 #include "dist/comm.h"
 #include "lora/trainable.h"
+#include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/optimizer_core.h"
 
 namespace dc::train {
+
+// A LoRA run's frozen base made ready for its steps (`model` then read by them): at --precision bf16 its
+// matrices re-laid once in the bf16 GEMMs' panels (Model::pack_weights, as the engine does); returns the
+// backward's wᵀ views of those panels (transposed_panels), an empty view where a matrix has none (f32 or
+// quantized: its wᵀ is made per call). Packing that fails for memory leaves the model as stored.
+ModelWeights pack_frozen_base(const Context& ctx, Model& model);
 
 class LoraCore {
  public:
@@ -48,8 +55,11 @@ class LoraCore {
   int64_t steps_done() const { return state_.step; }
   const OptimizerOptions& options() const { return options_; }
   int64_t consecutive_skips() const { return consecutive_skips_; }
-  // Bytes of the adapters, gradients and moments (16 per trainable value).
-  int64_t state_bytes() const { return 16 * params_.n_values(); }
+  // The adapters, their moments and gradients: 4, 8 and 4 bytes per trainable value.
+  TrainFootprint footprint() const {
+    const int64_t n = params_.n_values();
+    return {4 * n, 8 * n, 4 * n, state_.skipped_steps};
+  }
 
   void begin_step() { grads_.zero(); }
   // Sums the gradients over the ranks, clips them to options().max_grad_norm, AdamW at the rate of the

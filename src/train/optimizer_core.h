@@ -81,6 +81,13 @@ std::string skip_note(const std::string& who, const OptimizerStepStats& s, int64
 // The error that stops a run after kMaxConsecutiveSkips skipped steps in a row.
 Status too_many_skips(const std::string& who, const OptimizerStepStats& s, int64_t consecutive);
 
+// What a training run holds (this rank's bytes) and the steps it skipped over the whole run, whichever it trains
+// (OptimizerCore::footprint, LoraCore::footprint): f32 trainable values (master weights or adapters), Adam
+// moments, gradients.
+struct TrainFootprint {
+  int64_t master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0, skipped_steps = 0;
+};
+
 class OptimizerCore {
  public:
   // Step 0 over the master weights `params` (shaped by `config`): zero gradients and moments. Throws
@@ -131,6 +138,9 @@ class OptimizerCore {
   int64_t master_weight_bytes() const;
   // Bytes of gradients this rank holds: the local buffer, and sharded the reduced shard (4 bytes per value).
   int64_t gradient_bytes() const;
+  TrainFootprint footprint() const {
+    return {master_weight_bytes(), optimizer_state_bytes(), gradient_bytes(), state_.skipped_steps};
+  }
   // Sharded: whether the micro-batches are accumulated locally and reduced once per step (GradReduction).
   bool reduces_once_per_step() const { return once_per_step_; }
   // step (optimizer steps done), data cursor, seed and the options fingerprint; saved with checkpoints.

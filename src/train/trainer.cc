@@ -236,13 +236,25 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_params(const TrainOptions&
   t->ctx_ = ctx;
   t->config_ = config;
   if (o.lora.r > 0) {  // the weights in memory are the frozen base
-    DC_RETURN_IF_ERROR(check_lora_spec(o.lora));
     auto storage = std::make_shared<ModelParams>(std::move(params));
-    t->model_ = Model::from_weights(config, storage->weights(), storage);
-    t->lora_core_ = LoraCore::start(config, o.lora, o.seed, optimizer_options(o), o.comm);
-    return finish_setup(std::move(t), std::move(data), "");
+    return create_with_model(o, ctx, Model::from_weights(config, storage->weights(), storage), std::move(data));
   }
   t->core_ = OptimizerCore::start(config, std::move(params), optimizer_options(o), o.comm);
+  return finish_setup(std::move(t), std::move(data), "");
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create_with_model(const TrainOptions& o, const Context& ctx,
+                                                            std::unique_ptr<Model> base, Dataset data) {
+  DC_RETURN_IF_ERROR(check_counts(o));
+  if (o.lora.r <= 0) return invalid_argument("create_with_model trains LoRA adapters over the model: set --lora-r");
+  if (o.resume) return invalid_argument("--resume needs the model directory's weights, not weights in memory");
+  DC_RETURN_IF_ERROR(check_lora_spec(o.lora));
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->opt_ = o;
+  t->ctx_ = ctx;
+  t->config_ = base->config();
+  t->model_ = std::move(base);
+  t->lora_core_ = LoraCore::start(t->config_, o.lora, o.seed, optimizer_options(o), o.comm);
   return finish_setup(std::move(t), std::move(data), "");
 }
 
@@ -310,30 +322,6 @@ Status Trainer::open_metrics(std::vector<std::string>* kept) {
   return Status();
 }
 
-Trainer::Footprint Trainer::footprint() const {
-  if (opt_.lora.r > 0) {
-    const int64_t n = lora_core_.params().n_values();
-    return {4 * n, 8 * n, 4 * n, lora_core_.state().skipped_steps};
-  }
-  return {core_.master_weight_bytes(), core_.optimizer_state_bytes(), core_.gradient_bytes(), core_.state().skipped_steps};
-}
-
-void Trainer::prepare_lora_base() {
-  // Mixed precision: the base's matrices re-laid once in the bf16 GEMMs' panels (as the engine does), whose
-  // words the backward's dx products read as wᵀ (transposed_panels); the others (f32, quantized) are read
-  // as stored and their wᵀ made per call. A placeholder layer list marks the preparation done.
-  lora_transposed_.layers.resize(static_cast<size_t>(config_.n_layer));
-  if (ctx_.matmul_precision != MatmulPrecision::kBF16 || !model_->pack_weights(ctx_).ok()) return;
-  const ModelWeights& w = model_->weights();
-  for (size_t il = 0; il < w.layers.size(); ++il)
-    for (WeightView LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
-                                        &LayerWeights::w_gate, &LayerWeights::w_up, &LayerWeights::w_down}) {
-      const WeightView& v = w.layers[il].*m;
-      if (!v.quantized() && v.layout == WeightLayout::kPanels) lora_transposed_.layers[il].*m = transposed_panels(v);
-    }
-  const WeightView& out = w.output;
-  if (!out.quantized() && out.layout == WeightLayout::kPanels) lora_transposed_.output = transposed_panels(out);
-}
 
 Result<StepStats> Trainer::step() {
   try {
@@ -350,7 +338,7 @@ Result<StepStats> Trainer::step_or_throw() {
   StepStats s;
   const bool lora = opt_.lora.r > 0;
   const bool mixed = !lora && ctx_.matmul_precision == MatmulPrecision::kBF16;  // LoRA: the base is read as stored
-  if (lora && lora_transposed_.layers.empty()) prepare_lora_base();
+  if (lora && lora_transposed_.layers.empty()) lora_transposed_ = pack_frozen_base(ctx_, *model_);
   if (mixed) {  // this step's bf16 copies, in the same buffers every step
     DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     s.relayout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

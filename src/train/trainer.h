@@ -111,6 +111,11 @@ class Trainer {
   // One optimizer step (grad_accum micro-batches). Appends a line to out_dir/metrics.jsonl (when out_dir
   // is set). Out of memory: resource_exhausted (the trainer must not step again after an error).
   Result<StepStats> step();
+  // A LoRA run (options.lora.r > 0) over a base model already in memory (e.g. a synthetic bf16 / q8 model of
+  // `bench --train --lora-r`) instead of options.model_dir's; no resume (save() needs options.model_dir).
+  static Result<std::unique_ptr<Trainer>> create_with_model(const TrainOptions& options, const Context& ctx,
+                                                            std::unique_ptr<Model> base, Dataset data);
+
   // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   // Data parallel: every rank calls it (and step(), whose loss is that of the global batch).
   Status save();
@@ -128,12 +133,7 @@ class Trainer {
   const OptimizerCore& optimizer() const { return core_; }
   // A LoRA run (options.lora.r > 0): its adapters and optimizer, else null.
   const LoraCore* lora() const { return opt_.lora.r > 0 ? &lora_core_ : nullptr; }
-  // What the run holds, whichever it trains: f32 trainable values (master weights or adapters), Adam
-  // moments and gradients in bytes (this rank's), and the steps skipped over the whole run.
-  struct Footprint {
-    int64_t master_weight_bytes = 0, optimizer_state_bytes = 0, gradient_bytes = 0, skipped_steps = 0;
-  };
-  Footprint footprint() const;
+  TrainFootprint footprint() const { return opt_.lora.r > 0 ? lora_core_.footprint() : core_.footprint(); }
   const std::vector<StepStats>& history() const { return history_; }
   // After a --resume that raised --steps: a line saying so (the LR schedule is stretched); else "".
   const std::string& resume_note() const { return resume_note_; }
@@ -149,7 +149,6 @@ class Trainer {
 
   TrainState& state() { return opt_.lora.r > 0 ? lora_core_.state() : core_.state(); }
   Status open_metrics(std::vector<std::string>* kept);
-  void prepare_lora_base();  // the first LoRA step: the base packed, lora_transposed_ set
 
   TrainOptions opt_;
   ModelConfig config_;

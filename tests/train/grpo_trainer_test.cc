@@ -15,74 +15,12 @@
 #include "train/grpo_trainer.h"
 #include "train/rollout.h"
 #include "temp_dir.h"
+#include "train/tiny_grpo.h"
 
 namespace dc::train {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kGrpoDir = DC_GRPO_FIXTURES_DIR;
-constexpr int32_t kImEnd = 60;
-
-// Completions of `prompts` (prompt ids = {1 + p % 5, 2, 3}) by the diffusion sampler, G per prompt,
-// seeded by (seed, round); reward = the share of completion tokens below 32 (or at or above, `flip`).
-RolloutFn sampler_rollout(int64_t G, int64_t C, uint64_t seed, bool flip) {
-  return [=](const Context& ctx, const Model& policy, int64_t round, const std::vector<int64_t>& prompts) -> Result<Rollout> {
-    std::vector<std::vector<int32_t>> ids;
-    for (int64_t p : prompts) ids.push_back({static_cast<int32_t>(1 + p % 5), 2, 3});
-    SamplingParams sp;
-    sp.max_new_tokens = C, sp.steps = static_cast<int>(C), sp.alg = Algorithm::kEntropy, sp.temperature = 1.0f;
-    sp.num_return_sequences = static_cast<int>(G);
-    sp.seed = seed * 1000003 + static_cast<uint64_t>(round);
-    sp.mask_token_id = static_cast<int32_t>(policy.config().mask_token_id);
-    sp.pad_token_id = static_cast<int32_t>(policy.config().pad_token_id);
-    LogitsFn fn = [&](const ForwardBatch& b, float* logits) { return policy.forward(ctx, b, logits); };
-    DC_ASSIGN_OR_RETURN(GenerateOutput out, generate(fn, policy.config().n_vocab, ids, sp));
-    Rollout r;
-    r.batch.n_batch = out.n_rows, r.batch.n_prompt = out.prompt_width, r.batch.n_completion = C;
-    double low = 0;
-    for (int64_t i = 0; i < out.n_rows; ++i) {
-      r.batch.prompt_ids.insert(r.batch.prompt_ids.end(), out.sequences[i].begin(),
-                                out.sequences[i].begin() + out.prompt_width);
-      r.batch.completion_ids.insert(r.batch.completion_ids.end(), out.generated[i].begin(), out.generated[i].end());
-      const std::vector<uint8_t> mask = completion_mask(out.generated[i], kImEnd);
-      r.batch.completion_mask.insert(r.batch.completion_mask.end(), mask.begin(), mask.end());
-      double n = 0;
-      for (int32_t t : out.generated[i]) n += t < 32;
-      r.rewards.push_back(flip ? 1.0 - n / C : n / C);
-      low += n / C;
-    }
-    r.metrics = {{"low_token_rate", low / static_cast<double>(out.n_rows)}};
-    return r;
-  };
-}
-
-GrpoOptions tiny_grpo_options(int64_t steps) {
-  GrpoOptions o;
-  o.model_dir = (kGrpoDir / "policy").string();
-  o.n_prompts = 5;
-  o.steps = steps;
-  o.group_size = 8;
-  o.prompts_per_round = 2;
-  o.grad_accum = 2;
-  o.num_iterations = 2;
-  o.lr.lr = 3e-3;
-  o.lr.schedule = LrSchedule::kConstant;
-  o.warmup_ratio = 0;  // else step 0 has rate 0 (Hugging Face warmup)
-  o.adam.weight_decay = 0.0;
-  o.max_grad_norm = 1.0;
-  o.precision = MatmulPrecision::kF32;
-  return o;
-}
-
-// The mean reward of 64 fresh completions per prompt (another seed than training's).
-double policy_held_out_reward(const ModelParams& params, const ModelConfig& cfg, const Context& ctx, bool flip) {
-  const auto model = Model::from_weights(cfg, params.weights(), nullptr);
-  auto r = sampler_rollout(64, 4, 999, flip)(ctx, *model, 0, {0, 1, 2, 3, 4});
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  double sum = 0;
-  for (double x : r->rewards) sum += x;
-  return sum / static_cast<double>(r->rewards.size());
-}
 
 class GrpoTrainerTest : public ::testing::Test {
  protected:
@@ -109,7 +47,7 @@ TEST_F(GrpoTrainerTest, RaisesTheRewardItIsGiven) {
       ASSERT_TRUE(m.ok());
       cfg = (*m)->config();
     }
-    const double before = policy_held_out_reward(g.params(), cfg, ctx_, flip);
+    const double before = policy_held_out_reward(*Model::from_weights(cfg, g.params().weights(), nullptr), ctx_, flip);
     while (g.steps_done() < 16) {
       auto s = g.step();
       ASSERT_TRUE(s.ok()) << s.status().message();
@@ -117,7 +55,7 @@ TEST_F(GrpoTrainerTest, RaisesTheRewardItIsGiven) {
         EXPECT_EQ(s->clip_fraction, 0.0) << "the first iteration's ratio is exactly 1";
       }
     }
-    const double after = policy_held_out_reward(g.params(), cfg, ctx_, flip);
+    const double after = policy_held_out_reward(*Model::from_weights(cfg, g.params().weights(), nullptr), ctx_, flip);
     std::printf("[ grpo     ] %s: held-out reward %.3f -> %.3f\n", flip ? "flipped" : "plain", before, after);
     EXPECT_GT(after, before + 0.15);
   }
