@@ -145,6 +145,11 @@ struct LoadOptions {
                                     // (the Vulkan backend: every cache mode, the sampling on the device)
   std::string lora_dir{};           // a PEFT LoRA adapter directory merged into the weights at load
                                     // (docs/lora.md); "" = none
+  std::string lora_mode = "merged"; // how lora_dir is applied: "merged" (into the weights at load: the base's
+                                    // speed, no packed-weight cache) or "unmerged" (the base kept as it is,
+                                    // cache usable, the adapter added in f32 by every forward: 2·r·(in + out)
+                                    // flops per position per adapted projection; no modules_to_save / lm_head
+                                    // target; CPU only)
 };
 
 // What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).

@@ -112,7 +112,7 @@ class DreamModel:
     """A loaded checkpoint. Load with AutoModel.from_pretrained; .to() / .eval() are accepted no-ops."""
 
     def __init__(self, path, precision="auto", threads=0, weight_cache="", tokenizer_path="", device="cpu", lora=None,
-                 **generation):
+                 lora_mode="merged", **generation):
         path = _checks.path("path", path)
         tokenizer_path = _checks.path("tokenizer_path", tokenizer_path)
         threads = _checks.integer("threads", threads, 0, INT32_MAX)
@@ -120,14 +120,19 @@ class DreamModel:
         weight_cache = _checks.path("weight_cache", weight_cache)
         device = _checks.string("device", device)
         lora = "" if lora is None else _checks.path("lora", lora)
+        lora_mode = _checks.string("lora_mode", lora_mode)
+        if lora_mode not in ("merged", "unmerged"):
+            raise ValueError(f"lora_mode: {lora_mode!r}: use 'merged' (into the weights at load) or 'unmerged' (the "
+                             "adapter added by every forward, the base as it is; CPU only)")
         if not re.fullmatch(r"cpu|vulkan(:[0-9]{1,4})?", device):
             raise ValueError(f"device: {device!r}: use 'cpu', 'vulkan' (device 0) or 'vulkan:N' (N = an index of "
                              "`diffucoder devices`)")
         unknown = set(generation) - set(EXTENSION_DEFAULTS)
         if unknown:
             raise TypeError(f"from_pretrained() got an unexpected keyword argument '{sorted(unknown)[0]}'")
-        self._core = _Model(path, tokenizer_path, threads, precision, weight_cache, device, lora)
+        self._core = _Model(path, tokenizer_path, threads, precision, weight_cache, device, lora, lora_mode)
         self.lora = lora or None
+        self.lora_mode = lora_mode
         self.name_or_path = path
         info = self._core.info
         if path.endswith(".gguf"):  # a GGUF file: its metadata, as the engine read it
@@ -375,13 +380,14 @@ class AutoModel:
     """`AutoModel.from_pretrained(dir, FILE.gguf or "ORG/NAME" in Hugging Face's local cache, torch_dtype=..., ...)`: a DreamModel.
     Engine options: threads (0 = all cores), precision ("auto" | "f32" | "bf16"; overrides torch_dtype),
     weight_cache ("" beside the model, "off", or a directory), device ("cpu", "vulkan" or "vulkan:N": the
-    forward on a Vulkan device, every cache mode), lora (a PEFT LoRA adapter directory merged into the
-    weights at load, docs/lora.md); generation defaults for every call:
+    forward on a Vulkan device, every cache mode), lora (a PEFT LoRA adapter directory, docs/lora.md) and
+    lora_mode ("merged": into the weights at load; "unmerged": the base as it is, the adapter added by every
+    forward, CPU only); generation defaults for every call:
     block_length, cache, threshold, factor, fast, seed."""
 
     @staticmethod
     def from_pretrained(path, *args, torch_dtype=None, trust_remote_code=None, device_map=None, precision=None,
-                        threads=0, weight_cache="", device="cpu", lora=None, **kwargs):
+                        threads=0, weight_cache="", device="cpu", lora=None, lora_mode="merged", **kwargs):
         path = _resolve_model_path(_checks.path("path", path))  # "ORG/NAME": Hugging Face's local cache
         if not os.path.isdir(path) and not (path.endswith(".gguf") and os.path.isfile(path)):
             raise FileNotFoundError(f"{path}: not a checkpoint directory (config.json, *.safetensors) or a .gguf file")
@@ -391,4 +397,4 @@ class AutoModel:
             raise ValueError(f"device_map: {device_map!r}: None, 'cpu' or 'auto' (a Vulkan GPU: device='vulkan')")
         threads = _checks.integer("threads", threads, 0, INT32_MAX)  # 0 = all cores
         return DreamModel(path, precision=_precision(torch_dtype, precision), threads=threads,
-                          weight_cache=weight_cache, device=device, lora=lora, **kwargs)
+                          weight_cache=weight_cache, device=device, lora=lora, lora_mode=lora_mode, **kwargs)

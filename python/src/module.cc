@@ -368,20 +368,22 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Model, ModelHolder>(m, "Model")
       .def(py::init([](const std::string& model_dir, const std::string& tokenizer_path, int threads,
                        const std::string& precision, const std::string& weight_cache, const std::string& device,
-                       const std::string& lora_dir) {
+                       const std::string& lora_dir, const std::string& lora_mode) {
              Result<std::unique_ptr<Model>> r = Status(StatusCode::kInternal, "not run");
              {
                py::gil_scoped_release release;
                diffucoder::LoadOptions options{model_dir, tokenizer_path, threads, precision, weight_cache};
                options.device = device;
                options.lora_dir = lora_dir;
+               options.lora_mode = lora_mode;
                r = Model::load(options);
              }
              flush_log();
              return ModelHolder(value_or_raise(std::move(r)).release());
            }),
            py::arg("model_dir"), py::arg("tokenizer_path") = "", py::arg("threads") = 0, py::arg("precision") = "auto",
-           py::arg("weight_cache") = "", py::arg("device") = "cpu", py::arg("lora_dir") = "")
+           py::arg("weight_cache") = "", py::arg("device") = "cpu", py::arg("lora_dir") = "",
+           py::arg("lora_mode") = "merged")
       .def_property_readonly("info", [](const Model& model) {
         const diffucoder::ModelInfo& i = model.info();
         py::dict d;

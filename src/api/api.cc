@@ -110,6 +110,9 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
     e.weight_cache = options.weight_cache;
     e.max_kv_cache_bytes = options.max_kv_cache_bytes;
     e.lora_dir = options.lora_dir;
+    if (!dc::parse_lora_mode(options.lora_mode).ok())
+      return dc::invalid_argument("lora_mode: '" + options.lora_mode + "' is not a LoRA mode (merged | unmerged)");
+    e.lora_mode = *dc::parse_lora_mode(options.lora_mode);
     auto impl = std::make_unique<Impl>();
     DC_ASSIGN_OR_RETURN(impl->engine, dc::Engine::load(e));
     const dc::ModelConfig& c = impl->engine->config();

@@ -38,7 +38,7 @@ struct BenchArgs {
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
-  std::string weights = "bf16", precision = "auto", weight_cache, lora;
+  std::string weights = "bf16", precision = "auto", weight_cache, lora, lora_mode = "merged";
   int64_t group_size = 128;
   std::string device = "cpu";
 };
@@ -63,6 +63,7 @@ double percentile(std::vector<double> v, double p) {
 struct BenchSetup {
   std::optional<MatmulPrecision> precision;  // nullopt: the checkpoint's
   DeviceSpec device;
+  LoraMode lora_mode = LoraMode::kMerged;
   QuantizeOptions quantize;  // format kQ8 / kQ4 for --weights q8 / q4 (synthetic models)
   Algorithm alg;
   CacheMode cache;
@@ -83,6 +84,7 @@ Result<BenchSetup> check_bench_flags(const BenchArgs& a) {
   BenchSetup s;
   DC_ASSIGN_OR_RETURN(s.precision, parse_matmul_precision(a.precision));
   DC_ASSIGN_OR_RETURN(s.device, parse_device(a.device));
+  DC_ASSIGN_OR_RETURN(s.lora_mode, parse_lora_mode(a.lora_mode));
   s.quantize.group_size = a.group_size;
   if (a.weights == "q8" || a.weights == "q4") {
     s.quantize.format = a.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
@@ -106,6 +108,7 @@ Result<std::unique_ptr<Engine>> load_bench_engine(const BenchArgs& a, const Benc
     eo.matmul_precision = s.precision;
     eo.weight_cache = a.weight_cache;
     eo.lora_dir = a.lora;
+    eo.lora_mode = s.lora_mode;
     eo.device = s.device;
     return Engine::load(eo);
   }
@@ -379,7 +382,9 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "Matmul activations: auto (the weights' dtype) | f32 | bf16")
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache, "--model: packed-weight cache directory, or off");
-  cmd->add_option("--lora", a->lora, "--model: a PEFT LoRA adapter directory merged into the weights at load");
+  cmd->add_option("--lora", a->lora, "--model: a PEFT LoRA adapter directory applied to the model (docs/lora.md)");
+  cmd->add_option("--lora-mode", a->lora_mode, "--lora: merged (into the weights at load) | unmerged (added by every "
+                  "forward; CPU only)")->capture_default_str();
   cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N")
       ->capture_default_str();
   cmd->add_flag("--no-peak", a->no_peak, "Skip the GEMM peak measurement");

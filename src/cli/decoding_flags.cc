@@ -31,7 +31,10 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
   cmd->add_option("--device", f->device,
                   "Where the forward runs: cpu | vulkan | vulkan:N (`diffucoder devices`)")
       ->capture_default_str();
-  cmd->add_option("--lora", f->lora, "A PEFT LoRA adapter directory merged into the weights at load (docs/lora.md)");
+  cmd->add_option("--lora", f->lora, "A PEFT LoRA adapter directory applied to the model (docs/lora.md)");
+  cmd->add_option("--lora-mode", f->lora_mode,
+                  "merged (into the weights at load) | unmerged (the base as it is, the adapter added by every "
+                  "forward; CPU only)")->capture_default_str();
 }
 
 Status apply_decoding_flags(const DecodingFlags& f, SamplingParams& p) {
@@ -60,6 +63,7 @@ Result<EngineOptions> engine_options(const DecodingFlags& f, const std::string& 
   options.matmul_precision = precision;
   options.weight_cache = f.weight_cache;
   options.lora_dir = f.lora;
+  DC_ASSIGN_OR_RETURN(options.lora_mode, parse_lora_mode(f.lora_mode));
   DC_ASSIGN_OR_RETURN(options.device, parse_device(f.device));
   return options;
 }

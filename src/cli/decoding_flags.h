@@ -26,10 +26,11 @@ struct DecodingFlags {
   std::string precision = "auto", weight_cache;
   std::string device = "cpu";
   std::string lora;  // --lora DIR: a PEFT adapter merged at load (docs/lora.md)
+  std::string lora_mode = "merged";  // --lora-mode merged | unmerged
 };
 
 // --alg --temperature --top-p --top-k --alg-temp --eps --seed --block-length --cache --threshold --factor
-// --fast --threads --precision --weight-cache --device --lora.
+// --fast --threads --precision --weight-cache --device --lora --lora-mode.
 void add_decoding_flags(CLI::App* cmd, DecodingFlags* flags);
 
 // Sets p's sampler fields from the flags (then --fast's defaults for what it left off). The caller sets

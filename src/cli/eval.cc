@@ -280,6 +280,7 @@ int run_model_eval(const EvalArgs& a, const EvalTasks& t, const eval::CheckOptio
   diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
   load_options.device = f.device;
   load_options.lora_dir = f.lora;
+  load_options.lora_mode = f.lora_mode;
   auto model_r = api::to_internal(diffucoder::Model::load(load_options));
   if (!model_r.ok()) return report(model_r.status());
   const diffucoder::Model& model = **model_r;

@@ -98,6 +98,7 @@ Status check_usage(const GenerateArgs& a) {
                             std::to_string(given) + ")");
   DC_RETURN_IF_ERROR(parse_matmul_precision(a.decoding.precision).status());
   DC_RETURN_IF_ERROR(parse_device(a.decoding.device).status());
+  DC_RETURN_IF_ERROR(parse_lora_mode(a.decoding.lora_mode).status());
   if (a.given_steps && a.steps < 1)
     return invalid_argument("--steps: must be >= 1 (got " + std::to_string(a.steps) + "); leave it out for one step per token");
   if (a.given_steps && a.max_length == 0 && a.steps > a.max_new_tokens)
@@ -177,6 +178,7 @@ int run_generate(const GenerateArgs& a) {
   diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
   load_options.device = f.device;
   load_options.lora_dir = f.lora;
+  load_options.lora_mode = f.lora_mode;
   auto model_r = diffucoder::Model::load(load_options);
   if (!model_r.ok()) return report(api::to_internal(model_r.status()));
   const diffucoder::Model& model = **model_r;

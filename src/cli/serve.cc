@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -23,7 +25,8 @@ namespace dc::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache, device = "cpu", lora;
+  std::string model_dir, tokenizer_path, model_name, host = "127.0.0.1", precision = "auto", weight_cache, device = "cpu", lora_mode;
+  std::vector<std::string> lora;  // --lora DIR (one) or --lora NAME=DIR (repeatable)
   int port = 8080, threads = 0, http_threads = 128;
   server::RequestLimits limits;
   server::SchedulerOptions scheduler;
@@ -63,6 +66,36 @@ Result<int64_t> memory_budget(const std::string& text) {
   return value << shift;
 }
 
+// --lora and --lora-mode into `eo`: one bare DIR is the server's model (merged unless --lora-mode unmerged);
+// NAME=DIR entries are adapters held unmerged over the base, picked by a request's `model`. Errors name the flag.
+Status apply_lora_flags(const ServeArgs& a, EngineOptions* eo) {
+  std::optional<LoraMode> mode;
+  if (!a.lora_mode.empty()) {
+    DC_ASSIGN_OR_RETURN(mode, parse_lora_mode(a.lora_mode));
+  }
+  std::vector<std::string> bare;
+  for (const std::string& entry : a.lora) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || entry.substr(0, eq).find('/') != std::string::npos) {  // a path
+      bare.push_back(entry);
+      continue;
+    }
+    NamedLora n{entry.substr(0, eq), entry.substr(eq + 1)};
+    if (n.name.empty() || n.dir.empty())
+      return invalid_argument("--lora " + entry + ": expected NAME=DIR (an adapter's name for requests' model "
+                              "field and its directory) or a directory");
+    eo->lora_adapters.push_back(std::move(n));
+  }
+  if (!bare.empty() && (bare.size() > 1 || !eo->lora_adapters.empty()))
+    return invalid_argument("--lora: a bare directory (" + bare[0] + ") is the server's one adapter; to serve several, "
+                            "name each: --lora NAME=DIR");
+  if (!eo->lora_adapters.empty() && mode == LoraMode::kMerged)
+    return invalid_argument("--lora-mode merged: named adapters (--lora NAME=DIR) are held unmerged over the base, "
+                            "so that a request picks one; merge one adapter with a bare --lora DIR");
+  if (!bare.empty()) eo->lora_dir = bare[0], eo->lora_mode = mode.value_or(LoraMode::kMerged);
+  return Status::ok_status();
+}
+
 // Flag combinations that cannot work, checked before the model is loaded (exit code 2).
 Status check_usage(const ServeArgs& a) {
   if (a.limits.default_max_tokens > a.limits.max_tokens)
@@ -71,6 +104,8 @@ Status check_usage(const ServeArgs& a) {
                             ": a request without max_tokens would exceed the limit; lower it");
   if (a.max_memory != "auto") DC_RETURN_IF_ERROR(memory_budget(a.max_memory).status());
   DC_RETURN_IF_ERROR(parse_device(a.device).status());
+  EngineOptions eo;
+  DC_RETURN_IF_ERROR(apply_lora_flags(a, &eo));
   return parse_matmul_precision(a.precision).status();
 }
 
@@ -86,8 +121,8 @@ int run_serve(const ServeArgs& a) {
   if (!precision.ok()) return report(precision.status());
   eo.matmul_precision = *precision;
   eo.weight_cache = a.weight_cache;
-  eo.lora_dir = a.lora;
   eo.device = parse_device(a.device).value();  // checked by check_usage
+  if (Status st = apply_lora_flags(a, &eo); !st.ok()) return usage_error(st);
   const auto t_load = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
   if (!engine.ok()) return report(engine.status());
@@ -171,7 +206,11 @@ RunFn add_serve_command(CLI::App& app) {
                   "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
   cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N (Vulkan: requests without a KV cache only)")
       ->capture_default_str();
-  cmd->add_option("--lora", a->lora, "A PEFT LoRA adapter directory merged into the weights at load (docs/lora.md)");
+  cmd->add_option("--lora", a->lora,
+                  "A PEFT LoRA adapter directory applied to the model (docs/lora.md); or NAME=DIR, repeatable: adapters "
+                  "held unmerged over the base, a request's model field picks one by NAME (the base's name: none)");
+  cmd->add_option("--lora-mode", a->lora_mode,
+                  "merged | unmerged: how a bare --lora DIR is applied (default merged); NAME=DIR adapters are unmerged");
   cmd->add_flag("--fast", a->limits.fast,
                 "Requests without block_length / cache / threshold / factor decode in the Fast-dLLM mode "
                 "(blocks of 32, dual cache, threshold 0.9; approximate)");

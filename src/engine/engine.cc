@@ -12,6 +12,7 @@
 #include "engine/head_sampler.h"
 #include "gguf/dream.h"
 #include "gguf/tokenizer_gguf.h"
+#include "lora/adapter.h"
 #include "lora/merge.h"
 #include "model/kv_cache.h"
 #include "model/weight_cache.h"
@@ -32,11 +33,46 @@ Status load_gguf(const EngineOptions& options, std::unique_ptr<Model>* model, st
   return Status::ok_status();
 }
 
+// An adapter held unmerged over a model of `config` (LoraParams::from_adapter; errors name its files).
+Result<std::unique_ptr<LoraParams>> load_unmerged(const std::string& dir, const ModelConfig& config) {
+  DC_ASSIGN_OR_RETURN(LoraAdapter adapter, open_lora_adapter(dir));
+  DC_ASSIGN_OR_RETURN(LoraParams params, LoraParams::from_adapter(adapter, config));
+  return std::make_unique<LoraParams>(std::move(params));
+}
+
+// The unmerged adapters' options checked before anything loads: the device, the names.
+Status check_lora_options(const EngineOptions& options) {
+  const bool unmerged = !options.lora_dir.empty() && options.lora_mode == LoraMode::kUnmerged;
+  if ((unmerged || !options.lora_adapters.empty()) && options.device.device != Device::kCpu)
+    return invalid_argument("--lora-mode unmerged (and serve's --lora NAME=DIR): unmerged LoRA adapters run on the "
+                            "CPU only, not with --device vulkan; use --lora-mode merged (one adapter merged into the "
+                            "weights at load)");
+  if (!options.lora_adapters.empty() && !options.lora_dir.empty())
+    return invalid_argument("--lora: a bare adapter directory (" + options.lora_dir +
+                            ") cannot be combined with named adapters (NAME=DIR): name every adapter");
+  for (size_t i = 0; i < options.lora_adapters.size(); ++i) {
+    const NamedLora& a = options.lora_adapters[i];
+    if (a.name.empty() || a.dir.empty())
+      return invalid_argument("--lora: '" + a.name + "=" + a.dir + "' needs a name and a directory (NAME=DIR)");
+    for (size_t j = 0; j < i; ++j)
+      if (options.lora_adapters[j].name == a.name)
+        return invalid_argument("--lora: the name '" + a.name + "' is given twice");
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
+
+Result<LoraMode> parse_lora_mode(const std::string& text) {
+  if (text == "merged") return LoraMode::kMerged;
+  if (text == "unmerged") return LoraMode::kUnmerged;
+  return invalid_argument("--lora-mode: '" + text + "' is not a LoRA mode (merged | unmerged)");
+}
 
 Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   // A misspelt DC_CPU_LEVEL would silently cap the kernels at the baseline: refuse it before the load.
   DC_RETURN_IF_ERROR(check_cpu_level_env());
+  DC_RETURN_IF_ERROR(check_lora_options(options));
   const bool gguf = is_gguf_path(options.model_dir);
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tok;
@@ -52,7 +88,20 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
     }
   }
   std::string lora_note;
-  if (!options.lora_dir.empty()) {  // merged before any packing, cache or device upload
+  const bool merge = !options.lora_dir.empty() && options.lora_mode == LoraMode::kMerged;
+  std::unique_ptr<LoraParams> unmerged;
+  std::vector<std::pair<std::string, std::unique_ptr<LoraParams>>> adapters;
+  if (!options.lora_dir.empty() && !merge) {  // held beside the untouched base
+    DC_ASSIGN_OR_RETURN(unmerged, load_unmerged(options.lora_dir, model->config()));
+    lora_note = "LoRA " + options.lora_dir + " unmerged on " + std::to_string(unmerged->tensors().size() / 2) + " matrices";
+  }
+  for (const NamedLora& a : options.lora_adapters) {
+    DC_ASSIGN_OR_RETURN(std::unique_ptr<LoraParams> p, load_unmerged(a.dir, model->config()));
+    lora_note += std::string(lora_note.empty() ? "LoRA " : ", ") + a.name + " = " + a.dir + " unmerged on " +
+                 std::to_string(p->tensors().size() / 2) + " matrices";
+    adapters.emplace_back(a.name, std::move(p));
+  }
+  if (merge) {  // merged before any packing, cache or device upload
     ThreadPool pool(options.n_threads);
     LoraMergeReport report;
     DC_ASSIGN_OR_RETURN(model, load_lora_merged(std::move(model), options.lora_dir, &pool, &report));
@@ -74,14 +123,17 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), options.n_threads));
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
   engine->lora_note_ = std::move(lora_note);
+  engine->unmerged_lora_ = std::move(unmerged);
+  engine->adapters_ = std::move(adapters);
   engine->ctx_.matmul_precision = options.matmul_precision.value_or(checkpoint_precision(*engine->model_));
   if (options.device.device != Device::kCpu) {  // the device keeps its own row-major copy: nothing to pack
     DC_RETURN_IF_ERROR(engine->use_device(options.device));
     return engine;
   }
   std::string cache_path;
-  // A GGUF model, or one with a LoRA merged, is packed at each load (no cache file).
-  if (options.weight_cache != "off" && !gguf && options.lora_dir.empty()) {
+  // A GGUF model, or one with a LoRA merged, is packed at each load (no cache file); an unmerged one keeps
+  // the base as it is, so its cache.
+  if (options.weight_cache != "off" && !gguf && !merge) {
     const std::string precision = engine->ctx_.matmul_precision == MatmulPrecision::kBF16 ? "bf16" : "f32";
     cache_path = options.weight_cache.empty() ? default_weight_cache_path(options.model_dir, precision)
                                               : weight_cache_path_in(options.weight_cache, options.model_dir, precision);
@@ -216,29 +268,31 @@ struct Generation {
 
 // `batch` with the generation's `cache` when its cache_op needs one and it brings none; a refresh larger
 // than max_kv_cache_bytes is refused.
+// `lora` (may be null) is the adapter of a batch that names none.
 Result<ForwardBatch> with_cache(const Model& model, int64_t max_kv_cache_bytes, KvCache& cache,
-                                const ForwardBatch& batch) {
-  if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return batch;
+                                const ForwardBatch& batch, const LoraWeights* lora) {
+  ForwardBatch b = batch;
+  if (b.lora == nullptr) b.lora = lora;
+  if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return b;
   if (batch.cache_op == CacheOp::kRefresh) {
     const int64_t bytes = kv_bytes(model.config(), batch.n_batch, batch.n_seq);
     if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, batch.n_batch, batch.n_seq);
   }
-  ForwardBatch b = batch;
   b.cache = &cache;
   return b;
 }
 
-LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
+LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes, const LoraWeights* lora) {
   auto gen = std::make_shared<Generation>();
-  return [&model, ctx, max_kv_cache_bytes, gen](const ForwardBatch& batch, float* logits) -> Status {
+  return [&model, ctx, max_kv_cache_bytes, gen, lora](const ForwardBatch& batch, float* logits) -> Status {
     Context call_ctx = ctx;
     call_ctx.workspace = &gen->workspace;
-    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, gen->cache, batch));
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, gen->cache, batch, lora));
     return model.forward(call_ctx, b, logits);
   };
 }
 
-HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
+HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes, const LoraWeights* lora) {
   auto cache = std::make_shared<KvCache>();  // the forward's scratch is the head's own workspace
   // On a device the hidden rows stay there, and greedy steps are sampled there (DeviceHeadSampler).
   std::shared_ptr<HeadSampler> head;
@@ -252,8 +306,8 @@ HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cach
     head = cpu_head;
     forward = [cpu_head](const ForwardBatch& b) { return cpu_head->forward(b); };
   }
-  return [&model, max_kv_cache_bytes, cache, head, forward](const ForwardBatch& batch) -> Result<HeadSampler*> {
-    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *cache, batch));
+  return [&model, max_kv_cache_bytes, cache, head, forward, lora](const ForwardBatch& batch) -> Result<HeadSampler*> {
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *cache, batch, lora));
     DC_RETURN_IF_ERROR(forward(b));
     return head.get();
   };
@@ -265,13 +319,13 @@ int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const { return kv_
 
 LogitsFn Engine::logits_fn() {
   std::shared_ptr<void> running = begin_generation();  // held by the function: no re-pack while it lives
-  LogitsFn fn = model_logits_fn(*model_, ctx_, max_kv_cache_bytes_);
+  LogitsFn fn = model_logits_fn(*model_, ctx_, max_kv_cache_bytes_, default_lora());
   return [fn = std::move(fn), running](const ForwardBatch& batch, float* logits) { return fn(batch, logits); };
 }
 
 HeadFn Engine::head_fn() {
   std::shared_ptr<void> running = begin_generation();
-  HeadFn fn = model_head_fn(*model_, ctx_, max_kv_cache_bytes_);
+  HeadFn fn = model_head_fn(*model_, ctx_, max_kv_cache_bytes_, default_lora());
   return [fn = std::move(fn), running](const ForwardBatch& batch) { return fn(batch); };
 }
 
@@ -299,7 +353,8 @@ Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool
 
 Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
                                          const std::vector<std::vector<int32_t>>& prompts,
-                                         const SamplingParams& params, GenerateHooks hooks) {
+                                         const SamplingParams& params, GenerateHooks hooks,
+                                         const LoraWeights* lora) {
   const ModelConfig& c = model.config();
   if (prompts.empty()) return invalid_argument("no prompts given");
   int64_t width = 0;
@@ -316,13 +371,25 @@ Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx,
     if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, rows, length);
   }
   if (hooks.pool == nullptr) hooks.pool = ctx.pool;
-  return dc::generate(model_head_fn(model, ctx, max_kv_cache_bytes), c.n_vocab, prompts, params, hooks);
+  return dc::generate(model_head_fn(model, ctx, max_kv_cache_bytes, lora), c.n_vocab, prompts, params, hooks);
 }
 
 Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingParams& params, GenerateHooks hooks) {
   const std::shared_ptr<void> running = begin_generation();  // ctx_ and the weights stay as they are
-  return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks));
+  return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks), default_lora());
+}
+
+const LoraWeights* Engine::lora_adapter(const std::string& name) const {
+  for (const auto& [n, p] : adapters_)
+    if (n == name) return &p->weights();
+  return nullptr;
+}
+
+std::vector<std::string> Engine::lora_adapter_names() const {
+  std::vector<std::string> names;
+  for (const auto& a : adapters_) names.push_back(a.first);
+  return names;
 }
 
 std::vector<int32_t> Engine::stop_ids() const {

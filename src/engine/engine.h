@@ -12,12 +12,22 @@
 #include "core/context.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "lora/trainable.h"
 #include "model/transformer.h"
 #include "ops/device.h"
 #include "sampler/generate.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dc {
+
+// How an adapter is applied (EngineOptions::lora_mode).
+enum class LoraMode { kMerged, kUnmerged };
+
+// An adapter under a name (EngineOptions::lora_adapters; `serve --lora NAME=DIR`).
+struct NamedLora {
+  std::string name;
+  std::string dir;
+};
 
 struct EngineOptions {
   std::string model_dir;       // a Hugging Face checkpoint directory, or a dream FILE.gguf (gguf/dream.h)
@@ -45,7 +55,19 @@ struct EngineOptions {
   // base stores W (q8 / q4 / GGUF blocks quantized again). "" = none. A merged model keeps no packed-weight
   // cache (the cache is keyed by the base checkpoint's files). Errors name the adapter file and field / tensor.
   std::string lora_dir;
+  // How lora_dir is applied (--lora-mode): kMerged as above; kUnmerged keeps the base weights as they are
+  // (packed as usual, the packed-weight cache usable) and holds the adapter in f32 beside them
+  // (LoraParams::from_adapter), added by every forward of head_fn() / logits_fn() / generate() whose
+  // ForwardBatch::lora is null: 2·r·(in + out) flops per position per adapted projection. Refused for an
+  // adapter with modules_to_save or an lm_head target, and on a device (CPU only).
+  LoraMode lora_mode = LoraMode::kMerged;
+  // Adapters held unmerged beside the base and applied to no forward unless its ForwardBatch::lora picks one
+  // (Engine::lora_adapter(name)): `serve`'s per-request adapters. Names unique and non-empty; CPU only.
+  std::vector<NamedLora> lora_adapters;
 };
+
+// "merged" | "unmerged" (--lora-mode); errors name the flag and the value.
+Result<LoraMode> parse_lora_mode(const std::string& text);
 
 // The matmul precision a checkpoint computes in by default: kBF16 when its matrices are stored in bf16
 // (or, all quantized, converted from a bfloat16 checkpoint), else kF32.
@@ -55,10 +77,12 @@ MatmulPrecision checkpoint_precision(const Model& model);
 // (and, with a KV cache, its size against max_kv_cache_bytes), then runs the sampler with a fresh
 // chunked HeadFn (as Engine::head_fn) over `model` computing with ctx's pool and precision (its own KV
 // cache and scratch; ctx.workspace is not used). hooks.pool null: ctx.pool samples a logits_hook's rows.
+// `lora` (null: none): unmerged adapters every forward adds (ForwardBatch::lora; CPU only).
 // Errors name the prompt index. GRPO rollouts use it over the policy's weights in training.
 Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
                                          const std::vector<std::vector<int32_t>>& prompts,
-                                         const SamplingParams& params, GenerateHooks hooks = {});
+                                         const SamplingParams& params, GenerateHooks hooks = {},
+                                         const LoraWeights* lora = nullptr);
 
 class Engine {
  public:
@@ -100,6 +124,11 @@ class Engine {
   // "" without an adapter, else what the merge of EngineOptions::lora_dir changed, e.g. "LoRA DIR merged
   // into 28 matrices".
   const std::string& lora_note() const { return lora_note_; }
+  // The adapter EngineOptions::lora_adapters holds under `name`, as a forward reads it (ForwardBatch::lora);
+  // null when there is none of that name. Valid while the Engine lives.
+  const LoraWeights* lora_adapter(const std::string& name) const;
+  // The names of EngineOptions::lora_adapters, in the options' order.
+  std::vector<std::string> lora_adapter_names() const;
 
   // The reference's effective defaults (sampler/generate.h) with this model's mask / pad ids and
   // context length. generation_config.json is NOT applied, as in the reference (spec §3.2).
@@ -150,6 +179,8 @@ class Engine {
     ctx_.pool = &pool_;
   }
 
+  // The adapter of --lora-mode unmerged, added to every forward whose batch names none (null: none).
+  const LoraWeights* default_lora() const { return unmerged_lora_ ? &unmerged_lora_->weights() : nullptr; }
   // Packs at ctx_'s precision (through the cache at `cache_path` when not ""); when memory runs out a
   // line on stderr says the rest stays row-major.
   void pack_or_note(const std::string& cache_path = "");
@@ -169,6 +200,10 @@ class Engine {
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
   WeightCacheReport weight_cache_report_;
   std::string lora_note_;
+  // --lora-mode unmerged: the adapter every forward adds when its batch names none (null: none).
+  std::unique_ptr<LoraParams> unmerged_lora_;
+  // EngineOptions::lora_adapters, loaded (stable addresses: forwards point at their weights()).
+  std::vector<std::pair<std::string, std::unique_ptr<LoraParams>>> adapters_;
   // The generations against set_matmul_precision (a reader / writer gate whose tokens may be released on
   // another thread than took them, which std::shared_mutex does not allow).
   mutable std::mutex gate_mutex_;

@@ -289,6 +289,25 @@ struct HttpServer::Impl {
     return r;
   }
 
+  // The adapter a request's `model` picks (serve --lora NAME=DIR): an adapter's name picks it; the base's
+  // name or none picks no adapter. Any other name: a 404 naming the models (with adapters only: a server
+  // of one model answers to any name, as OpenAI clients' defaults send one).
+  std::optional<ApiError> pick_adapter(const std::string& model, const LoraWeights** lora) const {
+    *lora = nullptr;
+    const std::vector<std::string> names = engine.lora_adapter_names();
+    if (names.empty() || model.empty() || model == options.model_name) return std::nullopt;
+    *lora = engine.lora_adapter(model);
+    if (*lora != nullptr) return std::nullopt;
+    std::string listed = "'" + options.model_name + "' (the base model)";
+    for (const std::string& n : names) listed += ", '" + n + "'";
+    ApiError e;
+    e.http_status = 404;
+    e.param = "model";
+    e.code = "model_not_found";
+    e.message = "model: '" + model + "' is not a model of this server; it serves " + listed + " (GET /v1/models)";
+    return e;
+  }
+
   Result<std::vector<int32_t>> prompt_ids(const ApiRequest& r) const {
     std::vector<int32_t> ids;
     if (r.endpoint == Endpoint::kChatCompletions) {
@@ -327,10 +346,12 @@ struct HttpServer::Impl {
     Result<ApiRequest> parsed = parse_request(endpoint, req.body, engine.default_params(), options.limits);
     if (!parsed.ok()) return send_error(res, api_error(parsed.status()));
     ApiRequest r = std::move(*parsed);
+    const LoraWeights* lora = nullptr;
+    if (std::optional<ApiError> bad = pick_adapter(r.model, &lora)) return send_error(res, *bad);
     Result<std::vector<int32_t>> ids = prompt_ids(r);
     if (!ids.ok()) return send_error(res, api_error(ids.status()));
     const int64_t prompt_tokens = static_cast<int64_t>(ids->size());
-    auto job = std::make_shared<Job>(std::move(*ids), r.params, stop_ids, r.stream);
+    auto job = std::make_shared<Job>(std::move(*ids), r.params, stop_ids, r.stream, lora);
     switch (scheduler->submit(job)) {
       case SubmitResult::kOk: break;
       case SubmitResult::kQueueFull:
@@ -614,12 +635,14 @@ struct HttpServer::Impl {
       completions(q, s, Endpoint::kChatCompletions);
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& s) {
-      send_json(s, 200,
-                json{{"object", "list"},
-                     {"data", json::array({json{{"id", options.model_name},
-                                                {"object", "model"},
-                                                {"created", started},
-                                                {"owned_by", "diffucoder.cpp"}}})}});
+      json data = json::array({json{{"id", options.model_name},
+                                    {"object", "model"},
+                                    {"created", started},
+                                    {"owned_by", "diffucoder.cpp"}}});
+      for (const std::string& name : engine.lora_adapter_names())  // serve --lora NAME=DIR: over the base
+        data.push_back(json{{"id", name}, {"object", "model"}, {"created", started}, {"owned_by", "diffucoder.cpp"},
+                            {"parent", options.model_name}});
+      send_json(s, 200, json{{"object", "list"}, {"data", std::move(data)}});
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
       send_json(s, 200, json{{"status", "ok"}, {"queue_depth", metrics.queue_depth()}, {"active_rows", metrics.active_rows()}});

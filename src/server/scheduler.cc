@@ -235,15 +235,26 @@ bool Scheduler::admit(std::vector<Active>& active) {
     }
   }
   int64_t rows = 0, width = 0, memory = head_.fixed_bytes;  // the batched head's block
+  std::vector<const LoraWeights*> adapters;  // the batched forwards' adapters: a head block each
+  const auto adapter_memory = [&](const Job& job) -> int64_t {
+    if (job.lora() == nullptr || job.params().cache != CacheMode::kNone ||
+        std::find(adapters.begin(), adapters.end(), job.lora()) != adapters.end())
+      return 0;
+    return head_.fixed_bytes;
+  };
+  const auto add_adapter = [&](const Job& job) {
+    if (adapter_memory(job) > 0) adapters.push_back(job.lora());
+  };
   for (const Active& a : active) {
     rows += a.decoder.n_rows();
     width = std::max(width, a.decoder.n_seq());
-    memory += memory_of(*a.job);
+    memory += memory_of(*a.job) + adapter_memory(*a.job);
+    add_adapter(*a.job);
   }
   while (!queue_.empty()) {
     std::shared_ptr<Job> job = queue_.front();
     const int64_t w = std::max(width, canvas_of(*job));
-    const int64_t m = memory_of(*job);
+    const int64_t m = memory_of(*job) + adapter_memory(*job);
     if (rows + job->n_rows() > options_.max_batch_rows || (rows + job->n_rows()) * w > options_.max_batch_positions)
       break;
     if (options_.max_memory_bytes > 0 && memory + m > options_.max_memory_bytes)
@@ -274,6 +285,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     rows += job->n_rows();
     width = w;
     memory += m;
+    add_adapter(*job);
     job->set_admitted();
     active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : HeadFn()});
   }
@@ -302,8 +314,10 @@ void Scheduler::run() {
       }
       active.clear();
     }
-    if (active.empty()) {  // idle: hand the batched head's scratch and the last batch's buffers back
+    if (active.empty()) {  // idle: hand the batched heads' scratch and the last batch's buffers back
       if (batched_head_ != nullptr) batched_head_->release();
+      for (AdapterHead& h : adapter_heads_)
+        if (h.head != nullptr) h.head->release();
       malloc_trim(0);
     }
   }
@@ -328,7 +342,8 @@ void Scheduler::step_batch(std::vector<Active>& active) {
   retire_and_prepare(active);
   if (active.empty()) return;
   double forward_s = 0.0;
-  if (!forward(active, &forward_s)) return;
+  forward(active, &forward_s);
+  if (active.empty()) return;
   std::vector<Status> statuses;
   std::vector<int64_t> unmasked;
   step_decoders(active, statuses, unmasked);
@@ -366,14 +381,16 @@ void Scheduler::retire_and_prepare(std::vector<Active>& active) {
   }
 }
 
-// Runs `fn` over `batch` and hands its head to the decoders of `parts` (decoder k's rows start at
-// first_rows[k]); on failure those jobs are retired (descending indices) and false is returned.
+// Runs `fn` over `batch` and hands its head to the decoders of `jobs` (decoder k's rows start at
+// first_rows[k]); on failure those jobs are added to *failed (retired by forward()) and false is returned.
 bool Scheduler::run_head(std::vector<Active>& active, const HeadFn& fn, const ForwardBatch& batch,
                          const std::vector<size_t>& jobs, const std::vector<int64_t>& first_rows,
-                         const std::vector<int64_t>& computed, double* forward_s) {
+                         const std::vector<int64_t>& computed, double* forward_s, Failures* failed) {
   const Clock::time_point tf = Clock::now();
   Result<HeadSampler*> head = fn(batch);
   if (head.ok() && &fn == &head_fn_) batched_head_ = *head;
+  for (AdapterHead& h : adapter_heads_)
+    if (head.ok() && &fn == &h.fn) h.head = *head;
   const double s = ms_between(tf, Clock::now()) / 1000.0;
   *forward_s += s;
   for (size_t k = 0; k < jobs.size(); ++k) {
@@ -382,52 +399,79 @@ bool Scheduler::run_head(std::vector<Active>& active, const HeadFn& fn, const Fo
     d.record_forward(s * 1000.0, computed[k]);
   }
   if (head.ok()) return true;
-  for (size_t k = jobs.size(); k-- > 0;) {  // the model failed: every job of this forward fails
-    JobResult r;
-    r.status = head.status().with_context("forward");
-    r.model_error = true;
-    retire(active, jobs[k], std::move(r));
-  }
+  for (size_t k : jobs) failed->emplace_back(k, head.status().with_context("forward"));  // every job of it fails
   return false;
 }
 
-// One forward over every row that needs logits, left-padded to the widest canvas (merge_left_padded),
-// its head handed to the decoders, each reading its own rows. False when the model failed (those jobs
-// are retired).
-bool Scheduler::forward(std::vector<Active>& active, double* forward_s) {
-  // Jobs with a KV cache run their own forward over their window, with their own cache (a failure
-  // retires only that job).
-  for (size_t i = active.size(); i-- > 0;) {
-    Active& a = active[i];
-    if (!a.cached_fn || !a.decoder.needs_forward()) continue;
-    const ForwardBatch fb = a.decoder.forward_batch();
-    run_head(active, a.cached_fn, fb, {i}, {0}, {fb.n_computed()}, forward_s);
-  }
-  std::vector<size_t> forward_jobs;  // the others: one batched forward
-  for (size_t i = 0; i < active.size(); ++i)
-    if (!active[i].cached_fn && active[i].decoder.needs_forward()) forward_jobs.push_back(i);
-  if (forward_jobs.empty()) return true;
-  if (forward_jobs.size() == 1) {  // one job: its own batch (no padding)
-    const ForwardBatch fb = active[forward_jobs[0]].decoder.forward_batch();
-    return run_head(active, head_fn_, fb, forward_jobs, {0}, {fb.n_computed()}, forward_s);
-  }
+const HeadFn* Scheduler::group_fn(const LoraWeights* lora) {
+  if (lora == nullptr) return &head_fn_;
+  for (AdapterHead& h : adapter_heads_)
+    if (h.lora == lora) return &h.fn;
+  if (!make_cached_fn_) return nullptr;
+  adapter_heads_.push_back(AdapterHead{lora, make_cached_fn_(), nullptr});
+  return &adapter_heads_.back().fn;
+}
+
+// One forward over the rows of `jobs` (all with the same adapter), left-padded to the widest canvas
+// (merge_left_padded), its head handed to the decoders, each reading its own rows. On failure the jobs are
+// added to *failed.
+void Scheduler::forward_group(std::vector<Active>& active, const std::vector<size_t>& jobs, double* forward_s,
+                              Failures* failed) {
+  const LoraWeights* lora = active[jobs[0]].job->lora();
+  const HeadFn* fn = group_fn(lora);
   std::vector<ForwardBatch> parts;
   std::vector<int64_t> computed;
-  for (size_t i : forward_jobs) {
+  for (size_t i : jobs) {
     parts.push_back(active[i].decoder.forward_batch());
+    parts.back().lora = lora;
     computed.push_back(parts.back().n_computed());
+  }
+  if (fn == nullptr) {
+    for (size_t i : jobs) failed->emplace_back(i, unimplemented("model: this server holds no LoRA adapters to pick from"));
+    return;
+  }
+  if (jobs.size() == 1) {  // one job: its own batch (no padding)
+    run_head(active, *fn, parts[0], jobs, {0}, computed, forward_s, failed);
+    return;
   }
   const Result<MergedBatch> merged = merge_left_padded(parts);
   if (!merged.ok()) {
-    for (size_t k = forward_jobs.size(); k-- > 0;) {
-      JobResult r;
-      r.status = merged.status().with_context("forward");
-      r.model_error = true;
-      retire(active, forward_jobs[k], std::move(r));
-    }
-    return false;
+    for (size_t i : jobs) failed->emplace_back(i, merged.status().with_context("forward"));
+    return;
   }
-  return run_head(active, head_fn_, merged->batch(), forward_jobs, merged->out_begin, computed, forward_s);
+  ForwardBatch batch = merged->batch();
+  batch.lora = lora;
+  run_head(active, *fn, batch, jobs, merged->out_begin, computed, forward_s, failed);
+}
+
+// The forwards of a step: each job with a KV cache alone (its own cache), the others in one batched forward
+// per adapter (the jobs without one together). A job's rows meet only rows of its own adapter, so its tokens
+// do not depend on its batch mates. The jobs of a failed forward are retired (500) and the rest step on.
+void Scheduler::forward(std::vector<Active>& active, double* forward_s) {
+  Failures failed;
+  std::vector<std::vector<size_t>> groups;  // the batched jobs, by adapter in order of first appearance
+  for (size_t i = 0; i < active.size(); ++i) {
+    Active& a = active[i];
+    if (!a.decoder.needs_forward()) continue;
+    if (a.cached_fn) {
+      ForwardBatch fb = a.decoder.forward_batch();
+      fb.lora = a.job->lora();
+      run_head(active, a.cached_fn, fb, {i}, {0}, {fb.n_computed()}, forward_s, &failed);
+      continue;
+    }
+    size_t g = 0;
+    while (g < groups.size() && active[groups[g][0]].job->lora() != a.job->lora()) ++g;
+    if (g == groups.size()) groups.emplace_back();
+    groups[g].push_back(i);
+  }
+  for (const std::vector<size_t>& g : groups) forward_group(active, g, forward_s, &failed);
+  std::sort(failed.begin(), failed.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (auto& [i, status] : failed) {  // descending indices: retiring one leaves the others' valid
+    JobResult r;
+    r.status = std::move(status);
+    r.model_error = true;
+    retire(active, i, std::move(r));
+  }
 }
 
 // Steps every decoder, one after another: each step's lm_head and sampling run on the head's pool (they

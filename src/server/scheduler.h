@@ -1,6 +1,7 @@
 // The engine thread and continuous batching: jobs (one prompt × n rows, own SamplingParams) wait in a bounded
 // queue, join the running batch at step boundaries, are advanced together by ONE forward per step over all
-// their rows (left-padded to the longest canvas), and leave when done, cancelled or stopped.
+// their rows (left-padded to the longest canvas; one forward per LoRA adapter when jobs pick adapters), and
+// leave when done, cancelled or stopped.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -19,6 +21,7 @@
 
 namespace dc {
 class ThreadPool;
+struct LoraWeights;  // model/lora_weights.h
 }
 
 namespace dc::server {
@@ -46,11 +49,15 @@ class Job {
  public:
   // `stop_ids`: when every row's final prefix (unmasked from the left) holds one, the job ends early with
   // the same post-processed text. `publish_steps`: a snapshot after every step (for streaming).
-  Job(std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> stop_ids, bool publish_steps)
+  // `lora`: the unmerged adapter every forward of this job adds (ForwardBatch::lora; not owned, outlives the
+  // job; null: the model as it is), e.g. Engine::lora_adapter(the request's model name).
+  Job(std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> stop_ids, bool publish_steps,
+      const LoraWeights* lora = nullptr)
       : prompt_(std::move(prompt)), params_(std::move(params)), stop_ids_(std::move(stop_ids)),
-        publish_steps_(publish_steps) {}
+        publish_steps_(publish_steps), lora_(lora) {}
 
   const std::vector<int32_t>& prompt() const { return prompt_; }
+  const LoraWeights* lora() const { return lora_; }
   const SamplingParams& params() const { return params_; }
   int64_t n_rows() const { return params_.num_return_sequences; }
 
@@ -79,6 +86,7 @@ class Job {
   const SamplingParams params_;
   const std::vector<int32_t> stop_ids_;
   const bool publish_steps_;
+  const LoraWeights* const lora_;
   std::chrono::steady_clock::time_point submitted_, admitted_;
 
   mutable std::mutex mu_;
@@ -112,7 +120,10 @@ class Scheduler {
   // (may be null) samples a logits_hook's rows (the head samples with its own). `make_cached_fn` (may be
   // empty: such jobs then fail as unimplemented) makes a model function with a KV cache of its own for
   // each job whose params use one (CacheMode prefix / dual; each holds head.fixed_bytes more); those jobs
-  // run their own forward over their window each step instead of joining the batched one.
+  // run their own forward over their window each step instead of joining the batched one. Jobs with an adapter
+  // (Job::lora) join the batched forward of the jobs with the same adapter only: each adapter's group runs its
+  // own forward, through a head function of its own made by `make_cached_fn` (its block counted once in the
+  // memory budget while the group has jobs; without make_cached_fn such jobs fail as unimplemented).
   Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
             Metrics* metrics, std::function<HeadFn()> make_cached_fn = nullptr);
   ~Scheduler();  // stops the engine thread; unfinished jobs finish with an error
@@ -138,9 +149,11 @@ class Scheduler {
   void step_batch(std::vector<Active>& active);
   void retire(std::vector<Active>& active, size_t i, JobResult result);
   void retire_and_prepare(std::vector<Active>& active);  // cancelled and finished jobs leave; prepare()
-  bool forward(std::vector<Active>& active, double* forward_s);
+  using Failures = std::vector<std::pair<size_t, Status>>;  // active index → why its forward failed
+  void forward(std::vector<Active>& active, double* forward_s);
   bool run_head(std::vector<Active>& active, const HeadFn& fn, const ForwardBatch& batch, const std::vector<size_t>& jobs,
-                const std::vector<int64_t>& first_rows, const std::vector<int64_t>& computed, double* forward_s);
+                const std::vector<int64_t>& first_rows, const std::vector<int64_t>& computed, double* forward_s,
+                Failures* failed);
   void step_decoders(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<int64_t>& unmasked);
   void publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
                           const std::vector<int64_t>& unmasked, std::chrono::steady_clock::time_point t0,
@@ -149,8 +162,19 @@ class Scheduler {
   // The memory the budget counts for `job` (its step buffers, plus a head of its own when cached).
   int64_t memory_of(const Job& job) const;
 
+  // One batched forward's jobs: `active` indices with the same adapter.
+  void forward_group(std::vector<Active>& active, const std::vector<size_t>& jobs, double* forward_s, Failures* failed);
+  // The head function of the batched forward of adapter `lora` (head_fn_ for null), made on first use.
+  const HeadFn* group_fn(const LoraWeights* lora);
+
   HeadFn head_fn_;
   HeadSampler* batched_head_ = nullptr;  // what head_fn_ last returned: released when the engine is idle
+  struct AdapterHead {                   // the batched forward of the jobs of one adapter
+    const LoraWeights* lora = nullptr;
+    HeadFn fn;
+    HeadSampler* head = nullptr;         // what fn last returned: released when the engine is idle
+  };
+  std::deque<AdapterHead> adapter_heads_;  // stable addresses: run_head compares &fn
   std::function<HeadFn()> make_cached_fn_;
   const int64_t n_vocab_;
   const HeadMemory head_;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "fixtures.h"
 #include "process.h"
@@ -85,6 +86,56 @@ TEST(CliLora, BrokenAdaptersExitOneNamingTheProblem) {
     for (const std::string& s : c.contains) EXPECT_NE(r.err.find(s), std::string::npos) << c.adapter << ": " << s << "\n" << r.err;
   }
   EXPECT_FALSE(fs::exists(fs::path(tmp.path()) / "never"));
+}
+
+// --lora-mode unmerged: the base kept as it is, the adapter added by every forward: the merged tokens (greedy,
+// f32) in every cache mode the CLI offers; bench runs it.
+TEST(CliLora, UnmergedGeneratesTheMergedTokensInEveryCacheMode) {
+  const std::string gen = "generate --model " + kLoraBase + " --lora " + lora_fixture("list_all/adapter") +
+                          " --prompt-ids 1,2,3,4,5 --max-new-tokens 8 --precision f32 --weight-cache off --threads 2 --quiet";
+  for (const std::string cache : {"", " --cache prefix --block-length 4", " --cache dual --block-length 4",
+                                   " --block-length 4", " --fast"}) {
+    auto merged = run_binary(gen + cache);
+    auto unmerged = run_binary(gen + cache + " --lora-mode unmerged");
+    ASSERT_EQ(merged.exit_code, 0) << cache << merged.err;
+    ASSERT_EQ(unmerged.exit_code, 0) << cache << unmerged.err;
+    EXPECT_FALSE(merged.out.empty());
+    EXPECT_EQ(merged.out, unmerged.out) << "cache flags:" << cache;
+  }
+  auto r = run_binary("bench --model " + kLoraBase + " --lora " + lora_fixture("list_all/adapter") +
+                      " --lora-mode unmerged --prompt-len 4 --new-tokens 4 --steps 2 --threads 2 --no-peak --weight-cache off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("unmerged"), std::string::npos) << r.err;  // the load note
+}
+
+// Bad --lora / --lora-mode values are named: usage errors (exit 2) before anything loads; what only the load
+// can tell (a device, an adapter unmerged cannot hold) exit 1.
+TEST(CliLora, BadLoraFlagsAreNamed) {
+  const std::string adapter = lora_fixture("list_all/adapter");
+  struct Case {
+    std::string args;
+    int code;
+    std::vector<std::string> contains;
+  };
+  const std::string gen = "generate --model " + kLoraBase + " --prompt-ids 1,2,3 --max-new-tokens 4";
+  const std::string serve = "serve --model " + kLoraBase + " --port 0";
+  const std::vector<Case> cases = {
+      {gen + " --lora " + adapter + " --lora-mode fused", 2, {"--lora-mode", "fused", "merged | unmerged"}},
+      {"bench --model " + kLoraBase + " --lora " + adapter + " --lora-mode x --no-peak", 2, {"--lora-mode", "'x'"}},
+      {serve + " --lora a=", 2, {"--lora a=", "NAME=DIR"}},
+      {serve + " --lora =" + adapter, 2, {"NAME=DIR"}},
+      {serve + " --lora " + adapter + " --lora b=" + adapter, 2, {"--lora", "NAME=DIR"}},
+      {serve + " --lora a=" + adapter + " --lora-mode merged", 2, {"--lora-mode merged", "unmerged"}},
+      {serve + " --lora a=" + adapter + " --lora a=" + adapter, 1, {"'a' is given twice"}},
+      {serve + " --lora a=" + lora_fixture("regex_patterns/adapter"), 1, {"modules_to_save", "merged"}},
+      {gen + " --lora " + adapter + " --lora-mode unmerged --device vulkan", 1, {"--lora-mode unmerged", "--device vulkan"}},
+      {serve + " --lora a=" + adapter + " --device vulkan", 1, {"--lora NAME=DIR", "--device vulkan"}},
+  };
+  for (const Case& c : cases) {
+    auto r = run_binary(c.args);
+    EXPECT_EQ(r.exit_code, c.code) << c.args << "\n" << r.err;
+    for (const std::string& s : c.contains) EXPECT_NE(r.err.find(s), std::string::npos) << c.args << ": " << s << "\n" << r.err;
+  }
 }
 
 // `train --lora-r`: a PEFT adapter as the checkpoint, which `generate --lora` then loads; a bad --lora-targets is

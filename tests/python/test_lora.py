@@ -44,3 +44,27 @@ def test_broken_adapters_raise_naming_the_problem():
             assert s in str(info.value), (c["name"], s, str(info.value))
     with pytest.raises(TypeError, match="lora"):
         diffucoder.AutoModel.from_pretrained(model_dir(m["base_dir"]), lora=3)
+
+
+def test_unmerged_equals_merged():
+    """lora_mode="unmerged": the base kept as it is and the adapter added by every forward; the merged logits
+    (within 1e-5) and greedy tokens, with and without a KV cache; bad values named."""
+    m = manifest()
+    base = model_dir(m["base_dir"])
+    adapter = os.path.join(LORA, "list_all/adapter")
+    kw = dict(torch_dtype=torch.float32, threads=2, weight_cache="off", lora=adapter)
+    merged = diffucoder.AutoModel.from_pretrained(base, **kw)
+    unmerged = diffucoder.AutoModel.from_pretrained(base, lora_mode="unmerged", **kw)
+    assert unmerged.lora_mode == "unmerged"
+    ids = torch.tensor([[3, 17, 101, 5, 250, 42, 7]])
+    lm, lu = merged(ids).logits.numpy(), unmerged(ids).logits.numpy()
+    assert np.abs(lm - lu).max() <= 1e-5 * np.abs(lm).max()
+    for extra in ({}, {"block_length": 4, "cache": "dual"}):
+        gm = merged.diffusion_generate(ids, max_new_tokens=8, steps=8, temperature=0.0, alg="entropy", seed=0, **extra)
+        gu = unmerged.diffusion_generate(ids, max_new_tokens=8, steps=8, temperature=0.0, alg="entropy", seed=0, **extra)
+        assert torch.equal(gm, gu), extra
+    with pytest.raises(ValueError, match="lora_mode"):
+        diffucoder.AutoModel.from_pretrained(base, lora_mode="fused", **kw)
+    with pytest.raises(ValueError, match="modules_to_save"):
+        diffucoder.AutoModel.from_pretrained(base, threads=2, weight_cache="off", lora_mode="unmerged",
+                                             lora=os.path.join(LORA, "regex_patterns/adapter"))

@@ -17,6 +17,7 @@
 #include "fixtures.h"
 #include "sampler/fake_model.h"
 #include "server/scheduler.h"
+#include "server/scheduler_gate.h"
 
 namespace dc::server {
 namespace {
@@ -70,51 +71,6 @@ std::vector<Case> mixed_cases() {
   add({18, 19, 20}, [](SamplingParams& p) { p.max_new_tokens = 9; p.steps = 9; p.alg = Algorithm::kEntropy; p.alg_temp = 0.5f;
                                             p.temperature = 0.5f; p.seed = 3; });
   return cases;
-}
-
-// A HeadFn wrapper that blocks its first call until release() and records each forward's row count.
-class Gate {
- public:
-  explicit Gate(HeadFn inner) : inner_(std::move(inner)) {}
-  HeadFn fn() {
-    return [this](const ForwardBatch& batch) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        entered_ = true;
-        cv_.notify_all();
-        cv_.wait(lock, [&] { return open_; });
-        rows_.push_back(batch.n_batch);
-      }
-      return inner_(batch);
-    };
-  }
-  void wait_entered() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return entered_; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  std::vector<int64_t> rows() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return rows_;
-  }
-
- private:
-  HeadFn inner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool entered_ = false, open_ = false;
-  std::vector<int64_t> rows_;
-};
-
-JobResult wait_result(Job& job, std::vector<JobSnapshot>* snapshots = nullptr) {
-  JobResult r;
-  while (!job.wait(1000ms, snapshots, &r)) {
-  }
-  return r;
 }
 
 TEST(Scheduler, BatchedEqualsAloneAndJoinsAtStepBoundaries) {
