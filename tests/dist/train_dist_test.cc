@@ -255,6 +255,32 @@ TEST_F(TrainDist, TwoRanksEqualOneRankWithHalfTheOptimizerStateEach) {
                 1e-5);
 }
 
+// LoRA adapters on 2 ranks (the gradients summed in rank order, every rank the whole adapter state): the
+// same run as one process within rounding (weights of the PEFT adapter and the loss curve), each rank holding
+// the adapter's moments whole, and a resume on 2 ranks bit for bit.
+TEST_F(TrainDist, LoraOnTwoRanksEqualsOneProcess) {
+  const std::string run = "--steps 6 --precision f32 --save-every 3 --lora-r 4 --lora-alpha 8 --lora-dropout 0.1";
+  const auto one = train(1, "lora_one", "", 2, run);
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = train(2, "lora_two", "", 2, run);
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  const char* last = "checkpoint-000006";
+  expect_within(path("lora_one") / last / "adapter_model.safetensors", path("lora_two") / last / "adapter_model.safetensors",
+                1e-5);
+  expect_close_curves(losses(path("lora_one") / "metrics.jsonl"), losses(path("lora_two") / "metrics.jsonl"), 6);
+  const auto j1 = summary(one.out);
+  const auto j2 = summary(two.out);
+  EXPECT_EQ(j2["optimizer_state_bytes"][0], j1["optimizer_state_bytes"][0]) << "each rank holds the adapter's moments whole";
+  EXPECT_EQ(j2["optimizer_state_bytes"][1], j1["optimizer_state_bytes"][0]);
+  // Killed after step 4 (the checkpoint of step 3 is the newest), resumed on 2 ranks: bit for bit.
+  const auto cut = train(2, "lora_cut", "--exit-after-step 4 --exit-rank 1", 2, run);
+  EXPECT_NE(cut.exit_code, 0) << cut.out;
+  const auto resumed = train(2, "lora_cut", "--resume", 2, run);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  for (const char* f : {"adapter_model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(read_bytes(path("lora_two") / last / f) == read_bytes(path("lora_cut") / last / f)) << f;
+}
+
 // bf16 mixed precision on 2 ranks: each rank keeps the f32 masters of its shard (and, whole, those the
 // forward reads in f32), the matrices coming back as bf16 copies from the all-gather; the same run as one
 // process (here bit for bit in the losses over these 3 steps), checkpoints of the full f32 weights, and a
