@@ -14,13 +14,14 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "io/mapped_file.h"
+#include "lora/adapter.h"
+#include "lora/trainable.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "gguf/model_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_loss.h"
 #include "train/rollout.h"
-#include "train/optimizer.h"
 
 namespace dc::cli {
 namespace {
@@ -29,7 +30,7 @@ using Json = nlohmann::json;
 constexpr int64_t kMaxTokens = int64_t{1} << 22;  // 3 versions × B × (P + C) positions of one forward
 
 struct GrpoLossArgs {
-  std::string model_dir, ref_dir, batch_path;
+  std::string model_dir, ref_dir, batch_path, lora_dir;
   int threads = 0;
   bool json = false;
 };
@@ -231,12 +232,34 @@ int run_grpo_loss(const GrpoLossArgs& a) {
     if (!ref_logps.ok()) return report(ref_logps.status());
     in.ref_logps = std::move(*ref_logps);
   }
-  ModelParams grads = ModelParams::zeros(cfg);
+  // The gradients: of every weight, or with --lora of the adapter's A and B only (the base frozen).
+  Json norms = Json::object();
+  double sum_of_squares = 0;
+  auto add_norm = [&](const std::string& name, const float* g, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
+    norms[name] = std::sqrt(s), sum_of_squares += s;
+  };
   Activations acts;
-  auto res = train::grpo_loss_and_grads(ctx, *policy->model, in, p.options, 1.0f, grads, acts);
+  Result<train::GrpoLossResult> res = invalid_argument("not run");
+  if (!a.lora_dir.empty()) {
+    auto adapter = open_lora_adapter(a.lora_dir);
+    if (!adapter.ok()) return report(adapter.status());
+    auto lora = LoraParams::from_adapter(*adapter, cfg);
+    if (!lora.ok()) return report(lora.status());
+    LoraParams grads = LoraParams::zeros_like(*lora);
+    res = train::grpo_loss_and_lora_grads(ctx, *policy->model, in, p.options, 1.0f, lora->weights(), grads, acts);
+    if (res.ok())
+      for (const LoraParams::Tensor& t : grads.tensors()) add_norm(t.name, grads.data() + t.offset, t.size);
+  } else {
+    ModelParams grads = ModelParams::zeros(cfg);
+    res = train::grpo_loss_and_grads(ctx, *policy->model, in, p.options, 1.0f, grads, acts);
+    if (res.ok())
+      for (const auto& t : grads.tensors()) add_norm(t.name, t.data, t.size);
+  }
   if (!res.ok()) return report(invalid_argument(a.batch_path + ": " + res.status().message()));
   const std::vector<float>& ref_logps = in.ref_logps.empty() ? res->logps : in.ref_logps;
-  const double grad_norm = train::global_grad_norm(grads, &pool);
+  const double grad_norm = std::sqrt(sum_of_squares);
   // Never a NaN printed as a result: a non-finite part is an error naming it (a model holding non-finite
   // weights, or an overflow).
   for (const auto& [name, value] : {std::pair<const char*, double>{"loss", res->loss}, {"kl", res->kl},
@@ -250,12 +273,6 @@ int run_grpo_loss(const GrpoLossArgs& a) {
                 res->loss, res->kl, res->clip_fraction, grad_norm, (long long)p.batch.n_batch,
                 (long long)res->n_tokens);
     return 0;
-  }
-  Json norms = Json::object();
-  for (const auto& t : grads.tensors()) {
-    double s = 0;
-    for (int64_t i = 0; i < t.size; ++i) s += static_cast<double>(t.data[i]) * t.data[i];
-    norms[t.name] = std::sqrt(s);
   }
   Json mask = Json::array();
   for (int64_t b = 0; b < p.batch.n_batch; ++b)
@@ -285,6 +302,8 @@ RunFn add_grpo_loss_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch_path,
                   "JSON: prompt_ids, completion_ids, rewards, group_size, t, mask [, prompt_mask, old_logps, beta, "
                   "epsilon, scale_rewards, im_end_id]")->required();
+  cmd->add_option("--lora", a->lora_dir, "A PEFT LoRA adapter held unmerged over the frozen --model: the gradients of "
+                  "its A and B only (docs/lora.md)");
   cmd->add_flag("--json", a->json, "Print every part as one JSON object (else a one-line summary)");
   cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));

@@ -24,6 +24,8 @@ Layout of DIR:
     policy/, ref/                 tiny f32 checkpoints (make_tiny.py; ref = policy + 5 % noise)
     cases.json                    [{name, batch: <grpo-loss input>, ref: bool, expected: {...}}]
     <case>.grads.safetensors      d loss / d w of every policy weight (f32)
+    lora/cases.json               [{name (a case's batch), adapter, ref, expected}]: grpo-loss --lora
+    lora/<case>/adapter/          a PEFT adapter over the policy; lora/<case>.grads.safetensors: d loss / d A, B
     .complete                     written last
 """
 
@@ -130,6 +132,35 @@ def run_case(policy, ref, batch, use_ref):
     return expected, grads
 
 
+def run_lora_case(policy, ref, batch, use_ref, fields, rng, out, name):
+    """run_case with a LoRA adapter over the frozen policy (make_grad_fixtures.attach_lora): the loss and its
+    gradients with respect to the adapter's A and B; the reference model is --ref-model's (or the adapted
+    policy itself). Writes OUT/lora/<name>/adapter and OUT/lora/<name>.grads.safetensors."""
+    B = len(batch["completion_ids"])
+    Gs = batch["group_size"]
+    prompts = batch["prompt_ids"]
+    pmask = batch.get("prompt_mask")
+    if len(prompts) != B:
+        prompts = [p for p in prompts for _ in range(Gs)]
+        pmask = None if pmask is None else [m for m in pmask for _ in range(Gs)]
+    adv = advantages(batch["rewards"], Gs, batch.get("scale_rewards", False)).float()
+    cmask = completion_mask(batch["completion_ids"], batch["im_end_id"])
+    leaves, restore = G.attach_lora(policy, fields, rng, os.path.join(out, "lora", name, "adapter"))
+    with torch.no_grad():
+        ref_lp = coupled_logps(ref if use_ref else policy, prompts, batch["completion_ids"], batch["mask"], batch["t"],
+                               pmask)
+    logps = coupled_logps(policy, prompts, batch["completion_ids"], batch["mask"], batch["t"], pmask)
+    old = torch.tensor(batch["old_logps"]) if "old_logps" in batch else None
+    loss, kl, clip, scale = grpo_loss(logps, old, ref_lp, adv, cmask, batch.get("beta", 0.01), batch.get("epsilon", 0.5))
+    loss.backward()
+    grads = G.lora_grads(leaves)
+    restore()
+    st.write_file(os.path.join(out, "lora", name + ".grads.safetensors"), grads)
+    return dict(name=name, adapter="lora/%s/adapter" % name, ref=use_ref,
+                expected=dict(loss=float(loss), loss_scale=float(scale), kl=float(kl), clip_fraction=float(clip),
+                              grad_norms={n: float(np.sqrt((g.astype(np.float64) ** 2).sum())) for n, g in grads.items()}))
+
+
 def make_batch(rng, model, B, G, P, C, t, rewards, im_end_rows, per_group_prompt=False, **extra):
     V = model.vocab_size
     n_prompts = B // G if per_group_prompt else B
@@ -191,6 +222,15 @@ def main():
         cases.append(dict(name=name, batch=batch, ref=use_ref, expected=expected))
     with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump(cases, f)
+    # LoRA adapters over the frozen policy (grpo-loss --lora): a subset of projections against the reference
+    # model, and every projection with left pads and the policy as its own reference.
+    lora_rng = np.random.default_rng(2718)
+    lora = [run_lora_case(policy, ref, b2, True, {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]},
+                          lora_rng, out, "g4_clip"),
+            run_lora_case(policy, ref, b5, False, {"r": 3, "lora_alpha": 5, "target_modules": G.LORA_LINEAR},
+                          lora_rng, out, "left_padded")]
+    with open(os.path.join(out, "lora", "cases.json"), "w") as f:
+        json.dump(lora, f)
     for c in cases:
         with open(os.path.join(out, c["name"] + ".batch.json"), "w") as f:
             json.dump(c["batch"], f)

@@ -100,13 +100,14 @@ def make_case(model, name, rng, B, L, prompt_lens, pads, norm):
 LORA_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def lora_case(model, case, fields, out, rng):
-    """A PEFT adapter over the frozen model and the loss's gradients with respect to its A and B.
+def attach_lora(model, fields, rng, adapter_dir):
+    """Adapts the targeted projections of `model` in place: W + scaling * B @ A with A, B autograd leaves.
 
-    Written from PEFT's LoRA layer (y = x W^T + scaling * (x A^T) B^T, scaling = lora_alpha / r) and its
-    file layout ("base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]), not from the
-    engine's code: the adapted weight W + scaling * B @ A is the same function of A and B, so autograd through
-    it gives the LoRA gradients. B is random (not PEFT's zero init) so that dA is not zero."""
+    Written from PEFT's LoRA layer (y = x W^T + scaling * (x A^T) B^T, scaling = lora_alpha / r) and its file
+    layout ("base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]), not from the
+    engine's code: the adapted weight is the same function of A and B, so autograd through it gives the LoRA
+    gradients. B is random (not PEFT's zero init) so that dA is not zero. Writes the adapter to adapter_dir;
+    returns (leaves {module: (A, B)}, restore()), restore() putting the base weights back."""
     r, alpha, targets = fields["r"], fields["lora_alpha"], fields["target_modules"]
     scaling = alpha / r
     base = dict(model.weights)
@@ -125,6 +126,32 @@ def lora_case(model, case, fields, out, rng):
         w.requires_grad_(False)
     for module, (a, b) in leaves.items():
         model.weights[module + ".weight"] = base[module + ".weight"] + scaling * (b @ a)
+    os.makedirs(adapter_dir, exist_ok=True)
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0,
+              "target_modules": targets, "bias": "none", "use_rslora": False, "fan_in_fan_out": False,
+              "modules_to_save": None, "init_lora_weights": True, "inference_mode": True}
+    with open(os.path.join(adapter_dir, "adapter_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    st.write_file(os.path.join(adapter_dir, "adapter_model.safetensors"), tensors, metadata={"format": "pt"})
+
+    def restore():
+        model.weights.clear()
+        model.weights.update(base)
+    return leaves, restore
+
+
+def lora_grads(leaves):
+    """{PEFT tensor name: d loss / d tensor} of attach_lora's leaves after a backward."""
+    grads = {}
+    for module, (a, b) in leaves.items():
+        grads["base_model.model.%s.lora_A.weight" % module] = a.grad.numpy().astype(np.float32)
+        grads["base_model.model.%s.lora_B.weight" % module] = b.grad.numpy().astype(np.float32)
+    return grads
+
+
+def lora_case(model, case, fields, out, rng):
+    """The masked-diffusion loss of `case` over the frozen model with an adapter, and its A / B gradients."""
+    leaves, restore = attach_lora(model, fields, rng, os.path.join(out, "lora", case["name"], "adapter"))
     tokens = torch.tensor(case["tokens"]).view(case["n_batch"], case["n_seq"])
     shape = tokens.shape
     as_bool = lambda key: torch.tensor(case[key]).view(shape).bool()  # noqa: E731
@@ -132,21 +159,8 @@ def lora_case(model, case, fields, out, rng):
     positions = None if case["positions"] is None else torch.tensor(case["positions"]).view(shape)
     loss = md_loss(model, tokens, as_bool("loss_mask"), as_bool("mask"), case["t"], valid, positions, case["norm"])
     loss.backward()
-    grads = {}
-    for module, (a, b) in leaves.items():
-        grads["base_model.model.%s.lora_A.weight" % module] = a.grad.numpy().astype(np.float32)
-        grads["base_model.model.%s.lora_B.weight" % module] = b.grad.numpy().astype(np.float32)
-    model.weights.clear()
-    model.weights.update(base)
-    adapter = os.path.join(out, "lora", case["name"], "adapter")
-    os.makedirs(adapter, exist_ok=True)
-    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0,
-              "target_modules": targets, "bias": "none", "use_rslora": False, "fan_in_fan_out": False,
-              "modules_to_save": None, "init_lora_weights": True, "inference_mode": True}
-    with open(os.path.join(adapter, "adapter_config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    st.write_file(os.path.join(adapter, "adapter_model.safetensors"), tensors, metadata={"format": "pt"})
-    st.write_file(os.path.join(out, "lora", case["name"] + ".grads.safetensors"), grads)
+    st.write_file(os.path.join(out, "lora", case["name"] + ".grads.safetensors"), lora_grads(leaves))
+    restore()
     return {"name": case["name"], "adapter": "lora/%s/adapter" % case["name"], "loss": float(loss)}
 
 

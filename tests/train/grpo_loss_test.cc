@@ -17,6 +17,8 @@
 #include "engine_fixtures.h"
 #include "fixtures.h"
 #include "io/safetensors.h"
+#include "lora/adapter.h"
+#include "lora/trainable.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "process.h"
@@ -158,6 +160,49 @@ TEST(GrpoLossParity, CliMatchesTheReference) {
   }
 }
 
+// A case's grpo-loss batch as the library takes it (the parts grpo-loss parses from the file).
+struct GrpoCase {
+  GrpoBatch batch;
+  Result<CoupledRows> rows = invalid_argument("not laid out");
+  std::vector<double> advantages;
+  std::vector<float> old_logps;
+  GrpoLossOptions options;
+  GrpoLossInputs inputs() const {
+    GrpoLossInputs in;
+    in.batch = &batch, in.rows = &*rows, in.advantages = advantages, in.old_logps = old_logps;
+    return in;
+  }
+};
+
+GrpoCase grpo_case(const Json& j, const ModelConfig& cfg) {
+  GrpoCase k;
+  GrpoBatch& b = k.batch;
+  const int64_t G = j["group_size"];
+  b.n_batch = static_cast<int64_t>(j["completion_ids"].size());
+  b.n_completion = static_cast<int64_t>(j["completion_ids"][0].size());
+  b.n_prompt = static_cast<int64_t>(j["prompt_ids"][0].size());
+  const bool per_group = static_cast<int64_t>(j["prompt_ids"].size()) != b.n_batch;
+  for (int64_t i = 0; i < b.n_batch; ++i)
+    for (const Json& id : j["prompt_ids"][per_group ? i / G : i]) b.prompt_ids.push_back(id.get<int32_t>());
+  if (j.contains("prompt_mask"))  // left_padded: the rollout's pads
+    for (int64_t i = 0; i < b.n_batch; ++i)
+      for (const Json& m : j["prompt_mask"][per_group ? i / G : i]) b.prompt_mask.push_back(m.get<uint8_t>());
+  b.completion_ids = testing::flatten<int32_t>(j["completion_ids"]);
+  for (int64_t i = 0; i < b.n_batch; ++i) {
+    const auto mask = completion_mask(std::span(b.completion_ids).subspan(i * b.n_completion, b.n_completion),
+                                      j["im_end_id"].get<int32_t>());
+    b.completion_mask.insert(b.completion_mask.end(), mask.begin(), mask.end());
+  }
+  const CoupledMask m{j["t"].get<double>(), testing::flatten<uint8_t>(j["mask"])};
+  k.rows = coupled_rows(b, m, static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, false);
+  std::vector<double> rewards;
+  for (const Json& r : j["rewards"]) rewards.push_back(r.is_null() ? std::nan("") : r.get<double>());
+  k.advantages = *leave_one_out_advantages(rewards, G, j.value("scale_rewards", false));
+  if (j.contains("old_logps")) k.old_logps = testing::flatten<float>(j["old_logps"]);
+  k.options.beta = j.value("beta", 0.01), k.options.epsilon = j.value("epsilon", 0.5);
+  return k;
+}
+
 // The loss through the library, with every gradient tensor compared element-wise (≤ 1e-4 relative),
 // and the same gradients bit for bit with gradient checkpointing, written over stale buffers (GradWrite::kOverwrite,
 // the first micro-batch of a trainer's step).
@@ -172,36 +217,13 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
   for (const Json& c : load_cases()) {
     const std::string name = c["name"];
     SCOPED_TRACE(name);
-    const Json& j = c["batch"];
-    GrpoBatch b;
-    const int64_t G = j["group_size"];
-    b.n_batch = static_cast<int64_t>(j["completion_ids"].size());
-    b.n_completion = static_cast<int64_t>(j["completion_ids"][0].size());
-    b.n_prompt = static_cast<int64_t>(j["prompt_ids"][0].size());
-    const bool per_group = static_cast<int64_t>(j["prompt_ids"].size()) != b.n_batch;
-    for (int64_t i = 0; i < b.n_batch; ++i)
-      for (const Json& id : j["prompt_ids"][per_group ? i / G : i]) b.prompt_ids.push_back(id.get<int32_t>());
-    if (j.contains("prompt_mask"))  // left_padded: the rollout's pads
-      for (int64_t i = 0; i < b.n_batch; ++i)
-        for (const Json& m : j["prompt_mask"][per_group ? i / G : i]) b.prompt_mask.push_back(m.get<uint8_t>());
-    b.completion_ids = testing::flatten<int32_t>(j["completion_ids"]);
-    for (int64_t i = 0; i < b.n_batch; ++i) {
-      const auto mask = completion_mask(std::span(b.completion_ids).subspan(i * b.n_completion, b.n_completion),
-                                        j["im_end_id"].get<int32_t>());
-      b.completion_mask.insert(b.completion_mask.end(), mask.begin(), mask.end());
-    }
-    CoupledMask m{j["t"].get<double>(), testing::flatten<uint8_t>(j["mask"])};
-    auto rows = coupled_rows(b, m, static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, false);
-    ASSERT_TRUE(rows.ok()) << rows.status().message();
-    std::vector<double> rewards;
-    for (const Json& r : j["rewards"]) rewards.push_back(r.is_null() ? std::nan("") : r.get<double>());
-    GrpoLossInputs in;
-    in.batch = &b, in.rows = &*rows;
-    in.advantages = *leave_one_out_advantages(rewards, G, j.value("scale_rewards", false));
-    if (j.contains("old_logps")) in.old_logps = testing::flatten<float>(j["old_logps"]);
+    GrpoCase k = grpo_case(c["batch"], cfg);
+    ASSERT_TRUE(k.rows.ok()) << k.rows.status().message();
+    const GrpoBatch& b = k.batch;
+    const auto& rows = k.rows;
+    GrpoLossInputs in = k.inputs();
+    const GrpoLossOptions o = k.options;
     if (c["ref"].get<bool>()) in.ref_logps = *coupled_logps(ctx, **ref, *rows, b.n_completion);
-    GrpoLossOptions o;
-    o.beta = j.value("beta", 0.01), o.epsilon = j.value("epsilon", 0.5);
     auto params = ModelParams::from_weights(cfg, (*policy)->weights());
     ASSERT_TRUE(params.ok());
     const auto model = Model::from_weights(cfg, params->weights(), nullptr);
@@ -225,6 +247,66 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
       EXPECT_LE(d, 1e-4) << t.name;
       EXPECT_EQ(0, std::memcmp(t.data, again.tensors()[i].data, t.size * sizeof(float))) << t.name << " (recompute)";
     }
+  }
+}
+
+// grpo-loss --lora: LoRA adapters over the frozen policy (grpo_ref.py's LoRA cases, autograd through
+// W + scaling·B·A): through the library every dA / dB within 1e-4 relative, and through the CLI the loss, KL,
+// clip fraction and each tensor's gradient norm.
+TEST(GrpoLossParity, LoraGradientsMatchAutograd) {
+  auto policy = Model::load((kDir / "policy").string());
+  auto ref = Model::load((kDir / "ref").string());
+  ASSERT_TRUE(policy.ok() && ref.ok());
+  const ModelConfig& cfg = (*policy)->config();
+  ThreadPool pool(2);
+  Context ctx;
+  ctx.pool = &pool;
+  const Json lora_cases = testing::load_json((kDir / "lora" / "cases.json").string());
+  ASSERT_EQ(lora_cases.size(), 2u);
+  for (const Json& c : lora_cases) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const Json* batch = nullptr;
+    const Json cases = load_cases();
+    for (const Json& whole : cases)
+      if (whole["name"] == name) batch = &whole["batch"];
+    ASSERT_NE(batch, nullptr);
+    const std::string adapter_dir = (kDir / c["adapter"].get<std::string>()).string();
+    auto adapter = open_lora_adapter(adapter_dir);
+    ASSERT_TRUE(adapter.ok()) << adapter.status().message();
+    auto lora = LoraParams::from_adapter(*adapter, cfg);
+    ASSERT_TRUE(lora.ok()) << lora.status().message();
+    GrpoCase k = grpo_case(*batch, cfg);
+    ASSERT_TRUE(k.rows.ok()) << k.rows.status().message();
+    GrpoLossInputs in = k.inputs();
+    if (c["ref"].get<bool>()) in.ref_logps = *coupled_logps(ctx, **ref, *k.rows, k.batch.n_completion);
+    LoraParams grads = LoraParams::zeros_like(*lora);
+    Activations acts;
+    auto res = grpo_loss_and_lora_grads(ctx, **policy, in, k.options, 1.0f, lora->weights(), grads, acts);
+    ASSERT_TRUE(res.ok()) << res.status().message();
+    expect_scalar(Json{{"loss", res->loss}, {"kl", res->kl}}, c["expected"], "loss");
+    expect_scalar(Json{{"kl", res->kl}}, c["expected"], "kl");
+    auto want = SafetensorsFile::open((kDir / "lora" / (name + ".grads.safetensors")).string());
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(want->tensors().size(), grads.tensors().size());
+    for (const LoraParams::Tensor& t : grads.tensors()) {
+      const TensorInfo* w = want->find(t.name);
+      ASSERT_NE(w, nullptr) << t.name;
+      const float* wd = static_cast<const float*>(w->data);
+      const float* gd = grads.data() + t.offset;
+      EXPECT_LE(rel_diff(std::vector<double>(gd, gd + t.size), std::vector<double>(wd, wd + t.size)), 1e-4) << t.name;
+    }
+    const testing::RunResult r = testing::run_binary(
+        "grpo-loss --json --threads 2 --model " + (kDir / "policy").string() + " --lora " + adapter_dir +
+        (c["ref"].get<bool>() ? " --ref-model " + (kDir / "ref").string() : std::string()) + " --batch " +
+        (kDir / (name + ".batch.json")).string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Json got = Json::parse(r.out);
+    for (const char* key : {"loss", "kl", "clip_fraction"}) expect_scalar(got, c["expected"], key);
+    ASSERT_EQ(got.at("grad_norms").size(), c["expected"]["grad_norms"].size());
+    for (auto it = c["expected"]["grad_norms"].begin(); it != c["expected"]["grad_norms"].end(); ++it)
+      EXPECT_NEAR(got["grad_norms"].at(it.key()).get<double>(), it.value().get<double>(), 1e-4 * it.value().get<double>())
+          << it.key();
   }
 }
 
