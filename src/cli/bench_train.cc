@@ -302,7 +302,9 @@ void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& p
               a.lora_r > 0 ? ("frozen " + a.weights + " base, LoRA r=" + std::to_string(a.lora_r) + " on " + a.lora_targets +
                               ": " + std::to_string(b.trainable) + " trainable values").c_str()
                            : "f32 master weights");
-  std::printf("| precision | %s |\n", b.mixed ? "bf16 mixed (bf16 GEMM operands, f32 sums)" : "f32");
+  std::printf("| precision | %s |\n", b.mixed ? (a.lora_r > 0 ? "bf16 GEMM operands, f32 sums (adapters and moments f32)"
+                                                          : "bf16 mixed (bf16 GEMM operands, f32 sums)")
+                                             : "f32");
   std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
               (long long)a.seq_len, (long long)a.prompt_len, a.batch,
               a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps, b.threads);
@@ -316,7 +318,7 @@ void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& p
   std::printf("| fwd+bwd GFLOP/s | %.1f (forward %.1f, backward %.1f); %.0f%% of the %.1f GFLOP/s bf16 GEMM peak |\n",
               gflops, j["forward_gflops_median"].get<double>(), j["backward_gflops_median"].get<double>(),
               b.peak > 0 ? 100 * gflops / b.peak : 0.0, b.peak);
-  if (b.mixed)
+  if (b.mixed && a.lora_r == 0)  // (a frozen base is re-laid once, at the first step)
     std::printf("| bf16 re-layout of the weights per step | %.3f s outside the optimizer (%s) |\n",
                 j["relayout_s_median"].get<double>(),
                 b.ranks > 1 ? "every step: the weights come from the all-gather"

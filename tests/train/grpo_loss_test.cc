@@ -203,17 +203,28 @@ GrpoCase grpo_case(const Json& j, const ModelConfig& cfg) {
   return k;
 }
 
+// The fixtures' policy and reference models and a context of two threads.
+struct ParityModels {
+  Result<std::unique_ptr<Model>> policy = Model::load((kDir / "policy").string());
+  Result<std::unique_ptr<Model>> ref = Model::load((kDir / "ref").string());
+  ThreadPool pool{2};
+  Context ctx = [this] {
+    Context c;
+    c.pool = &pool;
+    return c;
+  }();
+};
+
 // The loss through the library, with every gradient tensor compared element-wise (≤ 1e-4 relative),
 // and the same gradients bit for bit with gradient checkpointing, written over stale buffers (GradWrite::kOverwrite,
 // the first micro-batch of a trainer's step).
 TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
-  auto policy = Model::load((kDir / "policy").string());
-  auto ref = Model::load((kDir / "ref").string());
-  ASSERT_TRUE(policy.ok() && ref.ok());
+  ParityModels m;
+  ASSERT_TRUE(m.policy.ok() && m.ref.ok());
+  auto& policy = m.policy;
+  auto& ref = m.ref;
   const ModelConfig& cfg = (*policy)->config();
-  ThreadPool pool(2);
-  Context ctx;
-  ctx.pool = &pool;
+  const Context& ctx = m.ctx;
   for (const Json& c : load_cases()) {
     const std::string name = c["name"];
     SCOPED_TRACE(name);
@@ -254,13 +265,12 @@ TEST(GrpoLossParity, EveryGradientMatchesAutograd) {
 // W + scaling·B·A): through the library every dA / dB within 1e-4 relative, and through the CLI the loss, KL,
 // clip fraction and each tensor's gradient norm.
 TEST(GrpoLossParity, LoraGradientsMatchAutograd) {
-  auto policy = Model::load((kDir / "policy").string());
-  auto ref = Model::load((kDir / "ref").string());
-  ASSERT_TRUE(policy.ok() && ref.ok());
+  ParityModels m;
+  ASSERT_TRUE(m.policy.ok() && m.ref.ok());
+  auto& policy = m.policy;
+  auto& ref = m.ref;
   const ModelConfig& cfg = (*policy)->config();
-  ThreadPool pool(2);
-  Context ctx;
-  ctx.pool = &pool;
+  const Context& ctx = m.ctx;
   const Json lora_cases = testing::load_json((kDir / "lora" / "cases.json").string());
   ASSERT_EQ(lora_cases.size(), 2u);
   for (const Json& c : lora_cases) {
