@@ -1,14 +1,15 @@
 // LoRA fine-tuning through the Trainer (TrainOptions::lora): over the frozen tiny model the loss falls on the
-// code corpus and the base's weights never change; the checkpoint is a PEFT adapter that reloads to the
-// trainer's adapters bit for bit and, merged into the weights, gives the unmerged forward's logits; a killed run
-// resumes bit for bit (dropout on, gradient checkpointing on the resume); a q8 base trains (QLoRA); resuming
-// across the full / LoRA modes is refused.
+// code corpus; the checkpoint is a PEFT adapter that reloads to the trainer's adapters bit for bit and, merged
+// into the weights, gives the unmerged forward's logits and the engine's unmerged tokens; a killed run resumes bit
+// for bit (dropout on, gradient checkpointing on the resume); a q8 base trains (QLoRA); resuming across the full /
+// LoRA modes is refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "engine/engine.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
 #include "lora/trainable.h"
@@ -91,6 +92,22 @@ TEST(TrainerLora, LossFallsAndTheCheckpointIsAPeftAdapterOfTheSameModel) {
   }
   EXPECT_LE(worst, 1e-5 * largest);
   EXPECT_GT(moved, 1e-2 * largest) << "training did not change the model";
+
+  // The engine generates the same tokens with the trained adapter merged (the default) and unmerged.
+  std::vector<std::vector<int32_t>> generated;
+  for (const LoraMode mode : {LoraMode::kMerged, LoraMode::kUnmerged}) {
+    EngineOptions eo;
+    eo.model_dir = (kGrad / "tiny-train").string(), eo.lora_dir = ckpt.string(), eo.lora_mode = mode;
+    eo.n_threads = 2, eo.matmul_precision = MatmulPrecision::kF32, eo.weight_cache = "off";
+    auto engine = Engine::load(eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    SamplingParams sp = (*engine)->default_params();
+    sp.max_new_tokens = 12, sp.steps = 12, sp.temperature = 0.0f;
+    auto out = (*engine)->generate({{tokens[0], tokens[1], tokens[2], tokens[3]}}, sp);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    generated.push_back(out->generated[0]);
+  }
+  EXPECT_EQ(generated[0], generated[1]);
 }
 
 TEST(TrainerLora, KilledRunResumesBitForBitAndModesDoNotMix) {

@@ -19,7 +19,9 @@
 #include "model/kv_cache.h"
 #include "model/synthetic.h"
 #include "model/transformer.h"
+#include "random_adapter.h"
 #include "sampler/generate.h"
+#include "temp_dir.h"
 
 namespace dc {
 namespace {
@@ -212,6 +214,42 @@ TEST(ForwardVulkan, GreedyGenerationIsTokenIdenticalOnEveryAlgorithm) {
   }
   EXPECT_GE(n_cases, 7);
   EXPECT_EQ(algorithms.size(), 4u);
+}
+
+// A LoRA adapter merged at load (the default --lora mode) runs on the device: the merged weights are what is
+// uploaded, so the device's logits equal the CPU's merged model's within kTolerance and differ from the
+// base's; unmerged adapters are refused on the device at load, naming the flags.
+TEST(ForwardVulkan, MergedLoraAdapterMatchesTheCpu) {
+  const std::string dir = dc::testing::fixtures_dir() + "/tiny-gqa2";
+  auto base = Model::load(dir);
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  const test::TempDir tmp("vulkan_lora");
+  const std::string adapter = tmp.file("adapter");
+  ASSERT_TRUE(dc::testing::write_random_adapter(adapter, (*base)->config(), 4, (1u << kLoraTargets) - 1, 7, 0.05f).ok());
+  EngineOptions options;
+  options.model_dir = dir, options.n_threads = 2, options.lora_dir = adapter;
+  options.device = DeviceSpec{Device::kVulkan, 0};
+  auto device = Engine::load(options);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  options.device = DeviceSpec{};
+  auto cpu = Engine::load(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  const Batch batch = left_padded(3, 12, (*base)->config().n_vocab, 11);
+  compare((*cpu)->model(), **device, batch.view(), "tiny-gqa2 + merged LoRA");
+  // The adapter changed the model the device runs.
+  ThreadPool pool(2);
+  Context ctx{Device::kCpu, &pool};
+  ctx.reference_kernels = true;
+  const int64_t n = batch.view().n_out * (*base)->config().n_vocab;
+  std::vector<float> plain(n), merged(n);
+  ASSERT_TRUE((*base)->forward(ctx, batch.view(), plain.data()).ok());
+  ASSERT_TRUE((*cpu)->model().forward(ctx, batch.view(), merged.data()).ok());
+  EXPECT_GT(relative_error(plain, merged), 1e-3) << "the adapter changed nothing";
+  options.device = DeviceSpec{Device::kVulkan, 0};
+  options.lora_mode = LoraMode::kUnmerged;
+  auto unmerged = Engine::load(options);
+  ASSERT_FALSE(unmerged.ok());
+  EXPECT_NE(unmerged.status().message().find("--lora-mode"), std::string::npos) << unmerged.status().message();
 }
 
 // The cached forward (spec §6) on the device against the CPU's on the same cache ops: a refresh, then two
