@@ -162,24 +162,30 @@ TEST(TrainerLora, KilledRunResumesBitForBitAndModesDoNotMix) {
   EXPECT_NE(mixed.status().message().find("full fine-tune"), std::string::npos) << mixed.status().message();
 }
 
-// QLoRA: the base converted to q8 (its matmuls read the int8 codes), the adapters trained through it.
-TEST(TrainerLora, TrainsOverAQ8Base) {
+// QLoRA: the base converted to q8 and to q4 (its matmuls read the codes), the adapters trained through it.
+TEST(TrainerLora, TrainsOverAQuantizedBase) {
   ASSERT_TRUE(std::filesystem::exists(kGrad / ".complete")) << "run `ctest -R grad_fixtures` first";
   ThreadPool pool(2);
   const test::TempDir tmp("train_qlora");
-  ConvertOptions convert;
-  convert.model_dir = (kGrad / "tiny-train").string();
-  convert.out_dir = tmp.file("q8");
-  ASSERT_TRUE(convert_checkpoint(convert, &pool).ok());
-  TrainOptions o = lora_options(tmp.file("out"), 120);
-  o.model_dir = convert.out_dir;  // q8 (ConvertOptions default)
-  auto t = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
-  ASSERT_TRUE(t.ok()) << t.status().message();
-  while ((*t)->steps_done() < 120) ASSERT_TRUE((*t)->step().ok());
-  const auto& h = (*t)->history();
-  const double first = mean_loss(h, 0, 20), last = mean_loss(h, h.size() - 20, 20);
-  EXPECT_LT(last, 0.9 * first) << first << " -> " << last;
-  ASSERT_TRUE((*t)->save().ok());
+  for (const WeightQuant format : {WeightQuant::kQ8, WeightQuant::kQ4}) {
+    const std::string name = format == WeightQuant::kQ8 ? "q8" : "q4";
+    SCOPED_TRACE(name);
+    ConvertOptions convert;
+    convert.model_dir = (kGrad / "tiny-train").string();
+    convert.out_dir = tmp.file(name);
+    convert.quantize.format = format;
+    convert.quantize.group_size = 32;  // the tiny model's 32-wide rows
+    ASSERT_TRUE(convert_checkpoint(convert, &pool).ok());
+    TrainOptions o = lora_options(tmp.file(name + "-out"), 120);
+    o.model_dir = convert.out_dir;
+    auto t = Trainer::create_with_data(o, make_ctx(pool), code_corpus(32));
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    while ((*t)->steps_done() < 120) ASSERT_TRUE((*t)->step().ok());
+    const auto& h = (*t)->history();
+    const double first = mean_loss(h, 0, 20), last = mean_loss(h, h.size() - 20, 20);
+    EXPECT_LT(last, 0.9 * first) << first << " -> " << last;
+    ASSERT_TRUE((*t)->save().ok());
+  }
 }
 
 }  // namespace
