@@ -38,9 +38,7 @@ std::string grpo_fingerprint(const GrpoOptions& o) {
      << " warmup_ratio=" << o.warmup_ratio << " b1=" << o.adam.beta1 << " b2=" << o.adam.beta2 << " eps=" << o.adam.eps
      << " wd=" << o.adam.weight_decay << " clip=" << o.max_grad_norm << " seed=" << o.seed
      << " precision=" << (o.precision == MatmulPrecision::kBF16 ? "bf16" : "f32");
-  if (o.lora.r > 0)
-    os << " lora_r=" << o.lora.r << " lora_alpha=" << o.lora.alpha << " lora_targets=" << lora_targets_text(o.lora.targets)
-       << " lora_dropout=" << o.lora.dropout << " rslora=" << o.lora.use_rslora;
+  os << lora_fingerprint(o.lora);
   return os.str();
 }
 
@@ -97,11 +95,10 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   const OptimizerOptions optimizer{t->opt_.lr, o.adam, o.max_grad_norm,
                                    o.comm != nullptr ? o.grad_accum / o.comm->size() : 1};  // micro-batches per rank
   const std::string fingerprint = grpo_fingerprint(t->opt_);
+  DC_RETURN_IF_ERROR(check_checkpoint_kind(latest, o.lora.r > 0));
   if (o.lora.r > 0) {
     DC_RETURN_IF_ERROR(t->create_lora(optimizer, latest, fingerprint));
   } else if (!latest.empty()) {
-    if (fs::exists(fs::path(latest) / "adapter_config.json"))
-      return invalid_argument("--resume: " + latest + " is a LoRA run's checkpoint (pass its --lora-r and --lora-* flags)");
     DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer, o.comm));
     const std::string& saved = t->core_.state().options;
     if (saved != fingerprint)
@@ -148,8 +145,6 @@ Status GrpoTrainer::create_lora(const OptimizerOptions& optimizer, const std::st
   config_ = base_->config();
   const std::string ref_path = (fs::path(latest) / "ref_adapter_model.safetensors").string();
   if (!latest.empty()) {
-    if (!fs::exists(fs::path(latest) / "adapter_config.json"))
-      return invalid_argument("--resume: " + latest + " is a full fine-tune's checkpoint, not a LoRA run's (drop --lora-r)");
     DC_ASSIGN_OR_RETURN(lora_core_, LoraCore::resume(latest, config_, optimizer, opt_.comm));
     const std::string& saved = lora_core_.state().options;
     if (saved != fingerprint)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include "io/atomic_dir.h"
 #include "io/safetensors.h"
@@ -27,6 +28,22 @@ ModelWeights pack_frozen_base(const Context& ctx, Model& model) {
       t.layers[il].*m = transposed(w.layers[il].*m);
   t.output = transposed(w.output);
   return t;
+}
+
+std::string lora_fingerprint(const LoraSpec& s) {
+  if (s.r <= 0) return "";
+  std::ostringstream os;
+  os.precision(17);
+  os << " lora_r=" << s.r << " lora_alpha=" << s.alpha << " lora_targets=" << lora_targets_text(s.targets)
+     << " lora_dropout=" << s.dropout << " rslora=" << s.use_rslora;
+  return os.str();
+}
+
+Status check_checkpoint_kind(const std::string& latest, bool lora) {
+  if (latest.empty() || fs::exists(fs::path(latest) / "adapter_config.json") == lora) return Status();
+  return invalid_argument("--resume: " + latest +
+                          (lora ? " is a full fine-tune's checkpoint, not a LoRA run's (drop --lora-r)"
+                                : " is a LoRA run's checkpoint (pass its --lora-r and --lora-* flags)"));
 }
 
 LoraCore LoraCore::start(const ModelConfig& config, const LoraSpec& spec, uint64_t seed, const OptimizerOptions& options,

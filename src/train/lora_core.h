@@ -29,6 +29,13 @@ namespace dc::train {
 // quantized: its wᵀ is made per call). Packing that fails for memory leaves the model as stored.
 ModelWeights pack_frozen_base(const Context& ctx, Model& model);
 
+// " lora_r=16 lora_alpha=32 lora_targets=q_proj,... lora_dropout=0 rslora=0": a LoRA run's part of the options
+// fingerprint a resume compares ("" without adapters).
+std::string lora_fingerprint(const LoraSpec& spec);
+// A checkpoint to resume (`latest`, "" for none) must be of the run's kind: a LoRA run's (adapter_config.json) when
+// `lora`, a full fine-tune's otherwise; invalid_argument naming it and the flag otherwise.
+Status check_checkpoint_kind(const std::string& latest, bool lora);
+
 class LoraCore {
  public:
   // Step 0: adapters of `spec` over a model of `config`, PEFT-initialised from `seed` (A Kaiming-uniform,

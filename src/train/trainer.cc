@@ -98,9 +98,7 @@ std::string options_fingerprint(const TrainOptions& o) {
      << " norm=" << static_cast<int>(o.masking.norm) << " pad=" << o.pad_token_id
      << " instruct=" << o.instruct_template;
   if (o.precision == MatmulPrecision::kBF16) os << " precision=bf16";  // f32 runs keep their old fingerprint
-  if (o.lora.r > 0)
-    os << " lora_r=" << o.lora.r << " lora_alpha=" << o.lora.alpha << " lora_targets=" << lora_targets_text(o.lora.targets)
-       << " lora_dropout=" << o.lora.dropout << " rslora=" << o.lora.use_rslora;
+  os << lora_fingerprint(o.lora);
   return os.str();
 }
 
@@ -197,13 +195,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
   t->opt_ = o;
   t->ctx_ = ctx;
   DC_ASSIGN_OR_RETURN(const std::string latest, checkpoint_to_resume(o.out_dir, o.resume, o.force));
+  DC_RETURN_IF_ERROR(check_checkpoint_kind(latest, o.lora.r > 0));
   if (o.lora.r > 0) {  // adapters over the frozen base, read as it is stored
     DC_RETURN_IF_ERROR(check_lora_spec(o.lora));
     DC_ASSIGN_OR_RETURN(t->model_, load_model_source(o.model_dir, ctx.pool));
     t->config_ = t->model_->config();
     if (!latest.empty()) {
-      if (!fs::exists(fs::path(latest) / "adapter_config.json"))
-        return invalid_argument("--resume: " + latest + " is a full fine-tune's checkpoint, not a LoRA run's (drop --lora-r)");
       DC_ASSIGN_OR_RETURN(t->lora_core_, LoraCore::resume(latest, t->config_, optimizer_options(o), o.comm));
     } else {
       t->lora_core_ = LoraCore::start(t->config_, o.lora, o.seed, optimizer_options(o), o.comm);
@@ -211,8 +208,6 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_data(const TrainOptions& o
     return finish_setup(std::move(t), std::move(data), latest);
   }
   if (!latest.empty()) {
-    if (fs::exists(fs::path(latest) / "adapter_config.json"))
-      return invalid_argument("--resume: " + latest + " is a LoRA run's checkpoint (pass its --lora-r and --lora-* flags)");
     DC_ASSIGN_OR_RETURN(t->core_, OptimizerCore::resume(latest, optimizer_options(o), o.comm));
     t->config_ = t->core_.config();
     return finish_setup(std::move(t), std::move(data), latest);
