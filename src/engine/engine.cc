@@ -124,6 +124,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
   engine->max_kv_cache_bytes_ = options.max_kv_cache_bytes;
   engine->lora_note_ = std::move(lora_note);
   engine->unmerged_lora_ = std::move(unmerged);
+  if (engine->unmerged_lora_) engine->model_->set_lora(&engine->unmerged_lora_->weights());  // every forward adds it
   engine->adapters_ = std::move(adapters);
   engine->ctx_.matmul_precision = options.matmul_precision.value_or(checkpoint_precision(*engine->model_));
   if (options.device.device != Device::kCpu) {  // the device keeps its own row-major copy: nothing to pack
@@ -268,31 +269,29 @@ struct Generation {
 
 // `batch` with the generation's `cache` when its cache_op needs one and it brings none; a refresh larger
 // than max_kv_cache_bytes is refused.
-// `lora` (may be null) is the adapter of a batch that names none.
 Result<ForwardBatch> with_cache(const Model& model, int64_t max_kv_cache_bytes, KvCache& cache,
-                                const ForwardBatch& batch, const LoraWeights* lora) {
-  ForwardBatch b = batch;
-  if (b.lora == nullptr) b.lora = lora;
-  if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return b;
+                                const ForwardBatch& batch) {
+  if (batch.cache_op == CacheOp::kNone || batch.cache != nullptr) return batch;
   if (batch.cache_op == CacheOp::kRefresh) {
     const int64_t bytes = kv_bytes(model.config(), batch.n_batch, batch.n_seq);
     if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, batch.n_batch, batch.n_seq);
   }
+  ForwardBatch b = batch;
   b.cache = &cache;
   return b;
 }
 
-LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes, const LoraWeights* lora) {
+LogitsFn model_logits_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
   auto gen = std::make_shared<Generation>();
-  return [&model, ctx, max_kv_cache_bytes, gen, lora](const ForwardBatch& batch, float* logits) -> Status {
+  return [&model, ctx, max_kv_cache_bytes, gen](const ForwardBatch& batch, float* logits) -> Status {
     Context call_ctx = ctx;
     call_ctx.workspace = &gen->workspace;
-    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, gen->cache, batch, lora));
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, gen->cache, batch));
     return model.forward(call_ctx, b, logits);
   };
 }
 
-HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes, const LoraWeights* lora) {
+HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes) {
   auto cache = std::make_shared<KvCache>();  // the forward's scratch is the head's own workspace
   // On a device the hidden rows stay there, and greedy steps are sampled there (DeviceHeadSampler).
   std::shared_ptr<HeadSampler> head;
@@ -306,8 +305,8 @@ HeadFn model_head_fn(const Model& model, const Context& ctx, int64_t max_kv_cach
     head = cpu_head;
     forward = [cpu_head](const ForwardBatch& b) { return cpu_head->forward(b); };
   }
-  return [&model, max_kv_cache_bytes, cache, head, forward, lora](const ForwardBatch& batch) -> Result<HeadSampler*> {
-    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *cache, batch, lora));
+  return [&model, max_kv_cache_bytes, cache, head, forward](const ForwardBatch& batch) -> Result<HeadSampler*> {
+    DC_ASSIGN_OR_RETURN(const ForwardBatch b, with_cache(model, max_kv_cache_bytes, *cache, batch));
     DC_RETURN_IF_ERROR(forward(b));
     return head.get();
   };
@@ -319,13 +318,13 @@ int64_t Engine::kv_cache_bytes(int64_t n_rows, int64_t n_seq) const { return kv_
 
 LogitsFn Engine::logits_fn() {
   std::shared_ptr<void> running = begin_generation();  // held by the function: no re-pack while it lives
-  LogitsFn fn = model_logits_fn(*model_, ctx_, max_kv_cache_bytes_, default_lora());
+  LogitsFn fn = model_logits_fn(*model_, ctx_, max_kv_cache_bytes_);
   return [fn = std::move(fn), running](const ForwardBatch& batch, float* logits) { return fn(batch, logits); };
 }
 
 HeadFn Engine::head_fn() {
   std::shared_ptr<void> running = begin_generation();
-  HeadFn fn = model_head_fn(*model_, ctx_, max_kv_cache_bytes_, default_lora());
+  HeadFn fn = model_head_fn(*model_, ctx_, max_kv_cache_bytes_);
   return [fn = std::move(fn), running](const ForwardBatch& batch) { return fn(batch); };
 }
 
@@ -353,8 +352,7 @@ Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool
 
 Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
                                          const std::vector<std::vector<int32_t>>& prompts,
-                                         const SamplingParams& params, GenerateHooks hooks,
-                                         const LoraWeights* lora) {
+                                         const SamplingParams& params, GenerateHooks hooks) {
   const ModelConfig& c = model.config();
   if (prompts.empty()) return invalid_argument("no prompts given");
   int64_t width = 0;
@@ -371,13 +369,13 @@ Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx,
     if (bytes > max_kv_cache_bytes) return kv_cache_too_large(bytes, max_kv_cache_bytes, rows, length);
   }
   if (hooks.pool == nullptr) hooks.pool = ctx.pool;
-  return dc::generate(model_head_fn(model, ctx, max_kv_cache_bytes, lora), c.n_vocab, prompts, params, hooks);
+  return dc::generate(model_head_fn(model, ctx, max_kv_cache_bytes), c.n_vocab, prompts, params, hooks);
 }
 
 Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingParams& params, GenerateHooks hooks) {
   const std::shared_ptr<void> running = begin_generation();  // ctx_ and the weights stay as they are
-  return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks), default_lora());
+  return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks));
 }
 
 const LoraWeights* Engine::lora_adapter(const std::string& name) const {

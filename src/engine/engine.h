@@ -57,7 +57,7 @@ struct EngineOptions {
   std::string lora_dir;
   // How lora_dir is applied (--lora-mode): kMerged as above; kUnmerged keeps the base weights as they are
   // (packed as usual, the packed-weight cache usable) and holds the adapter in f32 beside them
-  // (LoraParams::from_adapter), added by every forward of head_fn() / logits_fn() / generate() whose
+  // (LoraParams::from_adapter), set as the model's default adapters (Model::set_lora): added by every forward whose
   // ForwardBatch::lora is null: 2·r·(in + out) flops per position per adapted projection. Refused for an
   // adapter with modules_to_save or an lm_head target, and on a device (CPU only).
   LoraMode lora_mode = LoraMode::kMerged;
@@ -77,12 +77,10 @@ MatmulPrecision checkpoint_precision(const Model& model);
 // (and, with a KV cache, its size against max_kv_cache_bytes), then runs the sampler with a fresh
 // chunked HeadFn (as Engine::head_fn) over `model` computing with ctx's pool and precision (its own KV
 // cache and scratch; ctx.workspace is not used). hooks.pool null: ctx.pool samples a logits_hook's rows.
-// `lora` (null: none): unmerged adapters every forward adds (ForwardBatch::lora; CPU only).
 // Errors name the prompt index. GRPO rollouts use it over the policy's weights in training.
 Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
                                          const std::vector<std::vector<int32_t>>& prompts,
-                                         const SamplingParams& params, GenerateHooks hooks = {},
-                                         const LoraWeights* lora = nullptr);
+                                         const SamplingParams& params, GenerateHooks hooks = {});
 
 class Engine {
  public:
@@ -179,8 +177,6 @@ class Engine {
     ctx_.pool = &pool_;
   }
 
-  // The adapter of --lora-mode unmerged, added to every forward whose batch names none (null: none).
-  const LoraWeights* default_lora() const { return unmerged_lora_ ? &unmerged_lora_->weights() : nullptr; }
   // Packs at ctx_'s precision (through the cache at `cache_path` when not ""); when memory runs out a
   // line on stderr says the rest stays row-major.
   void pack_or_note(const std::string& cache_path = "");
@@ -200,7 +196,8 @@ class Engine {
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
   WeightCacheReport weight_cache_report_;
   std::string lora_note_;
-  // --lora-mode unmerged: the adapter every forward adds when its batch names none (null: none).
+  // --lora-mode unmerged: the adapter every forward adds when its batch names none (the model's set_lora;
+  // null: none).
   std::unique_ptr<LoraParams> unmerged_lora_;
   // EngineOptions::lora_adapters, loaded (stable addresses: forwards point at their weights()).
   std::vector<std::pair<std::string, std::unique_ptr<LoraParams>>> adapters_;
