@@ -13,7 +13,9 @@
 namespace dc {
 
 Status DeviceHeadSampler::forward(const ForwardBatch& batch) {
+  DC_RETURN_IF_ERROR(run_pending());
   n_rows_ = 0;
+  DC_RETURN_IF_ERROR(model_.check_forward(ctx_, batch));
   const int64_t E = model_.config().n_embd;
   if (batch.n_out > capacity_rows_) {
     hidden_.reset();
@@ -23,12 +25,49 @@ Status DeviceHeadSampler::forward(const ForwardBatch& batch) {
                                                          "the hidden rows of " + std::to_string(batch.n_out) + " positions"));
     capacity_rows_ = batch.n_out;
   }
-  DC_RETURN_IF_ERROR(model_.forward_hidden(ctx_, batch, hidden_ != nullptr ? as_operand(hidden_->data()) : nullptr));
+  PendingForward& p = pending_.emplace();
+  const size_t n = static_cast<size_t>(batch.n_batch * batch.n_seq);
+  p.batch = batch;
+  p.tokens.assign(batch.tokens, batch.tokens + n);
+  p.batch.tokens = p.tokens.data();
+  if (batch.positions != nullptr) p.positions.assign(batch.positions, batch.positions + n), p.batch.positions = p.positions.data();
+  if (batch.valid != nullptr) p.valid.assign(batch.valid, batch.valid + n), p.batch.valid = p.valid.data();
+  p.out_rows.assign(batch.out_rows, batch.out_rows + batch.n_out);
+  p.batch.out_rows = p.out_rows.data();
   n_rows_ = batch.n_out;
   return Status::ok_status();
 }
 
+Status DeviceHeadSampler::record_pending() {
+  if (!pending_) return Status::ok_status();
+  const Status s = model_.record_hidden(ctx_, pending_->batch, hidden_ != nullptr ? as_operand(hidden_->data()) : nullptr);
+  if (!s.ok()) drop_pending(false);
+  return s;
+}
+
+Status DeviceHeadSampler::finish_step() {
+  const Status s = ctx_.backend->finish();
+  drop_pending(s.ok());
+  return s;
+}
+
+void DeviceHeadSampler::drop_pending(bool ran) {
+  if (!ran && pending_ && pending_->batch.cache != nullptr && pending_->batch.cache_op == CacheOp::kRefresh)
+    pending_->batch.cache->set_filled(false);  // recorded (maybe in part), not run
+  pending_.reset();
+}
+
+Status DeviceHeadSampler::run_pending() {
+  if (!pending_) return Status::ok_status();
+  const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
+  DC_RETURN_IF_ERROR(ctx_.backend->begin());
+  DC_RETURN_IF_ERROR(record_pending());
+  return finish_step();
+}
+
 void DeviceHeadSampler::release() {
+  // Going idle: the rows are not read again, but the forward may refresh the cache (on an error it is left unfilled).
+  static_cast<void>(run_pending());
   hidden_.reset();
   logits_.reset();
   capacity_rows_ = logits_capacity_ = n_rows_ = 0;
@@ -66,9 +105,10 @@ Status DeviceHeadSampler::logits(int64_t first, int64_t n, float* out) {
   const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
   DC_RETURN_IF_ERROR(reserve_logits(n));
   DC_RETURN_IF_ERROR(ctx_.backend->begin());
+  DC_RETURN_IF_ERROR(record_pending());
   const DeviceIn logits = record_logits(std::move(rows));
   if (logits) ctx_.backend->copy_out("head.logits", logits, out, n * model_.config().n_vocab * static_cast<int64_t>(sizeof(float)));
-  return ctx_.backend->finish();
+  return finish_step();
 }
 
 Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> out) {
@@ -92,6 +132,7 @@ Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample
     const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
     DC_RETURN_IF_ERROR(reserve_logits(n));
     DC_RETURN_IF_ERROR(ctx_.backend->begin());
+    DC_RETURN_IF_ERROR(record_pending());  // the step's forward, lm_head and sampling: one submission
     const DeviceIn logits = record_logits(std::move(index));
     const DeviceIn u = device_cast<const float>(ctx_.backend->copy_in("head.uniforms", uniforms.data(), n * 4));
     const DevicePtr<int32_t> ids_at = device_cast<int32_t>(ctx_.backend->alloc("head.ids", n * 4));
@@ -101,7 +142,7 @@ Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample
       ctx_.backend->copy_out("head.ids", ids_at, ids.data(), n * 4);  // one submission with the step's kernels
       ctx_.backend->copy_out("head.conf", conf_at, conf.data(), n * 12);
     }
-    DC_RETURN_IF_ERROR(ctx_.backend->finish());
+    DC_RETURN_IF_ERROR(finish_step());
   }
   const int kind = args.kind == ConfidenceKind::kProbability ? 0 : args.kind == ConfidenceKind::kMargin ? 1 : 2;
   for (size_t e = 0; e < rows.size(); ++e) {

@@ -4,10 +4,14 @@
 // confidence on the device (DeviceBackend::sample_rows), downloading 16 bytes per position (a token and
 // three confidences) instead of the [rows, n_vocab] logits. The random draws are the CPU's: each position's
 // uniform comes from its own stream (ops/head_sampler.h HeadRow) on the host and is uploaded (4 bytes).
+// A step is one submission (issue 35): forward() checks the batch and keeps a copy of its host inputs; the
+// body is recorded with the step's lm_head and sampling by the sample() (or logits()) that follows, and the
+// device runs all three at once. A forward that no step reads runs alone at the next forward() or release().
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/context.h"
@@ -25,7 +29,9 @@ class DeviceHeadSampler final : public HeadSampler {
   // `ctx`: a device context (ctx.backend set, the model's weights uploaded).
   DeviceHeadSampler(const Model& model, const Context& ctx) : model_(model), ctx_(ctx) {}
 
-  // Model::forward_hidden over `batch` into this object's device rows (grown as needed).
+  // Model::forward_hidden over `batch` into this object's device rows (grown as needed), run by the next
+  // sample() or logits() in the same submission as theirs. Checks the batch now (Model::check_forward); the
+  // forward's device errors come from that call. `batch`'s host arrays are copied: the caller may reuse them.
   Status forward(const ForwardBatch& batch);
 
   int64_t n_rows() const override { return n_rows_; }
@@ -35,7 +41,8 @@ class DeviceHeadSampler final : public HeadSampler {
   // tokens as the CPU's sample_token on logits()'s rows but where a draw or the top-p mass falls within
   // rounding of a boundary; confidences within 2e-5: the device's exp and summation order).
   Status sample(const HeadSampling& args, std::span<TokenSample> out) override;
-  // Frees the device memory of the hidden rows and of the logits block (the next forward grows them again).
+  // Frees the device memory of the hidden rows and of the logits block (the next forward grows them again),
+  // after running a forward still pending (it may refresh the KV cache).
   void release() override;
 
   // Bytes of device memory this object holds now (the hidden rows and the logits block).
@@ -53,12 +60,28 @@ class DeviceHeadSampler final : public HeadSampler {
   // (its first rows.size() rows of n_vocab; reserve_logits first) and returns it (nullptr after a device
   // error, in status()). Under the device's lock, between begin() and finish().
   DeviceIn record_logits(std::vector<int32_t> rows);
+  // The forward() not yet run: its batch, pointing into this object's copies of the host arrays.
+  struct PendingForward {
+    ForwardBatch batch;
+    std::vector<int32_t> tokens, positions;
+    std::vector<uint8_t> valid;
+    std::vector<int64_t> out_rows;
+  };
+  // Records the pending forward (if any) into the backend's open forward. Under the device's lock, after begin().
+  Status record_pending();
+  // finish(), then the pending forward is done (run, or on an error dropped).
+  Status finish_step();
+  // Forgets the pending forward; one that did not run (`ran` false) leaves a cache it refreshes unfilled.
+  void drop_pending(bool ran);
+  // Runs the pending forward alone (a forward that no sample() or logits() read).
+  Status run_pending();
 
   const Model& model_;
   Context ctx_;
   std::unique_ptr<DeviceMemory> hidden_;  // [capacity_rows_, n_embd] on the device
   std::unique_ptr<DeviceMemory> logits_;  // [logits_capacity_ / n_vocab, n_vocab] on the device
   int64_t capacity_rows_ = 0, n_rows_ = 0, logits_capacity_ = 0;  // logits_capacity_: floats
+  std::optional<PendingForward> pending_;  // the last forward() until a step runs it
 };
 
 }  // namespace dc

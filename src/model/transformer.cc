@@ -85,9 +85,13 @@ Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* h
   return forward_checked(ctx, b, hidden, nullptr, nullptr, nullptr);
 }
 
-Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
-                              const ForwardObserver* observer, Activations* train) const {
-  const ProfileScope profile(ctx, "forward");
+Status Model::record_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const {
+  DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::record_hidden: a device context");
+  DC_RETURN_IF_ERROR(check_forward(ctx, batch));
+  return forward_body(ctx, batch, hidden, nullptr, nullptr);
+}
+
+Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const {
   ForwardBatch b = batch;
   if (b.lora == nullptr) b.lora = lora_;  // set_lora's adapters
   DC_RETURN_IF_ERROR(check_batch(b));
@@ -103,6 +107,15 @@ Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, flo
   if (b.lora != nullptr && ctx.device != Device::kCpu)
     return invalid_argument("forward: unmerged LoRA adapters run on the CPU only; on a device, merge them into the "
                             "weights at load (--lora-mode merged, the default)");
+  return Status();
+}
+
+Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
+                              const ForwardObserver* observer, Activations* train) const {
+  const ProfileScope profile(ctx, "forward");
+  ForwardBatch b = batch;
+  if (b.lora == nullptr) b.lora = lora_;  // set_lora's adapters
+  DC_RETURN_IF_ERROR(check_forward(ctx, b));
   if (ctx.device != Device::kCpu) return forward_on_device(ctx, b, hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
@@ -290,33 +303,41 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   project(p.a1, l.wq, l.bq.data(), p.q, kLoraQ);
   project(p.a1, l.wk, l.bk.data(), p.k, kLoraK);
   project(p.a1, l.wv, l.bv.data(), p.v, kLoraV);
-  rope_apply(ctx, p.q, T, c.n_head, D, p.cos, p.sin);
-  rope_apply(ctx, p.k, T, c.n_head_kv, D, p.cos, p.sin);
+  // RoPE, and with kUse the window's fresh K/V replacing the cached ones: one pass on a device.
+  KvCache* cache = b.cache;
+  const bool store = b.cache_op == CacheOp::kUse;
+  rope_kv(ctx, shape, wb, W, p.q, p.k, p.v, p.cos, p.sin, store ? cache->k(il) : nullptr, store ? cache->v(il) : nullptr);
   observe("q", p.q, {T, q_dim});
   observe("k", p.k, {T, kv_dim});
   observe("v", p.v, {T, kv_dim});
-  KvCache* cache = b.cache;
-  if (b.cache_op == CacheOp::kUse) {  // the window's fresh K/V replace the cached ones
-    kv_store(ctx, p.k, b.n_batch, L, wb, W, kv_dim, cache->k(il));
-    kv_store(ctx, p.v, b.n_batch, L, wb, W, kv_dim, cache->v(il));
-  }
   if (W == L) {
     attention(ctx, shape, p.q, p.k, p.v, b.valid, p.attn);
   } else {
     attention_window(ctx, shape, wb, W, p.q, cache->k(il), cache->v(il), b.valid, p.attn);
   }
   observe("attn", p.attn, {T, q_dim});
-  project(p.attn, l.wo, nullptr, p.tmp, kLoraO);
-  add_inplace(ctx, p.h, p.tmp, T * E);
+  // Without adapters or training, the residual adds and SwiGLU go into the products (one pass on a device).
+  const bool fused = b.lora == nullptr && p.lora_u == nullptr;
+  if (fused) {
+    matmul_nt_residual(ctx, p.attn, T, l.wo, p.h, p.tmp);
+  } else {
+    project(p.attn, l.wo, nullptr, p.tmp, kLoraO);
+    add_inplace(ctx, p.h, p.tmp, T * E);
+  }
   observe("attn_residual", p.h, {T, E});
   if (p.h_mid != nullptr) std::copy_n(p.h, T * E, p.h_mid);
   rms_norm(ctx, p.h, l.ffn_norm.data(), T, E, eps, p.a2);
   observe("ffn_norm", p.a2, {T, E});
   project(p.a2, l.w_gate, nullptr, p.gate, kLoraGate);
-  project(p.a2, l.w_up, nullptr, p.up, kLoraUp);
-  swiglu(ctx, p.gate, p.up, T * F, p.act);
-  project(p.act, l.w_down, nullptr, p.tmp, kLoraDown);
-  add_inplace(ctx, p.h, p.tmp, T * E);
+  if (fused) {
+    matmul_nt_swiglu(ctx, p.a2, T, l.w_up, p.gate, p.act, p.up);
+    matmul_nt_residual(ctx, p.act, T, l.w_down, p.h, p.tmp);
+  } else {
+    project(p.a2, l.w_up, nullptr, p.up, kLoraUp);
+    swiglu(ctx, p.gate, p.up, T * F, p.act);
+    project(p.act, l.w_down, nullptr, p.tmp, kLoraDown);
+    add_inplace(ctx, p.h, p.tmp, T * E);
+  }
   observe("out", p.h, {T, E});
 }
 

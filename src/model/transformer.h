@@ -116,6 +116,15 @@ class Model {
   // forward(); no training mode.
   Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const;
 
+  // forward_hidden of a device step whose caller runs it together with what it records next (the lm_head
+  // and the sampling of the same step: one submission, engine/device_head_sampler.h): records the forward
+  // into ctx.backend's open forward — the caller holds its lock() and has called begin(); its finish() runs
+  // it. Same checks and errors as forward_hidden (a device context only); when finish() fails, the caller
+  // marks a refreshed batch.cache unfilled (set_filled(false)), as forward_hidden does.
+  Status record_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const;
+  // The checks of forward / forward_hidden (the batch, its cache's device, the LoRA adapters), running nothing.
+  Status check_forward(const Context& ctx, const ForwardBatch& batch) const;
+
   // The lm_head: logits[n, n_vocab] = hidden[n, n_embd] · outputᵀ, one matmul_nt per chunk of chunk_rows
   // rows counted from hidden's first row. The fast kernels' summation order depends on a product's row
   // count, so a row's logits are a function of its row, its index modulo chunk_rows and the rows of its

@@ -4,8 +4,10 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/profiler.h"
 #include "ops/cpu/kernels.h"
 #include "ops/device.h"
+#include "ops/elementwise.h"
 
 namespace dc {
 
@@ -42,6 +44,26 @@ void kv_store(const Context& ctx, const float* src, int64_t n_batch, int64_t n_s
       return;
     case Device::kVulkan:
       return ctx.backend->kv_store(as_device(src), n_batch, n_seq, window_begin, window_len, cols, as_device(cache));
+  }
+}
+
+void rope_kv(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len, float* q, float* k,
+             const float* v, const float* cos, const float* sin, float* cache_k, float* cache_v) {
+  const int64_t n = shape.n_batch * window_len, kv_cols = shape.n_head_kv * shape.head_dim;
+  DC_CHECK(q && k && cos && sin && (cache_k == nullptr || (v && cache_v)), "rope_kv: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu:
+      rope_apply(ctx, q, n, shape.n_head, shape.head_dim, cos, sin);
+      rope_apply(ctx, k, n, shape.n_head_kv, shape.head_dim, cos, sin);
+      if (cache_k == nullptr) return;
+      kv_store(ctx, k, shape.n_batch, shape.n_seq, window_begin, window_len, kv_cols, cache_k);
+      return kv_store(ctx, v, shape.n_batch, shape.n_seq, window_begin, window_len, kv_cols, cache_v);
+    case Device::kVulkan: {
+      const ProfileScope profile(ctx, "RoPE + KV cache store");
+      DC_CHECK(window_begin >= 0 && window_len > 0 && window_begin + window_len <= shape.n_seq, "rope_kv: the window must lie inside [0, n_seq)");
+      return ctx.backend->rope_kv(shape, window_begin, window_len, as_device(q), as_device(k), as_device(v), as_device(cos),
+                                  as_device(sin), as_device(cache_k), as_device(cache_v));
+    }
   }
 }
 

@@ -20,6 +20,14 @@ namespace dc {
 void attention_window(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
                       const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
 
+// RoPE (ops/elementwise.h rope_apply, cos / sin [n, head_dim/2]) in place on the step's q [n, n_head, head_dim]
+// and k [n, n_head_kv, head_dim], n = n_batch · window_len; then, when cache_k is not null, kv_store of the
+// rotated k and of v [n, n_head_kv · head_dim] into cache_k / cache_v [n_batch, n_seq, n_head_kv · head_dim] at
+// [window_begin, window_begin + window_len) (shape: n_batch, n_seq and the heads). One pass on a device; on the
+// CPU those calls, in that order.
+void rope_kv(const Context& ctx, const AttentionShape& shape, int64_t window_begin, int64_t window_len, float* q, float* k,
+             const float* v, const float* cos, const float* sin, float* cache_k, float* cache_v);
+
 // The window's fresh keys or values into the cache: cache[b, window_begin + i, :] = src[b, i, :] for i < W =
 // window_len, b < n_batch; src [n_batch, W, cols], cache [n_batch, n_seq, cols]; the other positions are
 // untouched. Precondition: 0 <= window_begin, window_begin + W <= n_seq.

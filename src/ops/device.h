@@ -173,10 +173,18 @@ class DeviceBackend {
   virtual void rope_apply(DeviceOut x, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) = 0;
   virtual void swiglu(DeviceIn gate, DeviceIn up, int64_t count, DeviceOut out) = 0;
   virtual void add_inplace(DeviceOut y, DeviceIn x, int64_t count) = 0;
+  // matmul_nt with the element-wise pass after it in the product's store (ops/matmul.h matmul_nt_residual,
+  // matmul_nt_swiglu): h[n, w.rows] += x · wᵀ; out[n, w.rows] = silu(gate) · (x · wᵀ) (out may be gate).
+  virtual void matmul_nt_residual(DeviceIn x, int64_t n, const WeightView& w, DeviceOut h) = 0;
+  virtual void matmul_nt_swiglu(DeviceIn x, int64_t n, const WeightView& w, DeviceIn gate, DeviceOut out) = 0;
   virtual void embedding(const WeightView& table, DevicePtr<const int32_t> ids, int64_t n, DeviceOut out) = 0;
   virtual void gather_rows(DeviceIn x, int64_t cols, DevicePtr<const int32_t> rows, int64_t n, DeviceOut out) = 0;
   virtual void attention(const AttentionShape& shape, int64_t window_begin, int64_t window_len, DeviceIn q, DeviceIn k, DeviceIn v,
                          DevicePtr<const uint8_t> valid, DeviceOut out) = 0;
+  // ops/attention_window.h rope_kv: RoPE on q and k in place and, with cache_k non-null, the window's k and v
+  // into the KV cache, in one pass.
+  virtual void rope_kv(const AttentionShape& shape, int64_t window_begin, int64_t window_len, DeviceOut q, DeviceOut k, DeviceIn v,
+                       DeviceIn cos, DeviceIn sin, DeviceOut cache_k, DeviceOut cache_v) = 0;
   virtual void kv_store(DeviceIn src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
                         int64_t cols, DeviceOut cache) = 0;
   // The head sampler's step (engine/device_head_sampler.h) per row of logits[n, n_vocab] with `filter`:

@@ -9,6 +9,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant.h"
 #include "ops/device.h"
+#include "ops/elementwise.h"
 
 namespace dc {
 
@@ -46,6 +47,33 @@ void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& 
       return;
     case Device::kVulkan:
       return ctx.backend->matmul_nt(as_device(x), n, w, bias, as_device(y));
+  }
+}
+
+void matmul_nt_residual(const Context& ctx, const float* x, int64_t n, const WeightView& w, float* h, float* tmp) {
+  switch (ctx.device) {
+    case Device::kCpu:
+      matmul_nt(ctx, x, n, w, nullptr, tmp);
+      return add_inplace(ctx, h, tmp, n * w.rows);
+    case Device::kVulkan: {
+      const ProfileScope profile(ctx, "GEMM x·Wᵀ + residual");
+      DC_CHECK(x != nullptr && h != nullptr && !w.empty() && n >= 0, "matmul_nt_residual: bad operands");
+      return ctx.backend->matmul_nt_residual(as_device(x), n, w, as_device(h));
+    }
+  }
+}
+
+void matmul_nt_swiglu(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* gate, float* out,
+                      float* tmp) {
+  switch (ctx.device) {
+    case Device::kCpu:
+      matmul_nt(ctx, x, n, w, nullptr, tmp);
+      return swiglu(ctx, gate, tmp, n * w.rows, out);
+    case Device::kVulkan: {
+      const ProfileScope profile(ctx, "GEMM x·Wᵀ, SwiGLU");
+      DC_CHECK(x != nullptr && gate != nullptr && out != nullptr && !w.empty() && n >= 0, "matmul_nt_swiglu: bad operands");
+      return ctx.backend->matmul_nt_swiglu(as_device(x), n, w, as_device(gate), as_device(out));
+    }
   }
 }
 

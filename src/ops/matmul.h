@@ -16,6 +16,15 @@ namespace dc {
 // weights take ops/cpu/quant.h: with AVX-512 VNNI, x is rounded to int8 per 32-column block.
 void matmul_nt(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* bias, float* y);
 
+// The forward's products whose element-wise pass a device folds into the product's store (issue 35: no pass
+// that only moves bytes): h[n, w.rows] += x[n, w.cols] · wᵀ (the residual add after the o and down
+// projections), and out[n, w.rows] = silu(gate) · (x · wᵀ) (SwiGLU after the up projection; out may be gate).
+// On the CPU they are matmul_nt into the caller's scratch tmp[n, w.rows], then add_inplace / swiglu: the same
+// values as those calls; a device does not touch tmp (its f32 arithmetic is the same as its unfused ops').
+void matmul_nt_residual(const Context& ctx, const float* x, int64_t n, const WeightView& w, float* h, float* tmp);
+void matmul_nt_swiglu(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* gate, float* out,
+                      float* tmp);
+
 // y[n, w.rows] += x[n, w.cols] · wᵀ: matmul_nt summing into y instead of overwriting it (no bias; dense
 // f32 / f16 / bf16 weights), for the backward's products, which add into the caller's gradients.
 void matmul_nt_add(const Context& ctx, const float* x, int64_t n, const WeightView& w, float* y);

@@ -226,6 +226,14 @@ class VulkanBackend final : public DeviceBackend {
   void matmul_nt(DeviceIn x, int64_t n, const WeightView& w, const float* bias, DeviceOut y) override {
     if (recording()) keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), vector(bias), at(y), matrix_units_, &split_scratch_));
   }
+  void matmul_nt_residual(DeviceIn x, int64_t n, const WeightView& w, DeviceOut h) override {
+    if (recording())
+      keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), nullptr, at(h), matrix_units_, &split_scratch_, {vk::Epilogue::kAdd, &at(h)}));
+  }
+  void matmul_nt_swiglu(DeviceIn x, int64_t n, const WeightView& w, DeviceIn gate, DeviceOut out) override {
+    if (recording())
+      keep(vk::matmul_nt(*seq_, at(x), n, matrix(w), nullptr, at(out), matrix_units_, &split_scratch_, {vk::Epilogue::kSwiglu, &at(gate)}));
+  }
   void rms_norm(DeviceIn x, const float* w, int64_t n, int64_t d, float eps, DeviceOut y) override {
     if (recording()) keep(vk::rms_norm(*seq_, at(x), *vector(w), n, d, eps, at(y)));
   }
@@ -257,6 +265,14 @@ class VulkanBackend final : public DeviceBackend {
     const vk::AttentionDims dims{s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim};
     keep(vk::attention(*seq_, dims, window_begin, window_len, at(q), at(k), at(v), valid ? &at(valid) : nullptr,
                        at(out), &split_scratch_));
+  }
+  void rope_kv(const AttentionShape& s, int64_t window_begin, int64_t window_len, DeviceOut q, DeviceOut k, DeviceIn v, DeviceIn cos,
+               DeviceIn sin, DeviceOut cache_k, DeviceOut cache_v) override {
+    if (!recording()) return;
+    const vk::KvWindow window{s.n_batch, s.n_seq, window_begin, window_len};
+    const bool store = static_cast<bool>(cache_k);
+    keep(vk::rope_kv(*seq_, at(q), at(k), s.n_batch * window_len, s.n_head, s.n_head_kv, s.head_dim, at(cos), at(sin), store ? &window : nullptr,
+                     store ? &at(v) : nullptr, store ? &at(cache_k) : nullptr, store ? &at(cache_v) : nullptr));
   }
   void kv_store(DeviceIn src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len, int64_t cols,
                 DeviceOut cache) override {

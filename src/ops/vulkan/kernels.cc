@@ -111,13 +111,20 @@ bool uses_matrix_units(const DeviceInfo& device, int64_t n, const DeviceMatrix& 
 }
 
 Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y, bool matrix_units,
-                 Buffer* split_scratch) {
+                 Buffer* split_scratch, const Epilogue& epilogue) {
   const char* op = "vulkan matmul_nt";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   if (w.data.empty()) return invalid_argument(std::string(op) + ": the weight matrix is not uploaded");
   DC_RETURN_IF_ERROR(need(x, n * w.cols * 4, op, "x [n, cols]"));
   DC_RETURN_IF_ERROR(need(y, n * w.rows * 4, op, "y [n, rows]"));
   if (bias) DC_RETURN_IF_ERROR(need(*bias, w.rows * 4, op, "bias [rows]"));
+  const Buffer* aux = nullptr;
+  if (epilogue.kind != Epilogue::kStore) {
+    if (epilogue.aux == nullptr) return invalid_argument(std::string(op) + ": the epilogue's aux operand is missing");
+    DC_RETURN_IF_ERROR(need(*epilogue.aux, n * w.rows * 4, op, "the epilogue's aux [n, rows]"));
+    aux = epilogue.aux;
+  }
+  const uint32_t mode = epilogue.kind;
   Dispatch d;
   if (matrix_units && uses_matrix_units(seq.device(), n, w)) {  // 64 × 128 tiles of y
     const int64_t tiles = (w.rows + 127) / 128 * ((n + 63) / 64), slices = w.cols / 64;
@@ -128,24 +135,24 @@ Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& 
         split_parts(tiles, slices, scratch ? std::min(slices / 2, split_scratch->bytes() / (n * w.rows * 4)) : 1);
     d.shader = "matmul_coop";
     d.spec = {weight_type(w)};
-    d.buffers = {&x, &w.data, bias, &y, splits > 1 ? split_scratch : nullptr};
-    d.push = {u32(n), u32(w.rows), u32(w.cols), bias ? 1u : 0u, u32(per_group)};
+    d.buffers = {&x, &w.data, bias, &y, splits > 1 ? split_scratch : nullptr, aux};
+    d.push = {u32(n), u32(w.rows), u32(w.cols), bias ? 1u : 0u, u32(per_group), mode};
     d.groups_x = u32((w.rows + 127) / 128), d.groups_y = u32((n + 63) / 64), d.groups_z = u32(splits);
     if (d.groups_y > kMaxGroups || d.groups_x > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 tiles");
     DC_RETURN_IF_ERROR(seq.record(d));
     if (splits == 1) return Status();
     Dispatch r;
     r.shader = "split_reduce";
-    r.buffers = {split_scratch, bias, &y};
-    r.push = {u32(n * w.rows), u32(w.rows), u32(splits), bias ? 1u : 0u};
+    r.buffers = {split_scratch, bias, &y, aux};
+    r.push = {u32(n * w.rows), u32(w.rows), u32(splits), bias ? 1u : 0u, mode};
     r.groups_x = stride_groups(n * w.rows, 256);
     return seq.record(r);
   }
   const bool few_rows = n <= 8;
   d.shader = few_rows ? "matvec" : "matmul";
   d.spec = {weight_type(w)};
-  d.buffers = {&x, &w.data, w.scales.empty() ? nullptr : &w.scales, w.mins.empty() ? nullptr : &w.mins, bias, &y};
-  d.push = {u32(n), u32(w.rows), u32(w.cols), u32(w.group_size), bias ? 1u : 0u};
+  d.buffers = {&x, &w.data, w.scales.empty() ? nullptr : &w.scales, w.mins.empty() ? nullptr : &w.mins, bias, &y, aux};
+  d.push = {u32(n), u32(w.rows), u32(w.cols), u32(w.group_size), bias ? 1u : 0u, mode};
   if (few_rows) {
     row_groups(w.rows, d);
   } else {
@@ -227,6 +234,39 @@ Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t 
   DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
   DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
   return seq.record({"rope", {}, {&x, &cos, &sin}, {u32(n), u32(n_heads), u32(half)}, stride_groups(n * n_heads * half, 256)});
+}
+
+Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+               const Buffer& cos, const Buffer& sin, const KvWindow* window, const Buffer* v, Buffer* cache_k, Buffer* cache_v) {
+  const char* op = "vulkan rope_kv";
+  DC_RETURN_IF_ERROR(positive(n, op, "n"));
+  DC_RETURN_IF_ERROR(positive(n_head, op, "n_head"));
+  DC_RETURN_IF_ERROR(positive(n_head_kv, op, "n_head_kv"));
+  if (head_dim <= 0 || head_dim % 2) return invalid_argument(std::string(op) + ": head_dim must be even and positive");
+  const int64_t half = head_dim / 2, kv_cols = n_head_kv * head_dim;
+  DC_RETURN_IF_ERROR(positive(n * (n_head + 2 * n_head_kv) * head_dim, op, "n · (n_head + 2 n_head_kv) · head_dim"));
+  DC_RETURN_IF_ERROR(need(q, n * n_head * head_dim * 4, op, "q [n, n_head, head_dim]"));
+  DC_RETURN_IF_ERROR(need(k, n * kv_cols * 4, op, "k [n, n_head_kv, head_dim]"));
+  DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
+  DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
+  KvWindow win;
+  if (window != nullptr) {
+    win = *window;
+    if (v == nullptr || cache_k == nullptr || cache_v == nullptr) return invalid_argument(std::string(op) + ": a window needs v and both caches");
+    if (win.n_batch <= 0 || win.window_len <= 0 || win.n_batch * win.window_len != n || win.window_begin < 0 ||
+        win.window_begin + win.window_len > win.n_seq)
+      return invalid_argument(std::string(op) + ": window [" + std::to_string(win.window_begin) + ", " +
+                              std::to_string(win.window_begin + win.window_len) + ") of " + std::to_string(win.n_batch) +
+                              " rows does not fit the sequence of " + std::to_string(win.n_seq) + " or the " + std::to_string(n) + " rows");
+    DC_RETURN_IF_ERROR(need(*v, n * kv_cols * 4, op, "v [n, n_head_kv · head_dim]"));
+    DC_RETURN_IF_ERROR(need(*cache_k, win.n_batch * win.n_seq * kv_cols * 4, op, "cache_k [B, L, cols]"));
+    DC_RETURN_IF_ERROR(need(*cache_v, win.n_batch * win.n_seq * kv_cols * 4, op, "cache_v [B, L, cols]"));
+  }
+  const bool store = window != nullptr;
+  return seq.record({"rope_kv", {}, {&q, &k, store ? v : nullptr, &cos, &sin, store ? cache_k : nullptr, store ? cache_v : nullptr},
+                     {u32(n), u32(n_head), u32(n_head_kv), u32(half), store ? 1u : 0u, u32(win.window_len), u32(win.n_seq),
+                      u32(win.window_begin)},
+                     stride_groups(n * ((n_head + n_head_kv) * half + (store ? kv_cols : 0)), 256)});
 }
 
 Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count, Buffer& out) {

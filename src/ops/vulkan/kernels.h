@@ -43,8 +43,17 @@ Result<DeviceMatrix> upload_matrix(Runtime& rt, const HostMatrix& m, std::string
 // units instead (shaders/matmul_coop.comp): x rounded to f16, f32 accumulation. There, `split_scratch`
 // (any size; null: none) lets a GEMM of few tiles split its columns over more workgroups, whose partial
 // sums it holds until split_reduce.comp adds them in a fixed order.
+//
+// `epilogue` (shaders/epilogue.glsl) folds the element-wise pass that would follow into the product's store:
+// kAdd: y += the product (the residual add into h; `aux` is y); kSwiglu: y = silu(aux) · the product (aux: the
+// gate [n, w.rows]; y may be aux) — the same f32 arithmetic as add_inplace / swiglu after a plain matmul_nt.
+struct Epilogue {
+  enum Kind : uint32_t { kStore = 0, kAdd = 1, kSwiglu = 2 };
+  Kind kind = kStore;
+  const Buffer* aux = nullptr;  // [n, w.rows]; unused by kStore
+};
 Status matmul_nt(Sequence& seq, const Buffer& x, int64_t n, const DeviceMatrix& w, const Buffer* bias, Buffer& y,
-                 bool matrix_units = false, Buffer* split_scratch = nullptr);
+                 bool matrix_units = false, Buffer* split_scratch = nullptr, const Epilogue& epilogue = {});
 // True when matmul_nt(..., matrix_units = true) runs on the matrix units for these operands.
 bool uses_matrix_units(const DeviceInfo& device, int64_t n, const DeviceMatrix& w);
 
@@ -104,6 +113,17 @@ Status attention(Sequence& seq, const AttentionDims& dims, int64_t window_begin,
 // K or V into the KV cache; ops/attention_window.h kv_store).
 Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
                 int64_t cols, Buffer& cache);
+
+// The window of a step's fresh K / V in the KV cache (kv_store's operands): rows b · W + i of the step go to
+// positions window_begin + i of cache row b, W = window_len.
+struct KvWindow {
+  int64_t n_batch = 0, n_seq = 0, window_begin = 0, window_len = 0;
+};
+// rope_apply on q [n, n_head, head_dim] and on k [n, n_head_kv, head_dim], and with `window` (nullptr: none)
+// kv_store of the rotated k and of v [n, n_head_kv · head_dim] into cache_k / cache_v [B, L, n_head_kv ·
+// head_dim] (n = B · W): one dispatch (shaders/rope_kv.comp), the arithmetic of rope_apply's.
+Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+               const Buffer& cos, const Buffer& sin, const KvWindow* window, const Buffer* v, Buffer* cache_k, Buffer* cache_v);
 
 // The filters of a sampled step (ops/head_sampler.h FilterConfig).
 struct RowFilter {

@@ -132,5 +132,20 @@ TEST(DeviceCli, ServeChatCompletionOnVulkanEqualsTheCpu) {
   EXPECT_EQ(answers[1], answers[0]);
 }
 
+// A step on the device is one submission (issue 35): the body's forward, the lm_head of the step's rows and
+// the sampling, with the uploads and the readback, in the steady state of the uncached and the dual-cache
+// modes (bench counts the submits of the steps after the first, which records the command buffers).
+TEST(DeviceCli, BenchStepIsOneSubmission) {
+  for (const char* cache : {"none", "dual"}) {
+    const auto r = dc::testing::run_binary(std::string("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 8 --no-peak --json"
+                                                       " --threads 2 --device vulkan --cache ") + cache);
+    ASSERT_EQ(r.exit_code, 0) << cache << ": " << r.err;
+    const nlohmann::json work = nlohmann::json::parse(r.out)["device_work_per_step"];
+    ASSERT_TRUE(work.is_object() && work.contains("submits")) << cache << ": " << r.out;
+    EXPECT_EQ(work["submits"].get<double>(), 1.0) << cache << ": " << work.dump();
+    EXPECT_EQ(work["runs"].get<double>(), 1.0) << cache << ": " << work.dump();
+  }
+}
+
 }  // namespace
 }  // namespace dc

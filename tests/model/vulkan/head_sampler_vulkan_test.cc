@@ -2,7 +2,8 @@
 // reference kernels) on one forward of a synthetic model on device 0 (lavapipe in CI): greedy and sampled
 // steps with and without top-k / top-p, all on the device (the same tokens, the draws being the CPU's
 // streams; confidences within 2e-5: the device's exp and summation order), logits() within 1e-4 of the
-// largest logit, and release() freeing the device memory that the next forward grows again.
+// largest logit, and release() freeing the device memory that the next forward grows again; a step (the forward
+// and its sampling) is one submission.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,6 +95,53 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
     ASSERT_TRUE(on_device.sample(again, after).ok());
     for (size_t e = 0; e < rows.size(); ++e) EXPECT_EQ(after[e].token, before[e].token) << "entry " << e;
   }  // the samplers' device memory goes before the backend
+}
+
+// A step is one submission (issue 35): forward() runs nothing (it checks the batch, refusing a bad one at
+// once); the sample() after it runs the forward, the lm_head and the sampling in one submit, with the same
+// tokens as a forward run on its own; a forward that no step reads runs alone at the next forward().
+TEST(DeviceHeadSampler, AStepIsOneSubmission) {
+  ModelConfig c = synthetic_config("tiny").value();
+  c.n_head = 2, c.n_head_kv = 1, c.head_dim = 32, c.n_embd = 64, c.n_ff = 160, c.n_vocab = 300;
+  c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+  const auto pair = testing::synthetic_pair(c, 6);
+  ASSERT_NE(pair, nullptr);
+  DeviceBackend& backend = *pair->backend;
+  const int64_t L = 12;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> out_rows;
+  for (int64_t i = 0; i < L; ++i) tokens.push_back(static_cast<int32_t>((i * 53 + 7) % 298)), out_rows.push_back(i);
+  ForwardBatch batch;
+  batch.n_batch = 1, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = L;
+  std::vector<HeadRow> rows;
+  for (int64_t r = 0; r < L; ++r) rows.push_back({r, 0, r});
+  const HeadSampling args{FilterConfig{0.0f, 1.0f, 0}, ConfidenceKind::kProbability, 1, 0, rows};
+  {
+    DeviceHeadSampler head(*pair->device_model, pair->device);
+    std::vector<TokenSample> first(rows.size()), second(rows.size());
+    const int64_t before = backend.counters().submits;
+    ASSERT_TRUE(head.forward(batch).ok());
+    EXPECT_EQ(backend.counters().submits, before) << "forward() submitted work of its own";
+    ASSERT_TRUE(head.sample(args, first).ok());
+    EXPECT_EQ(backend.counters().submits - before, 1);
+    // A forward no step reads runs alone at the next forward(): three forwards and a step are three more
+    // submits. forward() copies the batch: the caller's tokens, overwritten before the step, are not read.
+    const std::vector<int32_t> original = tokens;
+    ASSERT_TRUE(head.forward(batch).ok());
+    std::fill(tokens.begin(), tokens.end(), 1);
+    ASSERT_TRUE(head.forward(batch).ok());
+    tokens = original;
+    ASSERT_TRUE(head.forward(batch).ok());
+    std::fill(tokens.begin(), tokens.end(), 1);
+    ASSERT_TRUE(head.sample(args, second).ok());
+    tokens = original;
+    EXPECT_EQ(backend.counters().submits - before, 4);
+    for (size_t e = 0; e < rows.size(); ++e) EXPECT_EQ(second[e].token, first[e].token) << "entry " << e;
+    ForwardBatch bad = batch;
+    std::vector<int32_t> bad_tokens(tokens.size(), 300);  // outside the vocabulary
+    bad.tokens = bad_tokens.data();
+    EXPECT_EQ(head.forward(bad).code(), StatusCode::kInvalidArgument);
+  }  // the sampler's device memory goes before the backend
 }
 
 }  // namespace

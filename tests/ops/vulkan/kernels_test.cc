@@ -141,6 +141,52 @@ TEST(VulkanKernels, MatmulOnTheMatrixUnitsAgainstTheCpu) {
   std::printf("  matrix units: %s\n", units ? "present, checked" : "absent: the f32 kernel ran");
 }
 
+// The GEMM epilogues (kernels.h Epilogue) against the CPU's matmul_nt then add_inplace / swiglu: the residual
+// add into y, and SwiGLU with the gate in its own buffer and in place (y = the gate). Tails in both tile
+// dimensions and in k (67 × 42, q4 groups of 14), n through the subgroup kernel (3), the tiled one with a tail
+// (70) and, where a device has them, the matrix units with and without a split (320 columns: 5 k-slices).
+TEST(VulkanKernels, MatmulEpiloguesAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  vk::Buffer scratch = ok_or_throw(rt.alloc(int64_t{1} << 20, "split scratch"));
+  struct Case { std::string kind; int64_t rows, cols; bool units; vk::Buffer* split; };
+  for (const Case& c : {Case{"f32", 67, 42, false, nullptr}, Case{"bf16", 67, 42, false, nullptr}, Case{"q8", 67, 42, false, nullptr},
+                        Case{"q4", 67, 42, false, nullptr}, Case{"f16", 195, 320, true, nullptr}, Case{"bf16", 195, 320, true, &scratch}}) {
+    const TestWeight w = make_weight(c.kind, c.rows, c.cols, 14, 31);
+    const vk::DeviceMatrix dw = ok_or_throw(vk::upload_matrix(rt, w.host, c.kind));
+    for (const int64_t n : {3, 70}) {
+      const size_t ny = static_cast<size_t>(n * c.rows);
+      std::vector<float> x = random_floats(300 + n, static_cast<size_t>(n * c.cols));
+      const vk::Buffer dx = ok_or_throw(rt.make_buffer(x, "x"));
+      if (c.units && vk::uses_matrix_units(rt.info(), n, dw))
+        for (float& v : x) v = f16_to_f32(f32_to_f16(v));  // what the matrix units multiply
+      const std::vector<float> h = random_floats(400 + n, ny), gate = random_floats(500 + n, ny, -6, 6);
+      std::vector<float> product(ny), want_add = h, want_swiglu(ny);
+      matmul_nt(cpu_reference(), x.data(), n, w.view, nullptr, product.data());
+      add_inplace(cpu_reference(), want_add.data(), product.data(), n * c.rows);
+      swiglu(cpu_reference(), gate.data(), product.data(), n * c.rows, want_swiglu.data());
+      vk::Buffer dh = ok_or_throw(rt.make_buffer(h, "h")), dgate = ok_or_throw(rt.make_buffer(gate, "gate"));
+      vk::Buffer in_place = ok_or_throw(rt.make_buffer(gate, "gate, in place")), dout = ok_or_throw(rt.alloc(n * c.rows * 4, "out"));
+      auto seq = ok_or_throw(rt.new_sequence());
+      ok_or_throw(vk::matmul_nt(seq, dx, n, dw, nullptr, dh, c.units, c.split, {vk::Epilogue::kAdd, &dh}));
+      ok_or_throw(vk::matmul_nt(seq, dx, n, dw, nullptr, dout, c.units, c.split, {vk::Epilogue::kSwiglu, &dgate}));
+      ok_or_throw(vk::matmul_nt(seq, dx, n, dw, nullptr, in_place, c.units, c.split, {vk::Epilogue::kSwiglu, &in_place}));
+      ok_or_throw(seq.run());
+      const std::string what = c.kind + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols) + " n=" + std::to_string(n) +
+                               (c.split ? " split" : "");
+      expect_close(want_add, ok_or_throw(rt.read<float>(dh, n * c.rows)), 1e-5, what + " residual add");
+      expect_close(want_swiglu, ok_or_throw(rt.read<float>(dout, n * c.rows)), 1e-5, what + " swiglu");
+      expect_close(want_swiglu, ok_or_throw(rt.read<float>(in_place, n * c.rows)), 1e-5, what + " swiglu in place");
+    }
+  }
+  vk::Buffer y = ok_or_throw(rt.alloc(3 * 67 * 4, "y")), x = ok_or_throw(rt.alloc(3 * 42 * 4, "x"));
+  const TestWeight w = make_weight("f32", 67, 42, 0, 1);
+  const vk::DeviceMatrix dw = ok_or_throw(vk::upload_matrix(rt, w.host, "w"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  const Status s = vk::matmul_nt(seq, x, 3, dw, nullptr, y, false, nullptr, {vk::Epilogue::kSwiglu, nullptr});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("aux operand is missing"), std::string::npos) << s.message();
+}
+
 TEST(VulkanKernels, MatmulChecksShapes) {
   vk::Runtime& rt = vulkan_runtime();
   const TestWeight w = make_weight("f32", 5, 6, 0, 1);
@@ -355,6 +401,43 @@ TEST(VulkanKernels, KvStoreAgainstTheCpu) {
   EXPECT_EQ(ok_or_throw(rt.read<float>(dcache, B * L * C)), cache);
   EXPECT_EQ(cache[static_cast<size_t>((L + begin) * C)], src[static_cast<size_t>(W * C)]);  // row 1's first window position
   EXPECT_EQ(vk::kv_store(seq, dsrc, B, L, 9, W, C, dcache).code(), StatusCode::kInvalidArgument);  // beyond L
+}
+
+// The fused RoPE + KV-cache store (kernels.h rope_kv) against the CPU's rope_apply on q and k then kv_store of k
+// and v: GQA (3 query heads, 1 KV head of 10: a half of 5), a window [4, 10) of 3 rows in a sequence of 13, and
+// without the store (the refresh and uncached forwards); the cache outside the window is untouched.
+TEST(VulkanKernels, RopeKvAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t B = 3, L = 13, H = 3, Hkv = 1, D = 10, begin = 4, W = 6, n = B * W, C = Hkv * D;
+  const std::vector<float> cos_t = random_floats(1, static_cast<size_t>(n * D / 2)), sin_t = random_floats(2, static_cast<size_t>(n * D / 2));
+  for (const bool store : {true, false}) {
+    std::vector<float> q = random_floats(3, static_cast<size_t>(n * H * D)), k = random_floats(4, static_cast<size_t>(n * C));
+    const std::vector<float> v = random_floats(5, static_cast<size_t>(n * C));
+    std::vector<float> cache_k = random_floats(6, static_cast<size_t>(B * L * C)), cache_v = random_floats(7, static_cast<size_t>(B * L * C));
+    vk::Buffer dq = ok_or_throw(rt.make_buffer(q, "q")), dk = ok_or_throw(rt.make_buffer(k, "k")), dv = ok_or_throw(rt.make_buffer(v, "v"));
+    vk::Buffer dck = ok_or_throw(rt.make_buffer(cache_k, "cache k")), dcv = ok_or_throw(rt.make_buffer(cache_v, "cache v"));
+    const vk::Buffer dcos = ok_or_throw(rt.make_buffer(cos_t, "cos")), dsin = ok_or_throw(rt.make_buffer(sin_t, "sin"));
+    const AttentionShape shape{B, L, H, Hkv, D};
+    rope_kv(cpu_reference(), shape, begin, W, q.data(), k.data(), v.data(), cos_t.data(), sin_t.data(),
+            store ? cache_k.data() : nullptr, store ? cache_v.data() : nullptr);
+    const vk::KvWindow window{B, L, begin, W};
+    auto seq = ok_or_throw(rt.new_sequence());
+    ok_or_throw(vk::rope_kv(seq, dq, dk, n, H, Hkv, D, dcos, dsin, store ? &window : nullptr, &dv, &dck, &dcv));
+    EXPECT_EQ(seq.dispatches(), 1);
+    ok_or_throw(seq.run());
+    const std::string what = store ? "with the store" : "without";
+    expect_close(q, ok_or_throw(rt.read<float>(dq, n * H * D)), 1e-6, "q " + what);
+    expect_close(k, ok_or_throw(rt.read<float>(dk, n * C)), 1e-6, "k " + what);
+    expect_close(cache_k, ok_or_throw(rt.read<float>(dck, B * L * C)), 1e-6, "cache k " + what);
+    EXPECT_EQ(ok_or_throw(rt.read<float>(dcv, B * L * C)), cache_v) << what;
+  }
+  vk::Buffer q = ok_or_throw(rt.alloc(n * H * D * 4, "q")), k = ok_or_throw(rt.alloc(n * C * 4, "k"));
+  const vk::Buffer cs = ok_or_throw(rt.alloc(n * D / 2 * 4, "cos"));
+  vk::Buffer cache = ok_or_throw(rt.alloc(B * L * C * 4, "cache"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  const vk::KvWindow beyond{B, L, 9, W};  // past L
+  EXPECT_EQ(vk::rope_kv(seq, q, k, n, H, Hkv, D, cs, cs, &beyond, &k, &cache, &cache).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(vk::rope_kv(seq, q, k, n, H, Hkv, D, cs, cs, &beyond, nullptr, &cache, &cache).code(), StatusCode::kInvalidArgument);
 }
 
 // The device's sampling step against the sampler's sample_token on crafted rows, for temperature 0 and > 0

@@ -1,4 +1,4 @@
-// y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows]): a 64×64 tile of y per workgroup of 16×16 threads (4×4 each),
+// y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows]), through epilogue.glsl: a 64×64 tile of y per workgroup of 16×16 threads (4×4 each),
 // x and W staged through shared memory 16 columns at a time (W converted to f32 as it is staged).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -12,9 +12,11 @@ layout(std430, binding = 2) readonly buffer S { uint scales[]; };
 layout(std430, binding = 3) readonly buffer M { uint mins[]; };
 layout(std430, binding = 4) readonly buffer B { float bias[]; };    // [rows]
 layout(std430, binding = 5) writeonly buffer Y { float y[]; };      // [n, rows]
-layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint group_size; uint has_bias; } p;
+layout(std430, binding = 6) readonly buffer A { float aux[]; };     // [n, rows] (epilogue.glsl)
+layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint group_size; uint has_bias; uint epilogue; } p;
 
 #include "weights.glsl"
+#include "epilogue.glsl"
 
 const uint kTile = 64, kK = 16;
 shared float xs[kTile][kK + 1];
@@ -47,7 +49,7 @@ void main() {
     if (r >= p.n) continue;
     for (int j = 0; j < 4; ++j) {
       const uint c = m0 + tx + 16u * j;
-      if (c < p.rows) y[r * p.rows + c] = acc[i][j] + (p.has_bias != 0u ? bias[c] : 0.0);
+      if (c < p.rows) y[r * p.rows + c] = epilogue(r * p.rows + c, acc[i][j] + (p.has_bias != 0u ? bias[c] : 0.0));
     }
   }
 }

@@ -1,14 +1,16 @@
-// y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows]) on the matrix units (VK_NV_cooperative_matrix, 16×16×16):
+// y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows]), through epilogue.glsl, on the matrix units (VK_NV_cooperative_matrix, 16×16×16):
 // f16 operands (x rounded from f32 and saturated at ±65504; bf16 and f16 weights converted, exactly where
 // f16 holds the value), f32 accumulation. A workgroup of 4 subgroups computes a 64 × 128 tile of y (64 rows of x, 128 rows of
 // W; subgroup s owns W rows [32 s, 32 s + 32)). Each slice of 64 columns is staged once in shared memory by
 // the whole workgroup, f16 packed 4 to a uvec2, while the next slice is already loaded into registers.
 // Split-k: workgroup z takes slices [z · p.per_group, (z + 1) · p.per_group) and, when the grid has more
-// than one z, writes its partial tile without the bias to part[z] (split_reduce.comp sums them in order),
+// than one z, writes its partial tile without the bias to part[z] (split_reduce.comp sums them in order
+// and applies the bias and the epilogue),
 // so that the few-row GEMMs of a cached step fill the GPU.
 // kernels.cc calls it for dense f16 / bf16 weights with cols % 64 == 0 on a device with 32-wide subgroups.
 #version 450
 #extension GL_NV_cooperative_matrix : require
+#extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -21,7 +23,10 @@ layout(std430, binding = 1) readonly buffer W { uvec4 w4[]; };     // [rows, col
 layout(std430, binding = 2) readonly buffer B { float bias[]; };   // [rows]
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };     // [n, rows]
 layout(std430, binding = 4) writeonly buffer P { float part[]; };  // [splits, n, rows] when split
-layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint has_bias; uint per_group; } p;
+layout(std430, binding = 5) readonly buffer A { float aux[]; };    // [n, rows] (epilogue.glsl)
+layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint has_bias; uint per_group; uint epilogue; } p;
+
+#include "epilogue.glsl"
 
 const uint kBM = 64, kBN = 128, kBK = 64;
 // One shared array of uvec2 (4 halves, or 2 floats), used twice: the staged slice (x at 0, W at kW0; rows
@@ -98,7 +103,7 @@ void main() {
       const uvec2 pair = sh[(col / 32u) * kOut + row * kRS + (col % 32u) / 2u];
       const float v = uintBitsToFloat((col & 1u) != 0u ? pair.y : pair.x);
       if (split) part[part0 + r * p.rows + c] = v;
-      else y[r * p.rows + c] = v + (p.has_bias != 0u ? bias[c] : 0.0);
+      else y[r * p.rows + c] = epilogue(r * p.rows + c, v + (p.has_bias != 0u ? bias[c] : 0.0));
     }
   }
 }

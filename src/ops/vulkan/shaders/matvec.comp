@@ -1,4 +1,4 @@
-// y[n, rows] = x[n, cols] · Wᵀ (+ bias) for few rows of x (n <= 8, the bandwidth-bound case): one workgroup
+// y[n, rows] = x[n, cols] · Wᵀ (+ bias), through epilogue.glsl, for few rows of x (n <= 8, the bandwidth-bound case): one workgroup
 // per output column reads its weight row once for all n rows; the partial sums meet by subgroup
 // reduction, then across subgroups through shared memory.
 #version 450
@@ -14,9 +14,11 @@ layout(std430, binding = 2) readonly buffer S { uint scales[]; };
 layout(std430, binding = 3) readonly buffer M { uint mins[]; };
 layout(std430, binding = 4) readonly buffer B { float bias[]; };
 layout(std430, binding = 5) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint group_size; uint has_bias; } p;
+layout(std430, binding = 6) readonly buffer A { float aux[]; };  // epilogue.glsl
+layout(push_constant) uniform Push { uint n; uint rows; uint cols; uint group_size; uint has_bias; uint epilogue; } p;
 
 #include "weights.glsl"
+#include "epilogue.glsl"
 
 const uint kMaxN = 8;
 shared float partial[128][kMaxN];  // one slot per subgroup (at most 128 subgroups of 1)
@@ -39,6 +41,6 @@ void main() {
     const uint i = gl_LocalInvocationID.x;
     float s = 0.0;
     for (uint g = 0; g < gl_NumSubgroups; ++g) s += partial[g][i];
-    y[i * p.rows + r] = s + (p.has_bias != 0u ? bias[r] : 0.0);
+    y[i * p.rows + r] = epilogue(i * p.rows + r, s + (p.has_bias != 0u ? bias[r] : 0.0));
   }
 }
