@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# One GPU session in one command (BENCHMARKS.md "Vulkan backend on an NVIDIA H100"): the Vulkan kernel and
-# model tests on the GPU, `bench --device vulkan` on the 7B shape in each cache mode, and the PyTorch
-# reference (tests/reference/dream_ref.py, full recompute every step, bf16) on the same GPU through CUDA.
+# One GPU session in one command (issue 35 item 6; BENCHMARKS.md "Vulkan backend on an NVIDIA H100"): the
+# Vulkan kernel and model tests on the GPU, `bench --device vulkan` on the 7B shape for every row of the issue's
+# target table (bf16 dual-cache step, bf16 uncached step, q4 dual-cache step; each with the per-shader GPU
+# profile, DC_VULKAN_PROFILE=1), the PyTorch reference (tests/reference/dream_ref.py, full recompute every step,
+# bf16 on CUDA) on the same GPU, the bandwidth floors of bench/gpu_roofline.py for that GPU, and one markdown
+# table of them all (bench/gpu_table.py: OUT/table.md). Serving rows stay TODO until `serve --device vulkan`
+# batches (issue 35 item 5).
 #
 # Usage: bench/gpu_session.sh KIT OUT [STAGES]
 #   KIT: a folder with bin/{diffucoder,test_ops_vulkan,test_model_vulkan}, lib/ (their shared libraries when the
-#        GPU machine lacks them) and fixtures/ (the small test checkpoints); OUT: where the logs go.
-#   STAGES: a comma list of tests,tiny,torch,dual,prefix,none (default: all).
+#        GPU machine lacks them) and fixtures/ (the small test checkpoints) — or a build folder (build/diffucoder,
+#        build/tests/test_*_vulkan); OUT: where the logs, the JSON and table.md go.
+#   STAGES: a comma list of tests,torch,dual,none,q4,prefix (default: all but prefix, which no row needs).
+# Before the window opens: `SHAPE=tiny bench/gpu_session.sh build /tmp/gpu_dry` runs the same plumbing on any
+# Vulkan device (lavapipe) in a few minutes — the tiny shape, short runs, the reference on the CPU without CUDA —
+# and writes a table marked as a plumbing run.
 # A KIT from a Release build: cp build/diffucoder build/tests/test_{ops,model}_vulkan KIT/bin; copy what `ldd`
 # lists for them but glibc and libstdc++ into KIT/lib; copy build/fixtures' manifest.json, .complete and the
 # small tiny-* checkpoints into KIT/fixtures. The GPU machine needs a Vulkan loader (libvulkan.so.1) and its
@@ -14,51 +22,80 @@
 # glvnd's libGLdispatch.so.0 and libGLX.so.0: without them the loader answers VK_ERROR_INCOMPATIBLE_DRIVER, so
 # copy them and libvulkan.so.1 into KIT/lib where the machine lacks them, and name the driver's JSON in
 # VK_DRIVER_FILES (the workplace's H100: /usr/share/vulkan/icd.d/nvidia_icd.json).
-# Knobs: PROMPT (128), NEW (256), BLOCK (32), MAX_STEPS (64: cached modes), MAX_STEPS_NONE (16), PRECISION
-# (bench's --precision: f32 keeps the device off its matrix units).
+# Knobs: SHAPE (diffucoder-7b), PROMPT (128), NEW (256), BLOCK (32), MAX_STEPS (64: cached modes),
+# MAX_STEPS_NONE (16), PRECISION (bench's --precision: f32 keeps the device off its matrix units), GPU (the
+# roofline's data sheet: from nvidia-smi's name, H100 when unknown), PYTHON (python3).
 set -u
-KIT=$(cd "$1" && pwd); OUT=$2; STAGES=${3:-tests,tiny,torch,dual,prefix,none}
-PROMPT=${PROMPT:-128} NEW=${NEW:-256} BLOCK=${BLOCK:-32} MAX_STEPS=${MAX_STEPS:-64} MAX_STEPS_NONE=${MAX_STEPS_NONE:-16}
+KIT=$(cd "$1" && pwd); OUT=$2; STAGES=${3:-tests,torch,dual,none,q4}
+SHAPE=${SHAPE:-diffucoder-7b} PYTHON=${PYTHON:-python3}
+if [[ $SHAPE == diffucoder-7b ]]; then
+  PROMPT=${PROMPT:-128} NEW=${NEW:-256} BLOCK=${BLOCK:-32} MAX_STEPS=${MAX_STEPS:-64} MAX_STEPS_NONE=${MAX_STEPS_NONE:-16} T=240
+else  # a plumbing run: short
+  PROMPT=${PROMPT:-16} NEW=${NEW:-32} BLOCK=${BLOCK:-16} MAX_STEPS=${MAX_STEPS:-8} MAX_STEPS_NONE=${MAX_STEPS_NONE:-4} T=120
+fi
+HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 stage() { echo "=== $1 ($(date -u +%T))"; }
+bin() {  # a kit's bin/NAME, or a build folder's NAME / tests/NAME
+  local p
+  for p in "$KIT/bin/$1" "$KIT/$1" "$KIT/tests/$1"; do [[ -x $p ]] && { echo "$p"; return; }; done
+  echo "$KIT/bin/$1"
+}
+DC=$(bin diffucoder)
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
-"$KIT/bin/diffucoder" devices 2>&1 | tee -a "$OUT/gpu.txt"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null ||
+  echo "no nvidia-smi"; } | tee "$OUT/gpu.txt"
+"$DC" devices 2>&1 | grep -m1 "vulkan:0" | tee -a "$OUT/gpu.txt"
+gpu_name=$(head -1 "$OUT/gpu.txt")
+GPU=${GPU:-$([[ $gpu_name == *H200* ]] && echo H200 || echo H100)}
+for w in bf16 q4; do
+  "$PYTHON" "$HERE/gpu_roofline.py" --shape "$SHAPE" --prompt "$PROMPT" --new "$NEW" --block "$BLOCK" --weights $w \
+    --gpu "$GPU" --json > "$OUT/roofline_$w.json" || echo "roofline $w failed"
+done
 
 if has tests; then
   # The tests read their fixtures from the build folder they were compiled in.
-  fixtures=$(strings "$KIT/bin/test_model_vulkan" | grep -m1 -o '/[^ ]*/build/fixtures' || true)
-  [[ -n $fixtures && ! -e $fixtures ]] && mkdir -p "$(dirname "$fixtures")" && ln -s "$KIT/fixtures" "$fixtures"
-  stage "test_ops_vulkan"
-  timeout 180 "$KIT/bin/test_ops_vulkan" > "$OUT/test_ops_vulkan.log" 2>&1; echo "rc=$?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/test_ops_vulkan.log" | head -20
-  stage "test_model_vulkan"
-  timeout 240 "$KIT/bin/test_model_vulkan" > "$OUT/test_model_vulkan.log" 2>&1; echo "rc=$?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/test_model_vulkan.log" | head -20
-fi
-if has tiny; then
-  stage "bench tiny"
-  timeout 60 "$KIT/bin/diffucoder" bench --shape tiny --device vulkan --prompt-len 16 --new-tokens 64 --steps 64 \
-    --cache dual --block-length 32 --no-peak 2>&1 | tail -25
+  fixtures=$(strings "$(bin test_model_vulkan)" | grep -m1 -o '/[^ ]*/build/fixtures' || true)
+  [[ -n $fixtures && ! -e $fixtures && -d $KIT/fixtures ]] && mkdir -p "$(dirname "$fixtures")" && ln -s "$KIT/fixtures" "$fixtures"
+  : > "$OUT/tests.txt"
+  for t in test_ops_vulkan test_model_vulkan; do
+    stage "$t"
+    timeout 240 "$(bin $t)" > "$OUT/$t.log" 2>&1; rc=$?
+    echo "$t: rc=$rc, $(grep -E -m1 '^\[  PASSED  \]' "$OUT/$t.log" || echo 'not all passed'), $(grep -c '^\[  FAILED  \]' "$OUT/$t.log") failed lines" |
+      tee -a "$OUT/tests.txt"
+    grep -E "^\[  FAILED  \]" "$OUT/$t.log" | head -10
+  done
 fi
 if has torch; then
-  stage "PyTorch reference, 7B shape, bf16 on CUDA"
-  PYTHONUNBUFFERED=1 timeout 240 python3 bench/torch_reference.py --shape diffucoder-7b --dtype bfloat16 --device cuda \
-    --prompt-len "$PROMPT" --new-tokens "$NEW" --steps "$NEW" --max-steps "$MAX_STEPS_NONE" --json \
-    > "$OUT/torch_7b.json" 2> "$OUT/torch_7b.err"; echo "rc=$?"
-  cat "$OUT/torch_7b.json"
+  stage "PyTorch reference, $SHAPE, bf16"
+  device=$("$PYTHON" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' 2>/dev/null || echo none)
+  if [[ $device == cuda || ($device == cpu && $SHAPE != diffucoder-7b) ]]; then
+    PYTHONUNBUFFERED=1 timeout $T "$PYTHON" "$HERE/torch_reference.py" --shape "$SHAPE" --dtype bfloat16 --device "$device" \
+      --prompt-len "$PROMPT" --new-tokens "$NEW" --steps "$NEW" --max-steps "$MAX_STEPS_NONE" --json \
+      > "$OUT/torch.json" 2> "$OUT/torch.err"; echo "rc=$?"
+  else
+    echo "no PyTorch with CUDA ($device): the reference is not run" | tee "$OUT/torch.err"
+  fi
 fi
-for cache in dual prefix none; do
-  has $cache || continue
-  steps=$MAX_STEPS; [[ $cache == none ]] && steps=$MAX_STEPS_NONE
-  block=(--block-length "$BLOCK"); [[ $cache == none ]] && block=()
-  stage "bench 7B --cache $cache"
-  # DC_VULKAN_PROFILE: the GPU time of every shader (2: and grid), printed when the device closes.
-  DC_VULKAN_PROFILE=${DC_VULKAN_PROFILE:-1} timeout 240 "$KIT/bin/diffucoder" bench --shape diffucoder-7b --device vulkan --prompt-len "$PROMPT" \
-    --new-tokens "$NEW" --steps "$NEW" --max-steps "$steps" --cache $cache "${block[@]}" --no-peak --threads "$(nproc)" \
-    ${PRECISION:+--precision $PRECISION} > "$OUT/bench_7b_$cache.txt" 2>&1; echo "rc=$?"
-  grep -v "^bench: step" "$OUT/bench_7b_$cache.txt"
-done
+# bench NAME CACHE MAX_STEPS [ARGS...]: one row's run, its JSON in OUT/bench_NAME.json and its per-shader GPU
+# profile (printed when the device closes) with the progress lines in OUT/bench_NAME.err.
+bench() {
+  local name=$1 cache=$2 steps=$3; shift 3
+  local block=(--block-length "$BLOCK"); [[ $cache == none ]] && block=()
+  stage "bench $SHAPE $name (--cache $cache $*)"
+  DC_VULKAN_PROFILE=${DC_VULKAN_PROFILE:-1} timeout $T "$DC" bench --shape "$SHAPE" --device vulkan --prompt-len "$PROMPT" \
+    --new-tokens "$NEW" --steps "$NEW" --max-steps "$steps" --cache "$cache" "${block[@]}" --no-peak --json \
+    --threads "$(nproc)" ${PRECISION:+--precision $PRECISION} "$@" > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.err"
+  echo $? > "$OUT/bench_$name.rc"
+  echo "rc=$(cat "$OUT/bench_$name.rc")"
+  grep -A40 "^DC_VULKAN_PROFILE" "$OUT/bench_$name.err" | head -25
+}
+has dual && bench dual dual "$MAX_STEPS"
+has none && bench none none "$MAX_STEPS_NONE"
+has q4 && bench q4 dual "$MAX_STEPS" --weights q4
+has prefix && bench prefix prefix "$MAX_STEPS"
+stage "table"
+"$PYTHON" "$HERE/gpu_table.py" "$OUT"
 stage done
