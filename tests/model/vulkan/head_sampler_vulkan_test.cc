@@ -20,10 +20,16 @@
 namespace dc {
 namespace {
 
-TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
+// The tests' model: GQA (2 heads of 32, 1 KV head), a vocabulary of 300.
+ModelConfig head_test_config() {
   ModelConfig c = synthetic_config("tiny").value();
   c.n_head = 2, c.n_head_kv = 1, c.head_dim = 32, c.n_embd = 64, c.n_ff = 160, c.n_vocab = 300;
   c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+  return c;
+}
+
+TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
+  const ModelConfig c = head_test_config();
   const auto pair = testing::synthetic_pair(c, 5);
   ASSERT_NE(pair, nullptr);
   const Model &cpu_model = *pair->cpu_model, &device_model = *pair->device_model;
@@ -101,10 +107,7 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
 // once); the sample() after it runs the forward, the lm_head and the sampling in one submit, with the same
 // tokens as a forward run on its own; a forward that no step reads runs alone at the next forward().
 TEST(DeviceHeadSampler, AStepIsOneSubmission) {
-  ModelConfig c = synthetic_config("tiny").value();
-  c.n_head = 2, c.n_head_kv = 1, c.head_dim = 32, c.n_embd = 64, c.n_ff = 160, c.n_vocab = 300;
-  c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
-  const auto pair = testing::synthetic_pair(c, 6);
+  const auto pair = testing::synthetic_pair(head_test_config(), 6);
   ASSERT_NE(pair, nullptr);
   DeviceBackend& backend = *pair->backend;
   const int64_t L = 12;
