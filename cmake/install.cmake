@@ -1,5 +1,5 @@
 # `cmake --install build [--prefix P]`: the public API as a library for programs outside the tree.
-#   P/include/diffucoder/diffucoder.h           the public header (standard library only)
+#   P/include/diffucoder/diffucoder.h, batch.h  the public headers (standard library only)
 #   P/lib/libdiffucoder.a                       one static archive: the objects of every layer the facade needs
 #   P/lib/cmake/diffucoder/                      find_package(diffucoder CONFIG) → diffucoder::diffucoder
 #   P/lib/pkgconfig/diffucoder.pc               pkg-config --cflags --libs diffucoder
@@ -86,7 +86,7 @@ foreach(option IN LISTS dc_link_options)
 endforeach()
 
 install(TARGETS diffucoder_library EXPORT diffucoderTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/include/diffucoder/diffucoder.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/diffucoder)
+install(FILES ${PROJECT_SOURCE_DIR}/include/diffucoder/diffucoder.h ${PROJECT_SOURCE_DIR}/include/diffucoder/batch.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/diffucoder)
 if(TARGET diffucoder)
   install(TARGETS diffucoder RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

@@ -1,9 +1,10 @@
 // The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize and decode, format
 // chat prompts, run the model's forward, diffusion-generate with per-step, logits and tokens hooks and
-// cancellation, and fine-tune (Trainer: one SFT optimizer step at a time, data parallel over Ranks). This
-// header is the whole public surface (standard library only: it includes nothing of src/, which may
-// change); the installed library is `diffucoder::diffucoder` (CMake) / `diffucoder` (pkg-config). The
-// CLI's `generate` and `train` and the Python package (python/) are built on it.
+// cancellation, continuous batching of requests from many threads (BatchEngine: batch.h, included at the
+// end), and fine-tune (Trainer: one SFT optimizer step at a time, data parallel over Ranks). These two headers
+// are the whole public surface (standard library only: they include nothing of src/, which may change); the
+// installed library is `diffucoder::diffucoder` (CMake) / `diffucoder` (pkg-config). The
+// CLI's `generate` and `train` and the Python package (python/) are built on it; `serve` decodes with its BatchEngine.
 //
 //   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // diffucoder::Result<...>
 //   if (!model.ok()) { std::cerr << model.status().message() << "\n"; return 1; }
@@ -322,8 +323,14 @@ class Model {
   std::vector<int32_t> stop_ids() const;
   Result<std::string> completion_text(std::span<const int32_t> generated) const;
 
+  // The names of the LoRA adapters loaded unmerged beside the base (BatchRequest::adapter picks one); empty
+  // for a model loaded without named adapters.
+  std::vector<std::string> adapter_names() const;
+
+  struct Impl;  // opaque: defined inside the library
+
  private:
-  struct Impl;
+  friend class BatchEngine;  // runs its batches on the model's engine
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -461,3 +468,6 @@ class Trainer {
 };
 
 }  // namespace diffucoder
+
+// The continuous-batching engine (BatchEngine: submit requests from any thread, one forward per step).
+#include <diffucoder/batch.h>  // IWYU pragma: export

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "api/model_impl.h"
 #include "api/status_convert.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -13,19 +14,64 @@
 #include "tokenizer/chat.h"
 #include "types/forward_batch.h"
 
+namespace dc::api {
+
+Result<SamplingParams> sampling_params(SamplingParams p, const diffucoder::GenerationConfig& c) {
+  p.max_new_tokens = c.max_new_tokens;
+  p.max_length = c.max_length;
+  p.steps = c.steps;
+  p.eps = c.eps;
+  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(c.alg));
+  p.alg_temp = c.alg_temp;
+  p.temperature = c.temperature;
+  p.top_p = c.top_p;
+  p.top_k = c.top_k;
+  p.num_return_sequences = c.num_return_sequences;
+  p.seed = c.seed;
+  p.output_history = c.output_history;
+  if (c.mask_token_id) p.mask_token_id = *c.mask_token_id;
+  if (c.pad_token_id) p.pad_token_id = *c.pad_token_id;
+  p.block_length = c.block_length;
+  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(c.cache));
+  p.threshold = c.threshold;
+  p.factor = c.factor;
+  if (c.fast) apply_fast_mode(p);
+  return p;
+}
+
+diffucoder::GenerationConfig generation_config(const SamplingParams& p) {
+  diffucoder::GenerationConfig c;
+  c.max_new_tokens = p.max_new_tokens;
+  c.max_length = p.max_length;
+  c.steps = p.steps;
+  c.eps = p.eps;
+  c.alg = algorithm_name(p.alg);
+  c.alg_temp = p.alg_temp;
+  c.temperature = p.temperature;
+  c.top_p = p.top_p;
+  c.top_k = p.top_k;
+  c.num_return_sequences = p.num_return_sequences;
+  c.seed = p.seed;
+  c.output_history = p.output_history;
+  c.mask_token_id = p.mask_token_id;
+  c.pad_token_id = p.pad_token_id;
+  c.block_length = p.block_length;
+  c.cache = cache_mode_name(p.cache);
+  c.threshold = p.threshold;
+  c.factor = p.factor;
+  return c;
+}
+
+}  // namespace dc::api
+
 namespace diffucoder {
 
+using dc::api::sampling_params;
 using dc::api::to_public;
 
 struct Tokenizer::Impl {
   std::unique_ptr<dc::Tokenizer> owned;  // when loaded alone
   const dc::Tokenizer* tok = nullptr;    // owned, or a Model's engine's
-};
-
-struct Model::Impl {
-  std::unique_ptr<dc::Engine> engine;
-  ModelInfo info;
-  std::unique_ptr<Tokenizer> tokenizer;  // a view of the engine's, when it has one
 };
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -42,30 +88,6 @@ dc::Result<std::optional<dc::MatmulPrecision>> parse_precision(const std::string
 }
 
 int32_t id_or_none(int64_t id) { return id >= 0 && id <= INT32_MAX ? static_cast<int32_t>(id) : -1; }
-
-// The sampler's parameters of a facade config over `p` (the engine's defaults); unset ids keep p's.
-dc::Result<dc::SamplingParams> sampling_params(dc::SamplingParams p, const GenerationConfig& c) {
-  p.max_new_tokens = c.max_new_tokens;
-  p.max_length = c.max_length;
-  p.steps = c.steps;
-  p.eps = c.eps;
-  DC_ASSIGN_OR_RETURN(p.alg, dc::parse_algorithm(c.alg));
-  p.alg_temp = c.alg_temp;
-  p.temperature = c.temperature;
-  p.top_p = c.top_p;
-  p.top_k = c.top_k;
-  p.num_return_sequences = c.num_return_sequences;
-  p.seed = c.seed;
-  p.output_history = c.output_history;
-  if (c.mask_token_id) p.mask_token_id = *c.mask_token_id;
-  if (c.pad_token_id) p.pad_token_id = *c.pad_token_id;
-  p.block_length = c.block_length;
-  DC_ASSIGN_OR_RETURN(p.cache, dc::parse_cache_mode(c.cache));
-  p.threshold = c.threshold;
-  p.factor = c.factor;
-  if (c.fast) dc::apply_fast_mode(p);
-  return p;
-}
 
 }  // namespace
 
@@ -113,30 +135,37 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
     if (!dc::parse_lora_mode(options.lora_mode).ok())
       return dc::invalid_argument("lora_mode: '" + options.lora_mode + "' is not a LoRA mode (merged | unmerged)");
     e.lora_mode = *dc::parse_lora_mode(options.lora_mode);
-    auto impl = std::make_unique<Impl>();
-    DC_ASSIGN_OR_RETURN(impl->engine, dc::Engine::load(e));
-    const dc::ModelConfig& c = impl->engine->config();
-    ModelInfo& info = impl->info;
-    info.n_vocab = c.n_vocab;
-    info.hidden_size = c.n_embd;
-    info.n_layer = c.n_layer;
-    info.n_head = c.n_head;
-    info.n_head_kv = c.n_head_kv;
-    info.max_position_embeddings = c.max_position_embeddings;
-    info.mask_token_id = id_or_none(c.mask_token_id);
-    info.pad_token_id = id_or_none(c.pad_token_id >= 0 ? c.pad_token_id : c.eos_token_id);
-    info.eos_token_id = id_or_none(c.eos_token_id);
-    info.bos_token_id = id_or_none(c.bos_token_id);
-    info.torch_dtype = c.torch_dtype;
-    info.precision = impl->engine->matmul_precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
-    info.load_note = impl->engine->load_note();
-    if (impl->engine->tokenizer() != nullptr) {
-      auto view = std::make_unique<Tokenizer::Impl>();
-      view->tok = impl->engine->tokenizer();
-      impl->tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(view)));
-    }
-    return std::unique_ptr<Model>(new Model(std::move(impl)));
+    DC_ASSIGN_OR_RETURN(std::unique_ptr<dc::Engine> engine, dc::Engine::load(e));
+    dc::Engine& loaded = *engine;
+    return Impl::make(loaded, std::move(engine));
   }());
+}
+
+std::unique_ptr<Model> Model::Impl::make(dc::Engine& engine, std::unique_ptr<dc::Engine> owned) {
+  auto impl = std::make_unique<Impl>();
+  impl->owned = std::move(owned);
+  impl->engine = &engine;
+  const dc::ModelConfig& c = engine.config();
+  ModelInfo& info = impl->info;
+  info.n_vocab = c.n_vocab;
+  info.hidden_size = c.n_embd;
+  info.n_layer = c.n_layer;
+  info.n_head = c.n_head;
+  info.n_head_kv = c.n_head_kv;
+  info.max_position_embeddings = c.max_position_embeddings;
+  info.mask_token_id = id_or_none(c.mask_token_id);
+  info.pad_token_id = id_or_none(c.pad_token_id >= 0 ? c.pad_token_id : c.eos_token_id);
+  info.eos_token_id = id_or_none(c.eos_token_id);
+  info.bos_token_id = id_or_none(c.bos_token_id);
+  info.torch_dtype = c.torch_dtype;
+  info.precision = engine.matmul_precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
+  info.load_note = engine.load_note();
+  if (engine.tokenizer() != nullptr) {
+    auto view = std::make_unique<Tokenizer::Impl>();
+    view->tok = engine.tokenizer();
+    impl->tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(view)));
+  }
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
@@ -186,20 +215,7 @@ Result<std::string> Model::apply_chat_template(const std::vector<Message>& messa
 
 std::string Model::instruct_prompt(std::string_view query) { return dc::format_instruct_prompt(query); }
 
-GenerationConfig Model::default_config() const {
-  const dc::SamplingParams p = impl_->engine->default_params();
-  GenerationConfig c;
-  c.steps = p.steps;
-  c.eps = p.eps;
-  c.alg = dc::algorithm_name(p.alg);
-  c.alg_temp = p.alg_temp;
-  c.temperature = p.temperature;
-  c.top_p = p.top_p;
-  c.top_k = p.top_k;
-  c.mask_token_id = p.mask_token_id;
-  c.pad_token_id = p.pad_token_id;
-  return c;
-}
+GenerationConfig Model::default_config() const { return dc::api::generation_config(impl_->engine->default_params()); }
 
 std::vector<int32_t> Generation::generated(int64_t row) const {
   const auto begin = sequences.begin() + row * n_seq;
@@ -300,8 +316,16 @@ Result<std::vector<float>> Model::forward(const ForwardInput& in) const {
 
 std::vector<int32_t> Model::stop_ids() const { return impl_->engine->stop_ids(); }
 
+std::vector<std::string> Model::adapter_names() const { return impl_->engine->lora_adapter_names(); }
+
 Result<std::string> Model::completion_text(std::span<const int32_t> generated) const {
   return to_public(impl_->engine->completion_text(std::vector<int32_t>(generated.begin(), generated.end())));
 }
 
 }  // namespace diffucoder
+
+namespace dc::api {
+
+std::unique_ptr<diffucoder::Model> model_over(Engine& engine) { return diffucoder::Model::Impl::make(engine, nullptr); }
+
+}  // namespace dc::api

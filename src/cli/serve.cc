@@ -29,7 +29,7 @@ struct ServeArgs {
   std::vector<std::string> lora;  // --lora DIR (one) or --lora NAME=DIR (repeatable)
   int port = 8080, threads = 0, http_threads = 128;
   server::RequestLimits limits;
-  server::SchedulerOptions scheduler;
+  diffucoder::BatchOptions scheduler;
   size_t max_body_bytes = size_t{1} << 20;
   server::ConnectionLimits connections;
   std::vector<std::string> api_keys;

@@ -1,7 +1,7 @@
-// HttpServer: cpp-httplib routes around the Scheduler. Completions are tokenized and checked here, queued as
-// Jobs, and answered as one JSON object or as server-sent events (text final from the left, optional canvas
-// events; written by the ConnectionHub, not a worker); a client that goes away cancels its job so its rows
-// leave the batch.
+// HttpServer: cpp-httplib routes around the public BatchEngine (include/diffucoder/batch.h). Completions are
+// tokenized and checked here, submitted as BatchRequests, and answered as one JSON object or as server-sent
+// events (text final from the left, optional canvas events; written by the ConnectionHub, not a worker); a
+// client that goes away cancels its job so its rows leave the batch.
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -20,6 +20,8 @@
 #include <random>
 #include <thread>
 
+#include "api/model_impl.h"
+#include "api/status_convert.h"
 #include "engine/engine.h"
 #include "sampler/decoder.h"
 #include "server/canvas.h"
@@ -27,6 +29,12 @@
 #include "tokenizer/chat.h"
 
 namespace dc::server {
+
+using diffucoder::BatchJob;
+using diffucoder::BatchResult;
+using diffucoder::BatchStep;
+using diffucoder::SubmitCode;
+
 namespace {
 
 using nlohmann::json;
@@ -155,7 +163,7 @@ ApiError overloaded(const std::string& message) {
 
 // The error of a job that failed: 503 when it could not run now (queue time, memory), 500 when the model
 // or the sampler failed, else as its status says (4xx).
-ApiError job_error(const JobResult& r) {
+ApiError job_error(const BatchResult& r) {
   if (r.queue_timeout || r.unavailable) return overloaded(r.status.message());
   if (r.model_error) {
     ApiError e;
@@ -165,7 +173,7 @@ ApiError job_error(const JobResult& r) {
     e.message = r.status.message();
     return e;
   }
-  return api_error(r.status);
+  return api_error(api::to_internal(r.status));
 }
 
 // httplib's server with the connection handling replaced: httplib accepts, the ConnectionHub holds each
@@ -201,7 +209,7 @@ class InlineQueue : public httplib::TaskQueue {
 // One streamed response: what was sent so far. Used by the hub's thread only (StreamBody).
 struct StreamState {
   ApiRequest request;
-  std::shared_ptr<Job> job;
+  std::shared_ptr<BatchJob> job;
   ResponseMeta meta;
   int64_t prompt_tokens = 0;
   std::vector<std::string> sent;      // text sent per choice
@@ -226,11 +234,13 @@ struct RowText {
 }  // namespace
 
 struct HttpServer::Impl {
-  Engine& engine;
+  Engine& engine;                     // parse_request's defaults, the prompt checks, the canvas's tokenizer
+  std::unique_ptr<diffucoder::Model> model;  // the facade over `engine`
   ServerOptions options;
   Metrics& metrics;
   Listener http;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<diffucoder::BatchEngine> batch;  // null when create() refused the options (bind() says why)
+  Status batch_status;                // why, with batch null
   std::vector<int32_t> stop_ids;
   int32_t mask_id = 0;
   const int64_t started = unix_now();  // `created` of /v1/models
@@ -240,7 +250,8 @@ struct HttpServer::Impl {
   std::once_flag stopped;
 
   Impl(Engine& e, ServerOptions o, Metrics& m)
-      : engine(e), options(std::move(o)), metrics(m), workers(static_cast<size_t>(options.http_threads)) {
+      : engine(e), model(api::model_over(e)), options(std::move(o)), metrics(m),
+        workers(static_cast<size_t>(options.http_threads)) {
     hub = std::make_unique<ConnectionHub>(
         options.connections, [this](std::function<void()> fn) { workers.enqueue(std::move(fn)); },
         [this](int fd, SteadyTime deadline, size_t head_bytes) { serve_connection(fd, deadline, head_bytes); },
@@ -284,7 +295,7 @@ struct HttpServer::Impl {
       ids.push_back(t);
     }
     r.tokens = static_cast<int64_t>(ids.size());
-    Result<std::string> text = engine.completion_text(ids);
+    diffucoder::Result<std::string> text = model->completion_text(ids);
     if (text.ok()) r.text = std::move(*text);
     return r;
   }
@@ -292,19 +303,21 @@ struct HttpServer::Impl {
   // The adapter a request's `model` picks (serve --lora NAME=DIR): an adapter's name picks it; the base's
   // name or none picks no adapter. Any other name: a 404 naming the models (with adapters only: a server
   // of one model answers to any name, as OpenAI clients' defaults send one).
-  std::optional<ApiError> pick_adapter(const std::string& model, const LoraWeights** lora) const {
-    *lora = nullptr;
-    const std::vector<std::string> names = engine.lora_adapter_names();
-    if (names.empty() || model.empty() || model == options.model_name) return std::nullopt;
-    *lora = engine.lora_adapter(model);
-    if (*lora != nullptr) return std::nullopt;
+  std::optional<ApiError> pick_adapter(const std::string& name, std::string* adapter) const {
+    adapter->clear();
+    const std::vector<std::string> names = model->adapter_names();
+    if (names.empty() || name.empty() || name == options.model_name) return std::nullopt;
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      *adapter = name;
+      return std::nullopt;
+    }
     std::string listed = "'" + options.model_name + "' (the base model)";
     for (const std::string& n : names) listed += ", '" + n + "'";
     ApiError e;
     e.http_status = 404;
     e.param = "model";
     e.code = "model_not_found";
-    e.message = "model: '" + model + "' is not a model of this server; it serves " + listed + " (GET /v1/models)";
+    e.message = "model: '" + name + "' is not a model of this server; it serves " + listed + " (GET /v1/models)";
     return e;
   }
 
@@ -346,21 +359,28 @@ struct HttpServer::Impl {
     Result<ApiRequest> parsed = parse_request(endpoint, req.body, engine.default_params(), options.limits);
     if (!parsed.ok()) return send_error(res, api_error(parsed.status()));
     ApiRequest r = std::move(*parsed);
-    const LoraWeights* lora = nullptr;
-    if (std::optional<ApiError> bad = pick_adapter(r.model, &lora)) return send_error(res, *bad);
+    diffucoder::BatchRequest request;
+    if (std::optional<ApiError> bad = pick_adapter(r.model, &request.adapter)) return send_error(res, *bad);
     Result<std::vector<int32_t>> ids = prompt_ids(r);
     if (!ids.ok()) return send_error(res, api_error(ids.status()));
     const int64_t prompt_tokens = static_cast<int64_t>(ids->size());
-    auto job = std::make_shared<Job>(std::move(*ids), r.params, stop_ids, r.stream, lora);
-    switch (scheduler->submit(job)) {
-      case SubmitResult::kOk: break;
-      case SubmitResult::kQueueFull:
+    request.prompt = std::move(*ids);
+    request.config = api::generation_config(r.params);
+    request.stop_ids = stop_ids;
+    request.publish_steps = r.stream;
+    diffucoder::Submission submitted = batch->submit(request);
+    const std::shared_ptr<BatchJob> job = submitted.job;
+    switch (submitted.code) {
+      case SubmitCode::kOk: break;
+      case SubmitCode::kInvalid:  // what prompt_ids() checked, the facade checks again: no request gets here
+        return send_error(res, api_error(api::to_internal(submitted.status)));
+      case SubmitCode::kQueueFull:
         metrics.on_rejected();
         return send_error(res, overloaded("the request queue is full; retry later"));
-      case SubmitResult::kStopped: return send_error(res, overloaded("the server is shutting down"));
-      case SubmitResult::kOverMemory: {
+      case SubmitCode::kStopped: return send_error(res, overloaded("the server is shutting down"));
+      case SubmitCode::kOverMemory: {
         metrics.on_rejected();
-        const int64_t need = scheduler->memory_needed(*job);
+        const int64_t need = batch->memory_needed(request).value();  // submit checked the request
         ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) +
                                 " MiB of step buffers (a hidden row per masked position), more than the server's "
                                 "memory budget of " + std::to_string(options.scheduler.max_memory_bytes >> 20) +
@@ -368,7 +388,7 @@ struct HttpServer::Impl {
         e.param = r.n > 1 ? "n" : "max_tokens";
         return send_error(res, e);
       }
-      case SubmitResult::kTooLarge: {
+      case SubmitCode::kTooLarge: {
         ApiError e;
         e.param = r.n > 1 ? "n" : "max_tokens";
         e.message = "n × (prompt + max_tokens) exceeds the server's batch limits (--max-batch " +
@@ -390,13 +410,13 @@ struct HttpServer::Impl {
         return;
       }
     }
-    JobResult early;
+    BatchResult early;
     if (job->wait(0ms, nullptr, &early) && !early.status.ok()) {
       if (early.queue_timeout || early.unavailable) metrics.on_rejected();
       return send_error(res, job_error(early));
     }
 
-    JobResult result;
+    BatchResult result;
     while (!job->wait(200ms, nullptr, &result)) {
       if (peer.gone()) {
         job->cancel();
@@ -423,8 +443,8 @@ struct HttpServer::Impl {
       c.text = std::move(t.text);
       choices.push_back(std::move(c));
     }
-    const json ext = {{"steps", result.timings.steps_run},
-                      {"forwards", result.timings.forwards},
+    const json ext = {{"steps", result.steps_run},
+                      {"forwards", result.forwards},
                       {"queue_ms", result.queue_ms},
                       {"run_ms", result.run_ms},
                       {"stopped_early", result.stopped_early}};
@@ -432,7 +452,7 @@ struct HttpServer::Impl {
     peer.answer_if_half_closed(res);
   }
 
-  static std::shared_ptr<StreamState> stream_state(ApiRequest r, std::shared_ptr<Job> job, ResponseMeta meta,
+  static std::shared_ptr<StreamState> stream_state(ApiRequest r, std::shared_ptr<BatchJob> job, ResponseMeta meta,
                                                    int64_t prompt_tokens) {
     auto st = std::make_shared<StreamState>();
     const size_t n = static_cast<size_t>(r.n);
@@ -449,7 +469,7 @@ struct HttpServer::Impl {
   // A queued stream: the hub answers it (serve_connection), from its wait in the queue on, and httplib's own
   // response is not sent. A client that shut down its sending side still reads its stream; its connection
   // closes after it.
-  void stream(const httplib::Request& req, httplib::Response& res, ApiRequest r, std::shared_ptr<Job> job,
+  void stream(const httplib::Request& req, httplib::Response& res, ApiRequest r, std::shared_ptr<BatchJob> job,
               ResponseMeta meta, int64_t prompt_tokens) {
     t_handoff = stream_state(std::move(r), std::move(job), std::move(meta), prompt_tokens);
     t_handoff->keep = !PeerWatch(t_connection_fd).half_closed() && req.version == "HTTP/1.1" &&
@@ -466,8 +486,8 @@ struct HttpServer::Impl {
     const ApiRequest& r = st.request;
     *done = false;
     if (!st.head_sent && !st.job->wait_admitted(0ms)) return "";
-    std::vector<JobSnapshot> snaps;
-    JobResult result;
+    std::vector<BatchStep> snaps;
+    BatchResult result;
     const bool finished = st.job->wait(0ms, &snaps, &result);
     std::string wire;
     if (!st.head_sent) {
@@ -493,7 +513,7 @@ struct HttpServer::Impl {
     }
     if (r.stream_canvas) {
       if (!st.canvas) st.canvas.emplace(*engine.tokenizer(), mask_id);
-      for (const JobSnapshot& s : snaps) {
+      for (const BatchStep& s : snaps) {
         st.canvas->update(s.rows);
         json event = {{"step", s.step}, {"n_steps", s.n_steps}};
         if (r.canvas_changes && !st.canvas->reshaped()) {
@@ -526,7 +546,7 @@ struct HttpServer::Impl {
       }
     };
     if (!snaps.empty()) {
-      const JobSnapshot& last = snaps.back();
+      const BatchStep& last = snaps.back();
       for (size_t i = 0; i < last.rows.size() && i < st.finished.size(); ++i) advance(i, last.rows[i], false);
     }
     bool all_finished = std::all_of(st.finished.begin(), st.finished.end(), [](const std::string& s) { return !s.empty(); });
@@ -639,7 +659,7 @@ struct HttpServer::Impl {
                                     {"object", "model"},
                                     {"created", started},
                                     {"owned_by", "diffucoder.cpp"}}});
-      for (const std::string& name : engine.lora_adapter_names())  // serve --lora NAME=DIR: over the base
+      for (const std::string& name : model->adapter_names())  // serve --lora NAME=DIR: over the base
         data.push_back(json{{"id", name}, {"object", "model"}, {"created", started}, {"owned_by", "diffucoder.cpp"},
                             {"parent", options.model_name}});
       send_json(s, 200, json{{"object", "list"}, {"data", std::move(data)}});
@@ -663,20 +683,25 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(Engine& engine, ServerOptions options) {
   if (options.model_name.empty()) options.model_name = "diffucoder";
   impl_ = std::make_unique<Impl>(engine, std::move(options), metrics_);
-  impl_->stop_ids = engine.stop_ids();
-  impl_->mask_id = static_cast<int32_t>(engine.config().mask_token_id);
-  impl_->scheduler = std::make_unique<Scheduler>(engine.head_fn(), engine.config().n_vocab, engine.head_memory(),
-                                                 &engine.pool(), impl_->options.scheduler, &metrics_,
-                                                 [&engine] { return engine.head_fn(); });
+  impl_->stop_ids = impl_->model->stop_ids();
+  impl_->mask_id = impl_->model->info().mask_token_id;
+  diffucoder::Result<std::unique_ptr<diffucoder::BatchEngine>> batch =
+      diffucoder::BatchEngine::create(*impl_->model, impl_->options.scheduler, &metrics_);
+  if (batch.ok()) {
+    impl_->batch = std::move(*batch);
+  } else {
+    impl_->batch_status = api::to_internal(batch.status()).with_context("serve");
+  }
   impl_->routes();
 }
 
 HttpServer::~HttpServer() {
   stop();
-  impl_->scheduler->stop();
+  if (impl_->batch) impl_->batch->stop();
 }
 
 Status HttpServer::bind() {
+  if (!impl_->batch) return impl_->batch_status;
   // Every open connection is a file descriptor: raise the soft limit to what --max-connections needs.
   const rlim_t needed = static_cast<rlim_t>(impl_->options.connections.max_connections) + 256;
   rlimit lim{};
@@ -707,7 +732,7 @@ void HttpServer::run() { impl_->http.listen_after_bind(); }
 void HttpServer::stop() {
   // Finish every job first (an error for the unfinished ones), so that open streams end with an error
   // event and `data: [DONE]` rather than being cut; then close the listener and the connections.
-  impl_->scheduler->stop();
+  if (impl_->batch) impl_->batch->stop();
   const auto deadline = std::chrono::steady_clock::now() + 3s;
   while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);

@@ -1,17 +1,19 @@
 // The HTTP server: routes (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics, / the web
-// page), limits, SSE streaming and disconnect handling. Handlers only parse, tokenize, validate and queue;
-// the Scheduler's engine thread owns the model.
+// page), limits, SSE streaming and disconnect handling. Handlers only parse, tokenize, validate and submit;
+// the engine thread of the public diffucoder::BatchEngine owns the model's step buffers.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
 
+#include <diffucoder/batch.h>
+
 #include "core/status.h"
 #include "server/auth.h"
+#include "server/metrics.h"
 #include "server/connections.h"
 #include "server/openai.h"
-#include "server/scheduler.h"
 
 namespace dc {
 class Engine;
@@ -30,18 +32,19 @@ struct ServerOptions {
   bool metrics_open = false;            // with keys: /metrics without a key too
   bool web_page = true;                 // serve the page at /
   RequestLimits limits;
-  SchedulerOptions scheduler;
+  diffucoder::BatchOptions scheduler;   // the BatchEngine's limits and memory budget
 };
 
 class HttpServer {
  public:
-  // `engine` must outlive the server and have a tokenizer. Starts the engine thread.
+  // `engine` must outlive the server and have a tokenizer. Starts the engine thread (a BatchEngine over the
+  // facade's Model of `engine`, with options.scheduler; limits it refuses make bind() fail, naming the field).
   HttpServer(Engine& engine, ServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds host:port (port 0: a free one). Errors name the address.
+  // Binds host:port (port 0: a free one). Errors name the address (or the BatchOptions field refused).
   Status bind();
   int port() const { return port_; }
   // Serves until stop() (from another thread or a signal handler's thread). Precondition: bind() succeeded.

@@ -10,9 +10,12 @@
 #include <string>
 #include <utility>
 
+#include <diffucoder/batch.h>
+
 namespace dc::server {
 
-class Metrics {
+// The engine side is the BatchEngine's observer (the scheduler reports each step, job and queue change).
+class Metrics final : public diffucoder::BatchObserver {
  public:
   // HTTP side.
   void on_request() { requests_.fetch_add(1); }
@@ -26,10 +29,10 @@ class Metrics {
   void set_connections_open(int64_t n) { connections_open_.store(n); }
 
   // Engine side: one batched step of `rows` rows that committed `tokens` tokens.
-  void on_step(double seconds, double forward_seconds, int64_t rows, int64_t tokens);
-  void on_job_done(double queue_seconds, double run_seconds);
-  void set_queue_depth(int64_t n) { queue_depth_.store(n); }
-  void set_active_rows(int64_t n) { active_rows_.store(n); }
+  void on_step(double seconds, double forward_seconds, int64_t rows, int64_t tokens) override;
+  void on_job_done(double queue_seconds, double run_seconds) override;
+  void set_queue_depth(int64_t n) override { queue_depth_.store(n); }
+  void set_active_rows(int64_t n) override { active_rows_.store(n); }
 
   int64_t queue_depth() const { return queue_depth_.load(); }
   int64_t active_rows() const { return active_rows_.load(); }

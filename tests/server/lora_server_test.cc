@@ -16,7 +16,7 @@
 #include "fixtures.h"
 #include "random_adapter.h"
 #include "running_server.h"
-#include "server/scheduler.h"
+#include "api/scheduler.h"
 #include "server/scheduler_gate.h"
 #include "temp_dir.h"
 

@@ -11,9 +11,17 @@
 #include <utility>
 #include <vector>
 
-#include "server/scheduler.h"
+#include "api/scheduler.h"
 
 namespace dc::server {
+
+// The scheduler moved under the facade (api/, behind diffucoder::BatchEngine); the server tests drive it as before.
+using api::Job;
+using api::JobResult;
+using api::JobSnapshot;
+using api::Scheduler;
+using api::SchedulerOptions;
+using api::SubmitResult;
 
 // A HeadFn wrapper that blocks its first call until release() and records each forward's row count.
 class Gate {

@@ -16,7 +16,7 @@
 #include "engine_fixtures.h"
 #include "fixtures.h"
 #include "sampler/fake_model.h"
-#include "server/scheduler.h"
+#include "api/scheduler.h"
 #include "server/scheduler_gate.h"
 
 namespace dc::server {

@@ -1,7 +1,7 @@
-// The engine thread and continuous batching: jobs (one prompt × n rows, own SamplingParams) wait in a bounded
-// queue, join the running batch at step boundaries, are advanced together by ONE forward per step over all
-// their rows (left-padded to the longest canvas; one forward per LoRA adapter when jobs pick adapters), and
-// leave when done, cancelled or stopped.
+// The engine thread and continuous batching, behind the public diffucoder::BatchEngine (batch.cc): jobs (one
+// prompt × n rows, own SamplingParams) wait in a bounded queue, join the running batch at step boundaries, are
+// advanced together by ONE forward per step over all their rows (left-padded to the longest canvas; one
+// forward per LoRA adapter when jobs pick adapters), and leave when done, cancelled or stopped.
 #pragma once
 
 #include <chrono>
@@ -15,16 +15,17 @@
 #include <utility>
 #include <vector>
 
+#include <diffucoder/batch.h>
+
 #include "core/status.h"
 #include "sampler/generate.h"
-#include "server/metrics.h"
 
 namespace dc {
 class ThreadPool;
 struct LoraWeights;  // model/lora_weights.h
 }
 
-namespace dc::server {
+namespace dc::api {
 
 // The generated region of every row of a job after a step: [n_rows][max_new_tokens], mask id where masked.
 struct JobSnapshot {
@@ -97,15 +98,8 @@ class Job {
   std::function<void()> listener_;
 };
 
-struct SchedulerOptions {
-  int max_batch_rows = 16;            // rows decoded together (one job's n rows count n); 1 = one at a time
-  int64_t max_batch_positions = 1 << 16;  // rows × longest canvas of a batch
-  int max_queue = 256;                // jobs waiting; more are refused (503)
-  double max_queue_seconds = 120.0;   // a job waiting longer fails with queue_timeout (503)
-  int max_snapshots = 4096;           // unread snapshots kept per job (a slow client skips older ones)
-  int64_t max_memory_bytes = 0;       // step buffers of the batch at most (job_memory_bytes, plus the
-                                      // heads' fixed blocks); 0 = no limit
-};
+// The public limits as given (max_memory_bytes: job_memory_bytes of the batch's jobs plus the heads' fixed blocks).
+using SchedulerOptions = diffucoder::BatchOptions;
 
 enum class SubmitResult { kOk, kQueueFull, kTooLarge, kOverMemory, kStopped };
 
@@ -116,16 +110,17 @@ int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, co
 
 class Scheduler {
  public:
-  // `head_fn` (the batched forward; its HeadMemory `head`) is called only from the engine thread; `pool`
-  // (may be null) samples a logits_hook's rows (the head samples with its own). `make_cached_fn` (may be
-  // empty: such jobs then fail as unimplemented) makes a model function with a KV cache of its own for
-  // each job whose params use one (CacheMode prefix / dual; each holds head.fixed_bytes more); those jobs
-  // run their own forward over their window each step instead of joining the batched one. Jobs with an adapter
-  // (Job::lora) join the batched forward of the jobs with the same adapter only: each adapter's group runs its
-  // own forward, through a head function of its own made by `make_cached_fn` (its block counted once in the
-  // memory budget while the group has jobs; without make_cached_fn such jobs fail as unimplemented).
+  // `head_fn` (the batched forward; its HeadMemory `head`) is called only from the engine thread; `metrics`
+  // (may be null) sees each step, finished job and queue change; `pool` (may be null) samples a
+  // logits_hook's rows (the head samples with its own). `make_cached_fn` (may be empty: such jobs then fail
+  // as unimplemented) makes a model function with a KV cache of its own for each job whose params use one
+  // (CacheMode prefix / dual; each holds head.fixed_bytes more); those jobs run their own forward over their
+  // window each step instead of joining the batched one. Jobs with an adapter (Job::lora) join the batched
+  // forward of the jobs with the same adapter only: each adapter's group runs its own forward, through a head
+  // function of its own made by `make_cached_fn` (its block counted once in the memory budget while the group
+  // has jobs; without make_cached_fn such jobs fail as unimplemented).
   Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
-            Metrics* metrics, std::function<HeadFn()> make_cached_fn = nullptr);
+            diffucoder::BatchObserver* metrics, std::function<HeadFn()> make_cached_fn = nullptr);
   ~Scheduler();  // stops the engine thread; unfinished jobs finish with an error
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -180,7 +175,7 @@ class Scheduler {
   const HeadMemory head_;
   ThreadPool* pool_;
   const SchedulerOptions options_;
-  Metrics* metrics_;
+  diffucoder::BatchObserver* metrics_;  // may be null
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -189,4 +184,4 @@ class Scheduler {
   std::thread thread_;
 };
 
-}  // namespace dc::server
+}  // namespace dc::api

@@ -1,7 +1,7 @@
 // Scheduler: the engine thread. Each step admits queued jobs that fit, prepares every active Decoder, runs ONE
 // forward over the rows of all decoders that need logits (left-padded to the longest canvas), scatters the
 // logits back, steps every decoder, publishes snapshots and retires finished, stopped or cancelled jobs.
-#include "server/scheduler.h"
+#include "api/scheduler.h"
 
 #include <malloc.h>
 
@@ -12,7 +12,7 @@
 #include "sampler/batch_merge.h"
 #include "sampler/decoder.h"
 
-namespace dc::server {
+namespace dc::api {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -163,7 +163,7 @@ struct Scheduler::Active {
 };
 
 Scheduler::Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
-                     Metrics* metrics, std::function<HeadFn()> make_cached_fn)
+                     diffucoder::BatchObserver* metrics, std::function<HeadFn()> make_cached_fn)
     : head_fn_(std::move(head_fn)),
       make_cached_fn_(std::move(make_cached_fn)),
       n_vocab_(n_vocab),
@@ -527,4 +527,4 @@ void Scheduler::publish_and_retire(std::vector<Active>& active, const std::vecto
   }
 }
 
-}  // namespace dc::server
+}  // namespace dc::api

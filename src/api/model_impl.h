@@ -1,0 +1,39 @@
+// What the facade's classes share of a loaded Model (api.cc defines it; batch.cc's BatchEngine reads its
+// engine), the public GenerationConfig ↔ the sampler's SamplingParams, and a Model over an Engine the caller
+// loaded (the server's: `serve` loads the engine with what LoadOptions does not say, its named adapters).
+#pragma once
+
+#include <diffucoder/diffucoder.h>
+
+#include <memory>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "sampler/generate.h"
+
+namespace diffucoder {
+
+struct Model::Impl {
+  std::unique_ptr<dc::Engine> owned;     // Model::load's engine; null in a view of the caller's (model_over)
+  dc::Engine* engine = nullptr;          // owned, or the caller's
+  ModelInfo info;
+  std::unique_ptr<Tokenizer> tokenizer;  // a view of the engine's, when it has one
+
+  // A Model over `engine` (= *owned when owned is set) with its info and tokenizer.
+  static std::unique_ptr<Model> make(dc::Engine& engine, std::unique_ptr<dc::Engine> owned);
+};
+
+}  // namespace diffucoder
+
+namespace dc::api {
+
+// The sampler's parameters of a facade config over `p` (the engine's defaults); unset ids keep p's.
+// invalid_argument naming the field for an unknown alg or cache name (the ranges are dc::validate's).
+Result<SamplingParams> sampling_params(SamplingParams p, const diffucoder::GenerationConfig& c);
+// The config whose sampling_params over `p` (with p's max_position_embeddings) are `p` again.
+diffucoder::GenerationConfig generation_config(const SamplingParams& p);
+
+// A Model whose calls run on `engine`, which the caller owns and keeps alive longer than the Model.
+std::unique_ptr<diffucoder::Model> model_over(Engine& engine);
+
+}  // namespace dc::api
