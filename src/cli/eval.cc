@@ -15,6 +15,7 @@
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
 #include "core/clock.h"
+#include "api/model_impl.h"
 #include "api/status_convert.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"
@@ -54,24 +55,12 @@ Result<SamplingParams> make_params(const EvalArgs& a) {
   return p;
 }
 
-// The facade's config of the resolved settings `p` over the model's defaults (its ids and context).
+// The facade's config of the resolved settings `p` with the model's ids (p's are placeholders).
 diffucoder::GenerationConfig generation_config(const diffucoder::Model& model, const SamplingParams& p) {
-  diffucoder::GenerationConfig c = model.default_config();
-  c.max_new_tokens = p.max_new_tokens;
-  c.steps = p.steps;
-  c.num_return_sequences = p.num_return_sequences;
-  c.alg = algorithm_name(p.alg);
-  c.alg_temp = p.alg_temp;
-  c.temperature = p.temperature;
-  c.top_p = p.top_p;
-  c.top_k = p.top_k;
-  c.eps = p.eps;
-  c.seed = p.seed;
-  c.block_length = p.block_length;
-  c.cache = cache_mode_name(p.cache);
-  c.threshold = p.threshold;
-  c.factor = p.factor;
-  c.fast = false;  // (already applied to p)
+  diffucoder::GenerationConfig c = api::generation_config(p);
+  const diffucoder::GenerationConfig defaults = model.default_config();
+  c.mask_token_id = defaults.mask_token_id;
+  c.pad_token_id = defaults.pad_token_id;
   return c;
 }
 

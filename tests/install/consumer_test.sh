@@ -13,8 +13,9 @@ n_new=6
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log" || { cat "$work/install.log"; exit 1; }
 test -f "$prefix/include/diffucoder/diffucoder.h"
-# the installed header is the only one: no internal header may be needed to compile against it
-test "$(find "$prefix/include" -type f | wc -l)" -eq 1 || { echo "more than the public header installed"; exit 1; }
+test -f "$prefix/include/diffucoder/batch.h"
+# the installed headers are the public two: no internal header may be needed to compile against them
+test "$(find "$prefix/include" -type f | wc -l)" -eq 2 || { echo "more than the public headers installed"; exit 1; }
 
 generator=
 if command -v ninja > /dev/null; then generator="-G Ninja"; fi
