@@ -1,10 +1,11 @@
 // The public C++ API of diffucoder.cpp: load a DiffuCoder / Dream checkpoint, tokenize and decode, format
 // chat prompts, run the model's forward, diffusion-generate with per-step, logits and tokens hooks and
 // cancellation, continuous batching of requests from many threads (BatchEngine: batch.h, included at the
-// end), and fine-tune (Trainer: one SFT optimizer step at a time, data parallel over Ranks). These two headers
-// are the whole public surface (standard library only: they include nothing of src/, which may change); the
-// installed library is `diffucoder::diffucoder` (CMake) / `diffucoder` (pkg-config). The
-// CLI's `generate` and `train` and the Python package (python/) are built on it; `serve` decodes with its BatchEngine.
+// end), fine-tune (Trainer: one SFT optimizer step at a time) and reinforce (GrpoTrainer: Coupled-GRPO), data
+// parallel over Ranks. These two headers are the whole public surface (standard library only: they include
+// nothing of src/, which may change); the installed library is `diffucoder::diffucoder` (CMake) / `diffucoder`
+// (pkg-config). The CLI's `generate`, `train` and `grpo` and the Python package (python/) are built on it;
+// `serve` decodes with its BatchEngine.
 //
 //   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // diffucoder::Result<...>
 //   if (!model.ok()) { std::cerr << model.status().message() << "\n"; return 1; }
@@ -366,6 +367,7 @@ class Ranks {
 
  private:
   friend class Trainer;
+  friend class GrpoTrainer;
   struct Impl;
   explicit Ranks(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
@@ -464,6 +466,126 @@ class Trainer {
  private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Coupled-GRPO reinforcement learning (DiffuCoder's recipe, docs/grpo.md), the `diffucoder grpo` command as
+// a library: rounds of rollouts from the policy (num_generations completions per prompt by the diffusion
+// sampler), rewards scored in the sandbox (the code's tests, its format) and / or by your program,
+// leave-one-out advantages, num_iterations optimizer steps per round with the coupled loss against a frozen
+// reference model; f32 master weights, checkpoints, bit-exact resume, data parallel over Ranks.
+// GrpoTrainer::create refuses a bad value naming the field (check_grpo_config: those that need no file).
+struct GrpoConfig {
+  std::string model_dir;               // the policy to start from (with tokenizer.json), and the reference model's weights
+  std::string data_path;               // JSONL: {"prompt" | "messages", "tests"} or AceCode {"question", "test_cases"}
+  std::string out_dir;                 // checkpoints, metrics.jsonl, reward.svg; "" = write nothing
+  int64_t steps = 0;                   // optimizer steps, a multiple of num_iterations; 0: one epoch (every prompt once)
+  int64_t num_generations = 10;        // completions per prompt (G), in [2, 1024]
+  int64_t prompts_per_round = 1;       // prompts per generation round, in [1, 4096]
+  int64_t grad_accum = 2;              // micro-batches per optimizer step (the round's completions split evenly), [1, 4096]
+  int64_t num_iterations = 2;          // optimizer steps per round, each with its own mask seed, [1, 1024]
+  // Rollouts: the prompt's last max_prompt_length tokens, max_completion_length new tokens decoded in
+  // diffusion_steps steps (entropy order); top_p applies when temperature > 0. fast: block decoding with a dual
+  // KV cache and threshold commits, FASTER BUT APPROXIMATE (not the policy's own distribution; the loss still
+  // scores exactly).
+  int64_t max_prompt_length = 200, max_completion_length = 256;  // [1, 2^20], [1, 65536]
+  int diffusion_steps = 256;           // [1, 65536]
+  float temperature = 1.0f;            // [0, 100]
+  float top_p = 0.95f;                 // [0, 1]
+  bool fast = false;
+  // The optimizer (AdamW) and its schedule; warmup steps = ceil(warmup_ratio · steps) (Hugging Face's rule).
+  double lr = 1e-6, min_lr_ratio = 0.1, warmup_ratio = 1e-4, weight_decay = 0.1, max_grad_norm = 0.2;
+  std::string lr_schedule = "cosine";  // "constant" | "linear" | "cosine"
+  double beta1 = 0.9, beta2 = 0.99, adam_eps = 1e-8;
+  // The loss: beta the KL coefficient (k3 estimator against the reference model), the ratio clipped to
+  // [1 − epsilon, 1 + epsilon]; scale_rewards divides the advantages by the group's reward std (+1e-4);
+  // random_masking false: mask seed 42 for every iteration (else drawn per round).
+  double beta = 0.01, epsilon = 0.5;
+  bool scale_rewards = false, random_masking = true;
+  int64_t ref_sync_steps = 64;         // mix the policy into the reference model every N steps (0: never)
+  double ref_mixup_alpha = 0.6;        // ref = (1 − alpha)·ref + alpha·policy at a sync
+  // Rewards (at least one on): the code reward (the share of the example's tests passed, each test case run in the
+  // sandbox with these limits), the code_format reward, and your program (reward_program: an executable and its
+  // arguments, JSON lines in, one score per line out; docs/grpo.md).
+  double code_weight = 2.0, format_weight = 0.5;
+  double test_timeout = 5.0;           // seconds per test case, [0.01, 3600]
+  int reward_workers = 0;              // sandboxes at once (0: the hardware threads), [0, 1024]
+  int64_t test_memory_bytes = int64_t{1} << 30, test_max_processes = 64;  // a test run's memory and processes
+  std::vector<std::string> reward_program;
+  double reward_weight = 1.0;
+  uint64_t seed = 42;                  // the prompt order, the rollouts (seed + rank) and the mask seeds
+  std::string precision = "bf16";      // "bf16" (mixed: f32 master weights, bf16 GEMMs) | "f32"
+  bool grad_checkpointing = false;
+  // LoRA (lora_r > 0), as TrainConfig's: the policy is the frozen base plus the adapters, the reference model the
+  // base plus a reference copy of the adapters; checkpoints are PEFT adapters.
+  int64_t lora_r = 0;
+  double lora_alpha = 0;
+  std::string lora_targets = "all-linear";
+  double lora_dropout = 0;
+  int64_t save_every = 0;              // step() also checkpoints every N rounds (0: only save())
+  bool resume = false, force = false;  // continue out_dir's newest checkpoint / start over in a used out_dir
+  int threads = 0;                     // <= 0: all hardware threads
+  // Data parallel over these ranks (as TrainConfig::ranks): each rank generates and scores whole groups with its
+  // own rollout seed (seed + rank); prompts_per_round and grad_accum must be multiples of the ranks.
+  Ranks* ranks = nullptr;
+};
+
+// Checks every GrpoConfig field that needs no file (ranges, names, the LoRA targets, a reward on);
+// invalid_argument naming the field. GrpoTrainer::create checks them too, then the rest.
+Status check_grpo_config(const GrpoConfig& config);
+
+struct GrpoStepStats {
+  int64_t step = 0, round = 0, iteration = 0;  // 1-based optimizer step; its round and iteration (0-based)
+  double loss = 0, kl = 0, clip_fraction = 0, grad_norm = 0, lr = 0;
+  double reward_mean = 0, reward_std = 0;      // of the round's total rewards (all ranks)
+  // The round's rollout means (data parallel: the ranks' mean): "pass_rate" (the code reward's mean),
+  // "format_rate" (the share of well-formatted completions), "rollout_tokens_per_s", "generate_seconds",
+  // "reward_seconds".
+  std::vector<std::pair<std::string, double>> metrics;
+  int64_t rollout_tokens = 0;                  // completion tokens generated for this step's round (0 on later iterations)
+  double rollout_seconds = 0, score_seconds = 0, train_seconds = 0, seconds = 0;
+  bool skipped = false;                        // as TrainStepStats::skipped
+  std::string skip_note;
+  // The metric of that name, if the round has it.
+  std::optional<double> metric(std::string_view name) const {
+    for (const auto& [key, value] : metrics)
+      if (key == name) return value;
+    return std::nullopt;
+  }
+};
+
+class GrpoTrainer {
+ public:
+  // Loads the tokenizer, the data, the policy (widened to f32) and the reference model; with resume, continues
+  // from out_dir's newest checkpoint, refusing different options. Errors name the file or the field.
+  static Result<std::unique_ptr<GrpoTrainer>> create(const GrpoConfig& config);
+  ~GrpoTrainer();
+  GrpoTrainer(const GrpoTrainer&) = delete;
+  GrpoTrainer& operator=(const GrpoTrainer&) = delete;
+
+  // One optimizer step; the first of a round generates and scores the rollouts. Appends a line to
+  // out_dir/metrics.jsonl and checkpoints at the end of a round when save_every says so.
+  Result<GrpoStepStats> step();
+  // Writes out_dir/checkpoint-<step> (at a round boundary) and out_dir/reward.svg; invalid_argument without out_dir.
+  Status save();
+  int64_t steps_done() const;
+  int64_t steps() const;               // the run's length: config.steps, or one epoch's when that is 0
+  std::string precision() const;       // "bf16" or "f32"
+  int64_t prompts() const;             // the data's prompts
+  int64_t truncated_prompts() const;   // of which left-truncated to max_prompt_length
+  std::string lora_targets() const;    // the adapted projections as a comma list ("" without LoRA)
+  // How the sandbox bounds a test run (one line), when the code or format reward is on; else "".
+  std::string sandbox_note() const;
+  int64_t skipped_steps() const;       // over the whole run, resumes included
+  // The steps done so far: this object's, after those of out_dir/metrics.jsonl when resumed (of which only step
+  // and reward_mean are kept).
+  std::vector<GrpoStepStats> history() const;
+  // Every rank's TrainRankStats, on every rank (a collective, as Trainer::gather_rank_stats).
+  Result<std::vector<TrainRankStats>> gather_rank_stats();
+
+ private:
+  struct Impl;
+  explicit GrpoTrainer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

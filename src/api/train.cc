@@ -3,14 +3,11 @@
 #include <diffucoder/diffucoder.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "api/ranks.h"
 #include "api/status_convert.h"
-#include "core/number_text.h"
-#include "core/peak_rss.h"
+#include "api/train_shared.h"
 #include "core/thread_pool.h"
-#include "lora/trainable.h"
 #include "train/trainer.h"
 
 namespace diffucoder {
@@ -24,12 +21,6 @@ struct Trainer::Impl {
 
 namespace {
 
-// "field: must be <rule>, got <value>" when a number breaks its rule (NaN breaks every rule).
-dc::Status check_train_number(bool ok, const char* field, const char* rule, double value) {
-  if (ok) return dc::Status();
-  return dc::invalid_argument(std::string(field) + ": must be " + rule + ", got " + dc::number_text(value));
-}
-
 dc::Status check_train_config(const TrainConfig& c) {
   if (c.threads > dc::kMaxThreads)
     return dc::invalid_argument("threads: at most " + std::to_string(dc::kMaxThreads) + ", got " +
@@ -41,15 +32,9 @@ dc::Status check_train_config(const TrainConfig& c) {
     return dc::invalid_argument("precision: \"bf16\" or \"f32\", got \"" + c.precision + "\"");
   if (c.loss_norm != "tokens" && c.loss_norm != "sequences")
     return dc::invalid_argument("loss_norm: \"tokens\" or \"sequences\", got \"" + c.loss_norm + "\"");
-  DC_RETURN_IF_ERROR(check_train_number(c.lr >= 0, "lr", "at least 0", c.lr));
-  DC_RETURN_IF_ERROR(check_train_number(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", c.min_lr_ratio));
-  DC_RETURN_IF_ERROR(check_train_number(c.weight_decay >= 0, "weight_decay", "at least 0", c.weight_decay));
-  DC_RETURN_IF_ERROR(check_train_number(c.max_grad_norm >= 0, "max_grad_norm", "at least 0 (0: no clipping)", c.max_grad_norm));
-  // A beta of 1 divides by 1 − β^t = 0 in AdamW's bias correction (NaN weights).
-  DC_RETURN_IF_ERROR(check_train_number(c.beta1 >= 0 && c.beta1 < 1, "beta1", "in [0, 1)", c.beta1));
-  DC_RETURN_IF_ERROR(check_train_number(c.beta2 >= 0 && c.beta2 < 1, "beta2", "in [0, 1)", c.beta2));
-  DC_RETURN_IF_ERROR(check_train_number(c.adam_eps > 0 && std::isfinite(c.adam_eps), "adam_eps", "above 0 and finite", c.adam_eps));
-  DC_RETURN_IF_ERROR(check_train_number(c.t_eps >= 1e-9 && c.t_eps <= 0.999, "t_eps", "in [1e-9, 0.999]", c.t_eps));
+  DC_RETURN_IF_ERROR(dc::api::check_optimizer_fields(
+      {c.lr, c.min_lr_ratio, c.weight_decay, c.max_grad_norm, c.beta1, c.beta2, c.adam_eps}));
+  DC_RETURN_IF_ERROR(dc::api::check_number(c.t_eps >= 1e-9 && c.t_eps <= 0.999, "t_eps", "in [1e-9, 0.999]", c.t_eps));
   if (c.warmup_steps < 0)
     return dc::invalid_argument("warmup_steps: must be at least 0, got " + std::to_string(c.warmup_steps));
   if (c.save_every < 0)
@@ -78,11 +63,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& c) {
     o.pad_token_id = std::max(c.pad_token_id, -1);
     o.precision = c.precision == "f32" ? dc::MatmulPrecision::kF32 : dc::MatmulPrecision::kBF16;
     o.recompute = c.grad_checkpointing;
-    if (c.lora_r != 0) {
-      o.lora.r = c.lora_r, o.lora.alpha = c.lora_alpha, o.lora.dropout = static_cast<float>(c.lora_dropout);
-      DC_ASSIGN_OR_RETURN(o.lora.targets, dc::parse_lora_targets(c.lora_targets));
-      DC_RETURN_IF_ERROR(dc::check_lora_spec(o.lora));
-    }
+    DC_ASSIGN_OR_RETURN(o.lora, dc::api::lora_spec(c.lora_r, c.lora_alpha, c.lora_targets, c.lora_dropout));
     o.save_every = c.save_every;
     o.resume = c.resume, o.force = c.force, o.seed = c.seed;
     auto impl = std::make_unique<Impl>();
@@ -136,30 +117,7 @@ std::vector<TrainStepStats> Trainer::history() const {
 }
 
 Result<std::vector<TrainRankStats>> Trainer::gather_rank_stats() {
-  const dc::train::TrainFootprint held = impl_->trainer->footprint();
-  TrainRankStats mine;
-  mine.peak_rss_bytes = dc::peak_rss_bytes();
-  mine.master_weight_bytes = held.master_weight_bytes;
-  mine.optimizer_state_bytes = held.optimizer_state_bytes;
-  mine.gradient_bytes = held.gradient_bytes;
-  dc::dist::Comm* comm = impl_->comm;
-  if (comm == nullptr) return std::vector<TrainRankStats>{mine};
-  mine.bytes_sent_per_step =
-      static_cast<double>(comm->bytes_sent()) / static_cast<double>(std::max<int64_t>(1, impl_->steps_here));
-  // As doubles, the one gather the communicator has (byte counts stay exact below 2^53).
-  constexpr int kFields = 5;
-  const double values[kFields] = {static_cast<double>(mine.peak_rss_bytes), static_cast<double>(mine.master_weight_bytes),
-                                  static_cast<double>(mine.optimizer_state_bytes),
-                                  static_cast<double>(mine.gradient_bytes), mine.bytes_sent_per_step};
-  std::vector<double> all(static_cast<size_t>(kFields) * static_cast<size_t>(comm->size()));
-  if (dc::Status s = comm->all_gather_doubles(values, kFields, all.data()); !s.ok()) return dc::api::to_public(s);
-  std::vector<TrainRankStats> out;
-  for (int r = 0; r < comm->size(); ++r) {
-    const double* v = &all[static_cast<size_t>(kFields) * static_cast<size_t>(r)];
-    out.push_back({static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]),
-                   static_cast<int64_t>(v[3]), v[4]});
-  }
-  return out;
+  return dc::api::to_public(dc::api::gather_rank_stats(impl_->comm, impl_->trainer->footprint(), impl_->steps_here));
 }
 
 }  // namespace diffucoder

@@ -74,6 +74,11 @@ int report(const diffucoder::Status& status) {
   return 1;
 }
 
+int usage_error(const diffucoder::Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 2;
+}
+
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option) {
   std::vector<int32_t> ids;
   std::string item;
@@ -172,6 +177,15 @@ RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t master_weight_bytes, i
     ranks.push_back({v[0], v[1], v[2], v[3], v[4]});
   }
   return report_rank_numbers(comm.rank(), std::move(ranks), quiet);
+}
+
+RankNumbers report_rank_numbers(int rank, const std::vector<diffucoder::TrainRankStats>& ranks, bool quiet) {
+  std::vector<RankNumbers::Rank> per_rank;
+  for (const diffucoder::TrainRankStats& r : ranks)
+    per_rank.push_back({static_cast<double>(r.peak_rss_bytes), static_cast<double>(r.master_weight_bytes),
+                        static_cast<double>(r.optimizer_state_bytes), static_cast<double>(r.gradient_bytes),
+                        r.bytes_sent_per_step});
+  return report_rank_numbers(rank, std::move(per_rank), quiet);
 }
 
 RankNumbers report_rank_numbers(int rank, std::vector<RankNumbers::Rank> ranks, bool quiet) {

@@ -49,6 +49,7 @@ int report(const Status& status);
 int usage_error(const Status& status);
 // The same for the public API's Status (the commands built on include/diffucoder/diffucoder.h).
 int report(const diffucoder::Status& status);
+int usage_error(const diffucoder::Status& status);
 
 // "1,2,3" or "[1, 2, 3]" → ids; errors name the offending entry and the option.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& option);
@@ -69,7 +70,7 @@ int run_on_ranks(double timeout_s, const std::function<int(dist::Comm&)>& body);
 // The same over the public API's Ranks (diffucoder::Ranks::join), for the commands built on it (train).
 int run_on_ranks(double timeout_s, const std::function<int(diffucoder::Ranks&)>& body);
 
-// The end of a training run (grpo, bench --train; train gathers through its diffucoder::Trainer and reports
+// The end of a training run (bench --train; train and grpo gather through their facade trainer and report
 // with report_rank_numbers): every rank's peak memory, f32 master-weight, optimizer-state and gradient bytes
 // (OptimizerCore's master_weight_bytes, optimizer_state_bytes, gradient_bytes) and bytes sent
 // per step (over `steps` steps run here) gathered; on rank 0 a line per rank on stderr (unless quiet) and
@@ -90,5 +91,7 @@ RankNumbers gather_rank_numbers(dist::Comm& comm, int64_t master_weight_bytes, i
 // The part after the gathering: on rank 0 (`rank`), the lines and `json` of `ranks` (one per rank, e.g.
 // from diffucoder::Trainer::gather_rank_stats); on the other ranks nothing. ok is true.
 RankNumbers report_rank_numbers(int rank, std::vector<RankNumbers::Rank> ranks, bool quiet);
+// The same of a facade trainer's gather_rank_stats() (train, grpo).
+RankNumbers report_rank_numbers(int rank, const std::vector<diffucoder::TrainRankStats>& ranks, bool quiet);
 
 }  // namespace dc::cli

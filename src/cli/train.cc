@@ -77,12 +77,7 @@ int run_train(TrainArgs& a, diffucoder::Ranks& ranks) {
   if (!saved.ok()) return report(saved);
   auto gathered = t.gather_rank_stats();
   if (!gathered.ok()) return report(gathered.status());
-  std::vector<RankNumbers::Rank> per_rank;
-  for (const diffucoder::TrainRankStats& r : *gathered)
-    per_rank.push_back({static_cast<double>(r.peak_rss_bytes), static_cast<double>(r.master_weight_bytes),
-                        static_cast<double>(r.optimizer_state_bytes), static_cast<double>(r.gradient_bytes),
-                        r.bytes_sent_per_step});
-  const RankNumbers numbers = report_rank_numbers(ranks.rank(), std::move(per_rank), a.quiet);
+  const RankNumbers numbers = report_rank_numbers(ranks.rank(), *gathered, a.quiet);
   if (ranks.rank() != 0) return 0;
   const std::vector<diffucoder::TrainStepStats> history = t.history();  // resumed: metrics.jsonl's steps first
   // Built with json_number / json_string: a non-finite loss prints as null, the path escaped.
