@@ -534,10 +534,20 @@ struct GrpoConfig {
 // invalid_argument naming the field. GrpoTrainer::create checks them too, then the rest.
 Status check_grpo_config(const GrpoConfig& config);
 
+// One reward's unweighted scores over a round's completions: the mean and the (population) standard deviation
+// of the n finite ones (a reward program may score NaN).
+struct GrpoRewardStats {
+  std::string name;                            // "code", "code_format" or "reward_program"
+  double mean = 0, std = 0;
+  int64_t n = 0;
+};
+
 struct GrpoStepStats {
   int64_t step = 0, round = 0, iteration = 0;  // 1-based optimizer step; its round and iteration (0-based)
   double loss = 0, kl = 0, clip_fraction = 0, grad_norm = 0, lr = 0;
   double reward_mean = 0, reward_std = 0;      // of the round's total rewards (all ranks)
+  // Each reward that is on, over this process's completions of the round (data parallel: this rank's share).
+  std::vector<GrpoRewardStats> rewards;
   // The round's rollout means (data parallel: the ranks' mean): "pass_rate" (the code reward's mean),
   // "format_rate" (the share of well-formatted completions), "rollout_tokens_per_s", "generate_seconds",
   // "reward_seconds".

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "api/ranks.h"
 #include "api/status_convert.h"
@@ -33,6 +34,7 @@ struct GrpoTrainer::Impl {
   int64_t steps = 0, steps_here = 0;     // the run's length; step() calls that succeeded in this process
   bool sandboxed = false;                // the code or format reward is on
   std::string lora_targets;
+  std::vector<GrpoRewardStats> round_rewards;  // of the latest rollout (this process's completions)
 };
 
 namespace {
@@ -147,13 +149,44 @@ dc::train::RolloutOptions rollout_options(const GrpoConfig& c, const dc::ModelCo
   return ro;
 }
 
+// The mean and population std of the finite `scores`.
+GrpoRewardStats reward_stats(std::string name, const std::vector<double>& scores) {
+  GrpoRewardStats r;
+  r.name = std::move(name);
+  double sum = 0, sum_sq = 0;
+  for (double x : scores)
+    if (std::isfinite(x)) sum += x, ++r.n;
+  if (r.n == 0) return r;
+  r.mean = sum / static_cast<double>(r.n);
+  for (double x : scores)
+    if (std::isfinite(x)) sum_sq += (x - r.mean) * (x - r.mean);
+  r.std = std::sqrt(sum_sq / static_cast<double>(r.n));
+  return r;
+}
+
+// Every reward that is on in `rw`, unweighted.
+std::vector<GrpoRewardStats> rewards_of(const dc::train::RewardBatch& rw) {
+  std::vector<GrpoRewardStats> out;
+  if (!rw.code.empty()) {
+    std::vector<double> code;
+    for (const dc::train::CodeResult& c : rw.code) code.push_back(c.reward);
+    out.push_back(reward_stats("code", code));
+  }
+  if (!rw.code_format.empty()) out.push_back(reward_stats("code_format", rw.code_format));
+  if (!rw.user.empty()) out.push_back(reward_stats("reward_program", rw.user));
+  return out;
+}
+
 // One round's rollouts of this rank's prompts: generated from the policy (seeded by `seed` and the round),
-// scored in the sandbox, laid out as the trainer's batch (with the prompts' padding mask).
+// scored in the sandbox, laid out as the trainer's batch (with the prompts' padding mask); each reward's
+// statistics into *round_rewards.
 dc::train::RolloutFn make_rollout_fn(const dc::train::GrpoDataset& ds, const dc::Tokenizer& tok,
                                      const dc::train::RolloutOptions& ro, uint64_t seed,
-                                     const dc::train::RewardOptions& rewards) {
-  return [&ds, &tok, ro, seed, rewards](const dc::Context& ctx, const dc::Model& policy, int64_t round,
-                                        const std::vector<int64_t>& prompts) -> dc::Result<dc::train::Rollout> {
+                                     const dc::train::RewardOptions& rewards,
+                                     std::vector<GrpoRewardStats>* round_rewards) {
+  return [&ds, &tok, ro, seed, rewards, round_rewards](
+             const dc::Context& ctx, const dc::Model& policy, int64_t round,
+             const std::vector<int64_t>& prompts) -> dc::Result<dc::train::Rollout> {
     std::vector<std::vector<int32_t>> ids;
     std::vector<const dc::train::GrpoExample*> examples;
     for (int64_t p : prompts) ids.push_back(ds.examples[p].prompt_ids), examples.push_back(&ds.examples[p]);
@@ -162,6 +195,7 @@ dc::train::RolloutFn make_rollout_fn(const dc::train::GrpoDataset& ds, const dc:
                                                      dc::train::hash_counters(seed, 0x726f6c6c, round)));
     DC_ASSIGN_OR_RETURN(std::vector<dc::train::RewardInput> inputs, dc::train::reward_inputs(rb, examples));
     DC_ASSIGN_OR_RETURN(dc::train::RewardBatch rw, dc::train::score_completions(inputs, rewards));
+    *round_rewards = rewards_of(rw);
     dc::train::Rollout r;
     r.batch.n_batch = rb.n_rows, r.batch.n_prompt = rb.prompt_width, r.batch.n_completion = rb.completion_length;
     r.batch.prompt_ids = std::move(rb.prompt_ids);
@@ -228,7 +262,8 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoConfig& c) {
     dc::Context ctx;
     ctx.pool = impl->pool.get();
     DC_ASSIGN_OR_RETURN(impl->trainer, dc::train::GrpoTrainer::create(
-                                           o, ctx, make_rollout_fn(impl->data, *impl->tokenizer, ro, seed, rewards)));
+                                           o, ctx, make_rollout_fn(impl->data, *impl->tokenizer, ro, seed, rewards,
+                                                                &impl->round_rewards)));
     return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(std::move(impl)));
   }());
 }
@@ -237,7 +272,9 @@ Result<GrpoStepStats> GrpoTrainer::step() {
   dc::Result<dc::train::GrpoStepStats> r = impl_->trainer->step();
   if (!r.ok()) return dc::api::to_public(r.status());
   ++impl_->steps_here;
-  return to_public_grpo_stats(*r);
+  GrpoStepStats stats = to_public_grpo_stats(*r);
+  stats.rewards = impl_->round_rewards;
+  return stats;
 }
 
 Status GrpoTrainer::save() { return dc::api::to_public(impl_->trainer->save()); }

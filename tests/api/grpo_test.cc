@@ -159,6 +159,13 @@ TEST(ApiGrpo, RunEqualsTheCliAndResumes) {
   EXPECT_TRUE(stats[0].metric("pass_rate").has_value());
   EXPECT_FALSE(stats[0].metric("no_such_metric").has_value());
   EXPECT_GT(stats[0].rollout_tokens, 0);
+  // The one reward on, unweighted over the round's 4 completions: with weight 1 the total's mean.
+  ASSERT_EQ(stats[0].rewards.size(), 1u);
+  EXPECT_EQ(stats[0].rewards[0].name, "reward_program");
+  EXPECT_EQ(stats[0].rewards[0].n, 4);
+  EXPECT_DOUBLE_EQ(stats[0].rewards[0].mean, stats[0].reward_mean);
+  ASSERT_EQ(stats[1].rewards.size(), 1u);  // the round's second iteration keeps its round's rewards
+  EXPECT_EQ(stats[1].rewards[0].mean, stats[0].rewards[0].mean);
   ASSERT_TRUE((*whole)->save().ok());
   auto ranks = (*whole)->gather_rank_stats();
   ASSERT_TRUE(ranks.ok()) << ranks.status().to_string();
