@@ -1,7 +1,7 @@
 // `diffucoder convert --model DIR --out DIR2 --weights q8|q4 [--group-size 128] [--lora ADAPTER] [--force]`:
 // writes a quantized copy of a checkpoint (with --lora, the adapter merged first; without --weights then, the
-// dtypes kept) (formats in README.md "Quantized weights"); `--out FILE.gguf --weights
-// f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k` writes a GGUF of architecture dream instead (gguf/writer.h). Progress on stderr.
+// dtypes kept) (formats in README.md "Quantized weights"); `--out FILE.gguf --weights TYPE` (kGgufTypes: f32 ...
+// q6_k) writes a GGUF of architecture dream instead (gguf/writer.h). Progress on stderr.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -9,6 +9,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -36,18 +38,30 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
+// The --weights of a GGUF output (llama.cpp's type names, lower case).
+constexpr std::pair<const char*, GgufWeights> kGgufTypes[] = {
+    {"f32", GgufWeights::kF32},   {"f16", GgufWeights::kF16},   {"bf16", GgufWeights::kBF16},
+    {"q8_0", GgufWeights::kQ8_0}, {"q4_0", GgufWeights::kQ4_0}, {"q4_1", GgufWeights::kQ4_1},
+    {"q5_0", GgufWeights::kQ5_0}, {"q5_1", GgufWeights::kQ5_1}, {"q2_k", GgufWeights::kQ2_K},
+    {"q3_k", GgufWeights::kQ3_K}, {"q4_k", GgufWeights::kQ4_K}, {"q5_k", GgufWeights::kQ5_K},
+    {"q6_k", GgufWeights::kQ6_K}};
+
+// "f32, f16, ..., q5_k or q6_k".
+std::string gguf_type_list() {
+  std::string list;
+  const size_t n = std::size(kGgufTypes);
+  for (size_t i = 0; i < n; ++i) list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + kGgufTypes[i].first;
+  return list;
+}
+
 int run_convert_gguf(const ConvertArgs& args) {
-  static const std::pair<const char*, GgufWeights> kTypes[] = {
-      {"f32", GgufWeights::kF32}, {"f16", GgufWeights::kF16}, {"bf16", GgufWeights::kBF16},
-      {"q8_0", GgufWeights::kQ8_0}, {"q4_0", GgufWeights::kQ4_0}, {"q4_k", GgufWeights::kQ4_K},
-      {"q5_k", GgufWeights::kQ5_K}, {"q6_k", GgufWeights::kQ6_K}};
   GgufConvertOptions opt;
   bool known = false;
-  for (const auto& [name, type] : kTypes)
+  for (const auto& [name, type] : kGgufTypes)
     if (args.weights == name) opt.weights = type, known = true;
   if (!known)
     return usage_error(invalid_argument("--weights " + args.weights + ": a GGUF output (--out " + args.out_dir +
-                                        ") takes f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k"));
+                                        ") takes " + gguf_type_list()));
   std::error_code ec;
   if (std::filesystem::exists(args.out_dir, ec) && !args.force)
     return usage_error(invalid_argument("--out " + args.out_dir + " exists; pass --force to replace it"));
@@ -97,7 +111,7 @@ int run_convert(const ConvertArgs& args) {
   if (is_gguf_path(args.out_dir)) return run_convert_gguf(args);
   if (!args.weights.empty() && args.weights != "q8" && args.weights != "q4")
     return usage_error(invalid_argument("--weights " + args.weights + ": a checkpoint directory output takes q8 or q4 "
-                                        "(f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k need --out FILE.gguf)"));
+                                        "(" + gguf_type_list() + " need --out FILE.gguf)"));
   const bool q4 = args.weights == "q4";
   if (q4 && (args.group_size < 32 || args.group_size > 4096 || args.group_size % 32 != 0))
     return usage_error(invalid_argument("--group-size " + std::to_string(args.group_size) +
@@ -149,6 +163,13 @@ int run_convert(const ConvertArgs& args) {
   return 0;
 }
 
+// Every --weights value: q8, q4 and the GGUF types.
+std::vector<std::string> weights_names() {
+  std::vector<std::string> names = {"q8", "q4"};
+  for (const auto& [name, type] : kGgufTypes) names.push_back(name);
+  return names;
+}
+
 }  // namespace
 
 RunFn add_convert_command(CLI::App& app) {
@@ -158,8 +179,8 @@ RunFn add_convert_command(CLI::App& app) {
   cmd->add_option("--out", args->out_dir, "Directory to write, or FILE.gguf (must not exist unless --force)")->required();
   cmd->add_option("--weights", args->weights,
                   "q8: int8, one f32 scale per row; q4: 4-bit, f16 scale and min per group of columns; "
-                  "for --out FILE.gguf: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k (llama.cpp's types)")
-      ->check(CLI::IsMember({"q8", "q4", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
+                  "for --out FILE.gguf: " + gguf_type_list() + " (llama.cpp's types)")
+      ->check(CLI::IsMember(weights_names()));
   cmd->add_option("--group-size", args->group_size, "q4: columns per scale and min (a multiple of 32; 32, 64 and multiples of 128 run the int8 kernel)")
       ->capture_default_str();
   cmd->add_option("--lora", args->lora,

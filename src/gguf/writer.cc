@@ -127,6 +127,11 @@ uint32_t file_type(GgufWeights w) {
     case GgufWeights::kBF16: return 32;
     case GgufWeights::kQ8_0: return 7;
     case GgufWeights::kQ4_0: return 2;
+    case GgufWeights::kQ4_1: return 3;
+    case GgufWeights::kQ5_0: return 8;
+    case GgufWeights::kQ5_1: return 9;
+    case GgufWeights::kQ2_K: return 10;
+    case GgufWeights::kQ3_K: return 11;  // MOSTLY_Q3_K_S: every matrix Q3_K
     case GgufWeights::kQ4_K: return 14;  // MOSTLY_Q4_K_S: every matrix Q4_K
     case GgufWeights::kQ5_K: return 16;  // MOSTLY_Q5_K_S
     case GgufWeights::kQ6_K: return 18;
@@ -135,15 +140,23 @@ uint32_t file_type(GgufWeights w) {
 }
 
 GgufType matrix_type(GgufWeights w, int64_t cols) {
+  // The 32-value block types, else F16; the K-quants (256 values), else Q8_0.
+  const auto block32 = [cols](GgufType t) { return cols % 32 == 0 ? t : GgufType::kF16; };
+  const auto k_quant = [cols, &block32](GgufType t) { return cols % 256 == 0 ? t : block32(GgufType::kQ8_0); };
   switch (w) {
     case GgufWeights::kF32: return GgufType::kF32;
     case GgufWeights::kF16: return GgufType::kF16;
     case GgufWeights::kBF16: return GgufType::kBF16;
-    case GgufWeights::kQ4_0: return cols % 32 == 0 ? GgufType::kQ4_0 : GgufType::kF16;
-    case GgufWeights::kQ4_K: if (cols % 256 == 0) return GgufType::kQ4_K; [[fallthrough]];
-    case GgufWeights::kQ8_0: return cols % 32 == 0 ? GgufType::kQ8_0 : GgufType::kF16;
-    case GgufWeights::kQ5_K: if (cols % 256 == 0) return GgufType::kQ5_K; return matrix_type(GgufWeights::kQ8_0, cols);
-    case GgufWeights::kQ6_K: if (cols % 256 == 0) return GgufType::kQ6_K; return matrix_type(GgufWeights::kQ8_0, cols);
+    case GgufWeights::kQ8_0: return block32(GgufType::kQ8_0);
+    case GgufWeights::kQ4_0: return block32(GgufType::kQ4_0);
+    case GgufWeights::kQ4_1: return block32(GgufType::kQ4_1);
+    case GgufWeights::kQ5_0: return block32(GgufType::kQ5_0);
+    case GgufWeights::kQ5_1: return block32(GgufType::kQ5_1);
+    case GgufWeights::kQ2_K: return k_quant(GgufType::kQ2_K);
+    case GgufWeights::kQ3_K: return k_quant(GgufType::kQ3_K);
+    case GgufWeights::kQ4_K: return k_quant(GgufType::kQ4_K);
+    case GgufWeights::kQ5_K: return k_quant(GgufType::kQ5_K);
+    case GgufWeights::kQ6_K: return k_quant(GgufType::kQ6_K);
   }
   return GgufType::kF16;
 }
@@ -174,10 +187,14 @@ GgufWriter::Producer matrix_producer(const TensorInfo& t, int64_t rows, int64_t 
             case GgufType::kBF16: for (int64_t c = 0; c < cols; ++c) { const uint16_t h = f32_to_bf16(x[c]); std::memcpy(y + 2 * c, &h, 2); } break;
             case GgufType::kQ8_0: quantize_q8_0(x, y, cols); break;
             case GgufType::kQ4_0: quantize_q4_0(x, y, cols); break;
+            case GgufType::kQ4_1: quantize_q4_1(x, y, cols); break;
+            case GgufType::kQ5_0: quantize_q5_0(x, y, cols); break;
+            case GgufType::kQ5_1: quantize_q5_1(x, y, cols); break;
+            case GgufType::kQ2_K: quantize_q2_k(x, y, cols); break;
+            case GgufType::kQ3_K: quantize_q3_k(x, y, cols); break;
             case GgufType::kQ4_K: quantize_q4_k(x, y, cols); break;
             case GgufType::kQ5_K: quantize_q5_k(x, y, cols); break;
             case GgufType::kQ6_K: quantize_q6_k(x, y, cols); break;
-            default: break;
           }
           if (!gguf_row_finite(type, y, cols)) bad_row.store(r0 + r);  // e.g. a finite value beyond f16's range
         }

@@ -48,7 +48,7 @@ class GgufWriter {
 };
 
 // `diffucoder convert --out FILE.gguf`: the weight type of the matrices (norms and biases stay F32).
-enum class GgufWeights { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
+enum class GgufWeights { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K };
 
 struct GgufConvertOptions {
   std::string model_dir;  // a dense Hugging Face checkpoint (F32 / F16 / BF16 tensors)
@@ -62,7 +62,7 @@ struct GgufConvertOptions {
 // (general.*, dream.* sizes / heads / RoPE base / RMS epsilon / causal false, tokenizer.ggml.* from
 // tokenizer.json when the directory has one, the token ids including the mask token, the chat template
 // of tokenizer_config.json). A matrix whose columns are not a multiple of the chosen type's block falls
-// back to Q8_0 (Q4_K, Q5_K, Q6_K), then F16 (every type). Errors name the file or tensor; a quantized (`convert --weights q8|q4`)
+// back to Q8_0 (the K-quants: Q2_K ... Q6_K), then F16 (every type). Errors name the file or tensor; a quantized (`convert --weights q8|q4`)
 // checkpoint is refused.
 Status convert_to_gguf(const GgufConvertOptions& options, ThreadPool* pool);
 

@@ -1,5 +1,5 @@
 // Dream GGUF files against the safetensors checkpoints they come from: our converter's F32 / BF16 / F16
-// files give identical logits, the quantized ones (ours: Q8_0, Q4_K; hand-made random blocks of every ggml
+// files give identical logits, the quantized ones (ours, of every type; hand-made random blocks of every ggml
 // block type, run in place) stay within stated bounds; missing tensors and foreign metadata give clear errors.
 #include <gtest/gtest.h>
 
@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <tuple>
 
 #include "../fixtures.h"
 #include "core/dtype.h"
+#include "engine/engine.h"
 #include "gguf/quants.h"
 #include "gguf/tokenizer_gguf.h"
 #include "gguf/writer.h"
@@ -130,11 +132,38 @@ std::vector<float> ours_quantized_logits(const Model& dense, WeightQuant format)
   return logits_of(*Model::from_weights(dense.config(), q->weights, q->storage));
 }
 
-// Stated bounds (README "GGUF"): our converter's Q8_0 / Q4_K / Q4_0 files, loaded as our q8 / q4, are at
-// most 1.5x as far from the f32 logits as our own q8 / q4 (group 32) conversion of the same model (on this
-// tiny random model: ~3 % and ~21 % of the largest |logit|, tiny random models being very sensitive);
-// Q5_K and Q6_K (5.5 and 6.6 bits per weight, loaded as our q8 but keeping their own rounding) lie
-// between our q8 and our q4: at most 0.8x and 0.5x our q4's error (measured: 0.67x, 0.38x).
+// A GGUF file of `path` generates through the Engine: 8 tokens in 4 steps from a fixed prompt of ids, every
+// position unmasked to an id of the vocabulary.
+void expect_generates(const std::string& path) {
+  EngineOptions o;
+  o.model_dir = path;
+  o.n_threads = 2;
+  o.weight_cache = "off";
+  auto engine = Engine::load(o);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  SamplingParams p = (*engine)->default_params();  // the file's mask and stop ids
+  p.max_new_tokens = 8;
+  p.steps = 4;
+  p.seed = 7;
+  auto out = (*engine)->generate({{5, 17, 42, 99}}, p);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->generated.size(), 1u);
+  ASSERT_EQ(out->generated[0].size(), 8u);
+  const ModelConfig& c = (*engine)->config();
+  for (int32_t id : out->generated[0]) {
+    EXPECT_NE(id, c.mask_token_id);
+    EXPECT_TRUE(id >= 0 && id < c.n_vocab) << id;
+  }
+}
+
+// Stated bounds (docs/quantization.md): our converter's files against the f32 logits, in units of our own q8 /
+// q4 (group 32) conversion's error of the same model (on this tiny random model ~3 % and ~21 % of the
+// largest |logit|, tiny random models being very sensitive): Q8_0, Q4_K and Q4_0 at most 1.5x our q8 / q4;
+// Q5_K and Q6_K (5.5 and 6.6 bits per weight) between our q8 and our q4, at most 0.8x and 0.5x our q4's
+// error (measured: 0.70x, 0.33x); Q4_1 (5 bits, our q4's own layout) at most 1.5x, Q5_0 / Q5_1 (5.5 / 6 bits)
+// 0.8x our q4 (measured: 1.08x, 0.62x, 0.62x); the 3- and 2-bit K-quants Q3_K (3.4 bits) and Q2_K (2.6 bits)
+// at most 3.5x and 6.5x our q4 (measured: 2.4x and 4.7x: a 2-bit code's step is 5x a 4-bit one's, a 3-bit
+// code's 2x), Q2_K further than Q3_K, and Q3_K further than Q4_K; each of those five files loads and generates.
 TEST(GgufDream, OurQuantizedFilesStayWithinTheirBounds) {
   test::TempDir tmp("quant");
   const std::string dir = tmp.file("wide");
@@ -146,16 +175,24 @@ TEST(GgufDream, OurQuantizedFilesStayWithinTheirBounds) {
   struct Case {
     GgufWeights weights;
     double bound;
+    bool generate;
   };
-  for (const Case& c : {Case{GgufWeights::kQ8_0, 1.5 * q8}, Case{GgufWeights::kQ4_K, 1.5 * q4},
-                        Case{GgufWeights::kQ4_0, 1.5 * q4}, Case{GgufWeights::kQ5_K, 0.8 * q4},
-                        Case{GgufWeights::kQ6_K, 0.5 * q4}}) {
+  std::map<GgufWeights, double> errors;
+  for (const Case& c : {Case{GgufWeights::kQ8_0, 1.5 * q8, false}, Case{GgufWeights::kQ4_K, 1.5 * q4, false},
+                        Case{GgufWeights::kQ4_0, 1.5 * q4, false}, Case{GgufWeights::kQ5_K, 0.8 * q4, false},
+                        Case{GgufWeights::kQ6_K, 0.5 * q4, false}, Case{GgufWeights::kQ4_1, 1.5 * q4, true},
+                        Case{GgufWeights::kQ5_0, 0.8 * q4, true}, Case{GgufWeights::kQ5_1, 0.8 * q4, true},
+                        Case{GgufWeights::kQ3_K, 3.5 * q4, true}, Case{GgufWeights::kQ2_K, 6.5 * q4, true}}) {
     const Pair p = convert_and_compare(dir, tmp.file("q.gguf"), c.weights);
     ASSERT_FALSE(p.dir.empty());
     const double err = relative_error(p.gguf, p.dir);
     EXPECT_LE(err, c.bound) << "weights type " << static_cast<int>(c.weights) << ", our q8 " << q8 << ", q4 " << q4;
     EXPECT_GT(err, 0.0);  // it is quantized
+    if (c.generate) expect_generates(tmp.file("q.gguf"));
+    errors[c.weights] = err;
   }
+  EXPECT_GT(errors[GgufWeights::kQ2_K], errors[GgufWeights::kQ3_K]);
+  EXPECT_GT(errors[GgufWeights::kQ3_K], errors[GgufWeights::kQ4_K]);
 }
 
 // A dream GGUF of wide_config() whose matrices are random blocks of `type` (scales set so values stay

@@ -173,6 +173,7 @@ void expect_within_half_a_step(GgufType type, void (*quantize)(const float*, uin
   auto x = random_values(n, 21, 2.0f);
   for (int i = 256; i < 288; ++i) x[i] = 0.5f + 0.01f * static_cast<float>(i % 3);  // an all-positive sub-block
   x[300] = -7.0f;                                                                 // an outlier
+  for (int i = 320; i < 352; ++i) x[i] = -0.3f - 0.02f * static_cast<float>(i % 5);  // an all-negative one
   std::vector<uint8_t> q(static_cast<size_t>(n / info.block * info.bytes));
   quantize(x.data(), q.data(), n);
   const auto y = dequant(type, q, n);
@@ -222,8 +223,8 @@ TEST(GgufQuants, RowFiniteChecksEachTypesScales) {
   EXPECT_TRUE(gguf_row_finite(GgufType::kBF16, bf16.data(), 1));
 }
 
-// The five types with kernels of their own since issue 42 (no quantizer: files from llama-quantize), against
-// hand-made blocks (ggml's layouts, gguf_blocks.h).
+// The five types with kernels of their own since issue 42, against hand-made blocks (ggml's layouts,
+// gguf_blocks.h).
 TEST(GgufQuants, Q4_1Block) {
   std::vector<uint8_t> b(20, 0);
   set_f16(b, 0, 0x3800);  // d = 0.5
@@ -304,6 +305,124 @@ TEST(GgufQuants, RowFiniteChecksTheNewTypesScales) {
     set_f16(b, c.at, 0x7C00);  // inf in its (last) f16 field
     EXPECT_FALSE(gguf_row_finite(c.type, b.data(), c.n)) << static_cast<int>(c.type);
   }
+}
+
+TEST(GgufQuants, Q4_1QuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ4_1, quantize_q4_1,
+                            [](const std::vector<uint8_t>& q, int64_t i) { return f16_of(q, i / 32 * 20); });
+}
+
+TEST(GgufQuants, Q5_0QuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ5_0, quantize_q5_0,
+                            [](const std::vector<uint8_t>& q, int64_t i) { return f16_of(q, i / 32 * 22); });
+}
+
+TEST(GgufQuants, Q5_1QuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ5_1, quantize_q5_1,
+                            [](const std::vector<uint8_t>& q, int64_t i) { return f16_of(q, i / 32 * 24); });
+}
+
+TEST(GgufQuants, Q2_KQuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ2_K, quantize_q2_k, [](const std::vector<uint8_t>& q, int64_t i) {
+    const size_t blk = static_cast<size_t>(i / 256 * 84);
+    return f16_of(q, blk + 80) * static_cast<float>(q[blk + i % 256 / 16] & 0xF);  // d · sc
+  });
+}
+
+// Q3_K's 6-bit scale of sub-block s from its 12 bytes: low 4 bits in nibble s / 8 of byte s % 8, high 2 bits
+// at bit 2·(s / 4) of byte 8 + s % 4.
+int q3_scale_of(const uint8_t* scales, int s) {
+  return ((scales[s % 8] >> (s < 8 ? 0 : 4)) & 0xF) | ((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
+}
+
+TEST(GgufQuants, Q3_KQuantizerWithinHalfAStep) {
+  expect_within_half_a_step(GgufType::kQ3_K, quantize_q3_k, [](const std::vector<uint8_t>& q, int64_t i) {
+    const size_t blk = static_cast<size_t>(i / 256 * 110);
+    return std::fabs(f16_of(q, blk + 108) * static_cast<float>(q3_scale_of(q.data() + blk + 96, static_cast<int>(i % 256 / 16)) - 32));
+  });
+}
+
+// The quantizers' fields land where ggml's layouts put them: inputs whose scales, mins and codes are worked
+// out by hand below, checked byte by byte.
+TEST(GgufQuants, Q4_1And5_1QuantizersFillTheirFields) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = -1.0f + 0.25f * static_cast<float>(j % 16);  // min −1, range 3.75 = 15 · 0.25
+  std::vector<uint8_t> q(20);
+  quantize_q4_1(x.data(), q.data(), 32);
+  EXPECT_EQ(f16_of(q, 0), 0.25f);  // d
+  EXPECT_EQ(f16_of(q, 2), -1.0f);  // m
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(q[4 + j], j * 0x11) << j;  // values j and j + 16: code j
+  EXPECT_EQ(dequant(GgufType::kQ4_1, q, 32), x);
+  for (int j = 0; j < 32; ++j) x[j] = -1.0f + 0.25f * static_cast<float>(j);  // range 7.75 = 31 · 0.25
+  q.assign(24, 0);
+  quantize_q5_1(x.data(), q.data(), 32);
+  EXPECT_EQ(f16_of(q, 0), 0.25f);
+  EXPECT_EQ(f16_of(q, 2), -1.0f);
+  uint32_t qh;
+  std::memcpy(&qh, q.data() + 4, 4);
+  EXPECT_EQ(qh, 0xFFFF0000u);  // codes 16..31: the fifth bit
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(q[8 + j], j * 0x11) << j;
+  EXPECT_EQ(dequant(GgufType::kQ5_1, q, 32), x);
+}
+
+TEST(GgufQuants, Q5_0QuantizerFillsItsFields) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = 0.5f * static_cast<float>(j - 16);
+  x[0] = -7.5f;   // code 1
+  x[31] = 7.75f;  // max |x| = 15.5 · 0.5; x / d = 15.5 rounds to 16, clamped to code 31 (half a step off)
+  std::vector<uint8_t> q(22);
+  quantize_q5_0(x.data(), q.data(), 32);
+  EXPECT_EQ(f16_of(q, 0), 0.5f);
+  uint32_t qh;
+  std::memcpy(&qh, q.data() + 2, 4);
+  EXPECT_EQ(qh, 0xFFFF0000u);
+  EXPECT_EQ(q[6], 0x01);  // value 0: code 1; value 16: code 16, low nibble 0
+  for (int j = 1; j < 16; ++j) EXPECT_EQ(q[6 + j], j * 0x11) << j;
+  const auto y = dequant(GgufType::kQ5_0, q, 32);
+  EXPECT_EQ(y[0], -7.5f);
+  EXPECT_EQ(y[31], 7.5f);
+  EXPECT_EQ(y[17], 0.5f);
+}
+
+// Q2_K of x_i = i % 4 − 1 (sub-block 5, values 80..95, all zero): every other sub-block needs a min of 1 and 3
+// steps of 1, so dmin and d are both the smallest f16 at least 1/15 (0x2C45 = 0.0667114...), m = sc = 15 and
+// the codes are i % 4 (sub-block 5: sc = m = 0, codes 0).
+TEST(GgufQuants, Q2_KQuantizerFillsItsFields) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i) x[i] = i / 16 == 5 ? 0.0f : static_cast<float>(i % 4) - 1.0f;
+  std::vector<uint8_t> q(84);
+  quantize_q2_k(x.data(), q.data(), 256);
+  EXPECT_EQ(q[80] | q[81] << 8, 0x2C45);  // d
+  EXPECT_EQ(q[82] | q[83] << 8, 0x2C45);  // dmin
+  for (int s = 0; s < 16; ++s) EXPECT_EQ(q[s], s == 5 ? 0x00 : 0xFF) << s;  // sc | m << 4
+  // qs[32h + l] holds values 128h + 32j + l (j = 0..3) at bits 2j: code l % 4 in each, but for values
+  // 80..95 (h 0, j 2, l 16..31).
+  for (int l = 0; l < 32; ++l) {
+    EXPECT_EQ(q[16 + l], (l % 4) * (l < 16 ? 0x55 : 0x45)) << l;
+    EXPECT_EQ(q[16 + 32 + l], (l % 4) * 0x55) << l;
+  }
+  const auto y = dequant(GgufType::kQ2_K, q, 256);
+  for (int i = 0; i < 256; ++i) ASSERT_NEAR(y[i], x[i], 0.5 * 15 * 0.0667114) << i;
+}
+
+// Q3_K of x_i = c·(i % 8 − 4), c = 1 but −1 in sub-block 7: steps of +1 (−1) put the sub-block in
+// [−4, 3]·step, so d is the smallest f16 at least 1/31 (0x2822 = 0.0322876...), the scales s − 32 = 31
+// (s 63) and −31 (s 1), and every code is i % 8.
+TEST(GgufQuants, Q3_KQuantizerFillsItsFields) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i) x[i] = (i / 16 == 7 ? -1.0f : 1.0f) * static_cast<float>(i % 8 - 4);
+  std::vector<uint8_t> q(110);
+  quantize_q3_k(x.data(), q.data(), 256);
+  EXPECT_EQ(q[108] | q[109] << 8, 0x2822);
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(q[96 + k], k == 7 ? 0xF1 : 0xFF) << k;  // low nibbles: s 7 (1) | s 15 (63)
+  for (int k = 8; k < 12; ++k) EXPECT_EQ(q[96 + k], k == 11 ? 0xF3 : 0xFF) << k;  // s 7's high bits: byte 11, bits 2-3
+  for (int l = 0; l < 32; ++l) {
+    EXPECT_EQ(q[l], l % 8 >= 4 ? 0xFF : 0x00) << l;  // hmask: the third bit of every value at l
+    EXPECT_EQ(q[32 + l], (l % 4) * 0x55) << l;
+    EXPECT_EQ(q[64 + l], (l % 4) * 0x55) << l;
+  }
+  const auto y = dequant(GgufType::kQ3_K, q, 256);
+  for (int i = 0; i < 256; ++i) ASSERT_NEAR(y[i], x[i], 0.5 * 31 * 0.0322876) << i;
 }
 
 }  // namespace

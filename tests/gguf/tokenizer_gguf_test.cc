@@ -153,7 +153,13 @@ TEST_F(GgufTokenizer, CliConvertsAndGeneratesFromTheFile) {
   EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
   r = run_command(bin + " convert --model " + dir() + " --out " + out + " --weights q4 --force");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k"), std::string::npos)
+      << r.err;
+  r = run_command(bin + " generate --model " + out + " --prompt 'def f():' --steps 2 --max-new-tokens 4 --threads 2");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_command(bin + " convert --model " + dir() + " --out " + out + " --weights q5_1 --force --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(" Q5_1\n"), std::string::npos) << r.err;  // the matrices (64 or 32 columns) are Q5_1
   r = run_command(bin + " generate --model " + out + " --prompt 'def f():' --steps 2 --max-new-tokens 4 --threads 2");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   test::write_bytes(tmp_->file("junk.gguf"), {'G', 'G', 'U', 'F', 9, 0, 0, 0});
