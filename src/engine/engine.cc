@@ -107,7 +107,6 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
     DC_ASSIGN_OR_RETURN(model, load_lora_merged(std::move(model), options.lora_dir, &pool, &report));
     lora_note = "LoRA " + options.lora_dir + " merged into " + std::to_string(report.n_updates) + " matrices" +
                 (report.n_replacements > 0 ? " (+ " + std::to_string(report.n_replacements) + " replaced whole)" : "");
-    for (const std::string& note : report.notes) dc::log(LogLevel::kWarning, note);
   }
   if (!tok && !tok_path.empty()) {
     DC_ASSIGN_OR_RETURN(tok, load_tokenizer_file(tok_path));

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 
+#include "core/check.h"
 #include "gguf/quants.h"
 #include "model/quantize.h"
 
@@ -41,18 +42,25 @@ RowQuantizer gguf_quantizer(cpu::GgmlType t) {
   switch (t) {
     case cpu::GgmlType::kQ8_0: return quantize_q8_0;
     case cpu::GgmlType::kQ4_0: return quantize_q4_0;
+    case cpu::GgmlType::kQ4_1: return quantize_q4_1;
+    case cpu::GgmlType::kQ5_0: return quantize_q5_0;
+    case cpu::GgmlType::kQ5_1: return quantize_q5_1;
+    case cpu::GgmlType::kQ2_K: return quantize_q2_k;
+    case cpu::GgmlType::kQ3_K: return quantize_q3_k;
     case cpu::GgmlType::kQ4_K: return quantize_q4_k;
     case cpu::GgmlType::kQ5_K: return quantize_q5_k;
     case cpu::GgmlType::kQ6_K: return quantize_q6_k;
-    default: return nullptr;
+    case cpu::GgmlType::kNone: break;
   }
+  DC_CHECK(false, "a kGguf weight view without a ggml block type");
+  return nullptr;
 }
 
 // merged f32 [rows, cols] → the base's storage. row_changed[r] == 0: row r's update was all zero (GGUF
 // blocks keep their bytes then); empty: every row changed.
 Result<WeightView> store_like(const WeightView& base, const std::vector<float>& merged,
                               const std::vector<uint8_t>& row_changed, const std::string& name, LoraStorage& st,
-                              ThreadPool* pool, std::string* note) {
+                              ThreadPool* pool) {
   const int64_t rows = base.rows, cols = base.cols;
   std::atomic<int64_t> bad_row{-1};
   parallel_for(pool, rows, [&](int64_t r0, int64_t r1) {
@@ -73,13 +81,6 @@ Result<WeightView> store_like(const WeightView& base, const std::vector<float>& 
   }
   if (base.quant == WeightQuant::kGguf) {
     const RowQuantizer quantize = gguf_quantizer(base.ggml_type);
-    if (quantize == nullptr) {  // no quantizer for this block type: the engine's q8
-      *note = name + ": GGUF " + cpu::ggml_block_info(base.ggml_type).name + " has no quantizer here; merged as q8";
-      QuantizeOptions o;
-      o.format = WeightQuant::kQ8;
-      DC_ASSIGN_OR_RETURN(QuantizedMatrix q, quantize_matrix(WeightView{DType::kF32, merged.data(), rows, cols}, o, name, pool));
-      return st.quantized.emplace_back(std::move(q)).view;
-    }
     const int64_t row_bytes = cpu::ggml_row_bytes(base.ggml_type, cols);
     uint8_t* out = st.take(static_cast<size_t>(rows * row_bytes));
     const auto* in = static_cast<const uint8_t*>(base.data);
@@ -173,15 +174,13 @@ Result<std::unique_ptr<Model>> merge_lora(std::unique_ptr<Model> base, const Lor
         convert_to_f32(r->second->tensor->dtype, r->second->tensor->data, merged.data(), merged.size());
         ++rep.n_replacements;
       }
-      std::string note;
-      auto stored = store_like(m, merged, row_changed, slot.name, *st, pool, &note);
+      auto stored = store_like(m, merged, row_changed, slot.name, *st, pool);
       if (!stored.ok()) {
         status = stored.status();
         return;
       }
       *slot.matrix = stored.value();
       rep.changed.push_back(slot.name);
-      if (!note.empty()) rep.notes.push_back(note);
     });
   } catch (const std::bad_alloc&) {
     return resource_exhausted("LoRA merge: out of memory for the merged matrices");

@@ -20,7 +20,6 @@ namespace dc {
 // What merge_lora did, for the load note and `convert --lora`.
 struct LoraMergeReport {
   std::vector<std::string> changed;  // the checkpoint names of the matrices replaced, in visit order
-  std::vector<std::string> notes;    // e.g. a GGUF type without a quantizer stored as q8
   int64_t n_updates = 0, n_replacements = 0;
 };
 
