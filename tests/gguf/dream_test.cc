@@ -195,6 +195,44 @@ TEST(GgufDream, OurQuantizedFilesStayWithinTheirBounds) {
   EXPECT_GT(errors[GgufWeights::kQ3_K], errors[GgufWeights::kQ4_K]);
 }
 
+// The converter's fallback where a matrix's columns do not fill the type's block, for every quantized type:
+// with 96 / 160 columns (multiples of 32, not of 256) the K-quants write Q8_0 and the 32-value types
+// themselves; with 48 / 80 columns every type writes F16. general.file_type is llama.cpp's for the type.
+TEST(GgufDream, ConverterFallsBackWhereColumnsDoNotFillABlock) {
+  test::TempDir tmp("fallback");
+  struct Type {
+    GgufWeights weights;
+    GgufType type;
+    int64_t file_type;
+  };
+  const Type types[] = {{GgufWeights::kQ8_0, GgufType::kQ8_0, 7},  {GgufWeights::kQ4_0, GgufType::kQ4_0, 2},
+                        {GgufWeights::kQ4_1, GgufType::kQ4_1, 3},  {GgufWeights::kQ5_0, GgufType::kQ5_0, 8},
+                        {GgufWeights::kQ5_1, GgufType::kQ5_1, 9},  {GgufWeights::kQ2_K, GgufType::kQ2_K, 10},
+                        {GgufWeights::kQ3_K, GgufType::kQ3_K, 11}, {GgufWeights::kQ4_K, GgufType::kQ4_K, 14},
+                        {GgufWeights::kQ5_K, GgufType::kQ5_K, 16}, {GgufWeights::kQ6_K, GgufType::kQ6_K, 18}};
+  for (const int64_t n_embd : {96, 48}) {
+    ModelConfig c = test::wide_config();
+    c.n_embd = n_embd, c.head_dim = n_embd / c.n_head, c.n_ff = n_embd * 5 / 3;  // 160 / 80
+    const std::string dir = tmp.file("m" + std::to_string(n_embd));
+    test::write_dense_checkpoint(dir, c, 4);
+    for (const Type& t : types) {
+      SCOPED_TRACE(std::string(gguf_type_info(static_cast<uint32_t>(t.type))->name) + ", n_embd " + std::to_string(n_embd));
+      GgufConvertOptions o;
+      o.model_dir = dir;
+      o.out_path = tmp.file("f.gguf");
+      o.weights = t.weights;
+      ASSERT_TRUE(convert_to_gguf(o, &test::pool()).ok());
+      auto f = GgufFile::open(o.out_path);
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+      EXPECT_EQ(*f->get_int("general.file_type"), t.file_type);
+      const bool k_quant = gguf_type_info(static_cast<uint32_t>(t.type))->block == 256;
+      const GgufType want = n_embd % 32 != 0 ? GgufType::kF16 : k_quant ? GgufType::kQ8_0 : t.type;
+      for (const GgufTensor& tensor : f->tensors())
+        EXPECT_EQ(tensor.type, tensor.dims.size() == 2 ? want : GgufType::kF32) << tensor.name;
+    }
+  }
+}
+
 // A dream GGUF of wide_config() whose matrices are random blocks of `type` (scales set so values stay
 // near ±1) and, as the reference, the same values dequantized into an F32 GGUF.
 void write_random_block_files(GgufType type, const std::string& quant_path, const std::string& f32_path) {
