@@ -28,7 +28,8 @@ constexpr double kMaxTimeoutSeconds = 3600;
 constexpr int64_t kMinMemoryMb = 64, kMaxMemoryMb = 65536;  // python3 needs ~16 MiB to start, +8 MiB a thread
 
 struct EvalArgs {
-  std::string benchmark, completions, model_dir, tokenizer_path, out = "eval-results.jsonl";
+  std::string benchmark, completions, model_dir, tokenizer_path, out = "eval-results.jsonl", cache_dir;
+  double min_time_limit = eval::kDefaultMinTimeLimit, time_limit_factor = eval::kDefaultTimeLimitFactor;
   std::string prompt_format = "auto";
   int samples_per_task = 1, limit = 0, workers = 2, batch_tasks = 1;
   double timeout = 3.0;
@@ -73,6 +74,10 @@ Status check_ranges(const EvalArgs& a) {
   };
   if (!(a.timeout > 0 && a.timeout <= kMaxTimeoutSeconds))
     return out("--timeout", "(0, 3600] seconds", json_number(a.timeout));
+  if (!(a.min_time_limit > 0 && a.min_time_limit <= 60))
+    return out("--min-time-limit", "(0, 60] seconds", json_number(a.min_time_limit));
+  if (!(a.time_limit_factor >= 1 && a.time_limit_factor <= 1000))
+    return out("--gt-time-limit-factor", "[1, 1000]", json_number(a.time_limit_factor));
   const struct { const char* flag; int64_t value, lo, hi; } ints[] = {
       {"--memory-mb", a.memory_mb, kMinMemoryMb, kMaxMemoryMb},
       {"--samples-per-task", a.samples_per_task, 1, 100000},
@@ -88,14 +93,19 @@ Status check_ranges(const EvalArgs& a) {
   return Status::ok_status();
 }
 
+// Whether the summary shows base / plus columns: an EvalPlus or MBPP benchmark (not human-eval's).
+bool has_columns(const std::vector<eval::Task>& tasks) {
+  return !tasks.empty() && (tasks[0].has_inputs || tasks[0].dataset == eval::Dataset::kMbpp);
+}
+
 int finish(const EvalArgs& a, const std::vector<eval::Task>& tasks, const eval::ResultsFile& results) {
   eval::Summary s = eval::summarize(tasks, results.records());
   if (a.json) {
-    nlohmann::json j = eval::summary_json(s);
+    nlohmann::json j = eval::summary_json(s, has_columns(tasks));
     j["results"] = a.out;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s", eval::summary_table(s).c_str());
+    std::printf("%s", eval::summary_table(s, has_columns(tasks)).c_str());
     std::printf("results: %s\n", a.out.c_str());
   }
   std::fflush(stdout);
@@ -144,12 +154,51 @@ Result<std::vector<eval::Sample>> read_completions(const std::string& path,
 // The benchmark's tasks (the first --limit of them) with indexes by task id; `by_id` and `all_by_id` point into
 // `tasks` and `all`, so an EvalTasks is not copied (made in place by load_eval_tasks).
 struct EvalTasks {
+  std::string path;  // the benchmark file (--benchmark, a shipped name resolved)
   std::vector<eval::Task> all, tasks;
   std::map<std::string, const eval::Task*> by_id, all_by_id;
+  eval::PlanMap plans;  // differential-testing tasks: what each sample's check follows
 };
 
+// --benchmark: a shipped benchmark's name (under $DIFFUCODER_DATA, else the source tree's data/) or a file.
+Result<std::string> benchmark_path(const std::string& name) {
+  static const std::map<std::string, std::string> kShipped = {{"humaneval", "humaneval/HumanEval.jsonl.gz"},
+                                                              {"humaneval+", "humanevalplus/HumanEvalPlus.jsonl.gz"},
+                                                              {"mbpp", "mbpp/mbpp.jsonl"}};
+  if (name == "mbpp+")
+    return not_found("--benchmark mbpp+: EvalPlus' MBPP+ is not shipped; pass its file (MbppPlus.jsonl, EvalPlus' format) as --benchmark FILE");
+  auto it = kShipped.find(name);
+  if (it == kShipped.end()) return name;
+  const char* env = std::getenv("DIFFUCODER_DATA");
+  return std::string(env && env[0] ? env : DC_DATA_DIR) + "/" + it->second;
+}
+
+// The expected-output cache: --cache-dir, else $XDG_CACHE_HOME/diffucoder/evalplus, else ~/.cache/diffucoder/evalplus.
+std::string expected_cache_dir(const EvalArgs& a) {
+  if (!a.cache_dir.empty()) return a.cache_dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && xdg[0] == '/') return std::string(xdg) + "/diffucoder/evalplus";
+  if (const char* home = std::getenv("HOME"); home && home[0] == '/') return std::string(home) + "/.cache/diffucoder/evalplus";
+  return ".diffucoder-evalplus-cache";
+}
+
+// The ground truth of the run's differential-testing tasks (computed in the sandbox or read from the cache)
+// turned into each task's check plan.
+Status make_plans(const EvalArgs& a, EvalTasks& t) {
+  eval::ExpectedOptions o;
+  o.cache_dir = expected_cache_dir(a);
+  o.workers = a.workers;
+  o.memory_bytes = a.memory_mb << 20;
+  DC_ASSIGN_OR_RETURN(eval::ExpectedMap expected, eval::expected_outputs(t.tasks, t.path, o, [&](const std::string& m) {
+                        if (!a.quiet || m.find("damaged") != std::string::npos) std::fprintf(stderr, "%s\n", m.c_str());
+                      }));
+  for (const auto& [id, e] : expected)
+    t.plans[id] = eval::make_plan(*t.by_id.at(id), e, a.min_time_limit, a.time_limit_factor);
+  return Status::ok_status();
+}
+
 Status load_eval_tasks(const EvalArgs& a, EvalTasks& t) {
-  DC_ASSIGN_OR_RETURN(t.all, eval::load_tasks(a.benchmark));
+  DC_ASSIGN_OR_RETURN(t.path, benchmark_path(a.benchmark));
+  DC_ASSIGN_OR_RETURN(t.all, eval::load_tasks(t.path));
   t.tasks = t.all;
   if (a.limit > 0 && static_cast<size_t>(a.limit) < t.tasks.size()) t.tasks.resize(static_cast<size_t>(a.limit));
   for (const auto& task : t.tasks) t.by_id[task.task_id] = &task;
@@ -171,10 +220,13 @@ int score_completions(const EvalArgs& a, const EvalTasks& t, const eval::CheckOp
     if (!results->done(s.task_id, s.sample)) todo.push_back(std::move(s));
   eval::Progress progress(static_cast<int64_t>(samples->size()), static_cast<int64_t>(samples->size() - todo.size()),
                           a.quiet);
-  Status st = eval::check_samples(todo, t.by_id, check, a.workers, [&](const eval::SampleRecord& r) {
-    progress.add(r);
-    return results->append(r);
-  });
+  Status st = eval::check_samples(
+      todo, t.by_id, check, a.workers,
+      [&](const eval::SampleRecord& r) {
+        progress.add(r);
+        return results->append(r);
+      },
+      t.plans);
   progress.finish();
   if (!st.ok()) return report(st);
   return finish(a, t.tasks, *results);
@@ -250,10 +302,13 @@ Status generate_and_check(ModelRun& run, size_t begin, size_t end) {
     samples.push_back(std::move(s));
   }
   run.progress.add_generation(tokens, secs);
-  return eval::check_samples(samples, run.t.by_id, run.check, run.a.workers, [&](const eval::SampleRecord& r) {
-    run.progress.add(r);
-    return run.results.append(r);
-  });
+  return eval::check_samples(
+      samples, run.t.by_id, run.check, run.a.workers,
+      [&](const eval::SampleRecord& r) {
+        run.progress.add(r);
+        return run.results.append(r);
+      },
+      run.t.plans);
 }
 
 // Model mode: load the model (the facade's Model), then generate and check --batch-tasks tasks at a time,
@@ -311,8 +366,13 @@ int run_eval(const EvalArgs& a) {
   if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
   if (!a.quiet) std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a sample's memory is bounded
 
-  const nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", t.tasks.size()}, {"timeout_s", a.timeout},
-                                   {"memory_mb", a.memory_mb}};
+  nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", t.tasks.size()}, {"timeout_s", a.timeout},
+                             {"memory_mb", a.memory_mb}};
+  if (!t.tasks.empty() && t.tasks[0].has_inputs) {  // EvalPlus' per-input limits (only these benchmarks have them)
+    settings["min_time_limit_s"] = a.min_time_limit;
+    settings["gt_time_limit_factor"] = a.time_limit_factor;
+    if (Status s = make_plans(a, t); !s.ok()) return report(s);
+  }
   if (!a.completions.empty()) return score_completions(a, t, check, settings);
   return run_model_eval(a, t, check, settings);
 }
@@ -322,7 +382,13 @@ int run_eval(const EvalArgs& a) {
 RunFn add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "HumanEval-format pass@k: generate (or read) completions, run them in the sandbox");
-  cmd->add_option("--benchmark", a->benchmark, "Tasks: HumanEval-format .jsonl or .jsonl.gz")->required();
+  cmd->add_option("--benchmark", a->benchmark,
+                  "humaneval | humaneval+ | mbpp (the shipped files) or FILE.jsonl[.gz] in human-eval's, EvalPlus' or MBPP's format")
+      ->required();
+  cmd->add_option("--cache-dir", a->cache_dir, "Expected-output cache of EvalPlus benchmarks (default ~/.cache/diffucoder/evalplus)");
+  cmd->add_option("--min-time-limit", a->min_time_limit, "EvalPlus: an input's least time limit, seconds")->capture_default_str();
+  cmd->add_option("--gt-time-limit-factor", a->time_limit_factor,
+                  "EvalPlus: an input's time limit is this x the canonical solution's time")->capture_default_str();
   cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory (or dream FILE.gguf) to generate with");
   cmd->add_option("--completions", a->completions,
                   "JSONL of {\"task_id\", \"completion\"} (appended to the prompt) or {\"task_id\", \"solution\"}: score these instead of generating");

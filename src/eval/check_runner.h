@@ -24,7 +24,7 @@
 
 namespace dc::eval {
 
-inline constexpr const char* kCheckRunner = R"PY(import sys, os, marshal, builtins
+inline constexpr const char* kCheckRunner = R"PY(import sys, os, marshal, builtins, json, math, select, time, base64, copy, hashlib
 _MAX = 1 << 28
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 _SEQ = (tuple, list, set, frozenset)
@@ -34,28 +34,40 @@ class ProgramAnswerRejected(BaseException):
     pass
 class TestArgumentUnsupported(BaseException):
     pass
+class CallTimeout(BaseException):
+    pass
+class WrongAnswer(AssertionError):
+    pass
+_REF = '\x00dc_ref'
+class _Ref:
+    def __init__(self, name):
+        self.name = name
 def _send(fd, obj):
     data = marshal.dumps(obj)
     data = memoryview(len(data).to_bytes(8, 'little') + data)
     while data:
         data = data[os.write(fd, data):]
-def _read(fd, n):
+def _read(fd, n, deadline=None):
     parts, left = [], n
     while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise CallTimeout('no answer within the time limit')
         b = os.read(fd, min(left, 1 << 20))
         if not b:
             return None
         parts.append(b)
         left -= len(b)
     return b''.join(parts)
-def _recv(fd):
-    head = _read(fd, 8)
+def _recv(fd, deadline=None):
+    head = _read(fd, 8, deadline)
     if head is None:
         return None
     n = int.from_bytes(head, 'little')
     if n > _MAX:
         raise MemoryError('an answer of %d bytes from the program' % n)
-    data = _read(fd, n)
+    data = _read(fd, n, deadline)
     return None if data is None else marshal.loads(data)
 def _plain(x):
     todo = [x]
@@ -72,7 +84,7 @@ def _plain(x):
         else:
             return False
     return True
-def _child(req, resp, src, entry, libc):
+def _child(req, resp, src, setup, entry, libc):
     fd = os.open('/dev/null', os.O_RDONLY)
     os.dup2(fd, 0)
     os.close(fd)
@@ -89,22 +101,42 @@ def _child(req, resp, src, entry, libc):
         if entry not in ns:
             raise NameError("name '%s' is not defined" % entry)
         fn = ns[entry]
+        before = set(ns)
+        if setup:
+            exec(compile(setup, 'setup.py', 'exec'), ns)
+        made = tuple(sorted(str(k) for k in ns if k not in before))
     except BaseException as e:
         _send(resp, _exc(e))
         os._exit(0)
-    _send(resp, ('ready',))
+    _send(resp, ('ready', made))
     while True:
         call = _recv(req)
         if call is None:
             os._exit(0)
         try:
-            out = ('ok', fn(*call[0], **call[1]))
+            args = [ns[a[1]] if type(a) is tuple and len(a) == 2 and a[0] == _REF else a for a in call[0]]
+            out = ('ok', fn(*args, **call[1]))
         except BaseException as e:
             out = _exc(e)
         try:
             _send(resp, out)
         except ValueError as e:
-            _send(resp, ('rejected', 'the result cannot be returned: %s' % (e,)))
+            try:
+                _send(resp, ('ok', _loosen(out[1])))
+            except (ValueError, IndexError):
+                _send(resp, ('rejected', 'the result cannot be returned: %s' % (e,)))
+def _loosen(x):
+    # A container of a builtin's subclass (Counter, defaultdict, a namedtuple) as the builtin it compares as.
+    t = type(x)
+    if isinstance(x, dict) and t is not dict:
+        return {_loosen(k): _loosen(v) for k, v in x.items()}
+    if isinstance(x, tuple) and t is not tuple:
+        return tuple(_loosen(v) for v in x)
+    if t in (list, tuple):
+        return t(_loosen(v) for v in x)
+    if t is dict:
+        return {_loosen(k): _loosen(v) for k, v in x.items()}
+    return x
 def _exc(e):
     try:
         return ('exc', str(type(e).__name__), str(e)[:300])
@@ -127,20 +159,22 @@ def _raise(name, msg):
 class _Candidate:
     def __init__(self, pid, req, resp):
         self.pid, self.req, self.resp = pid, req, resp
+        self.deadline = None
     def gone(self):
         _, st = os.waitpid(self.pid, 0)
         self.pid = 0
         how = 'signal %d' % os.WTERMSIG(st) if os.WIFSIGNALED(st) else 'exit status %d' % os.WEXITSTATUS(st)
         return ProgramExited("the program's process ended (%s) before it answered" % how)
     def answer(self):
-        msg = _recv(self.resp) if self.pid else None
+        msg = _recv(self.resp, self.deadline) if self.pid else None
         if msg is None:
             raise self.gone() if self.pid else ProgramExited('the program is gone')
-        ok = type(msg) is tuple and len(msg) in (1, 2, 3) and type(msg[0]) is str
-        if not ok or (msg[0] != 'ok' and not all(type(m) is str for m in msg)):
+        ok = type(msg) is tuple and len(msg) in (2, 3) and type(msg[0]) is str
+        if not ok or (msg[0] not in ('ok', 'ready') and not all(type(m) is str for m in msg)):
             raise ProgramExited('the program sent a malformed answer')
         return msg
     def __call__(self, *args, **kwargs):
+        args = tuple((_REF, a.name) if type(a) is _Ref else a for a in args)
         try:
             _send(self.req, (args, kwargs))
         except BrokenPipeError:
@@ -158,31 +192,116 @@ class _Candidate:
             raise ProgramAnswerRejected('the result is not plain data (None, bool, int, float, complex, '
                                         'str, bytes, tuple, list, dict, set)')
         raise ProgramExited('the program sent a malformed answer')
-def _judge(cand, prompt, test, entry):
+def _ready(cand):
     msg = cand.answer()
     if msg[0] == 'syntax' and len(msg) == 3:
-        return ('syntax', '%s: %s' % (msg[1], msg[2]))
+        return ('syntax', '%s: %s' % (msg[1], msg[2])), ()
     if msg[0] == 'exc' and len(msg) == 3:
         _raise(msg[1], msg[2])
-    if msg != ('ready',):
+    if msg[0] != 'ready' or len(msg) != 2 or type(msg[1]) is not tuple or not all(type(m) is str for m in msg[1]):
         raise ProgramExited('the program sent a malformed answer')
+    return None, msg[1]
+def _judge(cand, entry, nonce):
+    report, made = _ready(cand)
+    if report:
+        return report
     ns = {}
     try:
-        exec(compile(prompt, 'prompt.py', 'exec'), ns)
+        exec(compile(_TRUSTED['prompt.py'], 'prompt.py', 'exec'), ns)
     except BaseException:
         ns = {}
+    for name in made:
+        ns[name] = _Ref(name)
     ns[entry] = cand
-    exec(compile(test, 'test.py', 'exec'), ns)
-    ns['check'](cand)
+    exec(compile(_TRUSTED['test.py'], 'test.py', 'exec'), ns)
+    ns[sys.argv[3]](cand)
     return None
+def _poly(xs, x):
+    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
+def _is_floats(x):
+    if type(x) is float:
+        return True
+    return type(x) in (list, tuple) and len(x) > 0 and all(type(i) is float for i in x)
+def _close(a, b, atol):
+    if type(a) in (list, tuple) or type(b) in (list, tuple):
+        return (type(a) in (list, tuple) and type(b) in (list, tuple) and len(a) == len(b)
+                and all(_close(x, y, atol) for x, y in zip(a, b)))
+    if type(a) not in (bool, int, float) or type(b) not in (bool, int, float):
+        return False
+    try:
+        a, b = float(a), float(b)
+    except OverflowError:
+        return a == b
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= atol + 1e-07 * abs(b)
+def _same(out, exp, atol, task, inp):
+    if task['_dataset'] == 'humaneval' and task['entry_point'] == 'find_zero':
+        return abs(_poly(*inp, out)) <= task['atol'], atol
+    exact = out == exp
+    if atol == 0 and _is_floats(exp):
+        atol = 1e-6
+    if not exact and atol != 0:
+        ok = type(out) == type(exp) and (type(exp) not in (list, tuple) or len(out) == len(exp))
+        return ok and _close(out, exp, atol), atol
+    return exact, atol
+def _short(x):
+    r = repr(x)
+    return r if len(r) <= 80 else r[:77] + '...'
+def _canonical(task):
+    ns = {}
+    exec(compile(task['prompt'] + task['canonical_solution'], 'canonical.py', 'exec'), ns)
+    return ns[task['entry_point']]
+def _judge_inputs(cand, entry, nonce):
+    report, _ = _ready(cand)
+    if report:
+        return report
+    task = json.loads(_TRUSTED['task.json'])
+    plan = json.loads(_TRUSTED['plan.json'])
+    task['_dataset'] = plan['dataset']
+    expected = marshal.loads(base64.b64decode(plan['expected']))
+    canonical = None
+    for col in ('base', 'plus'):
+        atol, skip, limits = task['atol'], set(plan[col + '_skip']), plan[col + '_limits']
+        again = plan[col + '_recompute']
+        for i, inp in enumerate(task[col + '_input']):
+            if i in skip:
+                continue
+            cand.deadline = time.monotonic() + limits[i]
+            try:
+                out = cand(*inp)
+            except CallTimeout:
+                raise CallTimeout('%s input %d: no answer within %.2f s' % (col, i, limits[i])) from None
+            cand.deadline = None
+            exp = expected[col][i]
+            digest = again.get(str(i))
+            if digest is not None:
+                try:
+                    data = marshal.dumps(out)
+                except ValueError:
+                    data = b''
+                if digest and hashlib.sha256(data).hexdigest() == digest:
+                    continue
+                if canonical is None:
+                    canonical = _canonical(task)
+                exp = canonical(*copy.deepcopy(inp))
+            same, atol = _same(out, exp, atol, task, inp)
+            if not same:
+                raise WrongAnswer('%s input %d: expected %s, got %s' % (col, i, _short(exp), _short(out)))
+        if col == 'base':
+            sys.stdout.write('\n' + nonce + ' base\n')
+            sys.stdout.flush()
+    return None
+def _file(name):
+    with open('/tmp/' + name, 'rb') as f:
+        return f.read()
+_TRUSTED = {}
 def _main():
-    entry = sys.argv[1]
-    with open('/tmp/program.py', 'rb') as f:
-        src = f.read()
-    with open('/tmp/prompt.py', 'rb') as f:
-        prompt = f.read()
-    with open('/tmp/test.py', 'rb') as f:
-        test = f.read()
+    entry, mode = sys.argv[1], sys.argv[2]
+    src = _file('program.py')
+    setup = _file('setup.py') if os.path.exists('/tmp/setup.py') else b''
+    for name in (('task.json', 'plan.json') if mode == 'inputs' else ('prompt.py', 'test.py')):
+        _TRUSTED[name] = _file(name)
     import ctypes
     libc = ctypes.CDLL(None)
     if libc.prctl(4, 0, 0, 0, 0) != 0:
@@ -197,7 +316,7 @@ def _main():
         try:
             os.close(req_w)
             os.close(resp_r)
-            _child(req_r, resp_w, src, entry, libc)
+            _child(req_r, resp_w, src, setup, entry, libc)
         finally:
             os._exit(0)
     os.close(req_r)
@@ -206,9 +325,13 @@ def _main():
     cand = _Candidate(pid, req_w, resp_r)
     report = None
     try:
-        report = _judge(cand, prompt, test, entry)
+        report = (_judge_inputs if mode == 'inputs' else _judge)(cand, entry, nonce)
+    except WrongAnswer as e:
+        report = ('assertion', 'wrong answer: %s' % (e,))
     except AssertionError as e:
         report = ('assertion', 'AssertionError: %s' % (e,))
+    except CallTimeout as e:
+        report = ('timeout', 'CallTimeout: %s' % (e,))
     except MemoryError as e:
         report = ('limit', 'MemoryError: %s' % (e,))
     except BaseException as e:

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "eval/check_runner.h"
+#include "eval/formats.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/utf8.h"
 
@@ -46,14 +47,6 @@ Result<std::string> read_maybe_gzip(const std::string& path, size_t max_bytes) {
   return out;
 }
 
-// An ASCII Python identifier: [A-Za-z_][A-Za-z0-9_]* (the entry point is passed to the runner).
-bool is_identifier(const std::string& s) {
-  if (s.empty() || s.size() > 256 || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
-  return true;
-}
-
 std::string strip(const std::string& s) {
   const char* ws = " \t\n\r\f\v";
   size_t b = s.find_first_not_of(ws);
@@ -68,6 +61,7 @@ Result<std::vector<Task>> load_tasks(const std::string& path, size_t max_bytes) 
   DC_ASSIGN_OR_RETURN(std::string text, read_maybe_gzip(path, max_bytes));
   std::vector<Task> tasks;
   std::set<std::string> ids;
+  std::optional<Format> format;
   size_t no = 0;
   for (size_t begin = 0; begin < text.size();) {
     size_t end = text.find('\n', begin);
@@ -81,17 +75,14 @@ Result<std::vector<Task>> load_tasks(const std::string& path, size_t max_bytes) 
       return parse_error(where + ": not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the line)");
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
-    Task t;
-    for (auto [field, dst] : {std::pair<const char*, std::string*>{"task_id", &t.task_id}, {"prompt", &t.prompt},
-                              {"entry_point", &t.entry_point}, {"test", &t.test}}) {
-      if (!j.contains(field) || !j[field].is_string())
-        return parse_error(where + ": needs a string \"" + std::string(field) + "\"");
-      *dst = j[field].get<std::string>();
-    }
-    if (!is_identifier(t.entry_point))
-      return parse_error(where + ": entry_point \"" + t.entry_point.substr(0, 80) + "\" is not a Python identifier");
-    if (j.contains("canonical_solution") && j["canonical_solution"].is_string())
-      t.canonical_solution = j["canonical_solution"].get<std::string>();
+    const Format f = detect_format(j);
+    if (!format) format = f;
+    if (f != *format)
+      return parse_error(where + ": a task in " + format_name(f) + " format, but the file's first task is in " +
+                         format_name(*format) + " format");
+    DC_ASSIGN_OR_RETURN(std::optional<Task> task, parse_task(j, f, line, where));
+    if (!task) continue;
+    Task& t = *task;
     if (!ids.insert(t.task_id).second) return parse_error(where + ": duplicate task_id " + t.task_id);
     tasks.push_back(std::move(t));
   }
@@ -114,8 +105,11 @@ std::string program_from_generation(const Task& task, const std::string& complet
     return fence == std::string::npos ? completion : completion.substr(0, fence);
   }
   size_t cut = completion.size();
-  for (const char* stop : {"\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert ", "\nif __name__", "\ndef main(",
-                           "\nprint("}) {
+  const auto stops = task.dataset == Dataset::kMbpp
+                         ? std::vector<const char*>{"\n\"\"\"", "\nassert", "\nif __name__", "\ndef main(", "\nprint("}
+                         : std::vector<const char*>{"\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert ",
+                                                    "\nif __name__", "\ndef main(", "\nprint("};
+  for (const char* stop : stops) {
     size_t at = completion.find(stop);
     if (at != std::string::npos) cut = std::min(cut, at);
   }
@@ -137,10 +131,11 @@ const char* failure_name(Failure f) {
 sandbox::RunSpec check_spec(const Task& task, const std::string& program, const CheckOptions& o,
                             const std::string& nonce) {
   sandbox::RunSpec s;
-  s.argv = {"python3", "-I", "/tmp/runner.py", task.entry_point};
+  s.argv = {"python3", "-I", "/tmp/runner.py", task.entry_point, "test", task.check_function};
   s.files["program.py"] = program;
   s.files["prompt.py"] = task.prompt;
   s.files["test.py"] = task.test;
+  if (!task.test_setup.empty()) s.files["setup.py"] = task.test_setup;
   s.files["runner.py"] = kCheckRunner;
   s.stdin_data = nonce + "\n";
   s.limits.wall_seconds = o.timeout_seconds;
@@ -150,6 +145,30 @@ sandbox::RunSpec check_spec(const Task& task, const std::string& program, const 
   s.limits.max_processes = o.max_processes;
   s.limits.output_bytes = o.output_bytes;
   return s;
+}
+
+sandbox::RunSpec inputs_check_spec(const Task& task, const std::string& program, const std::string& plan_json,
+                                   double wall_seconds, const CheckOptions& o, const std::string& nonce) {
+  sandbox::RunSpec s = check_spec(task, program, o, nonce);
+  s.argv[4] = "inputs";
+  s.files.erase("prompt.py"), s.files.erase("test.py");
+  s.files["task.json"] = task.source;
+  s.files["plan.json"] = plan_json;
+  s.limits.wall_seconds = wall_seconds;
+  s.limits.cpu_seconds = wall_seconds + 1;
+  s.limits.tmp_bytes = 256ll << 20;
+  // The runner and the candidate's process: without a cgroup each may use a quarter of the memory (RLIMIT_AS;
+  // HumanEval+'s large inputs need more than the 64 MiB that 32 processes would leave each).
+  s.limits.max_processes = std::min<int64_t>(o.max_processes, 4);
+  return s;
+}
+
+ColumnVerdicts classify_columns(const sandbox::RunResult& run, const std::string& nonce) {
+  ColumnVerdicts v;
+  v.plus = classify(run, nonce);
+  if (run.stdout_data.find("\n" + nonce + " base\n") != std::string::npos) v.base.passed = true;
+  else v.base = v.plus;
+  return v;
 }
 
 Verdict classify(const sandbox::RunResult& run, const std::string& nonce) {
@@ -176,6 +195,7 @@ Verdict classify(const sandbox::RunResult& run, const std::string& nonce) {
     v.detail = line.size() > kind.size() ? line.substr(kind.size() + 1) : "";
     if (kind == "syntax") v.failure = Failure::kSyntax;
     else if (kind == "assertion") v.failure = Failure::kAssertion;
+    else if (kind == "timeout") v.failure = Failure::kTimeout;
     else if (kind == "limit") v.failure = Failure::kLimit;
     else v.failure = Failure::kException;
   } else if (run.limit != LimitHit::kNone) {

@@ -32,9 +32,17 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 }  // namespace
 
 nlohmann::json to_json(const SampleRecord& r) {
-  return {{"task_id", r.task_id},   {"sample", r.sample},   {"passed", r.passed},
-          {"failure", failure_name(r.failure)}, {"detail", r.detail}, {"wall_ms", std::round(r.wall_ms * 10) / 10},
-          {"tokens", r.tokens},     {"completion", r.completion}};
+  nlohmann::json j = {{"task_id", r.task_id},   {"sample", r.sample},   {"passed", r.passed},
+                      {"passed_base", r.passed}, {"failure", failure_name(r.failure)}, {"detail", r.detail}};
+  if (r.has_plus) {
+    j["passed_plus"] = r.passed_plus;
+    j["failure_plus"] = failure_name(r.failure_plus);
+    j["detail_plus"] = r.detail_plus;
+  }
+  j["wall_ms"] = std::round(r.wall_ms * 10) / 10;
+  j["tokens"] = r.tokens;
+  j["completion"] = r.completion;
+  return j;
 }
 
 Result<SampleRecord> record_from_json(const nlohmann::json& j) {
@@ -53,6 +61,14 @@ Result<SampleRecord> record_from_json(const nlohmann::json& j) {
   if (j.contains("wall_ms") && j["wall_ms"].is_number()) r.wall_ms = j["wall_ms"].get<double>();
   if (j.contains("tokens") && j["tokens"].is_number_integer()) r.tokens = j["tokens"].get<int64_t>();
   if (j.contains("completion") && j["completion"].is_string()) r.completion = j["completion"].get<std::string>();
+  if (j.contains("passed_plus")) {
+    if (!j["passed_plus"].is_boolean() || !j.contains("failure_plus") || !j["failure_plus"].is_string())
+      return parse_error("a record with passed_plus needs a boolean passed_plus and a string failure_plus");
+    r.has_plus = true;
+    r.passed_plus = j["passed_plus"].get<bool>();
+    DC_ASSIGN_OR_RETURN(r.failure_plus, parse_failure(j["failure_plus"].get<std::string>()));
+    if (j.contains("detail_plus") && j["detail_plus"].is_string()) r.detail_plus = j["detail_plus"].get<std::string>();
+  }
   return r;
 }
 
@@ -149,15 +165,24 @@ void Progress::finish() {
 
 Status check_samples(const std::vector<Sample>& samples, const std::map<std::string, const Task*>& tasks,
                      const CheckOptions& options, int workers,
-                     const std::function<Status(const SampleRecord&)>& on_record) {
+                     const std::function<Status(const SampleRecord&)>& on_record, const PlanMap& plans) {
   std::vector<sandbox::RunSpec> specs;
   std::vector<std::string> nonces;
+  std::vector<bool> differential;
   specs.reserve(samples.size());
   for (const auto& s : samples) {
     auto it = tasks.find(s.task_id);
     if (it == tasks.end()) return invalid_argument("unknown task_id " + s.task_id);
     nonces.push_back(make_nonce());
-    specs.push_back(check_spec(*it->second, s.program, options, nonces.back()));
+    differential.push_back(it->second->has_inputs);
+    if (!it->second->has_inputs) {
+      specs.push_back(check_spec(*it->second, s.program, options, nonces.back()));
+      continue;
+    }
+    auto plan = plans.find(s.task_id);
+    if (plan == plans.end()) return invalid_argument("no expected outputs for " + s.task_id);
+    specs.push_back(inputs_check_spec(*it->second, s.program, plan->second.json, plan->second.wall_seconds, options,
+                                      nonces.back()));
   }
   Status first_error = Status::ok_status();
   sandbox::run_all(specs, workers, [&](size_t i, const Result<sandbox::RunResult>& r) {
@@ -166,8 +191,15 @@ Status check_samples(const std::vector<Sample>& samples, const std::map<std::str
       first_error = r.status().with_context(samples[i].task_id);
       return;
     }
-    Verdict v = classify(*r, nonces[i]);
+    ColumnVerdicts cv;
+    if (differential[i]) cv = classify_columns(*r, nonces[i]);
+    else cv.base = classify(*r, nonces[i]);
+    const Verdict& v = cv.base;
     SampleRecord rec;
+    rec.has_plus = differential[i];
+    rec.passed_plus = cv.plus.passed;
+    rec.failure_plus = cv.plus.failure;
+    rec.detail_plus = cv.plus.detail;
     rec.task_id = samples[i].task_id;
     rec.sample = samples[i].sample;
     rec.completion = samples[i].completion;
@@ -182,22 +214,52 @@ Status check_samples(const std::vector<Sample>& samples, const std::map<std::str
   return first_error;
 }
 
+namespace {
+
+// One column's passed count, failure kinds and pass@k from (task → (n, c)) and the records' kinds.
+void fill_column(Column& col, const std::vector<Task>& tasks, const std::map<std::string, std::pair<int64_t, int64_t>>& nc,
+                 int64_t n_tasks, int64_t min_samples) {
+  for (auto it = col.failures.begin(); it != col.failures.end();) it = it->second == 0 ? col.failures.erase(it) : ++it;
+  for (int k : {1, 10, 100}) {
+    if (k > min_samples || n_tasks == 0) continue;
+    double sum = 0;
+    for (const auto& t : tasks) {
+      auto it = nc.find(t.task_id);
+      if (it != nc.end()) sum += pass_at_k(it->second.first, it->second.second, k);
+    }
+    col.pass_at_k[k] = sum / static_cast<double>(n_tasks);
+  }
+}
+
+nlohmann::json column_json(const Column& c) {
+  nlohmann::json pk = nlohmann::json::object();
+  for (const auto& [k, v] : c.pass_at_k) pk["pass@" + std::to_string(k)] = v;
+  return {{"pass_at_k", pk}, {"passed", c.passed}, {"failures", c.failures}};
+}
+
+}  // namespace
+
 Summary summarize(const std::vector<Task>& tasks, const std::vector<SampleRecord>& records) {
   Summary s;
-  std::map<std::string, std::pair<int64_t, int64_t>> nc;  // task → (n, c)
+  std::map<std::string, std::pair<int64_t, int64_t>> base, plus;  // task → (n, c)
   for (const auto& r : records) {
-    auto& p = nc[r.task_id];
-    ++p.first;
-    p.second += r.passed;
+    auto& b = base[r.task_id];
+    ++b.first;
+    b.second += r.passed;
     ++s.samples;
-    s.passed += r.passed;
-    s.failures[failure_name(r.failure)] += r.passed ? 0 : 1;
+    s.base.passed += r.passed;
+    s.base.failures[failure_name(r.failure)] += r.passed ? 0 : 1;
+    auto& p = plus[r.task_id];
+    ++p.first;
+    p.second += r.passed_plus;
+    s.has_plus |= r.has_plus;
+    s.plus.passed += r.passed_plus;
+    s.plus.failures[failure_name(r.failure_plus)] += r.passed_plus ? 0 : 1;
   }
-  for (auto it = s.failures.begin(); it != s.failures.end();) it = it->second == 0 ? s.failures.erase(it) : ++it;
   s.min_samples = -1;
   for (const auto& t : tasks) {
-    auto it = nc.find(t.task_id);
-    if (it == nc.end()) {
+    auto it = base.find(t.task_id);
+    if (it == base.end()) {
       s.missing.push_back(t.task_id);
       continue;
     }
@@ -205,38 +267,54 @@ Summary summarize(const std::vector<Task>& tasks, const std::vector<SampleRecord
     s.min_samples = s.min_samples < 0 ? it->second.first : std::min(s.min_samples, it->second.first);
   }
   if (s.min_samples < 0) s.min_samples = 0;
-  for (int k : {1, 10, 100}) {
-    if (k > s.min_samples || s.tasks == 0) continue;
-    double sum = 0;
-    for (const auto& t : tasks) {
-      auto it = nc.find(t.task_id);
-      if (it != nc.end()) sum += pass_at_k(it->second.first, it->second.second, k);
-    }
-    s.pass_at_k[k] = sum / static_cast<double>(s.tasks);
-  }
+  fill_column(s.base, tasks, base, s.tasks, s.min_samples);
+  fill_column(s.plus, tasks, plus, s.tasks, s.min_samples);
+  if (!s.has_plus) s.plus = Column();
   return s;
 }
 
-nlohmann::json summary_json(const Summary& s) {
-  nlohmann::json pk = nlohmann::json::object();
-  for (const auto& [k, v] : s.pass_at_k) pk["pass@" + std::to_string(k)] = v;
-  return {{"tasks", s.tasks},       {"samples", s.samples},   {"passed", s.passed},
-          {"samples_per_task", s.min_samples}, {"pass_at_k", pk}, {"failures", s.failures},
-          {"missing_tasks", s.missing.size()}};
+nlohmann::json summary_json(const Summary& s, bool columns) {
+  nlohmann::json base = column_json(s.base);
+  nlohmann::json j = {{"tasks", s.tasks},       {"samples", s.samples},   {"passed", s.base.passed},
+                      {"samples_per_task", s.min_samples}, {"pass_at_k", base["pass_at_k"]},
+                      {"failures", s.base.failures}, {"missing_tasks", s.missing.size()}};
+  if (columns) j["base"] = base;
+  if (columns && s.has_plus) j["plus"] = column_json(s.plus);
+  return j;
 }
 
-std::string summary_table(const Summary& s) {
+std::string summary_table(const Summary& s, bool columns) {
+  const bool two = columns && s.has_plus;
   std::ostringstream o;
-  char buf[128];
-  o << "| metric | value |\n|---|---|\n";
-  o << "| tasks | " << s.tasks << " |\n| samples | " << s.samples << " (" << s.min_samples << " per task) |\n";
-  o << "| passed samples | " << s.passed << " |\n";
-  for (const auto& [k, v] : s.pass_at_k) {
-    std::snprintf(buf, sizeof(buf), "| pass@%d | %.4f |\n", k, v);
-    o << buf;
+  char buf[160];
+  const auto row = [&](const std::string& name, const std::string& b, const std::string& p) {
+    o << "| " << name << " | " << b << (two ? " | " + p : "") << " |\n";
+  };
+  o << (two ? "| metric | base | plus |\n|---|---|---|\n" : "| metric | value |\n|---|---|\n");
+  const std::string per = std::to_string(s.samples) + " (" + std::to_string(s.min_samples) + " per task)";
+  row("tasks", std::to_string(s.tasks), std::to_string(s.tasks));
+  row("samples", per, per);
+  row("passed samples", std::to_string(s.base.passed), std::to_string(s.plus.passed));
+  for (const auto& [k, v] : s.base.pass_at_k) {
+    std::snprintf(buf, sizeof(buf), "%.4f", v);
+    std::string p = "";
+    if (two) {
+      char pb[32];
+      std::snprintf(pb, sizeof(pb), "%.4f", s.plus.pass_at_k.at(k));
+      p = pb;
+    }
+    row("pass@" + std::to_string(k), buf, p);
   }
-  for (const auto& [kind, n] : s.failures) o << "| failed: " << kind << " | " << n << " |\n";
-  if (!s.missing.empty()) o << "| tasks without samples | " << s.missing.size() << " |\n";
+  std::set<std::string> kinds;
+  for (const auto& [kind, n] : s.base.failures) kinds.insert(kind);
+  if (two)
+    for (const auto& [kind, n] : s.plus.failures) kinds.insert(kind);
+  const auto count = [](const Column& c, const std::string& kind) {
+    auto it = c.failures.find(kind);
+    return std::to_string(it == c.failures.end() ? 0 : it->second);
+  };
+  for (const auto& kind : kinds) row("failed: " + kind, count(s.base, kind), count(s.plus, kind));
+  if (!s.missing.empty()) row("tasks without samples", std::to_string(s.missing.size()), std::to_string(s.missing.size()));
   return o.str();
 }
 

