@@ -1,25 +1,37 @@
-// The Python runner of one HumanEval check (humaneval.h check_spec), run as `python3 -I /tmp/runner.py
-// ENTRY_POINT` inside the sandbox with /tmp/program.py (the candidate program), /tmp/prompt.py (the task's
-// prompt: trusted benchmark data) and /tmp/test.py (the task's test: trusted), and a per-run nonce on stdin.
+// The Python runner of one check (humaneval.h check_spec / inputs_check_spec), run as `python3 -I
+// /tmp/runner.py ENTRY_POINT MODE CHECK_FUNCTION` inside the sandbox with /tmp/program.py (the candidate
+// program) and a per-run nonce on stdin. MODE `test`: /tmp/prompt.py (the task's prompt: trusted benchmark
+// data), /tmp/test.py (the task's test: trusted), optionally /tmp/setup.py (MBPP's test_setup_code); MODE
+// `inputs` (EvalPlus' differential testing): /tmp/task.json (the task's line: inputs, atol, canonical
+// solution) and /tmp/plan.json (expected outputs, time limits, inputs left out; expected.h). Every trusted
+// file is read before the fork, so a program that rewrites them changes nothing.
 //
 // The verdict comes from a process the candidate's code never runs in. The runner makes itself
 // non-dumpable (prctl PR_SET_DUMPABLE 0: a same-uid process can then neither ptrace it nor open its
 // /proc/<pid>/{mem,fd/*}), opens two pipes and forks:
 // - the CHILD points fd 0 at /dev/null and fd 1 at fd 2 (it never holds the runner's stdin or stdout),
 //   compiles and executes the program in a fresh namespace (a compile error is reported as "syntax",
-//   an exception at import time, or an entry point it does not define, as that exception), then serves
-//   calls: it reads marshal-ed (args, kwargs), calls the entry point and answers ("ok", result) or
-//   ("exc", type name, message); a result marshal cannot write is ("rejected", why).
-// - the PARENT reads the nonce only after the fork (the child's memory never held it), executes the
-//   prompt (its helpers, e.g. HumanEval/32's `poly`) and the test in its own namespace and calls
-//   check(proxy); the proxy forwards each call to the child and accepts only plain builtin data (None,
+//   an exception at import time, or an entry point it does not define, as that exception), runs the
+//   setup there and answers ("ready", the names the setup made), then serves calls: it reads marshal-ed
+//   (args, kwargs), replaces an argument ("\0dc_ref", name) by that name's object, calls the entry point
+//   and answers ("ok", result) or ("exc", type name, message); a result of a dict / tuple subclass
+//   (Counter, namedtuple) is sent as the builtin it compares as, one marshal still cannot write is
+//   ("rejected", why).
+// - the PARENT reads the nonce only after the fork (the child's memory never held it). In `test` mode it
+//   executes the prompt (its helpers, e.g. HumanEval/32's `poly`) and the test in its own namespace, with
+//   each name the setup made bound to a reference the proxy sends as ("\0dc_ref", name), and calls
+//   CHECK_FUNCTION(proxy). In `inputs` mode it calls the proxy on each input with the input's time limit
+//   (select on the answer pipe: CallTimeout) and compares the answer with the expected one as EvalPlus
+//   does (humaneval.h inputs_check_spec), printing "<nonce> base" on its stdout once the base inputs
+//   passed. The proxy forwards each call to the child and accepts only plain builtin data (None,
 //   bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset: no code, no classes whose
 //   __eq__ the candidate chose); a forwarded exception is raised again as the builtin type of that
 //   name (AssertionError stays an assertion) or an Exception subclass of that name. A child that ended
-//   (ProgramExited), a rejected result (ProgramAnswerRejected) or an argument marshal cannot copy
-//   (TestArgumentUnsupported) are BaseException subclasses, which a test's `except Exception` cannot
-//   swallow. The parent kills the child, then reports: the nonce on ITS stdout when check() returned, else
-//   a "DC_EVAL <kind> <type>: <message>" line on stderr.
+//   (ProgramExited), a rejected result (ProgramAnswerRejected), an argument marshal cannot copy
+//   (TestArgumentUnsupported) or an answer past its time (CallTimeout) are BaseException subclasses, which a
+//   test's `except Exception` cannot swallow. The parent kills the child, then reports: the nonce on ITS
+//   stdout when every check passed, else a "DC_EVAL <kind> <type>: <message>" line on stderr (kinds:
+//   syntax, assertion — a wrong answer included —, timeout, limit, exception).
 #pragma once
 
 namespace dc::eval {

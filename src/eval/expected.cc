@@ -84,8 +84,9 @@ ExpectedMap read_cache(const std::string& path, const std::string& key, const st
   if (!text.ok()) return damaged(text.status().message());
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return damaged("not JSON");
-  if (j.value("format", "") != kCacheFormat) return damaged("not of format " + std::string(kCacheFormat));
-  if (j.value("benchmark", "") != key) return damaged("written for another benchmark file");
+  const auto text_of = [&](const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : ""; };
+  if (text_of("format") != kCacheFormat) return damaged("not of format " + std::string(kCacheFormat));
+  if (text_of("benchmark") != key) return damaged("written for another benchmark file");
   if (!j.contains("tasks") || !j["tasks"].is_object()) return damaged("no \"tasks\" object");
   for (const Task* t : tasks) {
     if (!j["tasks"].contains(t->task_id)) continue;

