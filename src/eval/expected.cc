@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "eval/truth_runner.h"
 #include "io/atomic_dir.h"

@@ -163,14 +163,19 @@ void Progress::finish() {
   if (!quiet_ && new_done_ > 0 && isatty(2)) std::fprintf(stderr, "\n");
 }
 
-Status check_samples(const std::vector<Sample>& samples, const std::map<std::string, const Task*>& tasks,
-                     const CheckOptions& options, int workers,
-                     const std::function<Status(const SampleRecord&)>& on_record, const PlanMap& plans) {
+namespace {
+
+// check_samples over samples [begin, end).
+Status check_range(const std::vector<Sample>& all, size_t begin, size_t end,
+                   const std::map<std::string, const Task*>& tasks, const CheckOptions& options, int workers,
+                   const std::function<Status(const SampleRecord&)>& on_record, const PlanMap& plans) {
+  const Sample* samples = all.data() + begin;
   std::vector<sandbox::RunSpec> specs;
   std::vector<std::string> nonces;
   std::vector<bool> differential;
-  specs.reserve(samples.size());
-  for (const auto& s : samples) {
+  specs.reserve(end - begin);
+  for (size_t k = begin; k < end; ++k) {
+    const Sample& s = all[k];
     auto it = tasks.find(s.task_id);
     if (it == tasks.end()) return invalid_argument("unknown task_id " + s.task_id);
     nonces.push_back(make_nonce());
@@ -212,6 +217,20 @@ Status check_samples(const std::vector<Sample>& samples, const std::map<std::str
     if (!s.ok()) first_error = s;
   });
   return first_error;
+}
+
+}  // namespace
+
+Status check_samples(const std::vector<Sample>& samples, const std::map<std::string, const Task*>& tasks,
+                     const CheckOptions& options, int workers,
+                     const std::function<Status(const SampleRecord&)>& on_record, const PlanMap& plans) {
+  // A spec holds its sample's files (for HumanEval+ the task's inputs and expected outputs, up to megabytes), so
+  // they are made a chunk at a time: memory stays bounded however many samples a run checks.
+  const size_t chunk = std::max<size_t>(64, static_cast<size_t>(workers) * 8);
+  for (size_t begin = 0; begin < samples.size(); begin += chunk)
+    DC_RETURN_IF_ERROR(check_range(samples, begin, std::min(samples.size(), begin + chunk), tasks, options, workers,
+                                   on_record, plans));
+  return Status::ok_status();
 }
 
 namespace {
