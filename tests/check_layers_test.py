@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Self-test of scripts/check_layers.py: on a copy of the tree it passes, and it fails, naming the file
 and the layer, on a planted upward include (core → engine), on the old sampler → model include, on an
-internal include in a command built on the public API (cli/train.cc), and on a declared dependency nothing
+internal include in code built on the public API (cli/train.cc, src/server/), and on a declared dependency nothing
 includes. Usage: check_layers_test.py --root REPO"""
 import argparse
 import pathlib
@@ -53,6 +53,13 @@ def main():
                                                          '#include "cli/commands.h"\n#include "train/trainer.h"\n', 1))
         expect('internal include in a command built on the facade', root, 1, 'src/cli/train.cc:',
                '"train/trainer.h"', 'public API')
+
+        root = fresh_copy('server')
+        http_cc = root / 'src' / 'server' / 'http.cc'
+        http_cc.write_text(http_cc.read_text().replace('#include "server/canvas.h"\n',
+                                                       '#include "server/canvas.h"\n#include "api/model_impl.h"\n', 1))
+        expect('internal include in the server, built on the facade', root, 1, 'src/server/http.cc:',
+               '"api/model_impl.h"', 'public API')
 
         root = fresh_copy('unused')
         cmake = root / 'CMakeLists.txt'

@@ -152,6 +152,13 @@ struct LoadOptions {
                                     // cache usable, the adapter added in f32 by every forward: 2·r·(in + out)
                                     // flops per position per adapted projection; no modules_to_save / lm_head
                                     // target; CPU only)
+  // Named adapters held unmerged beside the base (docs/lora.md): BatchRequest::adapter picks one per request,
+  // the base alone otherwise (`serve --lora NAME=DIR`). Each is a PEFT LoRA directory; names unique and
+  // non-empty, lora_dir "" with them, CPU only (Model::adapter_names() lists them).
+  struct NamedAdapter {
+    std::string name, dir;
+  };
+  std::vector<NamedAdapter> lora_adapters{};
 };
 
 // What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).
@@ -189,9 +196,15 @@ struct GenerationConfig {
                                     // whichever of the three are left off
 };
 
-// Checks every field that needs no model (ranges, names, combinations); invalid_argument naming the field.
-// generate() checks the rest (token ids against the vocabulary, the canvas against the context).
+// Checks every field that needs no model (ranges, names, combinations; with max_new_tokens set, block
+// decoding's one step per block at least); invalid_argument naming the field. generate() checks the rest
+// (token ids against the vocabulary, the canvas against the context).
 Status check_config(const GenerationConfig& config);
+
+// `config` with `fast` applied to its fields (block_length 32, cache "dual", threshold 0.9, for whichever of
+// the three are off) and `fast` cleared: the same generation, its settings spelt out. An unknown cache name
+// is left for check_config to report.
+GenerationConfig apply_fast_defaults(GenerationConfig config);
 
 // on_step's view, after the step's commits and on_tokens.
 struct StepEvent {
@@ -318,6 +331,23 @@ class Model {
   // valid; rows with no valid key get a zero attention output). invalid_argument naming the field for
   // inconsistent sizes or ids out of the vocabulary. Thread-safe.
   Result<std::vector<float>> forward(const ForwardInput& input) const;
+
+  // generate()'s checks of sizes against this model, for a caller that reports them in its own words before
+  // generating (a server naming its request's fields). canvas_length: the canvas of a prompt of
+  // `prompt_width` tokens under `config` (GenerationConfig's rules), out_of_range past the context.
+  // check_generation_size: the prompts' rows × canvas against the engine's limits (rows per generation,
+  // canvas positions, one step's logits), out_of_range naming the limit. check_token_ids: every id in
+  // [0, n_vocab), else invalid_argument "<name>: token id X at index j is outside the vocabulary [0, n)".
+  // kv_cache_bytes: the KV cache a generation of `rows` canvases of `canvas_length` allocates with a cache
+  // mode, to compare with max_kv_cache_bytes() (LoadOptions::max_kv_cache_bytes; beyond it: invalid_argument).
+  Result<int64_t> canvas_length(int64_t prompt_width, const GenerationConfig& config) const;
+  Status check_generation_size(const std::vector<std::vector<int32_t>>& prompts, const GenerationConfig& config) const;
+  Status check_token_ids(std::span<const int32_t> ids, const std::string& name) const;
+  int64_t kv_cache_bytes(int64_t rows, int64_t canvas_length) const;
+  int64_t max_kv_cache_bytes() const;
+  // The fixed block of logits one batched forward's head holds for this vocabulary (BatchEngine::
+  // head_block_bytes(); BatchOptions::max_memory_bytes must be at least this).
+  int64_t head_block_bytes() const;
 
   // Where completions end (spec §3.7): <|dlm_pad|> and <|im_end|> when the vocabulary has <|dlm_pad|>,
   // else the eos id. completion_text decodes the generated ids up to the first of them.

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "gguf/tokenizer_gguf.h"
 #include "io/hub_cache.h"
+#include "sampler/decoder.h"
 #include "sampler/generate.h"
 #include "tokenizer/chat.h"
 #include "types/forward_batch.h"
@@ -97,8 +98,25 @@ Status check_config(const GenerationConfig& config) {
     placeholder.mask_token_id = 0;
     placeholder.pad_token_id = 1;
     DC_ASSIGN_OR_RETURN(dc::SamplingParams p, sampling_params(placeholder, config));
-    return dc::validate(p, INT32_MAX);
+    DC_RETURN_IF_ERROR(dc::validate(p, INT32_MAX));
+    return config.max_new_tokens ? dc::check_steps_per_block(p, *config.max_new_tokens) : dc::Status::ok_status();
   }());
+}
+
+GenerationConfig apply_fast_defaults(GenerationConfig config) {
+  const dc::Result<dc::CacheMode> cache = dc::parse_cache_mode(config.cache);
+  if (!config.fast || !cache.ok()) return config;
+  dc::SamplingParams p;
+  p.block_length = config.block_length;
+  p.cache = *cache;
+  p.threshold = config.threshold;
+  p.factor = config.factor;
+  dc::apply_fast_mode(p);
+  config.block_length = p.block_length;
+  config.cache = dc::cache_mode_name(p.cache);
+  config.threshold = p.threshold;
+  config.fast = false;
+  return config;
 }
 
 void set_log_callback(LogCallback callback) {
@@ -135,6 +153,7 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
     if (!dc::parse_lora_mode(options.lora_mode).ok())
       return dc::invalid_argument("lora_mode: '" + options.lora_mode + "' is not a LoRA mode (merged | unmerged)");
     e.lora_mode = *dc::parse_lora_mode(options.lora_mode);
+    for (const LoadOptions::NamedAdapter& a : options.lora_adapters) e.lora_adapters.push_back({a.name, a.dir});
     DC_ASSIGN_OR_RETURN(std::unique_ptr<dc::Engine> engine, dc::Engine::load(e));
     dc::Engine& loaded = *engine;
     return Impl::make(loaded, std::move(engine));
@@ -313,6 +332,30 @@ Result<std::vector<float>> Model::forward(const ForwardInput& in) const {
     return logits;
   }());
 }
+
+Result<int64_t> Model::canvas_length(int64_t prompt_width, const GenerationConfig& config) const {
+  return to_public([&]() -> dc::Result<int64_t> {
+    DC_ASSIGN_OR_RETURN(dc::SamplingParams p, sampling_params(impl_->engine->default_params(), config));
+    return dc::canvas_length_in_context(p, prompt_width, impl_->engine->config().max_position_embeddings);
+  }());
+}
+
+Status Model::check_generation_size(const std::vector<std::vector<int32_t>>& prompts, const GenerationConfig& config) const {
+  return to_public([&]() -> dc::Status {
+    DC_ASSIGN_OR_RETURN(dc::SamplingParams p, sampling_params(impl_->engine->default_params(), config));
+    return dc::check_generation_size(prompts, p, impl_->engine->config().n_vocab);
+  }());
+}
+
+Status Model::check_token_ids(std::span<const int32_t> ids, const std::string& name) const {
+  return to_public(dc::check_prompt_ids(ids, impl_->engine->config().n_vocab, name));
+}
+
+int64_t Model::kv_cache_bytes(int64_t rows, int64_t canvas_length) const {
+  return impl_->engine->kv_cache_bytes(rows, canvas_length);
+}
+int64_t Model::max_kv_cache_bytes() const { return impl_->engine->max_kv_cache_bytes(); }
+int64_t Model::head_block_bytes() const { return impl_->engine->head_memory().fixed_bytes; }
 
 std::vector<int32_t> Model::stop_ids() const { return impl_->engine->stop_ids(); }
 

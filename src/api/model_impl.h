@@ -1,6 +1,6 @@
 // What the facade's classes share of a loaded Model (api.cc defines it; batch.cc's BatchEngine reads its
 // engine), the public GenerationConfig ↔ the sampler's SamplingParams, and a Model over an Engine the caller
-// loaded (the server's: `serve` loads the engine with what LoadOptions does not say, its named adapters).
+// loaded (the server tests': engines they load as the other layers' tests do, served through the facade).
 #pragma once
 
 #include <diffucoder/diffucoder.h>

@@ -13,12 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include <diffucoder/diffucoder.h>
+
+#include "api/status_convert.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/clock.h"
 #include "engine/engine.h"
 #include "ops/device.h"
-#include "sampler/decoder.h"
 #include "server/http.h"
 
 namespace dc::cli {
@@ -66,9 +68,9 @@ Result<int64_t> memory_budget(const std::string& text) {
   return value << shift;
 }
 
-// --lora and --lora-mode into `eo`: one bare DIR is the server's model (merged unless --lora-mode unmerged);
+// --lora and --lora-mode into `lo`: one bare DIR is the server's model (merged unless --lora-mode unmerged);
 // NAME=DIR entries are adapters held unmerged over the base, picked by a request's `model`. Errors name the flag.
-Status apply_lora_flags(const ServeArgs& a, EngineOptions* eo) {
+Status apply_lora_flags(const ServeArgs& a, diffucoder::LoadOptions* lo) {
   std::optional<LoraMode> mode;
   if (!a.lora_mode.empty()) {
     DC_ASSIGN_OR_RETURN(mode, parse_lora_mode(a.lora_mode));
@@ -80,19 +82,19 @@ Status apply_lora_flags(const ServeArgs& a, EngineOptions* eo) {
       bare.push_back(entry);
       continue;
     }
-    NamedLora n{entry.substr(0, eq), entry.substr(eq + 1)};
+    diffucoder::LoadOptions::NamedAdapter n{entry.substr(0, eq), entry.substr(eq + 1)};
     if (n.name.empty() || n.dir.empty())
       return invalid_argument("--lora " + entry + ": expected NAME=DIR (an adapter's name for requests' model "
                               "field and its directory) or a directory");
-    eo->lora_adapters.push_back(std::move(n));
+    lo->lora_adapters.push_back(std::move(n));
   }
-  if (!bare.empty() && (bare.size() > 1 || !eo->lora_adapters.empty()))
+  if (!bare.empty() && (bare.size() > 1 || !lo->lora_adapters.empty()))
     return invalid_argument("--lora: a bare directory (" + bare[0] + ") is the server's one adapter; to serve several, "
                             "name each: --lora NAME=DIR");
-  if (!eo->lora_adapters.empty() && mode == LoraMode::kMerged)
+  if (!lo->lora_adapters.empty() && mode == LoraMode::kMerged)
     return invalid_argument("--lora-mode merged: named adapters (--lora NAME=DIR) are held unmerged over the base, "
                             "so that a request picks one; merge one adapter with a bare --lora DIR");
-  if (!bare.empty()) eo->lora_dir = bare[0], eo->lora_mode = mode.value_or(LoraMode::kMerged);
+  if (!bare.empty()) lo->lora_dir = bare[0], lo->lora_mode = mode == LoraMode::kUnmerged ? "unmerged" : "merged";
   return Status::ok_status();
 }
 
@@ -104,8 +106,8 @@ Status check_usage(const ServeArgs& a) {
                             ": a request without max_tokens would exceed the limit; lower it");
   if (a.max_memory != "auto") DC_RETURN_IF_ERROR(memory_budget(a.max_memory).status());
   DC_RETURN_IF_ERROR(parse_device(a.device).status());
-  EngineOptions eo;
-  DC_RETURN_IF_ERROR(apply_lora_flags(a, &eo));
+  diffucoder::LoadOptions lo;
+  DC_RETURN_IF_ERROR(apply_lora_flags(a, &lo));
   return parse_matmul_precision(a.precision).status();
 }
 
@@ -113,32 +115,31 @@ int run_serve(const ServeArgs& a) {
   if (Status st = check_usage(a); !st.ok()) return usage_error(st);
   Result<server::ApiKeys> keys = server::ApiKeys::load(a.api_keys, a.api_key_file);
   if (!keys.ok()) return usage_error(keys.status());
-  EngineOptions eo;
-  eo.model_dir = a.model_dir;
-  eo.tokenizer_path = a.tokenizer_path;
-  eo.n_threads = a.threads;
-  auto precision = parse_matmul_precision(a.precision);
-  if (!precision.ok()) return report(precision.status());
-  eo.matmul_precision = *precision;
-  eo.weight_cache = a.weight_cache;
-  eo.device = parse_device(a.device).value();  // checked by check_usage
-  if (Status st = apply_lora_flags(a, &eo); !st.ok()) return usage_error(st);
+  diffucoder::LoadOptions lo;  // (precision, device and --lora checked by check_usage)
+  lo.model_dir = a.model_dir;
+  lo.tokenizer_path = a.tokenizer_path;
+  lo.threads = a.threads;
+  lo.precision = a.precision;
+  lo.weight_cache = a.weight_cache;
+  lo.device = a.device;
+  if (Status st = apply_lora_flags(a, &lo); !st.ok()) return usage_error(st);
   const auto t_load = std::chrono::steady_clock::now();
-  Result<std::unique_ptr<Engine>> engine = Engine::load(eo);
-  if (!engine.ok()) return report(engine.status());
-  print_load_note(**engine, ms_since(t_load));
-  if ((*engine)->tokenizer() == nullptr)
+  diffucoder::Result<std::unique_ptr<diffucoder::Model>> loaded = diffucoder::Model::load(lo);
+  if (!loaded.ok()) return report(api::to_internal(loaded.status()));
+  const diffucoder::Model& model = **loaded;
+  print_load_note(model.info().load_note, ms_since(t_load));
+  if (model.tokenizer() == nullptr)
     return report(not_found("serve: the model directory has no tokenizer.json; pass --tokenizer FILE"));
   {  // one row of --max-tokens must fit the sampler's logits limit, or every such request would fail
-    SamplingParams p = (*engine)->default_params();
-    p.max_new_tokens = a.limits.max_tokens;
-    if (Status st = check_generation_size({{0}}, p, (*engine)->config().n_vocab); !st.ok())
+    diffucoder::GenerationConfig c = model.default_config();
+    c.max_new_tokens = a.limits.max_tokens;
+    if (diffucoder::Status st = model.check_generation_size({{0}}, c); !st.ok())
       return usage_error(invalid_argument("--max-tokens " + std::to_string(a.limits.max_tokens) +
                                           " is too large for this model: " + st.message()));
   }
   Result<int64_t> budget = memory_budget(a.max_memory);
   if (!budget.ok()) return usage_error(budget.status());
-  if (const int64_t head = (*engine)->head_memory().fixed_bytes; *budget > 0 && *budget < head)
+  if (const int64_t head = model.head_block_bytes(); *budget > 0 && *budget < head)
     return usage_error(invalid_argument("--max-memory " + a.max_memory + " is below the " + std::to_string(head >> 20) +
                                         " MiB block of logits one step needs for this model's vocabulary"));
   server::ServerOptions so;
@@ -165,7 +166,7 @@ int run_serve(const ServeArgs& a) {
   so.api_keys = *keys;
   so.metrics_open = a.metrics_open;
   so.web_page = !a.no_web_page;
-  server::HttpServer srv(**engine, so);
+  server::HttpServer srv(model, so);
   if (Status st = srv.bind(); !st.ok()) return report(st);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

@@ -1,14 +1,15 @@
 // CanvasView: the stream's canvas event, decoded incrementally.
 #include "server/canvas.h"
 
+#include <span>
 #include <string>
 
 namespace dc::server {
 
 nlohmann::json CanvasView::piece(int32_t id) const {
   if (id == mask_id_) return nullptr;
-  if (id < 0 || id >= tokenizer_.vocab_size()) return "";
-  Result<std::string> text = tokenizer_.decode({id});
+  if (id < 0 || id >= tokenizer_.size()) return "";
+  diffucoder::Result<std::string> text = tokenizer_.decode(std::span<const int32_t>(&id, 1));
   return text.ok() ? *text : std::string();
 }
 

@@ -5,18 +5,18 @@
 // events after the first send only them, so a generation's events are O(max_tokens) bytes, not O(max_tokens²)).
 #pragma once
 
+#include <diffucoder/diffucoder.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <vector>
-
-#include "tokenizer/tokenizer.h"
 
 namespace dc::server {
 
 class CanvasView {
  public:
   // `tokenizer` outlives the view; `mask_id` is the model's mask token (shown as null).
-  CanvasView(const Tokenizer& tokenizer, int32_t mask_id) : tokenizer_(tokenizer), mask_id_(mask_id) {}
+  CanvasView(const diffucoder::Tokenizer& tokenizer, int32_t mask_id) : tokenizer_(tokenizer), mask_id_(mask_id) {}
 
   // Brings the view to `rows` ([n_rows][n_positions] ids, the generated part of each row): decodes the
   // positions whose id differs from the previous call's (every position on the first call, and a row whose
@@ -38,7 +38,7 @@ class CanvasView {
   nlohmann::json piece(int32_t id) const;
 
  private:
-  const Tokenizer& tokenizer_;
+  const diffucoder::Tokenizer& tokenizer_;
   int32_t mask_id_;
   std::vector<std::vector<int32_t>> ids_;  // what pieces_ shows
   nlohmann::json pieces_ = nlohmann::json::array();

@@ -20,13 +20,8 @@
 #include <random>
 #include <thread>
 
-#include "api/model_impl.h"
-#include "api/status_convert.h"
-#include "engine/engine.h"
-#include "sampler/decoder.h"
 #include "server/canvas.h"
 #include "server/web_ui.h"
-#include "tokenizer/chat.h"
 
 namespace dc::server {
 
@@ -173,7 +168,7 @@ ApiError job_error(const BatchResult& r) {
     e.message = r.status.message();
     return e;
   }
-  return api_error(api::to_internal(r.status));
+  return api_error(from_public(r.status));
 }
 
 // httplib's server with the connection handling replaced: httplib accepts, the ConnectionHub holds each
@@ -234,8 +229,7 @@ struct RowText {
 }  // namespace
 
 struct HttpServer::Impl {
-  Engine& engine;                     // parse_request's defaults, the prompt checks, the canvas's tokenizer
-  std::unique_ptr<diffucoder::Model> model;  // the facade over `engine`
+  const diffucoder::Model& model;      // the BatchEngine's; parse_request's defaults, the prompt checks, the tokenizer
   ServerOptions options;
   Metrics& metrics;
   Listener http;
@@ -249,8 +243,8 @@ struct HttpServer::Impl {
   std::unique_ptr<ConnectionHub> hub;
   std::once_flag stopped;
 
-  Impl(Engine& e, ServerOptions o, Metrics& m)
-      : engine(e), model(api::model_over(e)), options(std::move(o)), metrics(m),
+  Impl(const diffucoder::Model& m, ServerOptions o, Metrics& me)
+      : model(m), options(std::move(o)), metrics(me),
         workers(static_cast<size_t>(options.http_threads)) {
     hub = std::make_unique<ConnectionHub>(
         options.connections, [this](std::function<void()> fn) { workers.enqueue(std::move(fn)); },
@@ -295,7 +289,7 @@ struct HttpServer::Impl {
       ids.push_back(t);
     }
     r.tokens = static_cast<int64_t>(ids.size());
-    diffucoder::Result<std::string> text = model->completion_text(ids);
+    diffucoder::Result<std::string> text = model.completion_text(ids);
     if (text.ok()) r.text = std::move(*text);
     return r;
   }
@@ -305,7 +299,7 @@ struct HttpServer::Impl {
   // of one model answers to any name, as OpenAI clients' defaults send one).
   std::optional<ApiError> pick_adapter(const std::string& name, std::string* adapter) const {
     adapter->clear();
-    const std::vector<std::string> names = model->adapter_names();
+    const std::vector<std::string> names = model.adapter_names();
     if (names.empty() || name.empty() || name == options.model_name) return std::nullopt;
     if (std::find(names.begin(), names.end(), name) != names.end()) {
       *adapter = name;
@@ -324,15 +318,16 @@ struct HttpServer::Impl {
   Result<std::vector<int32_t>> prompt_ids(const ApiRequest& r) const {
     std::vector<int32_t> ids;
     if (r.endpoint == Endpoint::kChatCompletions) {
-      DC_ASSIGN_OR_RETURN(std::string text, format_chat(r.messages));
-      Result<std::vector<int32_t>> enc = engine.encode_prompt(text, false);
+      diffucoder::Result<std::string> text = diffucoder::Model::apply_chat_template(r.messages, true);
+      if (!text.ok()) return from_public(text.status());
+      diffucoder::Result<std::vector<int32_t>> enc = model.encode_prompt(*text, false);
       if (!enc.ok()) return invalid_argument("messages: " + enc.status().message());
       ids = std::move(*enc);
     } else if (r.has_prompt_ids) {
       ids = r.prompt_ids;
-      DC_RETURN_IF_ERROR(check_prompt_ids(ids, engine.config().n_vocab, "prompt"));
+      DC_RETURN_IF_ERROR(from_public(model.check_token_ids(ids, "prompt")));
     } else {
-      Result<std::vector<int32_t>> enc = engine.encode_prompt(r.prompt, false);
+      diffucoder::Result<std::vector<int32_t>> enc = model.encode_prompt(r.prompt, false);
       if (!enc.ok()) return invalid_argument("prompt: " + enc.status().message());
       ids = std::move(*enc);
     }
@@ -342,21 +337,20 @@ struct HttpServer::Impl {
     if (n > options.limits.max_prompt_tokens)
       return invalid_argument(field + ": the prompt has " + std::to_string(n) + " tokens, more than the limit of " +
                               std::to_string(options.limits.max_prompt_tokens));
-    const Result<int64_t> length = canvas_length_in_context(r.params, n, engine.config().max_position_embeddings);
-    if (!length.ok()) return length.status().with_context("max_tokens");
-    if (Status st = check_generation_size({ids}, r.params, engine.config().n_vocab); !st.ok())
+    const diffucoder::Result<int64_t> length = model.canvas_length(n, r.config);
+    if (!length.ok()) return from_public(length.status()).with_context("max_tokens");
+    if (diffucoder::Status st = model.check_generation_size({ids}, r.config); !st.ok())
       return invalid_argument((r.n > 1 ? "n: " : "max_tokens: ") + st.message());
-    if (r.params.cache != CacheMode::kNone &&
-        engine.kv_cache_bytes(r.params.num_return_sequences, *length) > engine.max_kv_cache_bytes())
-      return invalid_argument("cache: n × (prompt + max_tokens) needs a KV cache of " +
-                              std::to_string(engine.kv_cache_bytes(r.params.num_return_sequences, *length) >> 20) +
+    const int64_t kv_bytes = model.kv_cache_bytes(r.config.num_return_sequences, *length);
+    if (r.config.cache != "none" && kv_bytes > model.max_kv_cache_bytes())
+      return invalid_argument("cache: n × (prompt + max_tokens) needs a KV cache of " + std::to_string(kv_bytes >> 20) +
                               " MiB, more than the server's limit of " +
-                              std::to_string(engine.max_kv_cache_bytes() >> 20) + " MiB; use cache none");
+                              std::to_string(model.max_kv_cache_bytes() >> 20) + " MiB; use cache none");
     return ids;
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-    Result<ApiRequest> parsed = parse_request(endpoint, req.body, engine.default_params(), options.limits);
+    Result<ApiRequest> parsed = parse_request(endpoint, req.body, model.default_config(), options.limits);
     if (!parsed.ok()) return send_error(res, api_error(parsed.status()));
     ApiRequest r = std::move(*parsed);
     diffucoder::BatchRequest request;
@@ -365,7 +359,7 @@ struct HttpServer::Impl {
     if (!ids.ok()) return send_error(res, api_error(ids.status()));
     const int64_t prompt_tokens = static_cast<int64_t>(ids->size());
     request.prompt = std::move(*ids);
-    request.config = api::generation_config(r.params);
+    request.config = r.config;
     request.stop_ids = stop_ids;
     request.publish_steps = r.stream;
     diffucoder::Submission submitted = batch->submit(request);
@@ -373,7 +367,7 @@ struct HttpServer::Impl {
     switch (submitted.code) {
       case SubmitCode::kOk: break;
       case SubmitCode::kInvalid:  // what prompt_ids() checked, the facade checks again: no request gets here
-        return send_error(res, api_error(api::to_internal(submitted.status)));
+        return send_error(res, api_error(from_public(submitted.status)));
       case SubmitCode::kQueueFull:
         metrics.on_rejected();
         return send_error(res, overloaded("the request queue is full; retry later"));
@@ -512,7 +506,7 @@ struct HttpServer::Impl {
         for (int i = 0; i < r.n; ++i) out += sse_event(chunk_json(r.endpoint, st.meta, i, "", true, ""));
     }
     if (r.stream_canvas) {
-      if (!st.canvas) st.canvas.emplace(*engine.tokenizer(), mask_id);
+      if (!st.canvas) st.canvas.emplace(*model.tokenizer(), mask_id);
       for (const BatchStep& s : snaps) {
         st.canvas->update(s.rows);
         json event = {{"step", s.step}, {"n_steps", s.n_steps}};
@@ -659,7 +653,7 @@ struct HttpServer::Impl {
                                     {"object", "model"},
                                     {"created", started},
                                     {"owned_by", "diffucoder.cpp"}}});
-      for (const std::string& name : model->adapter_names())  // serve --lora NAME=DIR: over the base
+      for (const std::string& name : model.adapter_names())  // serve --lora NAME=DIR: over the base
         data.push_back(json{{"id", name}, {"object", "model"}, {"created", started}, {"owned_by", "diffucoder.cpp"},
                             {"parent", options.model_name}});
       send_json(s, 200, json{{"object", "list"}, {"data", std::move(data)}});
@@ -680,17 +674,17 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(Engine& engine, ServerOptions options) {
+HttpServer::HttpServer(const diffucoder::Model& model, ServerOptions options) {
   if (options.model_name.empty()) options.model_name = "diffucoder";
-  impl_ = std::make_unique<Impl>(engine, std::move(options), metrics_);
-  impl_->stop_ids = impl_->model->stop_ids();
-  impl_->mask_id = impl_->model->info().mask_token_id;
+  impl_ = std::make_unique<Impl>(model, std::move(options), metrics_);
+  impl_->stop_ids = model.stop_ids();
+  impl_->mask_id = model.info().mask_token_id;
   diffucoder::Result<std::unique_ptr<diffucoder::BatchEngine>> batch =
-      diffucoder::BatchEngine::create(*impl_->model, impl_->options.scheduler, &metrics_);
+      diffucoder::BatchEngine::create(model, impl_->options.scheduler, &metrics_);
   if (batch.ok()) {
     impl_->batch = std::move(*batch);
   } else {
-    impl_->batch_status = api::to_internal(batch.status()).with_context("serve");
+    impl_->batch_status = from_public(batch.status()).with_context("serve");
   }
   impl_->routes();
 }

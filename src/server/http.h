@@ -15,10 +15,6 @@
 #include "server/connections.h"
 #include "server/openai.h"
 
-namespace dc {
-class Engine;
-}
-
 namespace dc::server {
 
 struct ServerOptions {
@@ -37,9 +33,9 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  // `engine` must outlive the server and have a tokenizer. Starts the engine thread (a BatchEngine over the
-  // facade's Model of `engine`, with options.scheduler; limits it refuses make bind() fail, naming the field).
-  HttpServer(Engine& engine, ServerOptions options);
+  // `model` must outlive the server and have a tokenizer. Starts the engine thread (a BatchEngine over `model`
+  // with options.scheduler; limits it refuses make bind() fail, naming the field).
+  HttpServer(const diffucoder::Model& model, ServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

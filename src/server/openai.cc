@@ -1,4 +1,4 @@
-// OpenAI request parsing / validation into SamplingParams, and the response, chunk and error objects.
+// OpenAI request parsing / validation into the public GenerationConfig, and the response, chunk and error objects.
 #include "server/openai.h"
 
 #include <cmath>
@@ -11,6 +11,13 @@ using nlohmann::json;
 Status field_error(const std::string& field, const std::string& what) { return invalid_argument(field + ": " + what); }
 
 std::string type_name(const json& v) { return v.is_null() ? "null" : v.type_name(); }
+
+// An algorithm or cache name the facade knows: check_config's error for it alone (naming the field).
+Status check_name(std::string diffucoder::GenerationConfig::*field, const std::string& name) {
+  diffucoder::GenerationConfig probe;
+  probe.*field = name;
+  return from_public(diffucoder::check_config(probe));
+}
 
 Result<int64_t> get_int(const json& body, const std::string& field, int64_t lo, int64_t hi) {
   const json& v = body[field];
@@ -163,17 +170,17 @@ Result<json> parse_body(const std::string& body_text) {
   return body;
 }
 
-// max_tokens (or max_completion_tokens) into *max_tokens and p.max_new_tokens, steps, temperature, top_p, top_k,
+// max_tokens (or max_completion_tokens) into p.max_new_tokens, steps, temperature, top_p, top_k,
 // n and seed, in that order.
-Status parse_sampling(const json& body, const RequestLimits& limits, ApiRequest& r, int64_t* max_tokens) {
-  SamplingParams& p = r.params;
-  *max_tokens = limits.default_max_tokens;
+Status parse_sampling(const json& body, const RequestLimits& limits, ApiRequest& r) {
+  diffucoder::GenerationConfig& p = r.config;
+  int64_t max_tokens = limits.default_max_tokens;
   const char* max_field = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (present(body, max_field)) {
-    DC_ASSIGN_OR_RETURN(*max_tokens, get_int(body, max_field, 1, limits.max_tokens));
+    DC_ASSIGN_OR_RETURN(max_tokens, get_int(body, max_field, 1, limits.max_tokens));
   }
-  p.max_new_tokens = *max_tokens;
-  p.steps = static_cast<int>(*max_tokens);
+  p.max_new_tokens = max_tokens;
+  p.steps = static_cast<int>(max_tokens);
   if (present(body, "steps")) {
     DC_ASSIGN_OR_RETURN(int64_t steps, get_int(body, "steps", 1, limits.max_tokens));
     p.steps = static_cast<int>(steps);
@@ -251,10 +258,10 @@ Status parse_streaming(const json& body, ApiRequest& r) {
 
 // The diffusion extensions: alg, alg_temp, eps, block_length, threshold, factor, cache; `serve --fast`'s mode
 // when the request sets none of block_length, cache, threshold and factor.
-Status parse_diffusion(const json& body, const RequestLimits& limits, SamplingParams& p) {
+Status parse_diffusion(const json& body, const RequestLimits& limits, diffucoder::GenerationConfig& p) {
   if (present(body, "alg")) {
-    DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "alg"));
-    DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(name));
+    DC_ASSIGN_OR_RETURN(p.alg, get_string(body, "alg"));
+    DC_RETURN_IF_ERROR(check_name(&diffucoder::GenerationConfig::alg, p.alg));
   }
   DC_RETURN_IF_ERROR(read_float(body, "alg_temp", 0.0, 1e6, p.alg_temp));
   DC_RETURN_IF_ERROR(read_float(body, "eps", 0.0, 1.0, p.eps));
@@ -264,12 +271,14 @@ Status parse_diffusion(const json& body, const RequestLimits& limits, SamplingPa
   DC_RETURN_IF_ERROR(read_float(body, "threshold", 0.0, 1.0, p.threshold));
   DC_RETURN_IF_ERROR(read_float(body, "factor", 0.0, 1e6, p.factor));
   if (present(body, "cache")) {
-    DC_ASSIGN_OR_RETURN(std::string name, get_string(body, "cache"));
-    DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(name));
+    DC_ASSIGN_OR_RETURN(p.cache, get_string(body, "cache"));
+    DC_RETURN_IF_ERROR(check_name(&diffucoder::GenerationConfig::cache, p.cache));
   }
   if (limits.fast && !present(body, "block_length") && !present(body, "cache") && !present(body, "threshold") &&
-      !present(body, "factor"))
-    apply_fast_mode(p);
+      !present(body, "factor")) {
+    p.fast = true;
+    p = diffucoder::apply_fast_defaults(p);
+  }
   return Status::ok_status();
 }
 
@@ -312,16 +321,20 @@ ApiError api_error(const Status& status) {
   return e;
 }
 
-Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text, const SamplingParams& base,
+Status from_public(const diffucoder::Status& status) {
+  return status.ok() ? Status::ok_status() : Status(static_cast<StatusCode>(status.code()), status.message());
+}
+
+Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text, const diffucoder::GenerationConfig& base,
                                  const RequestLimits& limits) {
   DC_ASSIGN_OR_RETURN(const json body, parse_body(body_text));
   DC_RETURN_IF_ERROR(refuse_unsupported(body, endpoint));
 
   ApiRequest r;
   r.endpoint = endpoint;
-  SamplingParams& p = r.params;
+  diffucoder::GenerationConfig& p = r.config;
   p = base;
-  p.alg = Algorithm::kEntropy;  // the server's defaults: deterministic, as the CLI's
+  p.alg = "entropy";  // the server's defaults: deterministic, as the CLI's
   p.temperature = 0.0f;
   p.top_p = 1.0f;
   p.top_k = 50;
@@ -337,16 +350,15 @@ Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body_text
     if (!present(body, "messages")) return field_error("messages", "is required");
     DC_RETURN_IF_ERROR(parse_messages(body["messages"], r));
   }
-  int64_t max_tokens = 0;
-  DC_RETURN_IF_ERROR(parse_sampling(body, limits, r, &max_tokens));
+  DC_RETURN_IF_ERROR(parse_sampling(body, limits, r));
   if (present(body, "stop")) DC_RETURN_IF_ERROR(parse_stop(body["stop"], limits, r));
   DC_RETURN_IF_ERROR(parse_streaming(body, r));
   if (present(body, "user")) {
     DC_ASSIGN_OR_RETURN(r.user, get_string(body, "user"));
   }
   DC_RETURN_IF_ERROR(parse_diffusion(body, limits, p));
-  DC_RETURN_IF_ERROR(validate(p, INT32_MAX));  // ranges (the vocabulary is checked with the prompt)
-  DC_RETURN_IF_ERROR(check_steps_per_block(p, max_tokens));
+  // Ranges and one step per block (the vocabulary is checked with the prompt).
+  DC_RETURN_IF_ERROR(from_public(diffucoder::check_config(p)));
   return r;
 }
 

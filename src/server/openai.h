@@ -1,16 +1,16 @@
-// The OpenAI API mapping, as pure functions: request JSON → a validated ApiRequest (our SamplingParams plus
-// the serving fields), and the response, stream-chunk and error objects of /v1/completions and
+// The OpenAI API mapping, as pure functions: request JSON → a validated ApiRequest (the public
+// GenerationConfig plus the serving fields), and the response, stream-chunk and error objects of /v1/completions and
 // /v1/chat/completions. No sockets here, so everything is unit-testable.
 #pragma once
 
 #include <cstdint>
+#include <diffucoder/diffucoder.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
-#include "sampler/generate.h"
-#include "tokenizer/chat.h"
 
 namespace dc::server {
 
@@ -24,7 +24,7 @@ struct RequestLimits {
   int max_n = 8;                      // the largest n (completions per request)
   int max_stop = 4;                   // stop strings per request, as OpenAI
   bool fast = false;                  // `serve --fast`: requests that set none of block_length, cache,
-                                      // threshold and factor decode in the fast mode (apply_fast_mode)
+                                      // threshold and factor decode in the fast mode (apply_fast_defaults)
 };
 
 // A parsed, validated request. Prompt tokens are not known yet (the tokenizer runs in the HTTP layer).
@@ -34,7 +34,7 @@ struct ApiRequest {
   std::string prompt;                 // completions: the prompt text (unless prompt_ids)
   std::vector<int32_t> prompt_ids;    // completions: a prompt given as token ids
   bool has_prompt_ids = false;
-  std::vector<ChatMessage> messages;  // chat: the conversation (formatted with format_chat)
+  std::vector<diffucoder::Model::Message> messages;  // chat: the conversation (Model::apply_chat_template)
   int n = 1;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
@@ -42,7 +42,7 @@ struct ApiRequest {
   bool canvas_changes = false;        // stream_canvas "changes": events after the first carry only what changed
   std::vector<std::string> stop;
   std::string user;
-  SamplingParams params;              // max_new_tokens = max_tokens, num_return_sequences = n
+  diffucoder::GenerationConfig config;  // max_new_tokens = max_tokens, num_return_sequences = n; fast spelt out
 };
 
 // The OpenAI error object: {"error": {"message", "type", "param", "code"}} with its HTTP status.
@@ -58,13 +58,15 @@ struct ApiError {
 // A Status → ApiError: invalid_argument / parse_error / out_of_range → 400 with `param` taken from a leading
 // "field: " of the message, not_found → 404, unimplemented → 400, anything else → 500 server_error.
 ApiError api_error(const Status& status);
+// The facade's Status (the same codes) as the server's.
+Status from_public(const diffucoder::Status& status);
 
-// Parses a request body. `base` carries the model's ids and context (Engine::default_params()); the server
+// Parses a request body. `base` carries the model's ids (Model::default_config()); the server
 // defaults (deterministic, DiffuCoder-style: alg entropy, temperature 0, steps = max_tokens) are applied
 // first, then every field the request sets. Unknown fields are ignored; fields OpenAI defines that change
 // the output and that this server does not implement (logprobs, echo, best_of > 1, suffix, tools, penalties
 // != 0, logit_bias) are refused. Errors name the field (status message "field: ...").
-Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body, const SamplingParams& base,
+Result<ApiRequest> parse_request(Endpoint endpoint, const std::string& body, const diffucoder::GenerationConfig& base,
                                  const RequestLimits& limits);
 
 // One finished choice.

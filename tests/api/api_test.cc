@@ -222,6 +222,67 @@ TEST(Api, TokenizerAloneEqualsTheModelsAndChatTemplate) {
   EXPECT_FALSE(Model::apply_chat_template({{"robot", "hi"}}, true).ok());
 }
 
+// The checks a server reports in its own words before submitting (Model::canvas_length, check_generation_size,
+// check_token_ids, kv_cache_bytes), the fast mode spelt out (apply_fast_defaults: the same sampler settings),
+// check_config's one step per block, and LoadOptions::lora_adapters' refusals naming the flag's rule.
+TEST(Api, ModelSizeChecksFastDefaultsAndNamedAdapters) {
+  auto model = load_f32("tiny-gqa2");
+  ASSERT_NE(model, nullptr);
+  const diffucoder::ModelInfo& info = model->info();
+  GenerationConfig c = model->default_config();
+  c.max_new_tokens = 8;
+  EXPECT_EQ(*model->canvas_length(5, c), 13);
+  EXPECT_TRUE(model->check_generation_size({{1, 2, 3, 4, 5}}, c).ok());
+  c.max_new_tokens = info.max_position_embeddings;
+  const auto too_long = model->canvas_length(5, c);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("max_position_embeddings"), std::string::npos) << too_long.status().message();
+  c.max_new_tokens = 8;
+  c.num_return_sequences = 1 << 20;
+  const diffucoder::Status rows = model->check_generation_size({{1, 2, 3}}, c);
+  EXPECT_EQ(rows.code(), diffucoder::StatusCode::kOutOfRange);
+  EXPECT_NE(rows.message().find("rows"), std::string::npos) << rows.message();
+  const std::vector<int32_t> ids = {1, static_cast<int32_t>(info.n_vocab)};
+  EXPECT_EQ(model->check_token_ids(ids, "prompt").message(),
+            "prompt: token id " + std::to_string(info.n_vocab) + " at index 1 is outside the vocabulary [0, " +
+                std::to_string(info.n_vocab) + ")");
+  EXPECT_TRUE(model->check_token_ids(std::span<const int32_t>(ids.data(), 1), "prompt").ok());
+  EXPECT_GT(model->kv_cache_bytes(1, 16), 0);
+  EXPECT_EQ(model->kv_cache_bytes(2, 16), 2 * model->kv_cache_bytes(1, 16));
+  EXPECT_EQ(model->max_kv_cache_bytes(), diffucoder::LoadOptions{}.max_kv_cache_bytes);
+  EXPECT_GT(model->head_block_bytes(), 0);
+
+  GenerationConfig fast;
+  fast.fast = true;
+  const GenerationConfig spelt = diffucoder::apply_fast_defaults(fast);
+  EXPECT_FALSE(spelt.fast);
+  EXPECT_EQ(spelt.block_length, 32);
+  EXPECT_EQ(spelt.cache, "dual");
+  EXPECT_FLOAT_EQ(spelt.threshold, 0.9f);
+  fast.block_length = 8;
+  fast.factor = 1.5f;  // parallel decoding already: no threshold added
+  const GenerationConfig kept = diffucoder::apply_fast_defaults(fast);
+  EXPECT_EQ(kept.block_length, 8);
+  EXPECT_EQ(kept.threshold, 0.0f);
+  EXPECT_EQ(diffucoder::apply_fast_defaults(c).cache, c.cache);  // without fast: unchanged
+
+  GenerationConfig blocks;
+  blocks.max_new_tokens = 64;
+  blocks.block_length = 8;
+  blocks.steps = 4;
+  EXPECT_NE(diffucoder::check_config(blocks).message().find("steps: block decoding needs at least one step per block"),
+            std::string::npos) << diffucoder::check_config(blocks).message();
+  blocks.steps = 8;
+  EXPECT_TRUE(diffucoder::check_config(blocks).ok());
+
+  diffucoder::LoadOptions twice = options(fixtures_dir() + "/tiny-gqa2");
+  twice.lora_adapters = {{"x", "/nonexistent/a"}, {"x", "/nonexistent/b"}};
+  EXPECT_NE(Model::load(twice).status().message().find("'x' is given twice"), std::string::npos);
+  twice.lora_adapters.pop_back();
+  twice.lora_dir = "/nonexistent/c";
+  EXPECT_NE(Model::load(twice).status().message().find("cannot be combined with named adapters"), std::string::npos);
+}
+
 // The facade's Trainer is train::Trainer behind the public types: the same losses bit for bit, steps
 // counted, a checkpoint written; bad settings are refused naming the field.
 TEST(ApiTrainer, StepsAsTheLibraryTrainerAndRefusesBadSettings) {

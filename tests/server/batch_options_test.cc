@@ -15,7 +15,7 @@ TEST_F(ServerBatchOptions, RefusedLimitsFailBindNamingTheField) {
   ServerOptions o;
   o.port = 0;
   o.scheduler.max_batch_rows = 0;
-  HttpServer server(engine(), o);
+  HttpServer server(model(), o);
   const Status st = server.bind();
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);

@@ -49,7 +49,7 @@ TEST_F(CanvasViewTest, DecodesOnlyChangedPositionsAndMatchesAFullDecode) {
   a->resize(n, 0), b->resize(n, 0);  // (0: "!")
   const std::vector<std::vector<int32_t>> final_rows = {*a, *b};
   std::vector<std::vector<int32_t>> canvas(2, std::vector<int32_t>(n, mask));
-  CanvasView view(tok, mask);
+  CanvasView view(*model().tokenizer(), mask);
   EXPECT_EQ(view.update(canvas), static_cast<int64_t>(2 * n));  // the first event: every position
   EXPECT_TRUE(view.reshaped());
   EXPECT_EQ(view.rows(), full_decode(tok, mask, canvas));

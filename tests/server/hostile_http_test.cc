@@ -82,7 +82,8 @@ TEST_F(HostileHttp, OccupiedPortIsRefused) {
   Running first(*engine_, test_options());
   ServerOptions o = test_options();
   o.port = first.port();
-  HttpServer second(*engine_, o);
+  const std::unique_ptr<diffucoder::Model> model = api::model_over(*engine_);
+  HttpServer second(*model, o);
   const Status st = second.bind();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find(std::to_string(first.port())), std::string::npos) << st.message();

@@ -152,15 +152,24 @@ TEST(HttpLora, ModelFieldPicksTheAdapter) {
   const dc::test::TempDir tmp("http_lora");
   const std::string model_dir = dc::testing::fixtures_dir() + "/tiny-vocab";
   const std::vector<NamedLora> named = two_adapters(model_dir, tmp.path());
-  const auto multi = lora_engine(model_dir, named);
+  diffucoder::LoadOptions lo;  // as `serve --lora x=DIR --lora y=DIR` loads it
+  lo.model_dir = model_dir;
+  lo.threads = 2;
+  lo.precision = "f32";
+  lo.weight_cache = "off";
+  for (const NamedLora& n : named) lo.lora_adapters.push_back({n.name, n.dir});
+  auto loaded = diffucoder::Model::load(lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  const diffucoder::Model& multi = **loaded;
+  EXPECT_EQ(multi.adapter_names(), (std::vector<std::string>{"x", "y"}));
   const auto base = lora_engine(model_dir, {});
   const auto merged_x = lora_engine(model_dir, {}, named[0].dir);
   const auto merged_y = lora_engine(model_dir, {}, named[1].dir);
-  ASSERT_TRUE(multi && base && merged_x && merged_y);
+  ASSERT_TRUE(base && merged_x && merged_y);
   ServerOptions so;
   so.port = 0;
   so.model_name = "tiny";
-  test::Running server(*multi, so);
+  test::Running server(multi, so);
   httplib::Client c("127.0.0.1", server.port());
   auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);

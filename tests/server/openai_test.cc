@@ -10,7 +10,7 @@ namespace {
 using nlohmann::json;
 
 Result<ApiRequest> parse(Endpoint e, const json& body, RequestLimits limits = {}) {
-  return parse_request(e, body.dump(), SamplingParams{}, limits);
+  return parse_request(e, body.dump(), diffucoder::GenerationConfig{}, limits);
 }
 
 std::string param_of(const Result<ApiRequest>& r) { return api_error(r.status()).param; }
@@ -19,10 +19,10 @@ TEST(OpenAiParse, CompletionDefaultsAndFields) {
   auto r = parse(Endpoint::kCompletions, {{"prompt", "def f():"}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->prompt, "def f():");
-  EXPECT_EQ(r->params.max_new_tokens.value(), 128);
-  EXPECT_EQ(r->params.steps, 128);
-  EXPECT_EQ(r->params.alg, Algorithm::kEntropy);
-  EXPECT_EQ(r->params.temperature, 0.0f);
+  EXPECT_EQ(r->config.max_new_tokens.value(), 128);
+  EXPECT_EQ(r->config.steps, 128);
+  EXPECT_EQ(r->config.alg, "entropy");
+  EXPECT_EQ(r->config.temperature, 0.0f);
   EXPECT_EQ(r->n, 1);
   EXPECT_FALSE(r->stream);
 
@@ -32,16 +32,16 @@ TEST(OpenAiParse, CompletionDefaultsAndFields) {
                                      {"alg", "maskgit_plus"}, {"alg_temp", 0.5}, {"top_k", 0},
                                      {"block_length", 8}, {"frequency_penalty", 0}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->params.max_new_tokens.value(), 32);
-  EXPECT_EQ(r->params.steps, 16);
-  EXPECT_FLOAT_EQ(r->params.temperature, 0.4f);
-  EXPECT_FLOAT_EQ(r->params.top_p, 0.95f);
-  EXPECT_EQ(r->params.num_return_sequences, 3);
-  EXPECT_EQ(r->params.seed, 7u);
+  EXPECT_EQ(r->config.max_new_tokens.value(), 32);
+  EXPECT_EQ(r->config.steps, 16);
+  EXPECT_FLOAT_EQ(r->config.temperature, 0.4f);
+  EXPECT_FLOAT_EQ(r->config.top_p, 0.95f);
+  EXPECT_EQ(r->config.num_return_sequences, 3);
+  EXPECT_EQ(r->config.seed, 7u);
   EXPECT_EQ(r->stop, std::vector<std::string>{"\n\n"});
   EXPECT_TRUE(r->stream && r->include_usage);
-  EXPECT_EQ(r->params.alg, Algorithm::kMaskgitPlus);
-  EXPECT_EQ(r->params.block_length, 8);
+  EXPECT_EQ(r->config.alg, "maskgit_plus");
+  EXPECT_EQ(r->config.block_length, 8);
   EXPECT_EQ(r->user, "u");
 
   r = parse(Endpoint::kCompletions, {{"prompt", {1, 2, 3}}});
@@ -94,7 +94,7 @@ TEST(OpenAiParse, RejectsBadTypesAndRangesNamingTheField) {
 
 TEST(OpenAiParse, MalformedBodiesAndUnsupportedFields) {
   for (const char* body : {"", "{", "[1,2]", "\"text\"", "null", "{\"prompt\": \"x\",}", "\xff\xfe"}) {
-    auto r = parse_request(Endpoint::kCompletions, body, SamplingParams{}, RequestLimits{});
+    auto r = parse_request(Endpoint::kCompletions, body, diffucoder::GenerationConfig{}, RequestLimits{});
     ASSERT_FALSE(r.ok()) << body;
     EXPECT_EQ(api_error(r.status()).http_status, 400);
     EXPECT_EQ(api_error(r.status()).param, "body");
@@ -121,7 +121,7 @@ TEST(OpenAiParse, LimitsAreConfigurable) {
   limits.default_max_tokens = 4;
   auto r = parse(Endpoint::kCompletions, {{"prompt", "x"}}, limits);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->params.max_new_tokens.value(), 4);
+  EXPECT_EQ(r->config.max_new_tokens.value(), 4);
   EXPECT_EQ(param_of(parse(Endpoint::kCompletions, {{"prompt", "x"}, {"max_tokens", 17}}, limits)), "max_tokens");
   EXPECT_EQ(param_of(parse(Endpoint::kCompletions, {{"prompt", "x"}, {"n", 3}}, limits)), "n");
   EXPECT_EQ(param_of(parse(Endpoint::kCompletions, {{"prompt", "x"}, {"max_tokens", 8}, {"block_length", 2},
@@ -196,28 +196,28 @@ namespace dc::server {
 namespace {
 
 TEST(OpenAiParse, CacheModesAndTheFastMode) {
-  const SamplingParams defaults;
+  const diffucoder::GenerationConfig defaults;
   auto dual = parse_request(Endpoint::kCompletions, R"({"prompt": "x", "cache": "dual", "block_length": 8})", defaults,
                             RequestLimits{});
   ASSERT_TRUE(dual.ok()) << dual.status().to_string();
-  EXPECT_EQ(dual->params.cache, CacheMode::kDual);
-  EXPECT_EQ(dual->params.block_length, 8);
-  EXPECT_EQ(dual->params.threshold, 0.0f);
+  EXPECT_EQ(dual->config.cache, "dual");
+  EXPECT_EQ(dual->config.block_length, 8);
+  EXPECT_EQ(dual->config.threshold, 0.0f);
 
   RequestLimits fast;
   fast.fast = true;
   // serve --fast: a request that leaves the decoding fields alone gets Fast-dLLM's defaults...
   auto r = parse_request(Endpoint::kCompletions, R"({"prompt": "x"})", defaults, fast);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->params.cache, CacheMode::kDual);
-  EXPECT_EQ(r->params.block_length, 32);
-  EXPECT_FLOAT_EQ(r->params.threshold, 0.9f);
+  EXPECT_EQ(r->config.cache, "dual");
+  EXPECT_EQ(r->config.block_length, 32);
+  EXPECT_FLOAT_EQ(r->config.threshold, 0.9f);
   // ...and one that sets any of them decodes exactly as it asked.
   auto exact = parse_request(Endpoint::kCompletions, R"({"prompt": "x", "cache": "none"})", defaults, fast);
   ASSERT_TRUE(exact.ok()) << exact.status().to_string();
-  EXPECT_EQ(exact->params.cache, CacheMode::kNone);
-  EXPECT_EQ(exact->params.block_length, 0);
-  EXPECT_EQ(exact->params.threshold, 0.0f);
+  EXPECT_EQ(exact->config.cache, "none");
+  EXPECT_EQ(exact->config.block_length, 0);
+  EXPECT_EQ(exact->config.threshold, 0.0f);
 }
 
 }  // namespace

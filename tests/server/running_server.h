@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
+#include "api/model_impl.h"
 #include "engine/engine.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
@@ -23,18 +25,14 @@ namespace dc::server::test {
 using namespace std::chrono_literals;
 using dc::testing::connect_to;
 
-// A server running on its own thread until stop() or destruction.
+// A server running on its own thread until stop() or destruction: over `model`, or over the facade's Model of
+// an engine a test loaded (api::model_over: a view, kept as long as the server).
 class Running {
  public:
-  Running(Engine& engine, ServerOptions options) : server_(engine, std::move(options)) {
-    const Status st = server_.bind();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    thread_ = std::thread([this] { server_.run(); });
-    httplib::Client c("127.0.0.1", port());
-    for (int i = 0; i < 200; ++i) {  // until it answers
-      if (auto r = c.Get("/health"); r && r->status == 200) break;
-      std::this_thread::sleep_for(10ms);
-    }
+  Running(const diffucoder::Model& model, ServerOptions options) : server_(model, std::move(options)) { start(); }
+  Running(Engine& engine, ServerOptions options)
+      : view_(api::model_over(engine)), server_(*view_, std::move(options)) {
+    start();
   }
   ~Running() { stop(); }
   void stop() {
@@ -45,12 +43,24 @@ class Running {
   const Metrics& metrics() const { return server_.metrics(); }
 
  private:
+  void start() {
+    const Status st = server_.bind();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    thread_ = std::thread([this] { server_.run(); });
+    httplib::Client c("127.0.0.1", port());
+    for (int i = 0; i < 200; ++i) {  // until it answers
+      if (auto r = c.Get("/health"); r && r->status == 200) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  std::unique_ptr<diffucoder::Model> view_;  // before server_: outlives it
   HttpServer server_;
   std::thread thread_;
 };
 
 // A suite whose tests share one engine on the tiny checkpoint with the real 152k vocabulary and the Qwen2
-// tokenizer (`engine()`), loaded once per suite.
+// tokenizer (`engine()`, and `model()`, the facade's Model over it), loaded once per suite.
 class TinyVocabSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -58,13 +68,17 @@ class TinyVocabSuite : public ::testing::Test {
     auto e = dc::testing::load_engine(dc::testing::fixtures_dir() + "/tiny-vocab", 2);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(*e).release();
+    model_ = api::model_over(*engine_);
   }
   static void TearDownTestSuite() {
+    model_.reset();
     delete engine_;
     engine_ = nullptr;
   }
   static Engine& engine() { return *engine_; }
+  static const diffucoder::Model& model() { return *model_; }
   inline static Engine* engine_ = nullptr;
+  inline static std::unique_ptr<diffucoder::Model> model_;
 };
 
 
