@@ -37,29 +37,24 @@ def main():
 
         expect('unchanged tree', fresh_copy('clean'), 0, 'every include')
 
-        root = fresh_copy('upward')
-        status_h = root / 'src' / 'core' / 'status.h'
-        status_h.write_text(status_h.read_text().replace('#pragma once\n', '#pragma once\n#include "engine/engine.h"\n', 1))
-        expect('planted core -> engine include', root, 1, 'src/core/status.h:', '"engine/engine.h"', 'layer core')
+        def planted(name, rel, anchor, include):
+            """A copy with `#include "<include>"` added after `anchor` in src/<rel>."""
+            root = fresh_copy(name)
+            path = root / 'src' / rel
+            path.write_text(path.read_text().replace(anchor, anchor + f'#include "{include}"\n', 1))
+            return root
 
-        root = fresh_copy('sideways')
-        gen_h = root / 'src' / 'sampler' / 'generate.h'
-        gen_h.write_text(gen_h.read_text().replace('#pragma once\n', '#pragma once\n#include "model/transformer.h"\n', 1))
-        expect('planted sampler -> model include', root, 1, 'src/sampler/generate.h:', 'layer sampler')
-
-        root = fresh_copy('facade')
-        train_cc = root / 'src' / 'cli' / 'train.cc'
-        train_cc.write_text(train_cc.read_text().replace('#include "cli/commands.h"\n',
-                                                         '#include "cli/commands.h"\n#include "train/trainer.h"\n', 1))
-        expect('internal include in a command built on the facade', root, 1, 'src/cli/train.cc:',
-               '"train/trainer.h"', 'public API')
-
-        root = fresh_copy('server')
-        http_cc = root / 'src' / 'server' / 'http.cc'
-        http_cc.write_text(http_cc.read_text().replace('#include "server/canvas.h"\n',
-                                                       '#include "server/canvas.h"\n#include "api/model_impl.h"\n', 1))
-        expect('internal include in the server, built on the facade', root, 1, 'src/server/http.cc:',
-               '"api/model_impl.h"', 'public API')
+        expect('planted core -> engine include', planted('upward', 'core/status.h', '#pragma once\n', 'engine/engine.h'),
+               1, 'src/core/status.h:', '"engine/engine.h"', 'layer core')
+        expect('planted sampler -> model include',
+               planted('sideways', 'sampler/generate.h', '#pragma once\n', 'model/transformer.h'),
+               1, 'src/sampler/generate.h:', 'layer sampler')
+        expect('internal include in a command built on the facade',
+               planted('facade', 'cli/train.cc', '#include "cli/commands.h"\n', 'train/trainer.h'),
+               1, 'src/cli/train.cc:', '"train/trainer.h"', 'public API')
+        expect('internal include in the server, built on the facade',
+               planted('server', 'server/http.cc', '#include "server/canvas.h"\n', 'api/model_impl.h'),
+               1, 'src/server/http.cc:', '"api/model_impl.h"', 'public API')
 
         root = fresh_copy('unused')
         cmake = root / 'CMakeLists.txt'
