@@ -1,11 +1,11 @@
 // The OpenAI API mapping, as pure functions: request JSON → a validated ApiRequest (the public
-// GenerationConfig plus the serving fields), and the response, stream-chunk and error objects of /v1/completions and
-// /v1/chat/completions. No sockets here, so everything is unit-testable.
+// GenerationConfig plus the serving fields), and the response, stream-chunk and error objects of
+// /v1/completions and /v1/chat/completions. No sockets here, so everything is unit-testable.
 #pragma once
 
-#include <cstdint>
 #include <diffucoder/diffucoder.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
