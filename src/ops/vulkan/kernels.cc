@@ -1,5 +1,6 @@
 // The kernels' front-ends: shape checks against the buffers, then one recorded dispatch (kernels.h).
 #include "ops/vulkan/kernels.h"
+#include "ops/vulkan/kernel_checks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,25 +10,9 @@
 
 namespace dc::vk {
 
+using namespace detail;  // NOLINT: kernel_checks.h, the front-ends' shared helpers
+
 namespace {
-
-constexpr int64_t kMaxGroups = 65535;  // the per-dimension workgroup count every device supports
-
-// kInvalidArgument unless `b` holds at least `bytes`.
-Status need(const Buffer& b, int64_t bytes, const char* op, const char* operand) {
-  if (b.empty()) return invalid_argument(std::string(op) + ": " + operand + " is an empty buffer");
-  if (b.bytes() < bytes)
-    return invalid_argument(std::string(op) + ": " + operand + " holds " + std::to_string(b.bytes()) + " bytes, the shape needs " +
-                            std::to_string(bytes));
-  return Status();
-}
-
-Status positive(int64_t v, const char* op, const char* name) {
-  if (v <= 0 || v > (int64_t{1} << 31)) return invalid_argument(std::string(op) + ": " + name + " = " + std::to_string(v) + " must be in [1, 2^31]");
-  return Status();
-}
-
-uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
 
 // A GEMM or an attention of fewer workgroups than this is split (over k, or over keys) into more, to fill
 // a GPU (1024 measured the same on an H100).
@@ -40,24 +25,6 @@ std::pair<int64_t, int64_t> split_parts(int64_t groups, int64_t units, int64_t m
       groups < kSplitTargetGroups ? std::max<int64_t>(1, std::min((kSplitTargetGroups + groups - 1) / groups, max_parts)) : 1;
   const int64_t per = (units + parts - 1) / parts;
   return {(units + per - 1) / per, per};
-}
-
-// Workgroups of `size` invocations for a grid-stride loop over `count` elements.
-uint32_t stride_groups(int64_t count, int64_t size) { return u32(std::min<int64_t>((count + size - 1) / size, kMaxGroups)); }
-
-// One workgroup per row for `rows` rows, as a 2-D grid (the shaders read row = x + y · gx).
-void row_groups(int64_t rows, Dispatch& d) {
-  d.groups_x = u32(std::min<int64_t>(rows, kMaxGroups));
-  d.groups_y = u32((rows + d.groups_x - 1) / d.groups_x);
-}
-
-int32_t weight_type(const DeviceMatrix& w) {
-  switch (w.quant) {
-    case WeightQuant::kQ8: return 3;
-    case WeightQuant::kQ4: return 4;
-    case WeightQuant::kNone: case WeightQuant::kGguf: break;
-  }
-  return w.dtype == DType::kF32 ? 0 : w.dtype == DType::kF16 ? 1 : 2;
 }
 
 }  // namespace

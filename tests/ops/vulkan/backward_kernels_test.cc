@@ -1,0 +1,224 @@
+// Each Vulkan training kernel (ops/vulkan/backward_kernels.h) against the CPU's reference backward
+// (Context::reference_kernels) on device 0 (lavapipe in CI), on shapes whose rows, columns and k are not
+// multiples of the tiles. Tolerances relative to the largest reference value: 1e-5 for the products and
+// reductions (f32, another summation order), 1e-6 for the element-wise ops and AdamW.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernel_test_util.h"
+#include "ops/adamw.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+#include "ops/vulkan/backward_kernels.h"
+#include "vulkan_test_util.h"
+
+namespace dc {
+namespace {
+
+using testing::expect_close;
+using testing::ok_or_throw;
+using testing::random_floats;
+using testing::vulkan_runtime;
+
+Context reference_cpu() {
+  Context ctx;
+  ctx.reference_kernels = true;
+  return ctx;
+}
+
+std::vector<float> read_floats(const vk::Buffer& b, size_t n) { return ok_or_throw(vulkan_runtime().read<float>(b, static_cast<int64_t>(n))); }
+vk::Buffer floats_on_device(const std::vector<float>& v, const char* what) { return ok_or_throw(vulkan_runtime().make_buffer(v, what)); }
+
+// Records `record` into a fresh sequence and runs it.
+template <typename F>
+void run_on_device(F record) {
+  auto seq = ok_or_throw(vulkan_runtime().new_sequence());
+  ok_or_throw(record(seq));
+  ok_or_throw(seq.run());
+}
+
+// dx = dy·W (f32 / f16 / bf16 W), dW = dyᵀ·x and dbias, each written and added, against the CPU's
+// matmul_nt_backward: 67 × 42 W (tails of the 64-tiles and 16-k steps), n 1, 9 and 70.
+TEST(VulkanBackwardKernels, MatmulBackwardAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t out = 67, in = 42;
+  for (const DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const std::vector<float> values = random_floats(5, static_cast<size_t>(out * in));
+    std::vector<uint16_t> halves;
+    for (float f : values) halves.push_back(dtype == DType::kF16 ? f32_to_f16(f) : f32_to_bf16(f));
+    const void* data = dtype == DType::kF32 ? static_cast<const void*>(values.data()) : halves.data();
+    const WeightView w{dtype, data, out, in};
+    const vk::DeviceMatrix dw_matrix = ok_or_throw(vk::upload_matrix(rt, {dtype, WeightQuant::kNone, out, in, 0, data, nullptr, nullptr}, "w"));
+    for (int64_t n : {1, 9, 70}) {
+      for (const GradWrite write : {GradWrite::kOverwrite, GradWrite::kAdd}) {
+        const bool add = write == GradWrite::kAdd;
+        const std::vector<float> x = random_floats(10 + n, static_cast<size_t>(n * in)), dy = random_floats(20 + n, static_cast<size_t>(n * out));
+        std::vector<float> dx = random_floats(30, static_cast<size_t>(n * in)), dw = random_floats(31, static_cast<size_t>(out * in));
+        std::vector<float> dbias = random_floats(32, static_cast<size_t>(out));
+        const vk::Buffer dx_x = floats_on_device(x, "x"), d_dy = floats_on_device(dy, "dy");
+        vk::Buffer d_dx = floats_on_device(dx, "dx"), d_dw = floats_on_device(dw, "dw"), d_db = floats_on_device(dbias, "dbias");
+        matmul_nt_backward(reference_cpu(), x.data(), n, w, dy.data(), dx.data(), dw.data(), dbias.data(), nullptr, write, write);
+        run_on_device([&](vk::Sequence& s) { return vk::matmul_nt_backward(s, dx_x, n, dw_matrix, d_dy, &d_dx, &d_dw, &d_db, add, add); });
+        const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + (add ? " add" : " overwrite");
+        expect_close(dx, read_floats(d_dx, dx.size()), 1e-5, "dx " + what);
+        expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw " + what);
+        expect_close(dbias, read_floats(d_db, dbias.size()), 1e-5, "dbias " + what);
+      }
+    }
+  }
+}
+
+TEST(VulkanBackwardKernels, MatmulBackwardChecksShapes) {
+  vk::Runtime& rt = vulkan_runtime();
+  const std::vector<float> values = random_floats(5, 6);
+  const vk::DeviceMatrix w = ok_or_throw(vk::upload_matrix(rt, {DType::kF32, WeightQuant::kNone, 2, 3, 0, values.data(), nullptr, nullptr}, "w"));
+  const vk::Buffer x = floats_on_device(random_floats(1, 3), "x"), dy = floats_on_device(random_floats(2, 2), "dy");
+  vk::Buffer small = floats_on_device(random_floats(3, 2), "dw");
+  auto seq = ok_or_throw(rt.new_sequence());
+  const Status s = vk::matmul_nt_backward(seq, x, 1, w, dy, nullptr, &small, nullptr, false, false);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.to_string().find("dw [rows, cols]"), std::string::npos) << s.to_string();
+}
+
+TEST(VulkanBackwardKernels, RmsNormBackwardAgainstTheCpu) {
+  for (const int64_t d : {48, 300}) {  // one pass of 128 invocations, and several with a tail
+    const int64_t n = 13;
+    const std::vector<float> x = random_floats(1, static_cast<size_t>(n * d)), w = random_floats(2, static_cast<size_t>(d), 0.5f, 1.5f);
+    const std::vector<float> dy = random_floats(3, static_cast<size_t>(n * d));
+    std::vector<float> dx = random_floats(4, static_cast<size_t>(n * d)), dw = random_floats(5, static_cast<size_t>(d));
+    const vk::Buffer d_x = floats_on_device(x, "x"), d_w = floats_on_device(w, "w"), d_dy = floats_on_device(dy, "dy");
+    vk::Buffer d_dx = floats_on_device(dx, "dx"), d_dw = floats_on_device(dw, "dw");
+    vk::Buffer rstd = ok_or_throw(vulkan_runtime().alloc(n * 4, "rstd"));
+    rms_norm_backward(reference_cpu(), x.data(), w.data(), dy.data(), n, d, 1e-6f, dx.data(), dw.data());
+    run_on_device([&](vk::Sequence& s) { return vk::rms_norm_backward(s, d_x, d_w, d_dy, n, d, 1e-6f, &d_dx, &d_dw, rstd); });
+    expect_close(dx, read_floats(d_dx, dx.size()), 1e-5, "dx d=" + std::to_string(d));
+    expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw d=" + std::to_string(d));
+  }
+}
+
+TEST(VulkanBackwardKernels, RopeSwigluAndEmbeddingBackwardAgainstTheCpu) {
+  const int64_t n = 7, heads = 3, head_dim = 16, half = head_dim / 2;
+  std::vector<int32_t> positions(n);
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
+  std::vector<float> cos(static_cast<size_t>(n * half)), sin(cos.size());
+  rope_tables(positions.data(), n, head_dim, 10000.0, cos.data(), sin.data());
+  std::vector<float> dq = random_floats(1, static_cast<size_t>(n * heads * head_dim));
+  vk::Buffer d_dq = floats_on_device(dq, "dq");
+  const vk::Buffer d_cos = floats_on_device(cos, "cos"), d_sin = floats_on_device(sin, "sin");
+  rope_backward(reference_cpu(), dq.data(), n, heads, head_dim, cos.data(), sin.data());
+  run_on_device([&](vk::Sequence& s) { return vk::rope_backward(s, d_dq, n, heads, head_dim, d_cos, d_sin); });
+  expect_close(dq, read_floats(d_dq, dq.size()), 1e-6, "rope_backward");
+
+  const int64_t count = 1000;  // swiglu_backward with dgate written over dout, as the model's backward calls it
+  const std::vector<float> gate = random_floats(2, count, -4, 4), up = random_floats(3, count);
+  std::vector<float> dout = random_floats(4, count), dup(count);
+  const vk::Buffer d_gate = floats_on_device(gate, "gate"), d_up = floats_on_device(up, "up");
+  vk::Buffer d_dout = floats_on_device(dout, "dout"), d_dup = ok_or_throw(vulkan_runtime().alloc(count * 4, "dup"));
+  swiglu_backward(reference_cpu(), gate.data(), up.data(), dout.data(), count, dout.data(), dup.data());
+  run_on_device([&](vk::Sequence& s) { return vk::swiglu_backward(s, d_gate, d_up, d_dout, count, d_dout, d_dup); });
+  expect_close(dout, read_floats(d_dout, dout.size()), 1e-6, "swiglu_backward dgate");
+  expect_close(dup, read_floats(d_dup, dup.size()), 1e-6, "swiglu_backward dup");
+
+  const int64_t rows = 11, cols = 300, ids_n = 9;  // repeated ids add in order
+  const std::vector<int32_t> ids{3, 0, 3, 10, 7, 3, 0, 5, 10};
+  const std::vector<float> dy = random_floats(5, static_cast<size_t>(ids_n * cols));
+  std::vector<float> table = random_floats(6, static_cast<size_t>(rows * cols));
+  const vk::Buffer d_ids = ok_or_throw(vulkan_runtime().make_buffer(ids, "ids")), d_dy = floats_on_device(dy, "dy");
+  vk::Buffer d_table = floats_on_device(table, "dtable");
+  embedding_backward(reference_cpu(), ids.data(), ids_n, dy.data(), cols, table.data());
+  run_on_device([&](vk::Sequence& s) { return vk::embedding_backward(s, d_ids, ids_n, d_dy, cols, d_table); });
+  expect_close(table, read_floats(d_table, table.size()), 1e-6, "embedding_backward");
+}
+
+// MHA and GQA, head dims 16 and 64, 21 positions, a left-padded row (its first 6 positions invalid).
+TEST(VulkanBackwardKernels, AttentionBackwardAgainstTheCpu) {
+  struct Case { int64_t n_head, n_head_kv, head_dim; };
+  for (const Case c : {Case{2, 2, 16}, Case{4, 2, 16}, Case{3, 1, 64}}) {
+    const AttentionShape shape{2, 21, c.n_head, c.n_head_kv, c.head_dim};
+    const int64_t B = shape.n_batch, L = shape.n_seq, D = c.head_dim, nq = B * L * c.n_head * D, nkv = B * L * c.n_head_kv * D;
+    const std::vector<float> q = random_floats(D, static_cast<size_t>(nq), -2, 2), k = random_floats(D + 1, static_cast<size_t>(nkv), -2, 2);
+    const std::vector<float> v = random_floats(D + 2, static_cast<size_t>(nkv)), dout = random_floats(D + 3, static_cast<size_t>(nq));
+    std::vector<uint8_t> valid(static_cast<size_t>(B * L + 3) / 4 * 4, 1);
+    for (int j = 0; j < 6; ++j) valid[static_cast<size_t>(L + j)] = 0;
+    std::vector<float> out(static_cast<size_t>(nq)), dq(out.size()), dk(static_cast<size_t>(nkv)), dv(dk.size());
+    attention(reference_cpu(), shape, q.data(), k.data(), v.data(), valid.data(), out.data());
+    attention_backward(reference_cpu(), shape, q.data(), k.data(), v.data(), valid.data(), out.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    vk::Runtime& rt = vulkan_runtime();
+    const vk::Buffer d_q = floats_on_device(q, "q"), d_k = floats_on_device(k, "k"), d_v = floats_on_device(v, "v");
+    const vk::Buffer d_out = floats_on_device(out, "out"), d_dout = floats_on_device(dout, "dout");
+    const vk::Buffer d_valid = ok_or_throw(rt.make_buffer(valid, "valid"));
+    vk::Buffer d_dq = ok_or_throw(rt.alloc(nq * 4, "dq")), d_dk = ok_or_throw(rt.alloc(nkv * 4, "dk")), d_dv = ok_or_throw(rt.alloc(nkv * 4, "dv"));
+    vk::Buffer stats = ok_or_throw(rt.alloc(B * L * c.n_head * 3 * 4, "stats"));
+    run_on_device([&](vk::Sequence& s) {
+      return vk::attention_backward(s, {B, L, c.n_head, c.n_head_kv, D}, d_q, d_k, d_v, &d_valid, d_out, d_dout, d_dq, d_dk, d_dv, stats);
+    });
+    const std::string what = "H=" + std::to_string(c.n_head) + " Hkv=" + std::to_string(c.n_head_kv) + " D=" + std::to_string(D);
+    expect_close(dq, read_floats(d_dq, dq.size()), 1e-5, "dq " + what);
+    expect_close(dk, read_floats(d_dk, dk.size()), 1e-5, "dk " + what);
+    expect_close(dv, read_floats(d_dv, dv.size()), 1e-5, "dv " + what);
+    const std::vector<float> got_dk = read_floats(d_dk, dk.size());
+    for (int64_t e = 0; e < 6 * c.n_head_kv * D; ++e) ASSERT_EQ(got_dk[static_cast<size_t>(L * c.n_head_kv * D + e)], 0.0f) << "padded key " << what;
+  }
+}
+
+// The loss rows' cross-entropy and its gradient (written over the logits, as the trainer does), and the
+// loss Σ weights·CE summed on the device, against the CPU's.
+TEST(VulkanBackwardKernels, CrossEntropyAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 5, n_vocab = 1003;
+  const std::vector<float> logits = random_floats(1, static_cast<size_t>(n * n_vocab), -8, 8), weights{0.5f, 1, 0, 2, 0.25f};
+  const std::vector<int32_t> targets{0, 1002, 17, 500, 17};
+  std::vector<float> dlogits(logits.size()), ce(n);
+  const double loss = cross_entropy(reference_cpu(), logits.data(), targets.data(), weights.data(), n, n_vocab, dlogits.data(), ce.data());
+  vk::Buffer d_logits = floats_on_device(logits, "logits"), d_ce = ok_or_throw(rt.alloc(2 * n * 4, "ce"));
+  const vk::Buffer d_targets = ok_or_throw(rt.make_buffer(targets, "targets")), d_weights = floats_on_device(weights, "weights");
+  vk::Buffer partials = ok_or_throw(rt.alloc(4, "partials")), d_loss = ok_or_throw(rt.alloc(4, "loss"));
+  run_on_device([&](vk::Sequence& s) -> Status {
+    DC_RETURN_IF_ERROR(vk::cross_entropy(s, d_logits, d_targets, d_weights, n, n_vocab, &d_logits, d_ce));
+    return vk::reduce_sum(s, d_ce, n, n, /*squares=*/false, partials, d_loss);
+  });
+  expect_close(dlogits, read_floats(d_logits, dlogits.size()), 1e-5, "dlogits");
+  const std::vector<float> got = read_floats(d_ce, 2 * n);
+  expect_close(ce, std::vector<float>(got.begin(), got.begin() + n), 1e-5, "ce");
+  EXPECT_NEAR(read_floats(d_loss, 1)[0], loss, 1e-5 * std::abs(loss));
+}
+
+// Σ g² over more than one chunk of the first pass (a second pass adds the partials), then AdamW with and
+// without clipping, against adamw_value and the norm's clip_coefficient.
+TEST(VulkanBackwardKernels, GradientNormAndAdamwAgainstTheCpu) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 150001;  // 3 chunks of 64 Ki, the last partial
+  const std::vector<float> g = random_floats(1, n, -0.01f, 0.01f);
+  double sum = 0;
+  for (float x : g) sum += static_cast<double>(x) * x;
+  const vk::Buffer d_g = floats_on_device(g, "g");
+  vk::Buffer partials = ok_or_throw(rt.alloc(vk::reduce_partials(n) * 4, "partials")), sumsq = ok_or_throw(rt.alloc(4, "sumsq"));
+  run_on_device([&](vk::Sequence& s) { return vk::reduce_sum(s, d_g, 0, n, /*squares=*/true, partials, sumsq); });
+  EXPECT_NEAR(read_floats(sumsq, 1)[0], sum, 1e-6 * sum);
+  for (const double max_norm : {0.0, 0.1}) {  // 0: no clipping (grad_scale 1); 0.1: clipped (the norm is ~2.2)
+    const double norm = std::sqrt(sum);
+    const float coef = max_norm > 0 && max_norm / (norm + 1e-6) < 1 ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+    const AdamWStep step = adamw_scalars(3, 1e-3, 0.9, 0.999, 1e-8, 0.01, coef);
+    std::vector<float> p = random_floats(2, n), m = random_floats(3, n, -0.001f, 0.001f), v = random_floats(4, n, 0, 1e-5f);
+    vk::Buffer d_p = floats_on_device(p, "p"), d_m = floats_on_device(m, "m"), d_v = floats_on_device(v, "v");
+    for (int64_t i = 0; i < n; ++i) adamw_value(step, p[i], g[i], m[i], v[i]);
+    vk::AdamWScalars s{step.decay, step.b1, step.b2, step.one_b1, step.one_b2, step.step_size, step.bc2_sqrt, step.eps, 1.0f};
+    run_on_device([&](vk::Sequence& seq) {
+      return vk::adamw_update(seq, s, d_p, d_g, d_m, d_v, n, max_norm > 0 ? &sumsq : nullptr, static_cast<float>(max_norm));
+    });
+    const std::string what = max_norm > 0 ? " clipped" : "";
+    expect_close(p, read_floats(d_p, p.size()), 1e-6, "p" + what);
+    expect_close(m, read_floats(d_m, m.size()), 1e-6, "m" + what);
+    expect_close(v, read_floats(d_v, v.size()), 1e-6, "v" + what);
+  }
+}
+
+}  // namespace
+}  // namespace dc
