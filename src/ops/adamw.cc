@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "ops/cpu/kernels.h"
+#include "ops/device.h"
 
 namespace dc {
 
@@ -18,6 +19,43 @@ AdamWStep adamw_scalars(int64_t t, double lr, double beta1, double beta2, double
   s.eps = static_cast<float>(eps);
   s.grad_scale = grad_scale;
   return s;
+}
+
+void adamw_update(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t n,
+                  const float* clip_sumsq, float max_norm) {
+  const ProfileScope profile(ctx, "adamw_update");
+  DC_CHECK(p != nullptr && g != nullptr && m != nullptr && v != nullptr && n > 0, "adamw_update: bad arguments");
+  DC_CHECK(clip_sumsq == nullptr || max_norm > 0, "adamw_update: clipping needs max_norm > 0");
+  switch (ctx.device) {
+    case Device::kCpu: {
+      AdamWStep step = s;
+      if (clip_sumsq != nullptr) {  // train/optimizer.h clip_coefficient
+        const double coef = max_norm / (std::sqrt(static_cast<double>(*clip_sumsq)) + 1e-6);
+        step.grad_scale = coef >= 1.0 ? 1.0f : static_cast<float>(coef);
+      }
+      parallel_for(ctx.pool, n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) adamw_value(step, p[i], g[i], m[i], v[i]);
+      }, 4096);
+      return;
+    }
+    case Device::kVulkan:
+      return ctx.backend->adamw_update(s, as_device(p), as_device(g), as_device(m), as_device(v), n, as_device(clip_sumsq), max_norm);
+  }
+}
+
+void squared_norm(const Context& ctx, const float* x, int64_t n, float* out) {
+  const ProfileScope profile(ctx, "gradient norm");
+  DC_CHECK(x != nullptr && out != nullptr && n > 0, "squared_norm: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu: {
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+      *out = static_cast<float>(sum);
+      return;
+    }
+    case Device::kVulkan:
+      return ctx.backend->squared_norm(as_device(x), n, as_device(out));
+  }
 }
 
 void adamw_update_panels(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v,

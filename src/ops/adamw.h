@@ -37,6 +37,17 @@ inline void adamw_value(const AdamWStep& s, float& p, float g, float& m, float& 
   p += -s.step_size * (m / denom);
 }
 
+// AdamW over flat f32 buffers p, g, m, v [n] in ctx's memory (a device's on a device), adamw_value per value.
+// With clip_sumsq (ctx's memory, [1]: Σ g² over every gradient), the gradients are first scaled by
+// clip_grad_norm's coefficient max_norm / (√Σ + 1e-6) when below 1 (train/optimizer.h clip_coefficient; it
+// replaces s.grad_scale), so that the norm need not cross to the host. A device's division and square root
+// are not correctly rounded: its values are adamw_value's within 1e-6 relative, not bit for bit.
+void adamw_update(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t n,
+                  const float* clip_sumsq = nullptr, float max_norm = 0);
+// out[0] = Σ x² over x [n] in ctx's memory: the global gradient norm's square over a flat gradient buffer.
+// The CPU sums in double (then rounds), a device in f32 in a fixed order.
+void squared_norm(const Context& ctx, const float* x, int64_t n, float* out);
+
 // AdamW over the matrix p [rows, cols] (gradient g, moments m and v of the same shape), threaded on
 // ctx.pool, fused with mixed precision's re-layout: the updated p rounded to bf16 (round to nearest
 // even) is written as W into `w_panels` (kPanels of p [rows, cols], the whole copy: panel_sizes(...).data_bytes,

@@ -28,7 +28,8 @@ void attention(const Context& ctx, const AttentionShape& shape, const float* q, 
 // Recomputes P (nothing but the forward output is saved); threaded over (batch, KV head). Under
 // bf16_backward(ctx) (mixed precision, ops/matmul.h) S and P stay f32 and the four products dP, dq, dk,
 // dv take bf16 operands with f32 sums: within 2e-2 of the largest gradient of the f32 result (the
-// tolerance tests/ops/backward_test.cc holds it to; measured 2e-3 to 1e-2).
+// tolerance tests/ops/backward_test.cc holds it to; measured 2e-3 to 1e-2). On a device (Context::device kVulkan)
+// the operands are the device's memory and everything is f32 (ops/vulkan/backward_kernels.h).
 void attention_backward(const Context& ctx, const AttentionShape& shape, const float* q, const float* k,
                         const float* v, const uint8_t* valid, const float* out, const float* dout, float* dq,
                         float* dk, float* dv);

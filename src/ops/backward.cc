@@ -1,5 +1,5 @@
 // Front-ends of the backward ops and the fused cross-entropy: check the arguments once, dispatch to
-// the CPU kernels (ops/cpu/backward_kernels.h). matmul_nt_backward reuses matmul_nt_add (dx; in f32 on
+// the CPU kernels (ops/cpu/backward_kernels.h) or, on a device, to its backend (ops/device.h). matmul_nt_backward reuses matmul_nt_add (dx; in f32 on
 // transposed copies) and matmul_tn_add (dW in mixed precision, on the operands as they are).
 #include <algorithm>
 #include <string>
@@ -12,6 +12,7 @@
 #include "ops/attention.h"
 #include "ops/cpu/backward_kernels.h"
 #include "ops/cpu/kernels.h"
+#include "ops/device.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
@@ -22,6 +23,8 @@ void rms_norm_backward(const Context& ctx, const float* x, const float* w, const
                        float eps, float* dx, float* dw) {
   const ProfileScope profile(ctx, "rms_norm_backward");
   DC_CHECK(x != nullptr && w != nullptr && dy != nullptr && n >= 0 && d > 0, "rms_norm_backward: bad arguments");
+  if (ctx.device == Device::kVulkan)
+    return ctx.backend->rms_norm_backward(as_device(x), w, as_device(dy), n, d, eps, as_device(dx), as_device(dw));
   if (ctx.reference_kernels) return cpu::rms_norm_backward(ctx.pool, x, w, dy, n, d, eps, dx, dw);
   cpu::rms_norm_backward_fast(ctx.pool, x, w, dy, n, d, eps, dx, dw);
 }
@@ -30,6 +33,7 @@ void rope_backward(const Context& ctx, float* dx, int64_t n, int64_t n_heads, in
                    const float* sin) {
   const ProfileScope profile(ctx, "rope_backward");
   DC_CHECK(dx != nullptr && cos != nullptr && sin != nullptr && head_dim % 2 == 0, "rope_backward: bad arguments");
+  if (ctx.device == Device::kVulkan) return ctx.backend->rope_backward(as_device(dx), n, n_heads, head_dim, as_device(cos), as_device(sin));
   if (ctx.reference_kernels) return cpu::rope_backward(ctx.pool, dx, n, n_heads, head_dim, cos, sin);
   cpu::rope_apply_fast(ctx.pool, dx, n, n_heads, head_dim, cos, sin, /*inverse=*/true);  // a rotation's transpose
 }
@@ -38,6 +42,8 @@ void swiglu_backward(const Context& ctx, const float* gate, const float* up, con
                      float* dgate, float* dup) {
   const ProfileScope profile(ctx, "swiglu_backward");
   DC_CHECK(gate && up && dout && dgate && dup && count >= 0, "swiglu_backward: bad arguments");
+  if (ctx.device == Device::kVulkan)
+    return ctx.backend->swiglu_backward(as_device(gate), as_device(up), as_device(dout), count, as_device(dgate), as_device(dup));
   if (ctx.reference_kernels) return cpu::swiglu_backward(ctx.pool, gate, up, dout, count, dgate, dup);
   cpu::swiglu_backward_fast(ctx.pool, gate, up, dout, count, dgate, dup);
 }
@@ -46,6 +52,7 @@ void embedding_backward(const Context& ctx, const int32_t* ids, int64_t n, const
                         float* dtable) {
   const ProfileScope profile(ctx, "embedding_backward");
   DC_CHECK(ids && dy && dtable && n >= 0 && cols > 0, "embedding_backward: bad arguments");
+  if (ctx.device == Device::kVulkan) return ctx.backend->embedding_backward(as_device(ids), n, as_device(dy), cols, as_device(dtable));
   cpu::embedding_backward(ctx.pool, ids, n, dy, cols, dtable);
 }
 
@@ -56,6 +63,9 @@ void attention_backward(const Context& ctx, const AttentionShape& s, const float
   DC_CHECK(q && k && v && out && dout && dq && dk && dv, "attention_backward: null operand");
   DC_CHECK(s.n_batch > 0 && s.n_seq > 0 && s.head_dim > 0 && s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0,
            "attention_backward: bad shape");
+  if (ctx.device == Device::kVulkan)
+    return ctx.backend->attention_backward(s, as_device(q), as_device(k), as_device(v), as_device(valid), as_device(out), as_device(dout),
+                                           as_device(dq), as_device(dk), as_device(dv));
   if (ctx.reference_kernels || !cpu::cpu_has_avx512()) return cpu::attention_backward(ctx.pool, s, q, k, v, valid, out, dout, dq, dk, dv);
   Workspace own_workspace;  // the GEMMs' block buffers: ctx's, or (without one) this call's
   cpu::attention_backward_fast(ctx.pool, ctx.workspace != nullptr ? *ctx.workspace : own_workspace, s, q, k, v, valid,
@@ -99,10 +109,14 @@ void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const Wei
                         GradWrite dx_write) {
   const ProfileScope profile(ctx, [&] { return "matmul_nt_backward, W " + std::to_string(w.rows) + "×" + std::to_string(w.cols); });
   DC_CHECK(x != nullptr && dy != nullptr && !w.empty() && !(w.quantized() && dw != nullptr), "matmul_nt_backward: bad operand");
-  DC_CHECK(ctx.device == Device::kCpu, "matmul_nt_backward: the backward runs on the CPU only");
   DC_CHECK(wt == nullptr || (wt->rows == w.cols && wt->cols == w.rows), "matmul_nt_backward: wt is not wᵀ");
   const int64_t out = w.rows, in = w.cols;
   const bool add = write == GradWrite::kAdd;
+  if (ctx.device == Device::kVulkan) {  // wt unused: the device reads w as it was uploaded
+    DC_CHECK(n > 0, "matmul_nt_backward: a device's backward needs rows");
+    return ctx.backend->matmul_nt_backward(as_device(x), n, w, as_device(dy), as_device(dx), as_device(dw), as_device(dbias),
+                                           dx_write == GradWrite::kAdd, add);
+  }
   if (n == 0) {  // no rows: nothing to add, zeros to write
     if (!add && dw != nullptr) std::fill(dw, dw + out * in, 0.0f);
     if (!add && dbias != nullptr) std::fill(dbias, dbias + out, 0.0f);
@@ -185,8 +199,24 @@ double cross_entropy(const Context& ctx, const float* logits, const int32_t* tar
                      int64_t n, int64_t n_vocab, float* dlogits, float* ce) {
   const ProfileScope profile(ctx, "cross_entropy");
   DC_CHECK(logits && targets && weights && n >= 0 && n_vocab > 0, "cross_entropy: bad arguments");
+  DC_CHECK(ctx.device == Device::kCpu, "cross_entropy: its sum is a host number; on a device use cross_entropy_rows");
   if (ctx.reference_kernels) return cpu::cross_entropy(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
   return cpu::cross_entropy_fast(ctx.pool, logits, targets, weights, n, n_vocab, dlogits, ce);
+}
+
+void cross_entropy_rows(const Context& ctx, const float* logits, const int32_t* targets, const float* weights, int64_t n,
+                        int64_t n_vocab, float* dlogits, float* ce, float* loss) {
+  DC_CHECK(logits && targets && weights && loss && n > 0 && n_vocab > 0, "cross_entropy_rows: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu:
+      *loss = static_cast<float>(cross_entropy(ctx, logits, targets, weights, n, n_vocab, dlogits, ce));
+      return;
+    case Device::kVulkan: {
+      const ProfileScope profile(ctx, "cross_entropy");
+      return ctx.backend->cross_entropy(as_device(logits), as_device(targets), as_device(weights), n, n_vocab, as_device(dlogits),
+                                        as_device(ce), as_device(loss));
+    }
+  }
 }
 
 }  // namespace dc

@@ -17,6 +17,7 @@
 
 #include "core/context.h"
 #include "core/status.h"
+#include "ops/adamw.h"
 #include "ops/attention.h"
 #include "ops/head_sampler.h"
 #include "ops/weight.h"
@@ -194,6 +195,29 @@ class DeviceBackend {
   // logit or every logit −inf), sampler/filters.h's rules throughout.
   virtual void sample_rows(DeviceIn logits, int64_t n, int64_t n_vocab, const FilterConfig& filter, DeviceIn uniforms,
                            DevicePtr<int32_t> ids, DeviceOut conf) = 0;
+
+  // ---- Training: the backward ops of ops/elementwise.h, ops/matmul.h and ops/attention.h, the loss rows'
+  // cross-entropy (ops/loss.h) and the optimizer's reduction and AdamW (ops/adamw.h), with device pointers
+  // (a null pointer: not wanted, where the op allows it). Weights and norm weights are named by their host
+  // views as in the forward; every product is f32.
+  // matmul_nt_backward: dx (+)= dy·w, dw (+)= dyᵀ·x, dbias (+)= Σ_rows dy (add: accumulate_dx / accumulate_dw).
+  virtual void matmul_nt_backward(DeviceIn x, int64_t n, const WeightView& w, DeviceIn dy, DeviceOut dx, DeviceOut dw,
+                                  DeviceOut dbias, bool accumulate_dx, bool accumulate_dw) = 0;
+  virtual void rms_norm_backward(DeviceIn x, const float* w, DeviceIn dy, int64_t n, int64_t d, float eps, DeviceOut dx, DeviceOut dw) = 0;
+  virtual void rope_backward(DeviceOut dx, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) = 0;
+  virtual void swiglu_backward(DeviceIn gate, DeviceIn up, DeviceIn dout, int64_t count, DeviceOut dgate, DeviceOut dup) = 0;
+  virtual void embedding_backward(DevicePtr<const int32_t> ids, int64_t n, DeviceIn dy, int64_t cols, DeviceOut dtable) = 0;
+  virtual void attention_backward(const AttentionShape& shape, DeviceIn q, DeviceIn k, DeviceIn v, DevicePtr<const uint8_t> valid,
+                                  DeviceIn out, DeviceIn dout, DeviceOut dq, DeviceOut dk, DeviceOut dv) = 0;
+  // loss[0] = Σ_r weights[r]·CE_r (f32, a fixed order), ce[n] each row's CE, dlogits (may be logits) its gradient.
+  virtual void cross_entropy(DeviceIn logits, DevicePtr<const int32_t> targets, DeviceIn weights, int64_t n, int64_t n_vocab,
+                             DeviceOut dlogits, DeviceOut ce, DeviceOut loss) = 0;
+  // out[0] = Σ x² over x [n] (f32, a fixed order).
+  virtual void squared_norm(DeviceIn x, int64_t n, DeviceOut out) = 0;
+  // AdamW over p, g, m, v [n]; with clip_sumsq, the gradients first scaled by clip_grad_norm's coefficient for
+  // max_norm from Σ g² = clip_sumsq[0] (s.grad_scale unused), else by s.grad_scale.
+  virtual void adamw_update(const AdamWStep& s, DeviceOut p, DeviceIn g, DeviceOut m, DeviceOut v, int64_t n, DeviceIn clip_sumsq,
+                            float max_norm) = 0;
 };
 
 // Opens Vulkan device `index` (ops/vulkan/runtime.h's order). Errors: kUnimplemented (built without

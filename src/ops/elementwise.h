@@ -39,7 +39,8 @@ void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, 
 void gather_rows(const Context& ctx, const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out);
 
 // ---- Backward passes (training). Each adds into gradient buffers the caller zeroed unless it says
-// "overwrites"; inputs are the forward's inputs (saved activations).
+// "overwrites"; inputs are the forward's inputs (saved activations). On a device (Context::device kVulkan) every operand
+// but the norm weight w (the host view its upload is keyed by, as in the forward) is the device's memory.
 
 // RMSNorm backward. With r = rsqrt(mean(x²) + eps), y = x·r·w:
 //   dx_i += r·w_i·dy_i − x_i · r³/d · Σ_t w_t·dy_t·x_t        dw_i += Σ_rows dy_i·x_i·r

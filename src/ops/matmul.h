@@ -85,6 +85,8 @@ enum class GradWrite { kAdd, kOverwrite };
 // matmul_tn_add on dy and x as they are (no copies).
 // dx_write kOverwrite: dx = dy·w instead (no zeroing pass over dx before the first product into it), the
 // same values bit for bit as adding into a zeroed dx.
+// On a device (Context::device kVulkan; n > 0) every operand but w is the device's memory and the products
+// are f32 (shaders/matmul_backward.comp; wt is not used: the device reads w as uploaded).
 void matmul_nt_backward(const Context& ctx, const float* x, int64_t n, const WeightView& w, const float* dy,
                         float* dx, float* dw, float* dbias, const WeightView* wt = nullptr,
                         GradWrite write = GradWrite::kAdd, GradWrite dx_write = GradWrite::kAdd);

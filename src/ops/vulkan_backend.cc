@@ -26,6 +26,7 @@
 
 #include "core/check.h"
 #include "ops/device.h"
+#include "ops/vulkan/backward_kernels.h"
 #include "ops/vulkan/kernels.h"
 #include "ops/vulkan/runtime.h"
 
@@ -285,6 +286,47 @@ class VulkanBackend final : public DeviceBackend {
     keep(vk::sample_rows(*seq_, at(logits), n, n_vocab, f, at(uniforms), at(ids), at(conf)));
   }
 
+  void matmul_nt_backward(DeviceIn x, int64_t n, const WeightView& w, DeviceIn dy, DeviceOut dx, DeviceOut dw, DeviceOut dbias,
+                          bool accumulate_dx, bool accumulate_dw) override {
+    if (recording())
+      keep(vk::matmul_nt_backward(*seq_, at(x), n, matrix(w), at(dy), maybe_at(dx), maybe_at(dw), maybe_at(dbias), accumulate_dx, accumulate_dw));
+  }
+  void rms_norm_backward(DeviceIn x, const float* w, DeviceIn dy, int64_t n, int64_t d, float eps, DeviceOut dx, DeviceOut dw) override {
+    if (recording()) keep(vk::rms_norm_backward(*seq_, at(x), *vector(w), at(dy), n, d, eps, maybe_at(dx), maybe_at(dw), scratch("rms_norm_backward.rstd", n)));
+  }
+  void rope_backward(DeviceOut dx, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) override {
+    if (recording()) keep(vk::rope_backward(*seq_, at(dx), n, n_heads, head_dim, at(cos), at(sin)));
+  }
+  void swiglu_backward(DeviceIn gate, DeviceIn up, DeviceIn dout, int64_t count, DeviceOut dgate, DeviceOut dup) override {
+    if (recording()) keep(vk::swiglu_backward(*seq_, at(gate), at(up), at(dout), count, at(dgate), at(dup)));
+  }
+  void embedding_backward(DevicePtr<const int32_t> ids, int64_t n, DeviceIn dy, int64_t cols, DeviceOut dtable) override {
+    if (recording()) keep(vk::embedding_backward(*seq_, at(ids), n, at(dy), cols, at(dtable)));
+  }
+  void attention_backward(const AttentionShape& s, DeviceIn q, DeviceIn k, DeviceIn v, DevicePtr<const uint8_t> valid, DeviceIn out,
+                          DeviceIn dout, DeviceOut dq, DeviceOut dk, DeviceOut dv) override {
+    if (!recording()) return;
+    vk::Buffer& stats = scratch("attention_backward.stats", s.n_batch * s.n_seq * s.n_head * 3);
+    keep(vk::attention_backward(*seq_, {s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim}, at(q), at(k), at(v),
+                                valid ? &at(valid) : nullptr, at(out), at(dout), at(dq), at(dk), at(dv), stats));
+  }
+  void cross_entropy(DeviceIn logits, DevicePtr<const int32_t> targets, DeviceIn weights, int64_t n, int64_t n_vocab, DeviceOut dlogits,
+                     DeviceOut ce, DeviceOut loss) override {
+    if (!recording()) return;
+    vk::Buffer& wce = scratch("cross_entropy.wce", n);
+    keep(vk::cross_entropy(*seq_, at(logits), at(targets), at(weights), n, n_vocab, maybe_at(dlogits), maybe_at(ce), wce));
+    if (recording()) keep(vk::reduce_sum(*seq_, wce, 0, n, /*squares=*/false, scratch("reduce.partials", vk::reduce_partials(n)), at(loss)));
+  }
+  void squared_norm(DeviceIn x, int64_t n, DeviceOut out) override {
+    if (recording()) keep(vk::reduce_sum(*seq_, at(x), 0, n, /*squares=*/true, scratch("reduce.partials", vk::reduce_partials(n)), at(out)));
+  }
+  void adamw_update(const AdamWStep& s, DeviceOut p, DeviceIn g, DeviceOut m, DeviceOut v, int64_t n, DeviceIn clip_sumsq,
+                    float max_norm) override {
+    if (!recording()) return;
+    const vk::AdamWScalars scalars{s.decay, s.b1, s.b2, s.one_b1, s.one_b2, s.step_size, s.bc2_sqrt, s.eps, s.grad_scale};
+    keep(vk::adamw_update(*seq_, scalars, at(p), at(g), at(m), at(v), n, clip_sumsq ? &at(clip_sumsq) : nullptr, max_norm));
+  }
+
  private:
   // False after an error (the rest of the forward is skipped; finish() returns the error).
   bool recording() const {
@@ -349,6 +391,13 @@ class VulkanBackend final : public DeviceBackend {
     vk::Buffer* b = lookup(p);
     if (b == nullptr) keep(not_mine());
     return b != nullptr ? *b : invalid_;
+  }
+  // at(p) for an operand an op may go without (null: none).
+  vk::Buffer* maybe_at(DevicePtr<const void> p) { return p ? &at(p) : nullptr; }
+  // The named forward buffer `name` of at least `floats` floats: a kernel's scratch (invalid_ after an error).
+  vk::Buffer& scratch(const char* name, int64_t floats) {
+    const DevicePtr<void> p = alloc(name, floats * 4);
+    return p ? at(p) : invalid_;
   }
   const vk::DeviceMatrix& matrix(const WeightView& w) const {
     auto it = matrices_.find(w.data);

@@ -134,7 +134,7 @@ Status attention_backward(Sequence& seq, const AttentionDims& s, const Buffer& q
 }
 
 Status cross_entropy(Sequence& seq, const Buffer& logits, const Buffer& targets, const Buffer& weights, int64_t n, int64_t n_vocab,
-                     Buffer* dlogits, Buffer& ce) {
+                     Buffer* dlogits, Buffer* ce, Buffer& wce) {
   const char* op = "vulkan cross_entropy";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   DC_RETURN_IF_ERROR(positive(n_vocab, op, "n_vocab"));
@@ -142,9 +142,11 @@ Status cross_entropy(Sequence& seq, const Buffer& logits, const Buffer& targets,
   DC_RETURN_IF_ERROR(need(logits, n * n_vocab * 4, op, "logits [n, n_vocab]"));
   DC_RETURN_IF_ERROR(need(targets, n * 4, op, "targets [n]"));
   DC_RETURN_IF_ERROR(need(weights, n * 4, op, "weights [n]"));
-  DC_RETURN_IF_ERROR(need(ce, 2 * n * 4, op, "ce [2, n]"));
+  DC_RETURN_IF_ERROR(need(wce, n * 4, op, "wce [n]"));
+  if (ce != nullptr) DC_RETURN_IF_ERROR(need(*ce, n * 4, op, "ce [n]"));
   if (dlogits != nullptr) DC_RETURN_IF_ERROR(need(*dlogits, n * n_vocab * 4, op, "dlogits [n, n_vocab]"));
-  Dispatch d{"cross_entropy", {dlogits != nullptr ? 1 : 0}, {&logits, &targets, &weights, dlogits, &ce}, {u32(n), u32(n_vocab)}};
+  Dispatch d{"cross_entropy", {dlogits != nullptr ? 1 : 0, ce != nullptr ? 1 : 0}, {&logits, &targets, &weights, dlogits, ce, &wce},
+             {u32(n), u32(n_vocab)}};
   row_groups(n, d);
   return seq.record(d);
 }

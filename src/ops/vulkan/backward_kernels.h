@@ -41,10 +41,10 @@ Status attention_backward(Sequence& seq, const AttentionDims& dims, const Buffer
                           Buffer& stats);
 
 // The fused cross-entropy (ops/loss.h cross_entropy) of logits[n, n_vocab] against targets[n] (uint32, each
-// < n_vocab: the caller checks them) with f32 weights[n]: ce [2, n] gets each row's CE, then weights·CE;
-// dlogits (nullptr: not wanted; may be logits) gets weights·(softmax − onehot).
+// < n_vocab: the caller checks them) with f32 weights[n]: wce [n] gets each row's weights·CE, ce [n] (nullptr:
+// not wanted) its CE, dlogits (nullptr: not wanted; may be logits) weights·(softmax − onehot).
 Status cross_entropy(Sequence& seq, const Buffer& logits, const Buffer& targets, const Buffer& weights, int64_t n, int64_t n_vocab,
-                     Buffer* dlogits, Buffer& ce);
+                     Buffer* dlogits, Buffer* ce, Buffer& wce);
 
 // out[0] = Σ x[offset, offset + count) (of squares with `squares`) in a fixed order, through `partials`
 // (scratch of reduce_partials(count) floats): the gradient norm's Σ g², the loss's Σ weights·CE.

@@ -23,6 +23,8 @@ namespace dc {
 namespace {
 
 using testing::expect_close;
+using testing::make_weight;
+using testing::TestWeight;
 using testing::ok_or_throw;
 using testing::random_floats;
 using testing::vulkan_runtime;
@@ -44,31 +46,32 @@ void run_on_device(F record) {
   ok_or_throw(seq.run());
 }
 
-// dx = dy·W (f32 / f16 / bf16 W), dW = dyᵀ·x and dbias, each written and added, against the CPU's
-// matmul_nt_backward: 67 × 42 W (tails of the 64-tiles and 16-k steps), n 1, 9 and 70.
+// dx = dy·W over every weight kind, dW = dyᵀ·x and dbias (dense W only: a quantized one is a frozen base's),
+// each written and added, against the CPU's matmul_nt_backward: 67 × 42 W (tails of the 64-tiles and the
+// 16-k steps; q4 groups of 14 columns), n 1, 9 and 70.
 TEST(VulkanBackwardKernels, MatmulBackwardAgainstTheCpu) {
   vk::Runtime& rt = vulkan_runtime();
   const int64_t out = 67, in = 42;
-  for (const DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    const std::vector<float> values = random_floats(5, static_cast<size_t>(out * in));
-    std::vector<uint16_t> halves;
-    for (float f : values) halves.push_back(dtype == DType::kF16 ? f32_to_f16(f) : f32_to_bf16(f));
-    const void* data = dtype == DType::kF32 ? static_cast<const void*>(values.data()) : halves.data();
-    const WeightView w{dtype, data, out, in};
-    const vk::DeviceMatrix dw_matrix = ok_or_throw(vk::upload_matrix(rt, {dtype, WeightQuant::kNone, out, in, 0, data, nullptr, nullptr}, "w"));
+  for (const std::string kind : {"f32", "f16", "bf16", "q8", "q4"}) {
+    const TestWeight w = make_weight(kind, out, in, 14, 5);
+    const bool dense = !w.view.quantized();
+    const vk::DeviceMatrix w_device = ok_or_throw(vk::upload_matrix(rt, w.host, kind));
     for (int64_t n : {1, 9, 70}) {
       for (const GradWrite write : {GradWrite::kOverwrite, GradWrite::kAdd}) {
         const bool add = write == GradWrite::kAdd;
         const std::vector<float> x = random_floats(10 + n, static_cast<size_t>(n * in)), dy = random_floats(20 + n, static_cast<size_t>(n * out));
         std::vector<float> dx = random_floats(30, static_cast<size_t>(n * in)), dw = random_floats(31, static_cast<size_t>(out * in));
         std::vector<float> dbias = random_floats(32, static_cast<size_t>(out));
-        const vk::Buffer dx_x = floats_on_device(x, "x"), d_dy = floats_on_device(dy, "dy");
+        const vk::Buffer d_x = floats_on_device(x, "x"), d_dy = floats_on_device(dy, "dy");
         vk::Buffer d_dx = floats_on_device(dx, "dx"), d_dw = floats_on_device(dw, "dw"), d_db = floats_on_device(dbias, "dbias");
-        matmul_nt_backward(reference_cpu(), x.data(), n, w, dy.data(), dx.data(), dw.data(), dbias.data(), nullptr, write, write);
-        run_on_device([&](vk::Sequence& s) { return vk::matmul_nt_backward(s, dx_x, n, dw_matrix, d_dy, &d_dx, &d_dw, &d_db, add, add); });
-        const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + (add ? " add" : " overwrite");
+        matmul_nt_backward(reference_cpu(), x.data(), n, w.view, dy.data(), dx.data(), dense ? dw.data() : nullptr, dbias.data(), nullptr,
+                           write, write);
+        run_on_device([&](vk::Sequence& s) {
+          return vk::matmul_nt_backward(s, d_x, n, w_device, d_dy, &d_dx, dense ? &d_dw : nullptr, &d_db, add, add);
+        });
+        const std::string what = kind + " n=" + std::to_string(n) + (add ? " add" : " overwrite");
         expect_close(dx, read_floats(d_dx, dx.size()), 1e-5, "dx " + what);
-        expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw " + what);
+        if (dense) expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw " + what);
         expect_close(dbias, read_floats(d_db, dbias.size()), 1e-5, "dbias " + what);
       }
     }
@@ -85,6 +88,12 @@ TEST(VulkanBackwardKernels, MatmulBackwardChecksShapes) {
   const Status s = vk::matmul_nt_backward(seq, x, 1, w, dy, nullptr, &small, nullptr, false, false);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.to_string().find("dw [rows, cols]"), std::string::npos) << s.to_string();
+  const TestWeight q8 = make_weight("q8", 2, 3, 0, 1);  // a quantized weight has no gradient to write
+  const vk::DeviceMatrix q8_device = ok_or_throw(vk::upload_matrix(rt, q8.host, "q8"));
+  vk::Buffer dw = floats_on_device(random_floats(4, 6), "dw");
+  const Status q = vk::matmul_nt_backward(seq, x, 1, q8_device, dy, nullptr, &dw, nullptr, false, false);
+  EXPECT_EQ(q.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(q.message().find("quantized weight has no gradient"), std::string::npos) << q.message();
 }
 
 TEST(VulkanBackwardKernels, RmsNormBackwardAgainstTheCpu) {
@@ -177,16 +186,15 @@ TEST(VulkanBackwardKernels, CrossEntropyAgainstTheCpu) {
   const std::vector<int32_t> targets{0, 1002, 17, 500, 17};
   std::vector<float> dlogits(logits.size()), ce(n);
   const double loss = cross_entropy(reference_cpu(), logits.data(), targets.data(), weights.data(), n, n_vocab, dlogits.data(), ce.data());
-  vk::Buffer d_logits = floats_on_device(logits, "logits"), d_ce = ok_or_throw(rt.alloc(2 * n * 4, "ce"));
+  vk::Buffer d_logits = floats_on_device(logits, "logits"), d_ce = ok_or_throw(rt.alloc(n * 4, "ce")), d_wce = ok_or_throw(rt.alloc(n * 4, "wce"));
   const vk::Buffer d_targets = ok_or_throw(rt.make_buffer(targets, "targets")), d_weights = floats_on_device(weights, "weights");
   vk::Buffer partials = ok_or_throw(rt.alloc(4, "partials")), d_loss = ok_or_throw(rt.alloc(4, "loss"));
   run_on_device([&](vk::Sequence& s) -> Status {
-    DC_RETURN_IF_ERROR(vk::cross_entropy(s, d_logits, d_targets, d_weights, n, n_vocab, &d_logits, d_ce));
-    return vk::reduce_sum(s, d_ce, n, n, /*squares=*/false, partials, d_loss);
+    DC_RETURN_IF_ERROR(vk::cross_entropy(s, d_logits, d_targets, d_weights, n, n_vocab, &d_logits, &d_ce, d_wce));
+    return vk::reduce_sum(s, d_wce, 0, n, /*squares=*/false, partials, d_loss);
   });
   expect_close(dlogits, read_floats(d_logits, dlogits.size()), 1e-5, "dlogits");
-  const std::vector<float> got = read_floats(d_ce, 2 * n);
-  expect_close(ce, std::vector<float>(got.begin(), got.begin() + n), 1e-5, "ce");
+  expect_close(ce, read_floats(d_ce, ce.size()), 1e-5, "ce");
   EXPECT_NEAR(read_floats(d_loss, 1)[0], loss, 1e-5 * std::abs(loss));
 }
 

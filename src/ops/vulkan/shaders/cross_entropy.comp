@@ -1,17 +1,19 @@
 // The fused log-softmax + cross-entropy over the loss rows (ops/loss.h cross_entropy), one workgroup per
-// row r of logits[n, n_vocab]: lse = max + log Σ exp(x − max), ce[r] = lse − x[target], wce[r] = weights[r]·ce[r]
-// and, with HAS_DLOGITS, dlogits[r] = weights[r]·(exp(x − lse) − onehot(target)) (dlogits may alias logits:
+// row r of logits[n, n_vocab]: lse = max + log Σ exp(x − max), wce[r] = weights[r]·(lse − x[target]), with HAS_CE
+// ce[r] = lse − x[target] and, with HAS_DLOGITS, dlogits[r] = weights[r]·(exp(x − lse) − onehot(target)) (dlogits may alias logits:
 // the target's logit is read before any write).
 #version 450
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const int HAS_DLOGITS = 1;
+layout(constant_id = 1) const int HAS_CE = 1;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer T { uint targets[]; };
 layout(std430, binding = 2) readonly buffer Wt { float weights[]; };
 layout(std430, binding = 3) buffer G { float g[]; };           // dlogits (may be x's buffer)
-layout(std430, binding = 4) writeonly buffer C { float ce[]; };  // [2, n]: ce, then weights·ce
+layout(std430, binding = 4) writeonly buffer C { float ce[]; };    // [n]
+layout(std430, binding = 5) writeonly buffer WC { float wce[]; };  // [n]
 layout(push_constant) uniform Push { uint n; uint n_vocab; } p;
 
 shared float partial[128];
@@ -38,7 +40,10 @@ void main() {
   for (uint c = gl_LocalInvocationID.x; c < p.n_vocab; c += 128u) sum += exp(x[base + c] - mx);
   sum = reduce(sum, false);
   const float lse = mx + log(sum), target_logit = x[base + t], w = weights[row];
-  if (gl_LocalInvocationID.x == 0) ce[row] = lse - target_logit, ce[p.n + row] = w * (lse - target_logit);
+  if (gl_LocalInvocationID.x == 0) {
+    if (HAS_CE == 1) ce[row] = lse - target_logit;
+    wce[row] = w * (lse - target_logit);
+  }
   if (HAS_DLOGITS == 0) return;
   barrier();  // every invocation has read the target's logit
   for (uint c = gl_LocalInvocationID.x; c < p.n_vocab; c += 128u) {
