@@ -295,7 +295,7 @@ class VulkanBackend final : public DeviceBackend {
     if (recording()) keep(vk::rms_norm_backward(*seq_, at(x), *vector(w), at(dy), n, d, eps, maybe_at(dx), maybe_at(dw), scratch("rms_norm_backward.rstd", n)));
   }
   void rope_backward(DeviceOut dx, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) override {
-    if (recording()) keep(vk::rope_backward(*seq_, at(dx), n, n_heads, head_dim, at(cos), at(sin)));
+    if (recording()) keep(vk::rope_apply(*seq_, at(dx), n, n_heads, head_dim, at(cos), at(sin), /*inverse=*/true));
   }
   void swiglu_backward(DeviceIn gate, DeviceIn up, DeviceIn dout, int64_t count, DeviceOut dgate, DeviceOut dup) override {
     if (recording()) keep(vk::swiglu_backward(*seq_, at(gate), at(up), at(dout), count, at(dgate), at(dup)));

@@ -71,18 +71,6 @@ Status rms_norm_backward(Sequence& seq, const Buffer& x, const Buffer& w, const 
   return seq.record({"rms_norm_backward", {1, 0}, {&x, &w, &dy, nullptr, dw, &rstd}, push, u32((d + 127) / 128)});
 }
 
-Status rope_backward(Sequence& seq, Buffer& dx, int64_t n, int64_t n_heads, int64_t head_dim, const Buffer& cos, const Buffer& sin) {
-  const char* op = "vulkan rope_backward";
-  DC_RETURN_IF_ERROR(positive(n, op, "n"));
-  DC_RETURN_IF_ERROR(positive(n_heads, op, "n_heads"));
-  if (head_dim <= 0 || head_dim % 2) return invalid_argument(std::string(op) + ": head_dim must be even and positive");
-  const int64_t half = head_dim / 2;
-  DC_RETURN_IF_ERROR(need(dx, n * n_heads * head_dim * 4, op, "dx [n, n_heads, head_dim]"));
-  DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
-  DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
-  return seq.record({"rope", {1}, {&dx, &cos, &sin}, {u32(n), u32(n_heads), u32(half)}, stride_groups(n * n_heads * half, 256)});
-}
-
 Status swiglu_backward(Sequence& seq, const Buffer& gate, const Buffer& up, const Buffer& dout, int64_t count, Buffer& dgate,
                        Buffer& dup) {
   const char* op = "vulkan swiglu_backward";

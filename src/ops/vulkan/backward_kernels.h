@@ -22,8 +22,7 @@ Status matmul_nt_backward(Sequence& seq, const Buffer& x, int64_t n, const Devic
 Status rms_norm_backward(Sequence& seq, const Buffer& x, const Buffer& w, const Buffer& dy, int64_t n, int64_t d, float eps,
                          Buffer* dx, Buffer* dw, Buffer& rstd);
 
-// RoPE's backward in place on dx[n, n_heads, head_dim]: the rotation by −θ (rope_apply's shader, inverse).
-Status rope_backward(Sequence& seq, Buffer& dx, int64_t n, int64_t n_heads, int64_t head_dim, const Buffer& cos, const Buffer& sin);
+// (RoPE's backward is kernels.h rope_apply with `inverse`.)
 
 // SwiGLU's backward: dgate, dup [count] overwritten (either may be dout).
 Status swiglu_backward(Sequence& seq, const Buffer& gate, const Buffer& up, const Buffer& dout, int64_t count, Buffer& dgate,

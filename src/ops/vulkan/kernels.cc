@@ -191,7 +191,7 @@ Status rope_tables(Sequence& seq, const Buffer& positions, int64_t n, int64_t he
 }
 
 Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t head_dim, const Buffer& cos,
-                  const Buffer& sin) {
+                  const Buffer& sin, bool inverse) {
   const char* op = "vulkan rope_apply";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   DC_RETURN_IF_ERROR(positive(n_heads, op, "n_heads"));
@@ -200,7 +200,7 @@ Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t 
   DC_RETURN_IF_ERROR(need(x, n * n_heads * head_dim * 4, op, "x [n, n_heads, head_dim]"));
   DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
   DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
-  return seq.record({"rope", {}, {&x, &cos, &sin}, {u32(n), u32(n_heads), u32(half)}, stride_groups(n * n_heads * half, 256)});
+  return seq.record({"rope", {inverse ? 1 : 0}, {&x, &cos, &sin}, {u32(n), u32(n_heads), u32(half)}, stride_groups(n * n_heads * half, 256)});
 }
 
 Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, int64_t n_head_kv, int64_t head_dim,

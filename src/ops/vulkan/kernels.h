@@ -73,9 +73,10 @@ Result<Buffer> rope_inv_freq(Runtime& rt, int64_t head_dim, double theta);
 // device (its own approximations: compare with a tolerance, not bit for bit).
 Status rope_tables(Sequence& seq, const Buffer& positions, int64_t n, int64_t head_dim, const Buffer& inv_freq,
                    Buffer& cos, Buffer& sin);
-// In place on x[n, n_heads, head_dim], rotate-half RoPE with cos / sin [n, head_dim/2].
+// In place on x[n, n_heads, head_dim], rotate-half RoPE with cos / sin [n, head_dim/2]; `inverse`: the
+// rotation by −θ, RoPE's backward (ops/elementwise.h rope_backward).
 Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t head_dim, const Buffer& cos,
-                  const Buffer& sin);
+                  const Buffer& sin, bool inverse = false);
 
 // out[count] = silu(gate) * up; out may be gate or up.
 Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count, Buffer& out);

@@ -22,18 +22,13 @@
 namespace dc {
 namespace {
 
+using testing::cpu_reference;
 using testing::expect_close;
 using testing::make_weight;
 using testing::TestWeight;
 using testing::ok_or_throw;
 using testing::random_floats;
 using testing::vulkan_runtime;
-
-Context reference_cpu() {
-  Context ctx;
-  ctx.reference_kernels = true;
-  return ctx;
-}
 
 std::vector<float> read_floats(const vk::Buffer& b, size_t n) { return ok_or_throw(vulkan_runtime().read<float>(b, static_cast<int64_t>(n))); }
 vk::Buffer floats_on_device(const std::vector<float>& v, const char* what) { return ok_or_throw(vulkan_runtime().make_buffer(v, what)); }
@@ -64,7 +59,7 @@ TEST(VulkanBackwardKernels, MatmulBackwardAgainstTheCpu) {
         std::vector<float> dbias = random_floats(32, static_cast<size_t>(out));
         const vk::Buffer d_x = floats_on_device(x, "x"), d_dy = floats_on_device(dy, "dy");
         vk::Buffer d_dx = floats_on_device(dx, "dx"), d_dw = floats_on_device(dw, "dw"), d_db = floats_on_device(dbias, "dbias");
-        matmul_nt_backward(reference_cpu(), x.data(), n, w.view, dy.data(), dx.data(), dense ? dw.data() : nullptr, dbias.data(), nullptr,
+        matmul_nt_backward(cpu_reference(), x.data(), n, w.view, dy.data(), dx.data(), dense ? dw.data() : nullptr, dbias.data(), nullptr,
                            write, write);
         run_on_device([&](vk::Sequence& s) {
           return vk::matmul_nt_backward(s, d_x, n, w_device, d_dy, &d_dx, dense ? &d_dw : nullptr, &d_db, add, add);
@@ -105,7 +100,7 @@ TEST(VulkanBackwardKernels, RmsNormBackwardAgainstTheCpu) {
     const vk::Buffer d_x = floats_on_device(x, "x"), d_w = floats_on_device(w, "w"), d_dy = floats_on_device(dy, "dy");
     vk::Buffer d_dx = floats_on_device(dx, "dx"), d_dw = floats_on_device(dw, "dw");
     vk::Buffer rstd = ok_or_throw(vulkan_runtime().alloc(n * 4, "rstd"));
-    rms_norm_backward(reference_cpu(), x.data(), w.data(), dy.data(), n, d, 1e-6f, dx.data(), dw.data());
+    rms_norm_backward(cpu_reference(), x.data(), w.data(), dy.data(), n, d, 1e-6f, dx.data(), dw.data());
     run_on_device([&](vk::Sequence& s) { return vk::rms_norm_backward(s, d_x, d_w, d_dy, n, d, 1e-6f, &d_dx, &d_dw, rstd); });
     expect_close(dx, read_floats(d_dx, dx.size()), 1e-5, "dx d=" + std::to_string(d));
     expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw d=" + std::to_string(d));
@@ -121,8 +116,8 @@ TEST(VulkanBackwardKernels, RopeSwigluAndEmbeddingBackwardAgainstTheCpu) {
   std::vector<float> dq = random_floats(1, static_cast<size_t>(n * heads * head_dim));
   vk::Buffer d_dq = floats_on_device(dq, "dq");
   const vk::Buffer d_cos = floats_on_device(cos, "cos"), d_sin = floats_on_device(sin, "sin");
-  rope_backward(reference_cpu(), dq.data(), n, heads, head_dim, cos.data(), sin.data());
-  run_on_device([&](vk::Sequence& s) { return vk::rope_backward(s, d_dq, n, heads, head_dim, d_cos, d_sin); });
+  rope_backward(cpu_reference(), dq.data(), n, heads, head_dim, cos.data(), sin.data());
+  run_on_device([&](vk::Sequence& s) { return vk::rope_apply(s, d_dq, n, heads, head_dim, d_cos, d_sin, /*inverse=*/true); });
   expect_close(dq, read_floats(d_dq, dq.size()), 1e-6, "rope_backward");
 
   const int64_t count = 1000;  // swiglu_backward with dgate written over dout, as the model's backward calls it
@@ -130,7 +125,7 @@ TEST(VulkanBackwardKernels, RopeSwigluAndEmbeddingBackwardAgainstTheCpu) {
   std::vector<float> dout = random_floats(4, count), dup(count);
   const vk::Buffer d_gate = floats_on_device(gate, "gate"), d_up = floats_on_device(up, "up");
   vk::Buffer d_dout = floats_on_device(dout, "dout"), d_dup = ok_or_throw(vulkan_runtime().alloc(count * 4, "dup"));
-  swiglu_backward(reference_cpu(), gate.data(), up.data(), dout.data(), count, dout.data(), dup.data());
+  swiglu_backward(cpu_reference(), gate.data(), up.data(), dout.data(), count, dout.data(), dup.data());
   run_on_device([&](vk::Sequence& s) { return vk::swiglu_backward(s, d_gate, d_up, d_dout, count, d_dout, d_dup); });
   expect_close(dout, read_floats(d_dout, dout.size()), 1e-6, "swiglu_backward dgate");
   expect_close(dup, read_floats(d_dup, dup.size()), 1e-6, "swiglu_backward dup");
@@ -141,7 +136,7 @@ TEST(VulkanBackwardKernels, RopeSwigluAndEmbeddingBackwardAgainstTheCpu) {
   std::vector<float> table = random_floats(6, static_cast<size_t>(rows * cols));
   const vk::Buffer d_ids = ok_or_throw(vulkan_runtime().make_buffer(ids, "ids")), d_dy = floats_on_device(dy, "dy");
   vk::Buffer d_table = floats_on_device(table, "dtable");
-  embedding_backward(reference_cpu(), ids.data(), ids_n, dy.data(), cols, table.data());
+  embedding_backward(cpu_reference(), ids.data(), ids_n, dy.data(), cols, table.data());
   run_on_device([&](vk::Sequence& s) { return vk::embedding_backward(s, d_ids, ids_n, d_dy, cols, d_table); });
   expect_close(table, read_floats(d_table, table.size()), 1e-6, "embedding_backward");
 }
@@ -157,8 +152,8 @@ TEST(VulkanBackwardKernels, AttentionBackwardAgainstTheCpu) {
     std::vector<uint8_t> valid(static_cast<size_t>(B * L + 3) / 4 * 4, 1);
     for (int j = 0; j < 6; ++j) valid[static_cast<size_t>(L + j)] = 0;
     std::vector<float> out(static_cast<size_t>(nq)), dq(out.size()), dk(static_cast<size_t>(nkv)), dv(dk.size());
-    attention(reference_cpu(), shape, q.data(), k.data(), v.data(), valid.data(), out.data());
-    attention_backward(reference_cpu(), shape, q.data(), k.data(), v.data(), valid.data(), out.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    attention(cpu_reference(), shape, q.data(), k.data(), v.data(), valid.data(), out.data());
+    attention_backward(cpu_reference(), shape, q.data(), k.data(), v.data(), valid.data(), out.data(), dout.data(), dq.data(), dk.data(), dv.data());
     vk::Runtime& rt = vulkan_runtime();
     const vk::Buffer d_q = floats_on_device(q, "q"), d_k = floats_on_device(k, "k"), d_v = floats_on_device(v, "v");
     const vk::Buffer d_out = floats_on_device(out, "out"), d_dout = floats_on_device(dout, "dout");
@@ -185,7 +180,7 @@ TEST(VulkanBackwardKernels, CrossEntropyAgainstTheCpu) {
   const std::vector<float> logits = random_floats(1, static_cast<size_t>(n * n_vocab), -8, 8), weights{0.5f, 1, 0, 2, 0.25f};
   const std::vector<int32_t> targets{0, 1002, 17, 500, 17};
   std::vector<float> dlogits(logits.size()), ce(n);
-  const double loss = cross_entropy(reference_cpu(), logits.data(), targets.data(), weights.data(), n, n_vocab, dlogits.data(), ce.data());
+  const double loss = cross_entropy(cpu_reference(), logits.data(), targets.data(), weights.data(), n, n_vocab, dlogits.data(), ce.data());
   vk::Buffer d_logits = floats_on_device(logits, "logits"), d_ce = ok_or_throw(rt.alloc(n * 4, "ce")), d_wce = ok_or_throw(rt.alloc(n * 4, "wce"));
   const vk::Buffer d_targets = ok_or_throw(rt.make_buffer(targets, "targets")), d_weights = floats_on_device(weights, "weights");
   vk::Buffer partials = ok_or_throw(rt.alloc(4, "partials")), d_loss = ok_or_throw(rt.alloc(4, "loss"));

@@ -26,18 +26,13 @@
 namespace dc {
 namespace {
 
+using testing::cpu_reference;
 using testing::expect_close;
 using testing::make_weight;
 using testing::TestWeight;
 using testing::ok_or_throw;
 using testing::random_floats;
 using testing::vulkan_runtime;
-
-Context cpu_reference() {
-  Context ctx;
-  ctx.reference_kernels = true;
-  return ctx;
-}
 
 TEST(VulkanKernels, MatmulEveryWeightKindAgainstTheCpu) {
   vk::Runtime& rt = vulkan_runtime();

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/context.h"
 #include "core/dtype.h"
 #include "core/splitmix64.h"
 #include "ops/vulkan/kernels.h"
@@ -29,6 +30,13 @@ inline vk::Runtime& vulkan_runtime() {
   }();
   if (!rt) throw std::runtime_error("no Vulkan device 0");
   return *rt;
+}
+
+// The CPU's reference kernels: what every device kernel is tested against.
+inline Context cpu_reference() {
+  Context ctx;
+  ctx.reference_kernels = true;
+  return ctx;
 }
 
 // n values uniform in [lo, hi), a function of the seed.
