@@ -73,5 +73,35 @@ TEST_P(AdamWPanelsTest, MatchesUpdateThenPack) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, AdamWPanelsTest, ::testing::Values(1, 3));
 
+// The flat-buffer front-ends on the CPU (a device's reference): squared_norm is the double sum rounded, and
+// adamw_update with a clip sum is adamw_value at clip_grad_norm's coefficient max_norm / (√Σ + 1e-6) when
+// below 1 (else 1), bit for bit, whatever the thread count.
+TEST(AdamWFlat, ClipsFromTheSumOfSquaresAsClipGradNormDoes) {
+  ThreadPool pool(3);
+  Context ctx;
+  ctx.pool = &pool;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t n = 10007;
+  std::vector<float> g(n), p0(n), m0(n), v0(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = u(rng) * 0.01f, p0[i] = u(rng), m0[i] = u(rng) * 1e-3f, v0[i] = std::abs(u(rng)) * 1e-6f;
+  double sum = 0;
+  for (float x : g) sum += static_cast<double>(x) * x;
+  float sumsq = 0;
+  squared_norm(ctx, g.data(), n, &sumsq);
+  EXPECT_EQ(sumsq, static_cast<float>(sum));
+  for (const float max_norm : {0.1f, 100.0f}) {  // the norm is ~0.58: clipped, then not
+    const double coef = max_norm / (std::sqrt(static_cast<double>(sumsq)) + 1e-6);
+    const AdamWStep want_step = adamw_scalars(2, 1e-3, 0.9, 0.999, 1e-8, 0.01, coef < 1 ? static_cast<float>(coef) : 1.0f);
+    std::vector<float> p = p0, m = m0, v = v0, wp = p0, wm = m0, wv = v0;
+    for (int64_t i = 0; i < n; ++i) adamw_value(want_step, wp[i], g[i], wm[i], wv[i]);
+    adamw_update(ctx, adamw_scalars(2, 1e-3, 0.9, 0.999, 1e-8, 0.01, /*grad_scale, unused*/ 5.0f), p.data(), g.data(), m.data(), v.data(), n,
+                 &sumsq, max_norm);
+    EXPECT_EQ(p, wp) << "max_norm " << max_norm;
+    EXPECT_EQ(m, wm) << "max_norm " << max_norm;
+    EXPECT_EQ(v, wv) << "max_norm " << max_norm;
+  }
+}
+
 }  // namespace
 }  // namespace dc

@@ -104,6 +104,10 @@ TEST(VulkanBackwardKernels, RmsNormBackwardAgainstTheCpu) {
     run_on_device([&](vk::Sequence& s) { return vk::rms_norm_backward(s, d_x, d_w, d_dy, n, d, 1e-6f, &d_dx, &d_dw, rstd); });
     expect_close(dx, read_floats(d_dx, dx.size()), 1e-5, "dx d=" + std::to_string(d));
     expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw d=" + std::to_string(d));
+    // dw alone (no dx: the row pass writes only r)
+    rms_norm_backward(cpu_reference(), x.data(), w.data(), dy.data(), n, d, 1e-6f, nullptr, dw.data());
+    run_on_device([&](vk::Sequence& s) { return vk::rms_norm_backward(s, d_x, d_w, d_dy, n, d, 1e-6f, nullptr, &d_dw, rstd); });
+    expect_close(dw, read_floats(d_dw, dw.size()), 1e-5, "dw alone d=" + std::to_string(d));
   }
 }
 
