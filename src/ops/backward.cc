@@ -1,6 +1,7 @@
 // Front-ends of the backward ops and the fused cross-entropy: check the arguments once, dispatch to
-// the CPU kernels (ops/cpu/backward_kernels.h) or, on a device, to its backend (ops/device.h). matmul_nt_backward reuses matmul_nt_add (dx; in f32 on
-// transposed copies) and matmul_tn_add (dW in mixed precision, on the operands as they are).
+// the CPU kernels (ops/cpu/backward_kernels.h) or, on a device, to its backend (ops/device.h). On the CPU
+// matmul_nt_backward reuses matmul_nt_add (dx; in f32 on transposed copies) and matmul_tn_add (dW in mixed
+// precision, on the operands as they are).
 #include <algorithm>
 #include <string>
 #include <vector>

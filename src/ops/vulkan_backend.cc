@@ -22,6 +22,7 @@
 #include <list>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/check.h"
@@ -144,6 +145,7 @@ class VulkanBackend final : public DeviceBackend {
     status_ = Status();
     outs_.clear();
     transient_.clear();
+    named_this_forward_.clear();
     DC_ASSIGN_OR_RETURN(vk::Sequence seq, rt_->new_sequence());
     seq_.emplace(std::move(seq));
     return Status();
@@ -159,7 +161,11 @@ class VulkanBackend final : public DeviceBackend {
       table_[it->second] = &arena_.emplace_back();
     }
     vk::Buffer& b = *table_[it->second];
+    const bool used = !named_this_forward_.insert(it->second).second;  // this forward's commands may bind b
     if (b.bytes() < words) {
+      // Grown: freed first (the peak stays one buffer), or, when this forward's earlier commands bind it (a
+      // kernel's scratch asked for again with more rows), kept until the run.
+      if (used) transient_.push_back(std::move(b));
       b = vk::Buffer();
       auto grown = rt_->alloc(words, std::string("forward buffer ") + name);
       if (!grown.ok()) {
@@ -437,7 +443,9 @@ class VulkanBackend final : public DeviceBackend {
     int64_t bytes;
   };
   std::vector<Out> outs_;             // the copy_outs of the forward being collected, read after its run
-  std::deque<vk::Buffer> transient_;  // their staging buffers above kKeptOutBytes, freed after the run
+  std::deque<vk::Buffer> transient_;  // their staging buffers above kKeptOutBytes, and named buffers grown
+                                      // after a command bound them (alloc), freed after the run
+  std::unordered_set<size_t> named_this_forward_;  // the slots of the named buffers alloc() handed out since begin()
   std::optional<vk::Sequence> seq_;                // the forward's segment being collected
   std::vector<vk::Sequence> segments_;             // its segments collected before it
   std::list<vk::Sequence> recorded_;               // recorded for replay, the last run first

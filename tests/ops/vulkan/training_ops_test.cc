@@ -104,5 +104,33 @@ TEST(VulkanTrainingOps, FrontEndsDispatchToTheDevice) {
   expect_close(v, got_v, 1e-6, "v");
 }
 
+// A kernel's scratch (rms_norm_backward's r per row, a named forward buffer) asked for again in the same
+// forward with more rows grows while the first call's command still binds the smaller one: both run right.
+TEST(VulkanTrainingOps, ScratchGrownWithinAForwardKeepsItsFirstUse) {
+  auto opened = open_vulkan_backend(0);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  DeviceBackend& b = **opened;
+  Context dev;
+  dev.device = Device::kVulkan, dev.backend = &b;
+  const int64_t d = 40;
+  const std::vector<float> w = random_floats(1, d, 0.5f, 1.5f);
+  ASSERT_TRUE(b.add_vector(w.data(), d, "norm").ok());
+  const auto lock = b.lock();
+  std::vector<std::vector<float>> want, got;
+  ASSERT_TRUE(b.begin().ok());
+  DeviceVectors dv{b, {}};
+  for (const int64_t n : {2, 300}) {  // the lm_head's rows, then every position's
+    const std::vector<float> x = random_floats(n, n * d), dy = random_floats(n + 1, n * d);
+    want.emplace_back(n * d, 0.0f), got.emplace_back(n * d);
+    rms_norm_backward(Context{}, x.data(), w.data(), dy.data(), n, d, 1e-6f, want.back().data(), nullptr);
+    float* dx = dv.in(std::vector<float>(n * d, 0.0f));
+    rms_norm_backward(dev, dv.in(x), w.data(), dv.in(dy), n, d, 1e-6f, dx, nullptr);
+    dv.out(dx, got.back());
+  }
+  const Status s = b.finish();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i < want.size(); ++i) expect_close(want[i], got[i], 1e-5, "call " + std::to_string(i));
+}
+
 }  // namespace
 }  // namespace dc

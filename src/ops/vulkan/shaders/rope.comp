@@ -16,7 +16,7 @@ void main() {
   for (uint e = gl_GlobalInvocationID.x; e < total; e += stride) {
     const uint i = e % p.half_dim, rh = e / p.half_dim, row = rh / p.n_heads;
     const uint base = rh * 2u * p.half_dim + i;
-    const float c = cos_t[row * p.half_dim + i], s = INVERSE == 1 ? -sin_t[row * p.half_dim + i] : sin_t[row * p.half_dim + i];
+    const float c = cos_t[row * p.half_dim + i], s = (INVERSE == 1 ? -1.0 : 1.0) * sin_t[row * p.half_dim + i];
     const float x1 = x[base], x2 = x[base + p.half_dim];
     x[base] = x1 * c - x2 * s;
     x[base + p.half_dim] = x2 * c + x1 * s;
