@@ -295,10 +295,13 @@ class VulkanBackend final : public DeviceBackend {
   void matmul_nt_backward(DeviceIn x, int64_t n, const WeightView& w, DeviceIn dy, DeviceOut dx, DeviceOut dw, DeviceOut dbias,
                           bool accumulate_dx, bool accumulate_dw) override {
     if (recording())
-      keep(vk::matmul_nt_backward(*seq_, at(x), n, matrix(w), at(dy), maybe_at(dx), maybe_at(dw), maybe_at(dbias), accumulate_dx, accumulate_dw));
+      keep(vk::matmul_nt_backward(*seq_, at(x), n, matrix(w), at(dy), maybe_at(dx), maybe_at(dw), maybe_at(dbias), accumulate_dx,
+                                  accumulate_dw));
   }
   void rms_norm_backward(DeviceIn x, const float* w, DeviceIn dy, int64_t n, int64_t d, float eps, DeviceOut dx, DeviceOut dw) override {
-    if (recording()) keep(vk::rms_norm_backward(*seq_, at(x), *vector(w), at(dy), n, d, eps, maybe_at(dx), maybe_at(dw), scratch("rms_norm_backward.rstd", n)));
+    if (recording())
+      keep(vk::rms_norm_backward(*seq_, at(x), *vector(w), at(dy), n, d, eps, maybe_at(dx), maybe_at(dw),
+                                 scratch("rms_norm_backward.rstd", n)));
   }
   void rope_backward(DeviceOut dx, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) override {
     if (recording()) keep(vk::rope_apply(*seq_, at(dx), n, n_heads, head_dim, at(cos), at(sin), /*inverse=*/true));
@@ -321,10 +324,12 @@ class VulkanBackend final : public DeviceBackend {
     if (!recording()) return;
     vk::Buffer& wce = scratch("cross_entropy.wce", n);
     keep(vk::cross_entropy(*seq_, at(logits), at(targets), at(weights), n, n_vocab, maybe_at(dlogits), maybe_at(ce), wce));
-    if (recording()) keep(vk::reduce_sum(*seq_, wce, 0, n, /*squares=*/false, scratch("reduce.partials", vk::reduce_partials(n)), at(loss)));
+    if (recording())
+      keep(vk::reduce_sum(*seq_, wce, 0, n, /*squares=*/false, scratch("reduce.partials", vk::reduce_partials(n)), at(loss)));
   }
   void squared_norm(DeviceIn x, int64_t n, DeviceOut out) override {
-    if (recording()) keep(vk::reduce_sum(*seq_, at(x), 0, n, /*squares=*/true, scratch("reduce.partials", vk::reduce_partials(n)), at(out)));
+    if (recording())
+      keep(vk::reduce_sum(*seq_, at(x), 0, n, /*squares=*/true, scratch("reduce.partials", vk::reduce_partials(n)), at(out)));
   }
   void adamw_update(const AdamWStep& s, DeviceOut p, DeviceIn g, DeviceOut m, DeviceOut v, int64_t n, DeviceIn clip_sumsq,
                     float max_norm) override {

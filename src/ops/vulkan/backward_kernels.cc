@@ -19,8 +19,8 @@ namespace {
 Status tiled_product(Sequence& seq, const char* op, int32_t wtype, int32_t mode, const Buffer& a, const Buffer& b,
                      const Buffer* scales, const Buffer* mins, Buffer& c, int64_t m, int64_t k, int64_t cols, int64_t group_size,
                      bool accumulate) {
-  Dispatch d{"matmul_backward", {wtype, mode}, {&a, &b, scales, mins, &c}, {u32(m), u32(k), u32(cols), u32(group_size), accumulate ? 1u : 0u},
-             u32((cols + 63) / 64), u32((m + 63) / 64)};
+  Dispatch d{"matmul_backward", {wtype, mode}, {&a, &b, scales, mins, &c},
+             {u32(m), u32(k), u32(cols), u32(group_size), accumulate ? 1u : 0u}, u32((cols + 63) / 64), u32((m + 63) / 64)};
   if (d.groups_x > kMaxGroups || d.groups_y > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 tiles of 64");
   return seq.record(d);
 }
@@ -118,7 +118,8 @@ Status attention_backward(Sequence& seq, const AttentionDims& s, const Buffer& q
   const int32_t d32 = static_cast<int32_t>(D);
   DC_RETURN_IF_ERROR(seq.record({"attention_backward", {d32, 0}, {&q, &k, &v, valid, &out, &dout, &stats, &dq}, push,
                                  stride_groups(B * L * s.n_head, 64)}));
-  return seq.record({"attention_backward", {d32, 1}, {&q, &k, &v, valid, &dv, &dout, &stats, &dk}, push, stride_groups(B * L * s.n_head_kv, 64)});
+  return seq.record({"attention_backward", {d32, 1}, {&q, &k, &v, valid, &dv, &dout, &stats, &dk}, push,
+                     stride_groups(B * L * s.n_head_kv, 64)});
 }
 
 Status cross_entropy(Sequence& seq, const Buffer& logits, const Buffer& targets, const Buffer& weights, int64_t n, int64_t n_vocab,
