@@ -135,6 +135,20 @@ void set_log_callback(LogCallback callback);
 // command that downloads it; anything else is returned unchanged, for Model::load to report.
 Result<std::string> resolve_model_path(std::string_view name_or_path);
 
+// A model of a named shape with random weights, built in memory (no files, no tokenizer): a benchmarking aid
+// (`diffucoder bench --shape`, `bench --train --shape`), for LoadOptions::synthetic and TrainConfig::synthetic.
+struct SyntheticModel {
+  std::string shape;             // "diffucoder-7b" (DiffuCoder-7B's config), "qwen2.5-0.5b" (Dream at Qwen2.5-0.5B's
+                                 // size) or "tiny" (2 layers, hidden 64, vocabulary 4096)
+  int64_t layers = 0;            // 0: the shape's; else this many layers, in [1, 1024]
+  int64_t vocab = 0;             // 0: the shape's; else this vocabulary, in [16, 1048576] (its last two ids the
+                                 // mask and the pad / end token)
+  std::string weights = "bf16";  // matrices uniform with std 0.02 (norm weights 1): "bf16", or "q8" / "q4"
+                                 // quantized matrix by matrix as they are drawn
+  int64_t group_size = 128;      // "q4": columns per scale (a multiple of 32, at most 4096)
+  uint64_t seed = 0;             // the weights are a function of the seed alone
+};
+
 struct LoadOptions {
   std::string model_dir;            // a Hugging Face checkpoint directory (config.json, *.safetensors)
   std::string tokenizer_path;       // "" = model_dir/tokenizer.json when it exists (else no tokenizer)
@@ -159,15 +173,21 @@ struct LoadOptions {
     std::string name, dir;
   };
   std::vector<NamedAdapter> lora_adapters{};
+  // Instead of model_dir (then empty): a synthetic model of this shape (benchmarking aid; no tokenizer,
+  // weight_cache and lora_dir do not apply). "auto" precision is bf16 for bf16 weights.
+  std::optional<SyntheticModel> synthetic{};
 };
 
 // What a loaded checkpoint is (config.json), and its special token ids (-1 when absent).
 struct ModelInfo {
   int64_t n_vocab = 0, hidden_size = 0, n_layer = 0, n_head = 0, n_head_kv = 0, max_position_embeddings = 0;
+  int64_t head_dim = 0, intermediate_size = 0;  // per attention head; the MLP's width
   int32_t mask_token_id = -1, pad_token_id = -1, eos_token_id = -1, bos_token_id = -1;
   std::string torch_dtype;     // config.json's, e.g. "bfloat16"
   std::string precision;       // the matmul precision in use: "f32" or "bf16"
   std::string load_note;       // one sentence: the precision and what happened to the packed-weight cache
+  int threads = 0;             // the CPU threads the model computes with
+  std::string device = "cpu";  // where the forward runs: "cpu", or the device's name ("vulkan:0 (...)")
 };
 
 // The sampler's settings; the defaults are the reference's effective ones (spec §3.2: temperature 1,
@@ -206,6 +226,20 @@ Status check_config(const GenerationConfig& config);
 // is left for check_config to report.
 GenerationConfig apply_fast_defaults(GenerationConfig config);
 
+// The config generate() runs: with `fast`, its defaults filled in for whichever of block_length, cache and
+// threshold / factor are left off (fast is then false); else `config` as given. invalid_argument naming
+// the field for an unknown alg or cache name.
+Result<GenerationConfig> resolve_fast(const GenerationConfig& config);
+
+// The model's forward of one step, for throughput reports: its time and its size.
+struct ForwardEvent {
+  double seconds = 0;          // its wall time (on a device, where it runs in its step's one submission with the
+                               // lm_head and the sampling: from its start to the end of the step)
+  double ended_at = 0;         // its end, in seconds from the start of generate()
+  int64_t positions = 0;       // positions computed over all rows (with a KV cache: the window's)
+  int64_t keys = 0;            // the keys each of them attends to (the canvas length)
+};
+
 // on_step's view, after the step's commits and on_tokens.
 struct StepEvent {
   int step = 0, n_steps = 0;               // 0-based step; n_steps an upper bound with threshold / factor
@@ -215,6 +249,7 @@ struct StepEvent {
   std::span<const int64_t> prompt_lengths; // [n_rows] real prompt tokens
   std::span<const int64_t> pad_counts;     // [n_rows] left pads
   int block = 0, n_blocks = 1;
+  std::optional<ForwardEvent> forward;     // the step's forward (none when it committed without one)
 };
 
 // on_logits's view: the SHIFTED logits (row for position j = the model's output at j − 1, spec §2.6)
@@ -439,6 +474,17 @@ struct TrainConfig {
   // multiple of the ranks) are split over the ranks and the optimizer state is sharded (ZeRO). Every rank
   // creates its Trainer with the same config and calls step(), save() and gather_rank_stats() together.
   Ranks* ranks = nullptr;
+  // Benchmarking aids (`diffucoder bench --train`), so that every step does the same work and nothing is read:
+  // a synthetic model instead of model_dir (then empty; f32 master weights widened from its bf16 draw, or with
+  // lora_r the frozen base as drawn: bf16, q8 or q4), no checkpoints (save() refuses, resume too).
+  std::optional<SyntheticModel> synthetic{};
+  // > 0: instead of data_path (then empty), this many sequences of seq_len random ids drawn from seed (below
+  // min(n_vocab, 150000), never the mask id), the first random_prompt_len of each a prompt (never masked), in
+  // [0, seq_len).
+  int64_t random_sequences = 0;
+  int64_t random_prompt_len = 0;
+  // > 0: every sequence masked at this ratio t, in (0, 1], instead of t ~ U(t_eps, 1).
+  double mask_ratio = 0;
 };
 
 struct TrainStepStats {
@@ -447,6 +493,12 @@ struct TrainStepStats {
   int64_t tokens = 0;                  // positions through the model in this step (all ranks)
   double seconds = 0;
   int64_t loss_rows = 0;               // masked positions scored in this step
+  // The parts of `seconds`: forward_backward_seconds (the forward, the loss and the backward; forward_seconds and
+  // backward_seconds its two parts, the loss in them), optimizer_seconds (clipping, AdamW, the ranks' exchange)
+  // and masking_seconds (the rest: noising the batch, the step's setup and relayout_seconds, mixed precision's
+  // bf16 copies of the weights made outside the optimizer: the first step's full re-layout).
+  double forward_backward_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
+  double relayout_seconds = 0, masking_seconds = 0;
   // The update was not applied (e.g. a non-finite gradient): the weights are the last applied step's;
   // skip_note is the warning to show, naming the step and the cause.
   bool skipped = false;
@@ -483,6 +535,11 @@ class Trainer {
   Status save();
   int64_t steps_done() const;
   std::string precision() const;       // what the steps run in: "bf16" or "f32"
+  // The model's dimensions, special ids and torch_dtype, the trainer's threads and precision() (load_note empty,
+  // device "cpu").
+  const ModelInfo& info() const;
+  int64_t parameters() const;          // the model's values, every tensor
+  int64_t trainable_values() const;    // of which trained: all of them, or a LoRA run's adapters
   TrainDataCounts data_counts() const;
   // After a resume that raised steps: a line saying so (the LR schedule is stretched); else "".
   std::string resume_note() const;
@@ -493,8 +550,9 @@ class Trainer {
   // every rank calls it.
   Result<std::vector<TrainRankStats>> gather_rank_stats();
 
+  struct Impl;  // opaque: defined inside the library
+
  private:
-  struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

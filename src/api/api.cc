@@ -2,9 +2,12 @@
 #include <diffucoder/diffucoder.h>
 
 #include <algorithm>
+#include <chrono>
+#include <utility>
 
 #include "api/model_impl.h"
 #include "api/status_convert.h"
+#include "api/synthetic.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -90,6 +93,37 @@ dc::Result<std::optional<dc::MatmulPrecision>> parse_precision(const std::string
 
 int32_t id_or_none(int64_t id) { return id >= 0 && id <= INT32_MAX ? static_cast<int32_t>(id) : -1; }
 
+// The ForwardEvent of each step (StepEvent::forward) from the sampler's on_forward. On a device the forward
+// runs in its step's one submission, with the lm_head and the sampling: it is timed up to the step's end.
+class ForwardTimer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit ForwardTimer(bool on_device) : on_device_(on_device), start_(Clock::now()) {}
+
+  void forward_done(const dc::ForwardBatch& b, double ms) {
+    pending_ = ForwardEvent{};
+    pending_->positions = b.n_computed();
+    pending_->keys = b.n_seq;
+    const Clock::time_point now = Clock::now();
+    since_ = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+    if (!on_device_) end(now);
+  }
+  // The step's forward (none when it ran none), at the step's end.
+  std::optional<ForwardEvent> step_done() {
+    if (pending_ && on_device_) end(Clock::now());
+    return std::exchange(pending_, std::nullopt);
+  }
+
+ private:
+  void end(Clock::time_point now) {
+    pending_->seconds = std::chrono::duration<double>(now - since_).count();
+    pending_->ended_at = std::chrono::duration<double>(now - start_).count();
+  }
+  bool on_device_;
+  Clock::time_point start_, since_;
+  std::optional<ForwardEvent> pending_;
+};
+
 }  // namespace
 
 Status check_config(const GenerationConfig& config) {
@@ -119,6 +153,18 @@ GenerationConfig apply_fast_defaults(GenerationConfig config) {
   return config;
 }
 
+Result<GenerationConfig> resolve_fast(const GenerationConfig& config) {
+  if (!config.fast) return config;
+  return to_public([&]() -> dc::Result<GenerationConfig> {
+    dc::SamplingParams p;  // sampling_params applies fast's defaults; the ids are config's again below
+    DC_ASSIGN_OR_RETURN(p, sampling_params(p, config));
+    GenerationConfig resolved = dc::api::generation_config(p);
+    resolved.mask_token_id = config.mask_token_id;
+    resolved.pad_token_id = config.pad_token_id;
+    return resolved;
+  }());
+}
+
 void set_log_callback(LogCallback callback) {
   if (!callback) return dc::set_log_sink(nullptr);
   dc::set_log_sink([callback = std::move(callback)](dc::LogLevel level, std::string_view message) {
@@ -143,6 +189,7 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
       return dc::invalid_argument("max_kv_cache_bytes: must be > 0 (got " + std::to_string(options.max_kv_cache_bytes) + ")");
     dc::EngineOptions e;
     DC_ASSIGN_OR_RETURN(e.device, dc::parse_device(options.device));
+    if (options.synthetic) return Impl::load_synthetic(options, precision, e.device);
     e.model_dir = options.model_dir;
     e.tokenizer_path = options.tokenizer_path;
     e.n_threads = options.threads;
@@ -160,25 +207,32 @@ Result<std::unique_ptr<Model>> Model::load(const LoadOptions& options) {
   }());
 }
 
+dc::Result<std::unique_ptr<Model>> Model::Impl::load_synthetic(const LoadOptions& options,
+                                                              std::optional<dc::MatmulPrecision> precision,
+                                                              const dc::DeviceSpec& device) {
+  if (!options.model_dir.empty())
+    return dc::invalid_argument("synthetic: a synthetic model has no model_dir (got '" + options.model_dir + "')");
+  if (!options.lora_dir.empty()) return dc::invalid_argument("lora_dir: not with a synthetic model (random weights)");
+  DC_ASSIGN_OR_RETURN(const dc::ModelConfig config, dc::api::synthetic_config(*options.synthetic));
+  dc::ThreadPool fill_pool(options.threads);
+  DC_ASSIGN_OR_RETURN(std::unique_ptr<dc::Model> model, dc::api::synthetic_model(*options.synthetic, config, &fill_pool));
+  DC_ASSIGN_OR_RETURN(std::unique_ptr<dc::Engine> engine,
+                      dc::Engine::from_model(std::move(model), options.threads, device, options.max_kv_cache_bytes));
+  DC_RETURN_IF_ERROR(engine->set_matmul_precision(precision.value_or(dc::checkpoint_precision(engine->model()))));
+  dc::Engine& loaded = *engine;
+  return make(loaded, std::move(engine));
+}
+
 std::unique_ptr<Model> Model::Impl::make(dc::Engine& engine, std::unique_ptr<dc::Engine> owned) {
   auto impl = std::make_unique<Impl>();
   impl->owned = std::move(owned);
   impl->engine = &engine;
-  const dc::ModelConfig& c = engine.config();
   ModelInfo& info = impl->info;
-  info.n_vocab = c.n_vocab;
-  info.hidden_size = c.n_embd;
-  info.n_layer = c.n_layer;
-  info.n_head = c.n_head;
-  info.n_head_kv = c.n_head_kv;
-  info.max_position_embeddings = c.max_position_embeddings;
-  info.mask_token_id = id_or_none(c.mask_token_id);
-  info.pad_token_id = id_or_none(c.pad_token_id >= 0 ? c.pad_token_id : c.eos_token_id);
-  info.eos_token_id = id_or_none(c.eos_token_id);
-  info.bos_token_id = id_or_none(c.bos_token_id);
-  info.torch_dtype = c.torch_dtype;
+  info = dc::api::model_info(engine.config());
   info.precision = engine.matmul_precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
   info.load_note = engine.load_note();
+  info.threads = engine.pool().n_threads();
+  if (engine.backend() != nullptr) info.device = engine.backend()->name();
   if (engine.tokenizer() != nullptr) {
     auto view = std::make_unique<Tokenizer::Impl>();
     view->tok = engine.tokenizer();
@@ -246,13 +300,15 @@ Result<Generation> Model::generate(const std::vector<std::vector<int32_t>>& prom
   return to_public([&]() -> dc::Result<Generation> {
     DC_ASSIGN_OR_RETURN(dc::SamplingParams params, sampling_params(impl_->engine->default_params(), config));
     dc::GenerateHooks h;
+    ForwardTimer timer(impl_->engine->backend() != nullptr);
+    if (hooks.on_step) h.on_forward = [&timer](const dc::ForwardBatch& b, double ms) { timer.forward_done(b, ms); };
     if (hooks.on_step || hooks.cancel != nullptr) {
-      h.on_step = [&hooks](const dc::StepInfo& s) {
+      h.on_step = [&hooks, &timer](const dc::StepInfo& s) {
         if (hooks.cancel != nullptr && hooks.cancel->load(std::memory_order_relaxed)) return false;
         if (!hooks.on_step) return true;
         return hooks.on_step(StepEvent{s.step, s.n_steps, s.n_rows, s.n_seq, s.canvas,
                                        static_cast<int64_t>(s.committed.size()), s.prompt_lengths, s.pad_counts,
-                                       s.block, s.n_blocks});
+                                       s.block, s.n_blocks, timer.step_done()});
       };
     }
     std::vector<int64_t> indices;  // reused across steps
@@ -368,6 +424,24 @@ Result<std::string> Model::completion_text(std::span<const int32_t> generated) c
 }  // namespace diffucoder
 
 namespace dc::api {
+
+diffucoder::ModelInfo model_info(const ModelConfig& c) {
+  diffucoder::ModelInfo info;
+  info.n_vocab = c.n_vocab;
+  info.hidden_size = c.n_embd;
+  info.n_layer = c.n_layer;
+  info.n_head = c.n_head;
+  info.n_head_kv = c.n_head_kv;
+  info.max_position_embeddings = c.max_position_embeddings;
+  info.head_dim = c.head_dim;
+  info.intermediate_size = c.n_ff;
+  info.mask_token_id = diffucoder::id_or_none(c.mask_token_id);
+  info.pad_token_id = diffucoder::id_or_none(c.pad_token_id >= 0 ? c.pad_token_id : c.eos_token_id);
+  info.eos_token_id = diffucoder::id_or_none(c.eos_token_id);
+  info.bos_token_id = diffucoder::id_or_none(c.bos_token_id);
+  info.torch_dtype = c.torch_dtype;
+  return info;
+}
 
 std::unique_ptr<diffucoder::Model> model_over(Engine& engine) { return diffucoder::Model::Impl::make(engine, nullptr); }
 

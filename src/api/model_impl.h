@@ -21,6 +21,12 @@ struct Model::Impl {
 
   // A Model over `engine` (= *owned when owned is set) with its info and tokenizer.
   static std::unique_ptr<Model> make(dc::Engine& engine, std::unique_ptr<dc::Engine> owned);
+  // Model::load of options.synthetic (precision: nullopt for "auto"; device parsed).
+  static dc::Result<std::unique_ptr<Model>> load_synthetic(const LoadOptions& options,
+                                                           std::optional<dc::MatmulPrecision> precision,
+                                                           const dc::DeviceSpec& device);
+  // The Impl of `model` (for the layers above the facade that reach below it: measure.h).
+  static const Impl& of(const Model& model) { return *model.impl_; }
 };
 
 }  // namespace diffucoder
@@ -32,6 +38,10 @@ namespace dc::api {
 Result<SamplingParams> sampling_params(SamplingParams p, const diffucoder::GenerationConfig& c);
 // The config whose sampling_params over `p` (with p's max_position_embeddings) are `p` again.
 diffucoder::GenerationConfig generation_config(const SamplingParams& p);
+
+// The dimensions and special ids of `config` (torch_dtype too; precision, load_note, threads and device left
+// as ModelInfo's defaults).
+diffucoder::ModelInfo model_info(const ModelConfig& config);
 
 // A Model whose calls run on `engine`, which the caller owns and keeps alive longer than the Model.
 std::unique_ptr<diffucoder::Model> model_over(Engine& engine);

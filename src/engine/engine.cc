@@ -154,10 +154,16 @@ MatmulPrecision checkpoint_precision(const Model& model) {
   return MatmulPrecision::kF32;
 }
 
-Result<std::unique_ptr<Engine>> Engine::from_model(std::unique_ptr<Model> model, int n_threads, const DeviceSpec& device) {
-  if (device.device == Device::kCpu) return from_model(std::move(model), n_threads);
-  auto engine = std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
-  DC_RETURN_IF_ERROR(engine->use_device(device));
+Result<std::unique_ptr<Engine>> Engine::from_model(std::unique_ptr<Model> model, int n_threads, const DeviceSpec& device,
+                                                   int64_t max_kv_cache_bytes) {
+  std::unique_ptr<Engine> engine;
+  if (device.device == Device::kCpu) {
+    engine = from_model(std::move(model), n_threads);
+  } else {
+    engine = std::unique_ptr<Engine>(new Engine(std::move(model), nullptr, n_threads));
+    DC_RETURN_IF_ERROR(engine->use_device(device));
+  }
+  engine->max_kv_cache_bytes_ = max_kv_cache_bytes;
   return engine;
 }
 

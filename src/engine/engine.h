@@ -92,8 +92,10 @@ class Engine {
     engine->pack_or_note();  // packs what is worth packing
     return engine;
   }
-  // The same with the forward on `device`; errors as use_device's.
-  static Result<std::unique_ptr<Engine>> from_model(std::unique_ptr<Model> model, int n_threads, const DeviceSpec& device);
+  // The same with the forward on `device` and a KV cache of at most max_kv_cache_bytes per generation;
+  // errors as use_device's.
+  static Result<std::unique_ptr<Engine>> from_model(std::unique_ptr<Model> model, int n_threads, const DeviceSpec& device,
+                                                    int64_t max_kv_cache_bytes = EngineOptions::kDefaultMaxKvCacheBytes);
 
   const Model& model() const { return *model_; }
   const ModelConfig& config() const { return model_->config(); }

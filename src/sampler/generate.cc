@@ -59,9 +59,11 @@ Result<GenerateOutput> generate_or_throw(const HeadFn& head_fn, int64_t n_vocab,
       const ForwardBatch batch = decoder.forward_batch();
       const Clock::time_point t_fwd = Clock::now();
       Result<HeadSampler*> head = head_fn(batch);
-      decoder.record_forward(ms_since(t_fwd), batch.n_computed());
+      const double forward_ms = ms_since(t_fwd);
+      decoder.record_forward(forward_ms, batch.n_computed());
       if (!head.ok())
         return head.status().with_context("the model's forward at step " + std::to_string(decoder.steps_done()));
+      if (hooks.on_forward) hooks.on_forward(batch, forward_ms);
       decoder.set_head(*head, 0);
     }
     DC_RETURN_IF_ERROR(decoder.step());

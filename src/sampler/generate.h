@@ -220,6 +220,8 @@ struct GenerateHooks {
   std::function<void(const LogitsHookArgs&)> logits_hook;   // after the forward, before sampling
   std::function<void(const TokensHookArgs&)> tokens_hook;   // before the loop (step −1) and after each step
   UnmaskPolicy unmask_policy;                               // replaces top-k / alg_temp / origin selection
+  // After each forward that succeeded (the head function's call, `ms` its wall time), before its step samples.
+  std::function<void(const ForwardBatch& batch, double ms)> on_forward;
   ThreadPool* pool = nullptr;  // parallelises sampling over masked positions; nullptr = serial.
                                // Results do not depend on it.
 };

@@ -127,6 +127,7 @@ class Trainer {
 
   int64_t steps_done() const { return opt_.lora.r > 0 ? lora_core_.steps_done() : core_.steps_done(); }
   MatmulPrecision precision() const { return ctx_.matmul_precision; }  // what the steps run in
+  const ModelConfig& config() const { return config_; }
   const Dataset& dataset() const { return data_; }
   // A full fine-tune's weights and optimizer (empty in a LoRA run).
   const ModelParams& params() const { return core_.params(); }
