@@ -4,8 +4,8 @@
 // end), fine-tune (Trainer: one SFT optimizer step at a time) and reinforce (GrpoTrainer: Coupled-GRPO), data
 // parallel over Ranks. These two headers are the whole public surface (standard library only: they include
 // nothing of src/, which may change); the installed library is `diffucoder::diffucoder` (CMake) / `diffucoder`
-// (pkg-config). The CLI's `generate`, `train` and `grpo` and the Python package (python/) are built on it;
-// `serve` decodes with its BatchEngine.
+// (pkg-config). The CLI's `generate`, `train`, `grpo` and `bench` and the Python package (python/) are built on
+// it; `serve` decodes with its BatchEngine.
 //
 //   auto model = diffucoder::Model::load({.model_dir = "DiffuCoder-7B-Instruct"});   // diffucoder::Result<...>
 //   if (!model.ok()) { std::cerr << model.status().message() << "\n"; return 1; }

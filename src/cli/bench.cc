@@ -3,23 +3,19 @@
 // a fraction of the bf16 GEMM peak measured in the same run. Progress on stderr. `--train` times
 // optimizer steps instead (bench_train.cc).
 #include <CLI/CLI.hpp>
+#include <diffucoder/diffucoder.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
+#include "api/measure.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "core/clock.h"
-#include "engine/engine.h"
-#include "model/synthetic.h"
-#include "model/quantize.h"
-#include "ops/device.h"
 #include "ops/peak.h"
 
 namespace dc::cli {
@@ -27,11 +23,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
 struct BenchArgs {
   std::string model_dir, shape;
   int64_t prompt_len = 64, new_tokens = 256;
   int steps = 256, batch = 1, threads = 0, max_steps = 0;
-  int64_t layers = 0, vocab = 0;  // --shape: reshape_synthetic's (commands.h)
+  int64_t layers = 0, vocab = 0;  // --shape: SyntheticModel::layers / vocab
   std::string alg = "entropy";
   float temperature = 0.0f;
   uint64_t seed = 0;
@@ -46,9 +44,9 @@ struct BenchArgs {
 
 // FLOPs of one forward to the hidden rows: the GEMMs of every layer over the computed positions (the
 // window with a KV cache) and their attention over all L keys (not the lm_head: the sampling runs it).
-double forward_flops(const ModelConfig& c, const ForwardBatch& b) {
-  const double T = static_cast<double>(b.n_computed()), L = static_cast<double>(b.n_seq);
-  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
+double forward_flops(const diffucoder::ModelInfo& c, const diffucoder::ForwardEvent& f) {
+  const double T = static_cast<double>(f.positions), L = static_cast<double>(f.keys);
+  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.hidden_size, F = c.intermediate_size;
   const double per_token = 2.0 * (E * q + 2 * E * kv + q * E + 3 * E * F);
   const double attention = 4.0 * T * L * q;  // q·kᵀ and p·v
   return c.n_layer * (T * per_token + attention);
@@ -60,17 +58,8 @@ double percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * (v.size() - 1) + 0.5)];
 }
 
-// What the flags resolve to, checked before anything loads (every failure a usage error, exit 2).
-struct BenchSetup {
-  std::optional<MatmulPrecision> precision;  // nullopt: the checkpoint's
-  DeviceSpec device;
-  LoraMode lora_mode = LoraMode::kMerged;
-  QuantizeOptions quantize;  // format kQ8 / kQ4 for --weights q8 / q4 (synthetic models)
-  Algorithm alg;
-  CacheMode cache;
-};
-
-Result<BenchSetup> check_bench_flags(const BenchArgs& a) {
+// The flags checked before anything loads (every failure a usage error, exit 2).
+Status check_bench_flags(const BenchArgs& a) {
   if (a.model_dir.empty() == a.shape.empty()) return invalid_argument("give exactly one of --model DIR or --shape NAME");
   DC_RETURN_IF_ERROR(check_reshape(a.shape, a.layers, a.vocab));
   if (!a.lora.empty() && a.model_dir.empty()) return invalid_argument("--lora needs --model (a --shape model has random weights)");
@@ -82,62 +71,55 @@ Result<BenchSetup> check_bench_flags(const BenchArgs& a) {
                             ", --steps <= " + std::to_string(kMaxSteps) + ", --batch <= " +
                             std::to_string(kMaxGenerationRows) + ", --batch × (--prompt-len + --new-tokens) <= " +
                             std::to_string(kMaxCanvasLength));
-  BenchSetup s;
-  DC_ASSIGN_OR_RETURN(s.precision, parse_matmul_precision(a.precision));
-  DC_ASSIGN_OR_RETURN(s.device, parse_device(a.device));
-  DC_ASSIGN_OR_RETURN(s.lora_mode, parse_lora_mode(a.lora_mode));
-  s.quantize.group_size = a.group_size;
+  DC_RETURN_IF_ERROR(parse_matmul_precision(a.precision).status());
+  DC_RETURN_IF_ERROR(parse_device(a.device).status());
+  DC_RETURN_IF_ERROR(parse_lora_mode(a.lora_mode).status());
   if (a.weights == "q8" || a.weights == "q4") {
-    s.quantize.format = a.weights == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
     if (!a.model_dir.empty())
       return invalid_argument("--weights " + a.weights + " applies to --shape models; quantize a checkpoint "
                               "once with `diffucoder convert --weights " + a.weights + "` and bench that");
   } else if (a.weights != "bf16") {
     return invalid_argument("--weights '" + a.weights + "' is not one of bf16, q8, q4");
   }
-  DC_ASSIGN_OR_RETURN(s.alg, parse_algorithm(a.alg));
-  DC_ASSIGN_OR_RETURN(s.cache, parse_cache_mode(a.cache));
-  return s;
+  DC_RETURN_IF_ERROR(parse_algorithm(a.alg).status());
+  return parse_cache_mode(a.cache).status();
 }
 
-// The engine of a --shape (random weights, bf16 or quantized) or of a --model checkpoint.
-Result<std::unique_ptr<Engine>> load_bench_engine(const BenchArgs& a, const BenchSetup& s) {
+// The model of a --shape (random weights, bf16 or quantized) or of a --model checkpoint.
+diffucoder::Result<std::unique_ptr<diffucoder::Model>> load_bench_model(const BenchArgs& a) {
+  diffucoder::LoadOptions o;
+  o.threads = a.threads;
+  o.precision = a.precision;
+  o.device = a.device;
   if (a.shape.empty()) {
-    EngineOptions eo;
-    eo.model_dir = a.model_dir;
-    eo.n_threads = a.threads;
-    eo.matmul_precision = s.precision;
-    eo.weight_cache = a.weight_cache;
-    eo.lora_dir = a.lora;
-    eo.lora_mode = s.lora_mode;
-    eo.device = s.device;
-    return Engine::load(eo);
+    o.model_dir = a.model_dir;
+    o.weight_cache = a.weight_cache;
+    o.lora_dir = a.lora;
+    o.lora_mode = a.lora_mode;
+  } else {
+    std::fprintf(stderr, "bench: building a random %s %s model...\n", a.weights.c_str(), a.shape.c_str());
+    o.synthetic = diffucoder::SyntheticModel{a.shape, a.layers, a.vocab, a.weights, a.group_size, a.seed};
   }
-  DC_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config(a.shape));
-  reshape_synthetic(config, a.layers, a.vocab);
-  std::fprintf(stderr, "bench: building a random %s %s model...\n", a.weights.c_str(), a.shape.c_str());
-  ThreadPool fill_pool(a.threads);
-  DC_ASSIGN_OR_RETURN(auto model, make_synthetic_model(config, a.seed, &fill_pool, a.weights == "bf16" ? nullptr : &s.quantize));
-  DC_ASSIGN_OR_RETURN(auto engine, Engine::from_model(std::move(model), a.threads, s.device));
-  DC_RETURN_IF_ERROR(engine->set_matmul_precision(s.precision.value_or(checkpoint_precision(engine->model()))));
-  return engine;
+  return diffucoder::Model::load(o);
 }
 
-// The sampling parameters of the run: the engine's defaults with the flags applied, validated.
-Result<SamplingParams> bench_params(const BenchArgs& a, const BenchSetup& s, const Engine& engine) {
-  SamplingParams p = engine.default_params();
-  p.alg = s.alg;
-  p.steps = a.steps;
-  p.max_new_tokens = a.new_tokens;
-  p.temperature = a.temperature;
-  p.seed = a.seed;
-  p.block_length = a.block_length;
-  p.cache = s.cache;
-  p.threshold = a.threshold;
-  p.factor = a.factor;
-  if (a.fast) apply_fast_mode(p);
-  DC_RETURN_IF_ERROR(validate(p, engine.config().n_vocab));
-  return p;
+// The generation config of the run: the model's defaults with the flags applied, --fast resolved, checked.
+diffucoder::Result<diffucoder::GenerationConfig> bench_config(const BenchArgs& a, const diffucoder::Model& model) {
+  diffucoder::GenerationConfig c = model.default_config();
+  c.alg = a.alg;
+  c.steps = a.steps;
+  c.max_new_tokens = a.new_tokens;
+  c.temperature = a.temperature;
+  c.seed = a.seed;
+  c.block_length = a.block_length;
+  c.cache = a.cache;
+  c.threshold = a.threshold;
+  c.factor = a.factor;
+  c.fast = a.fast;
+  diffucoder::Result<diffucoder::GenerationConfig> resolved = diffucoder::resolve_fast(c);
+  if (!resolved.ok()) return resolved;
+  if (diffucoder::Status s = diffucoder::check_config(*resolved); !s.ok()) return s;
+  return resolved;
 }
 
 // --batch prompts of --prompt-len random ids below min(n_vocab, 150000), none the mask: [batch][prompt_len].
@@ -165,26 +147,24 @@ struct GenerationTiming {
   int steps_to_first = 0;  // steps up to and including the first with a forward (0: none yet)
 };
 
-// Generates from `prompts` with every step and forward timed into *t; --max-steps cancels the run early.
-Result<GenerateOutput> time_generation(const BenchArgs& a, Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
-                                       const SamplingParams& p, GenerationTiming* t) {
-  const ModelConfig& c = engine.config();
+// Generates from `prompts` with every step and forward timed into *t (the forwards' times and sizes from the
+// step events); --max-steps cancels the run early.
+diffucoder::Result<diffucoder::Generation> time_generation(const BenchArgs& a, const diffucoder::Model& model,
+                                                           const std::vector<std::vector<int32_t>>& prompts,
+                                                           const diffucoder::GenerationConfig& config,
+                                                           GenerationTiming* t) {
+  const DeviceBackend* backend = api::device_backend(model);
   auto t_step = Clock::now();
-  auto t_gen = t_step;
-  // On a device the forward runs in its step's one submission, with the lm_head and the sampling: its time
-  // is the step's from the forward on (the head's work included).
-  const bool deferred = engine.backend() != nullptr;
-  std::optional<Clock::time_point> forward_since;  // a device's forward not yet timed
-  const auto forward_done = [&](Clock::time_point since) {
-    t->forward_ms += ms_since(since);
-    if (t->first_forward_ms < 0) t->first_forward_ms = ms_since(t_gen);
-  };
-  GenerateHooks hooks;
-  hooks.on_step = [&](const StepInfo& s) {
+  diffucoder::Hooks hooks;
+  hooks.on_step = [&](const diffucoder::StepEvent& s) {
     t->step_ms.push_back(ms_since(t_step));
-    if (forward_since) forward_done(*forward_since), forward_since.reset();
-    if (t->steps_to_first == 0 && t->first_forward_ms >= 0 && engine.backend() != nullptr) {
-      t->after_first = engine.backend()->counters();
+    if (s.forward) {
+      t->forward_ms += s.forward->seconds * 1e3;
+      t->flops += forward_flops(model.info(), *s.forward);
+      if (t->first_forward_ms < 0) t->first_forward_ms = s.forward->ended_at * 1e3;
+    }
+    if (t->steps_to_first == 0 && t->first_forward_ms >= 0 && backend != nullptr) {
+      t->after_first = backend->counters();
       t->steps_to_first = static_cast<int>(t->step_ms.size());
     }
     t_step = Clock::now();
@@ -192,30 +172,20 @@ Result<GenerateOutput> time_generation(const BenchArgs& a, Engine& engine, const
       std::fprintf(stderr, "bench: step %d/%d, %.1f ms/step\n", s.step + 1, s.n_steps, t->step_ms.back());
     return a.max_steps <= 0 || s.step + 1 < a.max_steps;
   };
-  const HeadFn inner = engine.head_fn();
-  const HeadFn timed = [&](const ForwardBatch& b) {
-    const auto t0 = Clock::now();
-    Result<HeadSampler*> head = inner(b);
-    if (deferred) forward_since = t0;
-    else forward_done(t0);
-    t->flops += forward_flops(c, b);
-    return head;
-  };
-  hooks.pool = &engine.pool();
-  if (engine.backend() != nullptr) t->at_start = engine.backend()->counters();
-  t_gen = Clock::now();
+  if (backend != nullptr) t->at_start = backend->counters();
+  const auto t_gen = Clock::now();
   t_step = t_gen;
-  auto out = generate(timed, c.n_vocab, prompts, p, hooks);
+  auto out = model.generate(prompts, config, hooks);
   t->gen_ms = ms_since(t_gen);
   return out;
 }
 
 // The device's host-side work per step (runs, recordings, descriptor sets, submissions, uploads), after the
 // first step when there are more; an empty object on the CPU.
-nlohmann::json device_work_per_step(const Engine& engine, const GenerationTiming& t) {
+nlohmann::json device_work_per_step(const DeviceBackend* backend, const GenerationTiming& t) {
   const int steps_run = static_cast<int>(t.step_ms.size());
-  if (engine.backend() == nullptr || steps_run == 0) return nlohmann::json::object();
-  const DeviceCounters after = engine.backend()->counters();
+  if (backend == nullptr || steps_run == 0) return nlohmann::json::object();
+  const DeviceCounters after = backend->counters();
   const bool later = t.steps_to_first > 0 && steps_run > t.steps_to_first;
   const DeviceCounters& before = later ? t.after_first : t.at_start;
   const double n = later ? steps_run - t.steps_to_first : steps_run;
@@ -233,42 +203,46 @@ nlohmann::json device_work_per_step(const Engine& engine, const GenerationTiming
 struct BenchNumbers {
   double load_ms = 0, first_forward_ms = -1, median = 0, p10 = 0, p90 = 0, total_ms = 0, tokens_per_s = 0;
   double forward_ms = 0, gflops = 0, peak = 0;  // the forwards' time, their GFLOP/s; the bf16 GEMM peak (0: not measured)
-  int steps_run = 0, threads = 0;  // steps timed; the engine's CPU threads
+  int steps_run = 0, threads = 0;  // steps timed; the model's CPU threads
   bool complete = false;  // false: stopped by --max-steps, total_ms extrapolated
   nlohmann::json device_work;  // device_work_per_step
   std::string device_name, arithmetic;
+  int64_t device_weight_bytes = 0;
 };
 
-BenchNumbers bench_numbers(const BenchArgs& a, Engine& engine, const GenerationTiming& t, double load_ms,
+BenchNumbers bench_numbers(const BenchArgs& a, const diffucoder::Model& model, const GenerationTiming& t, double load_ms,
                            double peak, bool complete) {
+  const DeviceBackend* backend = api::device_backend(model);
   BenchNumbers n;
   n.load_ms = load_ms, n.first_forward_ms = t.first_forward_ms, n.peak = peak, n.complete = complete;
   n.steps_run = static_cast<int>(t.step_ms.size());
-  n.threads = engine.pool().n_threads();
+  n.threads = model.info().threads;
   n.median = percentile(t.step_ms, 0.5), n.p10 = percentile(t.step_ms, 0.1), n.p90 = percentile(t.step_ms, 0.9);
   // With --max-steps the run stops early: the end-to-end time is extrapolated from the mean step.
   n.total_ms = complete ? t.gen_ms : t.gen_ms / std::max(1, n.steps_run) * a.steps;
   n.tokens_per_s = a.batch * a.new_tokens / (n.total_ms / 1e3);
   n.forward_ms = t.forward_ms;
   n.gflops = t.forward_ms > 0 ? t.flops / (t.forward_ms * 1e6) : 0.0;
-  n.device_work = device_work_per_step(engine, t);
-  n.device_name = engine.backend() != nullptr ? a.device + " (" + engine.backend()->name() + ")" : "cpu";
+  n.device_work = device_work_per_step(backend, t);
+  n.device_name = backend != nullptr ? a.device + " (" + model.info().device + ")" : "cpu";
+  n.device_weight_bytes = backend != nullptr ? backend->weight_bytes() : 0;
   // A device's GEMMs: exact f32, or its matrix units where --precision bf16 allows them.
-  const std::string precision_name = engine.matmul_precision() == MatmulPrecision::kBF16 ? "bf16" : "f32";
-  n.arithmetic = engine.backend() != nullptr ? engine.backend()->arithmetic() : precision_name;
+  n.arithmetic = backend != nullptr ? backend->arithmetic() : model.info().precision;
   return n;
 }
 
-nlohmann::json bench_json(const BenchArgs& a, const Engine& engine, const SamplingParams& p, const BenchNumbers& n,
-                          const Result<GenerateOutput>& out) {
-  const ModelConfig& c = engine.config();
+nlohmann::json bench_json(const BenchArgs& a, const diffucoder::ModelInfo& c, const diffucoder::GenerationConfig& p,
+                          const BenchNumbers& n, const diffucoder::Result<diffucoder::Generation>& out) {
+  nlohmann::json generated = nlohmann::json::array();  // the generated ids per row (complete runs)
+  if (n.complete)
+    for (int64_t r = 0; r < out->n_rows; ++r) generated.push_back(out->generated(r));
   return {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"threads", n.threads},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
-      {"alg", a.alg}, {"cache", cache_mode_name(p.cache)}, {"block_length", p.block_length}, {"threshold", p.threshold},
+      {"alg", a.alg}, {"cache", p.cache}, {"block_length", p.block_length}, {"threshold", p.threshold},
       {"factor", p.factor}, {"weights", a.weights}, {"device", n.device_name},
-      {"device_weight_bytes", engine.backend() != nullptr ? engine.backend()->weight_bytes() : 0},
+      {"device_weight_bytes", n.device_weight_bytes},
       {"precision", n.arithmetic}, {"load_ms", n.load_ms}, {"time_to_first_forward_ms", n.load_ms + n.first_forward_ms},
       {"steps_run", n.steps_run}, {"complete", n.complete},
       {"ms_per_step", {{"median", n.median}, {"p10", n.p10}, {"p90", n.p90}}},
@@ -277,23 +251,23 @@ nlohmann::json bench_json(const BenchArgs& a, const Engine& engine, const Sampli
       {"fraction_of_peak", n.peak > 0 ? n.gflops / n.peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()},
       {"device_work_per_step", n.device_work},
       // The generated ids per row (complete runs): drift between cache modes is measured from these.
-      {"generated", n.complete ? nlohmann::json(out->generated) : nlohmann::json::array()}};
+      {"generated", generated}};
 }
 
-void print_bench_table(const BenchArgs& a, const Engine& engine, const SamplingParams& p, const BenchNumbers& n) {
-  const ModelConfig& c = engine.config();
+void print_bench_table(const BenchArgs& a, const diffucoder::ModelInfo& c, const diffucoder::GenerationConfig& p,
+                       const BenchNumbers& n) {
+  const bool on_device = n.device_name != "cpu";
   const std::string model = a.shape.empty() ? a.model_dir : a.shape;
   std::printf("| metric | value |\n|---|---|\n");
-  std::printf("| model | %s (%lld layers, hidden %lld) |\n", model.c_str(), (long long)c.n_layer, (long long)c.n_embd);
+  std::printf("| model | %s (%lld layers, hidden %lld) |\n", model.c_str(), (long long)c.n_layer, (long long)c.hidden_size);
   std::printf("| setting | prompt %lld, new %lld, steps %d, batch %d, alg %s, threads %d |\n", (long long)a.prompt_len,
               (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), n.threads);
-  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", cache_mode_name(p.cache),
+  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", p.cache.c_str(),
               (long long)p.block_length, p.threshold, p.factor);
   std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
-              engine.backend() != nullptr ? (n.arithmetic + " (device)").c_str() : n.arithmetic.c_str());
+              on_device ? (n.arithmetic + " (device)").c_str() : n.arithmetic.c_str());
   std::printf("| device | %s |\n", n.device_name.c_str());
-  if (engine.backend() != nullptr)
-    std::printf("| device memory | %.1f MiB of weights |\n", engine.backend()->weight_bytes() / 1048576.0);
+  if (on_device) std::printf("| device memory | %.1f MiB of weights |\n", n.device_weight_bytes / 1048576.0);
   const nlohmann::json& w = n.device_work;
   if (!w.empty())
     std::printf("| device work per step (after the first forward) | %.1f runs of %.0f dispatches (%.2f ms of host CPU "
@@ -316,31 +290,31 @@ void print_bench_table(const BenchArgs& a, const Engine& engine, const SamplingP
 }
 
 int run_bench(const BenchArgs& a) {
-  Result<BenchSetup> setup = check_bench_flags(a);
-  if (!setup.ok()) return usage_error(setup.status());
+  if (Status s = check_bench_flags(a); !s.ok()) return usage_error(s);
   const auto t_load = Clock::now();
-  Result<std::unique_ptr<Engine>> loaded = load_bench_engine(a, *setup);
+  diffucoder::Result<std::unique_ptr<diffucoder::Model>> loaded = load_bench_model(a);
   if (!loaded.ok()) return report(loaded.status());
-  Engine& engine = **loaded;
+  const diffucoder::Model& model = **loaded;
   const double load_ms = ms_since(t_load);
-  if (!a.model_dir.empty() || engine.backend() != nullptr) print_load_note(engine, load_ms);
-  Result<SamplingParams> p = bench_params(a, *setup, engine);
-  if (!p.ok()) return report(p.status());
-  const auto prompts = random_prompts(a, engine.config().n_vocab, p->mask_token_id);
+  const bool on_device = api::device_backend(model) != nullptr;
+  if (!a.model_dir.empty() || on_device) print_load_note(model.info().load_note, load_ms);
+  diffucoder::Result<diffucoder::GenerationConfig> config = bench_config(a, model);
+  if (!config.ok()) return report(config.status());
+  const auto prompts = random_prompts(a, model.info().n_vocab, *config->mask_token_id);
 
-  const bool cpu_peak = !a.no_peak && engine.backend() == nullptr;  // the CPU's GEMM peak: meaningless on a device
+  const bool cpu_peak = !a.no_peak && !on_device;  // the CPU's GEMM peak: meaningless on a device
   if (cpu_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
-  const double peak = cpu_peak ? measure_bf16_gemm_peak_gflops(&engine.pool()) : 0.0;
+  const double peak = cpu_peak ? measure_bf16_gemm_peak_gflops(&api::thread_pool(model)) : 0.0;
 
   GenerationTiming timing;
-  Result<GenerateOutput> out = time_generation(a, engine, prompts, *p, &timing);
-  if (!out.ok() && !is_cancelled(out.status())) return report(out.status());
-  const BenchNumbers n = bench_numbers(a, engine, timing, load_ms, peak, out.ok());
+  diffucoder::Result<diffucoder::Generation> out = time_generation(a, model, prompts, *config, &timing);
+  if (!out.ok() && out.status().code() != diffucoder::StatusCode::kCancelled) return report(out.status());
+  const BenchNumbers n = bench_numbers(a, model, timing, load_ms, peak, out.ok());
   if (a.json) {
-    std::printf("%s\n", bench_json(a, engine, *p, n, out).dump(2).c_str());
+    std::printf("%s\n", bench_json(a, model.info(), *config, n, out).dump(2).c_str());
     return 0;
   }
-  print_bench_table(a, engine, *p, n);
+  print_bench_table(a, model.info(), *config, n);
   return 0;
 }
 
@@ -352,14 +326,6 @@ Status check_reshape(const std::string& shape, int64_t layers, int64_t vocab) {
   if (layers < 0 || layers > 1024 || vocab < 0 || (vocab > 0 && vocab < 16) || vocab > (int64_t{1} << 20))
     return invalid_argument("--layers must be in [0, 1024] and --vocab 0 or in [16, 1048576]");
   return Status();
-}
-
-void reshape_synthetic(ModelConfig& config, int64_t layers, int64_t vocab) {
-  if (layers > 0) config.n_layer = layers;
-  if (vocab > 0) {
-    config.n_vocab = vocab, config.mask_token_id = vocab - 2;
-    config.pad_token_id = config.eos_token_id = config.bos_token_id = vocab - 1;
-  }
 }
 
 RunFn add_bench_command(CLI::App& app) {

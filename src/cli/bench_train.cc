@@ -4,25 +4,18 @@
 // tokens/s, forward and backward GFLOP/s, peak RSS; under mpirun, data parallel (ZeRO), with each rank's
 // peak RSS, optimizer-state bytes and bytes sent.
 #include <CLI/CLI.hpp>
+#include <diffucoder/diffucoder.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <numeric>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 
+#include "api/measure.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "core/profiler.h"
-#include "gguf/model_source.h"
-#include "lora/trainable.h"
-#include "model/params.h"
-#include "model/synthetic.h"
-#include "ops/matmul.h"
 #include "ops/peak.h"
-#include "train/trainer.h"
 
 namespace dc::cli {
 namespace {
@@ -37,8 +30,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // forward, twice that backward). Embedding gathers, norms and element-wise ops are not counted.
 // A frozen base (LoRA) skips the dW products: 4 per matmul parameter per token (the adapters' own products,
 // 2·r·(in + out) per projection and token, are not counted).
-double train_step_flops(const ModelConfig& c, int64_t n_batch, int64_t n_seq, int64_t n_out, bool frozen_base) {
-  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.n_embd, F = c.n_ff;
+double train_step_flops(const diffucoder::ModelInfo& c, int64_t n_batch, int64_t n_seq, int64_t n_out, bool frozen_base) {
+  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.hidden_size, F = c.intermediate_size;
   const double layer_params = E * q + 2 * E * kv + q * E + 3 * E * F, per_param = frozen_base ? 4.0 : 6.0;
   const double T = static_cast<double>(n_batch * n_seq), L = static_cast<double>(n_seq);
   return c.n_layer * (per_param * layer_params * T + 12.0 * n_batch * L * L * q) + per_param * E * c.n_vocab * n_out;
@@ -48,35 +41,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// f32 master weights: widened from a checkpoint, or from a synthetic bf16 model (uniform, std 0.02;
-// norm weights 1), which is dropped once copied.
-Result<ModelParams> load_params(const BenchTrainArgs& a, ModelConfig& config, ThreadPool* pool) {
-  if (!a.shape.empty()) {
-    DC_ASSIGN_OR_RETURN(config, synthetic_config(a.shape));
-    reshape_synthetic(config, a.layers, a.vocab);
-    std::fprintf(stderr, "bench --train: building random f32 weights of the %s shape...\n", a.shape.c_str());
-    DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, make_synthetic_model(config, a.seed, pool));
-    return ModelParams::from_weights(config, model->weights());
-  }
-  return load_trainable_params(a.model_dir, &config);
-}
-
-// A LoRA run's frozen base: a synthetic model of --shape with --weights (bf16, or q8 / q4 quantized matrix by
-// matrix as it is drawn), or --model as stored.
-Result<std::unique_ptr<Model>> load_base(const BenchTrainArgs& a, ModelConfig& config, ThreadPool* pool) {
-  if (a.shape.empty()) {
-    DC_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_source(a.model_dir, pool));
-    config = model->config();
-    return model;
-  }
-  DC_ASSIGN_OR_RETURN(config, synthetic_config(a.shape));
-  reshape_synthetic(config, a.layers, a.vocab);
-  QuantizeOptions q;
-  q.format = a.weights == "q4" ? WeightQuant::kQ4 : WeightQuant::kQ8;
-  std::fprintf(stderr, "bench --train: building random %s weights of the %s shape...\n", a.weights.c_str(), a.shape.c_str());
-  return make_synthetic_model(config, a.seed, pool, a.weights == "bf16" ? nullptr : &q);
 }
 
 struct StepRecord {
@@ -119,6 +83,7 @@ Status check_args(const BenchTrainArgs& a) {
     return invalid_argument("--weights " + a.weights + " with --train: quantized weights train only as a frozen LoRA base "
                             "(add --lora-r R)");
   DC_RETURN_IF_ERROR(check_reshape(a.shape, a.layers, a.vocab));
+  if (a.lora_r > 0) DC_RETURN_IF_ERROR(parse_lora_targets(a.lora_targets).status());
   return Status();
 }
 
@@ -152,9 +117,9 @@ namespace {
 // What a bench --train run measured, for its report (summary_json, print_summary).
 struct BenchRun {
   const BenchTrainArgs* a = nullptr;
-  ModelConfig config;
-  train::TrainOptions options;
-  int ranks = 1, threads = 1;
+  diffucoder::ModelInfo info;  // the trained model's dimensions, its threads
+  diffucoder::TrainConfig config;
+  int ranks = 1;
   bool mixed = true;
   double peak = 0, load_s = 0;
   int64_t n_params = 0, rss = 0, trainable = 0;
@@ -162,60 +127,52 @@ struct BenchRun {
   RankNumbers numbers;
 };
 
-// The trainer's options: constant rate, weight decay 0.1 on matrices, clipping at 1, no output files;
-// under mpirun each rank one micro-batch of every step (--grad-accum = ranks).
-train::TrainOptions bench_train_options(const BenchTrainArgs& a, MatmulPrecision mode, int n_total, dist::Comm& comm) {
-  train::TrainOptions o;
-  o.seq_len = a.seq_len;
-  o.batch_size = a.batch;
-  o.steps = n_total;
-  o.lr.schedule = train::LrSchedule::kConstant;
-  o.lr.lr = a.lr;
-  o.adam.weight_decay = 0.1;
-  o.max_grad_norm = 1.0;
-  o.seed = a.seed;
-  if (a.mask_ratio > 0) o.masking.fixed_t.assign(a.batch, a.mask_ratio);
-  o.recompute = a.grad_checkpointing;
-  o.precision = mode;
-  if (comm.size() > 1) o.comm = &comm, o.grad_accum = comm.size();
-  o.lora.r = a.lora_r;
-  return o;
-}
-
-// Random sequences, one batch per step and rank: ids below min(n_vocab, 150000) except the mask id; the
-// first prompt_len positions are the prompt (never masked), the rest the completion.
-train::Dataset random_sequences(const BenchTrainArgs& a, const ModelConfig& c, int n_total, int ranks) {
-  std::mt19937 gen(static_cast<uint32_t>(a.seed));
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(std::min<int64_t>(c.n_vocab, 150000) - 1));
-  train::Dataset data;
-  data.sequences.resize(static_cast<size_t>(n_total * a.batch * ranks));
-  for (train::TrainSequence& s : data.sequences) {
-    s.tokens.resize(a.seq_len);
-    for (int32_t& t : s.tokens) {
-      do t = id(gen); while (t == c.mask_token_id);
-    }
-    s.loss_mask.assign(a.seq_len, 1);
-    std::fill_n(s.loss_mask.begin(), a.prompt_len, uint8_t{0});
-  }
-  return data;
+// The trainer's config: a constant rate, weight decay 0.1 on matrices, clipping at 1, no output files, random
+// sequences (ids below min(n_vocab, 150000) except the mask id; the first prompt_len of each the prompt, never
+// masked), one batch per step and rank; under mpirun each rank one micro-batch of every step (grad_accum = ranks).
+diffucoder::TrainConfig bench_train_config(const BenchTrainArgs& a, bool mixed, int n_total, diffucoder::Ranks& ranks) {
+  diffucoder::TrainConfig c;
+  if (a.shape.empty()) c.model_dir = a.model_dir;
+  else c.synthetic = diffucoder::SyntheticModel{a.shape, a.layers, a.vocab, a.lora_r > 0 ? a.weights : "bf16", 128, a.seed};
+  c.seq_len = a.seq_len;
+  c.batch_size = a.batch;
+  c.steps = n_total;
+  c.lr_schedule = "constant";
+  c.lr = a.lr;
+  c.weight_decay = 0.1;
+  c.max_grad_norm = 1.0;
+  c.seed = a.seed;
+  c.mask_ratio = a.mask_ratio;
+  c.grad_checkpointing = a.grad_checkpointing;
+  c.precision = mixed ? "bf16" : "f32";
+  c.grad_accum = ranks.size();
+  c.ranks = &ranks;
+  c.lora_r = a.lora_r;
+  c.lora_targets = a.lora_targets;
+  c.threads = a.threads;
+  c.random_sequences = int64_t{n_total} * a.batch * ranks.size();
+  c.random_prompt_len = a.prompt_len;
+  return c;
 }
 
 // Runs the warm-up and the timed steps (rank 0 prints each); the profiler restarts after the warm-up.
-Result<std::vector<StepRecord>> run_steps(train::Trainer& trainer, int n_total, int timed, bool talk, Profiler& profiler) {
+diffucoder::Result<std::vector<StepRecord>> run_steps(diffucoder::Trainer& trainer, int n_total, int timed, bool talk,
+                                                      Profiler& profiler) {
   std::vector<StepRecord> records;
   for (int step = 0; step < n_total; ++step) {
-    DC_ASSIGN_OR_RETURN(const train::StepStats stats, trainer.step());  // masking, loss_and_grads, the optimizer
+    diffucoder::Result<diffucoder::TrainStepStats> stats = trainer.step();  // masking, loss_and_grads, the optimizer
+    if (!stats.ok()) return stats.status();
     StepRecord r;
-    r.seconds = stats.seconds;
-    r.fwd_bwd_s = stats.fwd_bwd_seconds;
-    r.optimizer_s = stats.optimizer_seconds;
-    r.relayout_s = stats.relayout_seconds;
-    r.forward_s = stats.forward_seconds;
-    r.backward_s = stats.backward_seconds;
-    r.masking_s = std::max(0.0, r.seconds - r.fwd_bwd_s - r.optimizer_s);
-    r.loss = stats.loss;
-    r.grad_norm = stats.grad_norm;
-    r.n_out = stats.loss_rows;
+    r.seconds = stats->seconds;
+    r.fwd_bwd_s = stats->forward_backward_seconds;
+    r.optimizer_s = stats->optimizer_seconds;
+    r.relayout_s = stats->relayout_seconds;
+    r.forward_s = stats->forward_seconds;
+    r.backward_s = stats->backward_seconds;
+    r.masking_s = stats->masking_seconds;
+    r.loss = stats->loss;
+    r.grad_norm = stats->grad_norm;
+    r.n_out = stats->loss_rows;
     records.push_back(r);
     if (step == 0) profiler.reset();  // the table covers the timed steps only
     if (talk)
@@ -229,7 +186,7 @@ Result<std::vector<StepRecord>> run_steps(train::Trainer& trainer, int n_total, 
 // The --json object: the settings, the medians over the timed steps, every step, each rank's numbers.
 nlohmann::json summary_json(const BenchRun& b, const Profiler& profiler) {
   const BenchTrainArgs& a = *b.a;
-  const ModelConfig& c = b.config;
+  const diffucoder::ModelInfo& c = b.info;
   const std::vector<StepRecord> timed(b.records.begin() + 1, b.records.end());
   std::vector<double> secs, fwd_bwd, opt, gflops, fwd_gflops, bwd_gflops, relayout;
   nlohmann::json losses = nlohmann::json::array(), steps_json = nlohmann::json::array();
@@ -258,10 +215,10 @@ nlohmann::json summary_json(const BenchRun& b, const Profiler& profiler) {
         sent_ranks.push_back(r.bytes_sent_per_step), grad_ranks.push_back(r.gradient_bytes);
   nlohmann::json j = {
       {"mode", "train"}, {"precision", b.mixed ? "bf16 mixed" : "f32"},
-      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", b.threads},
+      {"model", a.shape.empty() ? a.model_dir : a.shape}, {"threads", b.info.threads},
       {"seq_len", a.seq_len}, {"prompt_len", a.prompt_len}, {"batch", a.batch}, {"steps", a.steps},
-      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", b.options.adam.weight_decay},
-      {"max_grad_norm", b.options.max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
+      {"mask_ratio", a.mask_ratio}, {"lr", a.lr}, {"weight_decay", b.config.weight_decay},
+      {"max_grad_norm", b.config.max_grad_norm}, {"grad_checkpointing", a.grad_checkpointing},
       {"n_params", b.n_params}, {"load_s", b.load_s}, {"lora_r", a.lora_r}, {"lora_targets", a.lora_targets},
       {"base_weights", a.lora_r > 0 ? a.weights : "f32 masters"}, {"trainable_values", b.trainable},
       {"seconds_per_step", {{"median", med}, {"min", best}}}, {"fwd_bwd_s_median", median(fwd_bwd)},
@@ -286,7 +243,7 @@ nlohmann::json summary_json(const BenchRun& b, const Profiler& profiler) {
 // The markdown table (and --profile's) of summary_json's numbers `j`.
 void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& profiler) {
   const BenchTrainArgs& a = *b.a;
-  const ModelConfig& c = b.config;
+  const diffucoder::ModelInfo& c = b.info;
   const double med = j["seconds_per_step"]["median"], best = j["seconds_per_step"]["min"];
   const double tokens = static_cast<double>(a.batch * a.seq_len * b.ranks), gflops = j["fwd_bwd_gflops_median"];
   std::string loss_text;
@@ -298,7 +255,7 @@ void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& p
   std::printf("| metric | value |\n|---|---|\n");
   std::printf("| model | %s%s (%lld layers, hidden %lld, vocabulary %lld, %.1fM parameters, %s) |\n",
               j["model"].get<std::string>().c_str(), a.layers > 0 || a.vocab > 0 ? " reduced by --layers / --vocab" : "",
-              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_vocab, b.n_params / 1e6,
+              (long long)c.n_layer, (long long)c.hidden_size, (long long)c.n_vocab, b.n_params / 1e6,
               a.lora_r > 0 ? ("frozen " + a.weights + " base, LoRA r=" + std::to_string(a.lora_r) + " on " + a.lora_targets +
                               ": " + std::to_string(b.trainable) + " trainable values").c_str()
                            : "f32 master weights");
@@ -307,9 +264,9 @@ void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& p
                                              : "f32");
   std::printf("| setting | seq %lld (prompt %lld), batch %d, mask ratio %s, %d timed steps + 1 warm-up, threads %d |\n",
               (long long)a.seq_len, (long long)a.prompt_len, a.batch,
-              a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps, b.threads);
-  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, b.options.adam.weight_decay,
-              b.options.max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
+              a.mask_ratio > 0 ? std::to_string(a.mask_ratio).substr(0, 4).c_str() : "U(eps,1)", a.steps, b.info.threads);
+  std::printf("| optimizer | AdamW lr %g, weight decay %g (matrices), clip %g%s |\n", a.lr, b.config.weight_decay,
+              b.config.max_grad_norm, a.grad_checkpointing ? "; gradient checkpointing" : "");
   std::printf("| load | %.1f s |\n", b.load_s);
   std::printf("| s/step (median / min) | %.3f / %.3f |\n", med, best);
   std::printf("| fwd+bwd / optimizer (median) | %.3f / %.3f s |\n", j["fwd_bwd_s_median"].get<double>(),
@@ -338,68 +295,43 @@ void print_summary(const BenchRun& b, const nlohmann::json& j, const Profiler& p
 }  // namespace
 
 // Under mpirun: data parallel, each rank one micro-batch of --batch sequences of every step (the
-// trainer's --grad-accum = ranks); rank 0 prints, with every rank's peak RSS, moment bytes and bytes
+// trainer's grad_accum = ranks); rank 0 prints, with every rank's peak RSS, moment bytes and bytes
 // sent per step.
-int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
+int bench_train_on_ranks(const BenchTrainArgs& a, diffucoder::Ranks& ranks) {
   if (Status s = check_args(a); !s.ok()) return usage_error(s);
   BenchRun b;
-  b.a = &a, b.ranks = comm.size();
-  const bool talk = comm.rank() == 0;
-  ThreadPool pool(a.threads);
-  b.threads = pool.n_threads();
+  b.a = &a, b.ranks = ranks.size();
+  const bool talk = ranks.rank() == 0;
   Profiler profiler;
-  Context ctx;
-  ctx.pool = &pool;
-  if (a.profile) ctx.profiler = &profiler;
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return report(precision.status());
-  const MatmulPrecision mode = precision->value_or(MatmulPrecision::kBF16);
-  if (mode == MatmulPrecision::kBF16 &&
-      !bf16_backward([&] { Context c = ctx; c.matmul_precision = mode; return c; }()))
-    return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
-  b.mixed = mode == MatmulPrecision::kBF16;
-  if (!a.no_peak && talk) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
-  b.peak = a.no_peak ? 0.0 : measure_bf16_gemm_peak_gflops(&pool);
+  b.mixed = precision->value_or(MatmulPrecision::kBF16) == MatmulPrecision::kBF16;
+  if (!a.no_peak) {
+    if (talk) std::fprintf(stderr, "bench --train: measuring the bf16 GEMM peak...\n");
+    ThreadPool pool(a.threads);
+    b.peak = measure_bf16_gemm_peak_gflops(&pool);
+  }
   const auto t_load = Clock::now();
   const int n_total = a.steps + 1;  // step 0 is the warm-up
-  b.options = bench_train_options(a, mode, n_total, comm);
-  if (a.lora_r > 0) {
-    auto targets = parse_lora_targets(a.lora_targets);
-    if (!targets.ok()) return usage_error(targets.status());
-    b.options.lora.targets = *targets;
-  }
-  Result<std::unique_ptr<train::Trainer>> trainer = invalid_argument("not created");
-  if (a.lora_r > 0) {
-    auto base = load_base(a, b.config, &pool);
-    if (!base.ok()) return report(base.status());
-    b.n_params = 0;
-    visit_tensors(b.config, (*base)->weights(), [&](const std::string&, const std::vector<int64_t>& shape,
-                                                    const WeightView*, const VectorView*) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      b.n_params += n;
-    });
-    trainer = train::Trainer::create_with_model(b.options, ctx, std::move(*base), random_sequences(a, b.config, n_total, b.ranks));
-  } else {
-    auto loaded = load_params(a, b.config, &pool);
-    if (!loaded.ok()) return report(loaded.status());
-    b.n_params = loaded->n_values();
-    trainer = train::Trainer::create_with_params(b.options, ctx, b.config, std::move(*loaded),
-                                                 random_sequences(a, b.config, n_total, b.ranks));
-  }
+  b.config = bench_train_config(a, b.mixed, n_total, ranks);
+  if (!a.shape.empty())
+    std::fprintf(stderr, "bench --train: building random %s weights of the %s shape...\n",
+                 a.lora_r > 0 ? a.weights.c_str() : "f32", a.shape.c_str());
+  auto trainer = api::create_trainer(b.config, a.profile ? &profiler : nullptr);
   if (!trainer.ok()) return report(trainer.status());
-  if (b.config.mask_token_id < 0 || b.config.mask_token_id >= b.config.n_vocab)
-    return report(invalid_argument("config mask_token_id is outside the vocabulary"));
-  b.trainable = (*trainer)->lora() != nullptr ? (*trainer)->lora()->params().n_values() : b.n_params;
+  if (b.mixed && (*trainer)->precision() != "bf16")
+    return report(unimplemented("bench --train --precision bf16 needs AVX512_BF16; use --precision f32"));
+  b.info = (*trainer)->info();
+  b.n_params = (*trainer)->parameters();
+  b.trainable = (*trainer)->trainable_values();
   b.load_s = seconds_since(t_load);
   auto records = run_steps(**trainer, n_total, a.steps, talk, profiler);
   if (!records.ok()) return report(records.status());
   b.records = std::move(*records);
   b.rss = peak_rss_bytes();
-  const train::TrainFootprint held = (*trainer)->footprint();
-  b.numbers = gather_rank_numbers(comm, held.master_weight_bytes, held.optimizer_state_bytes, held.gradient_bytes,
-                                  n_total, /*quiet=*/true);
-  if (!b.numbers.ok) return 1;
+  auto stats = (*trainer)->gather_rank_stats();
+  if (!stats.ok()) return report(stats.status());
+  b.numbers = report_rank_numbers(ranks.rank(), *stats, /*quiet=*/true);
   if (!talk) return 0;
   const nlohmann::json j = summary_json(b, profiler);
   if (a.json) {
@@ -411,7 +343,7 @@ int bench_train_on_ranks(const BenchTrainArgs& a, dist::Comm& comm) {
 }
 
 int run_bench_train(const BenchTrainArgs& a) {
-  return run_on_ranks(600, [&a](dist::Comm& comm) { return bench_train_on_ranks(a, comm); });
+  return run_on_ranks(600, [&a](diffucoder::Ranks& ranks) { return bench_train_on_ranks(a, ranks); });
 }
 
 }  // namespace dc::cli

@@ -73,7 +73,6 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* args);
 // last two ids of a smaller vocabulary are the mask and the pad / end token), e.g. a 7B-shape layer stack that
 // fits in memory, or a shape whose embedding fits a small device's largest buffer.
 Status check_reshape(const std::string& shape, int64_t layers, int64_t vocab);
-void reshape_synthetic(ModelConfig& config, int64_t layers, int64_t vocab);
 int run_bench_train(const BenchTrainArgs& args);
 
 }  // namespace dc::cli
