@@ -118,6 +118,18 @@ TEST(ApiSynthetic, StepEventsReportEachForwardWithItsSize) {
   // Without an on_step hook no forward is timed, and nothing changes.
   auto plain = (*model)->generate(two_prompts(), greedy(**model, 16, 8));
   ASSERT_TRUE(plain.ok());
+  // LoadOptions::max_kv_cache_bytes holds for a synthetic model too: a KV cache over it is refused.
+  diffucoder::LoadOptions small_cache = synthetic_options(tiny());
+  small_cache.max_kv_cache_bytes = 1024;
+  auto capped = diffucoder::Model::load(small_cache);
+  ASSERT_TRUE(capped.ok()) << capped.status().to_string();
+  diffucoder::GenerationConfig dual = greedy(**capped, 16, 8);
+  dual.cache = "dual", dual.block_length = 8;
+  auto refused = (*capped)->generate(two_prompts(), dual);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), diffucoder::StatusCode::kOutOfRange);
+  EXPECT_NE(refused.status().message().find("max_kv_cache_bytes"), std::string::npos) << refused.status().message();
+  EXPECT_TRUE((*model)->generate(two_prompts(), dual).ok());
 }
 
 TEST(ApiSynthetic, ResolveFastFillsOnlyWhatIsLeftOff) {
