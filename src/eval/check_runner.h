@@ -97,6 +97,7 @@ def _plain(x):
             return False
     return True
 def _child(req, resp, src, setup, entry, libc):
+    _TRUSTED.clear()  # the tests and expected outputs the parent judges with: not the candidate's to read
     fd = os.open('/dev/null', os.O_RDONLY)
     os.dup2(fd, 0)
     os.close(fd)

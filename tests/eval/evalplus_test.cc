@@ -208,6 +208,13 @@ TEST(EvalPlusCli, KnownWrongProgramsFailTheRightColumn) {
       // rewrites the runner's plan (read before the fork) and answers 0: still judged against the truth
       {"HumanEval/2", "    return 0.0\nopen('/tmp/plan.json', 'w').write('{}')\nopen('/tmp/task.json', 'w').write('{}')\n",
        "assertion", "assertion"},
+      // looks the answers up in the runner's copy of the plan (its memory is the forked candidate's): gone
+      {"HumanEval/2", "    import __main__, base64, json, marshal\n    t = __main__._TRUSTED\n"
+                      "    task, plan = json.loads(t['task.json']), json.loads(t['plan.json'])\n"
+                      "    exp = marshal.loads(base64.b64decode(plan['expected']))\n"
+                      "    for col in ('base', 'plus'):\n        for i, inp in enumerate(task[col + '_input']):\n"
+                      "            if inp == [number]:\n                return exp[col][i]\n    return 0.0\n",
+       "exception", "exception"},
       // exponential recursion: the base inputs (n <= 12) pass, a plus input runs past its limit
       {"HumanEval/55", "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", "none", "timeout"},
       // any root within atol passes (EvalPlus' special oracle): Newton from another start than the canonical's
