@@ -4,7 +4,8 @@
 // data), /tmp/test.py (the task's test: trusted), optionally /tmp/setup.py (MBPP's test_setup_code); MODE
 // `inputs` (EvalPlus' differential testing): /tmp/task.json (the task's line: inputs, atol, canonical
 // solution) and /tmp/plan.json (expected outputs, time limits, inputs left out; expected.h). Every trusted
-// file is read before the fork, so a program that rewrites them changes nothing.
+// file is read, then removed, before the fork, and the candidate's process drops the runner's copy: a program
+// can neither rewrite them (that changes nothing) nor read the tests and the expected outputs.
 //
 // The verdict comes from a process the candidate's code never runs in. The runner makes itself
 // non-dumpable (prctl PR_SET_DUMPABLE 0: a same-uid process can then neither ptrace it nor open its
@@ -315,6 +316,7 @@ def _main():
     setup = _file('setup.py') if os.path.exists('/tmp/setup.py') else b''
     for name in (('task.json', 'plan.json') if mode == 'inputs' else ('prompt.py', 'test.py')):
         _TRUSTED[name] = _file(name)
+        os.unlink('/tmp/' + name)  # nor on disk: the candidate shares the sandbox's /tmp
     import ctypes
     libc = ctypes.CDLL(None)
     if libc.prctl(4, 0, 0, 0, 0) != 0:

@@ -215,6 +215,13 @@ TEST(EvalPlusCli, KnownWrongProgramsFailTheRightColumn) {
                       "    for col in ('base', 'plus'):\n        for i, inp in enumerate(task[col + '_input']):\n"
                       "            if inp == [number]:\n                return exp[col][i]\n    return 0.0\n",
        "exception", "exception"},
+      // ... or in the runner's files on disk: gone too (read, then removed, before the fork)
+      {"HumanEval/2", "    import base64, json, marshal\n"
+                      "    task, plan = json.load(open('/tmp/task.json')), json.load(open('/tmp/plan.json'))\n"
+                      "    exp = marshal.loads(base64.b64decode(plan['expected']))\n"
+                      "    for col in ('base', 'plus'):\n        for i, inp in enumerate(task[col + '_input']):\n"
+                      "            if inp == [number]:\n                return exp[col][i]\n    return 0.0\n",
+       "exception", "exception"},
       // exponential recursion: the base inputs (n <= 12) pass, a plus input runs past its limit
       {"HumanEval/55", "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", "none", "timeout"},
       // any root within atol passes (EvalPlus' special oracle): Newton from another start than the canonical's
