@@ -12,15 +12,16 @@
 #include <string>
 #include <vector>
 
+#include <diffucoder/diffucoder.h>
+
 #include "server/canvas.h"
-#include "tokenizer/tokenizer.h"
 
 namespace {
 
 enum class Mode { kWholeDecode, kWholeRows, kChanges };
 
 // {ms, bytes} of one generation's canvas events.
-std::pair<double, size_t> run(const dc::Tokenizer& tok, int32_t mask, const std::vector<int32_t>& final_ids,
+std::pair<double, size_t> run(const diffucoder::Tokenizer& tok, int32_t mask, const std::vector<int32_t>& final_ids,
                               const std::vector<size_t>& order, Mode mode) {
   std::vector<std::vector<int32_t>> canvas(1, std::vector<int32_t>(final_ids.size(), mask));
   dc::server::CanvasView view(tok, mask);
@@ -52,15 +53,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "canvas_bench: N must be in [1, 65536], got '%s'\n", argv[2]);
     return 2;
   }
-  auto tok = dc::Tokenizer::from_file(argv[1]);
+  auto tok = diffucoder::Tokenizer::load(argv[1]);
   if (!tok.ok()) {
     std::fprintf(stderr, "canvas_bench: %s\n", tok.status().to_string().c_str());
     return 1;
   }
-  const int32_t mask = tok->vocab_size();  // an id outside the vocabulary: shown as a mask only
+  const int32_t mask = (*tok)->size();  // an id outside the vocabulary: shown as a mask only
   std::mt19937 gen(1);
   std::vector<int32_t> final_ids(static_cast<size_t>(n));
-  for (auto& t : final_ids) t = static_cast<int32_t>(gen() % static_cast<uint32_t>(tok->vocab_size()));
+  for (auto& t : final_ids) t = static_cast<int32_t>(gen() % static_cast<uint32_t>((*tok)->size()));
   std::vector<size_t> order(final_ids.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::shuffle(order.begin(), order.end(), gen);
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
     double best = 1e30;
     size_t bytes = 0;
     for (int r = 0; r < 3; ++r) {
-      const auto [ms, b] = run(*tok, mask, final_ids, order, m.mode);
+      const auto [ms, b] = run(**tok, mask, final_ids, order, m.mode);
       best = std::min(best, ms), bytes = b;
     }
     std::printf("  %-34s %8.1f ms  %10zu bytes of canvas JSON\n", m.name, best, bytes);
