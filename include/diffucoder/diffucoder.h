@@ -221,11 +221,6 @@ struct GenerationConfig {
 // (token ids against the vocabulary, the canvas against the context).
 Status check_config(const GenerationConfig& config);
 
-// `config` with `fast` applied to its fields (block_length 32, cache "dual", threshold 0.9, for whichever of
-// the three are off) and `fast` cleared: the same generation, its settings spelt out. An unknown cache name
-// is left for check_config to report.
-GenerationConfig apply_fast_defaults(GenerationConfig config);
-
 // The config generate() runs: with `fast`, its defaults filled in for whichever of block_length, cache and
 // threshold / factor are left off (fast is then false); else `config` as given. invalid_argument naming
 // the field for an unknown alg or cache name.

@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "api/config.h"
 #include "api/model_impl.h"
 #include "api/scheduler.h"
 #include "api/status_convert.h"

@@ -1,5 +1,5 @@
 // What the facade's classes share of a loaded Model (api.cc defines it; batch.cc's BatchEngine reads its
-// engine), the public GenerationConfig ↔ the sampler's SamplingParams, and a Model over an Engine the caller
+// engine), and a Model over an Engine the caller
 // loaded (the server tests': engines they load as the other layers' tests do, served through the facade).
 #pragma once
 
@@ -9,7 +9,6 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
-#include "sampler/generate.h"
 
 namespace diffucoder {
 
@@ -32,12 +31,6 @@ struct Model::Impl {
 }  // namespace diffucoder
 
 namespace dc::api {
-
-// The sampler's parameters of a facade config over `p` (the engine's defaults); unset ids keep p's.
-// invalid_argument naming the field for an unknown alg or cache name (the ranges are dc::validate's).
-Result<SamplingParams> sampling_params(SamplingParams p, const diffucoder::GenerationConfig& c);
-// The config whose sampling_params over `p` (with p's max_position_embeddings) are `p` again.
-diffucoder::GenerationConfig generation_config(const SamplingParams& p);
 
 // The dimensions and special ids of `config` (torch_dtype too; precision, load_note, threads and device left
 // as ModelInfo's defaults).

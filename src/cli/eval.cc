@@ -15,7 +15,7 @@
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
 #include "core/clock.h"
-#include "api/model_impl.h"
+#include "api/config.h"
 #include "api/status_convert.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"

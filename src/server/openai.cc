@@ -277,7 +277,9 @@ Status parse_diffusion(const json& body, const RequestLimits& limits, diffucoder
   if (limits.fast && !present(body, "block_length") && !present(body, "cache") && !present(body, "threshold") &&
       !present(body, "factor")) {
     p.fast = true;
-    p = diffucoder::apply_fast_defaults(p);
+    diffucoder::Result<diffucoder::GenerationConfig> resolved = diffucoder::resolve_fast(p);
+    if (!resolved.ok()) return from_public(resolved.status());
+    p = std::move(resolved).value();
   }
   return Status::ok_status();
 }

@@ -24,7 +24,7 @@ struct RequestLimits {
   int max_n = 8;                      // the largest n (completions per request)
   int max_stop = 4;                   // stop strings per request, as OpenAI
   bool fast = false;                  // `serve --fast`: requests that set none of block_length, cache,
-                                      // threshold and factor decode in the fast mode (apply_fast_defaults)
+                                      // threshold and factor decode in the fast mode (resolve_fast)
 };
 
 // A parsed, validated request. Prompt tokens are not known yet (the tokenizer runs in the HTTP layer).

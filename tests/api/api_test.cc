@@ -223,7 +223,7 @@ TEST(Api, TokenizerAloneEqualsTheModelsAndChatTemplate) {
 }
 
 // The checks a server reports in its own words before submitting (Model::canvas_length, check_generation_size,
-// check_token_ids, kv_cache_bytes), the fast mode spelt out (apply_fast_defaults: the same sampler settings),
+// check_token_ids, kv_cache_bytes), the fast mode spelt out (resolve_fast: the same sampler settings),
 // check_config's one step per block, and LoadOptions::lora_adapters' refusals naming the flag's rule.
 TEST(Api, ModelSizeChecksFastDefaultsAndNamedAdapters) {
   auto model = load_f32("tiny-gqa2");
@@ -254,17 +254,17 @@ TEST(Api, ModelSizeChecksFastDefaultsAndNamedAdapters) {
 
   GenerationConfig fast;
   fast.fast = true;
-  const GenerationConfig spelt = diffucoder::apply_fast_defaults(fast);
+  const GenerationConfig spelt = diffucoder::resolve_fast(fast).value();
   EXPECT_FALSE(spelt.fast);
   EXPECT_EQ(spelt.block_length, 32);
   EXPECT_EQ(spelt.cache, "dual");
   EXPECT_FLOAT_EQ(spelt.threshold, 0.9f);
   fast.block_length = 8;
   fast.factor = 1.5f;  // parallel decoding already: no threshold added
-  const GenerationConfig kept = diffucoder::apply_fast_defaults(fast);
+  const GenerationConfig kept = diffucoder::resolve_fast(fast).value();
   EXPECT_EQ(kept.block_length, 8);
   EXPECT_EQ(kept.threshold, 0.0f);
-  EXPECT_EQ(diffucoder::apply_fast_defaults(c).cache, c.cache);  // without fast: unchanged
+  EXPECT_EQ(diffucoder::resolve_fast(c).value().cache, c.cache);  // without fast: unchanged
 
   GenerationConfig blocks;
   blocks.max_new_tokens = 64;
