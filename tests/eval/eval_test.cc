@@ -203,9 +203,9 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
   auto tasks = load_tasks(kHumanEval);
   ASSERT_TRUE(tasks.ok());
   const test::TempDir dir("eval");
-  // 40 tasks, every third solution broken, two samples each.
+  // 20 tasks, every third solution broken, two samples each.
   std::ofstream c(dir.file("c.jsonl"));
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < 20; ++i) {
     const auto& t = (*tasks)[static_cast<size_t>(i)];
     for (int s = 0; s < 2; ++s) {
       std::string completion = (i + s) % 3 == 0 ? "    return None\n" : t.canonical_solution;
@@ -214,14 +214,14 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
   }
   c.close();
   const std::string common = "eval --benchmark " + kHumanEval + " --completions " + dir.file("c.jsonl") +
-                             " --limit 40 --workers 1 --quiet --json";
+                             " --limit 20 --workers 1 --quiet --json";
   auto full = testing::run_binary(common + " --out " + dir.file("full.jsonl"));
   ASSERT_EQ(full.exit_code, 0) << full.err;
 
   // The same run, killed (SIGKILL, no chance to clean up) once it has written some samples.
   const std::string out = dir.file("killed.jsonl");
   std::vector<std::string> args = {DC_BINARY_PATH, "eval", "--benchmark", kHumanEval, "--completions", dir.file("c.jsonl"),
-                                   "--limit", "40", "--workers", "1", "--quiet", "--json", "--out", out};
+                                   "--limit", "20", "--workers", "1", "--quiet", "--json", "--out", out};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -243,14 +243,14 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
   waitpid(pid, nullptr, 0);
   const size_t written = read_jsonl(out).size();
   ASSERT_GT(written, 5u);
-  ASSERT_LT(written, 81u) << "the run finished before it was killed";
+  ASSERT_LT(written, 41u) << "the run finished before it was killed";
   { std::ofstream(out, std::ios::app) << R"({"task_id": "HumanEval/3", "sam)"; }  // a half-written line
   auto resumed = testing::run_binary(common + " --out " + out + " --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   auto a = nlohmann::json::parse(full.out), b = nlohmann::json::parse(resumed.out);
   a.erase("results"), b.erase("results");
   EXPECT_EQ(a, b);
-  EXPECT_EQ(read_jsonl(out).size(), 81u);
+  EXPECT_EQ(read_jsonl(out).size(), 41u);
   // Other settings are refused, naming the key.
   auto other = testing::run_binary(common + " --out " + out + " --resume --timeout 5");
   EXPECT_EQ(other.exit_code, 1);
