@@ -11,4 +11,8 @@ const DeviceBackend* device_backend(const diffucoder::Model& model) {
 
 ThreadPool& thread_pool(const diffucoder::Model& model) { return diffucoder::Model::Impl::of(model).engine->pool(); }
 
+void set_profiler(const diffucoder::Model& model, Profiler* profiler) {
+  diffucoder::Model::Impl::of(model).engine->set_profiler(profiler);
+}
+
 }  // namespace dc::api

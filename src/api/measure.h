@@ -1,6 +1,7 @@
 // What `diffucoder bench` measures inside the facade's objects, kept below the public API on purpose
-// (docs/ARCHITECTURE.md, "bench over the facade"): a device's counters and the thread pool the GEMM peak is
-// measured on, and a Trainer whose ops time themselves into a Profiler (bench --train --profile).
+// (docs/ARCHITECTURE.md, "bench over the facade"): a device's counters, the thread pool the GEMM peaks are
+// measured on, and generations and a Trainer whose ops time themselves into a Profiler (bench's breakdown of a
+// step, bench --train --profile).
 #pragma once
 
 #include <diffucoder/diffucoder.h>
@@ -17,6 +18,10 @@ namespace dc::api {
 const DeviceBackend* device_backend(const diffucoder::Model& model);
 // The threads `model` computes with.
 ThreadPool& thread_pool(const diffucoder::Model& model);
+
+// Times the ops of `model`'s later generate() calls into *profiler (null: off again; it must outlive them):
+// bench's breakdown of a step. While one is set, generate from one thread at a time.
+void set_profiler(const diffucoder::Model& model, Profiler* profiler);
 
 // Trainer::create with every op of the steps timed into *profiler (null: none, as Trainer::create), which
 // must outlive the trainer. Errors as Trainer::create's.

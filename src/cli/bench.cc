@@ -1,6 +1,8 @@
 // `diffucoder bench`: times generation on a checkpoint or on a synthetic model of a named shape and
 // prints load time, ms per step (median, p10, p90), tokens/s, peak RSS, achieved GFLOP/s and that as
-// a fraction of the bf16 GEMM peak measured in the same run. Progress on stderr. `--train` times
+// a fraction of the bf16 GEMM peak measured in the same run (and the int8 peak, the q8 / q4 kernels'); with
+// --profile, a step's time split into the layers' GEMMs, attention, the lm_head, the sampling and the rest.
+// Progress on stderr. `--train` times
 // optimizer steps instead (bench_train.cc).
 #include <CLI/CLI.hpp>
 #include <diffucoder/diffucoder.h>
@@ -33,7 +35,7 @@ struct BenchArgs {
   std::string alg = "entropy";
   float temperature = 0.0f;
   uint64_t seed = 0;
-  bool json = false, no_peak = false, fast = false;
+  bool json = false, no_peak = false, fast = false, profile = false;
   int64_t block_length = 0;
   std::string cache = "none";
   float threshold = 0.0f, factor = 0.0f;
@@ -50,6 +52,13 @@ double forward_flops(const diffucoder::ModelInfo& c, const diffucoder::ForwardEv
   const double per_token = 2.0 * (E * q + 2 * E * kv + q * E + 3 * E * F);
   const double attention = 4.0 * T * L * q;  // q·kᵀ and p·v
   return c.n_layer * (T * per_token + attention);
+}
+
+// FLOPs of the layers' GEMMs alone in forwards over `positions` computed positions (forward_flops without the
+// attention): what the step breakdown's GEMM time computed.
+double layer_gemm_flops(const diffucoder::ModelInfo& c, double positions) {
+  const double q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim, E = c.hidden_size, F = c.intermediate_size;
+  return c.n_layer * positions * 2.0 * (E * q + 2 * E * kv + q * E + 3 * E * F);
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -73,6 +82,9 @@ Status check_bench_flags(const BenchArgs& a) {
                             std::to_string(kMaxCanvasLength));
   DC_RETURN_IF_ERROR(parse_matmul_precision(a.precision).status());
   DC_RETURN_IF_ERROR(parse_device(a.device).status());
+  if (a.profile && a.device != "cpu")
+    return invalid_argument("--profile times the CPU's ops; on a device a step is one submission (see the device work "
+                            "per step instead)");
   DC_RETURN_IF_ERROR(parse_lora_mode(a.lora_mode).status());
   if (a.weights == "q8" || a.weights == "q4") {
     if (!a.model_dir.empty())
@@ -138,6 +150,7 @@ std::vector<std::vector<int32_t>> random_prompts(const BenchArgs& a, int64_t n_v
 struct GenerationTiming {
   std::vector<double> step_ms;  // each step, from on_step to on_step
   double flops = 0, forward_ms = 0;  // the forwards' FLOPs (forward_flops) and their time
+  int64_t forwards = 0, positions = 0;  // the forwards run and the positions they computed over all rows
   double first_forward_ms = -1;  // from the start of generation to the end of its first forward (-1: none)
   double gen_ms = 0;  // the whole generate()
   // The device's counters at the start and after the first step that ran a forward (which compiles the
@@ -160,6 +173,7 @@ diffucoder::Result<diffucoder::Generation> time_generation(const BenchArgs& a, c
     t->step_ms.push_back(ms_since(t_step));
     if (s.forward) {
       t->forward_ms += s.forward->seconds * 1e3;
+      t->forwards += 1, t->positions += s.forward->positions;
       t->flops += forward_flops(model.info(), *s.forward);
       if (t->first_forward_ms < 0) t->first_forward_ms = s.forward->ended_at * 1e3;
     }
@@ -199,10 +213,51 @@ nlohmann::json device_work_per_step(const DeviceBackend* backend, const Generati
           {"collect_ms", (after.collect_ms - before.collect_ms) / n}};
 }
 
+// --profile: a step's time by what ran, in ms per timed step (the ops' exclusive times, core/profiler.h): the
+// layers' GEMMs, attention (with the window's RoPE and KV-cache store), the lm_head, the sampling, and the rest
+// of the step's wall time (norms, RoPE, SwiGLU, the embedding, the sampler's own work).
+struct StepBreakdown {
+  double gemm_ms = 0, attention_ms = 0, lm_head_ms = 0, sampling_ms = 0, rest_ms = 0;
+  double gemm_gops = 0;  // the layers' GEMM operations per second of their time
+};
+
+StepBreakdown step_breakdown(const Profiler& profiler, const diffucoder::ModelInfo& c, const GenerationTiming& t) {
+  StepBreakdown b;
+  if (t.step_ms.empty()) return b;
+  for (const auto& [path, e] : profiler.entries()) {
+    const double ms = e.seconds * 1e3;
+    const std::string leaf = path.substr(path.rfind('/') + 1);  // (npos + 1 = 0: the whole path)
+    if (path.rfind("lm_head", 0) == 0) {
+      b.lm_head_ms += ms;  // with the GEMM nested in it
+    } else if (path.rfind("sampling", 0) == 0) {
+      b.sampling_ms += ms;
+    } else if (leaf.rfind("GEMM", 0) == 0) {
+      b.gemm_ms += ms;
+    } else if (leaf.find("attention") != std::string::npos || leaf.find("KV cache") != std::string::npos) {
+      b.attention_ms += ms;
+    }
+  }
+  double total_ms = 0;
+  for (double ms : t.step_ms) total_ms += ms;
+  b.gemm_gops = b.gemm_ms > 0 ? layer_gemm_flops(c, static_cast<double>(t.positions)) / (b.gemm_ms * 1e6) : 0.0;
+  b.rest_ms = total_ms - b.gemm_ms - b.attention_ms - b.lm_head_ms - b.sampling_ms;
+  const double steps = static_cast<double>(t.step_ms.size());
+  for (double* ms : {&b.gemm_ms, &b.attention_ms, &b.lm_head_ms, &b.sampling_ms, &b.rest_ms}) *ms /= steps;
+  return b;
+}
+
+// The CPU's GEMM peaks measured in the run (0: not measured; int8 also 0 without AVX-512 VNNI).
+struct Peaks {
+  double bf16_gflops = 0, int8_gops = 0;
+};
+
 // The numbers of one run, for the JSON and the table.
 struct BenchNumbers {
   double load_ms = 0, first_forward_ms = -1, median = 0, p10 = 0, p90 = 0, total_ms = 0, tokens_per_s = 0;
   double forward_ms = 0, gflops = 0, peak = 0;  // the forwards' time, their GFLOP/s; the bf16 GEMM peak (0: not measured)
+  double int8_peak = 0;        // the int8 GEMM peak in GOP/s (0: not measured or no VNNI)
+  double rows_per_forward = 0;  // positions computed per forward, over all rows (with a KV cache: the window's)
+  std::optional<StepBreakdown> breakdown;  // --profile
   int steps_run = 0, threads = 0;  // steps timed; the model's CPU threads
   bool complete = false;  // false: stopped by --max-steps, total_ms extrapolated
   nlohmann::json device_work;  // device_work_per_step
@@ -211,10 +266,12 @@ struct BenchNumbers {
 };
 
 BenchNumbers bench_numbers(const BenchArgs& a, const diffucoder::Model& model, const GenerationTiming& t, double load_ms,
-                           double peak, bool complete) {
+                           const Peaks& peaks, bool complete) {
   const DeviceBackend* backend = api::device_backend(model);
   BenchNumbers n;
-  n.load_ms = load_ms, n.first_forward_ms = t.first_forward_ms, n.peak = peak, n.complete = complete;
+  n.load_ms = load_ms, n.first_forward_ms = t.first_forward_ms, n.peak = peaks.bf16_gflops, n.complete = complete;
+  n.int8_peak = peaks.int8_gops;
+  n.rows_per_forward = t.forwards > 0 ? static_cast<double>(t.positions) / t.forwards : 0.0;
   n.steps_run = static_cast<int>(t.step_ms.size());
   n.threads = model.info().threads;
   n.median = percentile(t.step_ms, 0.5), n.p10 = percentile(t.step_ms, 0.1), n.p90 = percentile(t.step_ms, 0.9);
@@ -236,7 +293,7 @@ nlohmann::json bench_json(const BenchArgs& a, const diffucoder::ModelInfo& c, co
   nlohmann::json generated = nlohmann::json::array();  // the generated ids per row (complete runs)
   if (n.complete)
     for (int64_t r = 0; r < out->n_rows; ++r) generated.push_back(out->generated(r));
-  return {
+  nlohmann::json j = {
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"threads", n.threads},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
@@ -248,10 +305,18 @@ nlohmann::json bench_json(const BenchArgs& a, const diffucoder::ModelInfo& c, co
       {"ms_per_step", {{"median", n.median}, {"p10", n.p10}, {"p90", n.p90}}},
       {"total_ms", n.total_ms}, {"total_extrapolated", !n.complete}, {"tokens_per_second", n.tokens_per_s},
       {"forward_ms", n.forward_ms}, {"achieved_gflops", n.gflops}, {"peak_gemm_gflops", n.peak},
-      {"fraction_of_peak", n.peak > 0 ? n.gflops / n.peak : 0.0}, {"peak_rss_bytes", peak_rss_bytes()},
+      {"fraction_of_peak", n.peak > 0 ? n.gflops / n.peak : 0.0}, {"peak_int8_gemm_gops", n.int8_peak},
+      {"rows_per_forward", n.rows_per_forward}, {"peak_rss_bytes", peak_rss_bytes()},
       {"device_work_per_step", n.device_work},
       // The generated ids per row (complete runs): drift between cache modes is measured from these.
       {"generated", generated}};
+  if (n.breakdown) {
+    const StepBreakdown& b = *n.breakdown;
+    j["step_breakdown_ms"] = {{"layer_gemms", b.gemm_ms}, {"attention", b.attention_ms}, {"lm_head", b.lm_head_ms},
+                              {"sampling", b.sampling_ms}, {"rest", b.rest_ms}};
+    j["layer_gemm_gops"] = b.gemm_gops;
+  }
+  return j;
 }
 
 void print_bench_table(const BenchArgs& a, const diffucoder::ModelInfo& c, const diffucoder::GenerationConfig& p,
@@ -286,6 +351,18 @@ void print_bench_table(const BenchArgs& a, const diffucoder::ModelInfo& c, const
   std::printf("| tokens/s | %.2f |\n", n.tokens_per_s);
   std::printf("| forward GFLOP/s | %.1f (%.0f%% of the %.1f GFLOP/s bf16 GEMM peak) |\n", n.gflops,
               n.peak > 0 ? 100 * n.gflops / n.peak : 0.0, n.peak);
+  if (n.int8_peak > 0) std::printf("| int8 GEMM peak | %.1f GOP/s |\n", n.int8_peak);
+  std::printf("| rows per forward | %.1f |\n", n.rows_per_forward);
+  if (n.breakdown) {
+    const StepBreakdown& b = *n.breakdown;
+    // The integer kernels' yardstick for q8 / q4 weights, the bf16 one for the rest.
+    const bool int8 = (a.weights == "q8" || a.weights == "q4") && n.int8_peak > 0;
+    const double yardstick = int8 ? n.int8_peak : n.peak;
+    std::printf("| ms per step: layers' GEMMs / attention / lm_head / sampling / rest | %.2f / %.2f / %.2f / %.2f / %.2f |\n",
+                b.gemm_ms, b.attention_ms, b.lm_head_ms, b.sampling_ms, b.rest_ms);
+    std::printf("| layers' GEMMs | %.1f GOP/s (%.0f%% of the %s peak) |\n", b.gemm_gops,
+                yardstick > 0 ? 100 * b.gemm_gops / yardstick : 0.0, int8 ? "int8" : "bf16");
+  }
   std::printf("| peak RSS | %.2f GB |\n", peak_rss_bytes() / 1e9);
 }
 
@@ -302,19 +379,31 @@ int run_bench(const BenchArgs& a) {
   if (!config.ok()) return report(config.status());
   const auto prompts = random_prompts(a, model.info().n_vocab, *config->mask_token_id);
 
-  const bool cpu_peak = !a.no_peak && !on_device;  // the CPU's GEMM peak: meaningless on a device
-  if (cpu_peak) std::fprintf(stderr, "bench: measuring the bf16 GEMM peak...\n");
-  const double peak = cpu_peak ? measure_bf16_gemm_peak_gflops(&api::thread_pool(model)) : 0.0;
+  Peaks peaks;  // the CPU's GEMM peaks: meaningless on a device
+  if (!a.no_peak && !on_device) {
+    std::fprintf(stderr, "bench: measuring the bf16 and int8 GEMM peaks...\n");
+    peaks.bf16_gflops = measure_bf16_gemm_peak_gflops(&api::thread_pool(model));
+    peaks.int8_gops = measure_int8_gemm_peak_gops(&api::thread_pool(model));
+  }
 
   GenerationTiming timing;
+  Profiler profiler;
+  if (a.profile) api::set_profiler(model, &profiler);
   diffucoder::Result<diffucoder::Generation> out = time_generation(a, model, prompts, *config, &timing);
+  api::set_profiler(model, nullptr);
   if (!out.ok() && out.status().code() != diffucoder::StatusCode::kCancelled) return report(out.status());
-  const BenchNumbers n = bench_numbers(a, model, timing, load_ms, peak, out.ok());
+  BenchNumbers n = bench_numbers(a, model, timing, load_ms, peaks, out.ok());
+  if (a.profile) n.breakdown = step_breakdown(profiler, model.info(), timing);
   if (a.json) {
     std::printf("%s\n", bench_json(a, model.info(), *config, n, out).dump(2).c_str());
     return 0;
   }
   print_bench_table(a, model.info(), *config, n);
+  if (a.profile) {
+    double total_ms = 0;
+    for (double ms : timing.step_ms) total_ms += ms;
+    print_profile(profiler, n.steps_run, total_ms / 1e3);
+  }
   return 0;
 }
 
@@ -369,7 +458,10 @@ RunFn add_bench_command(CLI::App& app) {
   add_bench_train_options(cmd, train.get());
   require_finite_floats(cmd);
   return [a, train, steps] {
-    if (!train->enabled) return run_bench(*a);
+    if (!train->enabled) {
+      a->profile = train->profile;  // (--profile is registered with the --train options)
+      return run_bench(*a);
+    }
     if (!a->lora.empty()) return usage_error(invalid_argument("--lora: bench --train trains the checkpoint itself, not an adapter"));
     BenchTrainArgs t = *train;
     t.model_dir = a->model_dir, t.shape = a->shape, t.prompt_len = a->prompt_len, t.batch = a->batch;

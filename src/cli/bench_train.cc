@@ -49,23 +49,6 @@ struct StepRecord {
   int64_t n_out = 0;  // loss rows (masked positions) of the batch
 };
 
-// The --profile table: every timed path (exclusive of its nested scopes) per step, longest first, with
-// its share of the whole step (forward, backward, loss, the optimizer's passes, the gradient norm, masking;
-// what no scope covers — the loss's logits buffer, the metrics line — is the rest).
-void print_profile(const Profiler& profiler, int steps, double step_total) {
-  std::vector<std::pair<std::string, Profiler::Entry>> rows(profiler.entries().begin(), profiler.entries().end());
-  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
-  std::printf("\n| phase (exclusive of the phases nested in it) | ms/step | calls/step | %% of the step |\n|---|---|---|---|\n");
-  double covered = 0;
-  for (const auto& [path, e] : rows) {
-    covered += e.seconds;
-    std::printf("| %s | %.1f | %.0f | %.1f |\n", path.c_str(), 1e3 * e.seconds / steps, double(e.calls) / steps,
-                step_total > 0 ? 100 * e.seconds / step_total : 0.0);
-  }
-  std::printf("| (the rest of the step) | %.1f | | %.1f |\n", 1e3 * (step_total - covered) / steps,
-              step_total > 0 ? 100 * (step_total - covered) / step_total : 0.0);
-}
-
 Status check_args(const BenchTrainArgs& a) {
   if (a.model_dir.empty() == a.shape.empty()) return invalid_argument("give exactly one of --model DIR or --shape NAME");
   if (a.seq_len < 2) return invalid_argument("--seq-len must be at least 2 (got " + std::to_string(a.seq_len) + ")");
@@ -89,6 +72,22 @@ Status check_args(const BenchTrainArgs& a) {
 
 }  // namespace
 
+// (--train: forward, backward, loss, the optimizer's passes, the gradient norm, masking; what no scope covers —
+// the loss's logits buffer, the metrics line — is the rest.)
+void print_profile(const Profiler& profiler, int steps, double step_total) {
+  std::vector<std::pair<std::string, Profiler::Entry>> rows(profiler.entries().begin(), profiler.entries().end());
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+  std::printf("\n| phase (exclusive of the phases nested in it) | ms/step | calls/step | %% of the step |\n|---|---|---|---|\n");
+  double covered = 0;
+  for (const auto& [path, e] : rows) {
+    covered += e.seconds;
+    std::printf("| %s | %.1f | %.0f | %.1f |\n", path.c_str(), 1e3 * e.seconds / steps, double(e.calls) / steps,
+                step_total > 0 ? 100 * e.seconds / step_total : 0.0);
+  }
+  std::printf("| (the rest of the step) | %.1f | | %.1f |\n", 1e3 * (step_total - covered) / steps,
+              step_total > 0 ? 100 * (step_total - covered) / step_total : 0.0);
+}
+
 void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
   cmd->add_flag("--train", a->enabled,
                 "Time masked-diffusion optimizer steps (AdamW; --precision bf16 mixed by default, or f32) instead of generation; uses --model/--shape, "
@@ -108,8 +107,9 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* a) {
   cmd->add_option("--lora-targets", a->lora_targets, "--train --lora-r: all-linear, or a comma list of q_proj,...,down_proj")
       ->capture_default_str();
   cmd->add_flag("--profile", a->profile,
-                "--train: time every op of the timed steps (forward, backward, loss, optimizer) and print the "
-                "per-phase table (cheap timers, off by default)");
+                "Time every op and print the per-phase table (cheap timers, off by default); generation: also a "
+                "step's time split into the layers' GEMMs, attention, the lm_head, the sampling and the rest; --train: "
+                "of the timed steps (forward, backward, loss, optimizer)");
 }
 
 namespace {

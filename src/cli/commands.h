@@ -11,6 +11,9 @@
 namespace CLI {
 class App;
 }
+namespace dc {
+class Profiler;
+}
 
 namespace dc::cli {
 
@@ -74,5 +77,8 @@ void add_bench_train_options(CLI::App* cmd, BenchTrainArgs* args);
 // fits in memory, or a shape whose embedding fits a small device's largest buffer.
 Status check_reshape(const std::string& shape, int64_t layers, int64_t vocab);
 int run_bench_train(const BenchTrainArgs& args);
+// The --profile table (bench_train.cc): every timed path of `profiler` (exclusive of its nested scopes) per step,
+// longest first, with its share of step_total seconds over `steps` steps, and the rest of the steps.
+void print_profile(const Profiler& profiler, int steps, double step_total);
 
 }  // namespace dc::cli

@@ -380,7 +380,9 @@ Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx,
 Result<GenerateOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingParams& params, GenerateHooks hooks) {
   const std::shared_ptr<void> running = begin_generation();  // ctx_ and the weights stay as they are
-  return generate_on_model(*model_, ctx_, max_kv_cache_bytes_, prompts, params, std::move(hooks));
+  Context ctx = ctx_;
+  ctx.profiler = profiler_;
+  return generate_on_model(*model_, ctx, max_kv_cache_bytes_, prompts, params, std::move(hooks));
 }
 
 const LoraWeights* Engine::lora_adapter(const std::string& name) const {

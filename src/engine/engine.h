@@ -163,6 +163,9 @@ class Engine {
   // the tokens it would get alone).
   Result<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                   GenerateHooks hooks = {});
+  // Times the ops of later generate() calls into *profiler (core/profiler.h; null: off, the default): bench's
+  // breakdown of a step. A Profiler is not thread-safe: while one is set, generate from one thread at a time.
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
 
   // Where completions are cut (spec §3.7): with <|dlm_pad|> in the vocabulary (Instruct, cpGRPO) at
   // <|dlm_pad|> and <|im_end|>; otherwise (Base) at the eos token.
@@ -195,6 +198,7 @@ class Engine {
   ThreadPool pool_;
   std::unique_ptr<DeviceBackend> backend_;  // the device of ctx_ (Device::kVulkan), null on the CPU
   Context ctx_;
+  Profiler* profiler_ = nullptr;  // set_profiler's, for generate()
   int64_t max_kv_cache_bytes_ = EngineOptions::kDefaultMaxKvCacheBytes;
   WeightCacheReport weight_cache_report_;
   std::string lora_note_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/profiler.h"
 #include "sampler/filters.h"
 
 namespace dc {
@@ -38,6 +39,7 @@ void CpuHeadSampler::release() {
 Status CpuHeadSampler::logits(int64_t first, int64_t n, float* out) {
   DC_CHECK(first >= 0 && n >= 0 && first + n <= n_rows_, "CpuHeadSampler::logits: rows outside the forward's");
   try {
+    const ProfileScope profile(ctx_, "lm_head");
     model_.lm_head(ctx_, hidden_.data() + first * model_.config().n_embd, n, out, chunk_rows_);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("lm_head: out of memory for the kernels' scratch of " + std::to_string(n) + " rows");
@@ -60,7 +62,11 @@ Status CpuHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> o
       const int64_t e_begin = e;
       while (e < static_cast<int64_t>(rows.size()) && rows[e].hidden_row < c1) ++e;
       if (e == e_begin) continue;  // no position reads this chunk
-      model_.lm_head(ctx_, hidden_.data() + c0 * E, c1 - c0, block, chunk_rows_);
+      {
+        const ProfileScope profile(ctx_, "lm_head");
+        model_.lm_head(ctx_, hidden_.data() + c0 * E, c1 - c0, block, chunk_rows_);
+      }
+      const ProfileScope profile(ctx_, "sampling");
       DC_RETURN_IF_ERROR(sample_head_rows(args, e_begin, e, block, c0, V, ctx_.pool, out));
     }
   } catch (const std::bad_alloc&) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "fixtures.h"
+#include "ops/cpu/quant.h"
 #include "process.h"
 #include "temp_dir.h"
 
@@ -138,11 +139,36 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
   auto on_checkpoint = run_binary("bench --model " + small_model() + " --layers 1 --no-peak");
   EXPECT_EQ(on_checkpoint.exit_code, 2);
   EXPECT_NE(on_checkpoint.err.find("--layers and --vocab change a --shape"), std::string::npos) << on_checkpoint.err;
-  // Block decoding with the dual cache: fewer positions per forward, same JSON.
+  // Block decoding with the dual cache: fewer positions per forward (a block's 8 against the canvas' 24), same JSON.
   auto r = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --no-peak --json --cache dual "
                "--block-length 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["cache"], "dual");
+  const auto dual = nlohmann::json::parse(r.out);
+  EXPECT_EQ(dual["cache"], "dual");
+  EXPECT_EQ(rj["rows_per_forward"].get<double>(), 24.0);
+  EXPECT_LT(dual["rows_per_forward"].get<double>(), 24.0);
+}
+
+// bench --profile: a step's time split into the layers' GEMMs, attention, the lm_head, the sampling and the rest,
+// each measured (> 0: every step runs each) and the rest not negative; the GEMMs' rate, and the int8 GEMM peak
+// beside the bf16 one where the machine has the int8 kernel (AVX-512 VNNI). On a device, refused.
+TEST(Cli, BenchProfileSplitsAStep) {
+  auto r = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 8 --json --threads 2 --weights q8 --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& b = j["step_breakdown_ms"];
+  for (const char* part : {"layer_gemms", "attention", "lm_head", "sampling"}) EXPECT_GT(b[part].get<double>(), 0.0) << part;
+  EXPECT_GE(b["rest"].get<double>(), 0.0);
+  EXPECT_GT(j["layer_gemm_gops"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_gemm_gflops"].get<double>(), 0.0);
+  if (cpu::cpu_has_avx512_vnni()) EXPECT_GT(j["peak_int8_gemm_gops"].get<double>(), 0.0);
+  else EXPECT_EQ(j["peak_int8_gemm_gops"].get<double>(), 0.0);
+  auto plain = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 4 --json --no-peak");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("step_breakdown_ms"));  // timers off by default
+  auto device = run_binary("bench --shape tiny --device vulkan --profile --no-peak");
+  EXPECT_EQ(device.exit_code, 2);
+  EXPECT_NE(device.err.find("--profile"), std::string::npos) << device.err;
 }
 
 TEST(Cli, BenchTrainTimesOptimizerStepsAndRejectsBadShapes) {
