@@ -5,6 +5,7 @@
 #include <diffucoder/diffucoder.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <new>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/help.h"
 #include "core/cpu_level.h"
 
 int main(int argc, char** argv) {
@@ -40,13 +42,19 @@ int main(int argc, char** argv) {
   commands["grpo"] = dc::cli::add_grpo_command(app);
   commands["grpo-loss"] = dc::cli::add_grpo_loss_command(app);
   commands["devices"] = dc::cli::add_devices_command(app);
+  dc::cli::add_help_examples(app);
   dc::Status hub_error;  // --model ORG/NAME not in Hugging Face's cache (cli/common.h)
   dc::cli::resolve_hub_models(app, &hub_error);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    std::fputs(dc::cli::suggest_nearest(app).c_str(), stderr);  // a typo first: it may be why --model is "missing"
     return app.exit(e) == 0 ? 0 : 2;
   }
+  // DIFFUCODER_PARSE_ONLY=1: the command line parsed (flags, values, subcommand), nothing run: how the tests
+  // check the examples of --help and of the docs.
+  if (const char* parse_only = std::getenv("DIFFUCODER_PARSE_ONLY"); parse_only != nullptr && std::string(parse_only) == "1")
+    return 0;
   if (!hub_error.ok()) return dc::cli::report(hub_error);
   // DC_CPU_LEVEL (the kernels' cap) misspelt: a usage error before any work, not a silent baseline run.
   if (dc::Status s = dc::check_cpu_level_env(); !s.ok()) return dc::cli::usage_error(s);

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Keeps the docs true (a ctest test, `check_docs`): every relative link of README.md, BENCHMARKS.md and docs/*.md
+points at a file that exists, and every flag a `diffucoder <command> ...` line of them names (in a code block
+or an inline code span) is one that `diffucoder <command> --help` lists. Prints each broken link and unknown
+flag with its file and line; exits 1 if there is any.
+
+Usage: scripts/check_docs.py BINARY [SOURCE_DIR]
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+COMMAND = re.compile(r"\bdiffucoder ([a-z][a-z-]*)\b([^`]*)")
+FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def help_flags(binary, command, cache):
+    """The long flags `diffucoder COMMAND --help` lists (None: not a subcommand)."""
+    if command not in cache:
+        r = subprocess.run([binary, command, "--help"], capture_output=True, text=True)
+        cache[command] = set(FLAG.findall(r.stdout)) | {"--help"} if r.returncode == 0 else None
+    return cache[command]
+
+
+def code_texts(lines):
+    """(line number, text) of every code-block line and every inline code span."""
+    fenced = False
+    for n, line in enumerate(lines, 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            yield n, line
+        else:
+            for span in CODE_SPAN.findall(line):
+                yield n, span
+
+
+def check_file(path, root, binary, cache):
+    problems = []
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+                continue  # a URL or an anchor in the same page
+            file_part = target.split("#", 1)[0]
+            if file_part and not (path.parent / file_part).exists():
+                problems.append(f"{path.relative_to(root)}:{n}: link to a missing file: {target}")
+    for n, code in code_texts(lines):
+        for command, rest in COMMAND.findall(code):
+            flags = help_flags(binary, command, cache)
+            if flags is None:
+                continue  # "diffucoder is ...": not a command line
+            for flag in FLAG.findall(rest.split("|&")[0]):
+                if flag not in flags:
+                    problems.append(f"{path.relative_to(root)}:{n}: `diffucoder {command}` has no flag {flag}")
+    return problems
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    binary = sys.argv[1]
+    root = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else pathlib.Path(__file__).resolve().parent.parent)
+    files = [root / "README.md", root / "BENCHMARKS.md"] + sorted((root / "docs").glob("*.md"))
+    cache = {}
+    problems = [p for f in files for p in check_file(f, root, binary, cache)]
+    for p in problems:
+        print(p)
+    print(f"check_docs: {len(files)} files, {len(problems)} problems", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
