@@ -81,8 +81,8 @@ Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, 
   return forward_checked(ctx, b, nullptr, logits, observer, train);
 }
 
-Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* hidden) const {
-  return forward_checked(ctx, b, hidden, nullptr, nullptr, nullptr);
+Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* hidden, Activations* train) const {
+  return forward_checked(ctx, b, hidden, nullptr, nullptr, train);
 }
 
 Status Model::record_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const {
@@ -148,8 +148,7 @@ void Model::lm_head(const Context& ctx, const float* hidden, int64_t n, float* l
 
 Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float* hidden, float* logits,
                                 const ForwardObserver* observer, Activations* train) const {
-  if (train != nullptr || observer != nullptr)
-    return invalid_argument("forward: training and the debug observer run on the CPU only (--device cpu)");
+  if (observer != nullptr) return invalid_argument("forward: the debug observer runs on the CPU only (--device cpu)");
   const int64_t E = config_.n_embd, V = config_.n_vocab;
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
@@ -158,7 +157,7 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
   float* rows = logits != nullptr ? device_floats(ctx, "forward.hidden", b.n_out * E) : hidden;  // [n_out, E]
   float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
   DC_RETURN_IF_ERROR(device_status(ctx));
-  Status s = forward_body(ctx, b, rows, nullptr, nullptr);
+  Status s = forward_body(ctx, b, rows, nullptr, train);
   if (s.ok() && logits != nullptr && b.n_out > 0) {
     lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
     ctx.backend->copy_out("forward.logits", as_device(out), logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
@@ -216,7 +215,7 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
   if (train != nullptr) {  // training mode: the forward writes the activations backward needs into *train
-    train->resize(c.n_layer, T, E, q_dim, kv_dim, F, D / 2, b.n_out);
+    DC_RETURN_IF_ERROR(train->resize(ctx, c.n_layer, T, E, q_dim, kv_dim, F, b.n_out));
     train->n_batch = b.n_batch, train->n_seq = L;
     train->tokens = tokens, train->cos = cos, train->sin = sin;
     if (b.valid != nullptr) train->valid.assign(b.valid, b.valid + T);
@@ -253,19 +252,19 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   for (int64_t il = 0; il < c.n_layer; ++il) {
     // With recomputation only the layer's input is kept; the rest goes to the one scratch layer.
     LayerActivations* act = train ? (train->recompute ? &train->scratch : &train->layers[il]) : nullptr;
-    if (train) std::copy_n(h, T * E, train->layers[il].x.begin());
+    if (train) copy_floats(ctx, h, T * E, train->layers[il].x);
     LayerPass pass{&batch, T, cos_at, sin_at, h, a, observer};
-    pass.a1 = act ? act->a1.data() : a;
-    pass.q = act ? act->q.data() : q;
+    pass.a1 = act ? act->a1 : a;
+    pass.q = act ? act->q : q;
     // A refresh computes K/V straight into the cache (same [n_batch, L, kv_dim] layout).
-    pass.k = refresh ? cache->k(il) : act ? act->k.data() : k_own;
-    pass.v = refresh ? cache->v(il) : act ? act->v.data() : v_own;
-    pass.attn = act ? act->attn.data() : attn;
-    pass.h_mid = act ? act->h_mid.data() : nullptr;
-    pass.a2 = act ? act->a2.data() : a;
-    pass.gate = act ? act->gate.data() : gate;
-    pass.up = act ? act->up.data() : up;
-    pass.act = act ? act->act.data() : gate;  // silu(gate)·up (in place on gate when not training)
+    pass.k = refresh ? cache->k(il) : act ? act->k : k_own;
+    pass.v = refresh ? cache->v(il) : act ? act->v : v_own;
+    pass.attn = act ? act->attn : attn;
+    pass.h_mid = act ? act->h_mid : nullptr;
+    pass.a2 = act ? act->a2 : a;
+    pass.gate = act ? act->gate : gate;
+    pass.up = act ? act->up : up;
+    pass.act = act ? act->act : gate;  // silu(gate)·up (in place on gate when not training)
     pass.lora_u = act ? &act->lora_u : nullptr;
     layer_forward(ctx, il, pass);
   }
@@ -273,9 +272,9 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   if (b.n_out == 0) return Status();
   float* rows = hidden;  // [n_out, E]: only the rows whose logits are wanted
   gather_rows(ctx, h, E, out_index_at, b.n_out, rows);
-  if (train) std::copy_n(rows, b.n_out * E, train->final_x.begin());
+  if (train) copy_floats(ctx, rows, b.n_out * E, train->final_x);
   rms_norm(ctx, rows, weights_.output_norm.data(), b.n_out, E, eps, rows);
-  if (train) std::copy_n(rows, b.n_out * E, train->final_norm.begin());
+  if (train) copy_floats(ctx, rows, b.n_out * E, train->final_norm);
   observe("output_norm", rows, {b.n_out, E});
   return Status();
 }
@@ -325,7 +324,7 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
     add_inplace(ctx, p.h, p.tmp, T * E);
   }
   observe("attn_residual", p.h, {T, E});
-  if (p.h_mid != nullptr) std::copy_n(p.h, T * E, p.h_mid);
+  if (p.h_mid != nullptr) copy_floats(ctx, p.h, T * E, p.h_mid);
   rms_norm(ctx, p.h, l.ffn_norm.data(), T, E, eps, p.a2);
   observe("ffn_norm", p.a2, {T, E});
   project(p.a2, l.w_gate, nullptr, p.gate, kLoraGate);

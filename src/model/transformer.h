@@ -102,7 +102,8 @@ class Model {
   // parallel sections).
   //
   // Training mode (train != nullptr; the whole sequence, no cache): also writes into *train the
-  // activations backward() needs (model/activations.h). Same results as without.
+  // activations backward() needs (model/activations.h), in ctx's memory (a device's on a device: the
+  // forward's logits still come back to `logits`). Same results as without on the CPU.
   Status forward(const Context& ctx, const ForwardBatch& batch, float* logits,
                  const ForwardObserver* observer = nullptr, Activations* train = nullptr) const;
 
@@ -113,8 +114,9 @@ class Model {
   // forward() without the lm_head: writes the final-normed hidden rows of batch.out_rows to hidden[n_out,
   // n_embd] (the lm_head's input), where ctx's ops read it: host memory on the CPU, a device pointer on a
   // device (DeviceMemory of the caller's; the rows stay there). Same checks, errors and thread safety as
-  // forward(); no training mode.
-  Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const;
+  // forward(), and its training mode (`train`): a device trainer runs the lm_head and the loss on the rows
+  // where they are (train/device_sft.h).
+  Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden, Activations* train = nullptr) const;
 
   // forward_hidden of a device step whose caller runs it together with what it records next (the lm_head
   // and the sampling of the same step: one submission, engine/device_head_sampler.h): records the forward
@@ -176,15 +178,18 @@ class Model {
   // workspace's), then the lm_head into `logits` unless it is null; out of memory → resource_exhausted.
   Status forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
                          const ForwardObserver* observer, Activations* train) const;
-  // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
-  // resource_exhausted).
   // forward_checked on a device (ctx.device != kCpu): records forward_body and the lm_head into the
-  // backend, runs them and downloads the logits (forward_hidden: leaves the rows in `hidden`, device memory).
-  // No training or observer.
+  // backend, runs them and downloads the logits (forward_hidden: leaves the rows in `hidden`, device memory);
+  // training mode keeps the activations in device memory. No observer.
   Status forward_on_device(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
                            const ForwardObserver* observer, Activations* train) const;
+  // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
+  // resource_exhausted).
   Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
                       Activations* train) const;
+  // backward() on a device (ctx.device != kCpu): records backward_body into ctx.backend and runs it.
+  Status backward_on_device(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
+                            GradWrite write) const;
   // grads null: a frozen base (backward_lora); lora / lora_grads: the adapters and their gradients, or null.
   Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans* grads,
                        const LoraWeights* lora, const LoraGrads* lora_grads, const ModelWeights* transposed,

@@ -9,6 +9,7 @@
 #include "model/lora_project.h"
 #include "model/transformer.h"
 #include "ops/attention.h"
+#include "ops/device.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 
@@ -17,6 +18,7 @@ namespace dc {
 Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                        const ModelWeights* transposed, GradWrite write) const {
   const ProfileScope profile(ctx, "backward");
+  if (ctx.device != Device::kCpu) return backward_on_device(ctx, acts, dlogits, grads, write);
   Workspace own_workspace;  // without ctx.workspace, this call's scratch (freed on return)
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
@@ -29,17 +31,26 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
   }
 }
 
+Status Model::backward_on_device(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
+                                GradWrite write) const {
+  if (grads.on_layer_done || grads.on_head_done)
+    return invalid_argument("backward: the per-layer gradient hooks (ZeRO-2 over ranks) run on the CPU only; a device's "
+                            "backward writes the whole gradients (one device per process for now)");
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  DC_RETURN_IF_ERROR(ctx.backend->begin());
+  DC_RETURN_IF_ERROR(backward_body(ctx, acts, dlogits, &grads, nullptr, nullptr, nullptr, write));
+  return ctx.backend->finish();
+}
+
 namespace {
 
 // kOverwrite: zeroes the gradients no product overwrites: the norm weights' (their backward adds, row by
 // row) and an untied embedding table's (a scatter of the token rows; tied, the lm_head's dW writes it first).
 void zero_added_grads(const Context& ctx, const ModelConfig& c, const ModelSpans& grads) {
   const ProfileScope profile(ctx, "zero the added gradients");
-  for (const LayerSpans& g : grads.layers) {
-    std::fill(g.attn_norm.begin(), g.attn_norm.end(), 0.0f);
-    std::fill(g.ffn_norm.begin(), g.ffn_norm.end(), 0.0f);
-  }
-  std::fill(grads.output_norm.begin(), grads.output_norm.end(), 0.0f);
+  auto zero = [&](std::span<float> g) { zero_fill(ctx, g.data(), static_cast<int64_t>(g.size())); };
+  for (const LayerSpans& g : grads.layers) zero(g.attn_norm), zero(g.ffn_norm);
+  zero(grads.output_norm);
   if (c.tie_word_embeddings) return;
   zero_fill(ctx, grads.tok_embd.data(), static_cast<int64_t>(grads.tok_embd.size()));
 }
@@ -49,6 +60,8 @@ void zero_added_grads(const Context& ctx, const ModelConfig& c, const ModelSpans
 Status Model::backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
                             const LoraGrads& grads, const ModelWeights* transposed) const {
   const ProfileScope profile(ctx, "backward");
+  if (ctx.device != Device::kCpu)
+    return invalid_argument("backward_lora: LoRA adapters train on the CPU only (--device cpu)");
   if (lora.layers.size() != weights_.layers.size() || grads.layers.size() != weights_.layers.size())
     return invalid_argument("backward_lora: the adapters or their gradients are not shaped like this model's layers");
   Workspace own_workspace;
@@ -87,40 +100,51 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     visit_tensors(config_, weights_, [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
                                          const VectorView*) { quantized = quantized || (m != nullptr && m->quantized()); });
   if (quantized) return invalid_argument("backward: quantized weights cannot be trained (train LoRA adapters over them)");
-  const uint8_t* valid = acts.valid.empty() ? nullptr : acts.valid.data();
-  if (base && write == GradWrite::kOverwrite) zero_added_grads(ctx, c, grads);
+  if (acts.device() != ctx.device)
+    return invalid_argument("backward: the activations were saved on another device than this backward's");
+  // The forward's inputs where the ops read them (uploaded on a device).
+  const uint8_t* valid = device_copy(ctx, "backward.valid", acts.valid.empty() ? nullptr : acts.valid.data(), T);
+  const int32_t* tokens = device_copy(ctx, "backward.tokens", acts.tokens.data(), T);
+  const float* cos = device_copy(ctx, "backward.cos", acts.cos.data(), T * D / 2);
+  const float* sin = device_copy(ctx, "backward.sin", acts.sin.data(), T * D / 2);
+  std::vector<int32_t> out_rows(acts.out_rows.begin(), acts.out_rows.end());  // [n_out] (each < T)
+  const int32_t* out_rows_at = device_copy(ctx, "backward.out_rows", out_rows.data(), n_out);
   std::vector<float> norm_sink(base ? 0 : E);  // a frozen base: the norm weights' gradients, discarded
 
-  // The backward's buffers live in ctx.workspace (the trainer's: kept between steps, no allocation and
-  // no page faults per step); each is written before it is read (the first product into it overwrites it),
-  // dh zeroed here.
-  Workspace& ws = *ctx.workspace;
-  float* dh = ws.floats("backward.dh", T * E);  // [T, E] ∂loss/∂(residual stream)
-  std::fill_n(dh, T * E, 0.0f);
-  {  // lm_head and the final norm, on the n_out rows only
-    std::vector<float> dnorm(n_out * E, 0.0f), dx(n_out * E, 0.0f);
-    matmul_nt_backward(ctx, acts.final_norm.data(), n_out, weights_.output, dlogits, dnorm.data(),
-                       at(grads.output), nullptr, transposed != nullptr && !transposed->output.empty() ? &transposed->output : nullptr, write);
-    rms_norm_backward(ctx, acts.final_x.data(), weights_.output_norm.data(), dnorm.data(), n_out, E, eps, dx.data(),
+  // The backward's buffers live in ctx.workspace on the CPU (the trainer's: kept between steps, no
+  // allocation and no page faults per step), in the device's named buffers on a device; each is written
+  // before it is read (the first product into it overwrites it), dh and the head's dx zeroed here.
+  float* dh = device_floats(ctx, "backward.dh", T * E);              // [T, E] ∂loss/∂(residual stream)
+  float* dnorm = device_floats(ctx, "backward.dnorm", n_out * E);    // [n_out, E] ∂loss/∂final_norm
+  float* dfinal = device_floats(ctx, "backward.dfinal", n_out * E);  // [n_out, E] ∂loss/∂final_x
+  float* dbig1 = device_floats(ctx, "backward.dbig1", T * F);        // [T, F]
+  float* dbig2 = device_floats(ctx, "backward.dbig2", T * F);        // [T, F]
+  float* da = device_floats(ctx, "backward.da", T * E);              // [T, E]
+  float* dq = device_floats(ctx, "backward.dq", T * q_dim);          // [T, H*D]
+  float* dattn = device_floats(ctx, "backward.dattn", T * q_dim);    // [T, H*D]
+  float* dk = device_floats(ctx, "backward.dk", T * kv_dim);         // [T, Hkv*D]
+  float* dv = device_floats(ctx, "backward.dv", T * kv_dim);         // [T, Hkv*D]
+  float* h_re = device_floats(ctx, "backward.h_re", acts.recompute ? T * E : 0);      // [T, E]
+  float* tmp_re = device_floats(ctx, "backward.tmp_re", acts.recompute ? T * E : 0);  // [T, E]
+  DC_RETURN_IF_ERROR(device_status(ctx));
+  if (base && write == GradWrite::kOverwrite) zero_added_grads(ctx, c, grads);
+  zero_fill(ctx, dh, T * E);
+  if (n_out > 0) {  // lm_head and the final norm, on the n_out rows only
+    zero_fill(ctx, dfinal, n_out * E);
+    matmul_nt_backward(ctx, acts.final_norm, n_out, weights_.output, dlogits, dnorm, at(grads.output), nullptr,
+                       transposed != nullptr && !transposed->output.empty() ? &transposed->output : nullptr, write,
+                       GradWrite::kOverwrite);
+    rms_norm_backward(ctx, acts.final_x, weights_.output_norm.data(), dnorm, n_out, E, eps, dfinal,
                       base ? grads.output_norm.data() : norm_sink.data());
-    for (int64_t r = 0; r < n_out; ++r) {  // rows may repeat: add in order
-      float* dst = dh + acts.out_rows[r] * E;
-      for (int64_t t = 0; t < E; ++t) dst[t] += dx[r * E + t];
-    }
+    // dh[out_rows[r]] += dfinal[r], rows in order (they may repeat): the embedding's scatter-add.
+    embedding_backward(ctx, out_rows_at, n_out, dfinal, E, dh);
+  } else if (base && write == GradWrite::kOverwrite) {  // no rows: the lm_head's gradient is zero
+    zero_fill(ctx, grads.output.data(), static_cast<int64_t>(grads.output.size()));
   }
   if (grads.on_head_done) DC_RETURN_IF_ERROR(grads.on_head_done());
-  float* dbig1 = ws.floats("backward.dbig1", T * F);      // [T, F]
-  float* dbig2 = ws.floats("backward.dbig2", T * F);      // [T, F]
-  float* da = ws.floats("backward.da", T * E);            // [T, E]
-  float* dq = ws.floats("backward.dq", T * q_dim);        // [T, H*D]
-  float* dattn = ws.floats("backward.dattn", T * q_dim);  // [T, H*D]
-  float* dk = ws.floats("backward.dk", T * kv_dim);       // [T, Hkv*D]
-  float* dv = ws.floats("backward.dv", T * kv_dim);       // [T, Hkv*D]
   const AttentionShape shape{B, L, c.n_head, c.n_head_kv, D};
   ForwardBatch whole;  // what the training forward ran on: every position, no cache
   whole.n_batch = B, whole.n_seq = L, whole.valid = valid, whole.lora = lora;
-  float* h_re = ws.floats("backward.h_re", acts.recompute ? T * E : 0);      // [T, E]
-  float* tmp_re = ws.floats("backward.tmp_re", acts.recompute ? T * E : 0);  // [T, E]
   for (int64_t il = c.n_layer - 1; il >= 0; --il) {
     const LayerWeights& l = weights_.layers[il];
     const LayerSpans g = base ? grads.layers[il] : LayerSpans{};
@@ -131,42 +155,42 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     };
     if (acts.recompute) {  // gradient checkpointing: run the layer again from its saved input
       LayerActivations& s = acts.scratch;
-      std::copy(acts.layers[il].x.begin(), acts.layers[il].x.end(), s.x.begin());
-      std::copy(s.x.begin(), s.x.end(), h_re);
-      LayerPass pass{&whole, T, acts.cos.data(), acts.sin.data(), h_re, tmp_re, nullptr};
-      pass.a1 = s.a1.data(), pass.q = s.q.data(), pass.k = s.k.data(), pass.v = s.v.data();
-      pass.attn = s.attn.data(), pass.h_mid = s.h_mid.data(), pass.a2 = s.a2.data();
-      pass.gate = s.gate.data(), pass.up = s.up.data(), pass.act = s.act.data(), pass.lora_u = &s.lora_u;
+      copy_floats(ctx, acts.layers[il].x, T * E, s.x);
+      copy_floats(ctx, s.x, T * E, h_re);
+      LayerPass pass{&whole, T, cos, sin, h_re, tmp_re, nullptr};
+      pass.a1 = s.a1, pass.q = s.q, pass.k = s.k, pass.v = s.v;
+      pass.attn = s.attn, pass.h_mid = s.h_mid, pass.a2 = s.a2;
+      pass.gate = s.gate, pass.up = s.up, pass.act = s.act, pass.lora_u = &s.lora_u;
       layer_forward(ctx, il, pass);
     }
     const LayerActivations& a = acts.recompute ? acts.scratch : acts.layers[il];
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
     constexpr GradWrite kFirst = GradWrite::kOverwrite;  // the first product into dbig1 / da / dattn writes it
     // Each projection's backward with its LoRA adapter's, if any (x: the projection's saved input).
-    auto proj = [&](const std::vector<float>& x, const WeightView& w, WeightView LayerWeights::*m, const float* dy,
+    auto proj = [&](const float* x, const WeightView& w, WeightView LayerWeights::*m, const float* dy,
                     float* dx, std::span<float> dw, std::span<float> dbias, GradWrite dx_write, int t) {
       const LoraGradMatrix* lg = lora_grads != nullptr ? &lora_grads->layers[il][t] : nullptr;
-      lora_project_backward(ctx, x.data(), T, w, dy, dx, at(dw), base && !dbias.empty() ? dbias.data() : nullptr, wt(m),
+      lora_project_backward(ctx, x, T, w, dy, dx, at(dw), base && !dbias.empty() ? dbias.data() : nullptr, wt(m),
                             write, dx_write, LoraSite{lora, il, t}, a.lora_u[t], lg);
     };
     // MLP: h_out = h_mid + act·W_downᵀ, act = silu(gate)·up, gate/up = a2·W_{gate,up}ᵀ, a2 = norm(h_mid)
     proj(a.act, l.w_down, &LayerWeights::w_down, dh, dbig1, g.w_down, {}, kFirst, kLoraDown);
-    swiglu_backward(ctx, a.gate.data(), a.up.data(), dbig1, T * F, dbig1, dbig2);
+    swiglu_backward(ctx, a.gate, a.up, dbig1, T * F, dbig1, dbig2);
     proj(a.a2, l.w_gate, &LayerWeights::w_gate, dbig1, da, g.w_gate, {}, kFirst, kLoraGate);
     proj(a.a2, l.w_up, &LayerWeights::w_up, dbig2, da, g.w_up, {}, GradWrite::kAdd, kLoraUp);
-    rms_norm_backward(ctx, a.h_mid.data(), l.ffn_norm.data(), da, T, E, eps, dh, base ? g.ffn_norm.data() : norm_sink.data());
+    rms_norm_backward(ctx, a.h_mid, l.ffn_norm.data(), da, T, E, eps, dh, base ? g.ffn_norm.data() : norm_sink.data());
     // Attention: h_mid = x + attn·W_oᵀ
     proj(a.attn, l.wo, &LayerWeights::wo, dh, dattn, g.wo, {}, kFirst, kLoraO);
-    attention_backward(ctx, shape, a.q.data(), a.k.data(), a.v.data(), valid, a.attn.data(), dattn, dq, dk, dv);
-    rope_backward(ctx, dq, T, c.n_head, D, acts.cos.data(), acts.sin.data());
-    rope_backward(ctx, dk, T, c.n_head_kv, D, acts.cos.data(), acts.sin.data());
+    attention_backward(ctx, shape, a.q, a.k, a.v, valid, a.attn, dattn, dq, dk, dv);
+    rope_backward(ctx, dq, T, c.n_head, D, cos, sin);
+    rope_backward(ctx, dk, T, c.n_head_kv, D, cos, sin);
     proj(a.a1, l.wq, &LayerWeights::wq, dq, da, g.wq, g.bq, kFirst, kLoraQ);
     proj(a.a1, l.wk, &LayerWeights::wk, dk, da, g.wk, g.bk, GradWrite::kAdd, kLoraK);
     proj(a.a1, l.wv, &LayerWeights::wv, dv, da, g.wv, g.bv, GradWrite::kAdd, kLoraV);
-    rms_norm_backward(ctx, a.x.data(), l.attn_norm.data(), da, T, E, eps, dh, base ? g.attn_norm.data() : norm_sink.data());
+    rms_norm_backward(ctx, a.x, l.attn_norm.data(), da, T, E, eps, dh, base ? g.attn_norm.data() : norm_sink.data());
     if (grads.on_layer_done) DC_RETURN_IF_ERROR(grads.on_layer_done(il));
   }
-  if (base) embedding_backward(ctx, acts.tokens.data(), T, dh, E, grads.tok_embd.data());
+  if (base) embedding_backward(ctx, tokens, T, dh, E, grads.tok_embd.data());
   return Status();
 }
 

@@ -147,6 +147,10 @@ class DeviceBackend {
   virtual Status add_vector(const float* v, int64_t n, const std::string& name) = 0;
   // Ok when the device's attention takes head_dim (checked at upload; the error names head_dim and why).
   virtual Status check_head_dim(int64_t head_dim) const = 0;
+  // The device copy of an uploaded f32 weight (a dense f32 add_matrix, or add_vector), named by its host data
+  // pointer, as a writable device operand: what a device optimizer updates in place, and every later op reads.
+  // Errors: never uploaded, or stored in another dtype (kInvalidArgument, naming `name`).
+  virtual Result<DevicePtr<float>> weight_memory(const void* host, const std::string& name) = 0;
   // `bytes` of device memory of the caller's (not reused by later forwards), named `what` in errors
   // (kResourceExhausted when the device has too little). Called inside a forward (lock() held).
   virtual Result<std::unique_ptr<DeviceMemory>> allocate(int64_t bytes, const std::string& what) = 0;
@@ -174,6 +178,9 @@ class DeviceBackend {
   virtual void rope_apply(DeviceOut x, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) = 0;
   virtual void swiglu(DeviceIn gate, DeviceIn up, int64_t count, DeviceOut out) = 0;
   virtual void add_inplace(DeviceOut y, DeviceIn x, int64_t count) = 0;
+  // ops/elementwise.h copy_floats and zero_fill: y[count] = x[count] (bit for bit), y[count] = 0.
+  virtual void copy(DeviceIn x, int64_t count, DeviceOut y) = 0;
+  virtual void zero_fill(DeviceOut y, int64_t count) = 0;
   // matmul_nt with the element-wise pass after it in the product's store (ops/matmul.h matmul_nt_residual,
   // matmul_nt_swiglu): h[n, w.rows] += x · wᵀ; out[n, w.rows] = silu(gate) · (x · wᵀ) (out may be gate).
   virtual void matmul_nt_residual(DeviceIn x, int64_t n, const WeightView& w, DeviceOut h) = 0;

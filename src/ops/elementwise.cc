@@ -83,8 +83,26 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
 
 void zero_fill(const Context& ctx, float* y, int64_t count) {
   DC_CHECK(y && count >= 0, "zero_fill: bad arguments");
-  if (ctx.reference_kernels) return cpu::zero_fill(ctx.pool, y, count);
-  cpu::zero_fill_fast(ctx.pool, y, count);
+  if (count == 0) return;
+  switch (ctx.device) {
+    case Device::kCpu:
+      if (ctx.reference_kernels) return cpu::zero_fill(ctx.pool, y, count);
+      return cpu::zero_fill_fast(ctx.pool, y, count);
+    case Device::kVulkan:
+      return ctx.backend->zero_fill(as_device(y), count);
+  }
+}
+
+void copy_floats(const Context& ctx, const float* x, int64_t count, float* y) {
+  DC_CHECK(x && y && count >= 0, "copy_floats: bad arguments");
+  if (count == 0) return;
+  switch (ctx.device) {
+    case Device::kCpu:
+      std::copy_n(x, count, y);
+      return;
+    case Device::kVulkan:
+      return ctx.backend->copy(as_device(x), count, as_device(y));
+  }
 }
 
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out) {

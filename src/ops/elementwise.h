@@ -27,9 +27,12 @@ void swiglu(const Context& ctx, const float* gate, const float* up, int64_t coun
 // y[count] += x[count].
 void add_inplace(const Context& ctx, float* y, const float* x, int64_t count);
 
-// y[count] = 0 in host memory (any device): for large buffers written now and read much later (a
-// gradient the backward scatters into), with streaming stores, so y's lines are not read first.
+// y[count] = 0 where ctx's ops write (on the CPU with streaming stores, so y's lines are not read first:
+// for large buffers written now and read much later, a gradient the backward scatters into).
 void zero_fill(const Context& ctx, float* y, int64_t count);
+
+// y[count] = x[count], bit for bit (the training forward's saved activations); y must not overlap x.
+void copy_floats(const Context& ctx, const float* x, int64_t count, float* y);
 
 // out[n, table.cols] = table[ids[i]] as f32. Precondition: 0 <= ids[i] < table.rows.
 void embedding(const Context& ctx, const WeightView& table, const int32_t* ids, int64_t n, float* out);

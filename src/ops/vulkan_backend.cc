@@ -114,6 +114,26 @@ class VulkanBackend final : public DeviceBackend {
     return vk::check_attention_head_dim(head_dim, rt_->info().max_shared_bytes);
   }
 
+  Result<DevicePtr<float>> weight_memory(const void* host, const std::string& name) override {
+    vk::Buffer* buffer = nullptr;
+    if (auto m = matrices_.find(host); m != matrices_.end()) {
+      if (m->second.dtype != DType::kF32 || m->second.quant != WeightQuant::kNone)
+        return invalid_argument(name + ": the device holds it in " + dtype_name(m->second.dtype) + "; training updates f32 weights");
+      buffer = &m->second.data;
+    } else if (auto v = vectors_.find(static_cast<const float*>(host)); v != vectors_.end()) {
+      buffer = &v->second;
+    } else {
+      return invalid_argument(name + ": never uploaded to " + this->name() + " (Model::to_device)");
+    }
+    const std::lock_guard<std::mutex> guard(table_mutex_);
+    auto [it, fresh] = weight_slots_.try_emplace(host, 0);
+    if (fresh) {
+      it->second = new_slot();
+      table_[it->second] = buffer;
+    }
+    return DevicePtr<float>::from_handle(uint64_t{it->second + 1} << kAddressShift);
+  }
+
   Result<std::unique_ptr<DeviceMemory>> allocate(int64_t bytes, const std::string& what) override {
     DC_ASSIGN_OR_RETURN(vk::Buffer b, rt_->alloc((bytes + 3) / 4 * 4, what));
     const std::lock_guard<std::mutex> guard(table_mutex_);
@@ -252,6 +272,12 @@ class VulkanBackend final : public DeviceBackend {
   }
   void add_inplace(DeviceOut y, DeviceIn x, int64_t count) override {
     if (recording()) keep(vk::add_inplace(*seq_, at(y), at(x), count));
+  }
+  void copy(DeviceIn x, int64_t count, DeviceOut y) override {
+    if (recording()) keep(vk::copy(*seq_, at(x), count, at(y)));
+  }
+  void zero_fill(DeviceOut y, int64_t count) override {
+    if (recording()) keep(vk::zero_fill(*seq_, at(y), count));
   }
   void embedding(const WeightView& table, DevicePtr<const int32_t> ids, int64_t n, DeviceOut out) override {
     if (recording()) keep(vk::gather_rows(*seq_, matrix(table), at(ids), n, at(out)));
@@ -437,6 +463,7 @@ class VulkanBackend final : public DeviceBackend {
   std::vector<vk::Buffer*> table_;                  // DevicePtr handle (slot + 1) << 40 → buffer (null: free)
   std::vector<size_t> free_slots_, released_;
   std::unordered_map<size_t, vk::Buffer> owned_;    // allocate()'s buffers, by slot
+  std::unordered_map<const void*, size_t> weight_slots_;  // weight_memory's slots, by the host data pointer
   std::deque<vk::Buffer> arena_;                    // the forward's named buffers
   std::unordered_map<std::string, size_t> slots_;  // name → slot
   vk::Buffer invalid_;                              // empty: what at() gives for a pointer not of this device

@@ -253,6 +253,22 @@ Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count) {
   return seq.record({"elementwise", {1}, {&y, &x, &y}, {u32(count)}, stride_groups(count, 256)});
 }
 
+Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y) {
+  const char* op = "vulkan copy";
+  DC_RETURN_IF_ERROR(positive(count, op, "count"));
+  DC_RETURN_IF_ERROR(need(x, count * 4, op, "x"));
+  DC_RETURN_IF_ERROR(need(y, count * 4, op, "y"));
+  if (&x == &y) return invalid_argument(std::string(op) + ": y is x");
+  return seq.record({"fill", {0}, {&x, &y}, {u32(count)}, stride_groups(count, 256)});
+}
+
+Status zero_fill(Sequence& seq, Buffer& y, int64_t count) {
+  const char* op = "vulkan zero_fill";
+  DC_RETURN_IF_ERROR(positive(count, op, "count"));
+  DC_RETURN_IF_ERROR(need(y, count * 4, op, "y"));
+  return seq.record({"fill", {1}, {&y, &y}, {u32(count)}, stride_groups(count, 256)});
+}
+
 Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
                 int64_t cols, Buffer& cache) {
   const char* op = "vulkan kv_store";

@@ -19,45 +19,16 @@
 #include "model/kv_cache.h"
 #include "model/synthetic.h"
 #include "model/transformer.h"
+#include "padded_batch.h"
 #include "random_adapter.h"
 #include "sampler/generate.h"
 #include "temp_dir.h"
+#include "vulkan_test_config.h"
 
 namespace dc {
 namespace {
 
 constexpr double kTolerance = 1e-4;
-
-// A left-padded batch of `B` rows of L positions (row r has r pad positions on the left, its real
-// positions numbered from 0), ids drawn from [0, n_vocab), every real row's logits asked for.
-struct Batch {
-  int64_t B = 0, L = 0;
-  std::vector<int32_t> tokens, positions;
-  std::vector<uint8_t> valid;
-  std::vector<int64_t> rows;
-  ForwardBatch view() const {
-    ForwardBatch b;
-    b.n_batch = B, b.n_seq = L;
-    b.tokens = tokens.data(), b.positions = positions.data(), b.valid = valid.data();
-    b.out_rows = rows.data(), b.n_out = static_cast<int64_t>(rows.size());
-    return b;
-  }
-};
-
-Batch left_padded(int64_t B, int64_t L, int64_t n_vocab, uint32_t seed) {
-  Batch k;
-  k.B = B, k.L = L;
-  for (int64_t r = 0; r < B; ++r)
-    for (int64_t i = 0; i < L; ++i) {
-      const bool real = i >= r;
-      seed = seed * 1664525u + 1013904223u;
-      k.tokens.push_back(static_cast<int32_t>((seed >> 8) % n_vocab));
-      k.positions.push_back(real ? static_cast<int32_t>(i - r) : 0);
-      k.valid.push_back(real ? 1 : 0);
-      if (real) k.rows.push_back(r * L + i);
-    }
-  return k;
-}
 
 // An engine over `model` on device 0, or a test failure.
 std::unique_ptr<Engine> on_vulkan(std::unique_ptr<Model> model) {
@@ -125,10 +96,7 @@ void for_each_short_case(
 TEST(ForwardVulkan, SyntheticShapesMatchTheCpu) {
   struct Shape { int64_t n_head, n_head_kv, head_dim; const char* weights; };
   for (const Shape& s : {Shape{4, 4, 16, "bf16"}, Shape{4, 2, 32, "q8"}, Shape{2, 1, 64, "q4"}, Shape{2, 2, 128, "bf16"}}) {
-    ModelConfig c = synthetic_config("tiny").value();
-    c.n_head = s.n_head, c.n_head_kv = s.n_head_kv, c.head_dim = s.head_dim;
-    c.n_embd = s.n_head * s.head_dim, c.n_ff = 2 * c.n_embd + 32, c.n_vocab = 300;
-    c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+    const ModelConfig c = testing::vulkan_test_config(s.n_head, s.n_head_kv, s.head_dim, 2 * s.n_head * s.head_dim + 32);
     QuantizeOptions quantize;
     quantize.format = std::string(s.weights) == "q8" ? WeightQuant::kQ8 : WeightQuant::kQ4;
     quantize.group_size = 32;
@@ -259,10 +227,7 @@ TEST(ForwardVulkan, MergedLoraAdapterMatchesTheCpu) {
 TEST(ForwardVulkan, CachedForwardMatchesTheCpu) {
   struct Shape { int64_t n_head, n_head_kv, head_dim; };
   for (const Shape& s : {Shape{4, 2, 32}, Shape{2, 1, 64}}) {
-    ModelConfig c = synthetic_config("tiny").value();
-    c.n_head = s.n_head, c.n_head_kv = s.n_head_kv, c.head_dim = s.head_dim;
-    c.n_embd = s.n_head * s.head_dim, c.n_ff = 2 * c.n_embd + 32, c.n_vocab = 300;
-    c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
+    const ModelConfig c = testing::vulkan_test_config(s.n_head, s.n_head_kv, s.head_dim, 2 * s.n_head * s.head_dim + 32);
     ThreadPool pool(2);
     auto cpu_model = make_synthetic_model(c, 11, &pool).value();
     auto device = on_vulkan(make_synthetic_model(c, 11, &pool).value());

@@ -16,16 +16,14 @@
 #include "kernel_test_util.h"
 #include "model/synthetic.h"
 #include "synthetic_pair.h"
+#include "vulkan_test_config.h"
 
 namespace dc {
 namespace {
 
 // The tests' model: GQA (2 heads of 32, 1 KV head), a vocabulary of 300.
 ModelConfig head_test_config() {
-  ModelConfig c = synthetic_config("tiny").value();
-  c.n_head = 2, c.n_head_kv = 1, c.head_dim = 32, c.n_embd = 64, c.n_ff = 160, c.n_vocab = 300;
-  c.mask_token_id = 298, c.pad_token_id = c.eos_token_id = c.bos_token_id = 299;
-  return c;
+  return testing::vulkan_test_config(2, 1, 32, 160);
 }
 
 TEST(DeviceHeadSampler, EqualsTheCpuSampler) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,40 @@ TEST(VulkanTrainingOps, ScratchGrownWithinAForwardKeepsItsFirstUse) {
   const Status s = b.finish();
   ASSERT_TRUE(s.ok()) << s.to_string();
   for (size_t i = 0; i < want.size(); ++i) expect_close(want[i], got[i], 1e-5, "call " + std::to_string(i));
+}
+
+// copy_floats and zero_fill on the device (the training forward's saved activations, the backward's zeroed
+// accumulators): the copy is bit for bit, denormals, −0 and NaN payloads included; the fill writes +0 over
+// every value of the count and nothing past it.
+TEST(VulkanTrainingOps, CopyIsBitExactAndZeroFillZeroes) {
+  auto opened = open_vulkan_backend(0);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  DeviceBackend& b = **opened;
+  Context dev;
+  dev.device = Device::kVulkan, dev.backend = &b;
+  const int64_t n = 1000;
+  std::vector<float> x = random_floats(9, n);
+  const uint32_t odd[] = {0x00000001u, 0x80000000u, 0x7fc01234u, 0xffbfffffu, 0x007fffffu};  // denormals, −0, NaNs
+  for (size_t i = 0; i < std::size(odd); ++i) std::memcpy(&x[i * 7], &odd[i], 4);
+  const std::vector<float> ones(n, 1.0f);
+  std::vector<float> copied(n), zeroed(n);
+  const auto lock = b.lock();
+  ASSERT_TRUE(b.begin().ok());
+  DeviceVectors d{b, {}};
+  float* d_x = d.in(x);
+  float* d_y = device_floats(dev, "y", n);
+  float* d_z = d.in(ones);
+  copy_floats(dev, d_x, n, d_y);
+  zero_fill(dev, d_z, n - 3);
+  d.out(d_y, copied), d.out(d_z, zeroed);
+  const Status s = b.finish();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(0, std::memcmp(x.data(), copied.data(), n * sizeof(float)));
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &zeroed[i], 4);
+    ASSERT_EQ(bits, i < n - 3 ? 0u : 0x3f800000u) << "index " << i;
+  }
 }
 
 }  // namespace

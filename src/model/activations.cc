@@ -1,0 +1,62 @@
+// Activations' storage (model/activations.h): host vectors on the CPU, DeviceMemory on a device, one per
+// saved tensor, reused across steps while large enough.
+#include "model/activations.h"
+
+#include "ops/device.h"
+
+namespace dc {
+
+Activations::Activations() = default;
+Activations::~Activations() = default;
+Activations::Activations(Activations&&) noexcept = default;
+Activations& Activations::operator=(Activations&&) noexcept = default;
+
+Status Activations::resize(const Context& ctx, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim,
+                           int64_t F, int64_t n_out) {
+  if (ctx.device != device_) {  // the other device's buffers go
+    host_.clear(), device_memory_.clear(), device_sizes_.clear();
+    device_ = ctx.device;
+  }
+  size_t slot = 0;  // the fields in a fixed order, so that each reuses its storage of the last step
+  Status status;
+  // Field `slot`'s storage of n floats (nullptr for none; the memory given back).
+  auto take = [&](int64_t n) -> float* {
+    const size_t i = slot++;
+    if (ctx.device == Device::kCpu) {
+      if (host_.size() <= i) host_.resize(i + 1);
+      std::vector<float>& v = host_[i];
+      v.resize(n);
+      if (n == 0) v.shrink_to_fit();
+      return n > 0 ? v.data() : nullptr;
+    }
+    if (device_memory_.size() <= i) device_memory_.resize(i + 1), device_sizes_.resize(i + 1, 0);
+    if (n == 0) {
+      device_memory_[i].reset(), device_sizes_[i] = 0;
+      return nullptr;
+    }
+    if (device_sizes_[i] < n) {
+      device_memory_[i].reset(), device_sizes_[i] = 0;
+      if (!status.ok()) return nullptr;
+      auto memory = ctx.backend->allocate(n * static_cast<int64_t>(sizeof(float)), "the training activations");
+      if (!memory.ok()) {
+        status = memory.status();
+        return nullptr;
+      }
+      device_memory_[i] = std::move(memory).value(), device_sizes_[i] = n;
+    }
+    return as_operand(device_memory_[i]->data());
+  };
+  // x of n_x rows, the rest of n rows.
+  auto size = [&](LayerActivations& l, int64_t n_x, int64_t n) {
+    l.x = take(n_x * E), l.a1 = take(n * E), l.q = take(n * q_dim), l.k = take(n * kv_dim), l.v = take(n * kv_dim);
+    l.attn = take(n * q_dim), l.h_mid = take(n * E), l.a2 = take(n * E);
+    l.gate = take(n * F), l.up = take(n * F), l.act = take(n * F);
+  };
+  layers.resize(n_layer);
+  for (LayerActivations& l : layers) size(l, T, recompute ? 0 : T);
+  size(scratch, recompute ? T : 0, recompute ? T : 0);
+  final_x = take(n_out * E), final_norm = take(n_out * E);
+  return status;
+}
+
+}  // namespace dc
