@@ -454,6 +454,10 @@ struct TrainConfig {
   int32_t pad_token_id = -1;           // the canvas fill: this id, or below 0 <|dlm_pad|> (else config's pad_token_id)
   std::string precision = "bf16";      // "bf16" (mixed: f32 master weights, bf16 GEMMs) | "f32"
   bool grad_checkpointing = false;
+  // Where the steps run: "cpu", "vulkan" (device 0) or "vulkan:N". On a device the weights, gradients, Adam
+  // moments and activations stay in its memory (only the batch goes in and the loss and gradient norm come
+  // back), in f32; one process, full fine-tuning (LoRA and ranks are refused there for now).
+  std::string device = "cpu";
   // LoRA (lora_r > 0): train adapters over the frozen base as it is stored (bf16, or a q8 / q4 conversion for a
   // QLoRA-style run); only their A and B are trained and checkpoints are PEFT adapters (docs/lora.md).
   int64_t lora_r = 0;

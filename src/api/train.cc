@@ -15,12 +15,14 @@
 #include "core/thread_pool.h"
 #include "gguf/model_source.h"
 #include "model/params.h"
+#include "ops/device.h"
 #include "train/trainer.h"
 
 namespace diffucoder {
 
 struct Trainer::Impl {
   std::unique_ptr<dc::ThreadPool> pool;  // before the trainer, which keeps a Context pointing at it
+  std::unique_ptr<dc::DeviceBackend> backend;  // TrainConfig::device's (null: the CPU); before the trainer too
   std::unique_ptr<dc::train::Trainer> trainer;
   dc::dist::Comm* comm = nullptr;        // TrainConfig::ranks' (null: this process alone)
   int64_t steps_here = 0;                // step() calls that succeeded in this process
@@ -154,11 +156,17 @@ Result<std::unique_ptr<Trainer>> Trainer::Impl::create(const TrainConfig& c, dc:
     dc::Context ctx;
     ctx.pool = impl->pool.get();
     ctx.profiler = profiler;
+    DC_ASSIGN_OR_RETURN(const dc::DeviceSpec device, dc::parse_device(c.device));
+    if (device.device != dc::Device::kCpu) {
+      DC_ASSIGN_OR_RETURN(impl->backend, dc::open_vulkan_backend(device.index));
+      ctx.device = device.device, ctx.backend = impl->backend.get();
+    }
     DC_ASSIGN_OR_RETURN(impl->trainer, make_trainer(c, o, ctx));
     const dc::ModelConfig& config = impl->trainer->config();
     impl->info = dc::api::model_info(config);
     impl->info.precision = impl->trainer->precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
     impl->info.threads = impl->pool->n_threads();
+    if (impl->backend != nullptr) impl->info.device = impl->backend->name();
     impl->parameters = dc::api::count_values(config);
     return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
   }());

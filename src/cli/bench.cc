@@ -463,6 +463,9 @@ RunFn add_bench_command(CLI::App& app) {
       return run_bench(*a);
     }
     if (!a->lora.empty()) return usage_error(invalid_argument("--lora: bench --train trains the checkpoint itself, not an adapter"));
+    if (a->device != "cpu")  // never timed on the CPU under a device's name
+      return usage_error(invalid_argument("--device " + a->device + ": bench --train times the CPU's step only for now "
+                                          "(train --device runs the steps on a device; its benchmark is not written yet)"));
     BenchTrainArgs t = *train;
     t.model_dir = a->model_dir, t.shape = a->shape, t.prompt_len = a->prompt_len, t.batch = a->batch;
     t.layers = a->layers, t.vocab = a->vocab;

@@ -45,11 +45,11 @@ int run_train(TrainArgs& a, diffucoder::Ranks& ranks) {
   if (!a.quiet) {
     const diffucoder::TrainDataCounts data = t.data_counts();
     std::fprintf(stderr,
-                 "train: %lld sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld; %s; "
+                 "train: %lld sequences of %lld tokens (%lld skipped, %lld truncated); %lld steps from step %lld; %s on %s; "
                  "%d rank%s (%s)\n",
                  (long long)data.sequences, (long long)c.seq_len, (long long)data.skipped, (long long)data.truncated,
                  (long long)c.steps, (long long)t.steps_done(),
-                 t.precision() == "bf16" ? "bf16 mixed precision" : "f32", ranks.size(),
+                 t.precision() == "bf16" ? "bf16 mixed precision" : "f32", t.info().device.c_str(), ranks.size(),
                  ranks.size() > 1 ? (c.lora_r > 0 ? "s, the adapters' gradients summed" : "s, ZeRO-sharded optimizer state") : "",
                  ranks.backend().c_str());
     if (c.lora_r > 0)
@@ -158,6 +158,9 @@ RunFn add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--instruct-template", o.instruct_template,
                 "Wrap {\"prompt\"} in the DiffuCoder-Instruct chat format and end completions with <|im_end|>");
+  cmd->add_option("--device", o.device,
+                  "Where the steps run: cpu | vulkan | vulkan:N (`diffucoder devices`; f32, one process, no LoRA)")
+      ->capture_default_str();
   cmd->add_flag("--grad-checkpointing", o.grad_checkpointing,
                 "Keep only each layer's input and recompute the layer in the backward (less memory, ~1/3 more compute)");
   add_lora_flags(cmd, {&o.lora_r, &o.lora_alpha, &o.lora_targets, &o.lora_dropout});

@@ -312,15 +312,16 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
     s.skip_cause = skip_cause(loss, s.grad_norm);
     if (s.skip_cause.empty()) adamw_step(params_, grads_, m_, v_, state_.step + 1, s.lr, options_.adam, ctx.pool);
   }
+  // The bf16 copies still hold the unchanged weights after a skip: the next refresh keeps them (sharded, the
+  // masters outside this rank's shard may already be given back and must not be re-laid from).
+  if (!s.skip_cause.empty() && mixed != nullptr) mixed->mark_written();
+  return count_step(std::move(s));
+}
+
+OptimizerStepStats OptimizerCore::count_step(OptimizerStepStats s) {
   s.skipped = !s.skip_cause.empty();
-  if (s.skipped) {
-    // The bf16 copies still hold the unchanged weights: the next refresh keeps them (sharded, the masters
-    // outside this rank's shard may already be given back and must not be re-laid from).
-    if (mixed != nullptr) mixed->mark_written();
-    ++consecutive_skips_, ++state_.skipped_steps;
-  } else {
-    consecutive_skips_ = 0;
-  }
+  if (s.skipped) ++consecutive_skips_, ++state_.skipped_steps;
+  else consecutive_skips_ = 0;
   s.step = ++state_.step;
   return s;
 }

@@ -16,6 +16,7 @@
 #include "io/atomic_dir.h"
 #include "gguf/model_source.h"
 #include "io/checkpoint.h"
+#include "ops/device.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
 #include "tokenizer/tokenizer.h"
@@ -253,8 +254,27 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_model(const TrainOptions& 
   return finish_setup(std::move(t), std::move(data), "");
 }
 
+namespace {
+
+// What a device run refuses (it is never run on the CPU instead) and what it changes: the precision to f32.
+Status check_device_run(TrainOptions& o, const Context& ctx) {
+  const std::string where = "--device (" + ctx.backend->name() + ")";
+  if (o.lora.r > 0)
+    return invalid_argument(where + ": LoRA adapters (--lora-r) train on the CPU only for now; use --device cpu");
+  if (o.comm != nullptr && o.comm->size() > 1)
+    return invalid_argument(where + ": data-parallel ranks (mpirun) train on the CPU only for now; run one process");
+  if (o.precision == MatmulPrecision::kBF16)
+    dc::log(LogLevel::kInfo, "train on " + ctx.backend->name() + ": f32 throughout (the device's backward has no bf16 "
+                             "matrix-unit path yet)");
+  o.precision = MatmulPrecision::kF32;
+  return Status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> t, Dataset data,
                                                        const std::string& latest) {
+  if (t->ctx_.device != Device::kCpu) DC_RETURN_IF_ERROR(check_device_run(t->opt_, t->ctx_));
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): training in f32");
@@ -341,6 +361,10 @@ Result<StepStats> Trainer::step_or_throw() {
   // Views of the master weights (and their bf16 copies), which AdamW updates in place: built once.
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
+  const bool device = ctx_.device != Device::kCpu;
+  if (device && device_ == nullptr) {
+    DC_ASSIGN_OR_RETURN(device_, DeviceSft::start(ctx_, *model_, core_));
+  }
   if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
   else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients
   TrainState& state = this->state();
@@ -368,6 +392,8 @@ Result<StepStats> Trainer::step_or_throw() {
       adapters.dropout_key = hash_counters(state.seed, 0x6c6f7261, static_cast<uint64_t>(state.step * opt_.grad_accum + micro));
       DC_ASSIGN_OR_RETURN(loss, loss_and_lora_grads(ctx_, *model_, batch, scale, adapters, lora_core_.grads(), acts_,
                                                     bf16_backward(ctx_) ? &lora_transposed_ : nullptr, &times));
+    } else if (device) {
+      DC_ASSIGN_OR_RETURN(loss, device_->loss_and_grads(ctx_, *model_, batch, scale, acts_, write, &times));
     } else {
       DC_ASSIGN_OR_RETURN(loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
                                                mixed ? &mixed_.transposed() : nullptr, &times, write));
@@ -387,7 +413,12 @@ Result<StepStats> Trainer::step_or_throw() {
     s.loss = sum[0], s.tokens = static_cast<int64_t>(sum[1]), s.loss_rows = static_cast<int64_t>(sum[2]);
   }
   const auto t_opt = std::chrono::steady_clock::now();
-  const OptimizerStepStats o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+  OptimizerStepStats o;
+  if (device) {
+    DC_ASSIGN_OR_RETURN(o, device_->step(ctx_, core_, s.loss));
+  } else {
+    o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+  }
   const int64_t in_a_row = lora ? lora_core_.consecutive_skips() : core_.consecutive_skips();
   s.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm, s.skipped = o.skipped;
@@ -404,6 +435,7 @@ Result<StepStats> Trainer::step_or_throw() {
 Status Trainer::save() {
   if (opt_.out_dir.empty()) return invalid_argument("save: the trainer has no output directory (TrainOptions::out_dir)");
   if (opt_.model_dir.empty()) return invalid_argument("save: the trainer has no model directory to copy the config from");
+  DC_RETURN_IF_ERROR(sync_to_host());
   if (opt_.lora.r > 0) DC_RETURN_IF_ERROR(lora_core_.save(opt_.out_dir, opt_.model_dir).status());
   else DC_RETURN_IF_ERROR(core_.save(opt_.out_dir, opt_.model_dir).status());
   if (opt_.comm != nullptr && opt_.comm->rank() != 0) return Status();  // rank 0 draws the plot
@@ -414,6 +446,8 @@ Status Trainer::save() {
   if (ec) return io_error("cannot rename " + svg + ".tmp: " + ec.message());
   return Status();
 }
+
+Status Trainer::sync_to_host() { return device_ != nullptr ? device_->sync_to_host(ctx_, core_) : Status(); }
 
 std::string loss_plot_svg(const std::vector<StepStats>& history) {
   std::vector<double> steps, losses;

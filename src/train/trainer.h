@@ -1,6 +1,7 @@
-// Trainer: masked-diffusion fine-tuning of a Dream / DiffuCoder checkpoint on CPU in f32 (f32 master
-// weights widened once from the stored dtype): data → noised batches → forward (training mode) →
-// fused cross-entropy → backward → clipping → AdamW, with gradient accumulation, checkpoints and resume.
+// Trainer: masked-diffusion fine-tuning of a Dream / DiffuCoder checkpoint in f32 master weights (widened
+// once from the stored dtype): data → noised batches → forward (training mode) → fused cross-entropy →
+// backward → clipping → AdamW, with gradient accumulation, checkpoints and resume; on the CPU, or with a
+// device Context on that device (train/device_sft.h: one process, full fine-tuning, f32).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/device_sft.h"
 #include "train/lora_core.h"
 #include "train/masked_diffusion.h"
 #include "train/optimizer.h"
@@ -119,6 +121,9 @@ class Trainer {
   // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   // Data parallel: every rank calls it (and step(), whose loss is that of the global batch).
   Status save();
+  // On a device: downloads the weights and moments into params() / optimizer() (save() does it first; between
+  // steps they are those of the last download). On the CPU: nothing.
+  Status sync_to_host();
 
   // Frees the scratch the steps keep for reuse (the forward's activations and the matmul backward's
   // temporaries, e.g. [n_vocab, n_embd] f32 for the lm_head); the next step allocates it again.
@@ -129,7 +134,7 @@ class Trainer {
   MatmulPrecision precision() const { return ctx_.matmul_precision; }  // what the steps run in
   const ModelConfig& config() const { return config_; }
   const Dataset& dataset() const { return data_; }
-  // A full fine-tune's weights and optimizer (empty in a LoRA run).
+  // A full fine-tune's weights and optimizer (empty in a LoRA run); on a device, as of the last sync_to_host().
   const ModelParams& params() const { return core_.params(); }
   const OptimizerCore& optimizer() const { return core_; }
   // A LoRA run (options.lora.r > 0): its adapters and optimizer, else null.
@@ -162,6 +167,7 @@ class Trainer {
   MixedPrecisionWeights mixed_;  // the bf16 copies of this step (precision kBF16)
   std::unique_ptr<Model> model_;  // built at the first step over core_.params() (or mixed_.forward()); LoRA: the base
   LoraCore lora_core_;            // a LoRA run's adapters, gradients and moments
+  std::unique_ptr<DeviceSft> device_;  // on a device (ctx_.device != kCpu): the state and steps there, from the first step
   ModelWeights lora_transposed_;  // LoRA, mixed precision: the packed bf16 base's wᵀ views (empty where none)
   std::string resume_note_;
   std::vector<StepStats> history_;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,13 +41,23 @@ struct DeviceVectors {
   }
 };
 
-TEST(VulkanTrainingOps, FrontEndsDispatchToTheDevice) {
-  auto opened = open_vulkan_backend(0);
-  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
-  DeviceBackend& b = **opened;
+// Device 0's backend (a test failure when there is none) and a Context of it.
+class VulkanTrainingOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opened = open_vulkan_backend(0);
+    ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+    backend_ = std::move(opened).value();
+    dev_.device = Device::kVulkan, dev_.backend = backend_.get();
+  }
+  std::unique_ptr<DeviceBackend> backend_;
+  Context dev_;
+};
+
+TEST_F(VulkanTrainingOps, FrontEndsDispatchToTheDevice) {
+  DeviceBackend& b = *backend_;
+  const Context& dev = dev_;
   Context cpu;
-  Context dev;
-  dev.device = Device::kVulkan, dev.backend = &b;
   const int64_t n = 9, out = 67, in = 42, n_vocab = 101;
   const std::vector<float> w_values = random_floats(1, out * in), norm_w = random_floats(2, in, 0.5f, 1.5f);
   const WeightView w{DType::kF32, w_values.data(), out, in};
@@ -108,12 +119,9 @@ TEST(VulkanTrainingOps, FrontEndsDispatchToTheDevice) {
 
 // A kernel's scratch (rms_norm_backward's r per row, a named forward buffer) asked for again in the same
 // forward with more rows grows while the first call's command still binds the smaller one: both run right.
-TEST(VulkanTrainingOps, ScratchGrownWithinAForwardKeepsItsFirstUse) {
-  auto opened = open_vulkan_backend(0);
-  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
-  DeviceBackend& b = **opened;
-  Context dev;
-  dev.device = Device::kVulkan, dev.backend = &b;
+TEST_F(VulkanTrainingOps, ScratchGrownWithinAForwardKeepsItsFirstUse) {
+  DeviceBackend& b = *backend_;
+  const Context& dev = dev_;
   const int64_t d = 40;
   const std::vector<float> w = random_floats(1, d, 0.5f, 1.5f);
   ASSERT_TRUE(b.add_vector(w.data(), d, "norm").ok());
@@ -137,12 +145,9 @@ TEST(VulkanTrainingOps, ScratchGrownWithinAForwardKeepsItsFirstUse) {
 // copy_floats and zero_fill on the device (the training forward's saved activations, the backward's zeroed
 // accumulators): the copy is bit for bit, denormals, −0 and NaN payloads included; the fill writes +0 over
 // every value of the count and nothing past it.
-TEST(VulkanTrainingOps, CopyIsBitExactAndZeroFillZeroes) {
-  auto opened = open_vulkan_backend(0);
-  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
-  DeviceBackend& b = **opened;
-  Context dev;
-  dev.device = Device::kVulkan, dev.backend = &b;
+TEST_F(VulkanTrainingOps, CopyIsBitExactAndZeroFillZeroes) {
+  DeviceBackend& b = *backend_;
+  const Context& dev = dev_;
   const int64_t n = 1000;
   std::vector<float> x = random_floats(9, n);
   const uint32_t odd[] = {0x00000001u, 0x80000000u, 0x7fc01234u, 0xffbfffffu, 0x007fffffu};  // denormals, −0, NaNs
