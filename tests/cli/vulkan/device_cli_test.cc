@@ -3,6 +3,7 @@
 // top-p on: the filters and the confidences computed on the device). The checkpoint is tiny-vocab (the real
 // 152k vocabulary and the Qwen2 tokenizer) read as 2 heads of 16 (1 KV head): the same tensors, a head size
 // the device's attention takes. Both devices run f32 (--precision f32), so only the device's rounding differs.
+// `train --device vulkan` gives the CPU's loss; what a device run does not support is refused by name.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -145,6 +146,37 @@ TEST(DeviceCli, BenchStepIsOneSubmission) {
     EXPECT_EQ(work["submits"].get<double>(), 1.0) << cache << ": " << work.dump();
     EXPECT_EQ(work["runs"].get<double>(), 1.0) << cache << ": " << work.dump();
   }
+}
+
+// `train --device vulkan` (the SFT step on the device, train/device_sft.h): one step of one sequence of 16
+// tokens gives the CPU's loss, and its checkpoint is written (the device's weights downloaded); what a device
+// run does not support is refused naming the flag: LoRA, and `bench --train` (which would time the CPU).
+TEST(DeviceCli, TrainOnVulkanEqualsTheCpuOrRefusesByName) {
+  dc::test::TempDir dir("vulkan_train");
+  head_dim_16_copy(dir.path());
+  {
+    std::ofstream data(dir.file("data.jsonl"));
+    for (int i = 0; i < 4; ++i)
+      data << R"({"prompt": "def f)" << i << R"((x):", "completion": "    return x * )" << i << R"( + 1\n"})" << "\n";
+  }
+  const std::string common = "train --model " + dir.path() + " --data " + dir.file("data.jsonl") +
+                             " --steps 1 --seq-len 16 --batch-size 1 --lr 1e-3 --precision f32 --threads 2 --quiet";
+  double loss[2] = {0, 0};
+  int i = 0;
+  for (const char* device : {"cpu", "vulkan"}) {
+    const std::string out = dir.file(std::string("out-") + device);
+    const auto r = dc::testing::run_binary(common + " --out " + out + " --device " + device);
+    ASSERT_EQ(r.exit_code, 0) << device << ": " << r.err;
+    loss[i++] = nlohmann::json::parse(r.out)["final_loss"].get<double>();
+    EXPECT_TRUE(fs::exists(fs::path(out) / "checkpoint-000001" / "model.safetensors")) << device;
+  }
+  EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);
+  const auto lora = dc::testing::run_binary(common + " --out " + dir.file("out-lora") + " --device vulkan --lora-r 4");
+  EXPECT_NE(lora.exit_code, 0);
+  EXPECT_NE(lora.err.find("--lora-r"), std::string::npos) << lora.err;
+  const auto bench = dc::testing::run_binary("bench --train --shape tiny --steps 1 --device vulkan");
+  EXPECT_NE(bench.exit_code, 0);
+  EXPECT_NE(bench.err.find("--device"), std::string::npos) << bench.err;
 }
 
 }  // namespace
