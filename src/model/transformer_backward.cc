@@ -55,6 +55,34 @@ void zero_added_grads(const Context& ctx, const ModelConfig& c, const ModelSpans
   zero_fill(ctx, grads.tok_embd.data(), static_cast<int64_t>(grads.tok_embd.size()));
 }
 
+// The backward's buffers: in ctx.workspace on the CPU (the trainer's: kept between steps, no allocation and
+// no page faults per step), the device's named buffers on a device. Each is written before it is read (the
+// first product into it overwrites it); backward_body zeroes dh and dfinal.
+struct BackwardBuffers {
+  float* dh;      // [T, E] ∂loss/∂(residual stream)
+  float* dnorm;   // [n_out, E] ∂loss/∂final_norm
+  float* dfinal;  // [n_out, E] ∂loss/∂final_x
+  float* dbig1;   // [T, F]
+  float* dbig2;   // [T, F]
+  float* da;      // [T, E]
+  float* dq;      // [T, H*D]
+  float* dattn;   // [T, H*D]
+  float* dk;      // [T, Hkv*D]
+  float* dv;      // [T, Hkv*D]
+  float* h_re;    // [T, E] with recompute (else none)
+  float* tmp_re;  // [T, E] with recompute
+};
+
+BackwardBuffers backward_buffers(const Context& ctx, int64_t T, int64_t n_out, int64_t E, int64_t F, int64_t q_dim,
+                                 int64_t kv_dim, bool recompute) {
+  auto get = [&](const char* name, int64_t n) { return device_floats(ctx, name, n); };
+  return {get("backward.dh", T * E),       get("backward.dnorm", n_out * E), get("backward.dfinal", n_out * E),
+          get("backward.dbig1", T * F),    get("backward.dbig2", T * F),     get("backward.da", T * E),
+          get("backward.dq", T * q_dim),   get("backward.dattn", T * q_dim), get("backward.dk", T * kv_dim),
+          get("backward.dv", T * kv_dim),  get("backward.h_re", recompute ? T * E : 0),
+          get("backward.tmp_re", recompute ? T * E : 0)};
+}
+
 }  // namespace
 
 Status Model::backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
@@ -111,21 +139,8 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   const int32_t* out_rows_at = device_copy(ctx, "backward.out_rows", out_rows.data(), n_out);
   std::vector<float> norm_sink(base ? 0 : E);  // a frozen base: the norm weights' gradients, discarded
 
-  // The backward's buffers live in ctx.workspace on the CPU (the trainer's: kept between steps, no
-  // allocation and no page faults per step), in the device's named buffers on a device; each is written
-  // before it is read (the first product into it overwrites it), dh and the head's dx zeroed here.
-  float* dh = device_floats(ctx, "backward.dh", T * E);              // [T, E] ∂loss/∂(residual stream)
-  float* dnorm = device_floats(ctx, "backward.dnorm", n_out * E);    // [n_out, E] ∂loss/∂final_norm
-  float* dfinal = device_floats(ctx, "backward.dfinal", n_out * E);  // [n_out, E] ∂loss/∂final_x
-  float* dbig1 = device_floats(ctx, "backward.dbig1", T * F);        // [T, F]
-  float* dbig2 = device_floats(ctx, "backward.dbig2", T * F);        // [T, F]
-  float* da = device_floats(ctx, "backward.da", T * E);              // [T, E]
-  float* dq = device_floats(ctx, "backward.dq", T * q_dim);          // [T, H*D]
-  float* dattn = device_floats(ctx, "backward.dattn", T * q_dim);    // [T, H*D]
-  float* dk = device_floats(ctx, "backward.dk", T * kv_dim);         // [T, Hkv*D]
-  float* dv = device_floats(ctx, "backward.dv", T * kv_dim);         // [T, Hkv*D]
-  float* h_re = device_floats(ctx, "backward.h_re", acts.recompute ? T * E : 0);      // [T, E]
-  float* tmp_re = device_floats(ctx, "backward.tmp_re", acts.recompute ? T * E : 0);  // [T, E]
+  const auto [dh, dnorm, dfinal, dbig1, dbig2, da, dq, dattn, dk, dv, h_re, tmp_re] =
+      backward_buffers(ctx, T, n_out, E, F, q_dim, kv_dim, acts.recompute);
   DC_RETURN_IF_ERROR(device_status(ctx));
   if (base && write == GradWrite::kOverwrite) zero_added_grads(ctx, c, grads);
   zero_fill(ctx, dh, T * E);
