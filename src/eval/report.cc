@@ -32,7 +32,7 @@ constexpr const char* kStyle =
     ".grid{display:flex;flex-wrap:wrap;gap:2px;margin:.3em 0 1em}"
     ".c{display:inline-block;min-width:2.6em;padding:2px 0;font-size:11px;text-align:center;border-radius:2px}"
     ".all{background:#5cb85c;color:#fff}.none{background:#d9534f;color:#fff}.some{background:#f0ad4e}"
-    ".missing{background:#ddd}.note{color:#666}";
+    ".missing{background:#ddd}.note{color:#666}.kv td{text-align:left}";
 
 // One task's samples in one column.
 struct Cell {
@@ -96,7 +96,7 @@ std::string suite_report_html(const std::vector<SuiteResult>& results, const std
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << html_escape(title)
     << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n<h1>" << html_escape(title) << "</h1>\n";
-  o << "<table>";
+  o << "<table class=\"kv\">";
   for (const auto& [k, v] : about.items())
     o << "<tr><td>" << html_escape(k) << "</td><td>" << html_escape(v.is_string() ? v.get<std::string>() : v.dump())
       << "</td></tr>";
@@ -105,6 +105,9 @@ std::string suite_report_html(const std::vector<SuiteResult>& results, const std
   o << "<th>mean</th></tr><tr><td>this run</td>";
   for (const auto& r : results) o << "<td>" << suite_percent(suite_pass_at_1(r)) << "</td>";
   o << "<td>" << suite_percent(suite_mean(results)) << "</td></tr></table>\n";
+  o << "<p class=\"note\">Each grid has a cell per task: <span class=\"c all\">all</span> every sample passed, "
+       "<span class=\"c some\">some</span> some did, <span class=\"c none\">none</span> none did, "
+       "<span class=\"c missing\">n/a</span> no sample; a cell's tooltip names the task and its failure kinds.</p>\n";
   for (const auto& r : results)
     if (!r.ran) o << "<p class=\"note\">" << html_escape(r.column.column) << ": not run: " << html_escape(r.not_run) << "</p>\n";
   for (const auto& r : results) {

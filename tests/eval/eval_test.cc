@@ -4,22 +4,16 @@
 // the tiny checkpoint (pass rate 0, the honest number for a random model).
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "eval/humaneval.h"
 #include "eval/pass_at_k.h"
 #include "eval/run.h"
 #include "fixtures.h"
+#include "kill_run.h"
 #include "process.h"
 #include "temp_dir.h"
 
@@ -220,27 +214,10 @@ TEST(EvalCli, KilledRunResumesToTheSameTotals) {
 
   // The same run, killed (SIGKILL, no chance to clean up) once it has written some samples.
   const std::string out = dir.file("killed.jsonl");
-  std::vector<std::string> args = {DC_BINARY_PATH, "eval", "--benchmark", kHumanEval, "--completions", dir.file("c.jsonl"),
-                                   "--limit", "20", "--workers", "1", "--quiet", "--json", "--out", out};
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
   // Its in-flight sandbox temp dirs cannot be removed by a killed process: keep them in `dir`.
-  std::filesystem::create_directory(dir.file("tmp"));
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("TMPDIR", dir.file("tmp").c_str(), 1);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1), dup2(devnull, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  for (int i = 0; i < 400; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    if (read_jsonl(out).size() > 10) break;
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  testing::run_and_kill({"eval", "--benchmark", kHumanEval, "--completions", dir.file("c.jsonl"), "--limit", "20",
+                         "--workers", "1", "--quiet", "--json", "--out", out},
+                        dir.file("tmp"), [&] { return read_jsonl(out).size() > 10; });
   const size_t written = read_jsonl(out).size();
   ASSERT_GT(written, 5u);
   ASSERT_LT(written, 41u) << "the run finished before it was killed";

@@ -4,22 +4,16 @@
 // time at temperature 0, and bad flags refused naming them.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <thread>
 
 #include "eval/report.h"
 #include "eval/suite.h"
 #include "fixtures.h"
+#include "kill_run.h"
 #include "process.h"
 #include "sandbox/sandbox.h"
 #include "temp_dir.h"
@@ -171,20 +165,17 @@ TEST(SuiteReport, PaperRowJsonAndHtmlFromKnownResults) {
 
 // ---- the binary, in the sandbox -----------------------------------------------------------------
 
-// A --completions file: the first four HumanEval tasks (HumanEval/1's broken) and MBPP tasks 11-14 (12's broken),
-// each `copies` times.
-void write_completions(const std::string& path, int copies) {
+// A --completions file: the first four HumanEval tasks (HumanEval/1's broken) and MBPP tasks 11-14 (12's broken).
+void write_completions(const std::string& path) {
   std::ofstream out(path);
   auto he = load_tasks(kData + "/humaneval/HumanEval.jsonl.gz");
   auto mbpp = load_tasks(kData + "/mbpp/mbpp.jsonl");
   ASSERT_TRUE(he.ok() && mbpp.ok());
-  for (int s = 0; s < copies; ++s) {
-    for (size_t i = 0; i < 4; ++i) {
-      const Task& t = (*he)[i];
-      out << nlohmann::json{{"task_id", t.task_id}, {"completion", i == 1 ? "    return []\n" : t.canonical_solution}}.dump() << "\n";
-      const Task& m = (*mbpp)[i];
-      out << nlohmann::json{{"task_id", m.task_id}, {"solution", i == 1 ? "def f(): pass\n" : m.canonical_solution}}.dump() << "\n";
-    }
+  for (size_t i = 0; i < 4; ++i) {
+    const Task& t = (*he)[i];
+    out << nlohmann::json{{"task_id", t.task_id}, {"completion", i == 1 ? "    return []\n" : t.canonical_solution}}.dump() << "\n";
+    const Task& m = (*mbpp)[i];
+    out << nlohmann::json{{"task_id", m.task_id}, {"solution", i == 1 ? "def f(): pass\n" : m.canonical_solution}}.dump() << "\n";
   }
 }
 
@@ -206,7 +197,7 @@ void expect_report(const std::string& path, const nlohmann::json& summary) {
 TEST(EvalSuiteCli, CompletionsWriteEveryFileAndThePaperRow) {
   if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
   const test::TempDir dir("suite");
-  write_completions(dir.file("c.jsonl"), 1);
+  write_completions(dir.file("c.jsonl"));
   // MBPP+ is not shipped: a HumanEval+ subset in EvalPlus' format stands in for its file (the plumbing of a
   // given --mbpp-plus; the completions' HumanEval ids are its tasks too).
   {
@@ -255,35 +246,22 @@ TEST(EvalSuiteCli, CompletionsWriteEveryFileAndThePaperRow) {
 TEST(EvalSuiteCli, KilledSuiteResumesToTheSameTotals) {
   if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
   const test::TempDir dir("suite");
-  write_completions(dir.file("c.jsonl"), 2);
+  write_completions(dir.file("c.jsonl"));
   const std::string cache = dir.file("cache");
-  std::vector<std::string> args = {DC_BINARY_PATH, "eval", "--suite", "paper", "--completions", dir.file("c.jsonl"),
-                                   "--limit", "4", "--workers", "1", "--quiet", "--json", "--cache-dir", cache};
+  const std::vector<std::string> args = {"eval", "--suite", "paper", "--completions", dir.file("c.jsonl"), "--limit", "4",
+                                         "--quiet", "--json", "--cache-dir", cache};
   std::string common;
-  for (size_t i = 1; i < args.size(); ++i) common += args[i] + " ";
+  for (const auto& a : args) common += a + " ";
   auto full = testing::run_binary(common + "--out-dir " + dir.file("full"));  // also fills the expected-output cache
   ASSERT_EQ(full.exit_code, 0) << full.err;
 
-  // The same suite, SIGKILLed once HumanEval+'s results file has some samples (HumanEval's is done by then).
+  // The same suite (one worker, so it is caught midway; --workers is not a setting), SIGKILLed once HumanEval+'s
+  // results file has a sample (HumanEval's is done by then).
   const std::string out = dir.file("killed");
-  args.insert(args.end(), {"--out-dir", out});
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::filesystem::create_directory(dir.file("tmp"));  // a killed run's sandbox dirs stay in `dir`
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("TMPDIR", dir.file("tmp").c_str(), 1);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1), dup2(devnull, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  for (int i = 0; i < 800 && count_lines(out + "/humanevalplus.jsonl") < 3; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  ASSERT_GE(count_lines(out + "/humanevalplus.jsonl"), 3u);
+  std::vector<std::string> killed = args;
+  killed.insert(killed.end(), {"--workers", "1", "--out-dir", out});
+  testing::run_and_kill(killed, dir.file("tmp"), [&] { return count_lines(out + "/humanevalplus.jsonl") >= 2; });
+  ASSERT_GE(count_lines(out + "/humanevalplus.jsonl"), 2u);
   ASSERT_FALSE(std::filesystem::exists(out + "/summary.json")) << "the suite finished before it was killed";
   { std::ofstream(out + "/humanevalplus.jsonl", std::ios::app) << R"({"task_id": "HumanEval/3", "sam)"; }
 
@@ -295,7 +273,7 @@ TEST(EvalSuiteCli, KilledSuiteResumesToTheSameTotals) {
     a["benchmarks"][name].erase("results"), b["benchmarks"][name].erase("results");
     EXPECT_EQ(a["benchmarks"][name], b["benchmarks"][name]) << name;
   }
-  for (const char* f : {"humaneval.jsonl", "humanevalplus.jsonl", "mbpp.jsonl"}) EXPECT_EQ(count_lines(out + "/" + f), 9u) << f;
+  for (const char* f : {"humaneval.jsonl", "humanevalplus.jsonl", "mbpp.jsonl"}) EXPECT_EQ(count_lines(out + "/" + f), 5u) << f;
   expect_report(out + "/report.html", nlohmann::json::parse(read(out + "/summary.json")));
 }
 
@@ -348,7 +326,7 @@ TEST(EvalSuiteCli, BatchedTasksGiveTheSamplesOfOneTaskAtATime) {
 
 TEST(EvalSuiteCli, BadFlagsAreRefusedNamingThem) {
   const test::TempDir dir("suite");
-  write_completions(dir.file("c.jsonl"), 1);
+  write_completions(dir.file("c.jsonl"));
   const std::string c = " --completions " + dir.file("c.jsonl") + " --quiet";
   const std::vector<std::tuple<std::string, int, std::string>> cases = {
       {"eval --suite other" + c, 2, "--suite must be paper, not other"},
