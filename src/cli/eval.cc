@@ -301,7 +301,6 @@ Result<EvalContext> make_eval_context(const EvalArgs& a) {
 }
 
 Status load_benchmark(const EvalArgs& a, const std::string& benchmark, EvalTasks& t, nlohmann::json& settings) {
-  t.name = benchmark;
   DC_ASSIGN_OR_RETURN(t.path, benchmark_path(benchmark));
   DC_ASSIGN_OR_RETURN(t.all, eval::load_tasks(t.path));
   t.tasks = t.all;

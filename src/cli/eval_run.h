@@ -36,9 +36,8 @@ struct EvalArgs {
 };
 
 // One benchmark's tasks (the first --limit of them) with indexes by task id; `by_id` and `all_by_id` point into
-// `tasks` and `all`, so an EvalTasks is not copied or moved once loaded (load_eval_tasks fills it in place).
+// `tasks` and `all`, so an EvalTasks is not copied or moved once loaded (load_benchmark fills it in place).
 struct EvalTasks {
-  std::string name;  // --benchmark as given (a shipped name or a file)
   std::string path;  // the benchmark file (a shipped name resolved)
   std::vector<eval::Task> all, tasks;
   std::map<std::string, const eval::Task*> by_id, all_by_id;
