@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CPU numbers of BENCHMARKS.md in one run: the PyTorch reference and `diffucoder bench` side by side
 # on the qwen2.5-0.5b shape (full recompute and the dual cache, f32 and bf16 matmul precision, token drift
-# of the cache against full recompute), then the diffucoder-7b shape in bf16 / q8 / q4 with each cache mode.
+# of the cache against full recompute), then the diffucoder-7b shape in bf16 / q8 / q4 with each cache mode
+# (committed at its default --refresh-every 4).
 # Usage: bench/cpu_compare.sh [OUT_DIR]   (default bench-results/; needs build/diffucoder and Debian torch)
 # Env: TORCH_STEPS (reference steps timed, default 8), BIG_STEPS (7B steps timed, default 6), SKIP_7B=1,
 # SKIP_SMALL=1 (only the 7B runs).
@@ -35,7 +36,7 @@ if [[ "${SKIP_7B:-0}" != 1 ]]; then
   big=(--shape diffucoder-7b --prompt-len 64 --new-tokens 256 --steps 256 --alg entropy --precision bf16
        --max-steps "${BIG_STEPS:-6}" --no-peak)
   for weights in bf16 q8 q4; do
-    for cache in none prefix dual; do
+    for cache in none prefix dual committed; do
       blk=(); [[ $cache != none ]] && blk=(--block-length 32)
       run 7b-$weights-$cache $bin bench "${big[@]}" --weights $weights --cache $cache "${blk[@]}" --json
     done
@@ -50,16 +51,16 @@ def drift(a, b):
     x, y = R[a]["generated"], R[b]["generated"]
     n = sum(len(r) for r in x)
     return sum(p != q for r, s in zip(x, y) for p, q in zip(r, s)) / n if n else float("nan")
-print("| run | ms/step median (p10-p90) | end to end s | tokens/s | GFLOP/s | % of peak | peak RSS GB |")
-print("|---|---|---|---|---|---|---|")
+print("| run | ms/step median (p10-p90) | rows/step | end to end s | tokens/s | GFLOP/s | % of peak | peak RSS GB |")
+print("|---|---|---|---|---|---|---|---|")
 for k in sorted(R):
     j = R[k]
     if k.startswith("torch"):
-        print(f"| {k} | {j['ms_per_step_median']:.1f} | {j['total_ms']/1e3:.1f} (extrapolated) | "
+        print(f"| {k} | {j['ms_per_step_median']:.1f} | | {j['total_ms']/1e3:.1f} (extrapolated) | "
               f"{j['tokens_per_second']:.2f} | | | {j.get('peak_rss_bytes', 0)/1e9:.2f} |")
         continue
     m = j["ms_per_step"]
-    print(f"| {k} | {m['median']:.1f} ({m['p10']:.1f}-{m['p90']:.1f}) | {j['total_ms']/1e3:.1f}"
+    print(f"| {k} | {m['median']:.1f} ({m['p10']:.1f}-{m['p90']:.1f}) | {j['rows_per_step']:.1f} | {j['total_ms']/1e3:.1f}"
           f"{' (extrapolated)' if j['total_extrapolated'] else ''} | {j['tokens_per_second']:.2f} | "
           f"{j['achieved_gflops']:.0f} | {100*j['fraction_of_peak']:.0f} | {j['peak_rss_bytes']/1e9:.2f} |")
 for p in ("f32", "bf16") if any(k.startswith("torch") for k in R) else ():

@@ -210,7 +210,10 @@ struct GenerationConfig {
   std::optional<int32_t> mask_token_id, pad_token_id;  // unset: config.json's
   // Fast-dLLM block decoding, approximate KV cache and parallel decoding (README); all off by default.
   int64_t block_length = 0;
-  std::string cache = "none";       // "none" | "prefix" | "dual"
+  std::string cache = "none";       // "none" | "prefix" | "dual" | "committed" (dual that recomputes only the
+                                    // block's masked and newly committed rows between refreshes; CPU only)
+  int refresh_every = 4;            // cache "committed": every refresh_every-th forward of a block recomputes
+                                    // the whole block (>= 1; 1 = "dual" token for token); unused otherwise
   float threshold = 0.0f, factor = 0.0f;
   bool fast = false;                // Fast-dLLM's defaults (blocks of 32, dual cache, threshold 0.9) for
                                     // whichever of the three are left off

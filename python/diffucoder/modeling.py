@@ -23,7 +23,8 @@ GENERATION_DEFAULTS = dict(max_length=20, max_new_tokens=None, steps=512, eps=1e
                            return_dict_in_generate=False, output_history=False, mask_token_id=None,
                            pad_token_id=None, bos_token_id=None, eos_token_id=None)
 # Extensions: Fast-dLLM block decoding (README), the seed, and stream=True for an iterator over steps.
-EXTENSION_DEFAULTS = dict(block_length=0, cache="none", threshold=0.0, factor=0.0, fast=False, seed=None)
+EXTENSION_DEFAULTS = dict(block_length=0, cache="none", refresh_every=4, threshold=0.0, factor=0.0, fast=False,
+                          seed=None)
 _HOOKS = ("attention_mask", "generation_tokens_hook_func", "generation_logits_hook_func", "stream")
 
 
@@ -57,7 +58,8 @@ def _setting_checks(vocab):
         "bos_token_id": lambda v: _token_id_or_ids("bos_token_id", v, vocab),
         "eos_token_id": lambda v: _token_id_or_ids("eos_token_id", v, vocab),
         "block_length": lambda v: c.integer("block_length", v, 0, INT32_MAX),
-        "cache": lambda v: c.string("cache", v),
+        "cache": lambda v: c.string("cache", v),  # "none" | "prefix" | "dual" | "committed"
+        "refresh_every": lambda v: c.integer("refresh_every", v, 1, INT32_MAX),
         "threshold": lambda v: c.real("threshold", v),
         "factor": lambda v: c.real("factor", v),
         "fast": lambda v: c.boolean("fast", v),
@@ -279,7 +281,8 @@ class _Run:
             "alg_temp": 0.0 if s["alg_temp"] is None else s["alg_temp"], "temperature": s["temperature"],
             "top_p": 1.0 if s["top_p"] is None else s["top_p"], "top_k": 0 if s["top_k"] is None else s["top_k"],
             "num_return_sequences": self.nrs, "seed": _seed(s["seed"]), "output_history": self.history_on,
-            "block_length": s["block_length"], "cache": s["cache"], "threshold": s["threshold"],
+            "block_length": s["block_length"], "cache": s["cache"], "refresh_every": s["refresh_every"],
+            "threshold": s["threshold"],
             "factor": s["factor"], "fast": s["fast"]}
         for key in ("mask_token_id", "pad_token_id"):
             if s[key] is not None:
@@ -383,7 +386,7 @@ class AutoModel:
     forward on a Vulkan device, every cache mode), lora (a PEFT LoRA adapter directory, docs/lora.md) and
     lora_mode ("merged": into the weights at load; "unmerged": the base as it is, the adapter added by every
     forward, CPU only); generation defaults for every call:
-    block_length, cache, threshold, factor, fast, seed."""
+    block_length, cache, refresh_every, threshold, factor, fast, seed."""
 
     @staticmethod
     def from_pretrained(path, *args, torch_dtype=None, trust_remote_code=None, device_map=None, precision=None,

@@ -205,6 +205,7 @@ GenerationConfig config_from(const py::dict& d, const Model& model) {
     else if (key == "pad_token_id") c.pad_token_id = setting<int32_t>(key, v, "an int");
     else if (key == "block_length") c.block_length = setting<int64_t>(key, v, "an int");
     else if (key == "cache") c.cache = setting<std::string>(key, v, "a str");
+    else if (key == "refresh_every") c.refresh_every = setting<int>(key, v, "an int");
     else if (key == "threshold") c.threshold = setting<float>(key, v, "a float");
     else if (key == "factor") c.factor = setting<float>(key, v, "a float");
     else if (key == "fast") c.fast = setting<bool>(key, v, "a bool");

@@ -81,6 +81,7 @@ dc::Result<std::shared_ptr<dc::api::Job>> BatchEngine::Impl::make_job(const Batc
   DC_ASSIGN_OR_RETURN(dc::SamplingParams p, dc::api::sampling_params(engine.default_params(), r.config));
   p.output_history = false;  // a job publishes its steps instead (publish_steps)
   DC_RETURN_IF_ERROR(dc::validate(p, c.n_vocab));
+  DC_RETURN_IF_ERROR(dc::check_cache_on_device(p, engine.backend()));
   if (r.prompt.empty()) return dc::invalid_argument("prompt: empty (no tokens)");
   DC_RETURN_IF_ERROR(dc::check_prompt_ids(r.prompt, c.n_vocab, "prompt"));
   DC_RETURN_IF_ERROR(dc::check_prompt_ids(r.stop_ids, c.n_vocab, "stop_ids"));

@@ -22,6 +22,7 @@ Result<SamplingParams> sampling_params(SamplingParams p, const diffucoder::Gener
   if (c.pad_token_id) p.pad_token_id = *c.pad_token_id;
   p.block_length = c.block_length;
   DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(c.cache));
+  p.refresh_every = c.refresh_every;
   p.threshold = c.threshold;
   p.factor = c.factor;
   if (c.fast) apply_fast_mode(p);
@@ -46,6 +47,7 @@ diffucoder::GenerationConfig generation_config(const SamplingParams& p) {
   c.pad_token_id = p.pad_token_id;
   c.block_length = p.block_length;
   c.cache = cache_mode_name(p.cache);
+  c.refresh_every = p.refresh_every;
   c.threshold = p.threshold;
   c.factor = p.factor;
   return c;

@@ -38,6 +38,7 @@ struct BenchArgs {
   bool json = false, no_peak = false, fast = false, profile = false;
   int64_t block_length = 0;
   std::string cache = "none";
+  int refresh_every = 4;
   float threshold = 0.0f, factor = 0.0f;
   std::string weights = "bf16", precision = "auto", weight_cache, lora, lora_mode = "merged";
   int64_t group_size = 128;
@@ -125,6 +126,7 @@ diffucoder::Result<diffucoder::GenerationConfig> bench_config(const BenchArgs& a
   c.seed = a.seed;
   c.block_length = a.block_length;
   c.cache = a.cache;
+  c.refresh_every = a.refresh_every;
   c.threshold = a.threshold;
   c.factor = a.factor;
   c.fast = a.fast;
@@ -150,7 +152,7 @@ std::vector<std::vector<int32_t>> random_prompts(const BenchArgs& a, int64_t n_v
 struct GenerationTiming {
   std::vector<double> step_ms;  // each step, from on_step to on_step
   double flops = 0, forward_ms = 0;  // the forwards' FLOPs (forward_flops) and their time
-  int64_t forwards = 0, positions = 0;  // the forwards run and the positions they computed over all rows
+  int64_t forwards = 0, positions = 0;  // the forwards run and the positions (GEMM rows) they computed over all rows
   double first_forward_ms = -1;  // from the start of generation to the end of its first forward (-1: none)
   double gen_ms = 0;  // the whole generate()
   // The device's counters at the start and after the first step that ran a forward (which compiles the
@@ -255,8 +257,10 @@ struct Peaks {
 struct BenchNumbers {
   double load_ms = 0, first_forward_ms = -1, median = 0, p10 = 0, p90 = 0, total_ms = 0, tokens_per_s = 0;
   double forward_ms = 0, gflops = 0, peak = 0;  // the forwards' time, their GFLOP/s; the bf16 GEMM peak (0: not measured)
-  double int8_peak = 0;        // the int8 GEMM peak in GOP/s (0: not measured or no VNNI)
-  double rows_per_forward = 0;  // positions computed per forward, over all rows (with a KV cache: the window's)
+  double int8_peak = 0;  // the int8 GEMM peak in GOP/s (0: not measured or no VNNI)
+  double mean = 0;       // ms per step, the mean of the steps timed
+  // Positions computed (GEMM rows, over all batch rows) per step / per forward (with a KV cache: the window's).
+  double rows_per_step = 0, rows_per_forward = 0;
   std::optional<StepBreakdown> breakdown;  // --profile
   int steps_run = 0, threads = 0;  // steps timed; the model's CPU threads
   bool complete = false;  // false: stopped by --max-steps, total_ms extrapolated
@@ -271,10 +275,12 @@ BenchNumbers bench_numbers(const BenchArgs& a, const diffucoder::Model& model, c
   BenchNumbers n;
   n.load_ms = load_ms, n.first_forward_ms = t.first_forward_ms, n.peak = peaks.bf16_gflops, n.complete = complete;
   n.int8_peak = peaks.int8_gops;
-  n.rows_per_forward = t.forwards > 0 ? static_cast<double>(t.positions) / t.forwards : 0.0;
   n.steps_run = static_cast<int>(t.step_ms.size());
   n.threads = model.info().threads;
   n.median = percentile(t.step_ms, 0.5), n.p10 = percentile(t.step_ms, 0.1), n.p90 = percentile(t.step_ms, 0.9);
+  for (double ms : t.step_ms) n.mean += ms / static_cast<double>(t.step_ms.size());
+  n.rows_per_step = n.steps_run > 0 ? static_cast<double>(t.positions) / n.steps_run : 0.0;
+  n.rows_per_forward = t.forwards > 0 ? static_cast<double>(t.positions) / t.forwards : 0.0;
   // With --max-steps the run stops early: the end-to-end time is extrapolated from the mean step.
   n.total_ms = complete ? t.gen_ms : t.gen_ms / std::max(1, n.steps_run) * a.steps;
   n.tokens_per_s = a.batch * a.new_tokens / (n.total_ms / 1e3);
@@ -297,16 +303,18 @@ nlohmann::json bench_json(const BenchArgs& a, const diffucoder::ModelInfo& c, co
       {"model", a.shape.empty() ? a.model_dir : a.shape}, {"layers", c.n_layer}, {"vocab", c.n_vocab},
       {"threads", n.threads},
       {"prompt_len", a.prompt_len}, {"new_tokens", a.new_tokens}, {"steps", a.steps}, {"batch", a.batch},
-      {"alg", a.alg}, {"cache", p.cache}, {"block_length", p.block_length}, {"threshold", p.threshold},
+      {"alg", a.alg}, {"cache", p.cache}, {"refresh_every", p.refresh_every}, {"block_length", p.block_length},
+      {"threshold", p.threshold},
       {"factor", p.factor}, {"weights", a.weights}, {"device", n.device_name},
       {"device_weight_bytes", n.device_weight_bytes},
       {"precision", n.arithmetic}, {"load_ms", n.load_ms}, {"time_to_first_forward_ms", n.load_ms + n.first_forward_ms},
       {"steps_run", n.steps_run}, {"complete", n.complete},
-      {"ms_per_step", {{"median", n.median}, {"p10", n.p10}, {"p90", n.p90}}},
+      {"ms_per_step", {{"median", n.median}, {"p10", n.p10}, {"p90", n.p90}, {"mean", n.mean}}},
+      {"rows_per_step", n.rows_per_step}, {"rows_per_forward", n.rows_per_forward},
       {"total_ms", n.total_ms}, {"total_extrapolated", !n.complete}, {"tokens_per_second", n.tokens_per_s},
       {"forward_ms", n.forward_ms}, {"achieved_gflops", n.gflops}, {"peak_gemm_gflops", n.peak},
       {"fraction_of_peak", n.peak > 0 ? n.gflops / n.peak : 0.0}, {"peak_int8_gemm_gops", n.int8_peak},
-      {"rows_per_forward", n.rows_per_forward}, {"peak_rss_bytes", peak_rss_bytes()},
+      {"peak_rss_bytes", peak_rss_bytes()},
       {"device_work_per_step", n.device_work},
       // The generated ids per row (complete runs): drift between cache modes is measured from these.
       {"generated", generated}};
@@ -327,7 +335,8 @@ void print_bench_table(const BenchArgs& a, const diffucoder::ModelInfo& c, const
   std::printf("| model | %s (%lld layers, hidden %lld) |\n", model.c_str(), (long long)c.n_layer, (long long)c.hidden_size);
   std::printf("| setting | prompt %lld, new %lld, steps %d, batch %d, alg %s, threads %d |\n", (long long)a.prompt_len,
               (long long)a.new_tokens, a.steps, a.batch, a.alg.c_str(), n.threads);
-  std::printf("| decoding | cache %s, block %lld, threshold %g, factor %g |\n", p.cache.c_str(),
+  std::printf("| decoding | cache %s%s, block %lld, threshold %g, factor %g |\n", p.cache.c_str(),
+              p.cache == "committed" ? (" (refresh every " + std::to_string(p.refresh_every) + ")").c_str() : "",
               (long long)p.block_length, p.threshold, p.factor);
   std::printf("| arithmetic | weights %s, matmul precision %s |\n", a.weights.c_str(),
               on_device ? (n.arithmetic + " (device)").c_str() : n.arithmetic.c_str());
@@ -346,13 +355,15 @@ void print_bench_table(const BenchArgs& a, const diffucoder::ModelInfo& c, const
   if (n.first_forward_ms >= 0)
     std::printf("| time to first step | %.0f ms (load + the first forward, %.0f ms) |\n", n.load_ms + n.first_forward_ms,
                 n.first_forward_ms);
-  std::printf("| ms/step (median / p10 / p90) | %.2f / %.2f / %.2f over %d steps |\n", n.median, n.p10, n.p90, n.steps_run);
+  std::printf("| ms/step (median / p10 / p90; mean) | %.2f / %.2f / %.2f; %.2f over %d steps |\n", n.median, n.p10, n.p90,
+              n.mean, n.steps_run);
+  std::printf("| rows per step (per forward) | %.1f (%.1f): positions computed, all batch rows |\n", n.rows_per_step,
+              n.rows_per_forward);
   std::printf("| end to end | %.2f s%s |\n", n.total_ms / 1e3, n.complete ? "" : " (extrapolated)");
   std::printf("| tokens/s | %.2f |\n", n.tokens_per_s);
   std::printf("| forward GFLOP/s | %.1f (%.0f%% of the %.1f GFLOP/s bf16 GEMM peak) |\n", n.gflops,
               n.peak > 0 ? 100 * n.gflops / n.peak : 0.0, n.peak);
   if (n.int8_peak > 0) std::printf("| int8 GEMM peak | %.1f GOP/s |\n", n.int8_peak);
-  std::printf("| rows per forward | %.1f |\n", n.rows_per_forward);
   if (n.breakdown) {
     const StepBreakdown& b = *n.breakdown;
     // The integer kernels' yardstick for q8 / q4 weights, the bf16 one for the rest.
@@ -437,7 +448,9 @@ RunFn add_bench_command(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--seed", a->seed, "Seed of the weights and prompts")->capture_default_str();
-  cmd->add_option("--cache", a->cache, "none | prefix | dual")->capture_default_str();
+  cmd->add_option("--cache", a->cache, "none | prefix | dual | committed")->capture_default_str();
+  cmd->add_option("--refresh-every", a->refresh_every, "--cache committed: the whole block every K-th forward of a block")
+      ->capture_default_str()->check(CLI::Range(1, static_cast<int>(kMaxSteps)));
   cmd->add_option("--block-length", a->block_length, "Block decoding (0 = off)")->capture_default_str();
   cmd->add_option("--threshold", a->threshold, "Confidence-threshold parallel decoding (0 = off)");
   cmd->add_option("--factor", a->factor, "Factor-rule parallel decoding (0 = off)");

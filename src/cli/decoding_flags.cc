@@ -18,7 +18,10 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
       ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--block-length", f->block_length, "Decode in blocks of N tokens left to right (0 = off)")
       ->capture_default_str();
-  cmd->add_option("--cache", f->cache, "KV cache with blocks: none | prefix | dual")->capture_default_str();
+  cmd->add_option("--cache", f->cache, "KV cache with blocks: none | prefix | dual | committed")->capture_default_str();
+  cmd->add_option("--refresh-every", f->refresh_every,
+                  "--cache committed: recompute the whole block every K-th forward of a block (1 = dual)")
+      ->capture_default_str()->check(CLI::Range(1, static_cast<int>(kMaxSteps)));
   cmd->add_option("--threshold", f->threshold, "Commit every block position with confidence >= X (0 = off)");
   cmd->add_option("--factor", f->factor, "Commit the largest n with (n+1)(1-c_n) < X (0 = off)");
   cmd->add_flag("--fast", f->fast,
@@ -40,6 +43,7 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
 Status apply_decoding_flags(const DecodingFlags& f, SamplingParams& p) {
   DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(f.alg));
   DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(f.cache));
+  p.refresh_every = f.refresh_every;
   p.temperature = f.temperature;
   p.top_p = f.top_p;
   p.top_k = f.top_k;

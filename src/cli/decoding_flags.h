@@ -20,6 +20,7 @@ struct DecodingFlags {
   uint64_t seed = 0;
   int64_t block_length = 0;
   std::string cache = "none";
+  int refresh_every = 4;  // --refresh-every K (cache committed)
   float threshold = 0.0f, factor = 0.0f;
   bool fast = false;
   int threads = 0;
@@ -29,7 +30,7 @@ struct DecodingFlags {
   std::string lora_mode = "merged";  // --lora-mode merged | unmerged
 };
 
-// --alg --temperature --top-p --top-k --alg-temp --eps --seed --block-length --cache --threshold --factor
+// --alg --temperature --top-p --top-k --alg-temp --eps --seed --block-length --cache --refresh-every --threshold --factor
 // --fast --threads --precision --weight-cache --device --lora --lora-mode.
 void add_decoding_flags(CLI::App* cmd, DecodingFlags* flags);
 

@@ -146,6 +146,7 @@ diffucoder::GenerationConfig make_config(diffucoder::GenerationConfig c, const G
   const DecodingFlags& f = a.decoding;
   c.alg = f.alg;
   c.cache = f.cache;
+  c.refresh_every = f.refresh_every;
   c.temperature = f.temperature;
   c.top_p = f.top_p;
   c.top_k = f.top_k;

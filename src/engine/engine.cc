@@ -355,6 +355,12 @@ Result<std::vector<int32_t>> Engine::encode_prompt(const std::string& text, bool
   return tokenizer_->encode(chat ? format_instruct_prompt(text) : text);
 }
 
+Status check_cache_on_device(const SamplingParams& params, const DeviceBackend* device) {
+  if (params.cache != CacheMode::kCommitted || device == nullptr) return Status();
+  return invalid_argument("cache: \"committed\" runs on the CPU only (its steps compute scattered positions, which "
+                          "the device kernels do not take); on " + device->name() + " use cache \"dual\", or --device cpu");
+}
+
 Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx, int64_t max_kv_cache_bytes,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          const SamplingParams& params, GenerateHooks hooks) {
@@ -367,6 +373,7 @@ Result<GenerateOutput> generate_on_model(const Model& model, const Context& ctx,
     width = std::max<int64_t>(width, prompts[i].size());
   }
   DC_RETURN_IF_ERROR(validate(params, c.n_vocab));
+  DC_RETURN_IF_ERROR(check_cache_on_device(params, ctx.backend));
   DC_ASSIGN_OR_RETURN(int64_t length, canvas_length_in_context(params, width, c.max_position_embeddings));
   if (params.cache != CacheMode::kNone) {
     const int64_t rows = static_cast<int64_t>(prompts.size()) * params.num_return_sequences;

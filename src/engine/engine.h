@@ -73,6 +73,10 @@ Result<LoraMode> parse_lora_mode(const std::string& text);
 // (or, all quantized, converted from a bfloat16 checkpoint), else kF32.
 MatmulPrecision checkpoint_precision(const Model& model);
 
+// Cache committed computes scattered positions, which the device kernels do not take: invalid_argument
+// naming `cache` when params.cache is committed and `device` (the engine's, null: the CPU) is a device.
+Status check_cache_on_device(const SamplingParams& params, const DeviceBackend* device);
+
 // Engine::generate over any model: checks the prompts against the vocabulary and the context length
 // (and, with a KV cache, its size against max_kv_cache_bytes), then runs the sampler with a fresh
 // chunked HeadFn (as Engine::head_fn) over `model` computing with ctx's pool and precision (its own KV

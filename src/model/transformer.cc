@@ -52,7 +52,17 @@ Status Model::check_batch(const ForwardBatch& b) const {
   if (wb < 0 || we > b.n_seq || wb >= we)
     return invalid_argument("forward: window [" + std::to_string(wb) + ", " + std::to_string(we) +
                             ") is empty or outside the sequence of " + std::to_string(b.n_seq) + " positions");
-  const bool full = wb == 0 && we == b.n_seq;
+  if (b.window_positions != nullptr) {
+    if (b.cache_op != CacheOp::kUse || b.n_window_positions <= 0)
+      return invalid_argument("forward: window_positions need cache_op kUse and at least one position");
+    for (int64_t i = 0; i < b.n_window_positions; ++i) {
+      const int64_t at = b.window_positions[i];
+      if (at < wb || at >= we || (i > 0 && at <= b.window_positions[i - 1]))
+        return invalid_argument("forward: window_positions[" + std::to_string(i) + "] = " + std::to_string(at) +
+                                " does not ascend inside the window [" + std::to_string(wb) + ", " + std::to_string(we) + ")");
+    }
+  }
+  const bool full = wb == 0 && we == b.n_seq && b.window_positions == nullptr;
   if (!full && b.cache_op != CacheOp::kUse)
     return invalid_argument("forward: a window smaller than the sequence needs cache_op kUse");
   if (b.cache_op != CacheOp::kNone && b.cache == nullptr)
@@ -72,6 +82,10 @@ Status Model::check_batch(const ForwardBatch& b) const {
       return invalid_argument("out_rows[" + std::to_string(r) + "] = " + std::to_string(b.out_rows[r]) +
                               " (position " + std::to_string(i) + ") is outside the window [" + std::to_string(wb) +
                               ", " + std::to_string(we) + ")");
+    if (b.window_positions != nullptr &&
+        !std::binary_search(b.window_positions, b.window_positions + b.n_window_positions, i))
+      return invalid_argument("out_rows[" + std::to_string(r) + "] = " + std::to_string(b.out_rows[r]) +
+                              " (position " + std::to_string(i) + ") is not one of the window_positions");
   }
   return Status();
 }
@@ -104,6 +118,9 @@ Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const
   if (b.lora != nullptr && static_cast<int64_t>(b.lora->layers.size()) != config_.n_layer)
     return invalid_argument("forward: the LoRA adapters have " + std::to_string(b.lora->layers.size()) +
                             " layers, the model " + std::to_string(config_.n_layer));
+  if (b.window_positions != nullptr && ctx.device != Device::kCpu)
+    return invalid_argument("forward: scattered window positions (cache \"committed\") run on the CPU only; on " +
+                            ctx.backend->name() + " use cache \"dual\" or --device cpu");
   if (b.lora != nullptr && ctx.device != Device::kCpu)
     return invalid_argument("forward: unmerged LoRA adapters run on the CPU only; on a device, merge them into the "
                             "weights at load (--lora-mode merged, the default)");
@@ -131,10 +148,8 @@ Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, flo
     return Status();
   } catch (const std::bad_alloc&) {  // the workspace, the kernels' scratch (rethrown by the pool) or the cache
     if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
-    const int64_t positions = b.n_batch * (b.window_stop() - b.window_begin);
-    return resource_exhausted("forward: out of memory for the activations of " + std::to_string(positions) +
-                              " positions (" + std::to_string(b.n_batch) + " rows × " +
-                              std::to_string(b.window_stop() - b.window_begin) +
+    return resource_exhausted("forward: out of memory for the activations of " + std::to_string(b.n_computed()) +
+                              " positions (" + std::to_string(b.n_batch) + " rows × " + std::to_string(b.window_width()) +
                               "); use fewer rows or a shorter canvas");
   }
 }
@@ -193,8 +208,10 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))
     return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
   const ModelConfig& c = config_;
-  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_stop() - wb;
+  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_width();
   const int64_t T = b.n_batch * W, E = c.n_embd, D = c.head_dim, F = c.n_ff;  // T: computed positions
+  // The absolute position of the window's i-th computed position.
+  auto at = [&](int64_t i) { return b.window_positions != nullptr ? b.window_positions[i] : wb + i; };
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
   KvCache* cache = b.cache_op == CacheOp::kNone ? nullptr : b.cache;
@@ -208,9 +225,9 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
   std::vector<int32_t> tokens(T), positions(T);  // [T]
   for (int64_t r = 0; r < b.n_batch; ++r)
     for (int64_t i = 0; i < W; ++i) {
-      const int64_t at = r * L + wb + i;
-      tokens[r * W + i] = b.tokens[at];
-      positions[r * W + i] = b.positions != nullptr ? b.positions[at] : static_cast<int32_t>(wb + i);
+      const int64_t flat = r * L + at(i);
+      tokens[r * W + i] = b.tokens[flat];
+      positions[r * W + i] = b.positions != nullptr ? b.positions[flat] : static_cast<int32_t>(at(i));
     }
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
@@ -225,8 +242,13 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
 
   // The out rows' indices into h [T, E] (the rows whose logits are wanted).
   std::vector<int32_t> out_index(b.n_out);  // [n_out]
-  for (int64_t r = 0; r < b.n_out; ++r)
-    out_index[r] = static_cast<int32_t>(b.out_rows[r] / L * W + b.out_rows[r] % L - wb);
+  for (int64_t r = 0; r < b.n_out; ++r) {
+    const int64_t i = b.out_rows[r] % L;  // check_batch: a computed position
+    const int64_t in_window = b.window_positions != nullptr
+                                  ? std::lower_bound(b.window_positions, b.window_positions + W, i) - b.window_positions
+                                  : i - wb;
+    out_index[r] = static_cast<int32_t>(b.out_rows[r] / L * W + in_window);
+  }
 
   // Buffers in ctx.workspace (set by forward()) on the CPU, in device memory on a device.
   const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
@@ -282,7 +304,7 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
 void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) const {
   const ModelConfig& c = config_;
   const ForwardBatch& b = *p.batch;
-  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_stop() - wb, T = p.T;
+  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_width(), T = p.T;
   const int64_t E = c.n_embd, D = c.head_dim, F = c.n_ff, q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
@@ -305,14 +327,15 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   // RoPE, and with kUse the window's fresh K/V replacing the cached ones: one pass on a device.
   KvCache* cache = b.cache;
   const bool store = b.cache_op == CacheOp::kUse;
-  rope_kv(ctx, shape, wb, W, p.q, p.k, p.v, p.cos, p.sin, store ? cache->k(il) : nullptr, store ? cache->v(il) : nullptr);
+  rope_kv(ctx, shape, wb, W, p.q, p.k, p.v, p.cos, p.sin, store ? cache->k(il) : nullptr, store ? cache->v(il) : nullptr,
+          b.window_positions);
   observe("q", p.q, {T, q_dim});
   observe("k", p.k, {T, kv_dim});
   observe("v", p.v, {T, kv_dim});
   if (W == L) {
     attention(ctx, shape, p.q, p.k, p.v, b.valid, p.attn);
   } else {
-    attention_window(ctx, shape, wb, W, p.q, cache->k(il), cache->v(il), b.valid, p.attn);
+    attention_window(ctx, shape, wb, W, p.q, cache->k(il), cache->v(il), b.valid, p.attn, b.window_positions);
   }
   observe("attn", p.attn, {T, q_dim});
   // Without adapters or training, the residual adds and SwiGLU go into the products (one pass on a device).

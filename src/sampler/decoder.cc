@@ -163,11 +163,35 @@ struct StepBuffers {
   std::vector<float> confidence;    // [n]
 };
 
-// What one forward computes: the cache op and the window of positions.
+// What one forward computes: the cache op and the window of positions (with cache committed, maybe only
+// some of them).
 struct ForwardPlan {
   CacheOp op = CacheOp::kNone;
   int64_t window_begin = 0, window_end = -1;
+  std::vector<int64_t> positions;  // ascending, inside the window; empty = all of it
 };
+
+// Cache committed (dKV-Cache's delayed caching inside Fast-dLLM's dual window [begin, end)): the positions
+// of the window whose K/V a step recomputes — every masked one, every one whose token changed since its K/V
+// were computed (`kv_tokens`, [n_rows, n_seq]: committed since, or written by a tokens_hook), and j − 1 of each
+// masked j (its logits' row) —, in any row (one set for the batch). The rest is read from the cache. Empty
+// when that is the whole window (the forward is then dual's).
+void stale_positions(const Canvas& c, const std::vector<int32_t>& kv_tokens, int32_t mask_id, int64_t begin,
+                     int64_t end, std::vector<int64_t>& out) {
+  std::vector<uint8_t> need(static_cast<size_t>(end - begin), 0);
+  for (int64_t b = 0; b < c.n_rows; ++b) {
+    const int32_t* row = c.tokens.data() + b * c.n_seq;
+    const int32_t* kv = kv_tokens.data() + b * c.n_seq;
+    for (int64_t i = begin; i < end; ++i) {
+      if (row[i] == mask_id) need[static_cast<size_t>(std::max(i - 1, begin) - begin)] = 1;
+      if (row[i] == mask_id || row[i] != kv[i]) need[static_cast<size_t>(i - begin)] = 1;
+    }
+  }
+  out.clear();
+  for (int64_t i = begin; i < end; ++i)
+    if (need[static_cast<size_t>(i - begin)]) out.push_back(i);
+  if (static_cast<int64_t>(out.size()) == end - begin) out.clear();  // all of it: the plain window
+}
 
 // The k entries of [begin, end) with the largest confidence, ties → lowest position; O(n).
 void select_top_k(const std::vector<float>& confidence, int64_t begin, int64_t end, int64_t k,
@@ -272,6 +296,9 @@ struct Decoder::State {
   std::vector<float> times;       // the current block's linspace(1, eps, S + 1); empty with parallel
   bool block_started = false;     // times computed and refresh_pending set for `block`
   bool refresh_pending = false;   // the block's first forward refreshes the cache
+  int block_forwards = 0;         // forwards run in `block` so far (cache committed's refresh count)
+  std::vector<int32_t> kv_tokens;  // cache committed: [n_rows, n_seq] the token each position's cached K/V
+                                   // were computed with
 
   // The prepared step.
   bool prepared = false, finished = false;
@@ -299,6 +326,23 @@ struct Decoder::State {
     if (!hooks.tokens_hook) return Status::ok_status();
     hooks.tokens_hook(TokensHookArgs{at_step, n_steps, c.n_rows, c.n_seq, std::span<int32_t>(c.tokens)});
     return check_canvas(at_step);
+  }
+
+  // Cache committed: the forward just run computed K/V of the canvas's current tokens at its positions.
+  void note_computed_tokens() {
+    if (plan.op == CacheOp::kRefresh) {
+      kv_tokens = c.tokens;
+      return;
+    }
+    const auto note = [&](int64_t i) {
+      for (int64_t b = 0; b < c.n_rows; ++b)
+        kv_tokens[static_cast<size_t>(b * c.n_seq + i)] = c.tokens[static_cast<size_t>(b * c.n_seq + i)];
+    };
+    if (!plan.positions.empty()) {
+      for (int64_t i : plan.positions) note(i);
+    } else {
+      for (int64_t i = plan.window_begin; i < plan.window_end; ++i) note(i);
+    }
   }
 
   // The parts of Decoder::step, in order (`step` is still the step being done until after_step).
@@ -346,6 +390,7 @@ void Decoder::prepare() {
     if (!s.block_started) {
       s.times = s.parallel ? std::vector<float>() : timesteps(blk.n_steps, params.eps);
       s.refresh_pending = params.cache != CacheMode::kNone;
+      s.block_forwards = 0;
       s.block_started = true;
     }
     if (s.i < blk.n_steps) {
@@ -373,7 +418,10 @@ void Decoder::prepare() {
     s.k = transfer_count(avg_masked, t, sv, s.last);
   }
   s.sample = n > 0 && (s.origin_direct || s.parallel || s.hooks.unmask_policy || s.last || s.k > 0);
-  s.plan = ForwardPlan{};
+  s.plan.op = CacheOp::kNone;
+  s.plan.window_begin = 0;
+  s.plan.window_end = -1;
+  s.plan.positions.clear();
   StepBuffers& buf = s.buf;
   buf.out_rows.clear();
   if (s.sample) {
@@ -383,7 +431,9 @@ void Decoder::prepare() {
       } else {
         s.plan.op = CacheOp::kUse;
         s.plan.window_begin = std::max<int64_t>(blk.begin - 1, 0);
-        s.plan.window_end = params.cache == CacheMode::kDual ? blk.end : c.n_seq;
+        s.plan.window_end = params.cache == CacheMode::kPrefix ? c.n_seq : blk.end;
+        if (params.cache == CacheMode::kCommitted && s.block_forwards % params.refresh_every != 0)
+          stale_positions(c, s.kv_tokens, params.mask_token_id, s.plan.window_begin, blk.end, s.plan.positions);
       }
     }
     // The shifted logits of every sampled position: row j − 1 for position j (j = 0 uses its own row).
@@ -415,6 +465,10 @@ ForwardBatch Decoder::forward_batch() const {
   batch.cache_op = s.plan.op;
   batch.window_begin = s.plan.window_begin;
   batch.window_end = s.plan.window_end;
+  if (!s.plan.positions.empty()) {
+    batch.window_positions = s.plan.positions.data();
+    batch.n_window_positions = static_cast<int64_t>(s.plan.positions.size());
+  }
   return batch;
 }
 
@@ -455,6 +509,8 @@ Status Decoder::State::sample_step() {
   const size_t n = to_sample.positions.size();
   const size_t v = static_cast<size_t>(n_vocab);
   refresh_pending = false;
+  ++block_forwards;
+  if (params.cache == CacheMode::kCommitted) note_computed_tokens();
   HeadSampling args{FilterConfig{params.temperature, params.top_p, params.top_k}, kind, params.seed, step, {}};
   buf.head_rows.resize(n);
   for (size_t e = 0; e < n; ++e) {

@@ -41,9 +41,14 @@ enum class CacheMode {
             // [block_begin − 1, n_seq) with the K/V of the positions before from the cache
   kDual,    // as kPrefix, but later steps compute only [block_begin − 1, block_end); the K/V of the prefix
             // and of the masked suffix come from the cache
+  kCommitted,  // as kDual, but (dKV-Cache's delayed caching, inside the block) a step between the block's
+               // refreshes computes only the block's positions that are masked or whose token changed since
+               // their K/V were last computed, plus j − 1 of each masked j (the logits shift); the K/V of the
+               // block's other (committed) positions come from the cache too. Every refresh_every-th forward of
+               // a block recomputes the whole dual window. CPU only
 };
 
-// Parses "none", "prefix" or "dual"; the error lists the valid names.
+// Parses "none", "prefix", "dual" or "committed"; the error lists the valid names.
 Result<CacheMode> parse_cache_mode(std::string_view name);
 const char* cache_mode_name(CacheMode mode);
 
@@ -75,6 +80,10 @@ struct SamplingParams {
                              // (Fast-dLLM: 32). 0: the reference's whole-canvas decoding, unless `cache`
                              // or threshold / factor is on: then one block holds all new tokens
   CacheMode cache = CacheMode::kNone;
+  int refresh_every = 4;     // cache committed: forwards f = 1, 2, … of a block (f = 0 is the full refresh) with
+                             // f % refresh_every == 0 recompute the whole block window (a dual step); the others
+                             // only the masked and newly committed rows. >= 1; 1 = dual token for token. 4: the
+                             // reload interval of dKV-Cache's reference code. Unused by the other modes
   float threshold = 0.0f;    // > 0: each step commits every masked position of the block whose
                              // confidence (probability of its token) is >= threshold, at least the most
                              // confident one; blocks then run until they have no mask (`steps` unused).

@@ -28,10 +28,11 @@ const char* algorithm_name(Algorithm alg) {
 }
 
 Result<CacheMode> parse_cache_mode(std::string_view name) {
-  for (CacheMode mode : {CacheMode::kNone, CacheMode::kPrefix, CacheMode::kDual}) {
+  for (CacheMode mode : {CacheMode::kNone, CacheMode::kPrefix, CacheMode::kDual, CacheMode::kCommitted}) {
     if (name == cache_mode_name(mode)) return mode;
   }
-  return invalid_argument("cache: unknown cache mode '" + std::string(name) + "'; valid names are none, prefix, dual");
+  return invalid_argument("cache: unknown cache mode '" + std::string(name) +
+                          "'; valid names are none, prefix, dual, committed");
 }
 
 const char* cache_mode_name(CacheMode mode) {
@@ -39,6 +40,7 @@ const char* cache_mode_name(CacheMode mode) {
     case CacheMode::kNone: return "none";
     case CacheMode::kPrefix: return "prefix";
     case CacheMode::kDual: return "dual";
+    case CacheMode::kCommitted: return "committed";
   }
   return "unknown";
 }
@@ -92,6 +94,11 @@ Status validate(const SamplingParams& p, int64_t n_vocab) {
   if (p.block_length < 0) {
     return invalid_argument("block_length: must be >= 0 (got " + std::to_string(p.block_length) +
                             "); 0 = no block decoding, Fast-dLLM uses 32");
+  }
+  if (p.refresh_every < 1 || p.refresh_every > kMaxSteps) {
+    return invalid_argument("refresh_every: must be in [1, " + std::to_string(kMaxSteps) + "] (got " +
+                            std::to_string(p.refresh_every) + "); 1 = recompute the whole block every step (= dual), " +
+                            "dKV-Cache reloads every 4");
   }
   if (!std::isfinite(p.threshold)) {
     return invalid_argument("threshold: must be finite (got " + number_text(p.threshold, 6) + "); <= 0 = off, Fast-dLLM uses 0.9");

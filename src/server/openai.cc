@@ -256,7 +256,7 @@ Status parse_streaming(const json& body, ApiRequest& r) {
   return Status::ok_status();
 }
 
-// The diffusion extensions: alg, alg_temp, eps, block_length, threshold, factor, cache; `serve --fast`'s mode
+// The diffusion extensions: alg, alg_temp, eps, block_length, threshold, factor, cache, refresh_every; `serve --fast`'s mode
 // when the request sets none of block_length, cache, threshold and factor.
 Status parse_diffusion(const json& body, const RequestLimits& limits, diffucoder::GenerationConfig& p) {
   if (present(body, "alg")) {
@@ -273,6 +273,10 @@ Status parse_diffusion(const json& body, const RequestLimits& limits, diffucoder
   if (present(body, "cache")) {
     DC_ASSIGN_OR_RETURN(p.cache, get_string(body, "cache"));
     DC_RETURN_IF_ERROR(check_name(&diffucoder::GenerationConfig::cache, p.cache));
+  }
+  if (present(body, "refresh_every")) {
+    DC_ASSIGN_OR_RETURN(int64_t every, get_int(body, "refresh_every", 1, limits.max_tokens));
+    p.refresh_every = static_cast<int>(every);
   }
   if (limits.fast && !present(body, "block_length") && !present(body, "cache") && !present(body, "threshold") &&
       !present(body, "factor")) {

@@ -36,6 +36,12 @@ struct ForwardBatch {
   // smaller than the sequence needs cache_op kUse.
   int64_t window_begin = 0;
   int64_t window_end = -1;
+  // With kUse, optionally only some positions of the window are computed (`--cache committed`: the
+  // block's masked and newly committed positions): [n_window_positions] ascending inside [window_begin,
+  // window_stop()), the same in every row; their K/V overwrite the cache there and every other position's
+  // K/V are read from it. nullptr = every position of the window. CPU only (a device refuses it).
+  const int64_t* window_positions = nullptr;
+  int64_t n_window_positions = 0;
   CacheOp cache_op = CacheOp::kNone;
   KvCache* cache = nullptr;  // not owned; required unless cache_op is kNone. The sampler leaves it null
                              // and the LogitsFn (e.g. Engine::logits_fn) supplies its own cache
@@ -43,8 +49,10 @@ struct ForwardBatch {
   const LoraWeights* lora = nullptr;
 
   int64_t window_stop() const { return window_end < 0 ? n_seq : window_end; }
-  // Positions computed by this forward over all rows: n_batch · (window_stop − window_begin).
-  int64_t n_computed() const { return n_batch * (window_stop() - window_begin); }
+  // Positions computed per row: the window's, or n_window_positions.
+  int64_t window_width() const { return window_positions != nullptr ? n_window_positions : window_stop() - window_begin; }
+  // Positions computed by this forward over all rows: n_batch · window_width().
+  int64_t n_computed() const { return n_batch * window_width(); }
 };
 
 }  // namespace dc

@@ -181,7 +181,13 @@ TEST(Api, ErrorsNameTheFieldOrFile) {
   EXPECT_NE(diffucoder::check_config(c).message().find("entropy"), std::string::npos);
   c.alg = "entropy";
   c.cache = "lru";
-  EXPECT_NE(diffucoder::check_config(c).message().find("dual"), std::string::npos);
+  EXPECT_NE(diffucoder::check_config(c).message().find("dual, committed"), std::string::npos);
+  c.cache = "committed";
+  c.refresh_every = 0;
+  EXPECT_NE(diffucoder::check_config(c).message().find("refresh_every: must be in [1, "), std::string::npos)
+      << diffucoder::check_config(c).message();
+  c.refresh_every = 2;
+  EXPECT_TRUE(diffucoder::check_config(c).ok());
   c.cache = "none";
   EXPECT_TRUE(diffucoder::check_config(c).ok());
 

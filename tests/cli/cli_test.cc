@@ -147,6 +147,25 @@ TEST(Cli, BenchRunsEveryWeightFormatAndPrecision) {
   EXPECT_EQ(dual["cache"], "dual");
   EXPECT_EQ(rj["rows_per_forward"].get<double>(), 24.0);
   EXPECT_LT(dual["rows_per_forward"].get<double>(), 24.0);
+  // The committed cache: fewer rows per step than dual's; --refresh-every below 1 is refused naming it.
+  const double dual_rows = dual["rows_per_step"].get<double>();
+  auto committed = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 16 --no-peak --json "
+                              "--cache committed --refresh-every 1000 --block-length 8");
+  ASSERT_EQ(committed.exit_code, 0) << committed.err;
+  const auto cj = nlohmann::json::parse(committed.out);
+  EXPECT_EQ(cj["cache"], "committed");
+  EXPECT_EQ(cj["refresh_every"], 1000);
+  auto dual16 = run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 16 --no-peak --json --cache dual "
+                           "--block-length 8");
+  ASSERT_EQ(dual16.exit_code, 0) << dual16.err;
+  EXPECT_LT(cj["rows_per_step"].get<double>(), nlohmann::json::parse(dual16.out)["rows_per_step"].get<double>());
+  EXPECT_GT(dual_rows, 0.0);
+  for (const char* cmd : {"bench --shape tiny --no-peak --cache committed --refresh-every 0",
+                          "generate --model . --prompt-ids 1 --cache committed --refresh-every -2"}) {
+    auto bad = run_binary(cmd);
+    EXPECT_EQ(bad.exit_code, 2) << cmd;
+    EXPECT_NE(bad.err.find("--refresh-every"), std::string::npos) << cmd << ": " << bad.err;
+  }
 }
 
 // bench --profile: a step's time split into the layers' GEMMs, attention, the lm_head, the sampling and the rest,

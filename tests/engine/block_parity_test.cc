@@ -1,11 +1,14 @@
 // Block decoding through the Engine (Fast-dLLM, spec §6): cache none against the PyTorch reference's
 // block decoder (token-identical, every step's canvas and commit counts), the cached modes' refresh
 // forwards against full passes (bit-identical), the prefix / dual drift from cache none on the tiny
-// fixtures (printed, not asserted), and the KV-cache size limit.
+// fixtures (printed, not asserted), and the KV-cache size limit. Cache committed: with refresh_every 1 it is
+// dual token for token; on one layer it is exact; otherwise its agreement with dual is printed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine_fixtures.h"
@@ -214,16 +217,114 @@ TEST(BlockParity, OneLayerModelsDecodeIdenticallyWithEveryCacheMode) {
     suppress_mask(hooks, params.mask_token_id);
     auto none = engine->generate(bc.prompts, params, hooks);
     ASSERT_TRUE(none.ok()) << bc.name << ": " << none.status().to_string();
-    for (CacheMode mode : {CacheMode::kPrefix, CacheMode::kDual}) {
+    // Cache committed too (never refreshing inside a block, and every 3rd forward): a committed position's
+    // K/V, computed once after its commit, and a masked one's cannot change later on one layer.
+    for (auto [mode, every] : {std::pair{CacheMode::kPrefix, 1}, {CacheMode::kDual, 1}, {CacheMode::kCommitted, 1000},
+                               {CacheMode::kCommitted, 3}}) {
       params.cache = mode;
+      params.refresh_every = every;
       auto cached = engine->generate(bc.prompts, params, hooks);
       ASSERT_TRUE(cached.ok()) << bc.name << ": " << cached.status().to_string();
-      EXPECT_EQ(cached->sequences, none->sequences) << bc.name << " (1 layer), cache " << cache_mode_name(mode);
-      EXPECT_EQ(cached->committed_counts, none->committed_counts) << bc.name << " (1 layer), cache " << cache_mode_name(mode);
+      const std::string what = bc.name + " (1 layer), cache " + cache_mode_name(mode) + " refresh every " + std::to_string(every);
+      EXPECT_EQ(cached->sequences, none->sequences) << what;
+      EXPECT_EQ(cached->committed_counts, none->committed_counts) << what;
       ++n_runs;
     }
   }
-  EXPECT_GE(n_runs, 50);
+  EXPECT_GE(n_runs, 100);
+}
+
+TEST(BlockParity, CommittedWithRefreshEveryOneIsDualTokenForToken) {
+  // refresh_every 1: every forward after a block's refresh recomputes the whole block, as dual does.
+  int n_cases = 0, n_padded = 0, n_parallel = 0;
+  std::set<std::string> algs;
+  for (const BlockCase& bc : block_cases()) {
+    auto engine = load_exact(bc.model_dir, 2);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    SamplingParams params = block_params_of(**engine, bc.json["params"]);
+    params.output_history = true;
+    params.cache = CacheMode::kDual;
+    auto dual = (*engine)->generate(bc.prompts, params);
+    ASSERT_TRUE(dual.ok()) << bc.name << ": " << dual.status().to_string();
+    params.cache = CacheMode::kCommitted;
+    params.refresh_every = 1;
+    auto committed = (*engine)->generate(bc.prompts, params);
+    ASSERT_TRUE(committed.ok()) << bc.name << ": " << committed.status().to_string();
+    EXPECT_EQ(committed->history, dual->history) << bc.name;
+    EXPECT_EQ(committed->committed_counts, dual->committed_counts) << bc.name;
+    EXPECT_EQ(committed->timings.positions_computed, dual->timings.positions_computed) << bc.name;
+    ++n_cases;
+    n_padded += std::any_of(bc.prompts.begin(), bc.prompts.end(),
+                            [&](const auto& p) { return p.size() != bc.prompts[0].size(); });
+    n_parallel += parallel_decoding(params);
+    algs.insert(algorithm_name(params.alg));
+  }
+  EXPECT_GE(n_cases, 25);
+  EXPECT_GE(n_padded, 1);
+  EXPECT_GE(n_parallel, 12);
+  EXPECT_GE(algs.size(), 3u);
+}
+
+TEST(BlockParity, CommittedComputesTheMaskedAndNewlyCommittedRowsAndDriftsFromDual) {
+  // Every forward of a committed run between refreshes computes exactly the rule's positions (checked here
+  // against the canvas: masked, committed since the forward before, j − 1 of a masked j) and fewer than dual's
+  // window; the generated tokens' agreement with dual is printed (the tiny random fixtures: a lower bound).
+  for (int every : {2, 4, 1000}) {
+    int64_t tokens = 0, same = 0, positions = 0, dual_positions = 0, scattered = 0;
+    for (const BlockCase& bc : block_cases()) {
+      auto engine = load_exact(bc.model_dir, 2);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      Engine& e = **engine;
+      SamplingParams params = block_params_of(e, bc.json["params"]);
+      GenerateHooks hooks;
+      suppress_mask(hooks, params.mask_token_id);
+      params.cache = CacheMode::kDual;
+      auto dual = e.generate(bc.prompts, params, hooks);
+      ASSERT_TRUE(dual.ok()) << bc.name << ": " << dual.status().to_string();
+      params.cache = CacheMode::kCommitted;
+      params.refresh_every = every;
+      const LogitsFn inner = e.logits_fn();
+      std::vector<int32_t> previous;  // the canvas of the previous forward
+      const LogitsFn checked = [&](const ForwardBatch& batch, float* logits) -> Status {
+        if (batch.window_positions != nullptr) {
+          ++scattered;
+          std::vector<int64_t> want;
+          for (int64_t i = batch.window_begin; i < batch.window_stop(); ++i) {
+            bool need = false;
+            for (int64_t b = 0; b < batch.n_batch; ++b) {
+              const int64_t at = b * batch.n_seq;
+              auto masked = [&](int64_t j) { return j < batch.window_stop() && batch.tokens[at + j] == params.mask_token_id; };
+              need |= masked(i) || masked(i + 1) || batch.tokens[at + i] != previous[static_cast<size_t>(at + i)];
+            }
+            if (need) want.push_back(i);
+          }
+          EXPECT_EQ(std::vector<int64_t>(batch.window_positions, batch.window_positions + batch.n_window_positions), want)
+              << bc.name;
+          EXPECT_LT(batch.n_window_positions, batch.window_stop() - batch.window_begin) << bc.name;
+        }
+        previous.assign(batch.tokens, batch.tokens + batch.n_batch * batch.n_seq);
+        return inner(batch, logits);
+      };
+      hooks.pool = &e.pool();
+      auto committed = generate(checked, e.config().n_vocab, bc.prompts, params, hooks);
+      ASSERT_TRUE(committed.ok()) << bc.name << ": " << committed.status().to_string();
+      for (size_t r = 0; r < committed->generated.size(); ++r)
+        for (size_t i = 0; i < committed->generated[r].size(); ++i) {
+          ASSERT_NE(committed->generated[r][i], params.mask_token_id) << bc.name << " row " << r << " position " << i;
+          ++tokens;
+          same += committed->generated[r][i] == dual->generated[r][i];
+        }
+      positions += committed->timings.positions_computed;
+      dual_positions += dual->timings.positions_computed;
+    }
+    std::printf("  cache committed, refresh every %4d: %ld of %ld generated tokens (%.1f%%) agree with dual; %ld "
+                "positions computed against dual's %ld (%.2fx fewer)\n",
+                every, static_cast<long>(same), static_cast<long>(tokens), 100.0 * static_cast<double>(same) / static_cast<double>(tokens),
+                static_cast<long>(positions), static_cast<long>(dual_positions),
+                static_cast<double>(dual_positions) / static_cast<double>(positions));
+    EXPECT_GT(scattered, 0);
+    EXPECT_LT(positions, dual_positions) << "refresh every " << every;
+  }
 }
 
 TEST(BlockParity, KvCacheLargerThanTheLimitIsRefused) {

@@ -2,7 +2,9 @@
 // (bit-identical logits), kUse over the whole sequence is the plain forward, kUse over a window with a
 // freshly refreshed cache and unchanged tokens reproduces the window's rows, a one-layer model is exact
 // under kUse even after the window's tokens change (its other positions' K/V cannot change), and bad
-// window / cache combinations are rejected.
+// window / cache combinations are rejected. The same for a scattered window (window_positions, cache
+// committed): it reproduces the full forward's rows with a fresh cache, is exact on one layer after its
+// positions' tokens change (and stores their K/V where later forwards read them), and bad sets are rejected.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -204,6 +206,122 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   rows = {4};
   EXPECT_NE(message(cache_batch_of(longer, rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
   EXPECT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
+}
+
+// A scattered window: positions `at` of [wb, we) computed, every other position's K/V from the cache.
+ForwardBatch scattered_batch_of(const Canvas& k, const std::vector<int64_t>& rows, KvCache* cache, int64_t wb, int64_t we,
+                                const std::vector<int64_t>& at) {
+  ForwardBatch b = cache_batch_of(k, rows, CacheOp::kUse, cache, wb, we);
+  b.window_positions = at.data();
+  b.n_window_positions = static_cast<int64_t>(at.size());
+  return b;
+}
+
+// The real rows of the positions `at` of every batch row.
+std::vector<int64_t> rows_at(const Canvas& k, const std::vector<int64_t>& at) {
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < k.B; ++b)
+    for (int64_t i : at)
+      if (k.valid.empty() || k.valid[b * k.L + i]) rows.push_back(b * k.L + i);
+  return rows;
+}
+
+TEST(KvCache, ScatteredWindowWithFreshCacheReproducesTheFullForwardRows) {
+  ThreadPool pool(2);
+  const Context ctx{Device::kCpu, &pool};
+  for (const auto& model : fixture_models()) {
+    const ModelConfig& c = model->config();
+    for (int64_t B : {1, 2}) {
+      const Canvas k = make_canvas(c, B, 12, 5);
+      const std::vector<int64_t> all = window_rows(k, 0, k.L);
+      std::vector<float> full(all.size() * c.n_vocab);
+      KvCache cache;
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
+      for (const std::vector<int64_t>& at : {std::vector<int64_t>{4, 6, 7, 10}, {0, 11}, {5}, {3, 4, 5, 6, 7, 8}}) {
+        const std::vector<int64_t> rows = rows_at(k, at);
+        std::vector<float> got(rows.size() * c.n_vocab), want;
+        for (int64_t r : rows) {
+          const size_t pos = static_cast<size_t>(std::find(all.begin(), all.end(), r) - all.begin());
+          want.insert(want.end(), full.begin() + pos * c.n_vocab, full.begin() + (pos + 1) * c.n_vocab);
+        }
+        ASSERT_TRUE(model->forward(ctx, scattered_batch_of(k, rows, &cache, 0, k.L, at), got.data()).ok());
+        EXPECT_LE(rel_max_diff(got, want), 1e-6) << "B " << B << ", " << at.size() << " positions from " << at[0];
+      }
+    }
+  }
+}
+
+TEST(KvCache, OneLayerModelIsExactWhenOnlyTheScatteredPositionsChange) {
+  // One layer: after the tokens at the scattered positions change, kUse over them equals the full forward of
+  // the new canvas, and so does a later forward of another position alone (it reads their stored K/V). With
+  // two layers the first differs (the approximation), which shows the test can tell.
+  ThreadPool pool(2);
+  const Context ctx{Device::kCpu, &pool};
+  auto loaded = fixture_models();
+  ASSERT_FALSE(loaded.empty());
+  std::shared_ptr<const Model> base(std::move(loaded[1]));  // tiny-gqa2 (3 layers, GQA 2)
+  const std::vector<int64_t> at = {5, 7, 8, 11}, other = {6};
+  for (int64_t n_layer : {1, 2}) {
+    ModelConfig config = base->config();
+    config.n_layer = n_layer;
+    ModelWeights weights = base->weights();
+    weights.layers.resize(static_cast<size_t>(n_layer));
+    std::unique_ptr<Model> model = Model::from_weights(config, std::move(weights), base);
+    for (int64_t B : {1, 2}) {
+      Canvas k = make_canvas(config, B, 12, 9);
+      const std::vector<int64_t> all = window_rows(k, 0, k.L);
+      KvCache cache;
+      std::vector<float> scratch(all.size() * config.n_vocab);
+      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), scratch.data()).ok());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i : at) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
+      for (const std::vector<int64_t>* computed : {&at, &other}) {
+        const std::vector<int64_t> rows = rows_at(k, *computed);
+        std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
+        ASSERT_TRUE(model->forward(ctx, scattered_batch_of(k, rows, &cache, 4, k.L, *computed), got.data()).ok());
+        ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
+        const double rel = rel_max_diff(got, want);
+        const char* what = computed == &at ? "the changed positions" : "another position, afterwards";
+        std::printf("  %ld layer(s), B %ld, %s: rel max diff %.2e\n", static_cast<long>(n_layer), static_cast<long>(B),
+                    what, rel);
+        if (n_layer == 1) {
+          EXPECT_LE(rel, 1e-6) << "B " << B << ", " << what;
+        } else if (computed == &at) {
+          EXPECT_GT(rel, 1e-4) << "B " << B << ": the approximation should be visible with two layers";
+        }
+      }
+    }
+  }
+}
+
+TEST(KvCache, BadWindowPositionsAreRejected) {
+  ThreadPool pool(1);
+  const Context ctx{Device::kCpu, &pool};
+  auto models = fixture_models();
+  ASSERT_FALSE(models.empty());
+  const Model& model = *models[0];
+  const Canvas k = make_canvas(model.config(), 1, 8, 1);
+  std::vector<float> logits(model.config().n_vocab * 8);
+  KvCache cache;
+  std::vector<int64_t> rows = {0, 1, 2, 3, 4, 5, 6, 7};
+  ASSERT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kRefresh, &cache), logits.data()).ok());
+  rows = {4};
+  auto message = [&](const std::vector<int64_t>& at, int64_t wb, CacheOp op = CacheOp::kUse) {
+    ForwardBatch b = scattered_batch_of(k, rows, &cache, wb, -1, at);
+    b.cache_op = op;
+    return model.forward(ctx, b, logits.data()).message();
+  };
+  EXPECT_NE(message({5, 4}, 2).find("window_positions[1] = 4 does not ascend"), std::string::npos) << message({5, 4}, 2);
+  EXPECT_NE(message({4, 4}, 2).find("does not ascend"), std::string::npos);
+  EXPECT_NE(message({1, 4}, 2).find("window_positions[0] = 1"), std::string::npos);
+  EXPECT_NE(message({4, 8}, 2).find("window_positions[1] = 8"), std::string::npos);
+  EXPECT_NE(message({3, 5}, 2).find("not one of the window_positions"), std::string::npos);
+  const std::vector<int64_t> one = {4};
+  ForwardBatch none_at = scattered_batch_of(k, rows, &cache, 2, -1, one);
+  none_at.n_window_positions = 0;
+  EXPECT_NE(model.forward(ctx, none_at, logits.data()).message().find("at least one position"), std::string::npos);
+  EXPECT_NE(message({4}, 2, CacheOp::kNone).find("need cache_op kUse"), std::string::npos);
+  EXPECT_TRUE(model.forward(ctx, scattered_batch_of(k, rows, &cache, 2, -1, {3, 4}), logits.data()).ok());
 }
 
 }  // namespace

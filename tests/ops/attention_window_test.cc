@@ -2,7 +2,8 @@
 // mask, GQA 1/2/4, 1 and 3 threads) reproduces the window's rows of the full attention. The fast window
 // kernel against the reference one (Context::reference_kernels) on random inputs: tolerance 1e-5 relative
 // to the largest reference magnitude, bitwise the same on 1 and 3 threads, and with W = L bitwise what
-// the fast attention() computes.
+// the fast attention() computes. Queries at scattered positions (cache committed) equal those positions' rows
+// of the full attention, padding included, with both kernels; kv_store writes a scattered window's rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +82,50 @@ TEST_P(AttentionWindowTest, PadQueriesGetZeroOutput) {
   attention_window(ctx, s, 1, 2, q.data(), k.data(), v.data(), valid.data(), out.data());
   for (int t = 0; t < 8; ++t) EXPECT_EQ(out[t], 0.0f) << "pad query element " << t;
   for (int t = 8; t < 16; ++t) EXPECT_TRUE(std::isfinite(out[t]) && out[t] != 7.0f) << "real query element " << t;
+}
+
+TEST_P(AttentionWindowTest, ScatteredQueriesMatchTheFullAttentionRows) {
+  ThreadPool pool(GetParam());
+  Context fast{Device::kCpu, &pool}, ref{Device::kCpu, &pool};
+  ref.reference_kernels = true;
+  const int64_t B = 2, L = 13, H = 4, Hkv = 2, D = 64, qd = H * D, kd = Hkv * D;
+  const AttentionShape s{B, L, H, Hkv, D};
+  const auto q = random_values(B * L * qd, 11), k = random_values(B * L * kd, 12), v = random_values(B * L * kd, 13);
+  std::vector<uint8_t> valid(B * L, 1);
+  for (int64_t i = 0; i < 4; ++i) valid[L + i] = 0;  // row 1: 4 left pads
+  std::vector<float> full(B * L * qd);
+  attention(ref, s, q.data(), k.data(), v.data(), valid.data(), full.data());
+  double max_abs = 0;
+  for (float x : full) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
+  // Sets inside windows from 2: pad queries of row 1 (2, 3) among them, gaps, the last position.
+  for (const std::vector<int64_t>& at : {std::vector<int64_t>{2, 3, 5, 9, 12}, {4}, {6, 7, 8, 10, 11, 12}}) {
+    const int64_t W = static_cast<int64_t>(at.size());
+    std::vector<float> qw(B * W * qd);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < W; ++i) std::copy_n(q.data() + (b * L + at[i]) * qd, qd, qw.data() + (b * W + i) * qd);
+    for (const Context* ctx : {&ref, &fast}) {
+      std::vector<float> out(B * W * qd, NAN);
+      attention_window(*ctx, s, 2, W, qw.data(), k.data(), v.data(), valid.data(), out.data(), at.data());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < W; ++i)
+          for (int64_t t = 0; t < qd; ++t)
+            ASSERT_NEAR(out[(b * W + i) * qd + t], full[(b * L + at[i]) * qd + t], 1e-5 * max_abs)
+                << (ctx == &ref ? "reference" : "fast") << " row " << b << " query " << at[i] << " element " << t;
+    }
+  }
+  // kv_store of a scattered window: only its positions change.
+  const int64_t cols = 3;
+  std::vector<float> cache(B * L * cols, -1.0f), src(B * 2 * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  const std::vector<int64_t> at = {4, 9};
+  kv_store(fast, src.data(), B, L, 3, 2, cols, cache.data(), at.data());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t slot = i == 4 ? 0 : i == 9 ? 1 : -1;
+        const float want = slot < 0 ? -1.0f : src[(b * 2 + slot) * cols + c];
+        ASSERT_EQ(cache[(b * L + i) * cols + c], want) << "row " << b << " position " << i << " column " << c;
+      }
 }
 
 struct FastCase {

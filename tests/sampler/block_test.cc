@@ -1,9 +1,10 @@
 // Block decoding, KV-cache forwards and threshold / factor decoding in generate() (Fast-dLLM, spec §6)
 // with fake models: the block plan and schedule, candidates restricted to the block, the cache ops and
 // windows asked of the model, the parallel-decoding rules on crafted confidences, rows that finish a
-// block early, and parameter validation.
+// block early, cache committed's rows per step, and parameter validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -170,6 +171,39 @@ TEST(BlockDecoding, CacheOpsAndWindows) {
   }
 }
 
+TEST(BlockDecoding, CommittedCacheComputesTheMaskedAndNewlyCommittedPositions) {
+  // Prompt of 3, one block of 8 (positions 3..10), 8 steps: step 0 commits nothing (no forward), steps 1-6
+  // one position each, left to right (confidence falls with the position), step 7 the last two. With
+  // refresh_every 3 the block's forwards f = 0 (refresh), 3, 6 compute everything / the dual window; the
+  // others the masked positions, the one committed since the last forward, and j − 1 of each masked j.
+  FakeModel model(kVocab, confidence_model([](int64_t, int64_t j) { return 0.9f - 0.01f * static_cast<float>(j); }));
+  SamplingParams p = block_params(8, 8, 8);
+  p.cache = CacheMode::kCommitted;
+  p.refresh_every = 3;
+  Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1, 2, 3}}, p);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const std::vector<RecordedBatch>& got = model.batches();
+  ASSERT_EQ(got.size(), 7u);
+  const std::vector<std::vector<int64_t>> want = {
+      {}, {3, 4, 5, 6, 7, 8, 9, 10}, {4, 5, 6, 7, 8, 9, 10}, {}, {6, 7, 8, 9, 10}, {7, 8, 9, 10}, {}};
+  for (size_t f = 0; f < got.size(); ++f) {
+    EXPECT_EQ(got[f].cache_op, f == 0 ? CacheOp::kRefresh : CacheOp::kUse) << "forward " << f;
+    EXPECT_EQ(got[f].window_positions, want[f]) << "forward " << f;
+    if (f > 0) EXPECT_EQ(got[f].window_begin, 2) << "forward " << f;
+    for (int64_t row : got[f].out_rows) {
+      if (!want[f].empty()) EXPECT_TRUE(std::binary_search(want[f].begin(), want[f].end(), row)) << "forward " << f;
+    }
+  }
+  // 11 (refresh) + 8 + 7 + 9 (dual window [2, 11)) + 5 + 4 + 9.
+  EXPECT_EQ(out->timings.positions_computed, 11 + 8 + 7 + 9 + 5 + 4 + 9);
+  // The fake's logits are exact whatever it computes: the same tokens as dual.
+  p.cache = CacheMode::kDual;
+  FakeModel dual_model(kVocab, confidence_model([](int64_t, int64_t j) { return 0.9f - 0.01f * static_cast<float>(j); }));
+  Result<GenerateOutput> dual = generate(dual_model.logits_fn(), kVocab, {{1, 2, 3}}, p);
+  ASSERT_TRUE(dual.ok());
+  EXPECT_EQ(out->sequences, dual->sequences);
+}
+
 TEST(BlockDecoding, RefreshMovesToTheFirstStepThatRunsAForward) {
   // 16 / 16 steps in blocks of 8: step 0 of a block commits nothing and runs no forward.
   FakeModel model(kVocab, confidence_model([](int64_t, int64_t) { return 0.5f; }));
@@ -323,9 +357,19 @@ TEST(BlockDecoding, ParametersAreValidated) {
   EXPECT_EQ(*parse_cache_mode("dual"), CacheMode::kDual);
   EXPECT_EQ(*parse_cache_mode("prefix"), CacheMode::kPrefix);
   EXPECT_EQ(*parse_cache_mode("none"), CacheMode::kNone);
+  EXPECT_EQ(*parse_cache_mode("committed"), CacheMode::kCommitted);
+  EXPECT_STREQ(cache_mode_name(CacheMode::kCommitted), "committed");
   Result<CacheMode> bad = parse_cache_mode("full");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("none, prefix, dual"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("none, prefix, dual, committed"), std::string::npos);
+
+  for (int every : {0, -3, static_cast<int>(kMaxSteps) + 1}) {
+    p.refresh_every = every;
+    s = validate(p, kVocab);
+    EXPECT_NE(s.message().find("refresh_every: must be in [1, "), std::string::npos) << every << ": " << s.message();
+  }
+  p.refresh_every = 1;
+  EXPECT_TRUE(validate(p, kVocab).ok());
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ struct RecordedBatch {
   bool has_positions = false, has_valid = false;
   CacheOp cache_op = CacheOp::kNone;
   int64_t window_begin = 0, window_end = 0;  // window_end resolved (never -1)
+  std::vector<int64_t> window_positions;     // empty when the batch had nullptr
 };
 
 // fn(batch, b, i, logits[n_vocab]) writes the model output for canvas row b, index i.
@@ -56,6 +57,8 @@ class FakeModel {
       r.cache_op = batch.cache_op;
       r.window_begin = batch.window_begin;
       r.window_end = batch.window_stop();
+      if (batch.window_positions != nullptr)
+        r.window_positions.assign(batch.window_positions, batch.window_positions + batch.n_window_positions);
       state->batches.push_back(std::move(r));
       for (int64_t o = 0; o < batch.n_out; ++o) {
         const int64_t flat = batch.out_rows[o];

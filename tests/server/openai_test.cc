@@ -218,6 +218,19 @@ TEST(OpenAiParse, CacheModesAndTheFastMode) {
   EXPECT_EQ(exact->config.cache, "none");
   EXPECT_EQ(exact->config.block_length, 0);
   EXPECT_EQ(exact->config.threshold, 0.0f);
+
+  auto committed = parse_request(Endpoint::kCompletions,
+                                 R"({"prompt": "x", "cache": "committed", "refresh_every": 3, "block_length": 8})",
+                                 defaults, RequestLimits{});
+  ASSERT_TRUE(committed.ok()) << committed.status().to_string();
+  EXPECT_EQ(committed->config.cache, "committed");
+  EXPECT_EQ(committed->config.refresh_every, 3);
+  for (const char* bad : {R"({"prompt": "x", "refresh_every": 0})", R"({"prompt": "x", "refresh_every": 1.5})",
+                          R"({"prompt": "x", "refresh_every": "4"})"}) {
+    auto refused = parse_request(Endpoint::kCompletions, bad, defaults, RequestLimits{});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("refresh_every"), std::string::npos) << refused.status().message();
+  }
 }
 
 }  // namespace

@@ -145,11 +145,12 @@ void for_tiles(int64_t R, const Packed& pk, const Tile& t, const float* kt, cons
   }
 }
 
-// One work item: batch b, kv head hk, window rows [i0, i1) (absolute positions window_begin + i).
-// q, out: [B, W, n_head, head_dim]; valid: [B, L] or nullptr.
+// One work item: batch b, kv head hk, window rows [i0, i1) (absolute positions window_begin + i, or
+// positions[i]). q, out: [B, W, n_head, head_dim]; valid: [B, L] or nullptr.
 // Its buffers are this thread's of ws.
-void attend_block(Workspace& ws, const AttentionShape& s, const Packed& pk, int64_t window_begin, int64_t W,
-                  const float* q, const uint8_t* valid, int64_t b, int64_t hk, int64_t i0, int64_t i1, float* out) {
+void attend_block(Workspace& ws, const AttentionShape& s, const Packed& pk, int64_t window_begin, const int64_t* positions,
+                  int64_t W, const float* q, const uint8_t* valid, int64_t b, int64_t hk, int64_t i0, int64_t i1,
+                  float* out) {
   const int64_t L = s.n_seq, H = s.n_head, D = s.head_dim, group = s.n_head / s.n_head_kv;
   const int64_t q_stride = H * D;
   // Query rows: (head h, window row i) for every valid position; invalid positions get zeros.
@@ -162,7 +163,7 @@ void attend_block(Workspace& ws, const AttentionShape& s, const Packed& pk, int6
     const int64_t h = hk * group + g;
     for (int64_t i = i0; i < i1; ++i) {
       float* o = out + (b * W + i) * q_stride + h * D;
-      if (valid && !valid[b * L + window_begin + i]) std::fill(o, o + D, 0.0f);
+      if (valid && !valid[b * L + (positions != nullptr ? positions[i] : window_begin + i)]) std::fill(o, o + D, 0.0f);
       else rows[R++] = QueryRow{h, i};
     }
   }
@@ -222,8 +223,8 @@ void pack_kv(const Packed& pk, const float* k, const float* v, int64_t kv_stride
 // [B, L, n_head_kv, head_dim]; valid [B, L] or nullptr.
 void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& s, int64_t window_begin,
                            int64_t window_len, const float* q, const float* k, const float* v, const uint8_t* valid,
-                           float* out) {
-  if (!cpu_has_avx512()) return attention_window(pool, s, window_begin, window_len, q, k, v, valid, out);
+                           float* out, const int64_t* positions) {
+  if (!cpu_has_avx512()) return attention_window(pool, s, window_begin, window_len, q, k, v, valid, out, positions);
   const int64_t B = s.n_batch, L = s.n_seq, Hkv = s.n_head_kv, D = s.head_dim, W = window_len;
   if (B == 0 || W == 0) return;
   const int64_t kv_stride = Hkv * D, group = s.n_head / Hkv;
@@ -257,8 +258,8 @@ void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape
   parallel_for(p, B * Hkv * n_blocks, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t ib = item % n_blocks, bh = item / n_blocks;
-      attend_block(ws, s, pk, window_begin, W, q, valid, bh / Hkv, bh % Hkv, ib * block, std::min(W, (ib + 1) * block),
-                   out);
+      attend_block(ws, s, pk, window_begin, positions, W, q, valid, bh / Hkv, bh % Hkv, ib * block,
+                   std::min(W, (ib + 1) * block), out);
     }
   });
 }
@@ -266,7 +267,7 @@ void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape
 void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& s, const float* q, const float* k,
                     const float* v, const uint8_t* valid, float* out) {
   if (!cpu_has_avx512()) return attention(pool, s, q, k, v, valid, out);
-  attention_window_fast(pool, ws, s, 0, s.n_seq, q, k, v, valid, out);
+  attention_window_fast(pool, ws, s, 0, s.n_seq, q, k, v, valid, out, nullptr);
 }
 
 }  // namespace dc::cpu

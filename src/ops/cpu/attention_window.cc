@@ -15,7 +15,8 @@ namespace dc::cpu {
 DC_KERNEL_VARIANT_BEGIN  // baseline:: here, avx2:: in kernels_avx2.cc
 
 void attention_window(ThreadPool* pool, const AttentionShape& s, int64_t window_begin, int64_t window_len,
-                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out,
+                      const int64_t* positions) {
   const int64_t B = s.n_batch, L = s.n_seq, H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim;
   const int64_t W = window_len;
   const int64_t group = H / Hkv;
@@ -30,7 +31,7 @@ void attention_window(ThreadPool* pool, const AttentionShape& s, int64_t window_
       const int64_t hk = h / group;
       float* o = out + (b * W + i) * q_stride + h * D;
       const uint8_t* row_valid = valid ? valid + b * L : nullptr;
-      if (row_valid && !row_valid[window_begin + i]) {
+      if (row_valid && !row_valid[positions != nullptr ? positions[i] : window_begin + i]) {
         std::fill(o, o + D, 0.0f);
         continue;
       }

@@ -31,8 +31,10 @@ void zero_fill(ThreadPool* pool, float* y, int64_t count);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);
+// positions: [window_len] the queries' absolute positions (ascending), or nullptr for window_begin + i.
 void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
-                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out,
+                      const int64_t* positions);
 
 // The CPU level (core/cpu_level.h) as the kernels see it. The reference kernels above are the portable
 // kernels, compiled twice (core/kernel_variant.h, kernels_avx2.cc): kAvx2 and up run their AVX2 + FMA
@@ -69,6 +71,7 @@ void zero_fill_fast(ThreadPool* pool, float* y, int64_t count);
 void attention_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, const float* q, const float* k, const float* v,
                     const uint8_t* valid, float* out);
 void attention_window_fast(ThreadPool* pool, Workspace& ws, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
-                           const float* q, const float* k, const float* v, const uint8_t* valid, float* out);
+                           const float* q, const float* k, const float* v, const uint8_t* valid, float* out,
+                           const int64_t* positions);
 
 }  // namespace dc::cpu

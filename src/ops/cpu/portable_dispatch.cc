@@ -72,8 +72,9 @@ void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, co
   DC_DISPATCH(attention, pool, shape, q, k, v, valid, out);
 }
 void attention_window(ThreadPool* pool, const AttentionShape& shape, int64_t window_begin, int64_t window_len,
-                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out) {
-  DC_DISPATCH(attention_window, pool, shape, window_begin, window_len, q, k, v, valid, out);
+                      const float* q, const float* k, const float* v, const uint8_t* valid, float* out,
+                      const int64_t* positions) {
+  DC_DISPATCH(attention_window, pool, shape, window_begin, window_len, q, k, v, valid, out, positions);
 }
 void rms_norm_backward(ThreadPool* pool, const float* x, const float* w, const float* dy, int64_t n, int64_t d,
                        float eps, float* dx, float* dw) {
