@@ -301,7 +301,9 @@ struct GenerateOutput {
 //     also that step's forward); later forwards of the block are kUse over [block_begin − 1, n_seq)
 //     (prefix) or [block_begin − 1, block_end) (dual); position block_begin − 1 is included because
 //     position j is sampled from row j − 1. A step that runs no forward (k = 0) moves the refresh to the
-//     block's next step. logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op
+//     block's next step. committed: as dual, but the block's forwards f = 1, 2, … with f % refresh_every != 0
+//     compute only ForwardBatch::window_positions (CacheMode::kCommitted's rule; the whole window when that
+//     is all of it). logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op
 //     and window and compute every position (then the result is exact).
 // Step numbers (hooks, RNG streams, history) count across blocks; n_steps is params.steps with fixed
 // steps and G (an upper bound) with threshold / factor.
