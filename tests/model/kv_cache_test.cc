@@ -93,6 +93,26 @@ double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return diff / ref;
 }
 
+// The first n_layer layers of `base` as a model of their own.
+std::unique_ptr<Model> first_layers(const std::shared_ptr<const Model>& base, int64_t n_layer) {
+  ModelConfig config = base->config();
+  config.n_layer = n_layer;
+  ModelWeights weights = base->weights();
+  weights.layers.resize(static_cast<size_t>(n_layer));
+  return Model::from_weights(config, std::move(weights), base);
+}
+
+// A cached forward after tokens changed, `rel` from the full forward: exact on one layer; on two, when
+// `drift_expected`, visibly not (the approximation), which shows the test can tell.
+void expect_exact_on_one_layer(double rel, int64_t n_layer, const std::string& what, bool drift_expected) {
+  std::printf("  %ld layer(s), %s: rel max diff %.2e\n", static_cast<long>(n_layer), what.c_str(), rel);
+  if (n_layer == 1) {
+    EXPECT_LE(rel, 1e-6) << what;
+  } else if (drift_expected) {
+    EXPECT_GT(rel, 1e-4) << what << ": the approximation should be visible with two layers";
+  }
+}
+
 TEST(KvCache, RefreshAndFullWindowUseEqualThePlainForwardBitForBit) {
   ThreadPool pool(2);
   const Context ctx{Device::kCpu, &pool};
@@ -117,9 +137,29 @@ TEST(KvCache, RefreshAndFullWindowUseEqualThePlainForwardBitForBit) {
   }
 }
 
+// A scattered window: positions `at` of [wb, we) computed, every other position's K/V from the cache.
+ForwardBatch scattered_batch_of(const Canvas& k, const std::vector<int64_t>& rows, KvCache* cache, int64_t wb, int64_t we,
+                                const std::vector<int64_t>& at) {
+  ForwardBatch b = cache_batch_of(k, rows, CacheOp::kUse, cache, wb, we);
+  b.window_positions = at.data();
+  b.n_window_positions = static_cast<int64_t>(at.size());
+  return b;
+}
+
+// The real rows of the positions `at` of every batch row.
+std::vector<int64_t> rows_at(const Canvas& k, const std::vector<int64_t>& at) {
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < k.B; ++b)
+    for (int64_t i : at)
+      if (k.valid.empty() || k.valid[b * k.L + i]) rows.push_back(b * k.L + i);
+  return rows;
+}
+
 TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
+  // Contiguous windows and scattered ones (window_positions, cache committed).
   ThreadPool pool(2);
   const Context ctx{Device::kCpu, &pool};
+  const std::vector<std::vector<int64_t>> scattered = {{4, 6, 7, 10}, {0, 11}, {5}, {3, 4, 5, 6, 7, 8}};
   for (const auto& model : fixture_models()) {
     const ModelConfig& c = model->config();
     for (int64_t B : {1, 2}) {
@@ -128,56 +168,25 @@ TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
       std::vector<float> full(all.size() * c.n_vocab);
       KvCache cache;
       ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
-      for (auto [wb, we] : {std::pair<int64_t, int64_t>{4, 9}, {0, 3}, {7, 12}, {5, 6}}) {
-        const std::vector<int64_t> rows = window_rows(k, wb, we);
+      // Same tokens → the computed positions' fresh K/V equal the cached ones, so the cache stays valid.
+      auto expect_full_rows = [&](const ForwardBatch& batch, const std::vector<int64_t>& rows, const std::string& what) {
         std::vector<float> got(rows.size() * c.n_vocab), want;
         for (int64_t r : rows) {
           const size_t at = static_cast<size_t>(std::find(all.begin(), all.end(), r) - all.begin());
           want.insert(want.end(), full.begin() + at * c.n_vocab, full.begin() + (at + 1) * c.n_vocab);
         }
-        // Same tokens → the window's fresh K/V equal the cached ones, so the cache stays valid.
-        ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
-        const double rel = rel_max_diff(got, want);
-        EXPECT_LE(rel, 1e-6) << "B " << B << " window [" << wb << ", " << we << ")";
+        ASSERT_TRUE(model->forward(ctx, batch, got.data()).ok()) << what;
+        EXPECT_LE(rel_max_diff(got, want), 1e-6) << "B " << B << ", " << what;
+      };
+      for (auto [wb, we] : {std::pair<int64_t, int64_t>{4, 9}, {0, 3}, {7, 12}, {5, 6}}) {
+        const std::vector<int64_t> rows = window_rows(k, wb, we);
+        expect_full_rows(cache_batch_of(k, rows, CacheOp::kUse, &cache, wb, we), rows,
+                         "window [" + std::to_string(wb) + ", " + std::to_string(we) + ")");
       }
-    }
-  }
-}
-
-TEST(KvCache, OneLayerModelIsExactWhenOnlyWindowTokensChange) {
-  // With one layer the K/V of a position depend only on its own token: after the window's tokens change,
-  // kUse (window recomputed, the rest from the cache) must equal the full forward of the new canvas.
-  // With two layers it must not (the approximation), which shows the test can tell.
-  ThreadPool pool(2);
-  const Context ctx{Device::kCpu, &pool};
-  auto loaded = fixture_models();
-  ASSERT_FALSE(loaded.empty());
-  std::shared_ptr<const Model> base(std::move(loaded[1]));  // tiny-gqa2 (3 layers, GQA 2)
-  for (int64_t n_layer : {1, 2}) {
-    ModelConfig config = base->config();
-    config.n_layer = n_layer;
-    ModelWeights weights = base->weights();
-    weights.layers.resize(static_cast<size_t>(n_layer));
-    std::unique_ptr<Model> model = Model::from_weights(config, std::move(weights), base);
-    for (int64_t B : {1, 2}) {
-      Canvas k = make_canvas(config, B, 12, 9);
-      const int64_t wb = 5, we = 9;
-      const std::vector<int64_t> rows = window_rows(k, wb, we);
-      KvCache cache;
-      std::vector<float> scratch(window_rows(k, 0, k.L).size() * config.n_vocab);
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, window_rows(k, 0, k.L), CacheOp::kRefresh, &cache), scratch.data()).ok());
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = wb; i < we; ++i) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
-      std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, wb, we), got.data()).ok());
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
-      const double rel = rel_max_diff(got, want);
-      std::printf("  %ld layer(s), B %ld: kUse after changing the window's tokens: rel max diff %.2e\n",
-                  static_cast<long>(n_layer), static_cast<long>(B), rel);
-      if (n_layer == 1) {
-        EXPECT_LE(rel, 1e-6) << "B " << B;
-      } else {
-        EXPECT_GT(rel, 1e-4) << "B " << B << ": the approximation should be visible with two layers";
+      for (const std::vector<int64_t>& at : scattered) {
+        const std::vector<int64_t> rows = rows_at(k, at);
+        expect_full_rows(scattered_batch_of(k, rows, &cache, 0, k.L, at), rows,
+                         std::to_string(at.size()) + " scattered positions from " + std::to_string(at[0]));
       }
     }
   }
@@ -206,122 +215,68 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   rows = {4};
   EXPECT_NE(message(cache_batch_of(longer, rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
   EXPECT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
+
+  // Scattered windows (window_positions): ascending, inside the window, holding the out rows, with kUse.
+  auto scattered = [&](const std::vector<int64_t>& at, int64_t wb, CacheOp op = CacheOp::kUse) {
+    ForwardBatch b = cache_batch_of(k, rows, op, &cache, wb, -1);
+    b.window_positions = at.data();
+    b.n_window_positions = static_cast<int64_t>(at.size());
+    return message(b);
+  };
+  EXPECT_NE(scattered({5, 4}, 2).find("window_positions[1] = 4 does not ascend"), std::string::npos) << scattered({5, 4}, 2);
+  EXPECT_NE(scattered({4, 4}, 2).find("does not ascend"), std::string::npos);
+  EXPECT_NE(scattered({1, 4}, 2).find("window_positions[0] = 1"), std::string::npos);
+  EXPECT_NE(scattered({4, 8}, 2).find("window_positions[1] = 8"), std::string::npos);
+  EXPECT_NE(scattered({3, 5}, 2).find("not one of the window_positions"), std::string::npos);
+  EXPECT_NE(scattered({4}, 2, CacheOp::kNone).find("need cache_op kUse"), std::string::npos);
+  const std::vector<int64_t> one = {4};
+  ForwardBatch none_at = cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, -1);
+  none_at.window_positions = one.data();  // n_window_positions 0
+  EXPECT_NE(message(none_at).find("at least one position"), std::string::npos);
+  const std::vector<int64_t> fine = {3, 4};
+  none_at.n_window_positions = 2, none_at.window_positions = fine.data();
+  EXPECT_TRUE(model.forward(ctx, none_at, logits.data()).ok());
 }
 
-// A scattered window: positions `at` of [wb, we) computed, every other position's K/V from the cache.
-ForwardBatch scattered_batch_of(const Canvas& k, const std::vector<int64_t>& rows, KvCache* cache, int64_t wb, int64_t we,
-                                const std::vector<int64_t>& at) {
-  ForwardBatch b = cache_batch_of(k, rows, CacheOp::kUse, cache, wb, we);
-  b.window_positions = at.data();
-  b.n_window_positions = static_cast<int64_t>(at.size());
-  return b;
-}
-
-// The real rows of the positions `at` of every batch row.
-std::vector<int64_t> rows_at(const Canvas& k, const std::vector<int64_t>& at) {
-  std::vector<int64_t> rows;
-  for (int64_t b = 0; b < k.B; ++b)
-    for (int64_t i : at)
-      if (k.valid.empty() || k.valid[b * k.L + i]) rows.push_back(b * k.L + i);
-  return rows;
-}
-
-TEST(KvCache, ScatteredWindowWithFreshCacheReproducesTheFullForwardRows) {
-  ThreadPool pool(2);
-  const Context ctx{Device::kCpu, &pool};
-  for (const auto& model : fixture_models()) {
-    const ModelConfig& c = model->config();
-    for (int64_t B : {1, 2}) {
-      const Canvas k = make_canvas(c, B, 12, 5);
-      const std::vector<int64_t> all = window_rows(k, 0, k.L);
-      std::vector<float> full(all.size() * c.n_vocab);
-      KvCache cache;
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
-      for (const std::vector<int64_t>& at : {std::vector<int64_t>{4, 6, 7, 10}, {0, 11}, {5}, {3, 4, 5, 6, 7, 8}}) {
-        const std::vector<int64_t> rows = rows_at(k, at);
-        std::vector<float> got(rows.size() * c.n_vocab), want;
-        for (int64_t r : rows) {
-          const size_t pos = static_cast<size_t>(std::find(all.begin(), all.end(), r) - all.begin());
-          want.insert(want.end(), full.begin() + pos * c.n_vocab, full.begin() + (pos + 1) * c.n_vocab);
-        }
-        ASSERT_TRUE(model->forward(ctx, scattered_batch_of(k, rows, &cache, 0, k.L, at), got.data()).ok());
-        EXPECT_LE(rel_max_diff(got, want), 1e-6) << "B " << B << ", " << at.size() << " positions from " << at[0];
-      }
-    }
-  }
-}
-
-TEST(KvCache, OneLayerModelIsExactWhenOnlyTheScatteredPositionsChange) {
-  // One layer: after the tokens at the scattered positions change, kUse over them equals the full forward of
-  // the new canvas, and so does a later forward of another position alone (it reads their stored K/V). With
-  // two layers the first differs (the approximation), which shows the test can tell.
+TEST(KvCache, OneLayerModelIsExactWhenOnlyTheComputedPositionsChange) {
+  // With one layer the K/V of a position depend only on its own token: after the tokens of the positions a
+  // kUse computes change (a window's, or scattered ones'), it must equal the full forward of the new canvas;
+  // after scattered positions changed, so must a later forward of another position alone (it reads their
+  // stored K/V). With two layers the first must not (the approximation), which shows the test can tell.
   ThreadPool pool(2);
   const Context ctx{Device::kCpu, &pool};
   auto loaded = fixture_models();
   ASSERT_FALSE(loaded.empty());
   std::shared_ptr<const Model> base(std::move(loaded[1]));  // tiny-gqa2 (3 layers, GQA 2)
-  const std::vector<int64_t> at = {5, 7, 8, 11}, other = {6};
+  const std::vector<int64_t> window = {5, 6, 7, 8}, scattered = {5, 7, 8, 11}, other = {6};
   for (int64_t n_layer : {1, 2}) {
-    ModelConfig config = base->config();
-    config.n_layer = n_layer;
-    ModelWeights weights = base->weights();
-    weights.layers.resize(static_cast<size_t>(n_layer));
-    std::unique_ptr<Model> model = Model::from_weights(config, std::move(weights), base);
+    const std::unique_ptr<Model> model = first_layers(base, n_layer);
+    const ModelConfig& config = model->config();
     for (int64_t B : {1, 2}) {
-      Canvas k = make_canvas(config, B, 12, 9);
-      const std::vector<int64_t> all = window_rows(k, 0, k.L);
-      KvCache cache;
-      std::vector<float> scratch(all.size() * config.n_vocab);
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), scratch.data()).ok());
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t i : at) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
-      for (const std::vector<int64_t>* computed : {&at, &other}) {
-        const std::vector<int64_t> rows = rows_at(k, *computed);
-        std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
-        ASSERT_TRUE(model->forward(ctx, scattered_batch_of(k, rows, &cache, 4, k.L, *computed), got.data()).ok());
-        ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
-        const double rel = rel_max_diff(got, want);
-        const char* what = computed == &at ? "the changed positions" : "another position, afterwards";
-        std::printf("  %ld layer(s), B %ld, %s: rel max diff %.2e\n", static_cast<long>(n_layer), static_cast<long>(B),
-                    what, rel);
-        if (n_layer == 1) {
-          EXPECT_LE(rel, 1e-6) << "B " << B << ", " << what;
-        } else if (computed == &at) {
-          EXPECT_GT(rel, 1e-4) << "B " << B << ": the approximation should be visible with two layers";
+      for (const std::vector<int64_t>* changed : {&window, &scattered}) {
+        Canvas k = make_canvas(config, B, 12, 9);
+        const std::vector<int64_t> all = window_rows(k, 0, k.L);
+        KvCache cache;
+        std::vector<float> scratch(all.size() * config.n_vocab);
+        ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), scratch.data()).ok());
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t i : *changed) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
+        const bool contiguous = changed == &window;
+        for (const std::vector<int64_t>* computed : {changed, &other}) {
+          if (contiguous && computed == &other) continue;
+          const std::vector<int64_t> rows = rows_at(k, *computed);
+          std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
+          const ForwardBatch batch = contiguous ? cache_batch_of(k, rows, CacheOp::kUse, &cache, 5, 9)
+                                                : scattered_batch_of(k, rows, &cache, 4, k.L, *computed);
+          ASSERT_TRUE(model->forward(ctx, batch, got.data()).ok());
+          ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
+          const std::string what = "B " + std::to_string(B) + (contiguous ? ", window [5, 9)" : ", scattered: ") +
+                                   (contiguous ? "" : computed == changed ? "the changed positions" : "another position, afterwards");
+          expect_exact_on_one_layer(rel_max_diff(got, want), n_layer, what, computed == changed);
         }
       }
     }
   }
-}
-
-TEST(KvCache, BadWindowPositionsAreRejected) {
-  ThreadPool pool(1);
-  const Context ctx{Device::kCpu, &pool};
-  auto models = fixture_models();
-  ASSERT_FALSE(models.empty());
-  const Model& model = *models[0];
-  const Canvas k = make_canvas(model.config(), 1, 8, 1);
-  std::vector<float> logits(model.config().n_vocab * 8);
-  KvCache cache;
-  std::vector<int64_t> rows = {0, 1, 2, 3, 4, 5, 6, 7};
-  ASSERT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kRefresh, &cache), logits.data()).ok());
-  rows = {4};
-  auto message = [&](const std::vector<int64_t>& at, int64_t wb, CacheOp op = CacheOp::kUse) {
-    ForwardBatch b = scattered_batch_of(k, rows, &cache, wb, -1, at);
-    b.cache_op = op;
-    return model.forward(ctx, b, logits.data()).message();
-  };
-  EXPECT_NE(message({5, 4}, 2).find("window_positions[1] = 4 does not ascend"), std::string::npos) << message({5, 4}, 2);
-  EXPECT_NE(message({4, 4}, 2).find("does not ascend"), std::string::npos);
-  EXPECT_NE(message({1, 4}, 2).find("window_positions[0] = 1"), std::string::npos);
-  EXPECT_NE(message({4, 8}, 2).find("window_positions[1] = 8"), std::string::npos);
-  EXPECT_NE(message({3, 5}, 2).find("not one of the window_positions"), std::string::npos);
-  const std::vector<int64_t> one = {4};
-  ForwardBatch none_at = scattered_batch_of(k, rows, &cache, 2, -1, one);
-  none_at.n_window_positions = 0;
-  EXPECT_NE(model.forward(ctx, none_at, logits.data()).message().find("at least one position"), std::string::npos);
-  EXPECT_NE(message({4}, 2, CacheOp::kNone).find("need cache_op kUse"), std::string::npos);
-  EXPECT_TRUE(model.forward(ctx, scattered_batch_of(k, rows, &cache, 2, -1, {3, 4}), logits.data()).ok());
 }
 
 }  // namespace

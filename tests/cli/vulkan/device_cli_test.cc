@@ -179,5 +179,14 @@ TEST(DeviceCli, TrainOnVulkanEqualsTheCpuOrRefusesByName) {
   EXPECT_NE(bench.err.find("--device"), std::string::npos) << bench.err;
 }
 
+// --cache committed computes scattered positions, which the device kernels do not take: refused on a device
+// with an error naming the flag's field, before any forward.
+TEST(DeviceCli, CommittedCacheIsRefusedOnADevice) {
+  const auto r = dc::testing::run_binary("bench --shape tiny --prompt-len 8 --new-tokens 16 --steps 8 --no-peak --threads 2"
+                                         " --device vulkan --cache committed --block-length 8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cache: \"committed\" runs on the CPU only"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace dc
