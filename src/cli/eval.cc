@@ -115,16 +115,20 @@ Result<eval::PromptFormat> prompt_format(const EvalArgs& a, const diffucoder::Mo
 // The results file's settings of a model run: what decides the completions.
 nlohmann::json generation_settings(const EvalArgs& a, const diffucoder::Model& model, const SamplingParams& p,
                                    eval::PromptFormat format) {
-  return {{"model", a.model_dir},
-          {"prompt_format", eval::prompt_format_name(format)},
-          {"samples_per_task", a.samples_per_task},
-          {"batch_tasks", a.batch_tasks},
-          {"generation", {{"max_new_tokens", p.max_new_tokens.value_or(0)}, {"steps", p.steps},
-                          {"alg", a.decoding.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
-                          {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
-                          {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
-                          {"threshold", p.threshold}, {"factor", p.factor},
-                          {"precision", model.info().precision}}}};
+  nlohmann::json settings = {
+      {"model", a.model_dir},
+      {"prompt_format", eval::prompt_format_name(format)},
+      {"samples_per_task", a.samples_per_task},
+      {"batch_tasks", a.batch_tasks},
+      {"generation", {{"max_new_tokens", p.max_new_tokens.value_or(0)}, {"steps", p.steps},
+                      {"alg", a.decoding.alg}, {"temperature", p.temperature}, {"top_p", p.top_p},
+                      {"top_k", p.top_k}, {"alg_temp", p.alg_temp}, {"eps", p.eps}, {"seed", p.seed},
+                      {"block_length", p.block_length}, {"cache", cache_mode_name(p.cache)},
+                      {"threshold", p.threshold}, {"factor", p.factor},
+                      {"precision", model.info().precision}}}};
+  // Only where it applies, so the settings of other runs (and their resumption) stay as they were.
+  if (p.cache == CacheMode::kCommitted) settings["generation"]["refresh_every"] = p.refresh_every;
+  return settings;
 }
 
 // The flags that pick the mode: exactly one of --benchmark / --suite, and the suite's own flags only with it.

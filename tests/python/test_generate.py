@@ -117,7 +117,7 @@ def test_stream_yields_every_step_then_the_result(tiny_gqa2):
 
 def test_block_decoding_extensions_equal_the_cli(tiny_vocab):
     """The extensions (blocks, the dual KV cache, threshold decoding) pass through: `fast=True` equals
-    `diffucoder generate --fast`, and explicit block_length / cache / factor equal the CLI's flags."""
+    `diffucoder generate --fast`, and explicit block_length / cache / refresh_every / factor equal the CLI's flags."""
     prompt = [151644, 872, 198, 7985, 264, 729, 151645, 198]
     model = diffucoder.AutoModel.from_pretrained(tiny_vocab, torch_dtype=torch.float32, threads=2)
     base = ["generate", "--model", tiny_vocab, "--prompt-ids", ",".join(map(str, prompt)), "--json", "--quiet",
@@ -125,7 +125,9 @@ def test_block_decoding_extensions_equal_the_cli(tiny_vocab):
     kw = dict(max_new_tokens=16, temperature=0.0, top_k=None, alg="entropy")
     for py, flags in ((dict(fast=True, steps=16), ["--fast"]),
                       (dict(block_length=8, cache="prefix", factor=2.0, steps=16),
-                       ["--block-length", "8", "--cache", "prefix", "--factor", "2"])):
+                       ["--block-length", "8", "--cache", "prefix", "--factor", "2"]),
+                      (dict(block_length=8, cache="committed", refresh_every=3, steps=16),
+                       ["--block-length", "8", "--cache", "committed", "--refresh-every", "3"])):
         ours = model.diffusion_generate(torch.tensor([prompt]), **kw, **py)[0, len(prompt):].tolist()
         cli = json.loads(run_cli(*base, *flags).splitlines()[0])["token_ids"]
         assert ours == cli, flags
