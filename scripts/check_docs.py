@@ -21,11 +21,22 @@ CODE_SPAN = re.compile(r"`([^`]+)`")
 DEMO_MARK = "<!-- runs on the demo model -->"
 
 
+def subcommands(binary):
+    """The subcommands `diffucoder --help` lists under "Subcommands:"."""
+    lines = subprocess.run([binary, "--help"], capture_output=True, text=True, check=True).stdout.splitlines()
+    start = lines.index("Subcommands:") + 1
+    return {line.split()[0] for line in lines[start:] if line.strip()}
+
+
 def help_flags(binary, command, cache):
-    """The long flags `diffucoder COMMAND --help` lists (None: not a subcommand)."""
+    """The long flags `diffucoder COMMAND --help` lists (None: not a subcommand: `diffucoder build/...` is a path)."""
+    if "" not in cache:
+        cache[""] = subcommands(binary)
+    if command not in cache[""]:
+        return None
     if command not in cache:
-        r = subprocess.run([binary, command, "--help"], capture_output=True, text=True)
-        cache[command] = set(FLAG.findall(r.stdout)) | {"--help"} if r.returncode == 0 else None
+        r = subprocess.run([binary, command, "--help"], capture_output=True, text=True, check=True)
+        cache[command] = set(FLAG.findall(r.stdout)) | {"--help"}
     return cache[command]
 
 
