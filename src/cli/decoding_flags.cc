@@ -72,4 +72,13 @@ Result<EngineOptions> engine_options(const DecodingFlags& f, const std::string& 
   return options;
 }
 
+diffucoder::LoadOptions load_options(const DecodingFlags& f, const std::string& model_dir,
+                                     const std::string& tokenizer_path) {
+  diffucoder::LoadOptions o{model_dir, tokenizer_path, f.threads, f.precision, f.weight_cache};
+  o.device = f.device;
+  o.lora_dir = f.lora;
+  o.lora_mode = f.lora_mode;
+  return o;
+}
+
 }  // namespace dc::cli

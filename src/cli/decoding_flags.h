@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <diffucoder/diffucoder.h>
 
 #include <cstdint>
 #include <string>
@@ -40,6 +41,9 @@ Status apply_decoding_flags(const DecodingFlags& flags, SamplingParams& p);
 
 // EngineOptions for `model_dir` with the flags' threads, precision, weight cache, device and LoRA adapter; errors name the flag.
 Result<EngineOptions> engine_options(const DecodingFlags& flags, const std::string& model_dir,
+                                     const std::string& tokenizer_path);
+// The facade's LoadOptions of the same (checked by Model::load, whose errors name the option).
+diffucoder::LoadOptions load_options(const DecodingFlags& flags, const std::string& model_dir,
                                      const std::string& tokenizer_path);
 
 }  // namespace dc::cli

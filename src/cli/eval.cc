@@ -290,12 +290,8 @@ Result<EvalContext> make_eval_context(const EvalArgs& a) {
   if (a.model_dir.empty()) return c;
   DC_ASSIGN_OR_RETURN(SamplingParams params, make_params(a));
   const auto t_load = std::chrono::steady_clock::now();
-  const DecodingFlags& f = a.decoding;
-  diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
-  load_options.device = f.device;
-  load_options.lora_dir = f.lora;
-  load_options.lora_mode = f.lora_mode;
-  DC_ASSIGN_OR_RETURN(c.model, api::to_internal(diffucoder::Model::load(load_options)));
+  DC_ASSIGN_OR_RETURN(c.model, api::to_internal(diffucoder::Model::load(load_options(a.decoding, a.model_dir,
+                                                                                    a.tokenizer_path))));
   if (c.model->tokenizer() == nullptr) return invalid_argument("--model " + a.model_dir + " has no tokenizer.json");
   if (!a.quiet) print_load_note(c.model->info().load_note, ms_since(t_load));
   DC_ASSIGN_OR_RETURN(c.format, prompt_format(a, *c.model));

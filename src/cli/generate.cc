@@ -175,12 +175,7 @@ int run_generate(const GenerateArgs& a) {
   // the sampling flags, before the model is loaded (the vocabulary and token ids are checked after)
   if (Status st = api::to_internal(diffucoder::check_config(make_config({}, a))); !st.ok()) return usage_error(st);
   const auto t_load = std::chrono::steady_clock::now();
-  const DecodingFlags& f = a.decoding;
-  diffucoder::LoadOptions load_options{a.model_dir, a.tokenizer_path, f.threads, f.precision, f.weight_cache};
-  load_options.device = f.device;
-  load_options.lora_dir = f.lora;
-  load_options.lora_mode = f.lora_mode;
-  auto model_r = diffucoder::Model::load(load_options);
+  auto model_r = diffucoder::Model::load(load_options(a.decoding, a.model_dir, a.tokenizer_path));
   if (!model_r.ok()) return report(api::to_internal(model_r.status()));
   const diffucoder::Model& model = **model_r;
   const double load_ms = ms_since(t_load);
