@@ -40,21 +40,21 @@ void add_decoding_flags(CLI::App* cmd, DecodingFlags* f) {
                   "forward; CPU only)")->capture_default_str();
 }
 
-Status apply_decoding_flags(const DecodingFlags& f, SamplingParams& p) {
-  DC_ASSIGN_OR_RETURN(p.alg, parse_algorithm(f.alg));
-  DC_ASSIGN_OR_RETURN(p.cache, parse_cache_mode(f.cache));
-  p.refresh_every = f.refresh_every;
-  p.temperature = f.temperature;
-  p.top_p = f.top_p;
-  p.top_k = f.top_k;
-  p.alg_temp = f.alg_temp;
-  p.eps = f.eps;
-  p.seed = f.seed;
-  p.block_length = f.block_length;
-  p.threshold = f.threshold;
-  p.factor = f.factor;
-  if (f.fast) apply_fast_mode(p);
-  return Status::ok_status();
+diffucoder::GenerationConfig apply_decoding_flags(diffucoder::GenerationConfig c, const DecodingFlags& f) {
+  c.alg = f.alg;
+  c.cache = f.cache;
+  c.refresh_every = f.refresh_every;
+  c.temperature = f.temperature;
+  c.top_p = f.top_p;
+  c.top_k = f.top_k;
+  c.alg_temp = f.alg_temp;
+  c.eps = f.eps;
+  c.seed = f.seed;
+  c.block_length = f.block_length;
+  c.threshold = f.threshold;
+  c.factor = f.factor;
+  c.fast = f.fast;
+  return c;
 }
 
 Result<EngineOptions> engine_options(const DecodingFlags& f, const std::string& model_dir,

@@ -35,9 +35,9 @@ struct DecodingFlags {
 // --fast --threads --precision --weight-cache --device --lora --lora-mode.
 void add_decoding_flags(CLI::App* cmd, DecodingFlags* flags);
 
-// Sets p's sampler fields from the flags (then --fast's defaults for what it left off). The caller sets
-// the lengths, steps and sequences and validates.
-Status apply_decoding_flags(const DecodingFlags& flags, SamplingParams& p);
+// `c` with the flags' sampler fields (and `fast`, resolved by whoever turns the config into the sampler's
+// parameters). The caller sets the lengths, steps and sequences; the facade checks the values.
+diffucoder::GenerationConfig apply_decoding_flags(diffucoder::GenerationConfig c, const DecodingFlags& flags);
 
 // EngineOptions for `model_dir` with the flags' threads, precision, weight cache, device and LoRA adapter; errors name the flag.
 Result<EngineOptions> engine_options(const DecodingFlags& flags, const std::string& model_dir,

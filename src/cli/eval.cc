@@ -34,13 +34,14 @@ constexpr int64_t kMinMemoryMb = 64, kMaxMemoryMb = 65536;  // python3 needs ~16
 // checked without the model: the results file records them and generation_config hands them to the facade.
 // The model's ids are not part of them (placeholders any vocabulary holds; the facade uses the model's).
 Result<SamplingParams> make_params(const EvalArgs& a) {
-  SamplingParams p;
-  p.mask_token_id = 0;
-  p.pad_token_id = 1;
-  p.max_new_tokens = a.max_new_tokens;
-  p.steps = a.steps != 0 ? a.steps : static_cast<int>(a.max_new_tokens);
-  p.num_return_sequences = a.samples_per_task;
-  DC_RETURN_IF_ERROR(apply_decoding_flags(a.decoding, p));
+  diffucoder::GenerationConfig c = apply_decoding_flags({}, a.decoding);
+  c.max_new_tokens = a.max_new_tokens;
+  c.steps = a.steps != 0 ? a.steps : static_cast<int>(a.max_new_tokens);
+  c.num_return_sequences = a.samples_per_task;
+  SamplingParams placeholder;
+  placeholder.mask_token_id = 0;
+  placeholder.pad_token_id = 1;
+  DC_ASSIGN_OR_RETURN(SamplingParams p, api::sampling_params(placeholder, c));
   DC_RETURN_IF_ERROR(validate(p, INT32_MAX));
   return p;
 }

@@ -143,20 +143,7 @@ Result<std::vector<std::vector<int32_t>>> collect_prompts(const diffucoder::Mode
 
 // The sampler settings of the flags over `c` (the model's defaults, or the facade's before it loads).
 diffucoder::GenerationConfig make_config(diffucoder::GenerationConfig c, const GenerateArgs& a) {
-  const DecodingFlags& f = a.decoding;
-  c.alg = f.alg;
-  c.cache = f.cache;
-  c.refresh_every = f.refresh_every;
-  c.temperature = f.temperature;
-  c.top_p = f.top_p;
-  c.top_k = f.top_k;
-  c.alg_temp = f.alg_temp;
-  c.eps = f.eps;
-  c.seed = f.seed;
-  c.block_length = f.block_length;
-  c.threshold = f.threshold;
-  c.factor = f.factor;
-  c.fast = f.fast;
+  c = apply_decoding_flags(std::move(c), a.decoding);
   if (a.max_length > 0) {
     c.max_length = a.max_length;
   } else {

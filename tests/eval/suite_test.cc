@@ -249,7 +249,8 @@ TEST(EvalSuiteCli, KilledSuiteResumesToTheSameTotals) {
   write_completions(dir.file("c.jsonl"));
   const std::string cache = dir.file("cache");
   const std::vector<std::string> args = {"eval", "--suite", "paper", "--completions", dir.file("c.jsonl"), "--limit", "4",
-                                         "--quiet", "--json", "--cache-dir", cache};
+                                         "--quiet", "--json", "--cache-dir", cache,
+                                         "--timeout", "20"};  // (HumanEval's 3 s can pass under a loaded machine)
   std::string common;
   for (const auto& a : args) common += a + " ";
   auto full = testing::run_binary(common + "--out-dir " + dir.file("full"));  // also fills the expected-output cache
