@@ -30,7 +30,8 @@ struct BatchOptions {
   int max_queue = 256;                     // requests waiting; more are refused (kQueueFull)
   double max_queue_seconds = 120.0;        // a request waiting longer fails with BatchResult::queue_timeout
   int64_t max_memory_bytes = 0;            // the batch's step buffers at most (BatchEngine::memory_needed;
-                                           // at least head_block_bytes()); 0 = no limit
+                                           // at least head_block_bytes()); on a device (LoadOptions::device) its
+                                           // memory: the jobs' KV caches, activations and logits rows; 0 = no limit
 };
 
 // Called on the engine thread (and by submit for the queue depth): the batch's numbers, e.g. for metrics.

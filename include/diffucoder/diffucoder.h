@@ -188,6 +188,8 @@ struct ModelInfo {
   std::string load_note;       // one sentence: the precision and what happened to the packed-weight cache
   int threads = 0;             // the CPU threads the model computes with
   std::string device = "cpu";  // where the forward runs: "cpu", or the device's name ("vulkan:0 (...)")
+  int64_t device_memory_bytes = 0;  // on a device: its device-local heap (0 on the CPU)
+  int64_t device_weight_bytes = 0;  // on a device: what its copy of the weights takes of that heap
 };
 
 // The sampler's settings; the defaults are the reference's effective ones (spec §3.2: temperature 1,

@@ -144,7 +144,11 @@ std::unique_ptr<Model> Model::Impl::make(dc::Engine& engine, std::unique_ptr<dc:
   info.precision = engine.matmul_precision() == dc::MatmulPrecision::kBF16 ? "bf16" : "f32";
   info.load_note = engine.load_note();
   info.threads = engine.pool().n_threads();
-  if (engine.backend() != nullptr) info.device = engine.backend()->name();
+  if (engine.backend() != nullptr) {
+    info.device = engine.backend()->name();
+    info.device_memory_bytes = engine.backend()->memory_bytes();
+    info.device_weight_bytes = engine.backend()->weight_bytes();
+  }
   if (engine.tokenizer() != nullptr) {
     auto view = std::make_unique<Tokenizer::Impl>();
     view->tok = engine.tokenizer();

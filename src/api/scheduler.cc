@@ -76,7 +76,10 @@ int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, co
   const int64_t rows = params.num_return_sequences, new_tokens = *n_seq - prompt_tokens;
   const int64_t window = params.block_length > 0 ? std::min(params.block_length, new_tokens) : new_tokens;
   constexpr int64_t kCanvasBytesPerPosition = 16;  // tokens, validity, positions, history of one position
-  return rows * window * head.bytes_per_row + rows * *n_seq * kCanvasBytesPerPosition;
+  // On a device: the activations of a forward over the whole canvas (the first, or a refresh) and the KV cache.
+  const int64_t per_position = kCanvasBytesPerPosition + head.bytes_per_position +
+                               (params.cache != CacheMode::kNone ? head.kv_bytes_per_position : 0);
+  return rows * window * head.bytes_per_row + rows * *n_seq * per_position;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -468,8 +471,11 @@ void Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   std::sort(failed.begin(), failed.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   for (auto& [i, status] : failed) {  // descending indices: retiring one leaves the others' valid
     JobResult r;
+    // Memory that ran out (the host's, or a device's: its KV cache, its activations) is the server's (503);
+    // anything else the model's (500).
+    r.unavailable = status.code() == StatusCode::kResourceExhausted;
+    r.model_error = !r.unavailable;
     r.status = std::move(status);
-    r.model_error = true;
     retire(active, i, std::move(r));
   }
 }
@@ -503,7 +509,10 @@ void Scheduler::publish_and_retire(std::vector<Active>& active, const std::vecto
     if (!statuses[i].ok()) {
       JobResult r;
       r.status = statuses[i];
-      r.model_error = true;  // the sampler refused the model's logits (non-finite values)
+      // The sampler refused the model's logits (non-finite values: 500), or a device ran out of memory for the
+      // step's logits (503).
+      r.unavailable = r.status.code() == StatusCode::kResourceExhausted;
+      r.model_error = !r.unavailable;
       retire(active, i, std::move(r));
       continue;
     }

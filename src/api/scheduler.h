@@ -105,7 +105,10 @@ enum class SubmitResult { kOk, kQueueFull, kTooLarge, kOverMemory, kStopped };
 
 // The step buffers a job needs at most: what its widest step holds per out row (rows × masked window ×
 // head.bytes_per_row: the hidden row and the sampler's numbers; the head turns them into logits a chunk of
-// rows at a time) and its canvas. A batch needs the sum over its jobs plus each head's fixed block.
+// rows at a time) and its canvas; on a device also rows × canvas × (head.bytes_per_position, the forward's
+// activations, + head.kv_bytes_per_position for a job with a KV cache). A batch needs the sum over its jobs
+// plus each head's fixed block (on a device an upper bound: the forwards' activations are shared buffers,
+// as large as the largest forward's).
 int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, const HeadMemory& head);
 
 class Scheduler {

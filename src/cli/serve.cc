@@ -2,6 +2,7 @@
 // SIGINT / SIGTERM.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -46,8 +47,11 @@ volatile std::sig_atomic_t g_stop_requested = 0;
 void on_signal(int) { g_stop_requested = 1; }
 
 // --max-memory: a size (bytes, or with K / M / G), or auto: 3/4 of the memory available once the model is
-// loaded (MemAvailable of /proc/meminfo).
-Result<int64_t> memory_budget(const std::string& text) {
+// loaded: on a device (`info` of a model on one) of its device-local heap less the weights, else
+// MemAvailable of /proc/meminfo.
+Result<int64_t> memory_budget(const std::string& text, const diffucoder::ModelInfo* info = nullptr) {
+  if (text == "auto" && info != nullptr && info->device_memory_bytes > 0)
+    return std::max<int64_t>(info->device_memory_bytes - info->device_weight_bytes, 0) / 4 * 3;
   if (text == "auto") {
     std::ifstream in("/proc/meminfo");
     for (std::string line; std::getline(in, line);)
@@ -137,8 +141,11 @@ int run_serve(const ServeArgs& a) {
       return usage_error(invalid_argument("--max-tokens " + std::to_string(a.limits.max_tokens) +
                                           " is too large for this model: " + st.message()));
   }
-  Result<int64_t> budget = memory_budget(a.max_memory);
+  Result<int64_t> budget = memory_budget(a.max_memory, &model.info());
   if (!budget.ok()) return usage_error(budget.status());
+  if (*budget == 0)  // auto on a device the weights fill
+    return report(resource_exhausted("serve: the weights leave no memory on " + model.info().device +
+                                     " for the KV caches and step buffers; give --max-memory SIZE or use a smaller model"));
   if (const int64_t head = model.head_block_bytes(); *budget > 0 && *budget < head)
     return usage_error(invalid_argument("--max-memory " + a.max_memory + " is below the " + std::to_string(head >> 20) +
                                         " MiB block of logits one step needs for this model's vocabulary"));
@@ -175,9 +182,9 @@ int run_serve(const ServeArgs& a) {
     while (running.load() && g_stop_requested == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (g_stop_requested != 0) srv.stop();
   });
-  std::fprintf(stderr, "serve: %s on http://%s:%d (max batch %d rows, queue %d, memory budget %lld MiB, %s)\n",
+  std::fprintf(stderr, "serve: %s on http://%s:%d (max batch %d rows, queue %d, memory budget %lld MiB%s, %s)\n",
                so.model_name.c_str(), a.host.c_str(), srv.port(), a.scheduler.max_batch_rows, a.scheduler.max_queue,
-               static_cast<long long>(*budget >> 20),
+               static_cast<long long>(*budget >> 20), model.info().device_memory_bytes > 0 ? " of device memory" : "",
                so.api_keys.empty() ? "no API key: anyone who can reach the port can use it"
                                    : (std::to_string(so.api_keys.size()) + " API key(s) accepted").c_str());
   std::fflush(stderr);
@@ -205,7 +212,9 @@ RunFn add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--weight-cache", a->weight_cache,
                   "Where to keep the packed weights between starts: a directory, or off (default: beside the model)");
-  cmd->add_option("--device", a->device, "Where the forward runs: cpu | vulkan | vulkan:N (Vulkan: requests without a KV cache only)")
+  cmd->add_option("--device", a->device,
+                  "Where the forward runs: cpu | vulkan | vulkan:N (every cache mode but committed; the requests "
+                  "without a KV cache share one forward per step, each with a cache runs its own)")
       ->capture_default_str();
   cmd->add_option("--lora", a->lora,
                   "A PEFT LoRA adapter directory applied to the model (docs/lora.md); or NAME=DIR, repeatable: adapters "
@@ -235,8 +244,10 @@ RunFn add_serve_command(CLI::App& app) {
                   "Bytes of earlier steps' events a stream's reader may leave unsent (past the socket's buffers); "
                   "then it is dropped and its job cancelled")->capture_default_str()->check(CLI::Range(size_t{4096}, size_t{1} << 34));
   cmd->add_option("--max-memory", a->max_memory,
-                  "Budget for the batch's step buffers (logits), e.g. 8G; requests wait for room, and one that "
-                  "can never fit gets 503 (auto: 3/4 of the memory available after loading)")->capture_default_str();
+                  "Budget for the batch's step buffers (logits), e.g. 8G; with --device the device memory of the "
+                  "requests (KV caches, activations, logits rows); requests wait for room, and one that can never fit "
+                  "gets 503 (auto: 3/4 of the memory available after loading: the device's heap less the weights "
+                  "with --device)")->capture_default_str();
   cmd->add_option("--api-key", a->api_keys,
                   "Require Authorization: Bearer KEY on /v1/* and /metrics (repeat for several keys)");
   cmd->add_option("--api-key-file", a->api_key_file, "Keys, one per line ('#' comments), as --api-key");

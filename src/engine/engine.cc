@@ -334,9 +334,15 @@ HeadFn Engine::head_fn() {
 }
 
 HeadMemory Engine::head_memory() const {
-  // On a device every step is sampled there (DeviceHeadSampler): the host holds a few numbers per position;
-  // the hidden rows and the logits block are device memory, checked against the device's when allocated.
-  if (ctx_.device != Device::kCpu) return HeadMemory{DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition, 0};
+  // On a device every step is sampled there (DeviceHeadSampler): the host holds a few numbers per position,
+  // the device a hidden row and a logits row per sampled position, the forward's activations per computed
+  // position and a job's KV cache: what the server's budget weighs there (serve --device: the device's memory).
+  if (ctx_.device != Device::kCpu) {
+    const ModelConfig& c = config();
+    return HeadMemory{DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition +
+                          (c.n_embd + c.n_vocab) * static_cast<int64_t>(sizeof(float)),
+                      0, model_->forward_bytes_per_position(), kv_bytes(c, 1, 1)};
+  }
   return HeadMemory{config().n_embd * static_cast<int64_t>(sizeof(float)) + kSamplerBytesPerPosition,
                     CpuHeadSampler::chunk_bytes(*model_)};
 }

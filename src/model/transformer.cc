@@ -203,6 +203,12 @@ Status Model::to_device(const Context& ctx) const {
   return status;
 }
 
+int64_t Model::forward_bytes_per_position() const {
+  const ModelConfig& c = config_;
+  const int64_t floats = 2 * c.n_embd + 2 * c.n_head * c.head_dim + 2 * c.n_head_kv * c.head_dim + 2 * c.n_ff + c.head_dim;
+  return floats * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(int32_t)) + 1;  // + token, valid
+}
+
 Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hidden, const ForwardObserver* observer,
                            Activations* train) const {
   if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))

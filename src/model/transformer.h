@@ -107,6 +107,10 @@ class Model {
   Status forward(const Context& ctx, const ForwardBatch& batch, float* logits,
                  const ForwardObserver* observer = nullptr, Activations* train = nullptr) const;
 
+  // Bytes of the buffers a forward holds per computed position (forward_body's h, a, q, attn, k, v, gate and up
+  // in f32, its token and RoPE tables): what a device's forward memory grows by per position (a server's budget).
+  int64_t forward_bytes_per_position() const;
+
   // The rows the lm_head computes in one product by default (forward(), the engine's HeadSampler): a
   // [kHeadChunkRows, n_vocab] f32 block (39 MB at the 152k vocabulary) instead of [n_out, n_vocab].
   static constexpr int64_t kHeadChunkRows = 64;

@@ -149,11 +149,16 @@ using LogitsFn = std::function<Status(const ForwardBatch& batch, float* logits)>
 using HeadFn = std::function<Result<HeadSampler*>(const ForwardBatch& batch)>;
 
 // The memory a HeadFn's steps hold: per out row of a forward (its hidden row plus the sampler's numbers
-// per position) and once per HeadFn (e.g. the CPU head's [chunk, n_vocab] logits block). A server
-// budgets its jobs with it.
+// per position; on a device also the row's hidden and logits rows in device memory) and once per HeadFn (e.g.
+// the CPU head's [chunk, n_vocab] logits block). A server budgets its jobs with it. On a device (0 on the CPU,
+// whose budget counts the step buffers only) also the device memory per position of a job's canvas: the
+// forward's activations (every position is computed by a full or refresh forward) and, for a job with a KV
+// cache, its cache's K and V of every layer.
 struct HeadMemory {
   int64_t bytes_per_row = 0;
   int64_t fixed_bytes = 0;
+  int64_t bytes_per_position = 0;     // device activations per computed position
+  int64_t kv_bytes_per_position = 0;  // device KV cache per canvas position (jobs with a cache)
 };
 
 // What the Decoder keeps per sampled position besides the head's rows (out row, HeadRow, sample,

@@ -375,9 +375,13 @@ struct HttpServer::Impl {
       case SubmitCode::kOverMemory: {
         metrics.on_rejected();
         const int64_t need = batch->memory_needed(request).value();  // submit checked the request
-        ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) +
-                                " MiB of step buffers (a hidden row per masked position), more than the server's "
-                                "memory budget of " + std::to_string(options.scheduler.max_memory_bytes >> 20) +
+        const diffucoder::ModelInfo& info = model.info();
+        const std::string what = info.device_memory_bytes > 0
+                                     ? " MiB of memory on " + info.device + " (its KV cache, activations and logits rows)"
+                                     : " MiB of step buffers (a hidden row per masked position)";
+        ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) + what +
+                                ", more than the server's memory budget of " +
+                                std::to_string(options.scheduler.max_memory_bytes >> 20) +
                                 " MiB (--max-memory); ask for fewer tokens or rows, or decode in blocks (block_length)");
         e.param = r.n > 1 ? "n" : "max_tokens";
         return send_error(res, e);

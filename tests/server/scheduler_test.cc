@@ -410,5 +410,48 @@ TEST(Scheduler, OutOfMemoryAndModelErrorsFailTheJobNotTheThread) {
   EXPECT_TRUE(wait_result(*c).status.ok()) << "the engine thread still serves";
 }
 
+// A forward that reports running out of memory (a device's KV cache or activations: kResourceExhausted, no
+// exception) fails its jobs as `unavailable` (503), not as a model error (500).
+TEST(Scheduler, AForwardOutOfMemoryIsUnavailableNotAModelError) {
+  dc::testing::FakeModel model(kVocab, fake_row);
+  LogitsFn good = model.logits_fn();
+  std::atomic<int> calls{0};
+  LogitsFn short_of_memory = [&](const ForwardBatch& batch, float* logits) -> Status {
+    if (calls++ == 0) return resource_exhausted("vulkan:0: out of device memory for the KV cache");
+    return good(batch, logits);
+  };
+  Scheduler scheduler(head_fn_from_logits(short_of_memory, kVocab, nullptr), kVocab, logits_head_memory(kVocab),
+                      nullptr, SchedulerOptions{}, nullptr);
+  SamplingParams p = base_params();
+  p.max_new_tokens = 4;
+  p.steps = 4;
+  auto a = std::make_shared<Job>(std::vector<int32_t>{1, 2}, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(a), SubmitResult::kOk);
+  const JobResult ra = wait_result(*a);
+  EXPECT_EQ(ra.status.code(), StatusCode::kResourceExhausted) << ra.status.to_string();
+  EXPECT_TRUE(ra.unavailable);
+  EXPECT_FALSE(ra.model_error);
+  auto b = std::make_shared<Job>(std::vector<int32_t>{3}, p, std::vector<int32_t>{}, false);
+  ASSERT_EQ(scheduler.submit(b), SubmitResult::kOk);
+  EXPECT_TRUE(wait_result(*b).status.ok());
+}
+
+// On a device the budget also weighs the forward's activations per canvas position and, for a job with a KV
+// cache only, the cache's bytes per position (HeadMemory's device fields); on the CPU those are 0.
+TEST(Scheduler, JobMemoryCountsTheDevicesActivationsAndKvCache) {
+  SamplingParams p = base_params();
+  p.max_new_tokens = 8;
+  p.num_return_sequences = 2;
+  const int64_t prompt = 4, n_seq = 12, window = 8;
+  const HeadMemory cpu{100, 1000};
+  const HeadMemory device{100, 0, 7, 11};
+  EXPECT_EQ(api::job_memory_bytes(p, prompt, cpu), 2 * window * 100 + 2 * n_seq * 16);
+  EXPECT_EQ(api::job_memory_bytes(p, prompt, device), 2 * window * 100 + 2 * n_seq * (16 + 7));
+  p.cache = CacheMode::kDual;
+  p.block_length = 4;
+  EXPECT_EQ(api::job_memory_bytes(p, prompt, cpu), 2 * 4 * 100 + 2 * n_seq * 16);
+  EXPECT_EQ(api::job_memory_bytes(p, prompt, device), 2 * 4 * 100 + 2 * n_seq * (16 + 7 + 11));
+}
+
 }  // namespace
 }  // namespace dc::server

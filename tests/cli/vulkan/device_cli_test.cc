@@ -82,8 +82,8 @@ class Serve {
   std::string err_;
 };
 
-// POSTs `body` to `path` on 127.0.0.1:port; the response's JSON body (null when there is none).
-nlohmann::json post(int port, const std::string& path, const std::string& body) {
+// POSTs `body` to `path` on 127.0.0.1:port; the whole response, head and body.
+std::string exchange(int port, const std::string& path, const std::string& body) {
   const int fd = dc::testing::connect_to(port);
   const std::string request = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -92,9 +92,20 @@ nlohmann::json post(int port, const std::string& path, const std::string& body) 
   char buf[4096];
   for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) response.append(buf, static_cast<size_t>(n));
   close(fd);
+  return response;
+}
+
+// The JSON body of a response (null when there is none).
+nlohmann::json body_of(const std::string& response) {
   const size_t at = response.find("\r\n\r\n");
-  EXPECT_NE(response.find(" 200 "), std::string::npos) << response;
   return at == std::string::npos ? nlohmann::json() : nlohmann::json::parse(response.substr(at + 4), nullptr, false);
+}
+
+// POSTs `body` to `path` on 127.0.0.1:port, expecting 200; the response's JSON body (null when there is none).
+nlohmann::json post(int port, const std::string& path, const std::string& body) {
+  const std::string response = exchange(port, path, body);
+  EXPECT_NE(response.find(" 200 "), std::string::npos) << response;
+  return body_of(response);
 }
 
 TEST(DeviceCli, GenerateOnVulkanEqualsTheCpu) {
@@ -131,6 +142,33 @@ TEST(DeviceCli, ServeChatCompletionOnVulkanEqualsTheCpu) {
   }
   ASSERT_TRUE(answers[0].is_string());
   EXPECT_EQ(answers[1], answers[0]);
+}
+
+// Issue 35 item 5: on a device the memory budget weighs the device's memory (a request's KV cache,
+// activations and logits rows): a request that cannot fit in --max-memory is answered 503 naming the budget
+// and the device, before any forward; one that fits is served; auto budgets the device's heap.
+TEST(DeviceCli, ServeOnVulkanAnswers503ForARequestOverTheDeviceBudget) {
+  dc::test::TempDir dir("vulkan_serve_budget");
+  head_dim_16_copy(dir.path());
+  {
+    Serve serve("--model " + dir.path() + " --precision f32 --device vulkan --max-memory 8M", dir.file("small.err"));
+    ASSERT_GT(serve.port(), 0) << serve.stderr_text();
+    EXPECT_NE(serve.stderr_text().find("memory budget 8 MiB of device memory"), std::string::npos) << serve.stderr_text();
+    // 64 masked positions × a logits row of the 152k vocabulary (608 KB) on the device: ~38 MiB > 8 MiB.
+    const std::string big = exchange(serve.port(), "/v1/completions",
+                                     R"({"prompt": "def f(x):", "max_tokens": 64, "steps": 8, "cache": "dual", "temperature": 0})");
+    EXPECT_NE(big.find(" 503 "), std::string::npos) << big;
+    const std::string message = body_of(big)["error"]["message"].get<std::string>();
+    EXPECT_NE(message.find("--max-memory"), std::string::npos) << message;
+    EXPECT_NE(message.find("MiB of memory on "), std::string::npos) << message;  // the device's name follows
+    EXPECT_NE(message.find("KV cache"), std::string::npos) << message;
+    const nlohmann::json small = post(serve.port(), "/v1/completions",
+                                      R"({"prompt": "def f(x):", "max_tokens": 2, "steps": 1, "cache": "dual", "temperature": 0})");
+    EXPECT_EQ(small["usage"]["completion_tokens"].get<int>(), 2) << small.dump();
+  }
+  Serve serve("--model " + dir.path() + " --precision f32 --device vulkan", dir.file("auto.err"));
+  ASSERT_GT(serve.port(), 0) << serve.stderr_text();
+  EXPECT_NE(serve.stderr_text().find("MiB of device memory"), std::string::npos) << serve.stderr_text();
 }
 
 // A step on the device is one submission (issue 35): the body's forward, the lm_head of the step's rows and

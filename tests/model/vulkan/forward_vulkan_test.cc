@@ -381,19 +381,24 @@ TEST(ForwardVulkan, SampledGenerationIsTokenIdenticalToTheCpu) {
   EXPECT_EQ(covered.size(), 4u);
 }
 
-// The server weighs what the device path holds on the host per out row: the few numbers of a position that
-// every step (greedy or sampled, filtered or not) sends and downloads — no logits row, nothing fixed (the
-// CPU's head holds a hidden row per out row and one chunk of logits).
+// The server weighs what the device path holds per out row: on the host the few numbers of a position that
+// every step (greedy or sampled, filtered or not) sends and downloads, on the device its hidden row and its
+// logits row — nothing fixed (the CPU's head holds a hidden row per out row and one chunk of logits) — and per
+// canvas position the forward's activations and the KV cache's K and V (the CPU's budget counts neither).
 TEST(ForwardVulkan, HeadMemoryCountsWhatADeviceStepHolds) {
   ModelConfig c = synthetic_config("tiny").value();
   ThreadPool pool(2);
   auto device = on_vulkan(make_synthetic_model(c, 3, &pool).value());
   ASSERT_NE(device, nullptr);
-  EXPECT_EQ(device->head_memory().bytes_per_row, DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition);
-  EXPECT_EQ(device->head_memory().fixed_bytes, 0);
+  const HeadMemory m = device->head_memory();
+  EXPECT_EQ(m.bytes_per_row, DeviceHeadSampler::kHostBytesPerPosition + kSamplerBytesPerPosition + (c.n_embd + c.n_vocab) * 4);
+  EXPECT_EQ(m.fixed_bytes, 0);
+  EXPECT_EQ(m.kv_bytes_per_position, 2 * c.n_layer * c.n_head_kv * c.head_dim * 4);
+  EXPECT_GE(m.bytes_per_position, (2 * c.n_embd + 2 * c.n_head * c.head_dim + 2 * c.n_ff) * 4);
   const auto cpu = Engine::from_model(make_synthetic_model(c, 3, &pool).value(), 1);
-  EXPECT_GT(cpu->head_memory().bytes_per_row, device->head_memory().bytes_per_row);
   EXPECT_GT(cpu->head_memory().fixed_bytes, 0);
+  EXPECT_EQ(cpu->head_memory().bytes_per_position, 0);
+  EXPECT_EQ(cpu->head_memory().kv_bytes_per_position, 0);
 }
 
 // Without a driver (VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere) --device vulkan fails at load

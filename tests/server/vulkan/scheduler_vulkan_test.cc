@@ -1,0 +1,119 @@
+// The server's batching on a device (issue 35 item 5; device 0: lavapipe in CI): concurrent jobs on
+// `serve --device vulkan`'s scheduler — the jobs without a KV cache in one forward per step, each with a cache
+// (dual, --fast's dual + threshold) in its own — give the tokens each gives alone on the device and on the CPU
+// (f32; the sampling on the device); the memory budget weighs the device's memory (the KV cache counted).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/synthetic.h"
+#include "server/scheduler_gate.h"
+#include "vulkan_test_config.h"
+
+namespace dc::server {
+namespace {
+
+// 4 prompts of different lengths × {no cache, dual cache in blocks of 4, --fast's mode (dual, threshold 0.9)},
+// greedy with top-k and top-p (the filters run on the device), 8 new tokens in 8 steps; the algorithms origin,
+// maskgit_plus, entropy, maskgit_plus. The device's entropies are within 2e-5 of the CPU's (its exp and
+// summation order), and on this random model's near-uniform rows two positions' entropies are often closer
+// than that, so the entropy cases are compared with the device alone only (the CPU comparison of entropy is
+// test_model_vulkan's, on margin-screened reference cases).
+std::vector<std::pair<std::vector<int32_t>, SamplingParams>> device_cases(const Engine& e) {
+  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> cases;
+  for (const int mode : {0, 1, 2})
+    for (int i = 0; i < 4; ++i) {
+      SamplingParams p = e.default_params();
+      p.max_new_tokens = 8;
+      p.steps = 8;
+      p.alg = i == 0 ? Algorithm::kOrigin : i == 2 ? Algorithm::kEntropy : Algorithm::kMaskgitPlus;
+      p.seed = static_cast<uint64_t>(i);
+      p.temperature = 0;
+      p.top_k = 20;
+      p.top_p = 0.9f;
+      if (mode > 0) p.cache = CacheMode::kDual, p.block_length = 4;
+      if (mode == 2) p.threshold = 0.9f;
+      std::vector<int32_t> prompt;
+      for (int j = 0; j < 3 + 2 * i; ++j) prompt.push_back(static_cast<int32_t>((37 * j + 11 * i + 5) % 290 + 1));
+      cases.emplace_back(std::move(prompt), p);
+    }
+  return cases;
+}
+
+std::unique_ptr<Engine> engine_on(Device device, uint64_t seed, ThreadPool* pool) {
+  const ModelConfig c = dc::testing::vulkan_test_config(2, 1, 16, 80);
+  auto engine = Engine::from_model(make_synthetic_model(c, seed, pool).value(), 2, DeviceSpec{device, 0});
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  if (!engine.ok()) return nullptr;
+  EXPECT_TRUE((*engine)->set_matmul_precision(MatmulPrecision::kF32).ok());
+  return std::move(engine).value();
+}
+
+TEST(SchedulerVulkan, ConcurrentJobsOnTheDeviceEqualEachAloneThereAndOnTheCpu) {
+  ThreadPool pool(2);
+  auto device = engine_on(Device::kVulkan, 21, &pool);
+  auto cpu = engine_on(Device::kCpu, 21, &pool);
+  ASSERT_NE(device, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  Engine& e = *device;
+  const auto cases = device_cases(e);
+  Gate gate(e.head_fn());
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); });
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const auto& [prompt, params] : cases) {  // job 0 (no cache) holds the gate: the others join its batch
+    jobs.push_back(std::make_shared<Job>(prompt, params, std::vector<int32_t>{}, false));
+    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
+    if (jobs.size() == 1) gate.wait_entered();
+  }
+  gate.release();
+  std::vector<JobResult> results;
+  for (auto& j : jobs) results.push_back(wait_result(*j));
+  scheduler.stop();
+  const std::vector<int64_t> rows = gate.rows();
+  EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4) << "the 4 uncached jobs never shared a forward";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [prompt, params] = cases[i];
+    ASSERT_TRUE(results[i].status.ok()) << "case " << i << ": " << results[i].status.to_string();
+    const auto alone = e.generate({prompt}, params);
+    const auto on_cpu = cpu->generate({prompt}, params);
+    ASSERT_TRUE(alone.ok() && on_cpu.ok()) << alone.status().to_string() << " / " << on_cpu.status().to_string();
+    const std::vector<int32_t> want(alone->sequences[0].end() - 8, alone->sequences[0].end());
+    const std::vector<int32_t> cpu_want(on_cpu->sequences[0].end() - 8, on_cpu->sequences[0].end());
+    ASSERT_EQ(results[i].generated.size(), 1u);
+    EXPECT_EQ(results[i].generated[0], want) << "case " << i << ": concurrent against alone on the device";
+    if (params.alg != Algorithm::kEntropy)
+      EXPECT_EQ(results[i].generated[0], cpu_want) << "case " << i << ": concurrent on the device against the CPU";
+  }
+}
+
+// The budget on a device weighs its memory: a job with a KV cache needs its cache's bytes more than the same
+// job without, and one over max_memory_bytes is refused at submit (the server's 503) before any forward.
+TEST(SchedulerVulkan, TheBudgetCountsTheDevicesKvCache) {
+  ThreadPool pool(2);
+  auto device = engine_on(Device::kVulkan, 3, &pool);
+  ASSERT_NE(device, nullptr);
+  Engine& e = *device;
+  SamplingParams p = e.default_params();
+  p.max_new_tokens = 64;
+  p.steps = 8;
+  const std::vector<int32_t> prompt = {5, 6, 7, 8};
+  const HeadMemory head = e.head_memory();
+  ASSERT_GT(head.kv_bytes_per_position, 0);
+  const int64_t uncached = api::job_memory_bytes(p, 4, head);
+  p.cache = CacheMode::kDual, p.block_length = 64;
+  EXPECT_EQ(api::job_memory_bytes(p, 4, head) - uncached, e.kv_cache_bytes(1, 68));
+  SchedulerOptions options;
+  options.max_memory_bytes = uncached;  // the cached job needs more
+  Scheduler scheduler(e.head_fn(), e.config().n_vocab, head, &e.pool(), options, nullptr, [&e] { return e.head_fn(); });
+  auto job = std::make_shared<Job>(prompt, p, std::vector<int32_t>{}, false);
+  EXPECT_EQ(scheduler.submit(job), SubmitResult::kOverMemory);
+  EXPECT_GT(scheduler.memory_needed(*job), options.max_memory_bytes);
+}
+
+}  // namespace
+}  // namespace dc::server
