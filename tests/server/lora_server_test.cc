@@ -93,16 +93,10 @@ TEST(SchedulerLora, MixedAdaptersInOneBatchEqualEachAlone) {
   Gate gate(e.head_fn());
   Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
                       [&e] { return e.head_fn(); });
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (const LoraCase& c : cases) {  // job 0 (the base) holds the gate: the others join its batch
-    jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false, c.lora));
-    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
-    if (jobs.size() == 1) gate.wait_entered();
-  }
-  gate.release();
-  std::vector<JobResult> results;
-  for (auto& j : jobs) results.push_back(wait_result(*j));
-  scheduler.stop();
+  std::vector<std::shared_ptr<Job>> jobs;  // job 0 (the base) holds the gate: the others join its batch
+  for (const LoraCase& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false, c.lora));
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  ASSERT_EQ(results.size(), cases.size());
   const std::vector<int64_t> rows = gate.rows();
   EXPECT_GE(*std::max_element(rows.begin(), rows.end()), 2) << "the base jobs never shared a forward: nothing was tested";
   for (size_t i = 0; i < cases.size(); ++i) {

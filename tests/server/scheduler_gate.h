@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -66,6 +67,26 @@ inline JobResult wait_result(Job& job, std::vector<JobSnapshot>* snapshots = nul
   while (!job.wait(std::chrono::milliseconds(1000), snapshots, &r)) {
   }
   return r;
+}
+
+// Submits `jobs` in order, the first holding `gate` (its first forward waits) so that the others join its batch,
+// releases the gate and returns each job's result; the scheduler is stopped after. A refused submit fails the
+// test and returns no results.
+inline std::vector<JobResult> run_gated(Scheduler& scheduler, Gate& gate, const std::vector<std::shared_ptr<Job>>& jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const SubmitResult submitted = scheduler.submit(jobs[i]);
+    EXPECT_EQ(submitted, SubmitResult::kOk) << "job " << i;
+    if (submitted != SubmitResult::kOk) {
+      gate.release();
+      return {};
+    }
+    if (i == 0) gate.wait_entered();
+  }
+  gate.release();
+  std::vector<JobResult> results;
+  for (const auto& j : jobs) results.push_back(wait_result(*j));
+  scheduler.stop();
+  return results;
 }
 
 }  // namespace dc::server

@@ -265,15 +265,9 @@ TEST(Scheduler, TinyModelBatchedEqualsAlone) {
   Gate gate(e.head_fn());
   Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr);
   std::vector<std::shared_ptr<Job>> jobs;
-  for (const Case& c : cases) {
-    jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
-    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
-    if (jobs.size() == 1) gate.wait_entered();  // the others join job 0's batch (different lengths: padded)
-  }
-  gate.release();
-  std::vector<JobResult> results;
-  for (auto& j : jobs) results.push_back(wait_result(*j));
-  scheduler.stop();
+  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);  // (different lengths: padded)
+  ASSERT_EQ(results.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.to_string();
     auto alone = e.generate({cases[i].prompt}, cases[i].params);

@@ -64,16 +64,10 @@ TEST(SchedulerVulkan, ConcurrentJobsOnTheDeviceEqualEachAloneThereAndOnTheCpu) {
   Gate gate(e.head_fn());
   Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
                       [&e] { return e.head_fn(); });
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (const auto& [prompt, params] : cases) {  // job 0 (no cache) holds the gate: the others join its batch
-    jobs.push_back(std::make_shared<Job>(prompt, params, std::vector<int32_t>{}, false));
-    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
-    if (jobs.size() == 1) gate.wait_entered();
-  }
-  gate.release();
-  std::vector<JobResult> results;
-  for (auto& j : jobs) results.push_back(wait_result(*j));
-  scheduler.stop();
+  std::vector<std::shared_ptr<Job>> jobs;  // job 0 (no cache) holds the gate: the others join its batch
+  for (const auto& [prompt, params] : cases) jobs.push_back(std::make_shared<Job>(prompt, params, std::vector<int32_t>{}, false));
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  ASSERT_EQ(results.size(), cases.size());
   const std::vector<int64_t> rows = gate.rows();
   EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4) << "the 4 uncached jobs never shared a forward";
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -86,8 +80,9 @@ TEST(SchedulerVulkan, ConcurrentJobsOnTheDeviceEqualEachAloneThereAndOnTheCpu) {
     const std::vector<int32_t> cpu_want(on_cpu->sequences[0].end() - 8, on_cpu->sequences[0].end());
     ASSERT_EQ(results[i].generated.size(), 1u);
     EXPECT_EQ(results[i].generated[0], want) << "case " << i << ": concurrent against alone on the device";
-    if (params.alg != Algorithm::kEntropy)
+    if (params.alg != Algorithm::kEntropy) {
       EXPECT_EQ(results[i].generated[0], cpu_want) << "case " << i << ": concurrent on the device against the CPU";
+    }
   }
 }
 
