@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The target table of issue 35 from one bench/gpu_session.sh call: reads OUT/{roofline_bf16,roofline_q4,
-bench_dual,bench_none,bench_q4,torch}.json and OUT/{gpu,tests}.txt, writes OUT/table.md (and prints it).
+bench_dual,bench_none,bench_q4,torch,serve_dual,serve_fast}.json and OUT/{gpu,tests}.txt, writes OUT/table.md
+(and prints it).
 A missing or failed run leaves its row open ("not measured"); a shape other than diffucoder-7b is a plumbing
 check whose rows are never called met. Usage: bench/gpu_table.py OUT"""
 import json
@@ -26,6 +27,12 @@ def text(out, name):
 
 def median(bench):
     return bench['ms_per_step']['median'] if bench and bench.get('steps_run', 0) > 0 else None
+
+
+def serve_levels(serve):
+    """{streams: server_load's summary} of a serve_streams.sh run's levels that ran without a failed request."""
+    return {l['clients']: l for l in (serve or {}).get('levels', [])
+            if l.get('rc') == 0 and l.get('failed') == 0 and l.get('tokens_per_second', 0) > 0}
 
 
 def verdict(ok, real):
@@ -72,17 +79,31 @@ def main():
     ratio = ours / floor if ours and floor else None
     lines.append(f'| {label} q4 dual-cache step | {fmt(ours)} | {fmt(floor)} | — | {fmt(ratio)}x the floor | <= 1.5x the floor | '
                  f'{verdict(None if ratio is None else ratio <= 1.5, real)} |')
-    lines.append(f'| serving 16 concurrent streams, {label} bf16 dual | TODO | — | — | — | >= 8x the tokens/s of one stream | '
-                 'open (item 5: serve --device vulkan batching not landed) |')
+    # 4. serving: generated tokens/s of 16 concurrent dual-cache streams against one stream's.
+    serve = {mode: load(out, f'serve_{mode}.json') for mode in ('dual', 'fast')}
+    levels = serve_levels(serve['dual'])
+    ratio = levels[16]['tokens_per_second'] / levels[1]['tokens_per_second'] if 1 in levels and 16 in levels else None
+    lines.append(f'| serving 16 concurrent streams, {label} bf16 dual | '
+                 f'{fmt(levels[16]["tokens_per_second"]) if 16 in levels else "—"} tokens/s | — | — | '
+                 f'{fmt(ratio)}x one stream | >= 8x the tokens/s of one stream | '
+                 f'{verdict(None if ratio is None else ratio >= 8, real)} |')
     lines += ['', '| run | submits / step | dispatches / step | host ms collecting / step | rc |', '|---|---|---|---|---|']
     for name, b in (('dual', dual), ('none', none), ('q4', q4)):
         w = (b or {}).get('device_work_per_step') or {}
         rc = text(out, f'bench_{name}.rc') or '—'
         lines.append(f'| {name} | {w.get("submits", "—")} | {w.get("dispatches_run", "—")} | '
                      f'{fmt(w.get("collect_ms"))} | {rc} |')
+    lines += ['', '| serve --device vulkan | streams | tokens/s | requests | failed | p50 ms | p99 ms | rc |',
+              '|---|---|---|---|---|---|---|---|']
+    for mode, run in serve.items():
+        for l in (run or {}).get('levels', []) or [{}]:
+            lines.append(f'| {mode} | {l.get("clients", "—")} | {fmt(l.get("tokens_per_second"))} | '
+                         f'{l.get("requests", "—")} | {l.get("failed", "—")} | {fmt(l.get("latency_ms_p50"))} | '
+                         f'{fmt(l.get("latency_ms_p99"))} | {l.get("rc", "not run")} |')
     tests = text(out, 'tests.txt')
     lines += ['', 'Tests: ' + (tests.replace('\n', '; ') if tests else 'not run'),
-              'Per-shader GPU time (DC_VULKAN_PROFILE=1): OUT/bench_{dual,none,q4}.err.']
+              'Per-shader GPU time (DC_VULKAN_PROFILE=1): OUT/bench_{dual,none,q4}.err; the servers\' logs: '
+              'OUT/serve_{dual,fast}.err.']
     table = '\n'.join(lines) + '\n'
     with open(os.path.join(out, 'table.md'), 'w') as f:
         f.write(table)

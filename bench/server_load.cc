@@ -1,6 +1,7 @@
 // server_load: a bounded load test of `diffucoder serve` on loopback. N client threads post completions
 // back to back for a fixed time; prints one JSON line: requests, failures, completion tokens, req/s, tokens/s
-// and latency percentiles. Exit code 1 when any request failed (non-200, bad JSON or no choices).
+// and latency percentiles (p50, p95, p99, max). Exit code 1 when any request failed (non-200, bad JSON or no
+// choices).
 #include <httplib.h>
 
 #include <algorithm>
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
                         {"tokens_per_second", tokens.load() / wall},
                         {"latency_ms_p50", pct(0.5)},
                         {"latency_ms_p95", pct(0.95)},
+                        {"latency_ms_p99", pct(0.99)},
                         {"latency_ms_max", latencies.empty() ? 0.0 : latencies.back()}};
   if (!first_failure.empty()) out["first_failure"] = first_failure;
   std::printf("%s\n", out.dump().c_str());
