@@ -376,9 +376,10 @@ struct HttpServer::Impl {
         metrics.on_rejected();
         const int64_t need = batch->memory_needed(request).value();  // submit checked the request
         const diffucoder::ModelInfo& info = model.info();
-        const std::string what = info.device_memory_bytes > 0
-                                     ? " MiB of memory on " + info.device + " (its KV cache, activations and logits rows)"
-                                     : " MiB of step buffers (a hidden row per masked position)";
+        const std::string what =
+            info.device_memory_bytes > 0
+                ? " MiB of memory on " + info.device + " (its KV cache if it has one, activations and logits rows)"
+                : " MiB of step buffers (a hidden row per masked position)";
         ApiError e = overloaded("n × max_tokens needs about " + std::to_string(need >> 20) + what +
                                 ", more than the server's memory budget of " +
                                 std::to_string(options.scheduler.max_memory_bytes >> 20) +
