@@ -1,4 +1,5 @@
-// The Python runner of one check (humaneval.h check_spec / inputs_check_spec), run as `python3 -I
+// The Python runner of one check (humaneval.h check_spec / inputs_check_spec; the script starts with
+// oracles.h kEvalPlusPython), run as `python3 -I
 // /tmp/runner.py ENTRY_POINT MODE CHECK_FUNCTION` inside the sandbox with /tmp/program.py (the candidate
 // program) and a per-run nonce on stdin. MODE `test`: /tmp/prompt.py (the task's prompt: trusted benchmark
 // data), /tmp/test.py (the task's test: trusted), optionally /tmp/setup.py (MBPP's test_setup_code); MODE
@@ -22,9 +23,10 @@
 //   executes the prompt (its helpers, e.g. HumanEval/32's `poly`) and the test in its own namespace, with
 //   each name the setup made bound to a reference the proxy sends as ("\0dc_ref", name), and calls
 //   CHECK_FUNCTION(proxy). In `inputs` mode it calls the proxy on each input with the input's time limit
-//   (select on the answer pipe: CallTimeout) and compares the answer with the expected one as EvalPlus
-//   does (humaneval.h inputs_check_spec), printing "<nonce> base" on its stdout once the base inputs
-//   passed. The proxy forwards each call to the child and accepts only plain builtin data (None,
+//   (select on the answer pipe: CallTimeout), each input rebuilt first by the task's input rule, and
+//   compares the answer with the expected one as EvalPlus does, with the task's special oracle
+//   (oracles.h; humaneval.h inputs_check_spec), printing "<nonce> base" on its stdout once the base inputs
+//   passed. With the not_none oracle the child answers `answer is not None` (a bool answer as itself). The proxy forwards each call to the child and accepts only plain builtin data (None,
 //   bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset: no code, no classes whose
 //   __eq__ the candidate chose); a forwarded exception is raised again as the builtin type of that
 //   name (AssertionError stays an assertion) or an Exception subclass of that name. A child that ended
@@ -97,7 +99,7 @@ def _plain(x):
         else:
             return False
     return True
-def _child(req, resp, src, setup, entry, libc):
+def _child(req, resp, src, setup, entry, libc, not_none):
     _TRUSTED.clear()  # the tests and expected outputs the parent judges with: not the candidate's to read
     fd = os.open('/dev/null', os.O_RDONLY)
     os.dup2(fd, 0)
@@ -129,28 +131,17 @@ def _child(req, resp, src, setup, entry, libc):
             os._exit(0)
         try:
             args = [ns[a[1]] if type(a) is tuple and len(a) == 2 and a[0] == _REF else a for a in call[0]]
-            out = ('ok', fn(*args, **call[1]))
+            out = fn(*args, **call[1])
+            out = ('ok', _dc_not_none(out) if not_none else out)
         except BaseException as e:
             out = _exc(e)
         try:
             _send(resp, out)
         except ValueError as e:
             try:
-                _send(resp, ('ok', _loosen(out[1])))
+                _send(resp, ('ok', _dc_loosen(out[1])))
             except (ValueError, IndexError):
                 _send(resp, ('rejected', 'the result cannot be returned: %s' % (e,)))
-def _loosen(x):
-    # A container of a builtin's subclass (Counter, defaultdict, a namedtuple) as the builtin it compares as.
-    t = type(x)
-    if isinstance(x, dict) and t is not dict:
-        return {_loosen(k): _loosen(v) for k, v in x.items()}
-    if isinstance(x, tuple) and t is not tuple:
-        return tuple(_loosen(v) for v in x)
-    if t in (list, tuple):
-        return t(_loosen(v) for v in x)
-    if t is dict:
-        return {_loosen(k): _loosen(v) for k, v in x.items()}
-    return x
 def _exc(e):
     try:
         return ('exc', str(type(e).__name__), str(e)[:300])
@@ -230,8 +221,6 @@ def _judge(cand, entry, nonce):
     exec(compile(_TRUSTED['test.py'], 'test.py', 'exec'), ns)
     ns[sys.argv[3]](cand)
     return None
-def _poly(xs, x):
-    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
 def _is_floats(x):
     if type(x) is float:
         return True
@@ -249,10 +238,29 @@ def _close(a, b, atol):
     if math.isinf(a) or math.isinf(b):
         return a == b
     return abs(a - b) <= atol + 1e-07 * abs(b)
-def _same(out, exp, atol, task, inp):
-    if task['_dataset'] == 'humaneval' and task['entry_point'] == 'find_zero':
-        return abs(_poly(*inp, out)) <= task['atol'], atol
-    exact = out == exp
+def _oracle_match(oracle, out, exp, atol, inp):
+    # EvalPlus' `exact_match` of a task with a special oracle (oracles.h); raising is a mismatch.
+    try:
+        exact = out == exp
+        if oracle == 'any_answer':
+            return True
+        if oracle == 'expected_or_zero':
+            return exact or out == 0
+        if oracle == 'surface_area':
+            return exact or abs(out - _dc_surface_area(*inp)) <= atol
+        if oracle == 'digit_distance':
+            return exact or out == _dc_digit_distance(*inp)
+        if oracle == 'set_equal':
+            return set(out) == set(exp)
+        if oracle == 'not_none':
+            return out == exp if type(out) is bool else exp == (out is not None)
+        return exact
+    except Exception:
+        return False
+def _same(out, exp, atol, task, inp, oracle):
+    if oracle == 'find_zero':
+        return abs(_dc_poly(*inp, out)) <= task['atol'], atol
+    exact = _oracle_match(oracle, out, exp, atol, inp)
     if atol == 0 and _is_floats(exp):
         atol = 1e-6
     if not exact and atol != 0:
@@ -262,25 +270,27 @@ def _same(out, exp, atol, task, inp):
 def _short(x):
     r = repr(x)
     return r if len(r) <= 80 else r[:77] + '...'
-def _canonical(task):
+def _canonical(task, not_none):
     ns = {}
     exec(compile(task['prompt'] + task['canonical_solution'], 'canonical.py', 'exec'), ns)
-    return ns[task['entry_point']]
+    fn = ns[task['entry_point']]
+    return (lambda *a: fn(*a) is not None) if not_none else fn
 def _judge_inputs(cand, entry, nonce):
     report, _ = _ready(cand)
     if report:
         return report
     task = json.loads(_TRUSTED['task.json'])
     plan = json.loads(_TRUSTED['plan.json'])
-    task['_dataset'] = plan['dataset']
+    oracle = plan['oracle']
     expected = marshal.loads(base64.b64decode(plan['expected']))
     canonical = None
     for col in ('base', 'plus'):
         atol, skip, limits = task['atol'], set(plan[col + '_skip']), plan[col + '_limits']
         again = plan[col + '_recompute']
-        for i, inp in enumerate(task[col + '_input']):
+        for i, raw in enumerate(task[col + '_input']):
             if i in skip:
                 continue
+            inp = _dc_restore(plan['input_rule'], raw)
             cand.deadline = time.monotonic() + limits[i]
             try:
                 out = cand(*inp)
@@ -297,9 +307,9 @@ def _judge_inputs(cand, entry, nonce):
                 if digest and hashlib.sha256(data).hexdigest() == digest:
                     continue
                 if canonical is None:
-                    canonical = _canonical(task)
+                    canonical = _canonical(task, oracle == 'not_none')
                 exp = canonical(*copy.deepcopy(inp))
-            same, atol = _same(out, exp, atol, task, inp)
+            same, atol = _same(out, exp, atol, task, inp, oracle)
             if not same:
                 raise WrongAnswer('%s input %d: expected %s, got %s' % (col, i, _short(exp), _short(out)))
         if col == 'base':
@@ -317,6 +327,8 @@ def _main():
     for name in (('task.json', 'plan.json') if mode == 'inputs' else ('prompt.py', 'test.py')):
         _TRUSTED[name] = _file(name)
         os.unlink('/tmp/' + name)  # nor on disk: the candidate shares the sandbox's /tmp
+    # The not_none oracle compares `answer is not None`: the child sends that, not the answer (a re.Match).
+    not_none = mode == 'inputs' and json.loads(_TRUSTED['plan.json'])['oracle'] == 'not_none'
     import ctypes
     libc = ctypes.CDLL(None)
     if libc.prctl(4, 0, 0, 0, 0) != 0:
@@ -331,7 +343,7 @@ def _main():
         try:
             os.close(req_w)
             os.close(resp_r)
-            _child(req_r, resp_w, src, setup, entry, libc)
+            _child(req_r, resp_w, src, setup, entry, libc, not_none)
         finally:
             os._exit(0)
     os.close(req_r)

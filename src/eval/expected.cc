@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "eval/oracles.h"
 #include "eval/truth_runner.h"
 #include "io/atomic_dir.h"
 #include "io/mapped_file.h"
@@ -15,7 +16,8 @@ namespace dc::eval {
 
 namespace {
 
-constexpr const char* kCacheFormat = "diffucoder-evalplus-expected-1";
+// 2: MBPP+ inputs rebuilt by their rules and not_none outputs (oracles.h); caches of format 1 are rebuilt.
+constexpr const char* kCacheFormat = "diffucoder-evalplus-expected-2";
 
 // The JSON of one task's ground truth, and back (nullopt-like error text when the shape is wrong).
 nlohmann::json to_json(const Expected& e) {
@@ -59,8 +61,10 @@ Result<Expected> from_json(const nlohmann::json& j, const Task& t) {
 sandbox::RunSpec truth_spec(const Task& t, const ExpectedOptions& o) {
   sandbox::RunSpec s;
   s.argv = {"python3", "-I", "/tmp/truth.py"};
-  s.files["truth.py"] = kTruthRunner;
+  s.files["truth.py"] = std::string(kEvalPlusPython) + kTruthRunner;
   s.files["task.json"] = t.source;
+  s.files["rules.json"] =
+      nlohmann::json{{"inputs", input_rule(t)}, {"oracle", special_oracle(t)}, {"mbpp", t.dataset == Dataset::kMbpp}}.dump();
   s.limits.wall_seconds = o.task_timeout_seconds;
   s.limits.cpu_seconds = o.task_timeout_seconds + 1;
   s.limits.address_space_bytes = o.memory_bytes;
@@ -135,12 +139,15 @@ Result<ExpectedMap> expected_outputs(const std::vector<Task>& tasks, const std::
     }
     const std::string& err = r->stderr_data;
     const size_t at = err.rfind("\nDC_TRUTH ");
-    if (!r->ok())
+    const std::string why = at != std::string::npos ? err.substr(at + 10, err.find('\n', at + 10) - at - 10) : "";
+    if (!r->ok() && why.rfind("MalformedInput: ", 0) == 0)
+      first = parse_error(benchmark_path + ": " + t.task_id + ": " + why.substr(16));
+    else if (!r->ok())
       first = failed_precondition(
           t.task_id + ": the canonical solution failed on its own inputs: " +
-          (at != std::string::npos ? err.substr(at + 10, err.find('\n', at + 10) - at - 10)
+          (!why.empty()                           ? why
            : r->limit != sandbox::LimitHit::kNone ? std::string(sandbox::limit_hit_name(r->limit)) + " limit"
-                                                    : "exit code " + std::to_string(r->exit_code)));
+                                                  : "exit code " + std::to_string(r->exit_code)));
     else if (auto e = from_json(nlohmann::json::parse(r->stdout_data, nullptr, false), t); !e.ok())
       first = e.status().with_context(t.task_id + ": the truth runner's report");
     else
@@ -160,7 +167,7 @@ Result<ExpectedMap> expected_outputs(const std::vector<Task>& tasks, const std::
 
 Plan make_plan(const Task& task, const Expected& e, double min_time_limit, double factor) {
   Plan p;
-  nlohmann::json j = {{"dataset", task.dataset == Dataset::kMbpp ? "mbpp" : "humaneval"}, {"expected", e.blob},
+  nlohmann::json j = {{"oracle", special_oracle(task)}, {"input_rule", input_rule(task)}, {"expected", e.blob},
                       {"base_skip", e.base_skip}, {"plus_skip", e.plus_skip},
                       {"base_recompute", e.base_recompute}, {"plus_recompute", e.plus_recompute}};
   p.wall_seconds = 2;

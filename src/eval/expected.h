@@ -42,14 +42,16 @@ Result<std::string> benchmark_key(const std::string& path);
 // holds them, the rest computed in the sandbox and the file rewritten atomically (temporary file +
 // rename) with all it holds. A cache that is damaged (not JSON, another format or key, an entry of the
 // wrong shape) is reported through `note` (naming the file and what is wrong) and rebuilt. A canonical
-// solution that fails is an error naming the task and its message.
+// solution that fails is an error naming the task and its message; an input that does not fit the task's
+// input rule (oracles.h) a parse error naming the file, the task, the key and the argument.
 Result<ExpectedMap> expected_outputs(const std::vector<Task>& tasks, const std::string& benchmark_path,
                                      const ExpectedOptions& options,
                                      const std::function<void(const std::string&)>& note);
 
 // What one sample's check of `task` follows: the runner's plan.json text and the run's wall clock.
 struct Plan {
-  std::string json;  // {"dataset", "expected", "{base,plus}_skip", "{base,plus}_recompute", "{base,plus}_limits"}
+  std::string json;  // {"oracle", "input_rule" (oracles.h), "expected", "{base,plus}_skip", "{base,plus}_recompute",
+                     //  "{base,plus}_limits"}
   double wall_seconds = 0;
 };
 // Per-input limits max(min_time_limit, factor x time); the wall clock is EvalPlus' per-column timeout

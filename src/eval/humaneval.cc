@@ -12,6 +12,7 @@
 
 #include "eval/check_runner.h"
 #include "eval/formats.h"
+#include "eval/oracles.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/utf8.h"
 
@@ -136,7 +137,7 @@ sandbox::RunSpec check_spec(const Task& task, const std::string& program, const 
   s.files["prompt.py"] = task.prompt;
   s.files["test.py"] = task.test;
   if (!task.test_setup.empty()) s.files["setup.py"] = task.test_setup;
-  s.files["runner.py"] = kCheckRunner;
+  s.files["runner.py"] = std::string(kEvalPlusPython) + kCheckRunner;
   s.stdin_data = nonce + "\n";
   s.limits.wall_seconds = o.timeout_seconds;
   s.limits.cpu_seconds = o.timeout_seconds + 1;

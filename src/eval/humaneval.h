@@ -104,7 +104,9 @@ Verdict classify(const sandbox::RunResult& run, const std::string& nonce);
 // compares the answer with the expected output as EvalPlus does: `==`, else for float outputs (or a task
 // atol > 0) the same type and length and every number within atol + 1e-7 x |expected| (np.allclose),
 // atol 1e-6 when the task's is 0 (kept for the rest of the column once set, as EvalPlus' loop does);
-// HumanEval's find_zero passes when |poly(xs, x)| <= atol. A mismatch is an "assertion" ("wrong answer:
+// each input is first rebuilt by the task's input rule (MBPP+'s tuples, sets, complex numbers) and the
+// task's special oracle (oracles.h: HumanEval's find_zero, MBPP+'s set-equal, not-None and four
+// per-task checks) decides instead of `==` where it has one. A mismatch is an "assertion" ("wrong answer:
 // base input 3: expected ..., got ..."). After the base inputs pass it prints "<nonce> base" on stdout.
 sandbox::RunSpec inputs_check_spec(const Task& task, const std::string& program, const std::string& plan_json,
                                    double wall_seconds, const CheckOptions& options, const std::string& nonce);
