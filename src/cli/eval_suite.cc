@@ -78,6 +78,29 @@ Status split_completions(const EvalArgs& a, std::vector<SuiteEntry>& entries) {
   return Status::ok_status();
 }
 
+// Model mode: the samples earlier benchmarks of the suite decoded from a prompt a task of `t` has too (the same task
+// id and model prompt: HumanEval's for HumanEval+, but HumanEval/115, whose prompts differ), read from their records
+// (so a resumed suite reuses them too); `from` becomes the column they come from.
+SharedSamples shared_samples(const std::vector<SuiteEntry>& entries, const std::vector<eval::SuiteResult>& done,
+                             const EvalTasks& t, eval::PromptFormat format, std::string& from) {
+  SharedSamples shared;
+  for (size_t j = 0; j < done.size(); ++j) {
+    if (!done[j].ran || !entries[j].tasks) continue;
+    const EvalTasks& earlier = *entries[j].tasks;
+    for (const eval::SampleRecord& r : done[j].records) {
+      auto mine = t.by_id.find(r.task_id), theirs = earlier.by_id.find(r.task_id);
+      if (mine == t.by_id.end() || theirs == earlier.by_id.end() || shared.count({r.task_id, r.sample}) ||
+          eval::model_prompt(*mine->second, format) != eval::model_prompt(*theirs->second, format))
+        continue;
+      eval::Sample s;
+      s.task_id = r.task_id, s.sample = r.sample, s.completion = r.completion, s.tokens = r.tokens;
+      shared[{r.task_id, r.sample}] = std::move(s);
+      from = done[j].column.column;
+    }
+  }
+  return shared;
+}
+
 // The settings shown with the table: what ran and where its files are.
 nlohmann::json about(const EvalArgs& a) {
   nlohmann::json j = {{"out_dir", a.out_dir},
@@ -111,12 +134,17 @@ Status run_suite_or_error(const EvalArgs& a, std::vector<eval::SuiteResult>& out
       continue;
     }
     progress.set_label(e.result.column.benchmark);
+    SharedSamples shared;
+    GenerationCounts counts;
+    if (c.model) shared = shared_samples(entries, out, *e.tasks, c.format, e.result.reused_from);
     auto records = run_benchmark(a, c, *e.tasks, e.settings, e.result.results_path, c.model ? nullptr : &e.given,
-                                 progress);
+                                 progress, c.model ? &shared : nullptr, &counts);
     if (!records.ok()) {
       progress.finish();
       return records.status().with_context(e.result.column.column);
     }
+    e.result.model = c.model != nullptr;
+    e.result.generated = counts.generated, e.result.reused = counts.reused;
     e.result.ran = true;
     e.result.records = std::move(*records);
     e.result.summary = eval::summarize(e.tasks->tasks, e.result.records);

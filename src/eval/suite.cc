@@ -45,6 +45,10 @@ nlohmann::json suite_json(const std::vector<SuiteResult>& results, const nlohman
     nlohmann::json b = summary_json(r.summary, r.columns);
     b["results"] = r.results_path;
     b["column"] = r.column.plus ? "plus" : "base";
+    if (r.model) {
+      b["generated"] = r.generated, b["reused"] = r.reused;
+      if (r.reused > 0) b["reused_from"] = r.reused_from;
+    }
     benchmarks[r.column.benchmark] = b;
   }
   auto mean = suite_mean(results);
@@ -82,6 +86,7 @@ std::string suite_table(const std::vector<SuiteResult>& results, const std::stri
     o << r.column.column << ": " << r.column.benchmark << " (" << (r.column.plus ? "plus" : "base") << " column), "
       << r.summary.tasks << " tasks, " << r.summary.samples << " samples";
     if (!r.summary.missing.empty()) o << ", " << r.summary.missing.size() << " tasks without samples";
+    if (r.reused > 0) o << ", " << r.reused << " completions decoded once for " << r.reused_from << " (the same prompts)";
     o << "; results " << r.results_path << "\n";
   }
   return o.str();

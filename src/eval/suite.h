@@ -34,6 +34,11 @@ struct SuiteResult {
   std::vector<SampleRecord> records;
   Summary summary;
   bool columns = false;     // base / plus columns (EvalPlus and MBPP), as summary_json's `columns`
+  // Model mode: the samples this process decoded for it, and those whose completions it took from an earlier
+  // benchmark of the suite decoded from the same prompts (`reused_from`, its column: HumanEval for HumanEval+).
+  bool model = false;
+  int64_t generated = 0, reused = 0;
+  std::string reused_from;
 };
 
 // The paper's number of a result: pass@1 of its column (plus for HumanEval+ / MBPP+, else base), nullopt when it
@@ -45,11 +50,13 @@ std::optional<double> suite_mean(const std::vector<SuiteResult>& results);
 std::string suite_percent(std::optional<double> v);
 
 // `--json`'s object (also summary.json): {"suite": "paper", "row": {"HumanEval": pass@1 or null, ..., "mean"},
-// "columns_in_mean", "not_run": {column: why}, "benchmarks": {name: summary_json + "results", "column"}} and
-// the fields of `about` (model or completions, limit, paths of the files written).
+// "columns_in_mean", "not_run": {column: why}, "benchmarks": {name: summary_json + "results", "column", and in
+// model mode "generated", "reused" and, when it reused any, "reused_from"}} and the fields of `about` (model or
+// completions, limit, paths of the files written).
 nlohmann::json suite_json(const std::vector<SuiteResult>& results, const nlohmann::json& about);
 // The paper's row as a markdown table (percent, one decimal; "n/a" where a column did not run), under it a
-// line per column that did not run saying why, and the tasks and samples of each.
+// line per column that did not run saying why, and the tasks and samples of each (and the samples whose
+// completions it reused).
 std::string suite_table(const std::vector<SuiteResult>& results, const std::string& row_name);
 
 }  // namespace dc::eval

@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 
+#include "eval/humaneval.h"
 #include "eval/report.h"
 #include "eval/suite.h"
 #include "fixtures.h"
@@ -297,6 +298,97 @@ TEST(EvalSuiteCli, TinyCheckpointSuiteWritesEveryFile) {
   EXPECT_NE(r.err.find("eval humaneval+: "), std::string::npos) << r.err;  // the progress line names the benchmark
   EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;
   expect_report(out + "/report.html", j);
+}
+
+// The sample lines of a results file by (task_id, sample), without their wall time.
+std::map<std::pair<std::string, int>, nlohmann::json> sample_lines(const std::string& path) {
+  std::map<std::pair<std::string, int>, nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // settings
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("wall_ms");
+    out[{j["task_id"].get<std::string>(), j["sample"].get<int>()}] = j;
+  }
+  return out;
+}
+
+// HumanEval and HumanEval+ share their prompts: the suite decodes each once and checks the completion under both,
+// and its results equal those of the two benchmarks run separately on the same completions; a resumed suite takes
+// the completions of HumanEval+'s missing samples from HumanEval's results file.
+TEST(EvalSuiteCli, HumanEvalPromptsAreDecodedOnceForBothBenchmarks) {
+  if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
+  const test::TempDir dir("suite");
+  const std::string out = dir.file("out"), cache = " --cache-dir " + dir.file("cache");
+  const std::string suite = "eval --suite paper --model " + testing::vocab_model() + " --limit 2 --samples-per-task 2 "
+                            "--temperature 0.8 --max-new-tokens 8 --prompt-format base --out-dir " + out + cache + " --weight-cache off --quiet --json";
+  auto r = testing::run_binary(suite);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["benchmarks"]["humaneval"]["generated"], 4) << r.out;  // 2 prompts, 2 samples each
+  EXPECT_EQ(j["benchmarks"]["humaneval"]["reused"], 0);
+  EXPECT_EQ(j["benchmarks"]["humaneval+"]["generated"], 0) << r.out;
+  EXPECT_EQ(j["benchmarks"]["humaneval+"]["reused"], 4);
+  EXPECT_EQ(j["benchmarks"]["humaneval+"]["reused_from"], "HumanEval");
+  EXPECT_EQ(j["benchmarks"]["mbpp"]["generated"], 4);
+  const auto he = sample_lines(out + "/humaneval.jsonl"), hp = sample_lines(out + "/humanevalplus.jsonl");
+  ASSERT_EQ(he.size(), 4u);
+  ASSERT_EQ(hp.size(), 4u);
+  std::set<std::string> distinct;
+  for (const auto& [key, rec] : he) {
+    EXPECT_EQ(hp.at(key)["completion"], rec["completion"]) << key.first;
+    EXPECT_EQ(hp.at(key)["tokens"], rec["tokens"]) << key.first;
+    distinct.insert(rec["completion"].get<std::string>());
+  }
+  EXPECT_GT(distinct.size(), 2u);  // the samples differ: the comparison can fail
+
+  // The two benchmarks run separately on those completions (each benchmark's program: its prompt + the completion
+  // cut at the stop strings, as the suite made it) give the suite's records and row.
+  const std::map<std::string, std::string> names = {{"humaneval", "HumanEval"}, {"humaneval+", "HumanEval+"}};
+  for (const auto& [bench, column] : names) {
+    auto tasks = load_tasks(kData + (bench == "humaneval" ? "/humaneval/HumanEval.jsonl.gz" : "/humanevalplus/HumanEvalPlus.jsonl.gz"));
+    ASSERT_TRUE(tasks.ok());
+    const std::string given = dir.file(bench + "-given.jsonl");
+    {
+      std::ofstream g(given);
+      for (const auto& [key, rec] : he) {
+        const Task& task = (*tasks)[std::stoul(key.first.substr(key.first.find('/') + 1))];
+        ASSERT_EQ(task.task_id, key.first);
+        g << nlohmann::json{{"task_id", key.first},
+                            {"solution", program_from_generation(task, rec["completion"], PromptFormat::kBase)}}.dump()
+          << "\n";
+      }
+    }
+    const std::string alone = dir.file(bench + "-alone.jsonl");
+    auto separate = testing::run_binary("eval --benchmark " + bench + " --completions " + given + " --limit 2 --out " +
+                                        alone + cache + " --quiet --json");
+    ASSERT_EQ(separate.exit_code, 0) << separate.err;
+    const auto suite_lines = sample_lines(out + "/" + (bench == "humaneval" ? "humaneval" : "humanevalplus") + ".jsonl");
+    for (const auto& [key, rec] : sample_lines(alone))
+      for (const char* k : {"passed", "failure", "detail", "passed_plus", "failure_plus", "detail_plus"})
+        EXPECT_EQ(rec.value(k, nlohmann::json()), suite_lines.at(key).value(k, nlohmann::json())) << bench << " " << key.first << " " << k;
+    auto s = nlohmann::json::parse(separate.out);
+    const nlohmann::json& pass = bench == "humaneval" ? s["pass_at_k"] : s["plus"]["pass_at_k"];
+    EXPECT_EQ(j["row"][column], pass["pass@1"]) << bench;
+  }
+
+  // Killed after HumanEval+'s first sample: resumed, the rest of its samples come from HumanEval's results file.
+  {
+    std::ifstream in(out + "/humanevalplus.jsonl");
+    std::string settings, first;
+    std::getline(in, settings), std::getline(in, first);
+    in.close();
+    std::ofstream(out + "/humanevalplus.jsonl") << settings << "\n" << first << "\n";
+  }
+  auto resumed = testing::run_binary(suite + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  auto k = nlohmann::json::parse(resumed.out);
+  EXPECT_EQ(k["benchmarks"]["humaneval"]["generated"], 0);
+  EXPECT_EQ(k["benchmarks"]["humaneval+"]["generated"], 0);
+  EXPECT_EQ(k["benchmarks"]["humaneval+"]["reused"], 3);
+  EXPECT_EQ(sample_lines(out + "/humanevalplus.jsonl"), hp);
+  EXPECT_EQ(k["row"], j["row"]);
 }
 
 // --batch-tasks decodes several tasks' prompts (of different lengths: left-padded) in one generation; at
