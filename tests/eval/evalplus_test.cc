@@ -15,6 +15,7 @@
 #include "eval/humaneval.h"
 #include "fixtures.h"
 #include "process.h"
+#include "results_lines.h"
 #include "sandbox/sandbox.h"
 #include "temp_dir.h"
 
@@ -32,17 +33,7 @@ std::string read(const std::string& path) {
 }
 
 // The results file's sample lines by (task_id, sample).
-std::map<std::pair<std::string, int>, nlohmann::json> records(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::map<std::pair<std::string, int>, nlohmann::json> out;
-  std::getline(in, line);  // settings
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    out[{j["task_id"].get<std::string>(), j["sample"].get<int>()}] = j;
-  }
-  return out;
-}
+const auto records = testing::results_lines;
 
 // An EvalPlus-format file of the HumanEval+ tasks `ids`, their lines as shipped.
 void write_subset(const std::string& path, const std::set<std::string>& ids) {

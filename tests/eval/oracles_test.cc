@@ -9,12 +9,14 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "eval/oracles.h"
 #include "process.h"
+#include "results_lines.h"
 #include "sandbox/sandbox.h"
 #include "temp_dir.h"
 
@@ -191,17 +193,7 @@ std::vector<Case> cases(const std::vector<PlusTask>& tasks) {
 }
 
 // The results file's sample lines by (task_id, sample).
-std::map<std::pair<std::string, int>, json> records(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::map<std::pair<std::string, int>, json> out;
-  std::getline(in, line);  // settings
-  while (std::getline(in, line)) {
-    auto j = json::parse(line);
-    out[{j["task_id"].get<std::string>(), j["sample"].get<int>()}] = j;
-  }
-  return out;
-}
+const auto records = testing::results_lines;
 
 Task mbpp_plus_task(const std::string& id, const std::string& entry_point) {
   Task t;
@@ -235,16 +227,21 @@ TEST(EvalPlusRules, RulesAndOraclesByTask) {
   EXPECT_EQ(special_oracle(mbpp_plus_task("Mbpp/3", "is_not_prime")), "");
 }
 
-TEST(EvalPlusRules, MbppPlusInputRulesAndOraclesInTheSandbox) {
-  if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
+// Runs every case of the tasks numbered `numbers` through `diffucoder eval` and checks each sample's two columns.
+void expect_cases(const std::set<int>& numbers) {
   const test::TempDir dir("oracles");
-  const std::vector<PlusTask> tasks = plus_tasks();
+  std::vector<PlusTask> tasks;
+  for (const PlusTask& t : plus_tasks())
+    if (numbers.count(t.n)) tasks.push_back(t);
+  ASSERT_EQ(tasks.size(), numbers.size());
+  std::vector<Case> all;
+  for (const Case& c : cases(tasks))
+    if (numbers.count(c.n)) all.push_back(c);
   {
     std::ofstream bench(dir.file("MbppPlus.jsonl"));
     for (const PlusTask& t : tasks) bench << line_of(t) << "\n";
     std::ofstream samples(dir.file("samples.jsonl"));
-    for (const Case& c : cases(tasks))
-      samples << json{{"task_id", "Mbpp/" + std::to_string(c.n)}, {"solution", c.solution}}.dump() << "\n";
+    for (const Case& c : all) samples << json{{"task_id", "Mbpp/" + std::to_string(c.n)}, {"solution", c.solution}}.dump() << "\n";
   }
   auto r = testing::run_binary("eval --benchmark " + dir.file("MbppPlus.jsonl") + " --completions " +
                                dir.file("samples.jsonl") + " --out " + dir.file("results.jsonl") + " --cache-dir " +
@@ -252,7 +249,7 @@ TEST(EvalPlusRules, MbppPlusInputRulesAndOraclesInTheSandbox) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto recs = records(dir.file("results.jsonl"));
   std::map<int, int> next;
-  for (const Case& c : cases(tasks)) {
+  for (const Case& c : all) {
     const std::string id = "Mbpp/" + std::to_string(c.n);
     const json& rec = recs[{id, next[c.n]++}];
     SCOPED_TRACE(id + ": " + c.solution);
@@ -263,7 +260,19 @@ TEST(EvalPlusRules, MbppPlusInputRulesAndOraclesInTheSandbox) {
   }
   auto j = json::parse(r.out);
   EXPECT_EQ(j["tasks"], static_cast<int>(tasks.size()));
-  EXPECT_EQ(j["samples"], static_cast<int>(cases(tasks).size()));
+  EXPECT_EQ(j["samples"], static_cast<int>(all.size()));
+}
+
+// Every input rule but Mbpp/2's ("tuple", with the oracles below).
+TEST(EvalPlusRules, MbppPlusInputRulesInTheSandbox) {
+  if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
+  expect_cases({63, 75, 106, 115, 124, 250, 259, 278, 307, 722, 252, 580});
+}
+
+// Every MBPP special oracle (Mbpp/2: set_equal, its inputs tuples, its contract after the def line).
+TEST(EvalPlusRules, MbppPlusSpecialOraclesInTheSandbox) {
+  if (!sandbox::check_available().ok()) GTEST_SKIP() << "no namespaces";
+  expect_cases({2, 164, 295, 581, 558, 787});
 }
 
 TEST(EvalPlusRules, InputsThatDoNotFitTheirRuleNameTheTaskAndTheArgument) {

@@ -16,6 +16,7 @@
 #include "fixtures.h"
 #include "kill_run.h"
 #include "process.h"
+#include "results_lines.h"
 #include "sandbox/sandbox.h"
 #include "temp_dir.h"
 
@@ -302,15 +303,8 @@ TEST(EvalSuiteCli, TinyCheckpointSuiteWritesEveryFile) {
 
 // The sample lines of a results file by (task_id, sample), without their wall time.
 std::map<std::pair<std::string, int>, nlohmann::json> sample_lines(const std::string& path) {
-  std::map<std::pair<std::string, int>, nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);  // settings
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    j.erase("wall_ms");
-    out[{j["task_id"].get<std::string>(), j["sample"].get<int>()}] = j;
-  }
+  auto out = testing::results_lines(path);
+  for (auto& [key, j] : out) j.erase("wall_ms");
   return out;
 }
 
