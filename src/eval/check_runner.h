@@ -26,7 +26,8 @@
 //   (select on the answer pipe: CallTimeout), each input rebuilt first by the task's input rule, and
 //   compares the answer with the expected one as EvalPlus does, with the task's special oracle
 //   (oracles.h; humaneval.h inputs_check_spec), printing "<nonce> base" on its stdout once the base inputs
-//   passed. With the not_none oracle the child answers `answer is not None` (a bool answer as itself). The proxy forwards each call to the child and accepts only plain builtin data (None,
+//   passed. With the not_none oracle the child answers `answer is not None` (a bool answer as itself).
+//   The proxy forwards each call to the child and accepts only plain builtin data (None,
 //   bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset: no code, no classes whose
 //   __eq__ the candidate chose); a forwarded exception is raised again as the builtin type of that
 //   name (AssertionError stays an assertion) or an Exception subclass of that name. A child that ended
