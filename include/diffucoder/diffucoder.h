@@ -608,6 +608,10 @@ struct GrpoConfig {
   uint64_t seed = 42;                  // the prompt order, the rollouts (seed + rank) and the mask seeds
   std::string precision = "bf16";      // "bf16" (mixed: f32 master weights, bf16 GEMMs) | "f32"
   bool grad_checkpointing = false;
+  // Where the rollouts and steps run: "cpu", "vulkan" (device 0) or "vulkan:N". On a device the policy's and the
+  // reference model's weights, the gradients, Adam moments and activations stay in its memory (the rewards stay on
+  // the CPU), in f32; one process, full fine-tuning (LoRA and ranks are refused there for now).
+  std::string device = "cpu";
   // LoRA (lora_r > 0), as TrainConfig's: the policy is the frozen base plus the adapters, the reference model the
   // base plus a reference copy of the adapters; checkpoints are PEFT adapters.
   int64_t lora_r = 0;
@@ -676,6 +680,7 @@ class GrpoTrainer {
   int64_t prompts() const;             // the data's prompts
   int64_t truncated_prompts() const;   // of which left-truncated to max_prompt_length
   std::string lora_targets() const;    // the adapted projections as a comma list ("" without LoRA)
+  std::string device() const;          // where the steps run: "cpu", or the device's name ("vulkan:0 (...)")
   // How the sandbox bounds a test run (one line), when the code or format reward is on; else "".
   std::string sandbox_note() const;
   int64_t skipped_steps() const;       // over the whole run, resumes included

@@ -13,6 +13,7 @@
 #include "api/train_shared.h"
 #include "core/thread_pool.h"
 #include "gguf/model_source.h"
+#include "ops/device.h"
 #include "sampler/generate.h"
 #include "sandbox/sandbox.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +30,7 @@ struct GrpoTrainer::Impl {
   std::optional<dc::Tokenizer> tokenizer;
   dc::train::GrpoDataset data;
   std::unique_ptr<dc::ThreadPool> pool;  // before the trainer, which keeps a Context pointing at it
+  std::unique_ptr<dc::DeviceBackend> backend;  // GrpoConfig::device's (null: the CPU); before the trainer too
   std::unique_ptr<dc::train::GrpoTrainer> trainer;
   dc::dist::Comm* comm = nullptr;        // GrpoConfig::ranks' (null: this process alone)
   int64_t steps = 0, steps_here = 0;     // the run's length; step() calls that succeeded in this process
@@ -261,6 +263,11 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoConfig& c) {
     impl->pool = std::make_unique<dc::ThreadPool>(c.threads);
     dc::Context ctx;
     ctx.pool = impl->pool.get();
+    DC_ASSIGN_OR_RETURN(const dc::DeviceSpec device, dc::parse_device(c.device));
+    if (device.device != dc::Device::kCpu) {
+      DC_ASSIGN_OR_RETURN(impl->backend, dc::open_vulkan_backend(device.index));
+      ctx.device = device.device, ctx.backend = impl->backend.get();
+    }
     DC_ASSIGN_OR_RETURN(impl->trainer, dc::train::GrpoTrainer::create(
                                            o, ctx, make_rollout_fn(impl->data, *impl->tokenizer, ro, seed, rewards,
                                                                 &impl->round_rewards)));
@@ -285,6 +292,7 @@ std::string GrpoTrainer::precision() const {
 }
 int64_t GrpoTrainer::prompts() const { return static_cast<int64_t>(impl_->data.examples.size()); }
 int64_t GrpoTrainer::truncated_prompts() const { return impl_->data.n_truncated; }
+std::string GrpoTrainer::device() const { return impl_->backend != nullptr ? impl_->backend->name() : "cpu"; }
 std::string GrpoTrainer::lora_targets() const { return impl_->lora_targets; }
 std::string GrpoTrainer::sandbox_note() const { return impl_->sandboxed ? dc::sandbox::describe() : ""; }
 int64_t GrpoTrainer::skipped_steps() const { return impl_->trainer->footprint().skipped_steps; }

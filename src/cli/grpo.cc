@@ -1,4 +1,5 @@
-// `diffucoder grpo --model DIR --data FILE.jsonl --out DIR [...]`: Coupled-GRPO on CPU (spec §4), built on the
+// `diffucoder grpo --model DIR --data FILE.jsonl --out DIR [...]`: Coupled-GRPO (spec §4) on the CPU or, with
+// --device vulkan[:N], on a device (train/device_training.h; the rewards stay on the CPU), built on the
 // public API (diffucoder::GrpoTrainer over src/train/: rollouts from the policy, rewards in the sandbox, the
 // coupled loss and the optimizer loop); a progress line per step, metrics.jsonl, reward.svg, checkpoints.
 // Under `mpirun -np N` (MPI built in, diffucoder::Ranks): data parallel, each rank generating and scoring
@@ -41,10 +42,10 @@ std::string metric(const diffucoder::GrpoStepStats& s, const std::string& name) 
 void print_start(const diffucoder::GrpoConfig& c, const diffucoder::GrpoTrainer& t, const diffucoder::Ranks& ranks) {
   std::fprintf(stderr,
                "grpo: %lld prompts (%lld left-truncated); %lld steps from step %lld, %lld completions per prompt, "
-               "%lld prompts per round, %lld iterations per round; %s; %d rank%s (%s)\n",
+               "%lld prompts per round, %lld iterations per round; %s on %s; %d rank%s (%s)\n",
                (long long)t.prompts(), (long long)t.truncated_prompts(), (long long)t.steps(),
                (long long)t.steps_done(), (long long)c.num_generations, (long long)c.prompts_per_round,
-               (long long)c.num_iterations, t.precision() == "bf16" ? "bf16 mixed precision" : "f32",
+               (long long)c.num_iterations, t.precision() == "bf16" ? "bf16 mixed precision" : "f32", t.device().c_str(),
                ranks.size(), ranks.size() > 1 ? (c.lora_r > 0 ? "s, the adapters' gradients summed" : "s, ZeRO-sharded optimizer state") : "",
                ranks.backend().c_str());
   if (c.lora_r > 0)
@@ -120,7 +121,7 @@ int run_grpo(GrpoArgs& a, diffucoder::Ranks& ranks) {
 RunFn add_grpo_command(CLI::App& app) {
   auto a = std::make_shared<GrpoArgs>();
   diffucoder::GrpoConfig& o = a->config;
-  CLI::App* cmd = app.add_subcommand("grpo", "Coupled-GRPO reinforcement learning (DiffuCoder's recipe) on CPU");
+  CLI::App* cmd = app.add_subcommand("grpo", "Coupled-GRPO reinforcement learning (DiffuCoder's recipe) on the CPU or a Vulkan device");
   cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory of the policy (with tokenizer.json), or a dream F32 / F16 / BF16 FILE.gguf")
       ->required();
   cmd->add_option("--data", o.data_path, "JSONL: {prompt|messages, tests} or AceCode {question, test_cases}")->required();
@@ -175,6 +176,8 @@ RunFn add_grpo_command(CLI::App& app) {
   cmd->add_flag("--grad-checkpointing", o.grad_checkpointing, "Keep only each layer's input and recompute it in the backward");
   add_lora_flags(cmd, {&o.lora_r, &o.lora_alpha, &o.lora_targets, &o.lora_dropout});
   cmd->add_option("--precision", a->precision, "bf16: mixed precision (the default) | f32")->capture_default_str();
+  cmd->add_option("--device", o.device, "Where the rollouts and steps run: cpu | vulkan | vulkan:N (`diffucoder devices`; "
+                  "f32, one process, no LoRA; the rewards stay on the CPU)")->capture_default_str();
   cmd->add_option("--save-every", o.save_every, "Checkpoint every N rounds (0: only at the end)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");

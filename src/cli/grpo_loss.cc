@@ -1,6 +1,8 @@
 // `diffucoder grpo-loss --model DIR [--ref-model DIR] --batch FILE.json [--json]`: the Coupled-GRPO loss
 // of one given batch and its parts (src/train/grpo_loss.h), in f32, drawing nothing at random: the
-// exactness interface the PyTorch reference (tests/reference/grpo_ref.py) is compared through.
+// exactness interface the PyTorch reference (tests/reference/grpo_ref.py) is compared through. With
+// --device vulkan[:N] the forward, the scored rows' lm_head and cross-entropy and the backward run on the
+// device (train/device_training.h); the per-tensor gradient norms are taken from the downloaded gradients.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "lora/trainable.h"
 #include "model/params.h"
 #include "model/transformer.h"
+#include "ops/device.h"
 #include "gguf/model_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_loss.h"
@@ -30,7 +33,7 @@ using Json = nlohmann::json;
 constexpr int64_t kMaxTokens = int64_t{1} << 22;  // 3 versions × B × (P + C) positions of one forward
 
 struct GrpoLossArgs {
-  std::string model_dir, ref_dir, batch_path, lora_dir;
+  std::string model_dir, ref_dir, batch_path, lora_dir, device = "cpu";
   int threads = 0;
   bool json = false;
 };
@@ -217,6 +220,22 @@ int run_grpo_loss(const GrpoLossArgs& a) {
   Context ctx;
   ctx.pool = &pool;
   ctx.matmul_precision = MatmulPrecision::kF32;
+  auto device = parse_device(a.device);
+  if (!device.ok()) return usage_error(device.status());
+  std::unique_ptr<DeviceBackend> backend;  // before the models' device memory, which goes first
+  std::unique_ptr<train::DeviceTraining> on_device;
+  if (device->device != Device::kCpu) {
+    if (!a.lora_dir.empty())
+      return usage_error(invalid_argument("--device " + a.device + ": --lora (LoRA gradients) runs on the CPU only for "
+                                          "now; use --device cpu"));
+    auto opened = open_vulkan_backend(device->index);
+    if (!opened.ok()) return report(opened.status());
+    backend = std::move(*opened);
+    ctx.device = device->device, ctx.backend = backend.get();
+    auto started = train::DeviceTraining::start(ctx, *policy->model, nullptr);
+    if (!started.ok()) return report(started.status());
+    on_device = std::move(*started);
+  }
   train::GrpoLossInputs in;
   in.batch = &p.batch;
   in.rows = &*rows;
@@ -228,7 +247,10 @@ int run_grpo_loss(const GrpoLossArgs& a) {
     const ModelConfig& rc = ref->model->config();
     if (rc.n_vocab != cfg.n_vocab || rc.mask_token_id != cfg.mask_token_id)
       return report(invalid_argument("--ref-model " + a.ref_dir + " has another vocabulary or mask id than --model"));
-    auto ref_logps = train::coupled_logps(ctx, *ref->model, *rows, p.batch.n_completion);
+    if (on_device != nullptr)
+      if (const Status up = ref->model->to_device(ctx); !up.ok()) return report(up);
+    auto ref_logps = train::coupled_logps(ctx, *ref->model, *rows, p.batch.n_completion,
+                                          on_device != nullptr ? &on_device->rows() : nullptr);
     if (!ref_logps.ok()) return report(ref_logps.status());
     in.ref_logps = std::move(*ref_logps);
   }
@@ -253,7 +275,14 @@ int run_grpo_loss(const GrpoLossArgs& a) {
       for (const LoraParams::Tensor& t : grads.tensors()) add_norm(t.name, grads.data() + t.offset, t.size);
   } else {
     ModelParams grads = ModelParams::zeros(cfg);
-    res = train::grpo_loss_and_grads(ctx, *policy->model, in, p.options, 1.0f, grads, acts);
+    if (on_device != nullptr) {
+      res = train::grpo_loss_and_device_grads(ctx, *policy->model, in, p.options, 1.0f, *on_device, acts,
+                                              GradWrite::kOverwrite);
+      if (res.ok())
+        if (const Status down = on_device->grads().download(ctx, grads); !down.ok()) return report(down);
+    } else {
+      res = train::grpo_loss_and_grads(ctx, *policy->model, in, p.options, 1.0f, grads, acts);
+    }
     if (res.ok())
       for (const auto& t : grads.tensors()) add_norm(t.name, t.data, t.size);
   }
@@ -304,6 +333,8 @@ RunFn add_grpo_loss_command(CLI::App& app) {
                   "epsilon, scale_rewards, im_end_id]")->required();
   cmd->add_option("--lora", a->lora_dir, "A PEFT LoRA adapter held unmerged over the frozen --model: the gradients of "
                   "its A and B only (docs/lora.md)");
+  cmd->add_option("--device", a->device, "Where the forward and backward run: cpu | vulkan | vulkan:N (`diffucoder "
+                  "devices`; f32, no --lora)")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print every part as one JSON object (else a one-line summary)");
   cmd->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));

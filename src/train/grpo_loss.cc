@@ -199,40 +199,45 @@ std::vector<float> combine(const CoupledRows& rows, const std::vector<float>& ce
 }  // namespace
 
 Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model, const CoupledRows& rows,
-                                         int64_t n_completion) {
+                                         int64_t n_completion, DeviceLossRows* device_rows) {
   const int64_t n_out = static_cast<int64_t>(rows.out_rows.size()), V = model.config().n_vocab,
-                E = model.config().n_embd, chunk = std::min(n_out, kLogpChunkRows);
-  std::vector<float> hidden(n_out * E), ce(n_out);  // [n_out, E] the lm_head's input rows
+                E = model.config().n_embd, chunk = std::min(n_out, kLogpChunkRows), n = rows.n_batch / 3 * n_completion;
+  std::vector<float> ce(n_out);
+  if (ctx.device != Device::kCpu) {  // the rows' lm_head and cross-entropy on the device, their CE downloaded
+    DeviceLossRows own;
+    DeviceLossRows& scratch = device_rows != nullptr ? *device_rows : own;
+    DC_RETURN_IF_ERROR(scratch.reserve(ctx, model.config(), n_out));
+    DC_RETURN_IF_ERROR(model.forward_hidden(ctx, rows.forward_batch(), scratch.hidden()));
+    if (n_out == 0) return combine(rows, ce, n);
+    const std::vector<float> ones(n_out, 1.0f);
+    DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), true, false,
+                                                      ce.data(), nullptr));
+    return combine(rows, ce, n);
+  }
+  std::vector<float> hidden(n_out * E);  // [n_out, E] the lm_head's input rows
   DC_RETURN_IF_ERROR(model.forward_hidden(ctx, rows.forward_batch(), hidden.data()));
-  if (n_out == 0) return combine(rows, ce, rows.n_batch / 3 * n_completion);
+  if (n_out == 0) return combine(rows, ce, n);
   std::vector<float> own;
   try {
     float* logits = logits_block(ctx, chunk * V, own);  // [chunk, V]
     const std::vector<float> ones(chunk, 1.0f);
     for (int64_t r = 0; r < n_out; r += chunk) {
-      const int64_t n = std::min(chunk, n_out - r);
-      model.lm_head(ctx, hidden.data() + r * E, n, logits, n);
-      cross_entropy(ctx, logits, rows.targets.data() + r, ones.data(), n, V, nullptr, ce.data() + r);
+      const int64_t k = std::min(chunk, n_out - r);
+      model.lm_head(ctx, hidden.data() + r * E, k, logits, k);
+      cross_entropy(ctx, logits, rows.targets.data() + r, ones.data(), k, V, nullptr, ce.data() + r);
     }
   } catch (const std::bad_alloc&) {
     return resource_exhausted("GRPO log-probs: out of memory for a block of " + std::to_string(chunk) + " × " +
                               std::to_string(V) + " logits");
   }
-  return combine(rows, ce, rows.n_batch / 3 * n_completion);
+  return combine(rows, ce, n);
 }
 
 namespace {
 
-// The loss of grpo_loss_and_grads, then backward(dlogits) (none without scored rows: no_rows() instead);
-// the forward adds `lora` (null: the model's own).
-template <class Backward, class NoRows>
-Result<GrpoLossResult> grpo_loss_then(const Context& ctx, const Model& model, const GrpoLossInputs& in,
-                                      const GrpoLossOptions& o, float grad_scale, const LoraWeights* lora,
-                                      Activations& acts, Backward&& backward, NoRows&& no_rows) {
-  const GrpoBatch& batch = *in.batch;
-  const CoupledRows& rows = *in.rows;
-  const int64_t B = batch.n_batch, C = batch.n_completion, n = B * C;
-  const int64_t n_out = static_cast<int64_t>(rows.out_rows.size()), V = model.config().n_vocab;
+// The loss inputs' sizes and finiteness (grpo_loss_and_grads' errors).
+Status check_loss_inputs(const GrpoLossInputs& in) {
+  const int64_t B = in.batch->n_batch, C = in.batch->n_completion, n = B * C;
   if (static_cast<int64_t>(in.advantages.size()) != B)
     return invalid_argument("GRPO loss: " + std::to_string(in.advantages.size()) + " advantages for " +
                             std::to_string(B) + " completions");
@@ -249,21 +254,16 @@ Result<GrpoLossResult> grpo_loss_then(const Context& ctx, const Model& model, co
   };
   DC_RETURN_IF_ERROR(finite(in.advantages, "advantages"));
   DC_RETURN_IF_ERROR(finite(in.old_logps, "old_logps"));
-  DC_RETURN_IF_ERROR(finite(in.ref_logps, "ref_logps"));
-  std::vector<float> own, ce(n_out);
-  float* logits = nullptr;  // [n_out, V], becomes dlogits
-  try {
-    logits = logits_block(ctx, n_out * V, own);
-  } catch (const std::bad_alloc&) {
-    return resource_exhausted("GRPO loss: out of memory for the " + std::to_string(n_out) + " × " + std::to_string(V) +
-                              " logits of the scored rows; use smaller micro-batches (a larger --grad-accum)");
-  }
-  ForwardBatch fb = rows.forward_batch();
-  fb.lora = lora;
-  DC_RETURN_IF_ERROR(model.forward(ctx, fb, logits, nullptr, &acts));
-  const std::vector<float> ones(n_out, 1.0f);
-  cross_entropy(ctx, logits, rows.targets.data(), ones.data(), n_out, V, logits, ce.data());
+  return finite(in.ref_logps, "ref_logps");
+}
 
+// The loss of grpo_loss_and_grads from each scored row's unweighted CE [n_out] (−log p of its target), and
+// each row's gradient weight w[r] (d loss / d logits[r] = w[r]·(softmax − onehot), grad_scale included).
+GrpoLossResult coupled_loss(const GrpoLossInputs& in, const GrpoLossOptions& o, const std::vector<float>& ce,
+                            float grad_scale, std::vector<float>* row_weights) {
+  const GrpoBatch& batch = *in.batch;
+  const CoupledRows& rows = *in.rows;
+  const int64_t B = batch.n_batch, C = batch.n_completion, n = B * C;
   GrpoLossResult res;
   res.logps = combine(rows, ce, n);
   for (uint8_t m : batch.completion_mask) res.n_tokens += m != 0;
@@ -286,11 +286,40 @@ Result<GrpoLossResult> grpo_loss_then(const Context& ctx, const Model& model, co
     }
   res.loss /= denom, res.kl /= denom, res.clip_fraction /= denom;
   // d loss / d logits[row] = d loss / d logp · factor · (onehot − softmax) = w · (softmax − onehot).
+  row_weights->resize(rows.out_rows.size());
+  for (size_t r = 0; r < rows.out_rows.size(); ++r)
+    (*row_weights)[r] = static_cast<float>(-dlogp[rows.position[r]] * rows.factor[r] * grad_scale);
+  return res;
+}
+
+// The loss of grpo_loss_and_grads on the CPU, then backward(dlogits) (none without scored rows: no_rows()
+// instead); the forward adds `lora` (null: the model's own).
+template <class Backward, class NoRows>
+Result<GrpoLossResult> grpo_loss_then(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                      const GrpoLossOptions& o, float grad_scale, const LoraWeights* lora,
+                                      Activations& acts, Backward&& backward, NoRows&& no_rows) {
+  const CoupledRows& rows = *in.rows;
+  const int64_t n_out = static_cast<int64_t>(rows.out_rows.size()), V = model.config().n_vocab;
+  DC_RETURN_IF_ERROR(check_loss_inputs(in));
+  std::vector<float> own, ce(n_out);
+  float* logits = nullptr;  // [n_out, V], becomes dlogits
+  try {
+    logits = logits_block(ctx, n_out * V, own);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("GRPO loss: out of memory for the " + std::to_string(n_out) + " × " + std::to_string(V) +
+                              " logits of the scored rows; use smaller micro-batches (a larger --grad-accum)");
+  }
+  ForwardBatch fb = rows.forward_batch();
+  fb.lora = lora;
+  DC_RETURN_IF_ERROR(model.forward(ctx, fb, logits, nullptr, &acts));
+  const std::vector<float> ones(n_out, 1.0f);
+  cross_entropy(ctx, logits, rows.targets.data(), ones.data(), n_out, V, logits, ce.data());
+  std::vector<float> w;
+  GrpoLossResult res = coupled_loss(in, o, ce, grad_scale, &w);
   parallel_for(ctx.pool, n_out, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float w = static_cast<float>(-dlogp[rows.position[r]] * rows.factor[r] * grad_scale);
       float* row = logits + r * V;
-      for (int64_t k = 0; k < V; ++k) row[k] *= w;
+      for (int64_t k = 0; k < V; ++k) row[k] *= w[r];
     }
   }, 16);
   if (n_out > 0) DC_RETURN_IF_ERROR(backward(logits));
@@ -309,6 +338,32 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
       [&] {
         if (write == GradWrite::kOverwrite) grads.zero();
       });
+}
+
+Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                  const GrpoLossOptions& o, float grad_scale, DeviceTraining& device,
+                                                  Activations& acts, GradWrite write) {
+  DC_CHECK(ctx.device != Device::kCpu, "grpo_loss_and_device_grads: a device context");
+  const CoupledRows& rows = *in.rows;
+  const int64_t n_out = static_cast<int64_t>(rows.out_rows.size());
+  DC_RETURN_IF_ERROR(check_loss_inputs(in));
+  DeviceLossRows& scratch = device.rows();
+  DC_RETURN_IF_ERROR(scratch.reserve(ctx, model.config(), n_out));
+  DC_RETURN_IF_ERROR(model.forward_hidden(ctx, rows.forward_batch(), scratch.hidden(), &acts));
+  std::vector<float> ce(n_out), w;
+  if (n_out == 0) {  // no scored rows: nothing to add, zeros to write
+    if (write == GradWrite::kOverwrite) DC_RETURN_IF_ERROR(device.grads().zero(ctx));
+    return coupled_loss(in, o, ce, grad_scale, &w);
+  }
+  // The rows' CE first (the logits kept), then their gradient weighted by the loss's per-row weights.
+  const std::vector<float> ones(n_out, 1.0f);
+  DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), true, false,
+                                                    ce.data(), nullptr));
+  GrpoLossResult res = coupled_loss(in, o, ce, grad_scale, &w);
+  DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), w.data(), false, true,
+                                                    nullptr, nullptr));
+  DC_RETURN_IF_ERROR(model.backward(ctx, acts, scratch.logits(), device.grads().spans(), nullptr, write));
+  return res;
 }
 
 Result<GrpoLossResult> grpo_loss_and_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,

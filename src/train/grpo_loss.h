@@ -15,6 +15,7 @@
 #include "model/activations.h"
 #include "model/params.h"
 #include "model/transformer.h"  // Model, ForwardBatch
+#include "train/device_training.h"
 
 namespace dc::train {
 
@@ -90,8 +91,10 @@ Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask
 
 // The coupled log-probabilities [B, C] of `rows` under `model` without gradients (the old log-probs of a
 // rollout, the reference model's); positions without rows are 0.
+// On a device (a model uploaded with Model::to_device) the lm_head and the cross-entropy run there and only
+// each row's CE comes back; `device_rows` (may be null: this call's own) holds the rows' device memory.
 Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model, const CoupledRows& rows,
-                                         int64_t n_completion);
+                                         int64_t n_completion, DeviceLossRows* device_rows = nullptr);
 
 struct GrpoLossOptions {
   double beta = 0.01;     // KL coefficient
@@ -127,6 +130,14 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
                                            const GrpoLossOptions& options, float grad_scale, ModelParams& grads,
                                            Activations& acts, const ModelWeights* transposed = nullptr,
                                            GradWrite write = GradWrite::kAdd);
+// grpo_loss_and_grads on ctx's device (train/device_training.h): the training forward, the scored rows' lm_head
+// and cross-entropy there; their CE comes to the host, which computes the loss and each row's gradient weight
+// (n_out floats each way); a second cross-entropy pass over the kept logits writes the weighted dlogits, and
+// Model::backward adds (kAdd) or writes (kOverwrite) device.grads(). The same errors.
+Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                  const GrpoLossOptions& options, float grad_scale,
+                                                  DeviceTraining& device, Activations& acts,
+                                                  GradWrite write = GradWrite::kAdd);
 // The same for LoRA adapters over a frozen `model`: the forward adds `lora` (its dropout key drawn by the
 // caller), and their gradients are ADDED into `grads` (Model::backward_lora).
 Result<GrpoLossResult> grpo_loss_and_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,

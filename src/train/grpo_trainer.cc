@@ -85,8 +85,10 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   t->opt_.lr.warmup_steps = static_cast<int64_t>(std::ceil(o.warmup_ratio * static_cast<double>(o.steps)));
   t->ctx_ = ctx;
   t->ctx_.workspace = &t->workspace_;
-  t->ctx_.matmul_precision = o.precision;
-  if (o.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
+  if (ctx.device != Device::kCpu)  // LoRA and ranks refused by name, f32 (train/device_training.h)
+    DC_RETURN_IF_ERROR(check_device_training(ctx, o.lora.r, o.comm, &t->opt_.precision));
+  t->ctx_.matmul_precision = t->opt_.precision;
+  if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): GRPO in f32");
     t->ctx_.matmul_precision = t->opt_.precision = MatmulPrecision::kF32;
   }
@@ -259,7 +261,12 @@ Status GrpoTrainer::start_round() {
   } else if (opt_.loss.beta != 0) {
     if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights()));
     ref_model = Model::from_weights(config, mixed ? ref_mixed.forward() : ref_.weights(), nullptr);
+    if (device_ != nullptr) {  // uploaded once (a second upload of the same weights is a no-op)
+      DC_RETURN_IF_ERROR(ref_model->to_device(ctx_));
+      ref_on_device_ = true;
+    }
   }
+  DeviceLossRows* device_rows = device_ != nullptr ? &device_->rows() : nullptr;
   const int64_t n_micro = opt_.grad_accum / ranks(), mb = n_local / n_micro, P = r.batch.n_prompt;
   round_.assign(n_micro, Micro{});
   for (int64_t a = 0; a < n_micro; ++a) {
@@ -277,10 +284,10 @@ Status GrpoTrainer::start_round() {
       std::vector<float> old, ref;
       // With one iteration the old log-probs are the current ones (ratio 1); else from this pass.
       if (I > 1) {
-        DC_ASSIGN_OR_RETURN(old, coupled_logps(ctx_, *policy, rows, C));
+        DC_ASSIGN_OR_RETURN(old, coupled_logps(ctx_, *policy, rows, C, device_rows));
       }
       if (ref_model) {
-        DC_ASSIGN_OR_RETURN(ref, coupled_logps(ctx_, *ref_model, rows, C));
+        DC_ASSIGN_OR_RETURN(ref, coupled_logps(ctx_, *ref_model, rows, C, device_rows));
       }
       m.rows.push_back(std::move(rows));
       m.old_logps.push_back(std::move(old));
@@ -298,6 +305,9 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     const bool mixed = !lora && ctx_.matmul_precision == MatmulPrecision::kBF16;  // LoRA: the base is read as stored
     if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     const int64_t I = opt_.num_iterations, k = steps_done() % I;
+    if (ctx_.device != Device::kCpu && device_ == nullptr) {  // the policy's weights, gradients and moments there
+      DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_));
+    }
     if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
     GrpoStepStats s = round_stats_;
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
@@ -311,6 +321,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
       in.batch = &m.batch, in.rows = &m.rows[k], in.advantages = m.advantages;
       in.old_logps = m.old_logps[k], in.ref_logps = m.ref_logps[k];
       GrpoLossResult r;
+      const GradWrite write = &m == &round_.front() ? GradWrite::kOverwrite : GradWrite::kAdd;
       if (lora) {  // the adapters' dropout draws a fresh mask per micro-batch
         LoraWeights adapters = lora_core_.params().weights();
         adapters.dropout_key = hash_counters(state().seed, 0x6c6f7261, static_cast<uint64_t>(steps_done()),
@@ -318,10 +329,12 @@ Result<GrpoStepStats> GrpoTrainer::step() {
         DC_ASSIGN_OR_RETURN(r, grpo_loss_and_lora_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), adapters,
                                                         lora_core_.grads(), acts_,
                                                         bf16_backward(ctx_) ? &base_transposed_ : nullptr));
+      } else if (device_ != nullptr) {
+        DC_ASSIGN_OR_RETURN(r, grpo_loss_and_device_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), *device_,
+                                                          acts_, write));
       } else {
         DC_ASSIGN_OR_RETURN(r, grpo_loss_and_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), core_.grads(),
-                                                   acts_, mixed ? &mixed_.transposed() : nullptr,
-                                                   &m == &round_.front() ? GradWrite::kOverwrite : GradWrite::kAdd));
+                                                   acts_, mixed ? &mixed_.transposed() : nullptr, write));
         DC_RETURN_IF_ERROR(core_.end_micro_batch());
       }
       s.loss += r.loss * scale, s.kl += r.kl * scale, s.clip_fraction += r.clip_fraction * scale;
@@ -330,7 +343,12 @@ Result<GrpoStepStats> GrpoTrainer::step() {
       DC_ASSIGN_OR_RETURN(const std::vector<double> sum, opt_.comm->sum_doubles({s.loss, s.kl, s.clip_fraction}));
       s.loss = sum[0], s.kl = sum[1], s.clip_fraction = sum[2];
     }
-    const OptimizerStepStats o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+    OptimizerStepStats o;
+    if (device_ != nullptr) {
+      DC_ASSIGN_OR_RETURN(o, device_->step(ctx_, core_, s.loss));
+    } else {
+      o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
+    }
     const int64_t in_a_row = lora ? lora_core_.consecutive_skips() : core_.consecutive_skips();
     s.step = o.step, s.lr = o.lr, s.grad_norm = o.grad_norm, s.skipped = o.skipped;
     if (o.skipped) s.skip_note = skip_note("GRPO", o, in_a_row);
@@ -343,8 +361,10 @@ Result<GrpoStepStats> GrpoTrainer::step() {
         const float* p = lora_core_.params().data();
         float* ref = ref_lora_.data();
         for (int64_t i = 0; i < ref_lora_.n_values(); ++i) ref[i] = (1.0f - alpha) * ref[i] + alpha * p[i];
-      } else {
+      } else {  // on a device: mixed on the host (the CPU's arithmetic), the reference's device copy refreshed
+        DC_RETURN_IF_ERROR(sync_to_host());
         DC_RETURN_IF_ERROR(core_.mix_into(ref_, static_cast<float>(opt_.ref_mixup_alpha)));
+        if (ref_on_device_) DC_RETURN_IF_ERROR(DeviceTraining::upload_weights(ctx_, ref_));
       }
     }
     s.train_seconds = since(t1);
@@ -361,6 +381,8 @@ Result<GrpoStepStats> GrpoTrainer::step() {
                               "--num-generations or --max-completion-length, raise --grad-accum, or use --grad-checkpointing");
   }
 }
+
+Status GrpoTrainer::sync_to_host() { return device_ != nullptr ? device_->sync_to_host(ctx_, core_) : Status(); }
 
 Status GrpoTrainer::write_metrics_line(const GrpoStepStats& s) {
   if (opt_.out_dir.empty()) return Status();
@@ -388,6 +410,7 @@ Status GrpoTrainer::save() {
   if (opt_.out_dir.empty()) return invalid_argument("save: the GRPO trainer has no output directory");
   if (steps_done() % opt_.num_iterations != 0)
     return invalid_argument("save: checkpoints are written at round boundaries (every --num-iterations steps)");
+  DC_RETURN_IF_ERROR(sync_to_host());
   if (lora()) {  // the adapters in PEFT's layout; their reference copy beside them
     DC_RETURN_IF_ERROR(lora_core_
                            .save(opt_.out_dir, opt_.model_dir,

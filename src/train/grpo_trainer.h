@@ -10,6 +10,10 @@
 // gather) and keeps its own rows; each rank runs grad_accum / N micro-batches of the round, the gradients
 // are reduced in rank order and the optimizer state sharded as SFT's (OptimizerCore); the reference model
 // is mixed from the all-gathered weights, identical on every rank.
+// With a device Context (one process, full fine-tuning, f32: train/device_training.h) the rollouts, the old and
+// reference log-probs, the coupled loss's forward and backward, the clipping and AdamW run on the device; the
+// rewards, the advantages and the loss's per-token arithmetic stay on the host (n_out floats each way per
+// micro-batch), and the reference model's sync is mixed on the host and uploaded again.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/device_training.h"
 #include "train/grpo_loss.h"
 #include "train/lora_core.h"
 #include "train/optimizer.h"
@@ -108,9 +113,13 @@ class GrpoTrainer {
   // Writes out_dir/checkpoint-<step> (only at a round boundary) and reward.svg. Data parallel: every rank
   // calls step() and save(); rank 0 writes the metrics, the plot and the shared checkpoint files.
   Status save();
+  // On a device: downloads the policy's weights and moments into params() / optimizer() (save() and the
+  // reference model's sync do it first; between them they are those of the last download). On the CPU: nothing.
+  Status sync_to_host();
 
   int64_t steps_done() const { return lora() ? lora_core_.steps_done() : core_.steps_done(); }
-  // A full run's policy and reference weights (empty in a LoRA run).
+  // A full run's policy and reference weights (empty in a LoRA run); on a device the policy's as of the last
+  // sync_to_host().
   const ModelParams& params() const { return core_.params(); }
   const ModelParams& ref_params() const { return ref_; }
   // A LoRA run's adapters and optimizer, and the reference copy of the adapters (else null).
@@ -148,6 +157,10 @@ class GrpoTrainer {
   Workspace workspace_;
   OptimizerCore core_;  // the policy's f32 weights, gradients, Adam moments, step, prompt cursor
   ModelParams ref_;     // the reference model (f32), saved as ref_model.safetensors in checkpoints
+  // On a device (ctx_.device != kCpu, from the first step): the policy's state and steps there; the reference
+  // model's weights are uploaded too once a round's KL needs them (ref_on_device_).
+  std::unique_ptr<DeviceTraining> device_;
+  bool ref_on_device_ = false;
   MixedPrecisionWeights mixed_;
   // LoRA: the frozen base, its packed weights' wᵀ views, the adapters' state, their reference copy, and the
   // adapters as the policy's forward reads them (this micro-batch's dropout key).

@@ -254,27 +254,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_model(const TrainOptions& 
   return finish_setup(std::move(t), std::move(data), "");
 }
 
-namespace {
-
-// What a device run refuses (it is never run on the CPU instead) and what it changes: the precision to f32.
-Status check_device_run(TrainOptions& o, const Context& ctx) {
-  const std::string where = "--device (" + ctx.backend->name() + ")";
-  if (o.lora.r > 0)
-    return invalid_argument(where + ": LoRA adapters (--lora-r) train on the CPU only for now; use --device cpu");
-  if (o.comm != nullptr && o.comm->size() > 1)
-    return invalid_argument(where + ": data-parallel ranks (mpirun) train on the CPU only for now; run one process");
-  if (o.precision == MatmulPrecision::kBF16)
-    dc::log(LogLevel::kInfo, "train on " + ctx.backend->name() + ": f32 throughout (the device's backward has no bf16 "
-                             "matrix-unit path yet)");
-  o.precision = MatmulPrecision::kF32;
-  return Status();
-}
-
-}  // namespace
-
 Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> t, Dataset data,
                                                        const std::string& latest) {
-  if (t->ctx_.device != Device::kCpu) DC_RETURN_IF_ERROR(check_device_run(t->opt_, t->ctx_));
+  if (t->ctx_.device != Device::kCpu)
+    DC_RETURN_IF_ERROR(check_device_training(t->ctx_, t->opt_.lora.r, t->opt_.comm, &t->opt_.precision));
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): training in f32");
@@ -363,7 +346,7 @@ Result<StepStats> Trainer::step_or_throw() {
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
   const bool device = ctx_.device != Device::kCpu;
   if (device && device_ == nullptr) {
-    DC_ASSIGN_OR_RETURN(device_, DeviceSft::start(ctx_, *model_, core_));
+    DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *model_, &core_));
   }
   if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
   else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients
@@ -393,7 +376,7 @@ Result<StepStats> Trainer::step_or_throw() {
       DC_ASSIGN_OR_RETURN(loss, loss_and_lora_grads(ctx_, *model_, batch, scale, adapters, lora_core_.grads(), acts_,
                                                     bf16_backward(ctx_) ? &lora_transposed_ : nullptr, &times));
     } else if (device) {
-      DC_ASSIGN_OR_RETURN(loss, device_->loss_and_grads(ctx_, *model_, batch, scale, acts_, write, &times));
+      DC_ASSIGN_OR_RETURN(loss, device_loss_and_grads(ctx_, *model_, batch, scale, acts_, write, &times, *device_));
     } else {
       DC_ASSIGN_OR_RETURN(loss, loss_and_grads(ctx_, *model_, batch, scale, core_.grads(), acts_,
                                                mixed ? &mixed_.transposed() : nullptr, &times, write));

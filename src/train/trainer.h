@@ -1,7 +1,7 @@
 // Trainer: masked-diffusion fine-tuning of a Dream / DiffuCoder checkpoint in f32 master weights (widened
 // once from the stored dtype): data → noised batches → forward (training mode) → fused cross-entropy →
 // backward → clipping → AdamW, with gradient accumulation, checkpoints and resume; on the CPU, or with a
-// device Context on that device (train/device_sft.h: one process, full fine-tuning, f32).
+// device Context on that device (train/device_sft.h, train/device_training.h: one process, full fine-tuning, f32).
 #pragma once
 
 #include <cstdint>
@@ -167,7 +167,7 @@ class Trainer {
   MixedPrecisionWeights mixed_;  // the bf16 copies of this step (precision kBF16)
   std::unique_ptr<Model> model_;  // built at the first step over core_.params() (or mixed_.forward()); LoRA: the base
   LoraCore lora_core_;            // a LoRA run's adapters, gradients and moments
-  std::unique_ptr<DeviceSft> device_;  // on a device (ctx_.device != kCpu): the state and steps there, from the first step
+  std::unique_ptr<DeviceTraining> device_;  // on a device (ctx_.device != kCpu): the state and steps there, from the first step
   ModelWeights lora_transposed_;  // LoRA, mixed precision: the packed bf16 base's wᵀ views (empty where none)
   std::string resume_note_;
   std::vector<StepStats> history_;

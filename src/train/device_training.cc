@@ -1,0 +1,200 @@
+// DeviceTraining (train/device_training.h): the trainers' weights, gradients, moments and optimizer step on a
+// device, and the loss rows' lm_head and cross-entropy there.
+#include "train/device_training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "dist/comm.h"
+#include "ops/adamw.h"
+#include "ops/device.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "train/optimizer.h"
+
+namespace dc::train {
+
+Status check_device_training(const Context& ctx, int64_t lora_r, const dist::Comm* comm, MatmulPrecision* precision) {
+  const std::string where = "--device (" + ctx.backend->name() + ")";
+  if (lora_r > 0)
+    return invalid_argument(where + ": LoRA adapters (--lora-r) train on the CPU only for now; use --device cpu");
+  if (comm != nullptr && comm->size() > 1)
+    return invalid_argument(where + ": data-parallel ranks (mpirun) train on the CPU only for now; run one process");
+  if (*precision == MatmulPrecision::kBF16)
+    dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": f32 throughout (the device's backward has no "
+                             "bf16 matrix-unit path yet)");
+  *precision = MatmulPrecision::kF32;
+  return Status();
+}
+
+DeviceLossRows::DeviceLossRows() = default;
+DeviceLossRows::~DeviceLossRows() = default;
+DeviceLossRows::DeviceLossRows(DeviceLossRows&&) noexcept = default;
+DeviceLossRows& DeviceLossRows::operator=(DeviceLossRows&&) noexcept = default;
+
+namespace {
+
+// *memory of at least n floats (grown, never shrunk), allocated under ctx.backend's lock.
+Status ensure(const Context& ctx, std::unique_ptr<DeviceMemory>& memory, int64_t& floats, int64_t n, const char* what) {
+  if (floats >= n) return Status();
+  memory.reset(), floats = 0;
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  DC_ASSIGN_OR_RETURN(memory, ctx.backend->allocate(n * static_cast<int64_t>(sizeof(float)), what));
+  floats = n;
+  return Status();
+}
+
+}  // namespace
+
+Status DeviceLossRows::reserve(const Context& ctx, const ModelConfig& config, int64_t n_out) {
+  const int64_t rows = std::max<int64_t>(n_out, 1);
+  DC_RETURN_IF_ERROR(ensure(ctx, hidden_, hidden_floats_, rows * config.n_embd, "the loss rows' hidden states"));
+  return ensure(ctx, logits_, logits_floats_, rows * config.n_vocab, "the loss rows' logits");
+}
+
+float* DeviceLossRows::hidden() const { return as_operand(hidden_->data()); }
+float* DeviceLossRows::logits() const { return as_operand(logits_->data()); }
+
+Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& model, int64_t n_out, const int32_t* targets,
+                                              const float* weights, bool lm_head, bool write_dlogits, float* ce_host,
+                                              float* loss_host) {
+  DC_CHECK(n_out > 0 && hidden_floats_ >= n_out * model.config().n_embd, "DeviceLossRows: reserve() the rows first");
+  const int64_t V = model.config().n_vocab;
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  DC_RETURN_IF_ERROR(ctx.backend->begin());
+  const int32_t* dev_targets = device_copy(ctx, "train.targets", targets, n_out);
+  const float* dev_weights = device_copy(ctx, "train.loss_weights", weights, n_out);
+  float* sum = device_floats(ctx, "train.loss", 1);
+  float* ce = ce_host != nullptr ? device_floats(ctx, "train.ce", n_out) : nullptr;
+  DC_RETURN_IF_ERROR(device_status(ctx));
+  if (lm_head) model.lm_head(ctx, hidden(), n_out, logits(), n_out);
+  cross_entropy_rows(ctx, logits(), dev_targets, dev_weights, n_out, V, write_dlogits ? logits() : nullptr, ce, sum);
+  if (loss_host != nullptr) ctx.backend->copy_out("train.loss", as_device(static_cast<const float*>(sum)), loss_host, sizeof(float));
+  if (ce_host != nullptr)
+    ctx.backend->copy_out("train.ce", as_device(static_cast<const float*>(ce)), ce_host, n_out * static_cast<int64_t>(sizeof(float)));
+  return ctx.backend->finish();
+}
+
+DeviceTraining::~DeviceTraining() = default;
+
+Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx, const Model& model, const OptimizerCore* core) {
+  DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "DeviceTraining::start: a device context");
+  std::unique_ptr<DeviceTraining> d(new DeviceTraining());
+  d->config_ = model.config();
+  DC_RETURN_IF_ERROR(model.to_device(ctx));
+  std::vector<const void*> hosts;  // each tensor's host data, the key of its device copy (visit_tensors order)
+  visit_tensors(d->config_, model.weights(), [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
+                                                 const VectorView* v) {
+    hosts.push_back(m != nullptr ? m->data : static_cast<const void*>(v->data()));
+  });
+  Status status;
+  {
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    size_t i = 0;
+    visit_tensors(d->config_, d->params_, [&](const std::string& name, const std::vector<int64_t>& shape,
+                                              std::span<float>* m, std::span<float>* v) {
+      const void* host = hosts[i++];
+      if (!status.ok()) return;
+      auto memory = ctx.backend->weight_memory(host, name);
+      if (!memory.ok()) {
+        status = memory.status();
+        return;
+      }
+      const int64_t n = shape.size() == 2 ? shape[0] * shape[1] : shape[0];
+      *(m != nullptr ? m : v) = std::span<float>(as_operand(*memory), static_cast<size_t>(n));
+    });
+  }
+  DC_RETURN_IF_ERROR(status);
+  if (d->config_.tie_word_embeddings) d->params_.output = d->params_.tok_embd;
+  DC_ASSIGN_OR_RETURN(d->grads_, DeviceParams::zeros(ctx, d->config_));
+  if (core == nullptr) return d;
+  d->moments_ = true;
+  DC_ASSIGN_OR_RETURN(d->m_, DeviceParams::zeros(ctx, d->config_));
+  DC_ASSIGN_OR_RETURN(d->v_, DeviceParams::zeros(ctx, d->config_));
+  if (core->steps_done() > 0) {  // resumed: the saved moments
+    DC_RETURN_IF_ERROR(d->m_.upload(ctx, core->m()));
+    DC_RETURN_IF_ERROR(d->v_.upload(ctx, core->v()));
+  }
+  return d;
+}
+
+Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCore& core, double loss) {
+  DC_CHECK(moments_ && !core.sharded(), "DeviceTraining::step: started with the optimizer, one process");
+  const std::vector<DeviceParams::Tensor>& grads = grads_.tensors();
+  const size_t n = grads.size();
+  OptimizerStepStats s;
+  s.lr = learning_rate(core.options().lr, core.steps_done());
+  std::vector<float> sums(n);  // each tensor's Σ g² (the metric the norm is made of)
+  {
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    std::vector<std::string> names(n);
+    for (size_t i = 0; i < n; ++i) {
+      names[i] = "optimizer.sumsq." + std::to_string(i);
+      float* part = device_floats(ctx, names[i].c_str(), 1);
+      DC_RETURN_IF_ERROR(device_status(ctx));
+      squared_norm(ctx, grads[i].data.data(), static_cast<int64_t>(grads[i].data.size()), part);
+      ctx.backend->copy_out(names[i].c_str(), as_device(static_cast<const float*>(part)), &sums[i], sizeof(float));
+    }
+    DC_RETURN_IF_ERROR(ctx.backend->finish());
+  }
+  double sumsq = 0;
+  for (float x : sums) sumsq += x;
+  s.grad_norm = std::sqrt(sumsq);
+  s.skip_cause = skip_cause(loss, s.grad_norm);
+  if (s.skip_cause.empty()) {
+    const AdamWOptions& o = core.options().adam;
+    const float coefficient = clip_coefficient(s.grad_norm, core.options().max_grad_norm);
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    size_t i = 0;
+    visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
+                                        std::span<float>* v) {
+      const std::span<float>& p = m != nullptr ? *m : *v;
+      const double wd = m != nullptr || o.decay_vectors ? o.weight_decay : 0.0;  // as adamw_step's
+      const AdamWStep scalars = adamw_scalars(core.steps_done() + 1, s.lr, o.beta1, o.beta2, o.eps, wd, coefficient);
+      adamw_update(ctx, scalars, p.data(), grads[i].data.data(), m_.tensors()[i].data.data(), v_.tensors()[i].data.data(),
+                   static_cast<int64_t>(p.size()));
+      ++i;
+    });
+    DC_RETURN_IF_ERROR(ctx.backend->finish());
+  }
+  return core.count_step(std::move(s));
+}
+
+Status DeviceTraining::sync_to_host(const Context& ctx, OptimizerCore& core) const {
+  if (moments_) {
+    DC_RETURN_IF_ERROR(m_.download(ctx, core.host_state().m));
+    DC_RETURN_IF_ERROR(v_.download(ctx, core.host_state().v));
+  }
+  // The weights: a DeviceParams-like download of params_ into the master weights.
+  ModelParams& host = core.host_state().params;
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  DC_RETURN_IF_ERROR(ctx.backend->begin());
+  size_t i = 0;
+  visit_tensors(config_, params_, [&](const std::string& name, const std::vector<int64_t>&, const std::span<float>* m,
+                                      const std::span<float>* v) {
+    const std::span<float>& p = m != nullptr ? *m : *v;
+    ctx.backend->copy_out(name.c_str(), as_device(static_cast<const float*>(p.data())), host.tensors()[i++].data,
+                          static_cast<int64_t>(p.size() * sizeof(float)));
+  });
+  return ctx.backend->finish();
+}
+
+Status DeviceTraining::upload_weights(const Context& ctx, const ModelParams& host) {
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  for (const ModelParams::Tensor& t : host.tensors()) {
+    DC_ASSIGN_OR_RETURN(const DevicePtr<float> memory, ctx.backend->weight_memory(t.data, t.name));
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    const float* staged = device_copy(ctx, "params.upload", static_cast<const float*>(t.data), t.size);
+    DC_RETURN_IF_ERROR(device_status(ctx));
+    copy_floats(ctx, staged, t.size, as_operand(memory));
+    DC_RETURN_IF_ERROR(ctx.backend->finish());
+  }
+  return Status();
+}
+
+}  // namespace dc::train

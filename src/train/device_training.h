@@ -1,0 +1,98 @@
+// DeviceTraining: the state a trainer keeps on a device (a Trainer or GrpoTrainer created with a device Context)
+// and the steps both run there. The f32 master weights are the device's copy of the model's weights
+// (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory); the gradients and both Adam
+// moments are DeviceParams. DeviceLossRows holds the loss rows' hidden states and logits and runs the lm_head and
+// the cross-entropy over them (the SFT loss, the Coupled-GRPO loss and its log-probs). What crosses to the host per
+// step: the metrics — each tensor's Σ g², from which the host takes the global norm and decides clipping and
+// skipping as OptimizerCore::step does. Checkpoints download the weights and moments into the OptimizerCore first.
+// One process, full fine-tuning, f32 (no LoRA, ranks or mixed precision on a device yet: the trainers refuse them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/context.h"
+#include "core/status.h"
+#include "model/device_params.h"
+#include "model/transformer.h"
+#include "train/optimizer_core.h"
+
+namespace dc {
+class DeviceMemory;
+}
+
+namespace dc::dist {
+class Comm;
+}
+
+namespace dc::train {
+
+// What a trainer on a device refuses (it never runs on the CPU instead: the error names the flag) and what it
+// changes: the precision to f32 (the device's backward has no bf16 matrix-unit path yet; said in a note).
+// `lora_r` > 0 and more than one rank are refused.
+Status check_device_training(const Context& ctx, int64_t lora_r, const dist::Comm* comm, MatmulPrecision* precision);
+
+// The loss rows' device memory: hidden [n_out, n_embd] (what Model::forward_hidden writes) and logits
+// [n_out, n_vocab] (the lm_head's, then their gradient), grown to the largest batch so far, never shrunk.
+class DeviceLossRows {
+ public:
+  DeviceLossRows();
+  ~DeviceLossRows();
+  DeviceLossRows(DeviceLossRows&&) noexcept;
+  DeviceLossRows& operator=(DeviceLossRows&&) noexcept;
+
+  // Room for n_out rows (at least 1) of `config`. Errors: the device's out of memory (kResourceExhausted).
+  Status reserve(const Context& ctx, const ModelConfig& config, int64_t n_out);
+  float* hidden() const;  // [n_out, E] device operand
+  float* logits() const;  // [n_out, V] device operand
+
+  // One submission over the n_out rows of hidden(): with `lm_head`, logits() = hidden()·outputᵀ first; then
+  // cross_entropy_rows(logits(), targets, weights) with dlogits written into logits() in place when
+  // `write_dlogits` (else the logits are kept). Downloads each row's unweighted CE into ce_host[n_out] (may be
+  // null) and Σ weights·CE into *loss_host (may be null). targets and weights are host arrays [n_out].
+  Status head_and_cross_entropy(const Context& ctx, const Model& model, int64_t n_out, const int32_t* targets,
+                                const float* weights, bool lm_head, bool write_dlogits, float* ce_host,
+                                float* loss_host);
+
+ private:
+  std::unique_ptr<DeviceMemory> hidden_, logits_;
+  int64_t hidden_floats_ = 0, logits_floats_ = 0;
+};
+
+class DeviceTraining {
+ public:
+  // Uploads `model`'s weights (f32: a model over the master weights) to ctx's device (a device context) and
+  // allocates zero gradients; with `core`, also its moments (the saved ones when it has resumed), else
+  // gradients only (step() is then refused: grpo-loss). Errors: the device's out of memory (naming the
+  // tensor), weights not f32. The backend keys its copies by the host weights' addresses and keeps them while it
+  // lives: one trainer per backend (a trainer started after another was destroyed could meet the first's copies
+  // at reused addresses).
+  static Result<std::unique_ptr<DeviceTraining>> start(const Context& ctx, const Model& model, const OptimizerCore* core);
+  ~DeviceTraining();
+
+  DeviceParams& grads() { return grads_; }
+  DeviceLossRows& rows() { return rows_; }
+  // OptimizerCore::step on the device (an unsharded core in f32): the global norm from each tensor's Σ g²,
+  // a non-finite loss or norm skips the update, else AdamW with clip_coefficient's scale at
+  // learning_rate(core's schedule); the step is counted in `core`.
+  Result<OptimizerStepStats> step(const Context& ctx, OptimizerCore& core, double loss);
+  // Downloads the weights into core's master weights and, when started with a core, the moments (before
+  // OptimizerCore::save, or a host-side mix of the weights).
+  Status sync_to_host(const Context& ctx, OptimizerCore& core) const;
+
+  // Copies host's values into the device copy of the model over `host` (Model::to_device of a model over
+  // host.weights() already ran): a second model kept on the device, e.g. GRPO's reference model after its
+  // sync mixed it on the host. Errors: a tensor never uploaded (kInvalidArgument, naming it).
+  static Status upload_weights(const Context& ctx, const ModelParams& host);
+
+ private:
+  DeviceTraining() = default;
+  ModelConfig config_;
+  ModelSpans params_;  // the device's weights, writable device operands (visit_tensors order)
+  DeviceParams grads_, m_, v_;
+  bool moments_ = false;
+  DeviceLossRows rows_;
+};
+
+}  // namespace dc::train

@@ -1,0 +1,270 @@
+// Coupled-GRPO on the Vulkan device (device 0: lavapipe in CI) against the CPU (reference kernels, f32): the
+// coupled log-probs and the loss with its gradient (grpo_loss_and_device_grads: ratio and clipping on, a KL
+// against a second model on the device) on a synthetic checkpoint; then GrpoTrainer's steps on the grpo fixtures'
+// policy read with head_dim 16 — rollouts, old and reference log-probs, the loss and its backward, clipping and
+// AdamW on the device, the reference model's sync uploaded — equal to the CPU's within f32 bounds (loss, KL,
+// gradient norm, the updated policy and reference weights), a resumed device run equal to the uninterrupted one
+// bit for bit, and what the device does not support refused by name.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/splitmix64.h"
+#include "core/thread_pool.h"
+#include "gguf/model_source.h"
+#include "model/params.h"
+#include "model/synthetic.h"
+#include "ops/device.h"
+#include "temp_dir.h"
+#include "train/device_training.h"
+#include "train/grpo_loss.h"
+#include "train/grpo_trainer.h"
+#include "train/tiny_grpo.h"
+#include "vulkan_test_config.h"
+
+namespace dc::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// max |a − b| over max |b|, the two tensors' relative distance.
+double relative_distance(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+struct Devices {
+  ThreadPool pool{2};
+  std::unique_ptr<DeviceBackend> backend;
+  Context cpu, dev;
+  Devices() {
+    cpu.pool = &pool, cpu.reference_kernels = true;
+    auto opened = open_vulkan_backend(0);
+    EXPECT_TRUE(opened.ok()) << opened.status().to_string();
+    if (!opened.ok()) return;
+    backend = std::move(*opened);
+    dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend.get();
+  }
+};
+
+// B = 4 completions of C = 5 tokens after prompts of 3 (the last completion's mask ending early).
+GrpoBatch random_batch(uint64_t seed) {
+  GrpoBatch b;
+  b.n_batch = 4, b.n_prompt = 3, b.n_completion = 5;
+  uint64_t state = seed;
+  for (int64_t i = 0; i < b.n_batch * b.n_prompt; ++i) b.prompt_ids.push_back(static_cast<int32_t>(splitmix64_next(state) % 298));
+  for (int64_t i = 0; i < b.n_batch * b.n_completion; ++i)
+    b.completion_ids.push_back(static_cast<int32_t>(splitmix64_next(state) % 298));
+  b.completion_mask.assign(b.n_batch * b.n_completion, 1);
+  b.completion_mask[b.n_batch * b.n_completion - 1] = b.completion_mask[b.n_batch * b.n_completion - 2] = 0;
+  return b;
+}
+
+TEST(GrpoVulkan, LossAndGradientsMatchTheCpu) {
+  const ModelConfig c = testing::vulkan_test_config(4, 2, 16, 96);
+  Devices d;
+  ASSERT_NE(d.backend, nullptr);
+  auto policy = make_synthetic_model(c, 31, &d.pool, nullptr).value();
+  auto ref = make_synthetic_model(c, 32, &d.pool, nullptr).value();
+  auto params = ModelParams::from_weights(c, policy->weights()).value();  // f32 copies: a trainer's weights
+  auto ref_params = ModelParams::from_weights(c, ref->weights()).value();
+  auto policy_f32 = Model::from_weights(c, params.weights(), nullptr);
+  auto ref_f32 = Model::from_weights(c, ref_params.weights(), nullptr);
+  auto device = DeviceTraining::start(d.dev, *policy_f32, nullptr);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  ASSERT_TRUE(ref_f32->to_device(d.dev).ok());
+
+  const GrpoBatch batch = random_batch(7);
+  auto rows = coupled_rows(batch, draw_coupled_mask(batch.n_batch, batch.n_completion, 11), 298, c.n_vocab, false);
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  // The reference's log-probs on either device.
+  auto ref_cpu = coupled_logps(d.cpu, *ref_f32, *rows, batch.n_completion);
+  auto ref_dev = coupled_logps(d.dev, *ref_f32, *rows, batch.n_completion, &(*device)->rows());
+  ASSERT_TRUE(ref_cpu.ok() && ref_dev.ok());
+  EXPECT_LE(relative_distance(ref_dev->data(), ref_cpu->data(), static_cast<int64_t>(ref_cpu->size())), 1e-5);
+  // old = the policy's own log-probs shifted by ±0.4, so that some ratios leave [0.8, 1.2] and clip.
+  auto old = coupled_logps(d.cpu, *policy_f32, *rows, batch.n_completion);
+  ASSERT_TRUE(old.ok());
+  for (size_t i = 0; i < old->size(); ++i) (*old)[i] += (i % 3 == 0 ? 0.4f : i % 3 == 1 ? -0.4f : 0.05f);
+
+  GrpoLossInputs in;
+  in.batch = &batch, in.rows = &*rows, in.advantages = {1.5, -0.5, 0.25, -1.25};
+  in.old_logps = *old, in.ref_logps = *ref_cpu;
+  GrpoLossOptions o;
+  o.beta = 0.3, o.epsilon = 0.2;
+  const float scale = 0.5f;
+  ModelParams want = ModelParams::zeros(c), got = ModelParams::zeros(c);
+  Activations acts_cpu, acts_dev;
+  auto w = grpo_loss_and_grads(d.cpu, *policy_f32, in, o, scale, want, acts_cpu, nullptr, GradWrite::kOverwrite);
+  in.ref_logps = *ref_dev;
+  auto g = grpo_loss_and_device_grads(d.dev, *policy_f32, in, o, scale, **device, acts_dev, GradWrite::kOverwrite);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_GT(w->clip_fraction, 0.0) << "the test wants clipping on";
+  ASSERT_LT(w->clip_fraction, 1.0);
+  EXPECT_NEAR(g->loss, w->loss, 1e-5 * std::abs(w->loss));
+  EXPECT_NEAR(g->kl, w->kl, 1e-5 * w->kl);
+  EXPECT_EQ(g->clip_fraction, w->clip_fraction);
+  EXPECT_LE(relative_distance(g->logps.data(), w->logps.data(), static_cast<int64_t>(w->logps.size())), 1e-5);
+  ASSERT_TRUE((*device)->grads().download(d.dev, got).ok());
+  double worst = 0;
+  for (size_t t = 0; t < want.tensors().size(); ++t) {
+    const ModelParams::Tensor& wt = want.tensors()[t];
+    const double r = relative_distance(got.tensors()[t].data, wt.data, wt.size);
+    EXPECT_LE(r, 1e-5) << wt.name;
+    worst = std::max(worst, r);
+  }
+  std::printf("  loss %.8f (CPU %.8f), kl %.8f (CPU %.8f), clip %.3f; gradients: worst max |Δ| / max |g| %.2e\n", g->loss,
+              w->loss, g->kl, w->kl, w->clip_fraction, worst);
+}
+
+// The grpo fixtures' policy (hidden 32) read as 2 heads of 16 and 1 KV head: the same tensors, a head size the
+// device's attention takes. Returns the directory.
+std::string head_dim_16_policy(const std::string& dir) {
+  const fs::path from = kGrpoDir / "policy";
+  for (const char* name : {"model.safetensors", "generation_config.json"}) fs::create_symlink(from / name, fs::path(dir) / name);
+  std::ifstream in(from / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  EXPECT_EQ(config["hidden_size"].get<int>(), 32);
+  config["num_attention_heads"] = 2, config["num_key_value_heads"] = 1;
+  std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
+  return dir;
+}
+
+// Two rounds of two iterations, clipped, the reference synced every step (its second round's log-probs read
+// the mixed weights, uploaded); AdamW's eps 1e-3 keeps its update Lipschitz in the gradient (as the SFT test).
+GrpoOptions device_grpo_options(const std::string& model_dir) {
+  GrpoOptions o = tiny_grpo_options(4);
+  o.model_dir = model_dir;
+  o.adam.eps = 1e-3, o.adam.weight_decay = 0.1;
+  o.max_grad_norm = 0.05;
+  o.loss.beta = 0.05;
+  o.ref_sync_steps = 1;
+  return o;
+}
+
+std::unique_ptr<GrpoTrainer> make_grpo(const GrpoOptions& o, const Context& ctx) {
+  auto t = GrpoTrainer::create(o, ctx, sampler_rollout(8, 4, 7, false));
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+class GrpoTrainerVulkan : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(kGrpoDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
+    ASSERT_NE(d_.backend, nullptr);
+    model_dir_ = head_dim_16_policy(dir_.path());
+  }
+  test::TempDir dir_{"grpo_vulkan"};
+  Devices d_;
+  std::string model_dir_;
+};
+
+TEST_F(GrpoTrainerVulkan, StepsMatchTheCpu) {
+  const GrpoOptions o = device_grpo_options(model_dir_);
+  auto want = make_grpo(o, d_.cpu);
+  auto got = make_grpo(o, d_.dev);
+  ASSERT_TRUE(want && got);
+  for (int step = 1; step <= 4; ++step) {
+    auto w = want->step();
+    auto g = got->step();
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_FALSE(g->skipped);
+    EXPECT_EQ(g->reward_mean, w->reward_mean) << "step " << step << ": the device's rollouts differ from the CPU's";
+    EXPECT_NEAR(g->loss, w->loss, 1e-5 * std::abs(w->loss) + 1e-7) << "step " << step;
+    EXPECT_NEAR(g->kl, w->kl, 1e-5 * w->kl + 1e-9) << "step " << step;
+    EXPECT_NEAR(g->grad_norm, w->grad_norm, 1e-5 * w->grad_norm) << "step " << step;
+    EXPECT_GT(w->grad_norm, o.max_grad_norm) << "the test wants clipping on";
+    std::printf("  step %d: loss %.8f (CPU %.8f), kl %.3e (CPU %.3e), |g| %.7f (CPU %.7f)\n", step, g->loss, w->loss, g->kl,
+                w->kl, g->grad_norm, w->grad_norm);
+  }
+  ASSERT_TRUE(got->sync_to_host().ok());
+  ModelConfig config;
+  auto initial = load_trainable_params(model_dir_, &config);
+  ASSERT_TRUE(initial.ok());
+  double worst = 0;
+  for (size_t t = 0; t < want->params().tensors().size(); ++t) {
+    const ModelParams::Tensor& w = want->params().tensors()[t];
+    const ModelParams::Tensor& p0 = initial->tensors()[t];
+    double max_step = 0;  // the CPU's update
+    for (int64_t i = 0; i < w.size; ++i) max_step = std::max(max_step, std::abs(static_cast<double>(w.data[i]) - p0.data[i]));
+    ASSERT_GT(max_step, 0) << w.name << ": not updated";
+    for (const auto& [name, mine, theirs] : {std::tuple{"policy", &got->params(), &want->params()},
+                                             std::tuple{"reference", &got->ref_params(), &want->ref_params()}}) {
+      const float* a = mine->tensors()[t].data;
+      const float* b = theirs->tensors()[t].data;
+      double diff = 0;
+      for (int64_t i = 0; i < w.size; ++i) {
+        const double x = std::abs(static_cast<double>(a[i]) - b[i]);
+        diff = std::isnan(x) ? INFINITY : std::max(diff, x);
+      }
+      EXPECT_LE(diff, 2e-4 * max_step) << name << " " << w.name << ": the device's weights are off the CPU's update";
+      worst = std::max(worst, diff / max_step);
+    }
+  }
+  std::printf("  policy and reference weights: worst max |Δ| / the largest update %.2e\n", worst);
+}
+
+// A device run saved after its first round and resumed (weights, reference model and moments uploaded from the
+// checkpoint) ends bit for bit where the uninterrupted device run does.
+TEST_F(GrpoTrainerVulkan, ResumedRunIsBitIdentical) {
+  GrpoOptions o = device_grpo_options(model_dir_);
+  o.out_dir = dir_.file("whole");
+  auto whole = make_grpo(o, d_.dev);
+  ASSERT_NE(whole, nullptr);
+  while (whole->steps_done() < 4) ASSERT_TRUE(whole->step().ok());
+  ASSERT_TRUE(whole->save().ok());
+  o.out_dir = dir_.file("split");
+  {
+    auto first = make_grpo(o, d_.dev);
+    ASSERT_NE(first, nullptr);
+    while (first->steps_done() < 2) ASSERT_TRUE(first->step().ok());
+    ASSERT_TRUE(first->save().ok());
+  }
+  o.resume = true;
+  // A fresh backend, as a resumed process has: a backend keys its weight copies by the host weights' addresses,
+  // which the destroyed trainer's may share with this one's (train/device_training.h).
+  Devices fresh;
+  ASSERT_NE(fresh.backend, nullptr);
+  auto rest = make_grpo(o, fresh.dev);
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->steps_done(), 2);
+  while (rest->steps_done() < 4) {
+    auto s = rest->step();
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+  }
+  ASSERT_TRUE(rest->sync_to_host().ok());
+  for (size_t t = 0; t < whole->params().tensors().size(); ++t) {
+    const ModelParams::Tensor& a = whole->params().tensors()[t];
+    EXPECT_EQ(std::memcmp(a.data, rest->params().tensors()[t].data, a.size * sizeof(float)), 0) << a.name;
+    EXPECT_EQ(std::memcmp(whole->ref_params().tensors()[t].data, rest->ref_params().tensors()[t].data, a.size * sizeof(float)), 0)
+        << "reference " << a.name;
+  }
+}
+
+TEST_F(GrpoTrainerVulkan, RefusesLoraByName) {
+  GrpoOptions o = device_grpo_options(model_dir_);
+  o.lora.r = 4;
+  auto t = GrpoTrainer::create(o, d_.dev, sampler_rollout(8, 4, 7, false));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("--lora-r"), std::string::npos) << t.status().message();
+}
+
+}  // namespace
+}  // namespace dc::train
