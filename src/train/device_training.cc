@@ -80,10 +80,30 @@ Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& m
 
 DeviceTraining::~DeviceTraining() = default;
 
-Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx, const Model& model, const OptimizerCore* core) {
+std::string DeviceTrainingPlan::text() const {
+  auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
+  std::string t = "weights " + mib(weights) + ", gradients " + mib(gradients) + ", Adam moments " + mib(moments);
+  if (reference > 0) t += ", reference model " + mib(reference);
+  return t + "; " + mib(total()) + " before activations";
+}
+
+Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx, const Model& model, const OptimizerCore* core,
+                                                              bool reference) {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "DeviceTraining::start: a device context");
   std::unique_ptr<DeviceTraining> d(new DeviceTraining());
   d->config_ = model.config();
+  int64_t values = 0;
+  visit_tensors(d->config_, model.weights(), [&](const std::string&, const std::vector<int64_t>& shape, const WeightView*,
+                                                 const VectorView*) { values += shape.size() == 2 ? shape[0] * shape[1] : shape[0]; });
+  DeviceTrainingPlan plan;
+  plan.weights = plan.gradients = values * static_cast<int64_t>(sizeof(float));
+  plan.moments = core != nullptr ? 2 * plan.weights : 0;
+  plan.reference = reference ? plan.weights : 0;
+  dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text());
+  if (plan.total() > ctx.backend->memory_bytes())
+    return resource_exhausted("training on " + ctx.backend->name() + " needs " + plan.text() + ", more than its " +
+                              std::to_string(ctx.backend->memory_bytes() >> 20) + " MiB: use a smaller model, or --device cpu "
+                              "(LoRA and more ranks on a device are not there yet)");
   DC_RETURN_IF_ERROR(model.to_device(ctx));
   std::vector<const void*> hosts;  // each tensor's host data, the key of its device copy (visit_tensors order)
   visit_tensors(d->config_, model.weights(), [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,

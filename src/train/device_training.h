@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/context.h"
@@ -60,6 +61,15 @@ class DeviceLossRows {
   int64_t hidden_floats_ = 0, logits_floats_ = 0;
 };
 
+// What a device run keeps in the device's memory for the whole run, in bytes (f32): the weights (the master
+// weights themselves: AdamW updates the device's copy), the gradients, the two Adam moments and a reference model
+// (GRPO's KL). Not counted: the activations and the loss rows' logits, which grow with the batch.
+struct DeviceTrainingPlan {
+  int64_t weights = 0, gradients = 0, moments = 0, reference = 0;
+  int64_t total() const { return weights + gradients + moments + reference; }
+  std::string text() const;  // "weights X MiB, gradients Y MiB, ..."
+};
+
 class DeviceTraining {
  public:
   // Uploads `model`'s weights (f32: a model over the master weights) to ctx's device (a device context) and
@@ -68,7 +78,10 @@ class DeviceTraining {
   // tensor), weights not f32. The backend keys its copies by the host weights' addresses and keeps them while it
   // lives: one trainer per backend (a trainer started after another was destroyed could meet the first's copies
   // at reused addresses).
-  static Result<std::unique_ptr<DeviceTraining>> start(const Context& ctx, const Model& model, const OptimizerCore* core);
+  // Before any upload the plan (with `reference`: a second model of the same size to come) is logged and checked
+  // against the device's memory: a run that would not fit is refused (kResourceExhausted) with its sizes.
+  static Result<std::unique_ptr<DeviceTraining>> start(const Context& ctx, const Model& model, const OptimizerCore* core,
+                                                       bool reference = false);
   ~DeviceTraining();
 
   DeviceParams& grads() { return grads_; }

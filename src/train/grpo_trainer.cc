@@ -306,7 +306,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     const int64_t I = opt_.num_iterations, k = steps_done() % I;
     if (ctx_.device != Device::kCpu && device_ == nullptr) {  // the policy's weights, gradients and moments there
-      DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_));
+      DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_, opt_.loss.beta != 0));
     }
     if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
     GrpoStepStats s = round_stats_;
