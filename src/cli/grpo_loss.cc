@@ -182,6 +182,20 @@ Result<F32Model> load_f32(const std::string& dir) {
   return m;
 }
 
+// --device's backend and the policy's gradients there (both null on the CPU), ctx pointed at the device.
+struct OnDevice {
+  std::unique_ptr<DeviceBackend> backend;  // before the state, whose device memory goes first
+  std::unique_ptr<train::DeviceTraining> state;
+};
+Result<OnDevice> open_on_device(const DeviceSpec& device, const Model& policy, Context& ctx) {
+  OnDevice d;
+  if (device.device == Device::kCpu) return d;
+  DC_ASSIGN_OR_RETURN(d.backend, open_vulkan_backend(device.index));
+  ctx.device = device.device, ctx.backend = d.backend.get();
+  DC_ASSIGN_OR_RETURN(d.state, train::DeviceTraining::start(ctx, policy, nullptr));
+  return d;
+}
+
 Json rows_json(const std::vector<float>& v, int64_t width) {
   Json out = Json::array();
   for (size_t i = 0; i < v.size(); i += width) out.push_back(std::vector<double>(v.begin() + i, v.begin() + i + width));
@@ -222,20 +236,12 @@ int run_grpo_loss(const GrpoLossArgs& a) {
   ctx.matmul_precision = MatmulPrecision::kF32;
   auto device = parse_device(a.device);
   if (!device.ok()) return usage_error(device.status());
-  std::unique_ptr<DeviceBackend> backend;  // before the models' device memory, which goes first
-  std::unique_ptr<train::DeviceTraining> on_device;
-  if (device->device != Device::kCpu) {
-    if (!a.lora_dir.empty())
-      return usage_error(invalid_argument("--device " + a.device + ": --lora (LoRA gradients) runs on the CPU only for "
-                                          "now; use --device cpu"));
-    auto opened = open_vulkan_backend(device->index);
-    if (!opened.ok()) return report(opened.status());
-    backend = std::move(*opened);
-    ctx.device = device->device, ctx.backend = backend.get();
-    auto started = train::DeviceTraining::start(ctx, *policy->model, nullptr);
-    if (!started.ok()) return report(started.status());
-    on_device = std::move(*started);
-  }
+  if (device->device != Device::kCpu && !a.lora_dir.empty())
+    return usage_error(invalid_argument("--device " + a.device + ": --lora (LoRA gradients) runs on the CPU only for "
+                                        "now; use --device cpu"));
+  auto opened = open_on_device(*device, *policy->model, ctx);
+  if (!opened.ok()) return report(opened.status());
+  train::DeviceTraining* on_device = opened->state.get();
   train::GrpoLossInputs in;
   in.batch = &p.batch;
   in.rows = &*rows;

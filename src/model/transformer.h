@@ -119,7 +119,7 @@ class Model {
   // n_embd] (the lm_head's input), where ctx's ops read it: host memory on the CPU, a device pointer on a
   // device (DeviceMemory of the caller's; the rows stay there). Same checks, errors and thread safety as
   // forward(), and its training mode (`train`): a device trainer runs the lm_head and the loss on the rows
-  // where they are (train/device_sft.h).
+  // where they are (train/device_training.h DeviceLossRows).
   Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden, Activations* train = nullptr) const;
 
   // forward_hidden of a device step whose caller runs it together with what it records next (the lm_head

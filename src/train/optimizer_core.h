@@ -173,7 +173,7 @@ class OptimizerCore {
   OptimizerStepStats step(const Context& ctx, MixedPrecisionWeights* mixed = nullptr, double loss = 0.0);
   // Steps skipped in a row up to the last one (0 after an applied step).
   int64_t consecutive_skips() const { return consecutive_skips_; }
-  // A trainer whose state lives on a device (train/device_sft.h; an unsharded core): the host buffers it
+  // A trainer whose state lives on a device (train/device_training.h; an unsharded core): the host buffers it
   // downloads the weights and moments into before save(), and the bookkeeping of an optimizer step it ran
   // there (s.lr, grad_norm and skip_cause set): counts the step and its skip as step() does, and returns s
   // with step and skipped filled.
