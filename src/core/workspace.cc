@@ -11,10 +11,10 @@ namespace dc {
 Workspace::~Workspace() { release(); }
 
 float* Workspace::floats(std::string_view name, int64_t count) {
-  std::vector<float>* buf = nullptr;
+  std::vector<float, PageAllocator<float>>* buf = nullptr;
   for (auto& [n, b] : bufs_)
     if (n == name) buf = &b;
-  if (buf == nullptr) buf = &bufs_.emplace_back(std::string(name), std::vector<float>()).second;
+  if (buf == nullptr) buf = &bufs_.emplace_back(std::string(name), std::vector<float, PageAllocator<float>>()).second;
   if (static_cast<int64_t>(buf->size()) < count) buf->resize(static_cast<size_t>(count));
   return buf->data();
 }

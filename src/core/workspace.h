@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/pages.h"
+
 namespace dc {
 
 class Workspace {
@@ -51,7 +53,8 @@ class Workspace {
   using ThreadBuffers = std::vector<Aligned>;  // one thread's, few names: a linear search
   void* thread_bytes(std::string_view name, size_t bytes);
 
-  std::vector<std::pair<std::string, std::vector<float>>> bufs_;  // few names: a linear search
+  // Few names: a linear search. The large ones are not copied by a fork (core/pages.h).
+  std::vector<std::pair<std::string, std::vector<float, PageAllocator<float>>>> bufs_;
   mutable std::mutex threads_mu_;  // guards the growth of threads_ (each thread then uses its own entry)
   std::vector<std::unique_ptr<ThreadBuffers>> threads_;  // [thread index]
 };

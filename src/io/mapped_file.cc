@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -119,14 +118,6 @@ Result<std::string> read_text_file(const std::string& path, int64_t max_bytes) {
   ::close(fd);
   text.resize(done);
   return text;
-}
-
-void* alloc_pages(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t align = bytes >= kHuge ? kHuge : 64;
-  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-  if (p != nullptr && align == kHuge) ::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);  // advice only
-  return p;
 }
 
 void release_pages(const void* p, size_t bytes) {

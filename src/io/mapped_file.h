@@ -37,11 +37,6 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// `bytes` of uninitialised memory for large long-lived data (re-laid weights), freed with std::free:
-// 2 MiB-aligned and advised as transparent huge pages from 2 MiB on (fewer page faults while it is
-// filled, fewer TLB misses while it is streamed), else 64-byte aligned. nullptr when memory runs out.
-void* alloc_pages(size_t bytes);
-
 // Hands the pages lying wholly inside [p, p + bytes) back to the kernel (madvise MADV_DONTNEED): for a
 // private file mapping they are re-read from the file if touched again, for anonymous memory they read
 // as zeros. For weights that have been copied elsewhere and will not be read again.

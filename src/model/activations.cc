@@ -24,7 +24,7 @@ Status Activations::resize(const Context& ctx, int64_t n_layer, int64_t T, int64
     const size_t i = slot++;
     if (ctx.device == Device::kCpu) {
       if (host_.size() <= i) host_.resize(i + 1);
-      std::vector<float>& v = host_[i];
+      auto& v = host_[i];
       v.resize(n);
       if (n == 0) v.shrink_to_fit();
       return n > 0 ? v.data() : nullptr;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/pages.h"
 #include "core/status.h"
 #include "model/lora_weights.h"
 
@@ -70,7 +71,8 @@ struct Activations {
 
  private:
   Device device_ = Device::kCpu;
-  std::vector<std::vector<float>> host_;                 // the CPU's storage, one per field, in resize's order
+  // The CPU's storage, one per field, in resize's order; the large ones not copied by a fork (core/pages.h).
+  std::vector<std::vector<float, PageAllocator<float>>> host_;
   std::vector<std::unique_ptr<DeviceMemory>> device_memory_;  // a device's, the same order (null: empty)
   std::vector<int64_t> device_sizes_;                    // their sizes in floats
 };

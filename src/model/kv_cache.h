@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/pages.h"
 #include "core/status.h"
 #include "ops/device.h"
 
@@ -51,7 +52,8 @@ class KvCache {
 
   int64_t n_layer_ = 0, n_batch_ = 0, n_seq_ = 0, kv_dim_ = 0;
   bool filled_ = false;
-  std::vector<float> k_, v_;  // [n_layer, n_batch, n_seq, kv_dim] each, on the CPU
+  // [n_layer, n_batch, n_seq, kv_dim] each, on the CPU; not copied by a fork when large (core/pages.h).
+  std::vector<float, PageAllocator<float>> k_, v_;
   const DeviceBackend* backend_ = nullptr;              // the device holding device_ (null: the CPU)
   std::vector<std::unique_ptr<DeviceMemory>> device_;  // K, V of layer 0, K, V of layer 1, ... on a device
 };

@@ -3,7 +3,6 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
-#include "io/mapped_file.h"
 #include "ops/matmul.h"
 
 namespace dc {
@@ -22,7 +21,7 @@ Status MixedPrecisionWeights::refresh(const Context& ctx, const ModelWeights& ma
     const WeightView rm{DType::kBF16, tmp_.data(), rows, cols};
     const PanelSizes sizes = panel_sizes(rm);
     if (next == bufs_.size()) {
-      bufs_.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(sizes.data_bytes))));
+      bufs_.push_back(alloc_page_array<uint8_t>(static_cast<size_t>(sizes.data_bytes)));
       if (!bufs_.back()) return out_of_range("mixed precision: out of memory for a bf16 copy of a matrix");
     }
     return pack_panels(ctx, rm, bufs_[next++].get(), nullptr, nullptr, 0, sizes.panels);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/pages.h"
 #include "core/status.h"
 #include "model/weights.h"
 
@@ -45,16 +46,13 @@ class MixedPrecisionWeights {
   void mark_written() { written_ = true; }
 
  private:
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   struct Matrix {
     const float* master = nullptr;
     WeightView w;  // the packed view of W
   };
   ModelWeights forward_, transposed_;
   std::vector<Matrix> matrices_;                               // in the order refresh() visits them
-  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> bufs_;  // one per matrix, reused
+  std::vector<PageArray<uint8_t>> bufs_;  // one per matrix, reused
   std::vector<uint16_t> tmp_;                                  // a row-major bf16 matrix before packing
   bool written_ = false;
 };

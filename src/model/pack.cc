@@ -39,10 +39,10 @@ Status Model::pack_weights(const Context& ctx) {
   for (PackTarget& t : targets) {
     WeightView* w = t.w;
     const PanelSizes& sizes = t.sizes;
-    std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> bufs;
+    std::vector<PageArray<uint8_t>> bufs;
     for (int64_t bytes : {sizes.data_bytes, sizes.table_bytes, sizes.table_bytes}) {
       if (bytes == 0) break;
-      bufs.emplace_back(static_cast<uint8_t*>(alloc_pages(static_cast<size_t>(bytes))));
+      bufs.push_back(alloc_page_array<uint8_t>(static_cast<size_t>(bytes)));
       if (!bufs.back()) return resource_exhausted("pack_weights: out of memory allocating " + std::to_string(bytes) + " bytes");
     }
     const int64_t row_bytes = w->quant == WeightQuant::kQ4 ? w->cols / 2 : w->cols * (w->quantized() ? 1 : 2);

@@ -6,7 +6,6 @@
 #include <new>
 #include <string>
 
-#include "io/mapped_file.h"
 
 namespace dc {
 
@@ -39,7 +38,7 @@ ModelParams ModelParams::make_zeros(const ModelConfig& config, bool share_slots,
     if (!shared) p.n_values_ += size;
   });
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(p.n_values_, 1)) * sizeof(float);
-  p.buffer_.reset(static_cast<float*>(alloc_pages(bytes)));
+  p.buffer_ = alloc_page_array<float>(bytes);
   if (!p.buffer_) throw std::bad_alloc();
   std::memset(p.buffer_.get(), 0, bytes);
   size_t i = 0;

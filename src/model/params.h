@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/pages.h"
 #include "core/status.h"
 #include "model/weights.h"
 #include "types/model_config.h"
@@ -67,10 +68,7 @@ class ModelParams {
 
  private:
   static ModelParams make_zeros(const ModelConfig& config, bool share_slots, int64_t layer_slots = 1);
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], FreeDeleter> buffer_;  // [n_values_]
+  PageArray<float> buffer_;  // [n_values_]
   int64_t n_values_ = 0;
   ModelWeights weights_;
   ModelSpans spans_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/pages.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
@@ -230,10 +231,7 @@ class Model {
   std::shared_ptr<const void> storage_;           // owns in-memory weights (from_weights) or the f32 vectors (load)
   ModelConfig config_;
   ModelWeights weights_;
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> packed_;  // the kPanels copies (pack_weights)
+  std::vector<PageArray<uint8_t>> packed_;  // the kPanels copies (pack_weights)
   std::unique_ptr<MappedFile> packed_file_;  // or the packed-weight cache they were mapped from
   std::thread cache_writer_;                 // writes the cache after a fresh pack
   std::atomic<bool> cache_done_{false};

@@ -16,7 +16,8 @@ namespace dc::sandbox {
 
 inline constexpr int kInsideId = 1000;  // uid and gid of the program inside its user namespace
 
-// Everything the child needs, built before the clone.
+// Everything the child needs, built before the clone, in ordinary (std::allocator) memory: never in
+// core/pages.h's buffers, which the clone does not carry (MADV_DONTFORK).
 struct ChildPlan {
   std::string dir;                                     // the run's host temp dir
   std::string root, stage;                             // relative to `dir`: the new root, the staged files

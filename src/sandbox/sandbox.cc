@@ -223,6 +223,10 @@ struct Pipes {
 };
 
 // Clones the init with fds 0..4 as child_init expects; returns its pid (the caller's ends in `pipes`).
+// A plain clone, not CLONE_VM: the init outlives this call and never execs, and an init sharing our memory
+// would share our OOM fate (the OOM killer kills every process using the victim's memory). It copies our
+// page tables, except those of the engine's large buffers (core/pages.h: MADV_DONTFORK), which the child
+// never touches: it reads `p` (ordinary memory), its stack copy and descriptors only.
 Result<long> spawn(const ChildPlan& p, int stdin_fd, Pipes& pipes) {
   int out[2], err[2], status[2], sync[2];
   int* all[4] = {out, err, status, sync};

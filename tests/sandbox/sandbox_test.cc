@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -22,7 +23,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "core/pages.h"
+#include "mapping_flags.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 #include "temp_dir.h"
@@ -623,6 +628,41 @@ TEST_F(SandboxTest, PoolRunsManyAtOnceInOrder) {
     ASSERT_TRUE(results[i].ok());
     EXPECT_EQ(results[i]->stdout_data, std::to_string(i * 7) + "\n");
   }
+}
+
+// A caller holding large buffers (a trainer's weights, gradients, logits: core/pages.h) while a thread writes
+// them: the runs work (the child never touches memory a fork does not carry: its plan, stack and descriptors
+// are the caller's ordinary memory) and the buffers do not travel into the run: its largest process holds far
+// less than they do. The control, the same bytes from malloc, shows that a run's max RSS does count what a
+// clone copies (the clone of a process copies the page tables of every mapping not advised away).
+TEST_F(SandboxTest, CallerMemoryAdvisedDontforkDoesNotTravelIntoTheRun) {
+  constexpr size_t kBytes = size_t{256} << 20;
+  {
+    std::vector<uint8_t> heap(kBytes, 1);
+    const RunResult r = must_run(python("pass"));
+    ASSERT_TRUE(r.ok()) << r.stderr_data;
+    EXPECT_GE(r.max_rss_bytes, static_cast<int64_t>(kBytes)) << "a run's max RSS no longer counts the caller's copy";
+  }
+  PageArray<uint8_t> big = alloc_page_array<uint8_t>(kBytes);
+  ASSERT_TRUE(big);
+  std::memset(big.get(), 1, kBytes);
+  ASSERT_TRUE(test::has_flag(test::mapping_flags(big.get()), "dc"));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint8_t pass = 2; !stop; ++pass)
+      for (size_t off = 0; off < kBytes && !stop; off += 4096) big[off] = pass;
+  });
+  for (int i = 0; i < 3; ++i) {
+    RunSpec s = python("import sys; print(len(sys.argv))");
+    s.files["data.txt"] = std::string(size_t{2} << 20, 'x');  // a plan with large strings of its own
+    const RunResult r = must_run(s);
+    EXPECT_TRUE(r.ok()) << r.stderr_data;
+    EXPECT_EQ(r.stdout_data, "1\n");
+    EXPECT_LT(r.max_rss_bytes, int64_t{128} << 20) << "the caller's buffers travelled into the run";
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(big[4096 + 1], 1);  // the writer's bytes only
 }
 
 }  // namespace
