@@ -16,7 +16,7 @@ constexpr size_t kPage = 4096;  // the smallest page of the kernels we run on (l
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// The mapping's length for a buffer of `bytes`, and the alignment of its start.
+// The alignment of a large buffer's mapping, its start and its length.
 size_t alignment_of(size_t bytes) { return bytes >= kHuge ? kHuge : kPage; }
 
 }  // namespace
