@@ -1,4 +1,5 @@
-// alloc_pages / free_pages: big buffers in mappings of their own that a fork does not copy.
+// alloc_pages / free_pages: big buffers in mappings of their own, left behind by the clones made while a
+// PagesLeftBehind lives.
 #include "core/pages.h"
 
 #include <sys/mman.h>
@@ -6,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
 
 namespace dc {
 
@@ -18,6 +21,17 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // The alignment of a large buffer's mapping, its start and its length.
 size_t alignment_of(size_t bytes) { return bytes >= kHuge ? kHuge : kPage; }
+
+// The large buffers that live (start → mapped length) and how many PagesLeftBehind hold the advice.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<void*, size_t> mappings;
+  int holders = 0;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: buffers may be freed by static destructors
+  return *r;
+}
 
 }  // namespace
 
@@ -33,20 +47,37 @@ void* alloc_pages(size_t bytes) {
   if (start > base) ::munmap(raw, start - base);
   if (base + over > start + len) ::munmap(reinterpret_cast<void*>(start + len), base + over - (start + len));
   void* p = reinterpret_cast<void*>(start);
-  // Not advice we may lose: without it every fork copies the buffer's page tables (see pages.h).
-  if (::madvise(p, len, MADV_DONTFORK) != 0) {
-    ::munmap(p, len);
-    return nullptr;
-  }
   if (align == kHuge) ::madvise(p, len, MADV_HUGEPAGE);  // advice only
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.holders > 0) ::madvise(p, len, MADV_DONTFORK);  // (a failure only costs a clone its copy)
+  r.mappings.emplace(p, len);
   return p;
 }
 
 void free_pages(void* p, size_t bytes) {
   if (p == nullptr) return;
   if (bytes < kOwnMappingBytes) return std::free(p);
-  const size_t align = alignment_of(bytes);
-  ::munmap(p, round_up(bytes, align));
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.mappings.erase(p);
+  }
+  ::munmap(p, round_up(bytes, alignment_of(bytes)));
+}
+
+PagesLeftBehind::PagesLeftBehind() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.holders++ == 0)
+    for (const auto& [p, len] : r.mappings) ::madvise(p, len, MADV_DONTFORK);
+}
+
+PagesLeftBehind::~PagesLeftBehind() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (--r.holders == 0)
+    for (const auto& [p, len] : r.mappings) ::madvise(p, len, MADV_DOFORK);
 }
 
 }  // namespace dc

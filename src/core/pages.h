@@ -1,11 +1,12 @@
-// Large buffers that a fork does not copy: each in an anonymous mapping of its own advised MADV_DONTFORK,
-// so that the sandbox's clone of a big trainer or server (sandbox/sandbox.cc) neither copies their page
-// tables nor makes every write to them a copy-on-write fault while a run lives. Smaller ones come from
-// malloc, as before. See docs/ARCHITECTURE.md "Memory a fork does not copy".
+// Large buffers that the sandbox's clone does not copy: each in an anonymous mapping of its own, which is
+// advised MADV_DONTFORK while a PagesLeftBehind lives (the sandbox holds one around its clone:
+// sandbox/sandbox.cc), so that the clone of a big trainer or server neither copies their page tables nor
+// makes every write to them a copy-on-write fault while a run lives. Smaller ones come from malloc, as
+// before. See docs/ARCHITECTURE.md "Memory a fork does not copy".
 //
-// The price: a process that forks without exec (Python's multiprocessing "fork" start method) has none
-// of these buffers in the child: touching them there is a SIGSEGV (DONTFORK, not WIPEONFORK, so it is a
-// crash and never silent zeros). exec (subprocess, posix_spawn, vfork) is unaffected.
+// Any other fork (Python's multiprocessing "fork" start method) carries them as ordinary memory, unless it
+// happens on another thread during a sandbox's clone (a few microseconds); DONTFORK, not WIPEONFORK, so
+// such a child touching them crashes, never reads silent zeros.
 #pragma once
 
 #include <cstddef>
@@ -18,12 +19,23 @@ namespace dc {
 inline constexpr size_t kOwnMappingBytes = size_t{1} << 20;
 
 // `bytes` of uninitialised memory, freed with free_pages(p, bytes) (the same `bytes`). From
-// kOwnMappingBytes on: its own mapping, advised MADV_DONTFORK, and from 2 MiB on 2 MiB-aligned and advised
+// kOwnMappingBytes on: its own mapping (advised MADV_DONTFORK while a PagesLeftBehind lives), and from 2 MiB on 2 MiB-aligned and advised
 // as transparent huge pages (fewer page faults while it is filled, fewer TLB misses while it is streamed);
 // below: std::aligned_alloc, 64-byte aligned. nullptr when memory runs out. Thread-safe.
 void* alloc_pages(size_t bytes);
 // Frees what alloc_pages(bytes) returned (nullptr: nothing). Thread-safe.
 void free_pages(void* p, size_t bytes);
+
+// While one lives (in any thread), every large buffer of alloc_pages, those allocated meanwhile included,
+// is advised MADV_DONTFORK: a clone made meanwhile does not carry them. The last one to go undoes the
+// advice. Thread-safe; cost: two madvise calls per large buffer per outermost holder.
+class PagesLeftBehind {
+ public:
+  PagesLeftBehind();
+  ~PagesLeftBehind();
+  PagesLeftBehind(const PagesLeftBehind&) = delete;
+  PagesLeftBehind& operator=(const PagesLeftBehind&) = delete;
+};
 
 // unique_ptr's deleter of alloc_pages' memory: knows the size it was asked for.
 struct PagesDeleter {

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/pages.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/child.h"
 #include "sandbox/remove_tree.h"
@@ -225,8 +226,8 @@ struct Pipes {
 // Clones the init with fds 0..4 as child_init expects; returns its pid (the caller's ends in `pipes`).
 // A plain clone, not CLONE_VM: the init outlives this call and never execs, and an init sharing our memory
 // would share our OOM fate (the OOM killer kills every process using the victim's memory). It copies our
-// page tables, except those of the engine's large buffers (core/pages.h: MADV_DONTFORK), which the child
-// never touches: it reads `p` (ordinary memory), its stack copy and descriptors only.
+// page tables, except those of the engine's large buffers (core/pages.h: advised MADV_DONTFORK while
+// `left_behind` lives), which the child never touches: it reads `p` (ordinary memory), its stack copy and descriptors only.
 Result<long> spawn(const ChildPlan& p, int stdin_fd, Pipes& pipes) {
   int out[2], err[2], status[2], sync[2];
   int* all[4] = {out, err, status, sync};
@@ -238,21 +239,26 @@ Result<long> spawn(const ChildPlan& p, int stdin_fd, Pipes& pipes) {
     }
   }
   const long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWNS | CLONE_NEWUTS | SIGCHLD;
-  long pid = syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
-  if (pid == 0) {
-    int fds[5] = {stdin_fd, out[1], err[1], status[1], sync[0]};
-    // Move the sources above 4 first so the dup2s below do not clobber one another.
-    for (int& fd : fds) {
-      int moved = static_cast<int>(syscall(SYS_fcntl, fd, F_DUPFD, 10));
-      if (moved < 0) _exit(1);
-      fd = moved;
+  long pid = 0;
+  int clone_errno = 0;
+  {
+    const PagesLeftBehind left_behind;  // the engine's large buffers stay here (the child never leaves the block)
+    pid = syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
+    clone_errno = errno;
+    if (pid == 0) {
+      int fds[5] = {stdin_fd, out[1], err[1], status[1], sync[0]};
+      // Move the sources above 4 first so the dup2s below do not clobber one another.
+      for (int& fd : fds) {
+        int moved = static_cast<int>(syscall(SYS_fcntl, fd, F_DUPFD, 10));
+        if (moved < 0) _exit(1);
+        fd = moved;
+      }
+      for (int i = 0; i < 5; ++i)
+        if (dup2(fds[i], i) < 0) _exit(1);
+      syscall(SYS_close_range, 5u, ~0u, 0u);
+      child_init(p);
     }
-    for (int i = 0; i < 5; ++i)
-      if (dup2(fds[i], i) < 0) _exit(1);
-    syscall(SYS_close_range, 5u, ~0u, 0u);
-    child_init(p);
   }
-  const int clone_errno = errno;
   close(out[1]), close(err[1]), close(status[1]), close(sync[0]);
   pipes.out = out[0], pipes.err = err[0], pipes.status = status[0], pipes.sync = sync[1];
   if (pid < 0) {
