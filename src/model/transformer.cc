@@ -92,17 +92,25 @@ Status Model::check_batch(const ForwardBatch& b) const {
 
 Status Model::forward(const Context& ctx, const ForwardBatch& b, float* logits, const ForwardObserver* observer,
                       Activations* train) const {
-  return forward_checked(ctx, b, nullptr, logits, observer, train);
+  return forward_checked(ctx, {&b, 1}, nullptr, logits, observer, train);
 }
 
 Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* hidden, Activations* train) const {
-  return forward_checked(ctx, b, hidden, nullptr, nullptr, train);
+  return forward_checked(ctx, {&b, 1}, hidden, nullptr, nullptr, train);
+}
+
+Status Model::forward_hidden_parts(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const {
+  if (parts.empty()) return invalid_argument("forward: no parts");
+  if (parts.size() > 1 && ctx.device != Device::kCpu)
+    return invalid_argument("forward: a forward over several parts runs on the CPU only (on " + ctx.backend->name() +
+                            " one part per forward)");
+  return forward_checked(ctx, parts, hidden, nullptr, nullptr, nullptr);
 }
 
 Status Model::record_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::record_hidden: a device context");
   DC_RETURN_IF_ERROR(check_forward(ctx, batch));
-  return forward_body(ctx, batch, hidden, nullptr, nullptr);
+  return forward_body(ctx, {&batch, 1}, hidden, nullptr, nullptr);
 }
 
 Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const {
@@ -127,13 +135,25 @@ Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const
   return Status();
 }
 
-Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
+Status Model::forward_checked(const Context& ctx, std::span<const ForwardBatch> batches, float* hidden, float* logits,
                               const ForwardObserver* observer, Activations* train) const {
   const ProfileScope profile(ctx, "forward");
-  ForwardBatch b = batch;
-  if (b.lora == nullptr) b.lora = lora_;  // set_lora's adapters
-  DC_RETURN_IF_ERROR(check_forward(ctx, b));
-  if (ctx.device != Device::kCpu) return forward_on_device(ctx, b, hidden, logits, observer, train);
+  std::vector<ForwardBatch> parts(batches.begin(), batches.end());
+  int64_t n_out = 0, n_computed = 0, n_rows = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    ForwardBatch& b = parts[p];
+    if (b.lora == nullptr) b.lora = lora_;  // set_lora's adapters
+    Status s = check_forward(ctx, b);
+    if (!s.ok() && parts.size() > 1) s = s.with_context("part " + std::to_string(p));
+    DC_RETURN_IF_ERROR(s);
+    if (b.lora != parts[0].lora) return invalid_argument("forward: the parts name different LoRA adapters");
+    if (b.cache_op != CacheOp::kNone)
+      for (size_t o = 0; o < p; ++o)
+        if (parts[o].cache_op != CacheOp::kNone && parts[o].cache == b.cache)
+          return invalid_argument("forward: parts " + std::to_string(o) + " and " + std::to_string(p) + " share a KV cache");
+    n_out += b.n_out, n_computed += b.n_computed(), n_rows += b.n_batch;
+  }
+  if (ctx.device != Device::kCpu) return forward_on_device(ctx, parts[0], hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
   // faults (~5% of a 0.5B step). Without one, in this call's own (freed on return).
@@ -141,16 +161,16 @@ Status Model::forward_checked(const Context& ctx, const ForwardBatch& batch, flo
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    if (hidden == nullptr && b.n_out > 0) hidden = with_ws.workspace->floats("forward.hidden", b.n_out * config_.n_embd);
-    DC_RETURN_IF_ERROR(forward_body(with_ws, b, hidden, observer, train));
+    if (hidden == nullptr && n_out > 0) hidden = with_ws.workspace->floats("forward.hidden", n_out * config_.n_embd);
+    DC_RETURN_IF_ERROR(forward_body(with_ws, parts, hidden, observer, train));
     // Training mode: one product (the loss wants every row; chunks would stream the weight again each).
-    if (logits != nullptr) lm_head(with_ws, hidden, b.n_out, logits, train != nullptr ? std::max<int64_t>(b.n_out, 1) : kHeadChunkRows);
+    if (logits != nullptr) lm_head(with_ws, hidden, n_out, logits, train != nullptr ? std::max<int64_t>(n_out, 1) : kHeadChunkRows);
     return Status();
   } catch (const std::bad_alloc&) {  // the workspace, the kernels' scratch (rethrown by the pool) or the cache
-    if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
-    return resource_exhausted("forward: out of memory for the activations of " + std::to_string(b.n_computed()) +
-                              " positions (" + std::to_string(b.n_batch) + " rows × " + std::to_string(b.window_width()) +
-                              "); use fewer rows or a shorter canvas");
+    for (const ForwardBatch& b : parts)
+      if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
+    return resource_exhausted("forward: out of memory for the activations of " + std::to_string(n_computed) +
+                              " positions (" + std::to_string(n_rows) + " rows); use fewer rows or a shorter canvas");
   }
 }
 
@@ -172,7 +192,7 @@ Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float
   float* rows = logits != nullptr ? device_floats(ctx, "forward.hidden", b.n_out * E) : hidden;  // [n_out, E]
   float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
   DC_RETURN_IF_ERROR(device_status(ctx));
-  Status s = forward_body(ctx, b, rows, nullptr, train);
+  Status s = forward_body(ctx, {&b, 1}, rows, nullptr, train);
   if (s.ok() && logits != nullptr && b.n_out > 0) {
     lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
     ctx.backend->copy_out("forward.logits", as_device(out), logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
@@ -209,70 +229,83 @@ int64_t Model::forward_bytes_per_position() const {
   return floats * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(int32_t)) + 1;  // + token, valid
 }
 
-Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hidden, const ForwardObserver* observer,
-                           Activations* train) const {
-  if (train != nullptr && (b.cache_op != CacheOp::kNone || b.window_begin != 0 || b.window_stop() != b.n_seq))
+Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
+                           const ForwardObserver* observer, Activations* train) const {
+  const ForwardBatch& b = parts[0];  // training mode and a device: the only part
+  if (train != nullptr && (parts.size() > 1 || b.cache_op != CacheOp::kNone || b.window_begin != 0 ||
+                           b.window_stop() != b.n_seq))
     return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
   const ModelConfig& c = config_;
-  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_width();
-  const int64_t T = b.n_batch * W, E = c.n_embd, D = c.head_dim, F = c.n_ff;  // T: computed positions
-  // The absolute position of the window's i-th computed position.
-  auto at = [&](int64_t i) { return b.window_positions != nullptr ? b.window_positions[i] : wb + i; };
+  const int64_t E = c.n_embd, D = c.head_dim, F = c.n_ff;
   const int64_t q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  KvCache* cache = b.cache_op == CacheOp::kNone ? nullptr : b.cache;
-  const bool refresh = b.cache_op == CacheOp::kRefresh;
-  if (refresh) DC_RETURN_IF_ERROR(cache->reset(ctx, c.n_layer, b.n_batch, L, kv_dim));
+  // One part refreshing its cache computes K/V straight into it (same [n_batch, L, kv_dim] layout); with
+  // several parts every part's K/V are stacked rows, stored into its cache by layer_forward.
+  const bool kv_in_cache = parts.size() == 1 && b.cache_op == CacheOp::kRefresh;
+  int64_t T = 0, n_out = 0;  // T: computed positions of all parts
+  for (const ForwardBatch& part : parts) {
+    T += part.n_computed(), n_out += part.n_out;
+    if (part.cache_op == CacheOp::kRefresh)
+      DC_RETURN_IF_ERROR(part.cache->reset(ctx, c.n_layer, part.n_batch, part.n_seq, kv_dim));
+  }
   auto observe = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
     if (observer != nullptr) (*observer)(name, data, shape);
   };
 
-  // The window's tokens and RoPE positions, row-major [n_batch, W].
+  // Each part's window tokens and RoPE positions, row-major [n_batch, W], after the previous parts'; the
+  // out rows' indices into h [T, E] (the rows whose logits are wanted).
   std::vector<int32_t> tokens(T), positions(T);  // [T]
-  for (int64_t r = 0; r < b.n_batch; ++r)
-    for (int64_t i = 0; i < W; ++i) {
-      const int64_t flat = r * L + at(i);
-      tokens[r * W + i] = b.tokens[flat];
-      positions[r * W + i] = b.positions != nullptr ? b.positions[flat] : static_cast<int32_t>(at(i));
+  std::vector<int32_t> out_index(n_out);         // [n_out]
+  for (int64_t p = 0, row0 = 0, out0 = 0; p < static_cast<int64_t>(parts.size()); ++p) {
+    const ForwardBatch& part = parts[p];
+    const int64_t L = part.n_seq, wb = part.window_begin, W = part.window_width();
+    // The absolute position of the window's i-th computed position.
+    auto at = [&](int64_t i) { return part.window_positions != nullptr ? part.window_positions[i] : wb + i; };
+    for (int64_t r = 0; r < part.n_batch; ++r)
+      for (int64_t i = 0; i < W; ++i) {
+        const int64_t flat = r * L + at(i);
+        tokens[row0 + r * W + i] = part.tokens[flat];
+        positions[row0 + r * W + i] = part.positions != nullptr ? part.positions[flat] : static_cast<int32_t>(at(i));
+      }
+    for (int64_t r = 0; r < part.n_out; ++r) {
+      const int64_t i = part.out_rows[r] % L;  // check_batch: a computed position
+      const int64_t in_window = part.window_positions != nullptr
+                                    ? std::lower_bound(part.window_positions, part.window_positions + W, i) -
+                                          part.window_positions
+                                    : i - wb;
+      out_index[out0 + r] = static_cast<int32_t>(row0 + part.out_rows[r] / L * W + in_window);
     }
+    row0 += part.n_computed(), out0 += part.n_out;
+  }
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
   if (train != nullptr) {  // training mode: the forward writes the activations backward needs into *train
     DC_RETURN_IF_ERROR(train->resize(ctx, c.n_layer, T, E, q_dim, kv_dim, F, b.n_out));
-    train->n_batch = b.n_batch, train->n_seq = L;
+    train->n_batch = b.n_batch, train->n_seq = b.n_seq;
     train->tokens = tokens, train->cos = cos, train->sin = sin;
     if (b.valid != nullptr) train->valid.assign(b.valid, b.valid + T);
     else train->valid.clear();
     train->out_rows.assign(b.out_rows, b.out_rows + b.n_out);
   }
 
-  // The out rows' indices into h [T, E] (the rows whose logits are wanted).
-  std::vector<int32_t> out_index(b.n_out);  // [n_out]
-  for (int64_t r = 0; r < b.n_out; ++r) {
-    const int64_t i = b.out_rows[r] % L;  // check_batch: a computed position
-    const int64_t in_window = b.window_positions != nullptr
-                                  ? std::lower_bound(b.window_positions, b.window_positions + W, i) - b.window_positions
-                                  : i - wb;
-    out_index[r] = static_cast<int32_t>(b.out_rows[r] / L * W + in_window);
-  }
-
   // Buffers in ctx.workspace (set by forward()) on the CPU, in device memory on a device.
   const int64_t Ts = train ? 0 : T;  // training mode: these live in *train instead
-  float* h = device_floats(ctx, "forward.h", T * E);                          // [T, E] residual stream
-  float* a = device_floats(ctx, "forward.a", T * E);                          // [T, E] normed input
-  float* q = device_floats(ctx, "forward.q", Ts * q_dim);                     // [T, H*D]
-  float* attn = device_floats(ctx, "forward.attn", Ts * q_dim);               // [T, H*D]
-  float* k_own = device_floats(ctx, "forward.k", refresh ? 0 : Ts * kv_dim);  // [T, Hkv*D]
-  float* v_own = device_floats(ctx, "forward.v", refresh ? 0 : Ts * kv_dim);  // [T, Hkv*D]
-  float* gate = device_floats(ctx, "forward.gate", Ts * F);                   // [T, F]
-  float* up = device_floats(ctx, "forward.up", Ts * F);                       // [T, F]
+  float* h = device_floats(ctx, "forward.h", T * E);                              // [T, E] residual stream
+  float* a = device_floats(ctx, "forward.a", T * E);                              // [T, E] normed input
+  float* q = device_floats(ctx, "forward.q", Ts * q_dim);                         // [T, H*D]
+  float* attn = device_floats(ctx, "forward.attn", Ts * q_dim);                   // [T, H*D]
+  float* k_own = device_floats(ctx, "forward.k", kv_in_cache ? 0 : Ts * kv_dim);  // [T, Hkv*D]
+  float* v_own = device_floats(ctx, "forward.v", kv_in_cache ? 0 : Ts * kv_dim);  // [T, Hkv*D]
+  float* gate = device_floats(ctx, "forward.gate", Ts * F);                       // [T, F]
+  float* up = device_floats(ctx, "forward.up", Ts * F);                           // [T, F]
   // The host inputs where the ops read them (the host's own on the CPU).
   const int32_t* ids = device_copy(ctx, "forward.tokens", tokens.data(), T);
   const float* cos_at = device_copy(ctx, "forward.cos", cos.data(), T * D / 2);
   const float* sin_at = device_copy(ctx, "forward.sin", sin.data(), T * D / 2);
-  const int32_t* out_index_at = device_copy(ctx, "forward.out_rows", out_index.data(), b.n_out);
-  ForwardBatch batch = b;  // the padding mask where attention reads it
-  batch.valid = device_copy(ctx, "forward.valid", b.valid, b.n_batch * L);
+  const int32_t* out_index_at = device_copy(ctx, "forward.out_rows", out_index.data(), n_out);
+  std::vector<ForwardBatch> batches(parts.begin(), parts.end());  // the padding masks where attention reads them
+  for (ForwardBatch& part : batches)  // (a device: one part)
+    part.valid = device_copy(ctx, "forward.valid", part.valid, part.n_batch * part.n_seq);
   DC_RETURN_IF_ERROR(device_status(ctx));
 
   embedding(ctx, weights_.tok_embd, ids, T, h);
@@ -281,12 +314,12 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
     // With recomputation only the layer's input is kept; the rest goes to the one scratch layer.
     LayerActivations* act = train ? (train->recompute ? &train->scratch : &train->layers[il]) : nullptr;
     if (train) copy_floats(ctx, h, T * E, train->layers[il].x);
-    LayerPass pass{&batch, T, cos_at, sin_at, h, a, observer};
+    LayerPass pass{batches, T, cos_at, sin_at, h, a, observer};
     pass.a1 = act ? act->a1 : a;
     pass.q = act ? act->q : q;
-    // A refresh computes K/V straight into the cache (same [n_batch, L, kv_dim] layout).
-    pass.k = refresh ? cache->k(il) : act ? act->k : k_own;
-    pass.v = refresh ? cache->v(il) : act ? act->v : v_own;
+    pass.k = kv_in_cache ? b.cache->k(il) : act ? act->k : k_own;
+    pass.v = kv_in_cache ? b.cache->v(il) : act ? act->v : v_own;
+    pass.kv_in_cache = kv_in_cache;
     pass.attn = act ? act->attn : attn;
     pass.h_mid = act ? act->h_mid : nullptr;
     pass.a2 = act ? act->a2 : a;
@@ -296,24 +329,24 @@ Status Model::forward_body(const Context& ctx, const ForwardBatch& b, float* hid
     pass.lora_u = act ? &act->lora_u : nullptr;
     layer_forward(ctx, il, pass);
   }
-  if (refresh) cache->set_filled(true);
-  if (b.n_out == 0) return Status();
+  for (const ForwardBatch& part : parts)
+    if (part.cache_op == CacheOp::kRefresh) part.cache->set_filled(true);
+  if (n_out == 0) return Status();
   float* rows = hidden;  // [n_out, E]: only the rows whose logits are wanted
-  gather_rows(ctx, h, E, out_index_at, b.n_out, rows);
-  if (train) copy_floats(ctx, rows, b.n_out * E, train->final_x);
-  rms_norm(ctx, rows, weights_.output_norm.data(), b.n_out, E, eps, rows);
-  if (train) copy_floats(ctx, rows, b.n_out * E, train->final_norm);
-  observe("output_norm", rows, {b.n_out, E});
+  gather_rows(ctx, h, E, out_index_at, n_out, rows);
+  if (train) copy_floats(ctx, rows, n_out * E, train->final_x);
+  rms_norm(ctx, rows, weights_.output_norm.data(), n_out, E, eps, rows);
+  if (train) copy_floats(ctx, rows, n_out * E, train->final_norm);
+  observe("output_norm", rows, {n_out, E});
   return Status();
 }
 
 void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) const {
   const ModelConfig& c = config_;
-  const ForwardBatch& b = *p.batch;
-  const int64_t L = b.n_seq, wb = b.window_begin, W = b.window_width(), T = p.T;
+  const ForwardBatch& b = p.parts[0];  // the parts' LoRA adapters are the same (forward_checked)
+  const int64_t T = p.T;
   const int64_t E = c.n_embd, D = c.head_dim, F = c.n_ff, q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const AttentionShape shape{b.n_batch, L, c.n_head, c.n_head_kv, D};
   const LayerWeights& l = weights_.layers[il];
   std::string prefix;  // (appended: GCC 12 warns falsely of an overlapping copy in "L" + std::to_string(il))
   if (p.observer != nullptr) prefix.append("L").append(std::to_string(il)).append(".");
@@ -330,19 +363,29 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   project(p.a1, l.wq, l.bq.data(), p.q, kLoraQ);
   project(p.a1, l.wk, l.bk.data(), p.k, kLoraK);
   project(p.a1, l.wv, l.bv.data(), p.v, kLoraV);
-  // RoPE, and with kUse the window's fresh K/V replacing the cached ones: one pass on a device.
-  KvCache* cache = b.cache;
-  const bool store = b.cache_op == CacheOp::kUse;
-  rope_kv(ctx, shape, wb, W, p.q, p.k, p.v, p.cos, p.sin, store ? cache->k(il) : nullptr, store ? cache->v(il) : nullptr,
-          b.window_positions);
+  // Per part (its rows from row0): RoPE, and with a cache the window's fresh K/V into it (kUse: replacing
+  // the cached ones; one pass on a device), then its attention over its window or its cache.
+  for (int64_t row0 = 0; const ForwardBatch& part : p.parts) {
+    const int64_t L = part.n_seq, wb = part.window_begin, W = part.window_width();
+    const AttentionShape shape{part.n_batch, L, c.n_head, c.n_head_kv, D};
+    KvCache* cache = part.cache;
+    const bool store = part.cache_op == CacheOp::kUse || (part.cache_op == CacheOp::kRefresh && !p.kv_in_cache);
+    float* q = p.q + row0 * q_dim;     // [T_p, H*D]
+    float* k = p.k + row0 * kv_dim;    // [T_p, Hkv*D]
+    float* v = p.v + row0 * kv_dim;    // [T_p, Hkv*D]
+    float* attn = p.attn + row0 * q_dim;
+    rope_kv(ctx, shape, wb, W, q, k, v, p.cos + row0 * D / 2, p.sin + row0 * D / 2, store ? cache->k(il) : nullptr,
+            store ? cache->v(il) : nullptr, part.window_positions);
+    if (W == L) {
+      attention(ctx, shape, q, k, v, part.valid, attn);
+    } else {
+      attention_window(ctx, shape, wb, W, q, cache->k(il), cache->v(il), part.valid, attn, part.window_positions);
+    }
+    row0 += part.n_computed();
+  }
   observe("q", p.q, {T, q_dim});
   observe("k", p.k, {T, kv_dim});
   observe("v", p.v, {T, kv_dim});
-  if (W == L) {
-    attention(ctx, shape, p.q, p.k, p.v, b.valid, p.attn);
-  } else {
-    attention_window(ctx, shape, wb, W, p.q, cache->k(il), cache->v(il), b.valid, p.attn, b.window_positions);
-  }
   observe("attn", p.attn, {T, q_dim});
   // Without adapters or training, the residual adds and SwiGLU go into the products (one pass on a device).
   const bool fused = b.lora == nullptr && p.lora_u == nullptr;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,14 @@ class Model {
   // forward(), and its training mode (`train`): a device trainer runs the lm_head and the loss on the rows
   // where they are (train/device_training.h DeviceLossRows).
   Status forward_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden, Activations* train = nullptr) const;
+  // forward_hidden over several parts in one forward (the server's requests with a KV cache, a step each):
+  // each part is a batch of its own (its rows, canvas, window, cache and cache op; the same LoRA adapters in
+  // every part), the token gather, embedding, norms, projections and MLP run over all parts' computed
+  // positions stacked (the weights read once), and per part RoPE, the store into its cache and the attention
+  // over its cache and window. hidden[Σ n_out, n_embd]: part p's out rows after those of parts < p, each
+  // the values its own forward_hidden gives, bit for bit (every stacked op is row-wise). Checks every part as
+  // forward_hidden (errors name the part); CPU only (a device: one part); no training mode.
+  Status forward_hidden_parts(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const;
 
   // forward_hidden of a device step whose caller runs it together with what it records next (the lm_head
   // and the sampling of the same step: one submission, engine/device_head_sampler.h): records the forward
@@ -181,7 +190,8 @@ class Model {
 
   // forward and forward_hidden: checks the batch, runs forward_body into `hidden` ([n_out, E]; null: the
   // workspace's), then the lm_head into `logits` unless it is null; out of memory → resource_exhausted.
-  Status forward_checked(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
+  // Over parts (forward_hidden_parts; one part otherwise), each with set_lora's adapters when it names none.
+  Status forward_checked(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden, float* logits,
                          const ForwardObserver* observer, Activations* train) const;
   // forward_checked on a device (ctx.device != kCpu): records forward_body and the lm_head into the
   // backend, runs them and downloads the logits (forward_hidden: leaves the rows in `hidden`, device memory);
@@ -190,8 +200,9 @@ class Model {
                            const ForwardObserver* observer, Activations* train) const;
   // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
   // resource_exhausted).
-  Status forward_body(const Context& ctx, const ForwardBatch& batch, float* hidden, const ForwardObserver* observer,
-                      Activations* train) const;
+  // Over parts stacked (forward_hidden_parts); training mode: one part.
+  Status forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
+                      const ForwardObserver* observer, Activations* train) const;
   // backward() on a device (ctx.device != kCpu): records backward_body into ctx.backend and runs it.
   Status backward_on_device(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
                             GradWrite write) const;
@@ -200,9 +211,10 @@ class Model {
                        const LoraWeights* lora, const LoraGrads* lora_grads, const ModelWeights* transposed,
                        GradWrite write) const;
 
-  // Where one layer's forward over the T = n_batch · window positions of `batch` reads and writes.
+  // Where one layer's forward over the T = Σ n_batch · window positions of its parts reads and writes.
   struct LayerPass {
-    const ForwardBatch* batch;  // padding mask, window, cache op and cache
+    std::span<const ForwardBatch> parts;  // padding mask, window, cache op and cache of each; part p's T_p =
+                                          // n_batch · window rows follow those of parts < p in every buffer
     int64_t T;
     const float* cos;           // [T, D/2] RoPE tables
     const float* sin;           // [T, D/2]
@@ -211,13 +223,14 @@ class Model {
     const ForwardObserver* observer;
     float* a1 = nullptr;        // [T, E] attn_norm(h)
     float* q = nullptr;         // [T, H*D] after RoPE
-    float* k = nullptr;         // [T, Hkv*D] after RoPE (a kRefresh passes the cache's layer)
+    float* k = nullptr;         // [T, Hkv*D] after RoPE (a kRefresh of one part passes the cache's layer)
     float* v = nullptr;         // [T, Hkv*D]
     float* attn = nullptr;      // [T, H*D] attention output
     float* h_mid = nullptr;     // [T, E] copy of the stream after the attention residual, or nullptr
     float* a2 = nullptr;        // [T, E] ffn_norm
     float* gate = nullptr;      // [T, F] before SiLU
     float* up = nullptr;        // [T, F]
+    bool kv_in_cache = false;   // k and v are the one part's cache layer (its kRefresh): nothing to store
     float* act = nullptr;       // [T, F] silu(gate)·up; may equal gate
     // Training mode: the activations' u of each LoRA-adapted projection (its dropout on); else null.
     std::array<std::vector<float>, kLoraTargets>* lora_u = nullptr;

@@ -172,7 +172,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
       LayerActivations& s = acts.scratch;
       copy_floats(ctx, acts.layers[il].x, T * E, s.x);
       copy_floats(ctx, s.x, T * E, h_re);
-      LayerPass pass{&whole, T, cos, sin, h_re, tmp_re, nullptr};
+      LayerPass pass{{&whole, 1}, T, cos, sin, h_re, tmp_re, nullptr};
       pass.a1 = s.a1, pass.q = s.q, pass.k = s.k, pass.v = s.v;
       pass.attn = s.attn, pass.h_mid = s.h_mid, pass.a2 = s.a2;
       pass.gate = s.gate, pass.up = s.up, pass.act = s.act, pass.lora_u = &s.lora_u;

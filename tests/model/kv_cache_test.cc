@@ -5,10 +5,14 @@
 // window / cache combinations are rejected. The same for a scattered window (window_positions, cache
 // committed): it reproduces the full forward's rows with a fresh cache, is exact on one layer after its
 // positions' tokens change (and stores their K/V where later forwards read them), and bad sets are rejected.
+// Several requests' parts in one forward (forward_hidden_parts: refresh, kUse and uncached parts of their own
+// shapes) give each part's own rows and cache (bit for bit with the reference kernels, within 1e-5 relative
+// with the fast ones: their path depends on a product's row count), and bad parts are rejected naming the part.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <span>
 
 #include "fixtures.h"
 #include "model/kv_cache.h"
@@ -277,6 +281,106 @@ TEST(KvCache, OneLayerModelIsExactWhenOnlyTheComputedPositionsChange) {
       }
     }
   }
+}
+
+// forward_hidden_parts: each part's hidden rows and cache equal its own forward_hidden's, bit for bit.
+// Every part's hidden rows after those of the parts before it.
+std::vector<float> hidden_of(const Model& model, const Context& ctx, std::span<const ForwardBatch> parts) {
+  int64_t n_out = 0;
+  for (const ForwardBatch& b : parts) n_out += b.n_out;
+  std::vector<float> hidden(static_cast<size_t>(n_out * model.config().n_embd));
+  const Status s = parts.size() == 1 ? model.forward_hidden(ctx, parts[0], hidden.data())
+                                     : model.forward_hidden_parts(ctx, parts, hidden.data());
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return hidden;
+}
+
+// The fast GEMM takes a dot-product path for few rows of x and the packed one for more (ops/cpu/matmul_fast.cc
+// kSmallN): each row-wise, but with their own summation orders, so a part stacked with others may take the
+// other path than alone. The reference kernels have one path: bit for bit there; the fast ones within `tol`.
+void expect_close(const std::vector<float>& merged, const std::vector<float>& alone, double tol, const std::string& what) {
+  ASSERT_EQ(merged.size(), alone.size()) << what;
+  if (tol == 0) {
+    ASSERT_EQ(merged, alone) << what;
+  } else {
+    const double rel = rel_max_diff(merged, alone);
+    if (rel > 0) std::printf("  fast kernels, %s: rel max diff %.2e\n", what.c_str(), rel);
+    EXPECT_LE(rel, tol) << what;
+  }
+}
+
+void expect_same_cache(const KvCache& merged, const KvCache& alone, int64_t n_layer, double tol, const std::string& what) {
+  ASSERT_TRUE(merged.filled() && merged.matches(n_layer, alone.n_batch(), alone.n_seq(), alone.kv_dim())) << what;
+  const size_t n = static_cast<size_t>(alone.n_batch() * alone.n_seq() * alone.kv_dim());
+  for (int64_t il = 0; il < n_layer; ++il) {
+    expect_close({merged.k(il), merged.k(il) + n}, {alone.k(il), alone.k(il) + n}, tol, what + " K layer " + std::to_string(il));
+    expect_close({merged.v(il), merged.v(il) + n}, {alone.v(il), alone.v(il) + n}, tol, what + " V layer " + std::to_string(il));
+  }
+}
+
+TEST(KvCache, PartsInOneForwardGiveEachPartsOwnRowsAndCache) {
+  ThreadPool pool(2);
+  for (const auto& model : fixture_models())
+   for (const bool reference : {true, false}) {
+    Context ctx{Device::kCpu, &pool};
+    ctx.reference_kernels = reference;
+    const double tol = reference ? 0.0 : 1e-5;
+    const ModelConfig& c = model->config();
+    Canvas a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
+    const std::vector<int64_t> rows_a = window_rows(a, 0, a.L), rows_b = window_rows(b, 0, b.L);
+    const std::vector<int64_t> rows_u = window_rows(u, 0, u.L);
+    KvCache alone_a, alone_b, merged_a, merged_b;
+    // Refresh parts (a block's first step), with an uncached part between them.
+    const ForwardBatch refresh_alone[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &alone_a),
+                                          cache_batch_of(u, rows_u, CacheOp::kNone, nullptr),
+                                          cache_batch_of(b, rows_b, CacheOp::kRefresh, &alone_b)};
+    const ForwardBatch refresh_merged[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &merged_a), refresh_alone[1],
+                                           cache_batch_of(b, rows_b, CacheOp::kRefresh, &merged_b)};
+    std::vector<float> want;
+    for (const ForwardBatch& part : refresh_alone) {
+      const std::vector<float> h = hidden_of(*model, ctx, {&part, 1});
+      want.insert(want.end(), h.begin(), h.end());
+    }
+    expect_close(hidden_of(*model, ctx, refresh_merged), want, tol, "refresh parts");
+    expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after refresh");
+    expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after refresh");
+    // kUse parts over windows of their own after their tokens changed (the next steps of a block).
+    for (int64_t i = 6; i < 10; ++i) a.tokens[i] = b.tokens[b.L + i + 3] = 17;
+    const std::vector<int64_t> use_a = window_rows(a, 6, 10), use_b = window_rows(b, 8, 16);
+    const ForwardBatch use_alone[] = {cache_batch_of(a, use_a, CacheOp::kUse, &alone_a, 6, 10),
+                                      cache_batch_of(b, use_b, CacheOp::kUse, &alone_b, 8, 16)};
+    const ForwardBatch use_merged[] = {cache_batch_of(a, use_a, CacheOp::kUse, &merged_a, 6, 10),
+                                       cache_batch_of(b, use_b, CacheOp::kUse, &merged_b, 8, 16)};
+    want = hidden_of(*model, ctx, {&use_alone[0], 1});
+    const std::vector<float> h_b = hidden_of(*model, ctx, {&use_alone[1], 1});
+    want.insert(want.end(), h_b.begin(), h_b.end());
+    expect_close(hidden_of(*model, ctx, use_merged), want, tol, "kUse parts");
+    expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after kUse");
+    expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after kUse");
+  }
+}
+
+TEST(KvCache, BadPartsAreRejectedNamingThePart) {
+  ThreadPool pool(2);
+  const Context ctx{Device::kCpu, &pool};
+  const auto models = fixture_models();
+  ASSERT_FALSE(models.empty());
+  const Model& model = *models[0];
+  const Canvas a = make_canvas(model.config(), 1, 8, 1);
+  const std::vector<int64_t> rows = window_rows(a, 0, a.L);
+  std::vector<float> hidden(rows.size() * 2 * static_cast<size_t>(model.config().n_embd));
+  KvCache shared, empty;
+  const ForwardBatch same_cache[] = {cache_batch_of(a, rows, CacheOp::kRefresh, &shared),
+                                     cache_batch_of(a, rows, CacheOp::kRefresh, &shared)};
+  Status s = model.forward_hidden_parts(ctx, same_cache, hidden.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("share a KV cache"), std::string::npos) << s.to_string();
+  const ForwardBatch unfilled[] = {cache_batch_of(a, rows, CacheOp::kNone, nullptr),
+                                   cache_batch_of(a, window_rows(a, 2, 4), CacheOp::kUse, &empty, 2, 4)};
+  s = model.forward_hidden_parts(ctx, unfilled, hidden.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("part 1"), std::string::npos) << s.to_string();
+  EXPECT_EQ(model.forward_hidden_parts(ctx, {}, hidden.data()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
