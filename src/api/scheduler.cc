@@ -9,6 +9,7 @@
 #include <new>
 
 #include "core/thread_pool.h"
+#include "model/kv_cache.h"
 #include "sampler/batch_merge.h"
 #include "sampler/decoder.h"
 
@@ -162,13 +163,16 @@ struct Scheduler::Active {
   std::shared_ptr<Job> job;
   Decoder decoder;
   Clock::time_point started;
-  HeadFn cached_fn;  // jobs with a KV cache: their own model function (own cache), else empty
+  HeadFn cached_fn;  // jobs with a KV cache without make_parts_fn: their own model function (own cache)
+  std::unique_ptr<KvCache> cache;  // jobs with a KV cache with make_parts_fn: their cache in the forward of parts
 };
 
 Scheduler::Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
-                     diffucoder::BatchObserver* metrics, std::function<HeadFn()> make_cached_fn)
+                     diffucoder::BatchObserver* metrics, std::function<HeadFn()> make_cached_fn,
+                     std::function<PartsHeadFn()> make_parts_fn)
     : head_fn_(std::move(head_fn)),
       make_cached_fn_(std::move(make_cached_fn)),
+      make_parts_fn_(std::move(make_parts_fn)),
       n_vocab_(n_vocab),
       head_(head),
       pool_(pool),
@@ -269,7 +273,7 @@ bool Scheduler::admit(std::vector<Active>& active) {
     const bool cached = job->params().cache != CacheMode::kNone;
     bool unavailable = false;
     Result<Decoder> decoder = unimplemented("cache: this server runs without the KV cache");
-    if (!cached || make_cached_fn_) {
+    if (!cached || make_cached_fn_ || make_parts_fn_) {
       try {
         decoder = start_decoder(n_vocab_, job->prompt(), job->params(), hooks);
       } catch (const std::bad_alloc&) {
@@ -290,7 +294,9 @@ bool Scheduler::admit(std::vector<Active>& active) {
     memory += m;
     add_adapter(*job);
     job->set_admitted();
-    active.push_back(Active{job, std::move(*decoder), Clock::now(), cached ? make_cached_fn_() : HeadFn()});
+    const bool own_fn = cached && !make_parts_fn_;
+    active.push_back(Active{job, std::move(*decoder), Clock::now(), own_fn ? make_cached_fn_() : HeadFn(),
+                            cached && make_parts_fn_ ? std::make_unique<KvCache>() : nullptr});
   }
   if (metrics_ != nullptr) {
     metrics_->set_queue_depth(static_cast<int64_t>(queue_.size()));
@@ -320,6 +326,8 @@ void Scheduler::run() {
     if (active.empty()) {  // idle: hand the batched heads' scratch and the last batch's buffers back
       if (batched_head_ != nullptr) batched_head_->release();
       for (AdapterHead& h : adapter_heads_)
+        if (h.head != nullptr) h.head->release();
+      for (CachedHead& h : cached_heads_)
         if (h.head != nullptr) h.head->release();
       malloc_trim(0);
     }
@@ -384,16 +392,14 @@ void Scheduler::retire_and_prepare(std::vector<Active>& active) {
   }
 }
 
-// Runs `fn` over `batch` and hands its head to the decoders of `jobs` (decoder k's rows start at
-// first_rows[k]); on failure those jobs are added to *failed (retired by forward()) and false is returned.
-bool Scheduler::run_head(std::vector<Active>& active, const HeadFn& fn, const ForwardBatch& batch,
-                         const std::vector<size_t>& jobs, const std::vector<int64_t>& first_rows,
+// Runs `call` and hands its head to the decoders of `jobs` (decoder k's rows start at first_rows[k]); on
+// failure those jobs are added to *failed (retired by forward()) and false is returned.
+bool Scheduler::run_head(std::vector<Active>& active, const std::function<Result<HeadSampler*>()>& call,
+                         HeadSampler** keep, const std::vector<size_t>& jobs, const std::vector<int64_t>& first_rows,
                          const std::vector<int64_t>& computed, double* forward_s, Failures* failed) {
   const Clock::time_point tf = Clock::now();
-  Result<HeadSampler*> head = fn(batch);
-  if (head.ok() && &fn == &head_fn_) batched_head_ = *head;
-  for (AdapterHead& h : adapter_heads_)
-    if (head.ok() && &fn == &h.fn) h.head = *head;
+  Result<HeadSampler*> head = call();
+  if (head.ok() && keep != nullptr) *keep = *head;
   const double s = ms_between(tf, Clock::now()) / 1000.0;
   *forward_s += s;
   for (size_t k = 0; k < jobs.size(); ++k) {
@@ -433,8 +439,11 @@ void Scheduler::forward_group(std::vector<Active>& active, const std::vector<siz
     for (size_t i : jobs) failed->emplace_back(i, unimplemented("model: this server holds no LoRA adapters to pick from"));
     return;
   }
+  HeadSampler** keep = &batched_head_;
+  for (AdapterHead& h : adapter_heads_)
+    if (fn == &h.fn) keep = &h.head;
   if (jobs.size() == 1) {  // one job: its own batch (no padding)
-    run_head(active, *fn, parts[0], jobs, {0}, computed, forward_s, failed);
+    run_head(active, [&] { return (*fn)(parts[0]); }, keep, jobs, {0}, computed, forward_s, failed);
     return;
   }
   const Result<MergedBatch> merged = merge_left_padded(parts);
@@ -444,30 +453,58 @@ void Scheduler::forward_group(std::vector<Active>& active, const std::vector<siz
   }
   ForwardBatch batch = merged->batch();
   batch.lora = lora;
-  run_head(active, *fn, batch, jobs, merged->out_begin, computed, forward_s, failed);
+  run_head(active, [&] { return (*fn)(batch); }, keep, jobs, merged->out_begin, computed, forward_s, failed);
 }
 
-// The forwards of a step: each job with a KV cache alone (its own cache), the others in one batched forward
-// per adapter (the jobs without one together). A job's rows meet only rows of its own adapter, so its tokens
-// do not depend on its batch mates. The jobs of a failed forward are retired (500) and the rest step on.
+void Scheduler::forward_cached_group(std::vector<Active>& active, const std::vector<size_t>& jobs, double* forward_s,
+                                     Failures* failed) {
+  const LoraWeights* lora = active[jobs[0]].job->lora();
+  CachedHead* head = nullptr;
+  for (CachedHead& h : cached_heads_)
+    if (h.lora == lora) head = &h;
+  if (head == nullptr) head = &cached_heads_.emplace_back(CachedHead{lora, make_parts_fn_(), nullptr});
+  std::vector<ForwardBatch> parts;
+  std::vector<int64_t> first_rows, computed;
+  int64_t rows = 0;
+  for (size_t i : jobs) {
+    ForwardBatch& b = parts.emplace_back(active[i].decoder.forward_batch());
+    b.lora = lora;
+    b.cache = b.cache_op != CacheOp::kNone ? active[i].cache.get() : nullptr;
+    first_rows.push_back(rows);
+    computed.push_back(b.n_computed());
+    rows += b.n_out;
+  }
+  run_head(active, [&] { return head->fn(parts); }, &head->head, jobs, first_rows, computed, forward_s, failed);
+}
+
+// The forwards of a step: the jobs with a KV cache in one forward of parts per adapter (each part over its
+// own cache; without make_parts_fn each such job alone, through its own function), the others in one batched
+// forward per adapter (the jobs without one together). A job's rows meet only rows of its own adapter, and a
+// part only its own cache, so its tokens do not depend on its batch mates. The jobs of a failed forward are
+// retired (500) and the rest step on.
 void Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   Failures failed;
-  std::vector<std::vector<size_t>> groups;  // the batched jobs, by adapter in order of first appearance
+  // The batched jobs and the cached jobs, by adapter in order of first appearance.
+  std::vector<std::vector<size_t>> groups, cached_groups;
+  const auto add = [&](std::vector<std::vector<size_t>>& to, size_t i) {
+    size_t g = 0;
+    while (g < to.size() && active[to[g][0]].job->lora() != active[i].job->lora()) ++g;
+    if (g == to.size()) to.emplace_back();
+    to[g].push_back(i);
+  };
   for (size_t i = 0; i < active.size(); ++i) {
     Active& a = active[i];
     if (!a.decoder.needs_forward()) continue;
     if (a.cached_fn) {
       ForwardBatch fb = a.decoder.forward_batch();
       fb.lora = a.job->lora();
-      run_head(active, a.cached_fn, fb, {i}, {0}, {fb.n_computed()}, forward_s, &failed);
+      run_head(active, [&] { return a.cached_fn(fb); }, nullptr, {i}, {0}, {fb.n_computed()}, forward_s, &failed);
       continue;
     }
-    size_t g = 0;
-    while (g < groups.size() && active[groups[g][0]].job->lora() != a.job->lora()) ++g;
-    if (g == groups.size()) groups.emplace_back();
-    groups[g].push_back(i);
+    add(a.cache != nullptr ? cached_groups : groups, i);
   }
   for (const std::vector<size_t>& g : groups) forward_group(active, g, forward_s, &failed);
+  for (const std::vector<size_t>& g : cached_groups) forward_cached_group(active, g, forward_s, &failed);
   std::sort(failed.begin(), failed.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   for (auto& [i, status] : failed) {  // descending indices: retiring one leaves the others' valid
     JobResult r;

@@ -1,7 +1,8 @@
 // The engine thread and continuous batching, behind the public diffucoder::BatchEngine (batch.cc): jobs (one
 // prompt × n rows, own SamplingParams) wait in a bounded queue, join the running batch at step boundaries, are
 // advanced together by ONE forward per step over all their rows (left-padded to the longest canvas; one
-// forward per LoRA adapter when jobs pick adapters), and leave when done, cancelled or stopped.
+// forward per LoRA adapter when jobs pick adapters; the jobs with a KV cache in one forward of parts per
+// adapter, each over its own cache, where the engine makes one: the CPU), and leave when done, cancelled or stopped.
 #pragma once
 
 #include <chrono>
@@ -122,8 +123,15 @@ class Scheduler {
   // forward of the jobs with the same adapter only: each adapter's group runs its own forward, through a head
   // function of its own made by `make_cached_fn` (its block counted once in the memory budget while the group
   // has jobs; without make_cached_fn such jobs fail as unimplemented).
+  //
+  // `make_parts_fn` (may be empty; e.g. Engine::parts_head_fn on the CPU) makes a PartsHeadFn: with it the
+  // scheduler owns each cached job's KvCache and runs the step of all cached jobs of one adapter as ONE
+  // forward of parts (each job's window over its own cache, its own step state), through a parts function
+  // of that adapter's own (made on first use), instead of one forward per job (make_cached_fn is then used
+  // for the uncached adapters' groups only).
   Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
-            diffucoder::BatchObserver* metrics, std::function<HeadFn()> make_cached_fn = nullptr);
+            diffucoder::BatchObserver* metrics, std::function<HeadFn()> make_cached_fn = nullptr,
+            std::function<PartsHeadFn()> make_parts_fn = nullptr);
   ~Scheduler();  // stops the engine thread; unfinished jobs finish with an error
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -149,9 +157,10 @@ class Scheduler {
   void retire_and_prepare(std::vector<Active>& active);  // cancelled and finished jobs leave; prepare()
   using Failures = std::vector<std::pair<size_t, Status>>;  // active index → why its forward failed
   void forward(std::vector<Active>& active, double* forward_s);
-  bool run_head(std::vector<Active>& active, const HeadFn& fn, const ForwardBatch& batch, const std::vector<size_t>& jobs,
-                const std::vector<int64_t>& first_rows, const std::vector<int64_t>& computed, double* forward_s,
-                Failures* failed);
+  // `call` runs a forward and returns its head, which is kept in *keep (may be null) for release when idle.
+  bool run_head(std::vector<Active>& active, const std::function<Result<HeadSampler*>()>& call, HeadSampler** keep,
+                const std::vector<size_t>& jobs, const std::vector<int64_t>& first_rows,
+                const std::vector<int64_t>& computed, double* forward_s, Failures* failed);
   void step_decoders(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<int64_t>& unmasked);
   void publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
                           const std::vector<int64_t>& unmasked, std::chrono::steady_clock::time_point t0,
@@ -164,6 +173,9 @@ class Scheduler {
   void forward_group(std::vector<Active>& active, const std::vector<size_t>& jobs, double* forward_s, Failures* failed);
   // The head function of the batched forward of adapter `lora` (head_fn_ for null), made on first use.
   const HeadFn* group_fn(const LoraWeights* lora);
+  // One forward of parts over the cached jobs `jobs` (all with the same adapter), each over its own cache.
+  void forward_cached_group(std::vector<Active>& active, const std::vector<size_t>& jobs, double* forward_s,
+                            Failures* failed);
 
   HeadFn head_fn_;
   HeadSampler* batched_head_ = nullptr;  // what head_fn_ last returned: released when the engine is idle
@@ -172,8 +184,15 @@ class Scheduler {
     HeadFn fn;
     HeadSampler* head = nullptr;         // what fn last returned: released when the engine is idle
   };
-  std::deque<AdapterHead> adapter_heads_;  // stable addresses: run_head compares &fn
+  std::deque<AdapterHead> adapter_heads_;  // stable addresses: run_head keeps their heads
   std::function<HeadFn()> make_cached_fn_;
+  struct CachedHead {                      // the forward of parts of the cached jobs of one adapter
+    const LoraWeights* lora = nullptr;
+    PartsHeadFn fn;
+    HeadSampler* head = nullptr;           // what fn last returned: released when the engine is idle
+  };
+  std::deque<CachedHead> cached_heads_;
+  std::function<PartsHeadFn()> make_parts_fn_;
   const int64_t n_vocab_;
   const HeadMemory head_;
   ThreadPool* pool_;

@@ -333,6 +333,22 @@ HeadFn Engine::head_fn() {
   return [fn = std::move(fn), running](const ForwardBatch& batch) { return fn(batch); };
 }
 
+PartsHeadFn Engine::parts_head_fn() {
+  if (ctx_.device != Device::kCpu) return nullptr;
+  std::shared_ptr<void> running = begin_generation();
+  auto head = std::make_shared<CpuHeadSampler>(*model_, ctx_);
+  return [this, head, running](std::span<const ForwardBatch> parts) -> Result<HeadSampler*> {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const ForwardBatch& b = parts[p];
+      const int64_t bytes = kv_bytes(config(), b.n_batch, b.n_seq);
+      if (b.cache_op == CacheOp::kRefresh && bytes > max_kv_cache_bytes_)
+        return kv_cache_too_large(bytes, max_kv_cache_bytes_, b.n_batch, b.n_seq).with_context("part " + std::to_string(p));
+    }
+    DC_RETURN_IF_ERROR(head->forward(parts));
+    return head.get();
+  };
+}
+
 HeadMemory Engine::head_memory() const {
   // On a device every step is sampled there (DeviceHeadSampler): the host holds a few numbers per position,
   // the device a hidden row and a logits row per sampled position, the forward's activations per computed

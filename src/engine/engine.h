@@ -150,6 +150,10 @@ class Engine {
   // whole [n_out, n_vocab] logits; the same tokens as logits_fn(). Its own KV cache, scratch and chunk
   // block, as logits_fn()'s: one function per generation, from one thread at a time.
   HeadFn head_fn();
+  // head_fn() over several parts in one forward (PartsHeadFn: a server's requests with a KV cache, each part
+  // bringing its own cache; a refresh larger than max_kv_cache_bytes is refused with out_of_range naming the
+  // part), its own scratch and chunk block. On the CPU only: empty on a device (one forward per cache there).
+  PartsHeadFn parts_head_fn();
   // What head_fn()'s steps hold: the hidden row per out row, and the chunk block once per function.
   HeadMemory head_memory() const;
 

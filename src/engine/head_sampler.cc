@@ -17,16 +17,18 @@ CpuHeadSampler::CpuHeadSampler(const Model& model, const Context& ctx, int64_t c
   ctx_.workspace = &workspace_;
 }
 
-Status CpuHeadSampler::forward(const ForwardBatch& batch) {
+Status CpuHeadSampler::forward(std::span<const ForwardBatch> parts) {
   n_rows_ = 0;
+  int64_t n_out = 0;
+  for (const ForwardBatch& b : parts) n_out += std::max<int64_t>(b.n_out, 0);
   try {
-    hidden_.resize(static_cast<size_t>(std::max<int64_t>(batch.n_out, 0) * model_.config().n_embd));
+    hidden_.resize(static_cast<size_t>(n_out * model_.config().n_embd));
   } catch (const std::bad_alloc&) {
-    return resource_exhausted("forward: out of memory for the hidden rows of " + std::to_string(batch.n_out) +
-                              " positions");
+    return resource_exhausted("forward: out of memory for the hidden rows of " + std::to_string(n_out) + " positions");
   }
-  DC_RETURN_IF_ERROR(model_.forward_hidden(ctx_, batch, hidden_.data()));
-  n_rows_ = batch.n_out;
+  DC_RETURN_IF_ERROR(parts.size() == 1 ? model_.forward_hidden(ctx_, parts[0], hidden_.data())
+                                       : model_.forward_hidden_parts(ctx_, parts, hidden_.data()));
+  n_rows_ = n_out;
   return Status::ok_status();
 }
 

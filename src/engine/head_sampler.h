@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/context.h"
@@ -21,7 +22,9 @@ class CpuHeadSampler final : public HeadSampler {
   CpuHeadSampler(const Model& model, const Context& ctx, int64_t chunk_rows = Model::kHeadChunkRows);
 
   // Model::forward_hidden over `batch` (its cache as given) into this object's hidden rows.
-  Status forward(const ForwardBatch& batch);
+  Status forward(const ForwardBatch& batch) { return forward({&batch, 1}); }
+  // Model::forward_hidden_parts: the parts' hidden rows one after the other (part p's after those of parts < p).
+  Status forward(std::span<const ForwardBatch> parts);
 
   int64_t n_rows() const override { return n_rows_; }
   // Model::lm_head over hidden rows [first, first + n), in chunks of chunk_rows counted from `first`.

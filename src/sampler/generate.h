@@ -147,6 +147,9 @@ using LogitsFn = std::function<Status(const ForwardBatch& batch, float* logits)>
 // until its next call), from which each step draws its tokens in chunks, never holding [n_out, n_vocab]
 // at once (logits are materialised only for a logits_hook). Called from the thread that called generate().
 using HeadFn = std::function<Result<HeadSampler*>(const ForwardBatch& batch)>;
+// A HeadFn over several parts in one forward (Model::forward_hidden_parts: each part a batch with its own
+// cache, which the caller supplies): the head's rows are part p's out rows after those of parts < p.
+using PartsHeadFn = std::function<Result<HeadSampler*>(std::span<const ForwardBatch> parts)>;
 
 // The memory a HeadFn's steps hold: per out row of a forward (its hidden row plus the sampler's numbers
 // per position; on a device also the row's hidden and logits rows in device memory) and once per HeadFn (e.g.

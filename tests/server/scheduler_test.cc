@@ -1,6 +1,7 @@
 // The scheduler against dc::generate(): jobs of different lengths and settings decoded together (joining at
 // step boundaries) give exactly the tokens each gives alone, with a fake model and with a tiny random
-// checkpoint; cancellation frees rows; queue limits, queue timeouts and early stops.
+// checkpoint; jobs with a KV cache in one forward of parts; cancellation frees rows; queue limits, queue
+// timeouts and early stops.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <new>
+#include <span>
 #include <thread>
 
 #include "engine/engine.h"
@@ -359,6 +361,66 @@ TEST(Scheduler, CachedJobsNextToBatchedOnesEqualAlone) {
   auto job = std::make_shared<Job>(cases[0].prompt, cases[0].params, std::vector<int32_t>{}, false);
   ASSERT_EQ(plain.submit(job), SubmitResult::kOk);
   EXPECT_EQ(wait_result(*job).status.code(), StatusCode::kUnimplemented);
+}
+
+// With a PartsHeadFn factory (Engine::parts_head_fn, the CPU) the cached jobs' steps run as ONE forward of
+// parts per step (each over its own cache), next to the batched forward of the uncached job, and every job
+// gives exactly the tokens it gives alone.
+TEST(Scheduler, CachedJobsShareOneForwardOfPartsAndEqualAlone) {
+  const auto engine = first_fixture_engine();
+  ASSERT_NE(engine, nullptr);
+  Engine& e = *engine;
+  std::vector<Case> cases;
+  for (int i = 0; i < 5; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = i == 0 ? 24 : 8 + 4 * i;  // the uncached job 0 runs longest: the others join its steps
+    p.steps = p.max_new_tokens.value();
+    p.temperature = i == 4 ? 0.7f : 0.0f;
+    p.seed = 11;
+    p.block_length = 4;
+    if (i == 1) p.cache = CacheMode::kDual, p.threshold = 0.5f;
+    if (i == 2) p.cache = CacheMode::kPrefix;
+    if (i >= 3) apply_fast_mode(p);  // dual
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 3 * i; ++j) prompt.push_back(static_cast<int32_t>((31 * j + 5 * i) % 200 + 1));
+    cases.push_back({prompt, p});
+  }
+  std::mutex mu;
+  std::vector<size_t> parts_per_forward;  // of the forwards of parts
+  const auto make_parts_fn = [&]() -> PartsHeadFn {
+    return [&, inner = e.parts_head_fn()](std::span<const ForwardBatch> parts) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        parts_per_forward.push_back(parts.size());
+      }
+      return inner(parts);
+    };
+  };
+  Gate gate(e.head_fn());
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); }, make_parts_fn);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  ASSERT_EQ(results.size(), cases.size());
+  int64_t cached_forwards = 0;  // what the cached jobs ran alone: a forward each per step
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.to_string();
+    auto alone = e.generate({cases[i].prompt}, cases[i].params);
+    ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+    EXPECT_EQ(results[i].generated, alone->generated) << "case " << i;
+    if (i > 0) {
+      EXPECT_GT(results[i].timings.cache_refreshes, 0) << "case " << i;
+      cached_forwards += results[i].timings.forwards;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(parts_per_forward.empty());
+  EXPECT_EQ(*std::max_element(parts_per_forward.begin(), parts_per_forward.end()), 4u) << "the four cached jobs never shared a forward";
+  int64_t parts = 0;
+  for (size_t n : parts_per_forward) parts += static_cast<int64_t>(n);
+  EXPECT_EQ(parts, cached_forwards);  // every cached job's forward was a part of one
+  EXPECT_LT(static_cast<int64_t>(parts_per_forward.size()), cached_forwards);
 }
 
 }  // namespace
