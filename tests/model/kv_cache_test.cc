@@ -318,46 +318,50 @@ void expect_same_cache(const KvCache& merged, const KvCache& alone, int64_t n_la
   }
 }
 
+// Refresh, kUse and uncached parts of their own shapes in one forward against each alone, within `tol`.
+void expect_parts_equal_alone(const Model& model, const Context& ctx, double tol) {
+  const ModelConfig& c = model.config();
+  Canvas a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
+  const std::vector<int64_t> rows_a = window_rows(a, 0, a.L), rows_b = window_rows(b, 0, b.L);
+  const std::vector<int64_t> rows_u = window_rows(u, 0, u.L);
+  KvCache alone_a, alone_b, merged_a, merged_b;
+  // Refresh parts (a block's first step), with an uncached part between them.
+  const ForwardBatch refresh_alone[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &alone_a),
+                                        cache_batch_of(u, rows_u, CacheOp::kNone, nullptr),
+                                        cache_batch_of(b, rows_b, CacheOp::kRefresh, &alone_b)};
+  const ForwardBatch refresh_merged[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &merged_a), refresh_alone[1],
+                                         cache_batch_of(b, rows_b, CacheOp::kRefresh, &merged_b)};
+  std::vector<float> want;
+  for (const ForwardBatch& part : refresh_alone) {
+    const std::vector<float> h = hidden_of(model, ctx, {&part, 1});
+    want.insert(want.end(), h.begin(), h.end());
+  }
+  expect_close(hidden_of(model, ctx, refresh_merged), want, tol, "refresh parts");
+  expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after refresh");
+  expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after refresh");
+  // kUse parts over windows of their own after their tokens changed (the next steps of a block).
+  for (int64_t i = 6; i < 10; ++i) a.tokens[i] = b.tokens[b.L + i + 3] = 17;
+  const std::vector<int64_t> use_a = window_rows(a, 6, 10), use_b = window_rows(b, 8, 16);
+  const ForwardBatch use_alone[] = {cache_batch_of(a, use_a, CacheOp::kUse, &alone_a, 6, 10),
+                                    cache_batch_of(b, use_b, CacheOp::kUse, &alone_b, 8, 16)};
+  const ForwardBatch use_merged[] = {cache_batch_of(a, use_a, CacheOp::kUse, &merged_a, 6, 10),
+                                     cache_batch_of(b, use_b, CacheOp::kUse, &merged_b, 8, 16)};
+  want = hidden_of(model, ctx, {&use_alone[0], 1});
+  const std::vector<float> h_b = hidden_of(model, ctx, {&use_alone[1], 1});
+  want.insert(want.end(), h_b.begin(), h_b.end());
+  expect_close(hidden_of(model, ctx, use_merged), want, tol, "kUse parts");
+  expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after kUse");
+  expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after kUse");
+}
+
 TEST(KvCache, PartsInOneForwardGiveEachPartsOwnRowsAndCache) {
   ThreadPool pool(2);
   for (const auto& model : fixture_models())
-   for (const bool reference : {true, false}) {
-    Context ctx{Device::kCpu, &pool};
-    ctx.reference_kernels = reference;
-    const double tol = reference ? 0.0 : 1e-5;
-    const ModelConfig& c = model->config();
-    Canvas a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
-    const std::vector<int64_t> rows_a = window_rows(a, 0, a.L), rows_b = window_rows(b, 0, b.L);
-    const std::vector<int64_t> rows_u = window_rows(u, 0, u.L);
-    KvCache alone_a, alone_b, merged_a, merged_b;
-    // Refresh parts (a block's first step), with an uncached part between them.
-    const ForwardBatch refresh_alone[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &alone_a),
-                                          cache_batch_of(u, rows_u, CacheOp::kNone, nullptr),
-                                          cache_batch_of(b, rows_b, CacheOp::kRefresh, &alone_b)};
-    const ForwardBatch refresh_merged[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &merged_a), refresh_alone[1],
-                                           cache_batch_of(b, rows_b, CacheOp::kRefresh, &merged_b)};
-    std::vector<float> want;
-    for (const ForwardBatch& part : refresh_alone) {
-      const std::vector<float> h = hidden_of(*model, ctx, {&part, 1});
-      want.insert(want.end(), h.begin(), h.end());
+    for (const bool reference : {true, false}) {
+      Context ctx{Device::kCpu, &pool};
+      ctx.reference_kernels = reference;
+      expect_parts_equal_alone(*model, ctx, reference ? 0.0 : 1e-5);
     }
-    expect_close(hidden_of(*model, ctx, refresh_merged), want, tol, "refresh parts");
-    expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after refresh");
-    expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after refresh");
-    // kUse parts over windows of their own after their tokens changed (the next steps of a block).
-    for (int64_t i = 6; i < 10; ++i) a.tokens[i] = b.tokens[b.L + i + 3] = 17;
-    const std::vector<int64_t> use_a = window_rows(a, 6, 10), use_b = window_rows(b, 8, 16);
-    const ForwardBatch use_alone[] = {cache_batch_of(a, use_a, CacheOp::kUse, &alone_a, 6, 10),
-                                      cache_batch_of(b, use_b, CacheOp::kUse, &alone_b, 8, 16)};
-    const ForwardBatch use_merged[] = {cache_batch_of(a, use_a, CacheOp::kUse, &merged_a, 6, 10),
-                                       cache_batch_of(b, use_b, CacheOp::kUse, &merged_b, 8, 16)};
-    want = hidden_of(*model, ctx, {&use_alone[0], 1});
-    const std::vector<float> h_b = hidden_of(*model, ctx, {&use_alone[1], 1});
-    want.insert(want.end(), h_b.begin(), h_b.end());
-    expect_close(hidden_of(*model, ctx, use_merged), want, tol, "kUse parts");
-    expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after kUse");
-    expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after kUse");
-  }
 }
 
 TEST(KvCache, BadPartsAreRejectedNamingThePart) {
