@@ -229,6 +229,37 @@ int64_t Model::forward_bytes_per_position() const {
   return floats * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(int32_t)) + 1;  // + token, valid
 }
 
+namespace {
+
+// Each part's window tokens and RoPE positions, row-major [n_batch, W], after the previous parts' (tokens,
+// positions [Σ n_computed]), and the out rows' indices into those rows (out_index [Σ n_out]: the rows whose
+// logits are wanted). check_batch has checked every part.
+void gather_inputs(std::span<const ForwardBatch> parts, int32_t* tokens, int32_t* positions, int32_t* out_index) {
+  for (int64_t p = 0, row0 = 0, out0 = 0; p < static_cast<int64_t>(parts.size()); ++p) {
+    const ForwardBatch& part = parts[p];
+    const int64_t L = part.n_seq, wb = part.window_begin, W = part.window_width();
+    // The absolute position of the window's i-th computed position.
+    auto at = [&](int64_t i) { return part.window_positions != nullptr ? part.window_positions[i] : wb + i; };
+    for (int64_t r = 0; r < part.n_batch; ++r)
+      for (int64_t i = 0; i < W; ++i) {
+        const int64_t flat = r * L + at(i);
+        tokens[row0 + r * W + i] = part.tokens[flat];
+        positions[row0 + r * W + i] = part.positions != nullptr ? part.positions[flat] : static_cast<int32_t>(at(i));
+      }
+    for (int64_t r = 0; r < part.n_out; ++r) {
+      const int64_t i = part.out_rows[r] % L;  // a computed position
+      const int64_t in_window = part.window_positions != nullptr
+                                    ? std::lower_bound(part.window_positions, part.window_positions + W, i) -
+                                          part.window_positions
+                                    : i - wb;
+      out_index[out0 + r] = static_cast<int32_t>(row0 + part.out_rows[r] / L * W + in_window);
+    }
+    row0 += part.n_computed(), out0 += part.n_out;
+  }
+}
+
+}  // namespace
+
 Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
                            const ForwardObserver* observer, Activations* train) const {
   const ForwardBatch& b = parts[0];  // training mode and a device: the only part
@@ -252,31 +283,9 @@ Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> par
     if (observer != nullptr) (*observer)(name, data, shape);
   };
 
-  // Each part's window tokens and RoPE positions, row-major [n_batch, W], after the previous parts'; the
-  // out rows' indices into h [T, E] (the rows whose logits are wanted).
   std::vector<int32_t> tokens(T), positions(T);  // [T]
   std::vector<int32_t> out_index(n_out);         // [n_out]
-  for (int64_t p = 0, row0 = 0, out0 = 0; p < static_cast<int64_t>(parts.size()); ++p) {
-    const ForwardBatch& part = parts[p];
-    const int64_t L = part.n_seq, wb = part.window_begin, W = part.window_width();
-    // The absolute position of the window's i-th computed position.
-    auto at = [&](int64_t i) { return part.window_positions != nullptr ? part.window_positions[i] : wb + i; };
-    for (int64_t r = 0; r < part.n_batch; ++r)
-      for (int64_t i = 0; i < W; ++i) {
-        const int64_t flat = r * L + at(i);
-        tokens[row0 + r * W + i] = part.tokens[flat];
-        positions[row0 + r * W + i] = part.positions != nullptr ? part.positions[flat] : static_cast<int32_t>(at(i));
-      }
-    for (int64_t r = 0; r < part.n_out; ++r) {
-      const int64_t i = part.out_rows[r] % L;  // check_batch: a computed position
-      const int64_t in_window = part.window_positions != nullptr
-                                    ? std::lower_bound(part.window_positions, part.window_positions + W, i) -
-                                          part.window_positions
-                                    : i - wb;
-      out_index[out0 + r] = static_cast<int32_t>(row0 + part.out_rows[r] / L * W + in_window);
-    }
-    row0 += part.n_computed(), out0 += part.n_out;
-  }
+  gather_inputs(parts, tokens.data(), positions.data(), out_index.data());
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
   if (train != nullptr) {  // training mode: the forward writes the activations backward needs into *train
