@@ -3,6 +3,7 @@
 #include "ops/vulkan/kernel_checks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -346,6 +347,30 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   return seq.record({"attention_combine", {}, {split_scratch, &out}, {u32(rows), u32(D), u32(splits)}, stride_groups(rows * D, 256)});
 }
 
+namespace {
+
+// Invocations per row of sample_rows.comp. On a GPU the most it takes (a power of two; every device takes 128).
+// On a CPU device (lavapipe runs a workgroup on one thread) 256, which measured 3-4x faster there than 1024,
+// or more where the row needs it: llvmpipe ends an invocation's loops after 65535 iterations counted over all
+// of them (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS), silently, with wrong sums behind (a V = 152064 row with
+// top-k and top-p needs ~87k at 256). The shader runs at most 109 + 2·bit_width(V) passes over the row (its
+// header), each ceil(V / threads) iterations, a log2(threads)-step reduction and one step of a search.
+Result<int32_t> sample_threads(const DeviceInfo& device, int64_t n_vocab) {
+  int64_t threads = device.type == "CPU" ? 256 : 1024;
+  while (threads > 128 && threads > device.max_workgroup_x) threads /= 2;
+  if (device.type != "CPU") return static_cast<int32_t>(threads);
+  constexpr int64_t kLoopLimit = 65535, kSlack = 512;  // the searches' own steps and a margin
+  const int64_t passes = 109 + 2 * std::bit_width(static_cast<uint64_t>(n_vocab));
+  for (; threads <= device.max_workgroup_x; threads *= 2) {
+    const int64_t per_pass = (n_vocab + threads - 1) / threads + std::bit_width(static_cast<uint64_t>(threads));
+    if (passes * per_pass + kSlack <= kLoopLimit) return static_cast<int32_t>(threads);
+  }
+  return invalid_argument("vulkan sample_rows: n_vocab " + std::to_string(n_vocab) + " is too long a row to sample on the CPU device " +
+                          device.name + " (llvmpipe ends a shader's loops after 65535 iterations in all); use a GPU or --device cpu");
+}
+
+}  // namespace
+
 Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,
                    const Buffer& uniforms, Buffer& ids, Buffer& conf) {
   const char* op = "vulkan sample_rows";
@@ -358,11 +383,9 @@ Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_voc
   DC_RETURN_IF_ERROR(need(ids, n * 4, op, "ids [n]"));
   DC_RETURN_IF_ERROR(need(conf, n * 3 * 4, op, "conf [n, 3]"));
   const int64_t top_k = filter.top_k > 0 && filter.top_k < n_vocab ? filter.top_k : 0;  // sampler/filters.h's "on"
-  // Invocations per row: on a GPU the most it takes (a power of two; every device takes 128); on a CPU device
-  // (lavapipe runs a workgroup on one thread) 256, which measured 3-4x faster there than 1024.
-  int32_t threads = seq.device().type == "CPU" ? 256 : 1024;
-  while (threads > 128 && threads > seq.device().max_workgroup_x) threads /= 2;
-  Dispatch d{"sample_rows", {threads}, {&logits, &uniforms, &ids, &conf},
+  const Result<int32_t> threads = sample_threads(seq.device(), n_vocab);
+  if (!threads.ok()) return threads.status();
+  Dispatch d{"sample_rows", {*threads}, {&logits, &uniforms, &ids, &conf},
              {u32(n), u32(n_vocab), push_float(filter.temperature), push_float(std::min(filter.top_p, 1.0f)), u32(top_k)}};
   row_groups(n, d);
   return seq.record(d);

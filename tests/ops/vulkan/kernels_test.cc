@@ -470,5 +470,61 @@ TEST(VulkanKernels, SampleRowsAgainstTheSampler) {
   EXPECT_EQ(vk::sample_rows(seq, dead, 3, V, {-1.0f, 1.0f, 0}, du, ids, conf).code(), StatusCode::kInvalidArgument);
 }
 
+
+// The same at Qwen's vocabulary (V = 152064 > 2^17), where lavapipe once ended the shader's loops early (its
+// 65535-iteration limit over all of an invocation's loops: wrong sums, token 131072 = 2^17 drawn) whenever
+// top-p was on, and a tie group's draw walked the group one token at a time. Rows: random; near-uniform
+// (|z| < 0.01); eight values (tie groups of ~19k); flat (every token tied); 153 tokens tied above a flat rest.
+// Filters: top-k with top-p, top-p alone, top-k alone. A row too long for lavapipe's limit is refused.
+TEST(VulkanKernels, SampleRowsAgainstTheSamplerAtAFullVocabulary) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t n = 5, V = 152064;
+  std::vector<float> logits = random_floats(11, static_cast<size_t>(n * V), -8, 8);
+  for (int64_t c = 0; c < V; ++c) {
+    logits[1 * V + c] /= 800.0f;
+    logits[2 * V + c] = std::floor(logits[2 * V + c] / 2.0f) / 4.0f;
+    logits[3 * V + c] = 0.25f;
+    logits[4 * V + c] = c % 1000 == 7 ? 3.0f : 0.0f;
+  }
+  const FilterConfig filters[] = {{1.0f, 0.95f, 5}, {1.0f, 0.99f, 50}, {0.7f, 0.5f, 20}, {1.0f, 0.95f, 0}, {1.0f, 1.0f, 5}};
+  const ConfidenceKind kinds[3] = {ConfidenceKind::kProbability, ConfidenceKind::kMargin, ConfidenceKind::kNegEntropy};
+  const vk::Buffer dl = ok_or_throw(rt.make_buffer(logits, "logits"));
+  vk::Buffer ids = ok_or_throw(rt.alloc(n * 4, "ids")), conf = ok_or_throw(rt.alloc(n * 12, "conf"));
+  for (size_t fi = 0; fi < std::size(filters); ++fi) {
+    const FilterConfig& f = filters[fi];
+    std::vector<float> u(n);
+    for (int64_t r = 0; r < n; ++r) {
+      Rng rng = Rng::for_stream(7, RngPurpose::kTest, static_cast<int64_t>(fi), r, 0);
+      u[r] = std::min(static_cast<float>(rng.uniform_double()), std::nextafter(1.0f, 0.0f));
+    }
+    const vk::Buffer du = ok_or_throw(rt.make_buffer(u, "uniforms"));
+    auto seq = ok_or_throw(rt.new_sequence());
+    ok_or_throw(vk::sample_rows(seq, dl, n, V, {f.temperature, f.top_p, f.top_k}, du, ids, conf));
+    ok_or_throw(seq.run());
+    const std::vector<uint32_t> got_ids = ok_or_throw(rt.read<uint32_t>(ids, n));
+    const std::vector<float> got = ok_or_throw(rt.read<float>(conf, n * 3));
+    for (int64_t r = 0; r < n; ++r) {
+      const std::string what = "filter " + std::to_string(fi) + " row " + std::to_string(r);
+      for (int kind = 0; kind < 3; ++kind) {
+        std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+        FilterScratch scratch;
+        Rng rng = Rng::for_stream(7, RngPurpose::kTest, static_cast<int64_t>(fi), r, 0);
+        const TokenSample want = ok_or_throw(sample_token(row.data(), V, f, kinds[kind], rng, scratch));
+        EXPECT_EQ(got_ids[r], static_cast<uint32_t>(want.token)) << what;
+        EXPECT_NEAR(got[r * 3 + kind], want.confidence, 2e-5 * std::max(1.0f, std::abs(want.confidence))) << what << " kind " << kind;
+      }
+    }
+  }
+  if (rt.info().type == "CPU") {  // 2^20 tokens: past what 1024 invocations can do under lavapipe's limit
+    const int64_t long_v = int64_t{1} << 20;
+    const vk::Buffer dlong = ok_or_throw(rt.alloc(long_v * 4, "a long row"));
+    const vk::Buffer du = ok_or_throw(rt.make_buffer(std::vector<float>(1, 0.5f), "uniforms"));
+    auto seq = ok_or_throw(rt.new_sequence());
+    const Status s = vk::sample_rows(seq, dlong, 1, long_v, {1.0f, 0.9f, 5}, du, ids, conf);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("n_vocab 1048576"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace dc

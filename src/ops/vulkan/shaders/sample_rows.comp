@@ -4,11 +4,13 @@
 // the argmax (lowest id on ties) when greedy, else the categorical draw of the host's uniform u[row] in the
 // CPU's order (the survivors' sorted order when a filter is on, id order when none is) — and of p the
 // chosen token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10). One workgroup of THREADS
-// per row (on a GPU 1024 where it allows, on a CPU device 256: kernels.cc); ids[row] and conf[row, 3] are all that is written
+// per row (on a GPU 1024 where it allows, on a CPU device 256 or more as V needs: kernels.cc); ids[row] and conf[row, 3] are all that is written
 // (conf NaN: a NaN or +inf z, or every z −inf).
 // Prefix cuts (top-p's crossing token, the draw) are searched bit by bit over a monotone uint key of z
 // (the largest key K whose mass "key >= K" exceeds the target), then, among the tokens tied at K, by id:
-// each probe is one reduction over the row, so no row is ever sorted or sent to the host.
+// each probe is one reduction over the row, so no row is ever sorted or sent to the host. At most
+// 109 + 2·bit_width(V) passes over the row (top-k's search 32; top-p's cut and the draw 36 + bit_width(V) each;
+// 5 more): kernels.cc sizes THREADS on a CPU device from it (llvmpipe ends all loops after 65535 iterations).
 #version 450
 
 layout(local_size_x_id = 0) in;
@@ -106,11 +108,16 @@ void sorted_cut(float target, float z_max, float z_sum, out uint out_key, out ui
     if (mass(cand, kAll, kAll, z_max, z_sum) > target) k = cand;
   }
   // The tokens tied at k, in id order, each adding the same p to the mass above k: the running sum after r
-  // of them rounded once (fma), as the CPU's f64 sum rounded to f32 is.
+  // of them rounded once (fma), as the CPU's f64 sum rounded to f32 is. r = the fewest (1 <= r <= tied) whose
+  // sum exceeds target, else tied: a binary search (the sum is monotone in r; a tie group can hold all of V).
   const float above = mass(k + 1u, kAll, kAll, z_max, z_sum), pk = e_of(z_of(k), z_max) / z_sum;
   const uint tied = count(k, k, kAll);
-  uint r = 1u;
-  while (r < tied && !(fma(float(r), pk, above) > target)) ++r;
+  uint r = 1u, r_hi = tied;
+  while (r < r_hi) {
+    const uint mid = r + (r_hi - r) / 2u;
+    if (fma(float(mid), pk, above) > target) r_hi = mid;
+    else r = mid + 1u;
+  }
   out_key = k;
   out_id = r == tied ? kAll : rth_id(k, r);
 }
