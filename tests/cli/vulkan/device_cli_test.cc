@@ -252,8 +252,7 @@ TEST(DeviceCli, GrpoLossOnVulkanEqualsTheCpu) {
 }
 
 // `grpo --device vulkan`: one round on tiny-vocab (head_dim 16), rollouts sampled on the device (top-k 50,
-// temperature 1; top-p off: the device's top-p draw over this checkpoint's near-uniform 152k-token rows is not the
-// CPU's, a bug of sample_rows.comp reported beside issue 36), the reference model's log-probs, the loss and the
+// temperature 1, top-p 0.95: the defaults, over near-uniform 152k-token rows), the reference model's log-probs, the loss and the
 // step there, the reward program on the CPU: the same rewards as the CPU's run, the same loss and gradient norm
 // within f32 bounds, and a checkpoint with the reference model; LoRA is refused naming --lora-r. (The 152k
 // vocabulary's lm_head passes take seconds each on lavapipe: one step, the unit tests cover the rest.)
@@ -266,7 +265,7 @@ TEST(DeviceCli, GrpoOnVulkanEqualsTheCpu) {
                                           "    print(json.loads(line)['completion'].count('e'))\n";
   const std::string common = "grpo --model " + dir.path() + " --data " + dir.file("grpo.jsonl") +
                              " --num-generations 2 --max-completion-length 4 --diffusion-steps 2 --steps 1 --num-iterations 1"
-                             " --grad-accum 1 --top-p 1 --lr 1e-3 --warmup-ratio 0 --max-grad-norm 0.01 --precision f32"
+                             " --grad-accum 1 --lr 1e-3 --warmup-ratio 0 --max-grad-norm 0.01 --precision f32"
                              " --threads 2 --quiet --code-weight 0 --format-weight 0"
                              " --reward-program /usr/bin/python3 " + dir.file("reward.py");
   std::vector<nlohmann::json> steps[2];
