@@ -202,6 +202,46 @@ Json rows_json(const std::vector<float>& v, int64_t width) {
   return out;
 }
 
+// The completion mask of every row, up to its first <|im_end|> (the id from the batch, else the model's
+// tokenizer).
+Status add_completion_mask(ParsedBatch& p, const std::string& model_dir) {
+  if (!p.im_end_id) {
+    auto tokenizer = model_source_tokenizer(model_dir);
+    if (!tokenizer.ok())
+      return invalid_argument("the completion mask needs the <|im_end|> id: give 'im_end_id' in the batch or "
+                              "a model with a tokenizer (" + tokenizer.status().message() + ")");
+    p.im_end_id = tokenizer->token_to_id("<|im_end|>");
+    if (!p.im_end_id)
+      return invalid_argument("the tokenizer of " + model_dir + " has no <|im_end|> token; give 'im_end_id' in the batch");
+  }
+  for (int64_t b = 0; b < p.batch.n_batch; ++b) {
+    const auto row = std::span(p.batch.completion_ids).subspan(b * p.batch.n_completion, p.batch.n_completion);
+    const std::vector<uint8_t> mask = train::completion_mask(row, *p.im_end_id);
+    p.batch.completion_mask.insert(p.batch.completion_mask.end(), mask.begin(), mask.end());
+  }
+  return Status();
+}
+
+// The --json result: the loss, the advantages, the log-probs (policy, reference), the completion mask, the
+// KL, the clip fraction and the gradients' norms.
+void print_json(const ParsedBatch& p, const std::vector<double>& advantages, const train::GrpoLossResult& res,
+                const std::vector<float>& ref_logps, double grad_norm, const Json& norms) {
+  Json mask = Json::array();
+  for (int64_t b = 0; b < p.batch.n_batch; ++b)
+    mask.push_back(std::vector<int>(p.batch.completion_mask.begin() + b * p.batch.n_completion,
+                                    p.batch.completion_mask.begin() + (b + 1) * p.batch.n_completion));
+  const Json out = {{"loss", res.loss},
+                    {"advantages", advantages},
+                    {"logps", rows_json(res.logps, p.batch.n_completion)},
+                    {"ref_logps", rows_json(ref_logps, p.batch.n_completion)},
+                    {"completion_mask", mask},
+                    {"kl", res.kl},
+                    {"clip_fraction", res.clip_fraction},
+                    {"grad_norm", grad_norm},
+                    {"grad_norms", norms}};
+  std::printf("%s\n", out.dump().c_str());
+}
+
 int run_grpo_loss(const GrpoLossArgs& a) {
   auto text = read_text_file(a.batch_path);
   if (!text.ok()) return report(text.status());
@@ -211,20 +251,7 @@ int run_grpo_loss(const GrpoLossArgs& a) {
   auto policy = load_f32(a.model_dir);
   if (!policy.ok()) return report(policy.status());
   const ModelConfig& cfg = policy->model->config();
-  if (!p.im_end_id) {
-    auto tokenizer = model_source_tokenizer(a.model_dir);
-    if (!tokenizer.ok())
-      return report(invalid_argument("the completion mask needs the <|im_end|> id: give 'im_end_id' in the batch or "
-                                     "a model with a tokenizer (" + tokenizer.status().message() + ")"));
-    p.im_end_id = tokenizer->token_to_id("<|im_end|>");
-    if (!p.im_end_id)
-      return report(invalid_argument("the tokenizer of " + a.model_dir + " has no <|im_end|> token; give 'im_end_id' in the batch"));
-  }
-  for (int64_t b = 0; b < p.batch.n_batch; ++b) {
-    const auto row = std::span(p.batch.completion_ids).subspan(b * p.batch.n_completion, p.batch.n_completion);
-    const std::vector<uint8_t> mask = train::completion_mask(row, *p.im_end_id);
-    p.batch.completion_mask.insert(p.batch.completion_mask.end(), mask.begin(), mask.end());
-  }
+  if (const Status st = add_completion_mask(p, a.model_dir); !st.ok()) return report(st);
   auto advantages = train::leave_one_out_advantages(p.rewards, p.group_size, p.scale_rewards);
   if (!advantages.ok()) return report(invalid_argument(a.batch_path + ": batch: " + advantages.status().message()));
   auto rows = train::coupled_rows(p.batch, p.mask, static_cast<int32_t>(cfg.mask_token_id), cfg.n_vocab, true);
@@ -309,20 +336,7 @@ int run_grpo_loss(const GrpoLossArgs& a) {
                 (long long)res->n_tokens);
     return 0;
   }
-  Json mask = Json::array();
-  for (int64_t b = 0; b < p.batch.n_batch; ++b)
-    mask.push_back(std::vector<int>(p.batch.completion_mask.begin() + b * p.batch.n_completion,
-                                    p.batch.completion_mask.begin() + (b + 1) * p.batch.n_completion));
-  const Json out = {{"loss", res->loss},
-                    {"advantages", in.advantages},
-                    {"logps", rows_json(res->logps, p.batch.n_completion)},
-                    {"ref_logps", rows_json(ref_logps, p.batch.n_completion)},
-                    {"completion_mask", mask},
-                    {"kl", res->kl},
-                    {"clip_fraction", res->clip_fraction},
-                    {"grad_norm", grad_norm},
-                    {"grad_norms", norms}};
-  std::printf("%s\n", out.dump().c_str());
+  print_json(p, in.advantages, *res, ref_logps, grad_norm, norms);
   return 0;
 }
 
