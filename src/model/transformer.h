@@ -128,7 +128,9 @@ class Model {
   // every part), the token gather, embedding, norms, projections and MLP run over all parts' computed
   // positions stacked (the weights read once), and per part RoPE, the store into its cache and the attention
   // over its cache and window. hidden[Σ n_out, n_embd]: part p's out rows after those of parts < p, each
-  // the values its own forward_hidden gives, bit for bit (every stacked op is row-wise). Checks every part as
+  // the values its own forward_hidden gives: bit for bit with the reference kernels (every stacked op is
+  // row-wise), within rounding with the fast ones (the matmul picks its few-rows or packed path by the
+  // stacked row count: 1e-7 to 8e-7 relative measured, tests/model/kv_cache_test.cc). Checks every part as
   // forward_hidden (errors name the part); CPU only (a device: one part); no training mode.
   Status forward_hidden_parts(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const;
 
