@@ -69,6 +69,17 @@ Result<Decoder> start_decoder(int64_t n_vocab, const std::vector<int32_t>& promp
   }
 }
 
+// The result of a job whose forward or sampling failed: memory that ran out (the host's, or a device's: its KV
+// cache, its activations, its logits) is the server's (503); anything else the model's (500: e.g. non-finite
+// logits the sampler refused).
+JobResult step_failure(Status status) {
+  JobResult r;
+  r.unavailable = status.code() == StatusCode::kResourceExhausted;
+  r.model_error = !r.unavailable;
+  r.status = std::move(status);
+  return r;
+}
+
 }  // namespace
 
 int64_t job_memory_bytes(const SamplingParams& params, int64_t prompt_tokens, const HeadMemory& head) {
@@ -507,13 +518,7 @@ void Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   for (const std::vector<size_t>& g : cached_groups) forward_cached_group(active, g, forward_s, &failed);
   std::sort(failed.begin(), failed.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   for (auto& [i, status] : failed) {  // descending indices: retiring one leaves the others' valid
-    JobResult r;
-    // Memory that ran out (the host's, or a device's: its KV cache, its activations) is the server's (503);
-    // anything else the model's (500).
-    r.unavailable = status.code() == StatusCode::kResourceExhausted;
-    r.model_error = !r.unavailable;
-    r.status = std::move(status);
-    retire(active, i, std::move(r));
+    retire(active, i, step_failure(std::move(status)));
   }
 }
 
@@ -544,13 +549,7 @@ void Scheduler::publish_and_retire(std::vector<Active>& active, const std::vecto
     const int32_t mask = a.job->params().mask_token_id;
     batch_rows += d.n_rows();
     if (!statuses[i].ok()) {
-      JobResult r;
-      r.status = statuses[i];
-      // The sampler refused the model's logits (non-finite values: 500), or a device ran out of memory for the
-      // step's logits (503).
-      r.unavailable = r.status.code() == StatusCode::kResourceExhausted;
-      r.model_error = !r.unavailable;
-      retire(active, i, std::move(r));
+      retire(active, i, step_failure(statuses[i]));
       continue;
     }
     committed += unmasked[i];
