@@ -26,7 +26,8 @@
 //   (select on the answer pipe: CallTimeout), each input rebuilt first by the task's input rule, and
 //   compares the answer with the expected one as EvalPlus does, with the task's special oracle
 //   (oracles.h; humaneval.h inputs_check_spec), printing "<nonce> base" on its stdout once the base inputs
-//   passed. With the not_none oracle the child answers `answer is not None` (a bool answer as itself).
+//   passed. With the not_none oracle the child answers `answer is not None` (a bool answer as itself); with
+//   any_answer it answers True for any value returned (which need not be data that can travel).
 //   The proxy forwards each call to the child and accepts only plain builtin data (None,
 //   bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset: no code, no classes whose
 //   __eq__ the candidate chose); a forwarded exception is raised again as the builtin type of that
@@ -100,7 +101,7 @@ def _plain(x):
         else:
             return False
     return True
-def _child(req, resp, src, setup, entry, libc, not_none):
+def _child(req, resp, src, setup, entry, libc, oracle):
     _TRUSTED.clear()  # the tests and expected outputs the parent judges with: not the candidate's to read
     fd = os.open('/dev/null', os.O_RDONLY)
     os.dup2(fd, 0)
@@ -133,7 +134,7 @@ def _child(req, resp, src, setup, entry, libc, not_none):
         try:
             args = [ns[a[1]] if type(a) is tuple and len(a) == 2 and a[0] == _REF else a for a in call[0]]
             out = fn(*args, **call[1])
-            out = ('ok', _dc_not_none(out) if not_none else out)
+            out = ('ok', _dc_not_none(out) if oracle == 'not_none' else True if oracle == 'any_answer' else out)
         except BaseException as e:
             out = _exc(e)
         try:
@@ -328,8 +329,9 @@ def _main():
     for name in (('task.json', 'plan.json') if mode == 'inputs' else ('prompt.py', 'test.py')):
         _TRUSTED[name] = _file(name)
         os.unlink('/tmp/' + name)  # nor on disk: the candidate shares the sandbox's /tmp
-    # The not_none oracle compares `answer is not None`: the child sends that, not the answer (a re.Match).
-    not_none = mode == 'inputs' and json.loads(_TRUSTED['plan.json'])['oracle'] == 'not_none'
+    # The not_none oracle compares `answer is not None`: the child sends that, not the answer (a re.Match);
+    # any_answer passes any value returned: the child sends True, not the answer (any object at all).
+    oracle = json.loads(_TRUSTED['plan.json'])['oracle'] if mode == 'inputs' else ''
     import ctypes
     libc = ctypes.CDLL(None)
     if libc.prctl(4, 0, 0, 0, 0) != 0:
@@ -344,7 +346,7 @@ def _main():
         try:
             os.close(req_w)
             os.close(resp_r)
-            _child(req_r, resp_w, src, setup, entry, libc, not_none)
+            _child(req_r, resp_w, src, setup, entry, libc, oracle)
         finally:
             os._exit(0)
     os.close(req_r)
