@@ -128,10 +128,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::create(const Model& model, con
   auto impl = std::unique_ptr<Impl>(new Impl{engine, options, nullptr});
   impl->scheduler = std::make_unique<dc::api::Scheduler>(engine.head_fn(), engine.config().n_vocab, head, &engine.pool(),
                                                          options, observer, [&engine] { return engine.head_fn(); },
-                                                         // The cached requests' steps in one forward (the CPU's)
-                                                         engine.backend() == nullptr
-                                                             ? std::function<dc::PartsHeadFn()>([&engine] { return engine.parts_head_fn(); })
-                                                             : nullptr);
+                                                         // The cached requests' steps in one forward (either device)
+                                                         [&engine] { return engine.parts_head_fn(); });
   return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(impl)));
 }
 

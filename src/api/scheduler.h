@@ -2,7 +2,8 @@
 // prompt × n rows, own SamplingParams) wait in a bounded queue, join the running batch at step boundaries, are
 // advanced together by ONE forward per step over all their rows (left-padded to the longest canvas; one
 // forward per LoRA adapter when jobs pick adapters; the jobs with a KV cache in one forward of parts per
-// adapter, each over its own cache, where the engine makes one: the CPU), and leave when done, cancelled or stopped.
+// adapter, each over its own cache, where the engine makes one: the CPU's or a device's), and leave when done,
+// cancelled or stopped.
 #pragma once
 
 #include <chrono>
@@ -124,7 +125,7 @@ class Scheduler {
   // function of its own made by `make_cached_fn` (its block counted once in the memory budget while the group
   // has jobs; without make_cached_fn such jobs fail as unimplemented).
   //
-  // `make_parts_fn` (may be empty; e.g. Engine::parts_head_fn on the CPU) makes a PartsHeadFn: with it the
+  // `make_parts_fn` (may be empty; e.g. Engine::parts_head_fn, on either device) makes a PartsHeadFn: with it the
   // scheduler owns each cached job's KvCache and runs the step of all cached jobs of one adapter as ONE
   // forward of parts (each job's window over its own cache, its own step state), through a parts function
   // of that adapter's own (made on first use), instead of one forward per job (make_cached_fn is then used

@@ -12,35 +12,48 @@
 
 namespace dc {
 
-Status DeviceHeadSampler::forward(const ForwardBatch& batch) {
+Status DeviceHeadSampler::forward(std::span<const ForwardBatch> parts) {
   DC_RETURN_IF_ERROR(run_pending());
   n_rows_ = 0;
-  DC_RETURN_IF_ERROR(model_.check_forward(ctx_, batch));
+  DC_RETURN_IF_ERROR(model_.check_forward(ctx_, parts));
   const int64_t E = model_.config().n_embd;
-  if (batch.n_out > capacity_rows_) {
+  int64_t n_out = 0;
+  for (const ForwardBatch& b : parts) n_out += b.n_out;
+  if (n_out > capacity_rows_) {
     hidden_.reset();
     capacity_rows_ = 0;
     const std::unique_lock<std::mutex> lock = ctx_.backend->lock();  // allocate() runs under the device's lock
-    DC_ASSIGN_OR_RETURN(hidden_, ctx_.backend->allocate(batch.n_out * E * static_cast<int64_t>(sizeof(float)),
-                                                         "the hidden rows of " + std::to_string(batch.n_out) + " positions"));
-    capacity_rows_ = batch.n_out;
+    DC_ASSIGN_OR_RETURN(hidden_, ctx_.backend->allocate(n_out * E * static_cast<int64_t>(sizeof(float)),
+                                                         "the hidden rows of " + std::to_string(n_out) + " positions"));
+    capacity_rows_ = n_out;
   }
-  PendingForward& p = pending_.emplace();
-  const size_t n = static_cast<size_t>(batch.n_batch * batch.n_seq);
-  p.batch = batch;
-  p.tokens.assign(batch.tokens, batch.tokens + n);
-  p.batch.tokens = p.tokens.data();
-  if (batch.positions != nullptr) p.positions.assign(batch.positions, batch.positions + n), p.batch.positions = p.positions.data();
-  if (batch.valid != nullptr) p.valid.assign(batch.valid, batch.valid + n), p.batch.valid = p.valid.data();
-  p.out_rows.assign(batch.out_rows, batch.out_rows + batch.n_out);
-  p.batch.out_rows = p.out_rows.data();
-  n_rows_ = batch.n_out;
+  PendingForward& pending = pending_.emplace();
+  pending.parts.resize(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ForwardBatch& batch = parts[i];
+    PendingPart& p = pending.parts[i];
+    const size_t n = static_cast<size_t>(batch.n_batch * batch.n_seq);
+    p.batch = batch;
+    p.tokens.assign(batch.tokens, batch.tokens + n);
+    p.batch.tokens = p.tokens.data();
+    if (batch.positions != nullptr) p.positions.assign(batch.positions, batch.positions + n), p.batch.positions = p.positions.data();
+    if (batch.valid != nullptr) p.valid.assign(batch.valid, batch.valid + n), p.batch.valid = p.valid.data();
+    p.out_rows.assign(batch.out_rows, batch.out_rows + batch.n_out);
+    p.batch.out_rows = p.out_rows.data();
+  }
+  n_rows_ = n_out;
   return Status::ok_status();
+}
+
+std::vector<ForwardBatch> DeviceHeadSampler::PendingForward::batches() const {
+  std::vector<ForwardBatch> out;
+  for (const PendingPart& p : parts) out.push_back(p.batch);
+  return out;
 }
 
 Status DeviceHeadSampler::record_pending() {
   if (!pending_) return Status::ok_status();
-  const Status s = model_.record_hidden(ctx_, pending_->batch, hidden_ != nullptr ? as_operand(hidden_->data()) : nullptr);
+  const Status s = model_.record_hidden(ctx_, pending_->batches(), hidden_ != nullptr ? as_operand(hidden_->data()) : nullptr);
   if (!s.ok()) drop_pending(false);
   return s;
 }
@@ -52,8 +65,9 @@ Status DeviceHeadSampler::finish_step() {
 }
 
 void DeviceHeadSampler::drop_pending(bool ran) {
-  if (!ran && pending_ && pending_->batch.cache != nullptr && pending_->batch.cache_op == CacheOp::kRefresh)
-    pending_->batch.cache->set_filled(false);  // recorded (maybe in part), not run
+  if (!ran && pending_)
+    for (const PendingPart& p : pending_->parts)
+      if (p.batch.cache != nullptr && p.batch.cache_op == CacheOp::kRefresh) p.batch.cache->set_filled(false);  // recorded (maybe in part), not run
   pending_.reset();
 }
 

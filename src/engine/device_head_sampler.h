@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/context.h"
@@ -32,7 +33,10 @@ class DeviceHeadSampler final : public HeadSampler {
   // Model::forward_hidden over `batch` into this object's device rows (grown as needed), run by the next
   // sample() or logits() in the same submission as theirs. Checks the batch now (Model::check_forward); the
   // forward's device errors come from that call. `batch`'s host arrays are copied: the caller may reuse them.
-  Status forward(const ForwardBatch& batch);
+  Status forward(const ForwardBatch& batch) { return forward(std::span<const ForwardBatch>(&batch, 1)); }
+  // The same over several parts in one forward (Model::forward_hidden_parts: a server's cached requests, each
+  // over its own KV cache): the parts' hidden rows one after the other; errors name the part.
+  Status forward(std::span<const ForwardBatch> parts);
 
   int64_t n_rows() const override { return n_rows_; }
   // The lm_head of hidden rows [first, first + n) on the device, downloaded to out[n, n_vocab].
@@ -60,18 +64,22 @@ class DeviceHeadSampler final : public HeadSampler {
   // (its first rows.size() rows of n_vocab; reserve_logits first) and returns it (nullptr after a device
   // error, in status()). Under the device's lock, between begin() and finish().
   DeviceIn record_logits(std::vector<int32_t> rows);
-  // The forward() not yet run: its batch, pointing into this object's copies of the host arrays.
-  struct PendingForward {
+  // One part of the forward() not yet run: its batch, pointing into this object's copies of the host arrays.
+  struct PendingPart {
     ForwardBatch batch;
     std::vector<int32_t> tokens, positions;
     std::vector<uint8_t> valid;
     std::vector<int64_t> out_rows;
   };
+  struct PendingForward {
+    std::vector<PendingPart> parts;  // not resized once filled: the batches point into them
+    std::vector<ForwardBatch> batches() const;
+  };
   // Records the pending forward (if any) into the backend's open forward. Under the device's lock, after begin().
   Status record_pending();
   // finish(), then the pending forward is done (run, or on an error dropped).
   Status finish_step();
-  // Forgets the pending forward; one that did not run (`ran` false) leaves a cache it refreshes unfilled.
+  // Forgets the pending forward; one that did not run (`ran` false) leaves the caches it refreshes unfilled.
   void drop_pending(bool ran);
   // Runs the pending forward alone (a forward that no sample() or logits() read).
   Status run_pending();

@@ -334,17 +334,27 @@ HeadFn Engine::head_fn() {
 }
 
 PartsHeadFn Engine::parts_head_fn() {
-  if (ctx_.device != Device::kCpu) return nullptr;
   std::shared_ptr<void> running = begin_generation();
-  auto head = std::make_shared<CpuHeadSampler>(*model_, ctx_);
-  return [this, head, running](std::span<const ForwardBatch> parts) -> Result<HeadSampler*> {
+  // On a device the parts' hidden rows stay there and every step is sampled there, as head_fn()'s.
+  std::shared_ptr<HeadSampler> head;
+  std::function<Status(std::span<const ForwardBatch>)> forward;
+  if (ctx_.device != Device::kCpu) {
+    auto device_head = std::make_shared<DeviceHeadSampler>(*model_, ctx_);
+    head = device_head;
+    forward = [device_head](std::span<const ForwardBatch> parts) { return device_head->forward(parts); };
+  } else {
+    auto cpu_head = std::make_shared<CpuHeadSampler>(*model_, ctx_);
+    head = cpu_head;
+    forward = [cpu_head](std::span<const ForwardBatch> parts) { return cpu_head->forward(parts); };
+  }
+  return [this, head, forward, running](std::span<const ForwardBatch> parts) -> Result<HeadSampler*> {
     for (size_t p = 0; p < parts.size(); ++p) {
       const ForwardBatch& b = parts[p];
       const int64_t bytes = kv_bytes(config(), b.n_batch, b.n_seq);
       if (b.cache_op == CacheOp::kRefresh && bytes > max_kv_cache_bytes_)
         return kv_cache_too_large(bytes, max_kv_cache_bytes_, b.n_batch, b.n_seq).with_context("part " + std::to_string(p));
     }
-    DC_RETURN_IF_ERROR(head->forward(parts));
+    DC_RETURN_IF_ERROR(forward(parts));
     return head.get();
   };
 }

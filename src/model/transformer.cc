@@ -100,17 +100,17 @@ Status Model::forward_hidden(const Context& ctx, const ForwardBatch& b, float* h
 }
 
 Status Model::forward_hidden_parts(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const {
-  if (parts.empty()) return invalid_argument("forward: no parts");
-  if (parts.size() > 1 && ctx.device != Device::kCpu)
-    return invalid_argument("forward: a forward over several parts runs on the CPU only (on " + ctx.backend->name() +
-                            " one part per forward)");
   return forward_checked(ctx, parts, hidden, nullptr, nullptr, nullptr);
 }
 
-Status Model::record_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const {
+Status Model::record_hidden(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::record_hidden: a device context");
-  DC_RETURN_IF_ERROR(check_forward(ctx, batch));
-  return forward_body(ctx, {&batch, 1}, hidden, nullptr, nullptr);
+  DC_ASSIGN_OR_RETURN(const std::vector<ForwardBatch> checked, checked_parts(ctx, parts));
+  return forward_body(ctx, checked, hidden, nullptr, nullptr);
+}
+
+Status Model::check_forward(const Context& ctx, std::span<const ForwardBatch> parts) const {
+  return checked_parts(ctx, parts).status();
 }
 
 Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const {
@@ -135,11 +135,9 @@ Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const
   return Status();
 }
 
-Status Model::forward_checked(const Context& ctx, std::span<const ForwardBatch> batches, float* hidden, float* logits,
-                              const ForwardObserver* observer, Activations* train) const {
-  const ProfileScope profile(ctx, "forward");
+Result<std::vector<ForwardBatch>> Model::checked_parts(const Context& ctx, std::span<const ForwardBatch> batches) const {
+  if (batches.empty()) return invalid_argument("forward: no parts");
   std::vector<ForwardBatch> parts(batches.begin(), batches.end());
-  int64_t n_out = 0, n_computed = 0, n_rows = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     ForwardBatch& b = parts[p];
     if (b.lora == nullptr) b.lora = lora_;  // set_lora's adapters
@@ -151,9 +149,17 @@ Status Model::forward_checked(const Context& ctx, std::span<const ForwardBatch> 
       for (size_t o = 0; o < p; ++o)
         if (parts[o].cache_op != CacheOp::kNone && parts[o].cache == b.cache)
           return invalid_argument("forward: parts " + std::to_string(o) + " and " + std::to_string(p) + " share a KV cache");
-    n_out += b.n_out, n_computed += b.n_computed(), n_rows += b.n_batch;
   }
-  if (ctx.device != Device::kCpu) return forward_on_device(ctx, parts[0], hidden, logits, observer, train);
+  return parts;
+}
+
+Status Model::forward_checked(const Context& ctx, std::span<const ForwardBatch> batches, float* hidden, float* logits,
+                              const ForwardObserver* observer, Activations* train) const {
+  const ProfileScope profile(ctx, "forward");
+  DC_ASSIGN_OR_RETURN(const std::vector<ForwardBatch> parts, checked_parts(ctx, batches));
+  int64_t n_out = 0, n_computed = 0, n_rows = 0;
+  for (const ForwardBatch& b : parts) n_out += b.n_out, n_computed += b.n_computed(), n_rows += b.n_batch;
+  if (ctx.device != Device::kCpu) return forward_on_device(ctx, parts, hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
   // faults (~5% of a 0.5B step). Without one, in this call's own (freed on return).
@@ -181,24 +187,28 @@ void Model::lm_head(const Context& ctx, const float* hidden, int64_t n, float* l
     matmul_nt(ctx, hidden + r * E, std::min(chunk_rows, n - r), weights_.output, nullptr, logits + r * V);
 }
 
-Status Model::forward_on_device(const Context& ctx, const ForwardBatch& b, float* hidden, float* logits,
+Status Model::forward_on_device(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden, float* logits,
                                 const ForwardObserver* observer, Activations* train) const {
   if (observer != nullptr) return invalid_argument("forward: the debug observer runs on the CPU only (--device cpu)");
   const int64_t E = config_.n_embd, V = config_.n_vocab;
+  int64_t n_out = 0;
+  for (const ForwardBatch& b : parts) n_out += b.n_out;
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
   // The final-normed rows (in the caller's device memory for forward_hidden) and their logits stay on the
   // device; only the logits come back.
-  float* rows = logits != nullptr ? device_floats(ctx, "forward.hidden", b.n_out * E) : hidden;  // [n_out, E]
-  float* out = logits != nullptr ? device_floats(ctx, "forward.logits", b.n_out * V) : nullptr;  // [n_out, V]
+  float* rows = logits != nullptr ? device_floats(ctx, "forward.hidden", n_out * E) : hidden;  // [n_out, E]
+  float* out = logits != nullptr ? device_floats(ctx, "forward.logits", n_out * V) : nullptr;  // [n_out, V]
   DC_RETURN_IF_ERROR(device_status(ctx));
-  Status s = forward_body(ctx, {&b, 1}, rows, nullptr, train);
-  if (s.ok() && logits != nullptr && b.n_out > 0) {
-    lm_head(ctx, rows, b.n_out, out, b.n_out);  // one product: no offsets into device rows
-    ctx.backend->copy_out("forward.logits", as_device(out), logits, b.n_out * V * static_cast<int64_t>(sizeof(float)));
+  Status s = forward_body(ctx, parts, rows, nullptr, train);
+  if (s.ok() && logits != nullptr && n_out > 0) {
+    lm_head(ctx, rows, n_out, out, n_out);  // one product: no offsets into device rows
+    ctx.backend->copy_out("forward.logits", as_device(out), logits, n_out * V * static_cast<int64_t>(sizeof(float)));
   }
   if (s.ok()) s = ctx.backend->finish();
-  if (!s.ok() && b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);  // recorded, not run
+  if (!s.ok())  // recorded, not run
+    for (const ForwardBatch& b : parts)
+      if (b.cache != nullptr && b.cache_op == CacheOp::kRefresh) b.cache->set_filled(false);
   return s;
 }
 
@@ -258,11 +268,27 @@ void gather_inputs(std::span<const ForwardBatch> parts, int32_t* tokens, int32_t
   }
 }
 
+// On a device, points each part's padding mask (ForwardBatch::valid, [n_batch, n_seq] bytes) into one device
+// copy of them all, one after another (parts without a mask keep none); the CPU reads them where they are.
+void stage_masks(const Context& ctx, std::vector<ForwardBatch>& parts) {
+  if (ctx.device == Device::kCpu) return;
+  std::vector<uint8_t> masks;  // [Σ n_batch · n_seq of the parts with one]
+  for (const ForwardBatch& part : parts)
+    if (part.valid != nullptr) masks.insert(masks.end(), part.valid, part.valid + part.n_batch * part.n_seq);
+  if (masks.empty()) return;
+  const uint8_t* staged = device_copy(ctx, "forward.valid", masks.data(), static_cast<int64_t>(masks.size()));
+  for (int64_t at = 0; ForwardBatch& part : parts)
+    if (part.valid != nullptr) {
+      part.valid = staged != nullptr ? staged + at : nullptr;  // a device operand: its handle plus a byte offset
+      at += part.n_batch * part.n_seq;
+    }
+}
+
 }  // namespace
 
 Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
                            const ForwardObserver* observer, Activations* train) const {
-  const ForwardBatch& b = parts[0];  // training mode and a device: the only part
+  const ForwardBatch& b = parts[0];  // training mode: the only part
   if (train != nullptr && (parts.size() > 1 || b.cache_op != CacheOp::kNone || b.window_begin != 0 ||
                            b.window_stop() != b.n_seq))
     return invalid_argument("forward: training mode needs the whole sequence and no KV cache");
@@ -313,8 +339,7 @@ Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> par
   const float* sin_at = device_copy(ctx, "forward.sin", sin.data(), T * D / 2);
   const int32_t* out_index_at = device_copy(ctx, "forward.out_rows", out_index.data(), n_out);
   std::vector<ForwardBatch> batches(parts.begin(), parts.end());  // the padding masks where attention reads them
-  for (ForwardBatch& part : batches)  // (a device: one part)
-    part.valid = device_copy(ctx, "forward.valid", part.valid, part.n_batch * part.n_seq);
+  stage_masks(ctx, batches);
   DC_RETURN_IF_ERROR(device_status(ctx));
 
   embedding(ctx, weights_.tok_embd, ids, T, h);

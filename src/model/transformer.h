@@ -131,17 +131,23 @@ class Model {
   // the values its own forward_hidden gives: bit for bit with the reference kernels (every stacked op is
   // row-wise), within rounding with the fast ones (the matmul picks its few-rows or packed path by the
   // stacked row count: 1e-7 to 8e-7 relative measured, tests/model/kv_cache_test.cc). Checks every part as
-  // forward_hidden (errors name the part); CPU only (a device: one part); no training mode.
+  // forward_hidden (errors name the part); no training mode. On a device the same, in one submission: the
+  // per-part kernels (RoPE with the cache store, attention) read and write the part's rows inside the stacked
+  // buffers at offsets (push constants), each part's padding mask inside one device copy of them all
+  // (tests/model/vulkan/parts_vulkan_test.cc: within 1e-5 relative of each part alone and of the CPU's).
   Status forward_hidden_parts(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const;
 
   // forward_hidden of a device step whose caller runs it together with what it records next (the lm_head
   // and the sampling of the same step: one submission, engine/device_head_sampler.h): records the forward
   // into ctx.backend's open forward — the caller holds its lock() and has called begin(); its finish() runs
   // it. Same checks and errors as forward_hidden (a device context only); when finish() fails, the caller
-  // marks a refreshed batch.cache unfilled (set_filled(false)), as forward_hidden does.
-  Status record_hidden(const Context& ctx, const ForwardBatch& batch, float* hidden) const;
+  // marks a refreshed batch.cache unfilled (set_filled(false)), as forward_hidden does. Over parts as
+  // forward_hidden_parts (one part: forward_hidden).
+  Status record_hidden(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden) const;
   // The checks of forward / forward_hidden (the batch, its cache's device, the LoRA adapters), running nothing.
   Status check_forward(const Context& ctx, const ForwardBatch& batch) const;
+  // The checks of forward_hidden_parts (each part's, naming it, and the parts together), running nothing.
+  Status check_forward(const Context& ctx, std::span<const ForwardBatch> parts) const;
 
   // The lm_head: logits[n, n_vocab] = hidden[n, n_embd] · outputᵀ, one matmul_nt per chunk of chunk_rows
   // rows counted from hidden's first row. The fast kernels' summation order depends on a product's row
@@ -182,6 +188,10 @@ class Model {
         weights_(std::move(weights)) {}
 
   Status check_batch(const ForwardBatch& batch) const;
+  // The parts as a forward runs them (set_lora's adapters where a part names none), once each is checked
+  // (check_forward, errors naming the part when there are several) and the parts together: at least one, the
+  // same adapters, no KV cache shared.
+  Result<std::vector<ForwardBatch>> checked_parts(const Context& ctx, std::span<const ForwardBatch> parts) const;
 
   struct PackTarget {
     std::string name;  // "layers.3.w_up", "output"
@@ -195,14 +205,14 @@ class Model {
   // Over parts (forward_hidden_parts; one part otherwise), each with set_lora's adapters when it names none.
   Status forward_checked(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden, float* logits,
                          const ForwardObserver* observer, Activations* train) const;
-  // forward_checked on a device (ctx.device != kCpu): records forward_body and the lm_head into the
-  // backend, runs them and downloads the logits (forward_hidden: leaves the rows in `hidden`, device memory);
-  // training mode keeps the activations in device memory. No observer.
-  Status forward_on_device(const Context& ctx, const ForwardBatch& batch, float* hidden, float* logits,
+  // forward_checked on a device (ctx.device != kCpu) over its checked parts: records forward_body and the
+  // lm_head into the backend, runs them and downloads the logits (forward_hidden: leaves the rows in `hidden`,
+  // device memory); training mode keeps the activations in device memory. No observer.
+  Status forward_on_device(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden, float* logits,
                            const ForwardObserver* observer, Activations* train) const;
   // The bodies of forward and backward, which may throw std::bad_alloc (the public functions turn it into
   // resource_exhausted).
-  // Over parts stacked (forward_hidden_parts); training mode: one part.
+  // Over parts stacked (forward_hidden_parts, on either device); training mode: one part.
   Status forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
                       const ForwardObserver* observer, Activations* train) const;
   // backward() on a device (ctx.device != kCpu): records backward_body into ctx.backend and runs it.

@@ -14,7 +14,9 @@
 // rows starts a new one, as it is where a forward's per-step shape begins (the out rows after the layers,
 // whose number changes every step while the canvas does not; the head's masked rows). A device pointer
 // (ops/device.h DevicePtr) is the handle (slot + 1) << 40 of a named forward buffer or of caller-owned memory
-// (allocate: the KV cache): an operand must be the start of one (no row offsets yet).
+// (allocate: the KV cache) plus a byte offset below bit 40: an operand is the start of one, except for the
+// per-part ops of a forward of parts (rope_kv, attention), whose operands may start at a part's rows inside
+// buffers that stack several parts (the offset goes to the shader as a push constant).
 #include <algorithm>
 #include <ctime>
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -34,7 +37,7 @@
 namespace dc {
 namespace {
 
-constexpr int kAddressShift = 40;  // DevicePtr handles: slot in the high bits, a byte offset (always 0) below
+constexpr int kAddressShift = 40;  // DevicePtr handles: slot in the high bits, a byte offset below
 // Recorded sequences kept for replay: the forward of a generation's shape and the head sampler's few.
 constexpr size_t kMaxRecorded = 8;
 // copy_out's largest persistent staging buffer (above: one per forward).
@@ -296,16 +299,23 @@ class VulkanBackend final : public DeviceBackend {
                  DevicePtr<const uint8_t> valid, DeviceOut out) override {
     if (!recording()) return;
     const vk::AttentionDims dims{s.n_batch, s.n_seq, s.n_head, s.n_head_kv, s.head_dim};
-    keep(vk::attention(*seq_, dims, window_begin, window_len, at(q), at(k), at(v), valid ? &at(valid) : nullptr,
-                       at(out), &split_scratch_));
+    vk::AttentionOffsets offsets;
+    vk::Buffer &q_at = at(q, 4, &offsets.q), &k_at = at(k, 4, &offsets.k), &v_at = at(v, 4, &offsets.v);
+    vk::Buffer* valid_at = valid ? &at(valid, 1, &offsets.valid) : nullptr;
+    vk::Buffer& out_at = at(out, 4, &offsets.out);
+    if (recording()) keep(vk::attention(*seq_, dims, window_begin, window_len, q_at, k_at, v_at, valid_at, out_at, &split_scratch_, offsets));
   }
   void rope_kv(const AttentionShape& s, int64_t window_begin, int64_t window_len, DeviceOut q, DeviceOut k, DeviceIn v, DeviceIn cos,
                DeviceIn sin, DeviceOut cache_k, DeviceOut cache_v) override {
     if (!recording()) return;
     const vk::KvWindow window{s.n_batch, s.n_seq, window_begin, window_len};
     const bool store = static_cast<bool>(cache_k);
-    keep(vk::rope_kv(*seq_, at(q), at(k), s.n_batch * window_len, s.n_head, s.n_head_kv, s.head_dim, at(cos), at(sin), store ? &window : nullptr,
-                     store ? &at(v) : nullptr, store ? &at(cache_k) : nullptr, store ? &at(cache_v) : nullptr));
+    vk::RopeKvOffsets offsets;
+    vk::Buffer &q_at = at(q, 4, &offsets.q), &k_at = at(k, 4, &offsets.k), &cos_at = at(cos, 4, &offsets.cos), &sin_at = at(sin, 4, &offsets.sin);
+    vk::Buffer* v_at = store ? &at(v, 4, &offsets.v) : nullptr;
+    if (recording())
+      keep(vk::rope_kv(*seq_, q_at, k_at, s.n_batch * window_len, s.n_head, s.n_head_kv, s.head_dim, cos_at, sin_at, store ? &window : nullptr,
+                       v_at, store ? &at(cache_k) : nullptr, store ? &at(cache_v) : nullptr, offsets));
   }
   void kv_store(DeviceIn src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len, int64_t cols,
                 DeviceOut cache) override {
@@ -410,14 +420,19 @@ class VulkanBackend final : public DeviceBackend {
     free_slots_.pop_back();
     return slot;
   }
-  // The buffer at device pointer p; nullptr for a host pointer passed as an operand, another device's, an
-  // offset into a buffer or freed memory.
-  vk::Buffer* lookup(DevicePtr<const void> p) {
+  // The buffer at device pointer p and p's byte offset into it; a null buffer for a host pointer passed as an
+  // operand, another device's or freed memory.
+  std::pair<vk::Buffer*, int64_t> lookup_at(DevicePtr<const void> p) {
     const uint64_t address = p.handle();
     const uint64_t slot = (address >> kAddressShift) - 1, offset = address & ((uint64_t{1} << kAddressShift) - 1);
     const std::lock_guard<std::mutex> guard(table_mutex_);
-    if (address >> kAddressShift == 0 || slot >= table_.size() || offset != 0) return nullptr;
-    return table_[slot];
+    if (address >> kAddressShift == 0 || slot >= table_.size()) return {nullptr, 0};
+    return {table_[slot], static_cast<int64_t>(offset)};
+  }
+  // The buffer at p when p is its start; nullptr otherwise (an offset into a buffer too).
+  vk::Buffer* lookup(DevicePtr<const void> p) {
+    const auto [buffer, offset] = lookup_at(p);
+    return offset == 0 ? buffer : nullptr;
   }
   Status not_mine() const {
     return invalid_argument("vulkan: an operand is not the start of one of " + name() +
@@ -428,6 +443,18 @@ class VulkanBackend final : public DeviceBackend {
     vk::Buffer* b = lookup(p);
     if (b == nullptr) keep(not_mine());
     return b != nullptr ? *b : invalid_;
+  }
+  // The buffer p points into, and in *elements where p starts in it, in elements of `element_bytes` (the
+  // per-part operands of a forward of parts); an empty buffer (the error kept) as at() when p is not in one of
+  // this device's buffers or not on an element's boundary.
+  vk::Buffer& at(DevicePtr<const void> p, int64_t element_bytes, int64_t* elements) {
+    const auto [buffer, offset] = lookup_at(p);
+    *elements = offset / element_bytes;
+    if (buffer != nullptr && offset % element_bytes == 0) return *buffer;
+    keep(buffer == nullptr ? not_mine()
+                           : invalid_argument("vulkan: an operand starts " + std::to_string(offset) + " bytes into a buffer, not on a " +
+                                              std::to_string(element_bytes) + "-byte element"));
+    return invalid_;
   }
   // at(p) for an operand an op may go without (null: none).
   vk::Buffer* maybe_at(DevicePtr<const void> p) { return p ? &at(p) : nullptr; }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "ops/vulkan/kernels.h"
@@ -26,6 +27,13 @@ inline Status positive(int64_t v, const char* op, const char* name) {
 }
 
 inline uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+// kInvalidArgument unless every operand offset (elements: the shaders' 32-bit indices) is in [0, 2^31].
+inline Status offsets(std::initializer_list<int64_t> at, const char* op) {
+  for (const int64_t o : at)
+    if (o < 0 || o > (int64_t{1} << 31)) return invalid_argument(std::string(op) + ": an operand offset of " + std::to_string(o) + " elements is outside [0, 2^31]");
+  return Status();
+}
 
 // Workgroups of `size` invocations for a grid-stride loop over `count` elements.
 inline uint32_t stride_groups(int64_t count, int64_t size) { return u32(std::min<int64_t>((count + size - 1) / size, kMaxGroups)); }

@@ -205,7 +205,8 @@ Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t 
 }
 
 Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-               const Buffer& cos, const Buffer& sin, const KvWindow* window, const Buffer* v, Buffer* cache_k, Buffer* cache_v) {
+               const Buffer& cos, const Buffer& sin, const KvWindow* window, const Buffer* v, Buffer* cache_k, Buffer* cache_v,
+               const RopeKvOffsets& at) {
   const char* op = "vulkan rope_kv";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   DC_RETURN_IF_ERROR(positive(n_head, op, "n_head"));
@@ -213,10 +214,11 @@ Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, i
   if (head_dim <= 0 || head_dim % 2) return invalid_argument(std::string(op) + ": head_dim must be even and positive");
   const int64_t half = head_dim / 2, kv_cols = n_head_kv * head_dim;
   DC_RETURN_IF_ERROR(positive(n * (n_head + 2 * n_head_kv) * head_dim, op, "n · (n_head + 2 n_head_kv) · head_dim"));
-  DC_RETURN_IF_ERROR(need(q, n * n_head * head_dim * 4, op, "q [n, n_head, head_dim]"));
-  DC_RETURN_IF_ERROR(need(k, n * kv_cols * 4, op, "k [n, n_head_kv, head_dim]"));
-  DC_RETURN_IF_ERROR(need(cos, n * half * 4, op, "cos [n, head_dim/2]"));
-  DC_RETURN_IF_ERROR(need(sin, n * half * 4, op, "sin [n, head_dim/2]"));
+  DC_RETURN_IF_ERROR(offsets({at.q, at.k, at.v, at.cos, at.sin}, op));
+  DC_RETURN_IF_ERROR(need(q, (at.q + n * n_head * head_dim) * 4, op, "q [n, n_head, head_dim]"));
+  DC_RETURN_IF_ERROR(need(k, (at.k + n * kv_cols) * 4, op, "k [n, n_head_kv, head_dim]"));
+  DC_RETURN_IF_ERROR(need(cos, (at.cos + n * half) * 4, op, "cos [n, head_dim/2]"));
+  DC_RETURN_IF_ERROR(need(sin, (at.sin + n * half) * 4, op, "sin [n, head_dim/2]"));
   KvWindow win;
   if (window != nullptr) {
     win = *window;
@@ -226,14 +228,14 @@ Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, i
       return invalid_argument(std::string(op) + ": window [" + std::to_string(win.window_begin) + ", " +
                               std::to_string(win.window_begin + win.window_len) + ") of " + std::to_string(win.n_batch) +
                               " rows does not fit the sequence of " + std::to_string(win.n_seq) + " or the " + std::to_string(n) + " rows");
-    DC_RETURN_IF_ERROR(need(*v, n * kv_cols * 4, op, "v [n, n_head_kv · head_dim]"));
+    DC_RETURN_IF_ERROR(need(*v, (at.v + n * kv_cols) * 4, op, "v [n, n_head_kv · head_dim]"));
     DC_RETURN_IF_ERROR(need(*cache_k, win.n_batch * win.n_seq * kv_cols * 4, op, "cache_k [B, L, cols]"));
     DC_RETURN_IF_ERROR(need(*cache_v, win.n_batch * win.n_seq * kv_cols * 4, op, "cache_v [B, L, cols]"));
   }
   const bool store = window != nullptr;
   return seq.record({"rope_kv", {}, {&q, &k, store ? v : nullptr, &cos, &sin, store ? cache_k : nullptr, store ? cache_v : nullptr},
                      {u32(n), u32(n_head), u32(n_head_kv), u32(half), store ? 1u : 0u, u32(win.window_len), u32(win.n_seq),
-                      u32(win.window_begin)},
+                      u32(win.window_begin), u32(at.q), u32(at.k), u32(store ? at.v : 0), u32(at.cos), u32(at.sin)},
                      stride_groups(n * ((n_head + n_head_kv) * half + (store ? kv_cols : 0)), 256)});
 }
 
@@ -308,7 +310,8 @@ Status check_attention_head_dim(int64_t head_dim, int64_t max_shared_bytes) {
 }
 
 Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, int64_t window_len, const Buffer& q,
-                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch) {
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch,
+                 const AttentionOffsets& at) {
   const char* op = "vulkan attention";
   DC_RETURN_IF_ERROR(positive(s.n_batch, op, "n_batch"));
   DC_RETURN_IF_ERROR(positive(s.n_seq, op, "n_seq"));
@@ -321,11 +324,12 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
                             ") is outside the sequence of " + std::to_string(s.n_seq));
   if (s.n_head > kMaxGroups || s.n_batch > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 heads or rows");
   const int64_t B = s.n_batch, D = s.head_dim;
-  DC_RETURN_IF_ERROR(need(q, B * window_len * s.n_head * D * 4, op, "q [B, W, n_head, head_dim]"));
-  DC_RETURN_IF_ERROR(need(k, B * s.n_seq * s.n_head_kv * D * 4, op, "k [B, L, n_head_kv, head_dim]"));
-  DC_RETURN_IF_ERROR(need(v, B * s.n_seq * s.n_head_kv * D * 4, op, "v [B, L, n_head_kv, head_dim]"));
-  DC_RETURN_IF_ERROR(need(out, B * window_len * s.n_head * D * 4, op, "out [B, W, n_head, head_dim]"));
-  if (valid) DC_RETURN_IF_ERROR(need(*valid, (B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
+  DC_RETURN_IF_ERROR(offsets({at.q, at.k, at.v, at.valid, at.out}, op));
+  DC_RETURN_IF_ERROR(need(q, (at.q + B * window_len * s.n_head * D) * 4, op, "q [B, W, n_head, head_dim]"));
+  DC_RETURN_IF_ERROR(need(k, (at.k + B * s.n_seq * s.n_head_kv * D) * 4, op, "k [B, L, n_head_kv, head_dim]"));
+  DC_RETURN_IF_ERROR(need(v, (at.v + B * s.n_seq * s.n_head_kv * D) * 4, op, "v [B, L, n_head_kv, head_dim]"));
+  DC_RETURN_IF_ERROR(need(out, (at.out + B * window_len * s.n_head * D) * 4, op, "out [B, W, n_head, head_dim]"));
+  if (valid) DC_RETURN_IF_ERROR(need(*valid, (at.valid + B * s.n_seq + 3) / 4 * 4, op, "valid [B, L] bytes"));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const AttentionTile tile = attention_tile(D, seq.device().max_shared_bytes);
   // Split the keys (a window of few queries against a long cache): >= 1 key tile per split, the partial
@@ -339,12 +343,12 @@ Status attention(Sequence& seq, const AttentionDims& s, int64_t window_begin, in
   Dispatch d{"attention", {static_cast<int32_t>(D), static_cast<int32_t>(tile.rows), static_cast<int32_t>(tile.keys), static_cast<int32_t>(8 * tile.rows)},
              {&q, &k, &v, valid, &out, splits > 1 ? split_scratch : nullptr},
              {u32(window_len), u32(s.n_seq), u32(s.n_head), u32(s.n_head_kv), u32(window_begin), valid ? 1u : 0u, push_float(scale),
-              u32(splits), u32(keys_per_split)},
+              u32(splits), u32(keys_per_split), u32(at.q), u32(at.k), u32(at.v), u32(valid ? at.valid : 0), u32(at.out)},
              u32((window_len + tile.rows - 1) / tile.rows), u32(s.n_head), u32(B * splits)};
   DC_RETURN_IF_ERROR(seq.record(d));
   if (splits == 1) return Status();
   const int64_t rows = B * window_len * s.n_head;
-  return seq.record({"attention_combine", {}, {split_scratch, &out}, {u32(rows), u32(D), u32(splits)}, stride_groups(rows * D, 256)});
+  return seq.record({"attention_combine", {}, {split_scratch, &out}, {u32(rows), u32(D), u32(splits), u32(at.out)}, stride_groups(rows * D, 256)});
 }
 
 namespace {

@@ -111,8 +111,14 @@ struct AttentionDims {
 // head_dim]; `valid` (nullptr: every pair) holds the padding mask as bytes [B, L] (buffer rounded up to
 // whole 4-byte words). window_begin = 0, W = L: the full attention (ops/attention.h). `split_scratch` (null:
 // none) lets a window of few queries split the keys over more workgroups, merged by attention_combine.comp.
+// `at`: where each operand starts in its buffer (floats; valid: bytes), e.g. a part's rows in buffers that stack
+// several parts' (Model::forward_hidden_parts on a device); the shapes are checked from there.
+struct AttentionOffsets {
+  int64_t q = 0, k = 0, v = 0, valid = 0, out = 0;
+};
 Status attention(Sequence& seq, const AttentionDims& dims, int64_t window_begin, int64_t window_len, const Buffer& q,
-                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch = nullptr);
+                 const Buffer& k, const Buffer& v, const Buffer* valid, Buffer& out, Buffer* split_scratch = nullptr,
+                 const AttentionOffsets& at = {});
 
 // cache[B, L, C] at positions [window_begin, window_begin + W) of each row = src[B, W, C] (the window's fresh
 // K or V into the KV cache; ops/attention_window.h kv_store).
@@ -126,9 +132,14 @@ struct KvWindow {
 };
 // rope_apply on q [n, n_head, head_dim] and on k [n, n_head_kv, head_dim], and with `window` (nullptr: none)
 // kv_store of the rotated k and of v [n, n_head_kv · head_dim] into cache_k / cache_v [B, L, n_head_kv ·
-// head_dim] (n = B · W): one dispatch (shaders/rope_kv.comp), the arithmetic of rope_apply's.
+// head_dim] (n = B · W): one dispatch (shaders/rope_kv.comp), the arithmetic of rope_apply's. `at`: where q, k,
+// v, cos and sin start in their buffers (floats; the caches are whole), as attention's AttentionOffsets.
+struct RopeKvOffsets {
+  int64_t q = 0, k = 0, v = 0, cos = 0, sin = 0;
+};
 Status rope_kv(Sequence& seq, Buffer& q, Buffer& k, int64_t n, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-               const Buffer& cos, const Buffer& sin, const KvWindow* window, const Buffer* v, Buffer* cache_k, Buffer* cache_v);
+               const Buffer& cos, const Buffer& sin, const KvWindow* window, const Buffer* v, Buffer* cache_k, Buffer* cache_v,
+               const RopeKvOffsets& at = {});
 
 // The filters of a sampled step (ops/head_sampler.h FilterConfig).
 struct RowFilter {

@@ -1,11 +1,14 @@
 // The server's batching on a device (issue 35 item 5; device 0: lavapipe in CI): concurrent jobs on
-// `serve --device vulkan`'s scheduler — the jobs without a KV cache in one forward per step, each with a cache
-// (dual, --fast's dual + threshold) in its own — give the tokens each gives alone on the device and on the CPU
-// (f32; the sampling on the device); the memory budget weighs the device's memory (the KV cache counted).
+// `serve --device vulkan`'s scheduler — the jobs without a KV cache in one forward per step, those with a cache
+// (dual, --fast's dual + threshold) in one forward of parts per step, each part over its own cache
+// (Engine::parts_head_fn) — give the tokens each gives alone on the device and on the CPU (f32; the sampling on
+// the device); the memory budget weighs the device's memory (the KV cache counted).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,15 +64,32 @@ TEST(SchedulerVulkan, ConcurrentJobsOnTheDeviceEqualEachAloneThereAndOnTheCpu) {
   ASSERT_NE(cpu, nullptr);
   Engine& e = *device;
   const auto cases = device_cases(e);
+  std::mutex mu;
+  std::vector<size_t> parts_per_forward;  // of the forwards of parts (the engine thread's)
+  const auto make_parts_fn = [&]() -> PartsHeadFn {
+    return [&, inner = e.parts_head_fn()](std::span<const ForwardBatch> parts) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        parts_per_forward.push_back(parts.size());
+      }
+      return inner(parts);
+    };
+  };
   Gate gate(e.head_fn());
   Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
-                      [&e] { return e.head_fn(); });
+                      [&e] { return e.head_fn(); }, make_parts_fn);
   std::vector<std::shared_ptr<Job>> jobs;  // job 0 (no cache) holds the gate: the others join its batch
   for (const auto& [prompt, params] : cases) jobs.push_back(std::make_shared<Job>(prompt, params, std::vector<int32_t>{}, false));
   const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
   ASSERT_EQ(results.size(), cases.size());
   const std::vector<int64_t> rows = gate.rows();
   EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4) << "the 4 uncached jobs never shared a forward";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(parts_per_forward.empty());
+    EXPECT_EQ(*std::max_element(parts_per_forward.begin(), parts_per_forward.end()), 8u)
+        << "the 8 cached jobs never shared a forward of parts";
+  }
   for (size_t i = 0; i < cases.size(); ++i) {
     const auto& [prompt, params] = cases[i];
     ASSERT_TRUE(results[i].status.ok()) << "case " << i << ": " << results[i].status.to_string();

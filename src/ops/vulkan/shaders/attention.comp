@@ -9,6 +9,8 @@
 // Split keys (flash-decoding, for windows of few queries): with p.splits > 1, workgroup z = b · splits + s
 // takes keys [s · p.keys_per_split, (s + 1) · p.keys_per_split) and writes its unnormalised output, running
 // max and sum to part[s] instead of o; attention_combine.comp merges the splits in order.
+// The *_at push constants are where the operands start in their buffers (floats; valid_at: bytes): a part's
+// rows in buffers that stack several parts (Model::forward_hidden_parts); 0 otherwise.
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 
@@ -24,6 +26,7 @@ layout(std430, binding = 4) writeonly buffer O { float o[]; };    // [B, W, H, D
 layout(std430, binding = 5) writeonly buffer P { float part[]; }; // [splits, B, W, H, D + 2] when split
 layout(push_constant) uniform Push {
   uint W; uint L; uint H; uint Hkv; uint window_begin; uint has_valid; float scale; uint splits; uint keys_per_split;
+  uint q_at; uint k_at; uint v_at; uint valid_at; uint o_at;
 } p;
 
 const uint kRows = ROWS, kKeys = KEYS, kLanes = 8, kThreads = ROWS * kLanes;
@@ -38,7 +41,7 @@ shared float scores[kRows * kKeys];
 
 bool is_valid(uint b, uint j) {
   if (p.has_valid == 0u) return true;
-  const uint e = b * p.L + j;
+  const uint e = p.valid_at + b * p.L + j;
   return ((valid[e >> 2] >> (8u * (e & 3u))) & 0xffu) != 0u;
 }
 
@@ -49,7 +52,7 @@ void main() {
   const float ninf = -1.0 / 0.0;
   for (uint e = t; e < kRows * D; e += kThreads) {
     const uint i = i0 + e / D;
-    qs[(e / D) * kPad + e % D] = i < p.W ? q[((b * p.W + i) * p.H + h) * D + e % D] : 0.0;
+    qs[(e / D) * kPad + e % D] = i < p.W ? q[p.q_at + ((b * p.W + i) * p.H + h) * D + e % D] : 0.0;
   }
   const uint r = t / kLanes, lane = t % kLanes, i = i0 + r;
   const bool live = i < p.W && is_valid(b, p.window_begin + i);
@@ -59,8 +62,8 @@ void main() {
   for (uint j0 = key_begin; j0 < key_end; j0 += kKeys) {
     for (uint e = t; e < kKeys * D; e += kThreads) {
       const uint j = j0 + e / D, src = ((b * p.L + j) * p.Hkv + hk) * D + e % D;
-      ks[(e / D) * kPad + e % D] = j < key_end ? k[src] : 0.0;
-      vs[e] = j < key_end ? v[src] : 0.0;
+      ks[(e / D) * kPad + e % D] = j < key_end ? k[p.k_at + src] : 0.0;
+      vs[e] = j < key_end ? v[p.v_at + src] : 0.0;
     }
     barrier();
     for (uint u = 0; u < kKeys / kLanes; ++u) {  // KEYS / 8 of the scores [r2][jj]
@@ -116,7 +119,7 @@ void main() {
     const float inv = l > 0.0 ? 1.0 / l : 0.0;
     for (int s = 0; s < kSlice; ++s) {
       const uint d = lane + kLanes * uint(s);
-      if (d < D) o[((b * p.W + i) * p.H + h) * D + d] = acc[s] * inv;
+      if (d < D) o[p.o_at + ((b * p.W + i) * p.H + h) * D + d] = acc[s] * inv;
     }
   }
 }

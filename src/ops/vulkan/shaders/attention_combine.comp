@@ -1,12 +1,13 @@
 // The split-key attention's partial results merged (attention.comp with p.splits > 1): for each query row
 // (b, i, h), M = max_s m_s and o[d] = Σ_s acc_s[d] · e^(m_s − M) / Σ_s l_s · e^(m_s − M), in the order of s;
-// a row with no valid key (every m_s = −inf) gets 0, as the unsplit kernel gives it.
+// a row with no valid key (every m_s = −inf) gets 0, as the unsplit kernel gives it. o_at: where o starts
+// in its buffer (floats; attention.comp's).
 #version 450
 
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer P { float part[]; };  // [splits, rows, D + 2]
 layout(std430, binding = 1) writeonly buffer O { float o[]; };    // [rows, D]
-layout(push_constant) uniform Push { uint rows; uint D; uint splits; } p;
+layout(push_constant) uniform Push { uint rows; uint D; uint splits; uint o_at; } p;
 
 void main() {
   const uint count = p.rows * p.D, stride = p.rows * (p.D + 2u);
@@ -24,6 +25,6 @@ void main() {
         l = fma(part[s * stride + base + p.D + 1u], w, l);
       }
     }
-    o[e] = l > 0.0 ? sum / l : 0.0;
+    o[p.o_at + e] = l > 0.0 ? sum / l : 0.0;
   }
 }

@@ -1,7 +1,9 @@
 // RoPE on the step's q [n, n_head, D] and k [n, n_head_kv, D] in place (rope.comp's arithmetic), and with
 // `store` the window's fresh K (rotated) and V into the KV cache at once (kv_store.comp's layout:
 // cache[b, window_begin + i, :] for row b · W + i): one pass instead of two RoPE passes and two copies.
-// One invocation per (row, head of q then k, i < D/2), then one per float of V when storing.
+// One invocation per (row, head of q then k, i < D/2), then one per float of V when storing. The *_at push
+// constants are where the rows start in each buffer (floats): a part's rows in buffers that stack several
+// parts (Model::forward_hidden_parts); 0 otherwise.
 #version 450
 
 layout(local_size_x = 256) in;
@@ -14,6 +16,7 @@ layout(std430, binding = 5) writeonly buffer CK { float cache_k[]; };  // [B, L,
 layout(std430, binding = 6) writeonly buffer CV { float cache_v[]; };  // [B, L, n_head_kv · D] (store only)
 layout(push_constant) uniform Push {
   uint n; uint n_head; uint n_head_kv; uint half_dim; uint store; uint W; uint L; uint window_begin;
+  uint q_at; uint k_at; uint v_at; uint cos_at; uint sin_at;
 } p;
 
 // The cache index of column col of the window's row `row` (= b · W + i).
@@ -26,18 +29,18 @@ void main() {
   for (uint e = gl_GlobalInvocationID.x; e < total; e += gl_NumWorkGroups.x * 256u) {
     if (e >= rope_total) {  // V into the cache
       const uint f = e - rope_total;
-      cache_v[cache_at(f / kv_cols, f % kv_cols, kv_cols)] = v[f];
+      cache_v[cache_at(f / kv_cols, f % kv_cols, kv_cols)] = v[p.v_at + f];
       continue;
     }
     const uint i = e % p.half_dim, rh = e / p.half_dim, row = rh / heads, h = rh % heads;
-    const float c = cos_t[row * p.half_dim + i], s = sin_t[row * p.half_dim + i];
+    const float c = cos_t[p.cos_at + row * p.half_dim + i], s = sin_t[p.sin_at + row * p.half_dim + i];
     if (h < p.n_head) {
-      const uint base = (row * p.n_head + h) * 2u * p.half_dim + i;
+      const uint base = p.q_at + (row * p.n_head + h) * 2u * p.half_dim + i;
       const float x1 = q[base], x2 = q[base + p.half_dim];
       q[base] = x1 * c - x2 * s;
       q[base + p.half_dim] = x2 * c + x1 * s;
     } else {
-      const uint col = (h - p.n_head) * 2u * p.half_dim + i, base = row * kv_cols + col;
+      const uint col = (h - p.n_head) * 2u * p.half_dim + i, base = p.k_at + row * kv_cols + col;
       const float x1 = k[base], x2 = k[base + p.half_dim];
       const float r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
       k[base] = r1;
