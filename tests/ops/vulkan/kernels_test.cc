@@ -362,6 +362,67 @@ TEST(VulkanKernels, KvStoreAgainstTheCpu) {
   EXPECT_EQ(vk::kv_store(seq, dsrc, B, L, 9, W, C, dcache).code(), StatusCode::kInvalidArgument);  // beyond L
 }
 
+// `x` after `pad` copies of `fill`: an operand that starts `pad` elements into its buffer.
+template <typename T>
+std::vector<T> after_prefix(std::vector<T> x, int64_t pad, T fill) {
+  x.insert(x.begin(), static_cast<size_t>(pad), fill);
+  return x;
+}
+
+// The per-part offsets of rope_kv and attention (a forward of parts on a device: kernels.h RopeKvOffsets,
+// AttentionOffsets): operands that start inside larger buffers give bit for bit what they give in buffers of
+// their own, over a window of 7 of 19 positions (not multiples of the tile), split or not, and nothing before
+// their rows changes; an offset that runs past its buffer is refused naming the operand.
+TEST(VulkanKernels, OperandsAtOffsetsEqualOperandsOfTheirOwn) {
+  vk::Runtime& rt = vulkan_runtime();
+  const int64_t B = 2, L = 19, H = 4, Hkv = 2, D = 16, begin = 5, W = 7, n = B * W, C = Hkv * D;
+  const std::vector<float> q = random_floats(1, static_cast<size_t>(n * H * D), -2, 2), k = random_floats(2, static_cast<size_t>(n * C), -2, 2);
+  const std::vector<float> v = random_floats(3, static_cast<size_t>(n * C)), cos_t = random_floats(4, static_cast<size_t>(n * D / 2));
+  const std::vector<float> sin_t = random_floats(5, static_cast<size_t>(n * D / 2)), cache = random_floats(6, static_cast<size_t>(B * L * C));
+  std::vector<uint8_t> valid(static_cast<size_t>(B * L), 1);
+  for (int j = 0; j < 4; ++j) valid[static_cast<size_t>(L + j)] = 0;  // row 1 left-padded
+  vk::Buffer scratch = ok_or_throw(rt.alloc(int64_t{1} << 20, "split scratch"));
+  const vk::RopeKvOffsets rope_at{37, 5, 11, 3, 9};
+  const vk::AttentionOffsets attn_at{rope_at.q, 0, 0, 6, 29};  // q where rope_kv left it; k / v the caches
+  const vk::KvWindow window{B, L, begin, W};
+  // rope_kv with the store, then the window's attention over the caches, with the operands at `at` (zero: their own).
+  const auto run = [&](const vk::RopeKvOffsets& r, const vk::AttentionOffsets& a, vk::Buffer* split) {
+    vk::Buffer dq = ok_or_throw(rt.make_buffer(after_prefix(q, r.q, -7.0f), "q")), dk = ok_or_throw(rt.make_buffer(after_prefix(k, r.k, -7.0f), "k"));
+    const vk::Buffer dv = ok_or_throw(rt.make_buffer(after_prefix(v, r.v, -7.0f), "v"));
+    const vk::Buffer dcos = ok_or_throw(rt.make_buffer(after_prefix(cos_t, r.cos, -7.0f), "cos"));
+    const vk::Buffer dsin = ok_or_throw(rt.make_buffer(after_prefix(sin_t, r.sin, -7.0f), "sin"));
+    std::vector<uint8_t> mask = after_prefix(valid, a.valid, uint8_t{0});
+    mask.resize((mask.size() + 3) / 4 * 4, 0);
+    const vk::Buffer dvalid = ok_or_throw(rt.make_buffer(mask, "valid"));
+    vk::Buffer dck = ok_or_throw(rt.make_buffer(cache, "cache k")), dcv = ok_or_throw(rt.make_buffer(cache, "cache v"));
+    vk::Buffer out = ok_or_throw(rt.make_buffer(std::vector<float>(static_cast<size_t>(a.out + n * H * D), -7.0f), "out"));
+    auto seq = ok_or_throw(rt.new_sequence());
+    ok_or_throw(vk::rope_kv(seq, dq, dk, n, H, Hkv, D, dcos, dsin, &window, &dv, &dck, &dcv, r));
+    ok_or_throw(vk::attention(seq, {B, L, H, Hkv, D}, begin, W, dq, dck, dcv, &dvalid, out, split, a));
+    ok_or_throw(seq.run());
+    std::vector<std::vector<float>> got{ok_or_throw(rt.read<float>(dq, r.q + n * H * D)), ok_or_throw(rt.read<float>(dk, r.k + n * C)),
+                                        ok_or_throw(rt.read<float>(dck, B * L * C)), ok_or_throw(rt.read<float>(dcv, B * L * C)),
+                                        ok_or_throw(rt.read<float>(out, a.out + n * H * D))};
+    const int64_t pads[] = {r.q, r.k, 0, 0, a.out};  // each prefix untouched, then dropped
+    for (size_t i = 0; i < got.size(); ++i) {
+      for (int64_t e = 0; e < pads[i]; ++e) EXPECT_EQ(got[i][static_cast<size_t>(e)], -7.0f) << "operand " << i << " before its rows, " << e;
+      got[i].erase(got[i].begin(), got[i].begin() + pads[i]);
+    }
+    return got;
+  };
+  for (vk::Buffer* split : {static_cast<vk::Buffer*>(nullptr), &scratch}) {
+    const auto own = run({}, {}, split), at = run(rope_at, attn_at, split);
+    for (size_t i = 0; i < own.size(); ++i) EXPECT_EQ(at[i], own[i]) << "operand " << i << (split ? ", split" : "");
+  }
+  vk::Buffer small = ok_or_throw(rt.alloc(n * H * D * 4, "q"));
+  vk::Buffer big = ok_or_throw(rt.alloc(B * L * H * D * 4, "big"));
+  auto seq = ok_or_throw(rt.new_sequence());
+  Status s = vk::attention(seq, {B, L, H, Hkv, D}, begin, W, small, big, big, nullptr, big, nullptr, {1, 0, 0, 0, 0});
+  EXPECT_NE(s.message().find("q [B, W, n_head, head_dim]"), std::string::npos) << s.message();
+  s = vk::rope_kv(seq, small, big, n, H, Hkv, D, big, big, nullptr, nullptr, nullptr, nullptr, {0, 0, 0, B * L * H * D, 0});
+  EXPECT_NE(s.message().find("cos [n, head_dim/2]"), std::string::npos) << s.message();
+}
+
 // The fused RoPE + KV-cache store (kernels.h rope_kv) against the CPU's rope_apply on q and k then kv_store of k
 // and v: GQA (3 query heads, 1 KV head of 10: a half of 5), a window [4, 10) of 3 rows in a sequence of 13, and
 // without the store (the refresh and uncached forwards); the cache outside the window is untouched.
