@@ -152,8 +152,8 @@ class Engine {
   HeadFn head_fn();
   // head_fn() over several parts in one forward (PartsHeadFn: a server's requests with a KV cache, each part
   // bringing its own cache; a refresh larger than max_kv_cache_bytes is refused with out_of_range naming the
-  // part), its own scratch and chunk block; on a device the forward of parts runs there with each step's
-  // lm_head and sampling, in one submission (DeviceHeadSampler).
+  // part), its own scratch and chunk block; on a device the forward of parts runs there, recorded into the
+  // submission of the first sample() that follows (DeviceHeadSampler).
   PartsHeadFn parts_head_fn();
   // What head_fn()'s steps hold: the hidden row per out row, and the chunk block once per function.
   HeadMemory head_memory() const;
