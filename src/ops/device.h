@@ -1,10 +1,11 @@
 // Devices under the one forward: the CPU (operands in host memory) or a DeviceBackend — the Vulkan
 // backend today — whose memory is named by DevicePtr, a handle of its own type that the host cannot
 // dereference (no *, ->, [] or arithmetic, no conversion to or from a host pointer: such code does not
-// compile), with offsets reserved for a later step (an operand that is not the start of one of the
-// backend's buffers is an error of the forward, not undefined behaviour). The ops' front-ends switch on
-// Context::device and call the backend's op exactly as they call the CPU kernels; the helpers below are
-// how the forward (model/transformer.cc) gets its buffers and host inputs on either device.
+// compile). An operand the forward offset by rows (a part's rows in a forward of parts) carries the offset in
+// its handle; only the per-part ops take one (rope_kv, attention), for every other op an operand that is not
+// the start of one of the backend's buffers is an error of the forward, not undefined behaviour. The ops'
+// front-ends switch on Context::device and call the backend's op exactly as they call the CPU kernels; the
+// helpers below are how the forward (model/transformer.cc) gets its buffers and host inputs on either device.
 #pragma once
 
 #include <cstddef>
@@ -190,7 +191,8 @@ class DeviceBackend {
   virtual void attention(const AttentionShape& shape, int64_t window_begin, int64_t window_len, DeviceIn q, DeviceIn k, DeviceIn v,
                          DevicePtr<const uint8_t> valid, DeviceOut out) = 0;
   // ops/attention_window.h rope_kv: RoPE on q and k in place and, with cache_k non-null, the window's k and v
-  // into the KV cache, in one pass.
+  // into the KV cache, in one pass. attention's operands, and rope_kv's but its caches, may start inside a buffer
+  // (a part's rows of a forward of parts), on an element's boundary.
   virtual void rope_kv(const AttentionShape& shape, int64_t window_begin, int64_t window_len, DeviceOut q, DeviceOut k, DeviceIn v,
                        DeviceIn cos, DeviceIn sin, DeviceOut cache_k, DeviceOut cache_v) = 0;
   virtual void kv_store(DeviceIn src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,
