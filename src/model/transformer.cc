@@ -52,14 +52,26 @@ Status Model::check_batch(const ForwardBatch& b) const {
   if (wb < 0 || we > b.n_seq || wb >= we)
     return invalid_argument("forward: window [" + std::to_string(wb) + ", " + std::to_string(we) +
                             ") is empty or outside the sequence of " + std::to_string(b.n_seq) + " positions");
+  if (b.window_row_begin != nullptr && b.window_positions == nullptr)
+    return invalid_argument("forward: window_row_begin needs window_positions");
   if (b.window_positions != nullptr) {
     if (b.cache_op != CacheOp::kUse || b.n_window_positions <= 0)
       return invalid_argument("forward: window_positions need cache_op kUse and at least one position");
-    for (int64_t i = 0; i < b.n_window_positions; ++i) {
-      const int64_t at = b.window_positions[i];
-      if (at < wb || at >= we || (i > 0 && at <= b.window_positions[i - 1]))
-        return invalid_argument("forward: window_positions[" + std::to_string(i) + "] = " + std::to_string(at) +
-                                " does not ascend inside the window [" + std::to_string(wb) + ", " + std::to_string(we) + ")");
+    const int64_t* offsets = b.window_row_begin;
+    for (int64_t r = 0; offsets != nullptr && r < b.n_batch; ++r)
+      if (offsets[0] != 0 || offsets[r + 1] < offsets[r] || offsets[b.n_batch] != b.n_window_positions)
+        return invalid_argument("forward: window_row_begin[" + std::to_string(r + 1) + "] = " +
+                                std::to_string(offsets[r + 1]) + ": the row offsets must rise from 0 to n_window_positions (" +
+                                std::to_string(b.n_window_positions) + ")");
+    // Each row's list (one for every row without offsets) ascends inside the window.
+    for (int64_t r = 0; r < (offsets != nullptr ? b.n_batch : 1); ++r) {
+      const int64_t first = offsets != nullptr ? offsets[r] : 0;
+      for (int64_t i = first; i < first + b.row_width(r); ++i) {
+        const int64_t at = b.window_positions[i];
+        if (at < wb || at >= we || (i > first && at <= b.window_positions[i - 1]))
+          return invalid_argument("forward: window_positions[" + std::to_string(i) + "] = " + std::to_string(at) +
+                                  " does not ascend inside the window [" + std::to_string(wb) + ", " + std::to_string(we) + ")");
+      }
     }
   }
   const bool full = wb == 0 && we == b.n_seq && b.window_positions == nullptr;
@@ -82,10 +94,11 @@ Status Model::check_batch(const ForwardBatch& b) const {
       return invalid_argument("out_rows[" + std::to_string(r) + "] = " + std::to_string(b.out_rows[r]) +
                               " (position " + std::to_string(i) + ") is outside the window [" + std::to_string(wb) +
                               ", " + std::to_string(we) + ")");
+    const int64_t row = b.out_rows[r] / b.n_seq;
     if (b.window_positions != nullptr &&
-        !std::binary_search(b.window_positions, b.window_positions + b.n_window_positions, i))
+        !std::binary_search(b.row_positions(row), b.row_positions(row) + b.row_width(row), i))
       return invalid_argument("out_rows[" + std::to_string(r) + "] = " + std::to_string(b.out_rows[r]) +
-                              " (position " + std::to_string(i) + ") is not one of the window_positions");
+                              " (position " + std::to_string(i) + ") is not one of the window_positions of its row");
   }
   return Status();
 }
@@ -241,28 +254,27 @@ int64_t Model::forward_bytes_per_position() const {
 
 namespace {
 
-// Each part's window tokens and RoPE positions, row-major [n_batch, W], after the previous parts' (tokens,
-// positions [Σ n_computed]), and the out rows' indices into those rows (out_index [Σ n_out]: the rows whose
-// logits are wanted). check_batch has checked every part.
+// Each part's computed positions' tokens and RoPE positions, row-major (row b's row_width(b) from row_first(b)),
+// after the previous parts' (tokens, positions [Σ n_computed]), and the out rows' indices into those rows
+// (out_index [Σ n_out]: the rows whose logits are wanted). check_batch has checked every part.
 void gather_inputs(std::span<const ForwardBatch> parts, int32_t* tokens, int32_t* positions, int32_t* out_index) {
   for (int64_t p = 0, row0 = 0, out0 = 0; p < static_cast<int64_t>(parts.size()); ++p) {
     const ForwardBatch& part = parts[p];
-    const int64_t L = part.n_seq, wb = part.window_begin, W = part.window_width();
-    // The absolute position of the window's i-th computed position.
-    auto at = [&](int64_t i) { return part.window_positions != nullptr ? part.window_positions[i] : wb + i; };
-    for (int64_t r = 0; r < part.n_batch; ++r)
-      for (int64_t i = 0; i < W; ++i) {
-        const int64_t flat = r * L + at(i);
-        tokens[row0 + r * W + i] = part.tokens[flat];
-        positions[row0 + r * W + i] = part.positions != nullptr ? part.positions[flat] : static_cast<int32_t>(at(i));
+    const int64_t L = part.n_seq, wb = part.window_begin;
+    for (int64_t r = 0; r < part.n_batch; ++r) {
+      const int64_t* at = part.row_positions(r);  // null: the window's every position
+      const int64_t first = row0 + part.row_first(r);
+      for (int64_t i = 0; i < part.row_width(r); ++i) {
+        const int64_t pos = at != nullptr ? at[i] : wb + i, flat = r * L + pos;
+        tokens[first + i] = part.tokens[flat];
+        positions[first + i] = part.positions != nullptr ? part.positions[flat] : static_cast<int32_t>(pos);
       }
+    }
     for (int64_t r = 0; r < part.n_out; ++r) {
-      const int64_t i = part.out_rows[r] % L;  // a computed position
-      const int64_t in_window = part.window_positions != nullptr
-                                    ? std::lower_bound(part.window_positions, part.window_positions + W, i) -
-                                          part.window_positions
-                                    : i - wb;
-      out_index[out0 + r] = static_cast<int32_t>(row0 + part.out_rows[r] / L * W + in_window);
+      const int64_t row = part.out_rows[r] / L, i = part.out_rows[r] % L;  // a computed position
+      const int64_t* at = part.row_positions(row);
+      const int64_t in_row = at != nullptr ? std::lower_bound(at, at + part.row_width(row), i) - at : i - wb;
+      out_index[out0 + r] = static_cast<int32_t>(row0 + part.row_first(row) + in_row);
     }
     row0 += part.n_computed(), out0 += part.n_out;
   }
@@ -375,6 +387,24 @@ Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> par
   return Status();
 }
 
+void Model::rows_attention(const Context& ctx, int64_t il, const ForwardBatch& part, float* q, float* k, const float* v,
+                           const float* cos, const float* sin, float* attn) const {
+  const ModelConfig& c = config_;
+  const int64_t L = part.n_seq, D = c.head_dim, q_dim = c.n_head * D, kv_dim = c.n_head_kv * D;
+  const AttentionShape row_shape{1, L, c.n_head, c.n_head_kv, D};
+  for (int64_t b = 0; b < part.n_batch; ++b) {
+    const int64_t W = part.row_width(b), first = part.row_first(b);
+    if (W == 0) continue;
+    float* cache_k = part.cache->k(il) + b * L * kv_dim;  // [L, Hkv*D] row b's
+    float* cache_v = part.cache->v(il) + b * L * kv_dim;
+    const uint8_t* valid = part.valid != nullptr ? part.valid + b * L : nullptr;
+    rope_kv(ctx, row_shape, part.window_begin, W, q + first * q_dim, k + first * kv_dim, v + first * kv_dim,
+            cos + first * D / 2, sin + first * D / 2, cache_k, cache_v, part.row_positions(b));
+    attention_window(ctx, row_shape, part.window_begin, W, q + first * q_dim, cache_k, cache_v, valid,
+                     attn + first * q_dim, part.row_positions(b));
+  }
+}
+
 void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) const {
   const ModelConfig& c = config_;
   const ForwardBatch& b = p.parts[0];  // the parts' LoRA adapters are the same (forward_checked)
@@ -408,12 +438,16 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
     float* k = p.k + row0 * kv_dim;    // [T_p, Hkv*D]
     float* v = p.v + row0 * kv_dim;    // [T_p, Hkv*D]
     float* attn = p.attn + row0 * q_dim;
-    rope_kv(ctx, shape, wb, W, q, k, v, p.cos + row0 * D / 2, p.sin + row0 * D / 2, store ? cache->k(il) : nullptr,
-            store ? cache->v(il) : nullptr, part.window_positions);
-    if (W == L) {
-      attention(ctx, shape, q, k, v, part.valid, attn);
+    if (part.window_row_begin != nullptr) {
+      rows_attention(ctx, il, part, q, k, v, p.cos + row0 * D / 2, p.sin + row0 * D / 2, attn);
     } else {
-      attention_window(ctx, shape, wb, W, q, cache->k(il), cache->v(il), part.valid, attn, part.window_positions);
+      rope_kv(ctx, shape, wb, W, q, k, v, p.cos + row0 * D / 2, p.sin + row0 * D / 2, store ? cache->k(il) : nullptr,
+              store ? cache->v(il) : nullptr, part.window_positions);
+      if (W == L) {
+        attention(ctx, shape, q, k, v, part.valid, attn);
+      } else {
+        attention_window(ctx, shape, wb, W, q, cache->k(il), cache->v(il), part.valid, attn, part.window_positions);
+      }
     }
     row0 += part.n_computed();
   }

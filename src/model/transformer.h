@@ -250,6 +250,11 @@ class Model {
   // Layer il's pre-norm attention block and SwiGLU MLP (the body of forward, and the recomputation of
   // backward with acts.recompute).
   void layer_forward(const Context& ctx, int64_t il, const LayerPass& pass) const;
+  // Layer il's RoPE, K/V store and attention of a kUse part whose rows compute their own positions
+  // (window_row_begin), one row at a time: q, k, v, attn [n_computed, ·] and cos, sin [n_computed, D/2] are the
+  // part's rows (row b's row_width(b) from row_first(b)); row b's K/V go into its cache row at its positions.
+  void rows_attention(const Context& ctx, int64_t il, const ForwardBatch& part, float* q, float* k, const float* v,
+                      const float* cos, const float* sin, float* attn) const;
 
   const LoraWeights* lora_ = nullptr;             // set_lora's default adapters
   std::shared_ptr<const Checkpoint> checkpoint_;  // owns the mapped files weights_ points into, or null

@@ -164,33 +164,51 @@ struct StepBuffers {
 };
 
 // What one forward computes: the cache op and the window of positions (with cache committed, maybe only
-// some of them).
+// some of them, per row).
 struct ForwardPlan {
   CacheOp op = CacheOp::kNone;
   int64_t window_begin = 0, window_end = -1;
   std::vector<int64_t> positions;  // ascending, inside the window; empty = all of it
+  std::vector<int64_t> row_begin;  // [n_rows + 1] row b's list is positions[row_begin[b], row_begin[b + 1]);
+                                   // empty = positions is every row's list
 };
 
 // Cache committed (dKV-Cache's delayed caching inside Fast-dLLM's dual window [begin, end)): the positions
-// of the window whose K/V a step recomputes — every masked one, every one whose token changed since its K/V
-// were computed (`kv_tokens`, [n_rows, n_seq]: committed since, or written by a tokens_hook), and j − 1 of each
-// masked j (its logits' row) —, in any row (one set for the batch). The rest is read from the cache. Empty
-// when that is the whole window (the forward is then dual's).
+// of the window whose K/V a step recomputes, per row: in a row with a masked position there, every masked
+// one, every one whose token changed since its K/V were computed (`kv_tokens`, [n_rows, n_seq]: committed
+// since, or written by a tokens_hook), and j − 1 of each masked j (its logits' row); none in a row without
+// (nothing of it is sampled; its stale positions wait for its next forward or the refresh). The rest is read
+// from the cache. Into plan.positions / row_begin: one list when every row's is the same (empty when that is
+// the whole window: the forward is then dual's), else each row's own.
 void stale_positions(const Canvas& c, const std::vector<int32_t>& kv_tokens, int32_t mask_id, int64_t begin,
-                     int64_t end, std::vector<int64_t>& out) {
-  std::vector<uint8_t> need(static_cast<size_t>(end - begin), 0);
+                     int64_t end, ForwardPlan& plan) {
+  std::vector<int64_t>& out = plan.positions;
+  out.clear();
+  plan.row_begin.assign(1, 0);
+  std::vector<uint8_t> need(static_cast<size_t>(end - begin));
   for (int64_t b = 0; b < c.n_rows; ++b) {
     const int32_t* row = c.tokens.data() + b * c.n_seq;
     const int32_t* kv = kv_tokens.data() + b * c.n_seq;
+    std::fill(need.begin(), need.end(), 0);
+    bool masked = false;
     for (int64_t i = begin; i < end; ++i) {
-      if (row[i] == mask_id) need[static_cast<size_t>(std::max(i - 1, begin) - begin)] = 1;
+      if (row[i] == mask_id) need[static_cast<size_t>(std::max(i - 1, begin) - begin)] = 1, masked = true;
       if (row[i] == mask_id || row[i] != kv[i]) need[static_cast<size_t>(i - begin)] = 1;
     }
+    for (int64_t i = begin; i < end && masked; ++i)
+      if (need[static_cast<size_t>(i - begin)]) out.push_back(i);
+    plan.row_begin.push_back(static_cast<int64_t>(out.size()));
   }
-  out.clear();
-  for (int64_t i = begin; i < end; ++i)
-    if (need[static_cast<size_t>(i - begin)]) out.push_back(i);
-  if (static_cast<int64_t>(out.size()) == end - begin) out.clear();  // all of it: the plain window
+  // Every row's list row 0's: keep that one list.
+  const int64_t width = plan.row_begin[1];
+  bool same = true;
+  for (int64_t b = 1; b < c.n_rows && same; ++b)
+    same = plan.row_begin[b + 1] - plan.row_begin[b] == width &&
+           std::equal(out.begin(), out.begin() + width, out.begin() + plan.row_begin[b]);
+  if (!same) return;
+  out.resize(static_cast<size_t>(width));
+  plan.row_begin.clear();
+  if (width == end - begin) out.clear();  // all of it: the plain window
 }
 
 // The k entries of [begin, end) with the largest confidence, ties → lowest position; O(n).
@@ -334,14 +352,17 @@ struct Decoder::State {
       kv_tokens = c.tokens;
       return;
     }
-    const auto note = [&](int64_t i) {
-      for (int64_t b = 0; b < c.n_rows; ++b)
+    for (int64_t b = 0; b < c.n_rows; ++b) {
+      const auto note = [&](int64_t i) {
         kv_tokens[static_cast<size_t>(b * c.n_seq + i)] = c.tokens[static_cast<size_t>(b * c.n_seq + i)];
-    };
-    if (!plan.positions.empty()) {
-      for (int64_t i : plan.positions) note(i);
-    } else {
-      for (int64_t i = plan.window_begin; i < plan.window_end; ++i) note(i);
+      };
+      if (!plan.row_begin.empty()) {
+        for (int64_t e = plan.row_begin[b]; e < plan.row_begin[b + 1]; ++e) note(plan.positions[e]);
+      } else if (!plan.positions.empty()) {
+        for (int64_t i : plan.positions) note(i);
+      } else {
+        for (int64_t i = plan.window_begin; i < plan.window_end; ++i) note(i);
+      }
     }
   }
 
@@ -422,6 +443,7 @@ void Decoder::prepare() {
   s.plan.window_begin = 0;
   s.plan.window_end = -1;
   s.plan.positions.clear();
+  s.plan.row_begin.clear();
   StepBuffers& buf = s.buf;
   buf.out_rows.clear();
   if (s.sample) {
@@ -433,7 +455,7 @@ void Decoder::prepare() {
         s.plan.window_begin = std::max<int64_t>(blk.begin - 1, 0);
         s.plan.window_end = params.cache == CacheMode::kPrefix ? c.n_seq : blk.end;
         if (params.cache == CacheMode::kCommitted && s.block_forwards % params.refresh_every != 0)
-          stale_positions(c, s.kv_tokens, params.mask_token_id, s.plan.window_begin, blk.end, s.plan.positions);
+          stale_positions(c, s.kv_tokens, params.mask_token_id, s.plan.window_begin, blk.end, s.plan);
       }
     }
     // The shifted logits of every sampled position: row j − 1 for position j (j = 0 uses its own row).
@@ -468,6 +490,7 @@ ForwardBatch Decoder::forward_batch() const {
   if (!s.plan.positions.empty()) {
     batch.window_positions = s.plan.positions.data();
     batch.n_window_positions = static_cast<int64_t>(s.plan.positions.size());
+    if (!s.plan.row_begin.empty()) batch.window_row_begin = s.plan.row_begin.data();
   }
   return batch;
 }

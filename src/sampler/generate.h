@@ -42,10 +42,10 @@ enum class CacheMode {
   kDual,    // as kPrefix, but later steps compute only [block_begin − 1, block_end); the K/V of the prefix
             // and of the masked suffix come from the cache
   kCommitted,  // as kDual, but (dKV-Cache's delayed caching, inside the block) a step between the block's
-               // refreshes computes only the block's positions that are masked or whose token changed since
-               // their K/V were last computed, plus j − 1 of each masked j (the logits shift); the K/V of the
-               // block's other (committed) positions come from the cache too. Every refresh_every-th forward of
-               // a block recomputes the whole dual window. CPU only
+               // refreshes computes, in each row with a masked block position, only that row's block positions
+               // that are masked or whose token changed since their K/V were last computed, plus j − 1 of each
+               // masked j (the logits shift); the K/V of the block's other (committed) positions come from the
+               // cache too. Every refresh_every-th forward of a block recomputes the whole dual window. CPU only
 };
 
 // Parses "none", "prefix", "dual" or "committed"; the error lists the valid names.
@@ -253,7 +253,7 @@ struct GenerateTimings {
   int steps_run = 0;
   int forwards = 0;                // calls of logits_fn
   int cache_refreshes = 0;         // of which full passes that refreshed the KV cache
-  int64_t positions_computed = 0;  // Σ over forwards of rows × window width (ForwardBatch::n_computed)
+  int64_t positions_computed = 0;  // Σ over forwards of the positions computed in every row (ForwardBatch::n_computed)
 };
 
 struct GenerateOutput {
@@ -310,8 +310,8 @@ struct GenerateOutput {
 //     (prefix) or [block_begin − 1, block_end) (dual); position block_begin − 1 is included because
 //     position j is sampled from row j − 1. A step that runs no forward (k = 0) moves the refresh to the
 //     block's next step. committed: as dual, but the block's forwards f = 1, 2, … with f % refresh_every != 0
-//     compute only ForwardBatch::window_positions (CacheMode::kCommitted's rule; the whole window when that
-//     is all of it). logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op
+//     compute only ForwardBatch::window_positions (CacheMode::kCommitted's rule, each row its own list,
+//     window_row_begin, unless the rows' lists are the same; the whole window when that is all of it). logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op
 //     and window and compute every position (then the result is exact).
 // Step numbers (hooks, RNG streams, history) count across blocks; n_steps is params.steps with fixed
 // steps and G (an upper bound) with threshold / factor.

@@ -42,6 +42,10 @@ struct ForwardBatch {
   // K/V are read from it. nullptr = every position of the window. CPU only (a device refuses it).
   const int64_t* window_positions = nullptr;
   int64_t n_window_positions = 0;
+  // With window_positions, optionally a list per row: row b computes window_positions[window_row_begin[b],
+  // window_row_begin[b + 1]) (ascending inside the window; possibly none), [n_batch + 1] from 0 up to
+  // n_window_positions. nullptr = window_positions is every row's list.
+  const int64_t* window_row_begin = nullptr;
   CacheOp cache_op = CacheOp::kNone;
   KvCache* cache = nullptr;  // not owned; required unless cache_op is kNone. The sampler leaves it null
                              // and the LogitsFn (e.g. Engine::logits_fn) supplies its own cache
@@ -49,10 +53,21 @@ struct ForwardBatch {
   const LoraWeights* lora = nullptr;
 
   int64_t window_stop() const { return window_end < 0 ? n_seq : window_end; }
-  // Positions computed per row: the window's, or n_window_positions.
+  // Positions computed per row when every row computes the same (no window_row_begin): the window's, or
+  // n_window_positions.
   int64_t window_width() const { return window_positions != nullptr ? n_window_positions : window_stop() - window_begin; }
-  // Positions computed by this forward over all rows: n_batch · window_width().
-  int64_t n_computed() const { return n_batch * window_width(); }
+  // Positions computed in row b, and where they start among the forward's computed positions (row-major:
+  // row b's after those of rows < b).
+  int64_t row_width(int64_t b) const {
+    return window_row_begin != nullptr ? window_row_begin[b + 1] - window_row_begin[b] : window_width();
+  }
+  int64_t row_first(int64_t b) const { return window_row_begin != nullptr ? window_row_begin[b] : b * window_width(); }
+  // Row b's computed positions ([row_width(b)] ascending), or nullptr when it computes the window's every position.
+  const int64_t* row_positions(int64_t b) const {
+    return window_row_begin != nullptr ? window_positions + window_row_begin[b] : window_positions;
+  }
+  // Positions computed by this forward over all rows: Σ_b row_width(b).
+  int64_t n_computed() const { return window_row_begin != nullptr ? n_window_positions : n_batch * window_width(); }
 };
 
 }  // namespace dc

@@ -2,7 +2,8 @@
 // block decoder (token-identical, every step's canvas and commit counts), the cached modes' refresh
 // forwards against full passes (bit-identical), the prefix / dual drift from cache none on the tiny
 // fixtures (printed, not asserted), and the KV-cache size limit. Cache committed: with refresh_every 1 it is
-// dual token for token; on one layer it is exact; otherwise its agreement with dual is printed.
+// dual token for token; on one layer it is exact; each row of a batch computes its own positions and gets the
+// tokens of its own decoding; otherwise its agreement with dual is printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -266,11 +267,12 @@ TEST(BlockParity, CommittedWithRefreshEveryOneIsDualTokenForToken) {
 }
 
 TEST(BlockParity, CommittedComputesTheMaskedAndNewlyCommittedRowsAndDriftsFromDual) {
-  // Every forward of a committed run between refreshes computes exactly the rule's positions (checked here
-  // against the canvas: masked, committed since the forward before, j − 1 of a masked j) and fewer than dual's
-  // window; the generated tokens' agreement with dual is printed (the tiny random fixtures: a lower bound).
+  // Every forward of a committed run between refreshes computes exactly the rule's positions in each row
+  // (checked here against the canvas: masked, committed since the forward before, j − 1 of a masked j; none in a
+  // row with no mask in the window), their sum over the rows and fewer than dual's window; the generated tokens'
+  // agreement with dual is printed (the tiny random fixtures: a lower bound).
   for (int every : {2, 4, 1000}) {
-    int64_t tokens = 0, same = 0, positions = 0, dual_positions = 0, scattered = 0;
+    int64_t tokens = 0, same = 0, positions = 0, dual_positions = 0, scattered = 0, per_row = 0;
     for (const BlockCase& bc : block_cases()) {
       auto engine = load_exact(bc.model_dir, 2);
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
@@ -288,19 +290,22 @@ TEST(BlockParity, CommittedComputesTheMaskedAndNewlyCommittedRowsAndDriftsFromDu
       const LogitsFn checked = [&](const ForwardBatch& batch, float* logits) -> Status {
         if (batch.window_positions != nullptr) {
           ++scattered;
-          std::vector<int64_t> want;
-          for (int64_t i = batch.window_begin; i < batch.window_stop(); ++i) {
-            bool need = false;
-            for (int64_t b = 0; b < batch.n_batch; ++b) {
-              const int64_t at = b * batch.n_seq;
-              auto masked = [&](int64_t j) { return j < batch.window_stop() && batch.tokens[at + j] == params.mask_token_id; };
-              need |= masked(i) || masked(i + 1) || batch.tokens[at + i] != previous[static_cast<size_t>(at + i)];
-            }
-            if (need) want.push_back(i);
+          const int64_t width = batch.window_stop() - batch.window_begin;
+          int64_t sum = 0;  // of the rows' own sets
+          for (int64_t b = 0; b < batch.n_batch; ++b) {
+            const int64_t at = b * batch.n_seq;
+            auto masked = [&](int64_t j) { return j < batch.window_stop() && batch.tokens[at + j] == params.mask_token_id; };
+            std::vector<int64_t> want;  // none in a row without a masked position in the window
+            for (int64_t i = batch.window_begin; i < batch.window_stop(); ++i)
+              if (masked(i) || masked(i + 1) || batch.tokens[at + i] != previous[static_cast<size_t>(at + i)]) want.push_back(i);
+            if (std::none_of(want.begin(), want.end(), masked)) want.clear();
+            EXPECT_EQ(std::vector<int64_t>(batch.row_positions(b), batch.row_positions(b) + batch.row_width(b)), want)
+                << bc.name << " row " << b;
+            sum += static_cast<int64_t>(want.size());
           }
-          EXPECT_EQ(std::vector<int64_t>(batch.window_positions, batch.window_positions + batch.n_window_positions), want)
-              << bc.name;
-          EXPECT_LT(batch.n_window_positions, batch.window_stop() - batch.window_begin) << bc.name;
+          per_row += batch.window_row_begin != nullptr;
+          EXPECT_EQ(batch.n_computed(), sum) << bc.name;
+          EXPECT_LT(sum, batch.n_batch * width) << bc.name;
         }
         previous.assign(batch.tokens, batch.tokens + batch.n_batch * batch.n_seq);
         return inner(batch, logits);
@@ -323,8 +328,56 @@ TEST(BlockParity, CommittedComputesTheMaskedAndNewlyCommittedRowsAndDriftsFromDu
                 static_cast<long>(positions), static_cast<long>(dual_positions),
                 static_cast<double>(dual_positions) / static_cast<double>(positions));
     EXPECT_GT(scattered, 0);
+    EXPECT_GT(per_row, 0);  // batches whose rows computed lists of their own
     EXPECT_LT(positions, dual_positions) << "refresh every " << every;
   }
+}
+
+TEST(BlockParity, CommittedGivesEachRowOfABatchTheTokensOfItsOwnDecoding) {
+  // Prompts of different lengths (left-padded) in one batch, threshold decoding (each row commits its own
+  // positions: their masked sets differ), f32 with the reference kernels (row-wise arithmetic): each row's
+  // generated tokens equal its prompt decoded alone with cache committed, whose positions are each row's own.
+  // Without a whole-window step inside a block the batch's positions computed are the rows' own sums: those
+  // of the rows alone, once the refreshes (rows × canvas each) are taken out.
+  const std::vector<std::vector<int32_t>> prompts = {{5, 9, 2, 7, 3}, {8, 1}, {4, 4, 6, 10}, {11, 3, 3, 12, 7}};
+  const auto manifest = dc::testing::load_manifest();
+  int64_t per_row = 0;
+  for (const auto& m : manifest["models"]) {
+    auto loaded = Model::load(dc::testing::fixtures_dir() + "/" + m["dir"].get<std::string>());
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    const Model& model = **loaded;
+    ThreadPool pool(2);
+    Context ctx{Device::kCpu, &pool};
+    ctx.reference_kernels = true;  // (MatmulPrecision::kF32, the default)
+    SamplingParams p;
+    p.mask_token_id = static_cast<int32_t>(model.config().mask_token_id);
+    p.pad_token_id = static_cast<int32_t>(model.config().pad_token_id);
+    p.max_new_tokens = 16;
+    p.block_length = 8;
+    p.threshold = 0.2f;
+    p.temperature = 0.0f;
+    p.cache = CacheMode::kCommitted;
+    GenerateHooks hooks;
+    suppress_mask(hooks, p.mask_token_id);
+    hooks.on_forward = [&](const ForwardBatch& b, double) { per_row += b.window_row_begin != nullptr; };
+    for (int every : {4, 1000}) {
+      p.refresh_every = every;
+      auto batch = generate_on_model(model, ctx, int64_t{1} << 30, prompts, p, hooks);
+      ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+      int64_t own_sum = 0;
+      for (size_t r = 0; r < prompts.size(); ++r) {
+        auto alone = generate_on_model(model, ctx, int64_t{1} << 30, {prompts[r]}, p, hooks);
+        ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+        EXPECT_EQ(batch->generated[r], alone->generated[0]) << m["name"] << " row " << r << ", refresh every " << every;
+        own_sum += alone->timings.positions_computed - alone->timings.cache_refreshes * alone->n_seq;
+      }
+      if (every == 1000) {
+        EXPECT_EQ(batch->timings.positions_computed - batch->timings.cache_refreshes * batch->n_rows * batch->n_seq, own_sum)
+            << m["name"];
+      }
+    }
+  }
+  EXPECT_GT(per_row, 0);  // forwards whose rows computed lists of their own
 }
 
 TEST(BlockParity, KvCacheLargerThanTheLimitIsRefused) {

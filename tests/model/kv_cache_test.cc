@@ -4,7 +4,8 @@
 // under kUse even after the window's tokens change (its other positions' K/V cannot change), and bad
 // window / cache combinations are rejected. The same for a scattered window (window_positions, cache
 // committed): it reproduces the full forward's rows with a fresh cache, is exact on one layer after its
-// positions' tokens change (and stores their K/V where later forwards read them), and bad sets are rejected.
+// positions' tokens change (and stores their K/V where later forwards read them), and bad sets are rejected;
+// with a list per row (window_row_begin) each row computes as it would alone.
 // Several requests' parts in one forward (forward_hidden_parts: refresh, kUse and uncached parts of their own
 // shapes) give each part's own rows and cache (bit for bit with the reference kernels, within 1e-5 relative
 // with the fast ones: their path depends on a product's row count), and bad parts are rejected naming the part.
@@ -187,6 +188,31 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   const std::vector<int64_t> fine = {3, 4};
   none_at.n_window_positions = 2, none_at.window_positions = fine.data();
   EXPECT_TRUE(model.forward(ctx, none_at, logits.data()).ok());
+
+  // A list per row (window_row_begin): offsets rising from 0 to n_window_positions, each row's list ascending
+  // inside the window (row 1's may start below row 0's end), each out row one of its own row's positions.
+  const Canvas two = make_canvas(model.config(), 2, 8, 1);  // row 1: 3 left pads
+  KvCache two_cache;
+  const std::vector<int64_t> two_rows = window_rows(two, 0, two.L);
+  std::vector<float> two_logits(two_rows.size() * model.config().n_vocab);
+  ASSERT_TRUE(model.forward(ctx, cache_batch_of(two, two_rows, CacheOp::kRefresh, &two_cache), two_logits.data()).ok());
+  auto per_row = [&](const std::vector<int64_t>& at, const std::vector<int64_t>& row_begin, const std::vector<int64_t>& out) {
+    ForwardBatch b = scattered_batch_of(two, out, &two_cache, 2, -1, at);
+    b.window_row_begin = row_begin.data();
+    return message(b);
+  };
+  EXPECT_EQ(per_row({4, 6, 3, 5}, {0, 2, 4}, {4, 8 + 3}), "");
+  EXPECT_EQ(per_row({4, 6}, {0, 2, 2}, {6}), "");  // row 1 computes nothing
+  EXPECT_NE(per_row({4, 5}, {0, 3, 2}, {4}).find("window_row_begin[2] = 2"), std::string::npos) << per_row({4, 5}, {0, 3, 2}, {4});
+  EXPECT_NE(per_row({4, 5}, {0, 1, 1}, {4}).find("rise from 0 to n_window_positions (2)"), std::string::npos);
+  EXPECT_NE(per_row({4, 5}, {1, 1, 2}, {4}).find("rise from 0"), std::string::npos);
+  EXPECT_NE(per_row({4, 6, 5}, {0, 1, 3}, {4}).find("window_positions[2] = 5 does not ascend"), std::string::npos);
+  EXPECT_NE(per_row({4, 7, 1}, {0, 2, 3}, {4}).find("window_positions[2] = 1"), std::string::npos);
+  EXPECT_NE(per_row({4, 5}, {0, 1, 2}, {5}).find("not one of the window_positions of its row"), std::string::npos);
+  ForwardBatch offsets_alone = cache_batch_of(two, {4}, CacheOp::kUse, &two_cache, 2, -1);
+  const std::vector<int64_t> offsets = {0, 1, 1};
+  offsets_alone.window_row_begin = offsets.data();
+  EXPECT_NE(message(offsets_alone).find("window_row_begin needs window_positions"), std::string::npos);
 }
 
 TEST(KvCache, OneLayerModelIsExactWhenOnlyTheComputedPositionsChange) {
@@ -299,6 +325,73 @@ void expect_parts_equal_alone(const Model& model, const Context& ctx, double tol
   expect_close(hidden_of(model, ctx, use_merged), want, tol, "kUse parts");
   expect_same_cache(merged_a, alone_a, c.n_layer, tol, "part a after kUse");
   expect_same_cache(merged_b, alone_b, c.n_layer, tol, "part b after kUse");
+}
+
+// Row b of a canvas as a canvas of its own (its padding and positions kept).
+Canvas row_of(const Canvas& k, int64_t b) {
+  Canvas r;
+  r.B = 1, r.L = k.L;
+  const auto row = [&](const auto& v) { return std::vector(v.begin() + b * k.L, v.begin() + (b + 1) * k.L); };
+  r.tokens = row(k.tokens);
+  if (!k.valid.empty()) r.valid = row(k.valid), r.positions = row(k.positions);
+  return r;
+}
+
+TEST(KvCache, RowsWithTheirOwnPositionsEachComputeAsAlone) {
+  // A list per row (window_row_begin, cache committed in a batch): over steps whose tokens change, each row's
+  // hidden rows and cache row equal that row's own forward (B = 1, its list the one list) bit for bit with the
+  // reference kernels, also when the other row computes nothing. With 2+ layers a row that also computed the
+  // other row's positions (their union) would refresh those K/V and differ.
+  ThreadPool pool(2);
+  Context ctx{Device::kCpu, &pool};
+  ctx.reference_kernels = true;
+  struct Step {
+    std::vector<int64_t> at[2], changed[2];  // per row: the positions computed, those whose token changes first
+  };
+  const std::vector<Step> steps = {{{{4, 6, 7, 10}, {5, 11}}, {{6, 7}, {5}}},
+                                   {{{}, {3, 4, 5}}, {{}, {4}}},
+                                   {{{5, 8}, {5, 11}}, {{8}, {11}}}};
+  int m = 0;
+  for (const auto& model : fixture_models()) {
+    const ModelConfig& c = model->config();
+    ++m;
+    Canvas k = make_canvas(c, 2, 12, 7);  // row 1: 3 left pads
+    Canvas alone[2] = {row_of(k, 0), row_of(k, 1)};
+    KvCache cache, own[2];
+    hidden_of(*model, ctx, std::vector{cache_batch_of(k, window_rows(k, 0, k.L), CacheOp::kRefresh, &cache)});
+    for (int64_t b = 0; b < 2; ++b)
+      hidden_of(*model, ctx, std::vector{cache_batch_of(alone[b], window_rows(alone[b], 0, k.L), CacheOp::kRefresh, &own[b])});
+    for (size_t s = 0; s < steps.size(); ++s) {
+      std::vector<int64_t> at, row_begin = {0};
+      std::vector<float> want;
+      for (int64_t b = 0; b < 2; ++b) {
+        for (int64_t i : steps[s].changed[b])
+          alone[b].tokens[i] = k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 37) % 300);
+        at.insert(at.end(), steps[s].at[b].begin(), steps[s].at[b].end());
+        row_begin.push_back(static_cast<int64_t>(at.size()));
+        if (steps[s].at[b].empty()) continue;
+        const std::vector<int64_t> rows = rows_at(alone[b], steps[s].at[b]);
+        const std::vector<float> h = hidden_of(*model, ctx, std::vector{scattered_batch_of(alone[b], rows, &own[b], 2, -1, steps[s].at[b])});
+        want.insert(want.end(), h.begin(), h.end());
+      }
+      std::vector<int64_t> rows;
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t r : rows_at(alone[b], steps[s].at[b])) rows.push_back(b * k.L + r);
+      ForwardBatch batch = scattered_batch_of(k, rows, &cache, 2, -1, at);
+      batch.window_row_begin = row_begin.data();
+      EXPECT_EQ(batch.n_computed(), static_cast<int64_t>(at.size()));
+      const std::string what = "fixture " + std::to_string(m) + " step " + std::to_string(s);
+      expect_close(hidden_of(*model, ctx, {&batch, 1}), want, 0.0, what);
+      const int64_t row_floats = k.L * cache.kv_dim();
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+          const auto row = [&](const float* at) { return std::vector<float>(at + b * row_floats, at + (b + 1) * row_floats); };
+          const auto whole = [&](const float* at) { return std::vector<float>(at, at + row_floats); };
+          expect_close(row(cache.k(il)), whole(own[b].k(il)), 0.0, what + " K row " + std::to_string(b));
+          expect_close(row(cache.v(il)), whole(own[b].v(il)), 0.0, what + " V row " + std::to_string(b));
+        }
+    }
+  }
 }
 
 TEST(KvCache, PartsInOneForwardGiveEachPartsOwnRowsAndCache) {

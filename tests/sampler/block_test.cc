@@ -204,6 +204,52 @@ TEST(BlockDecoding, CommittedCacheComputesTheMaskedAndNewlyCommittedPositions) {
   EXPECT_EQ(out->sequences, dual->sequences);
 }
 
+TEST(BlockDecoding, CommittedCacheComputesEachRowsOwnPositions) {
+  // Two rows, prompt of 3, one block of 8 (positions 3..10), 8 steps, never a whole-window step inside the block:
+  // row 0 commits left to right, row 1 right to left, one position a step each (the last step two). Each row
+  // computes its own positions (masked, committed since the forward before, j − 1 of a masked j); row 1's
+  // first list is the whole window [2, 11), row 0's is [3, 11); one list for both rows would be their union.
+  FakeModel model(kVocab, confidence_model([](int64_t b, int64_t j) {
+    return 0.5f + (b == 0 ? -0.01f : 0.01f) * static_cast<float>(j);
+  }));
+  SamplingParams p = block_params(8, 8, 8);
+  p.cache = CacheMode::kCommitted;
+  p.refresh_every = 1000;
+  Result<GenerateOutput> out = generate(model.logits_fn(), kVocab, {{1, 2, 3}, {1, 2, 3}}, p);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const std::vector<RecordedBatch>& got = model.batches();
+  ASSERT_EQ(got.size(), 7u);
+  auto range = [](int64_t a, int64_t b) {
+    std::vector<int64_t> v;
+    for (int64_t i = a; i < b; ++i) v.push_back(i);
+    return v;
+  };
+  int64_t computed = 2 * 11;  // the refresh: both rows' 11 positions
+  for (size_t f = 1; f < got.size(); ++f) {
+    const int64_t n = static_cast<int64_t>(f);
+    const std::vector<int64_t> row0 = range(2 + n, 11), row1 = range(2, 12 - n);  // f = 1: [3, 11) and [2, 11)
+    std::vector<int64_t> both = row0;
+    both.insert(both.end(), row1.begin(), row1.end());
+    EXPECT_EQ(got[f].cache_op, CacheOp::kUse) << "forward " << f;
+    EXPECT_EQ(got[f].window_positions, both) << "forward " << f;
+    EXPECT_EQ(got[f].window_row_begin, (std::vector<int64_t>{0, 9 - n, 19 - 2 * n})) << "forward " << f;
+    for (int64_t row : got[f].out_rows) {  // each out row one of its own row's positions
+      const std::vector<int64_t>& own = row / 11 == 0 ? row0 : row1;
+      EXPECT_TRUE(std::binary_search(own.begin(), own.end(), row % 11)) << "forward " << f << " out row " << row;
+    }
+    computed += static_cast<int64_t>(both.size());
+  }
+  EXPECT_EQ(out->timings.positions_computed, computed);  // the rows' own lists summed, per forward
+  // The fake's logits are exact whatever it computes: the same tokens as dual.
+  p.cache = CacheMode::kDual;
+  FakeModel dual_model(kVocab, confidence_model([](int64_t b, int64_t j) {
+    return 0.5f + (b == 0 ? -0.01f : 0.01f) * static_cast<float>(j);
+  }));
+  Result<GenerateOutput> dual = generate(dual_model.logits_fn(), kVocab, {{1, 2, 3}, {1, 2, 3}}, p);
+  ASSERT_TRUE(dual.ok());
+  EXPECT_EQ(out->sequences, dual->sequences);
+}
+
 TEST(BlockDecoding, RefreshMovesToTheFirstStepThatRunsAForward) {
   // 16 / 16 steps in blocks of 8: step 0 of a block commits nothing and runs no forward.
   FakeModel model(kVocab, confidence_model([](int64_t, int64_t) { return 0.5f; }));

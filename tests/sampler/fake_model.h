@@ -29,6 +29,7 @@ struct RecordedBatch {
   CacheOp cache_op = CacheOp::kNone;
   int64_t window_begin = 0, window_end = 0;  // window_end resolved (never -1)
   std::vector<int64_t> window_positions;     // empty when the batch had nullptr
+  std::vector<int64_t> window_row_begin;     // [n_batch + 1], empty when the batch had nullptr
 };
 
 // fn(batch, b, i, logits[n_vocab]) writes the model output for canvas row b, index i.
@@ -59,6 +60,8 @@ class FakeModel {
       r.window_end = batch.window_stop();
       if (batch.window_positions != nullptr)
         r.window_positions.assign(batch.window_positions, batch.window_positions + batch.n_window_positions);
+      if (batch.window_row_begin != nullptr)
+        r.window_row_begin.assign(batch.window_row_begin, batch.window_row_begin + batch.n_batch + 1);
       state->batches.push_back(std::move(r));
       for (int64_t o = 0; o < batch.n_out; ++o) {
         const int64_t flat = batch.out_rows[o];

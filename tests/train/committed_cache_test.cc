@@ -15,8 +15,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One generation per prompt (a batch's rows share one set of computed positions, which would hide the
-// rule): the generated tokens of every prompt, and the positions computed in all.
+// One generation per prompt (as single requests; in a batch each row would draw from streams of its row
+// index): the generated tokens of every prompt, and the positions computed in all.
 struct Runs {
   std::vector<std::vector<int32_t>> generated;
   int64_t positions = 0;
