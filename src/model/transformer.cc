@@ -58,11 +58,15 @@ Status Model::check_batch(const ForwardBatch& b) const {
     if (b.cache_op != CacheOp::kUse || b.n_window_positions <= 0)
       return invalid_argument("forward: window_positions need cache_op kUse and at least one position");
     const int64_t* offsets = b.window_row_begin;
+    if (offsets != nullptr && (offsets[0] != 0 || offsets[b.n_batch] != b.n_window_positions))
+      return invalid_argument("forward: window_row_begin runs from " + std::to_string(offsets[0]) + " to " +
+                              std::to_string(offsets[b.n_batch]) + "; the row offsets must rise from 0 to "
+                              "n_window_positions (" + std::to_string(b.n_window_positions) + ")");
     for (int64_t r = 0; offsets != nullptr && r < b.n_batch; ++r)
-      if (offsets[0] != 0 || offsets[r + 1] < offsets[r] || offsets[b.n_batch] != b.n_window_positions)
+      if (offsets[r + 1] < offsets[r])
         return invalid_argument("forward: window_row_begin[" + std::to_string(r + 1) + "] = " +
-                                std::to_string(offsets[r + 1]) + ": the row offsets must rise from 0 to n_window_positions (" +
-                                std::to_string(b.n_window_positions) + ")");
+                                std::to_string(offsets[r + 1]) + " is below the row before's " + std::to_string(offsets[r]) +
+                                "; the row offsets must rise from 0 to n_window_positions");
     // Each row's list (one for every row without offsets) ascends inside the window.
     for (int64_t r = 0; r < (offsets != nullptr ? b.n_batch : 1); ++r) {
       const int64_t first = offsets != nullptr ? offsets[r] : 0;

@@ -311,8 +311,9 @@ struct GenerateOutput {
 //     position j is sampled from row j − 1. A step that runs no forward (k = 0) moves the refresh to the
 //     block's next step. committed: as dual, but the block's forwards f = 1, 2, … with f % refresh_every != 0
 //     compute only ForwardBatch::window_positions (CacheMode::kCommitted's rule, each row its own list,
-//     window_row_begin, unless the rows' lists are the same; the whole window when that is all of it). logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op
-//     and window and compute every position (then the result is exact).
+//     window_row_begin, unless the rows' lists are the same; the whole window when that is all of it).
+//     logits_fn must supply the cache (ForwardBatch::cache is null), or ignore the op and window and compute
+//     every position (then the result is exact).
 // Step numbers (hooks, RNG streams, history) count across blocks; n_steps is params.steps with fixed
 // steps and G (an upper bound) with threshold / factor.
 // Errors: invalid params/prompts, logits_fn errors, non-finite logits, an invalid unmask_policy answer,

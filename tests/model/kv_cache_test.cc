@@ -204,8 +204,9 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   EXPECT_EQ(per_row({4, 6, 3, 5}, {0, 2, 4}, {4, 8 + 3}), "");
   EXPECT_EQ(per_row({4, 6}, {0, 2, 2}, {6}), "");  // row 1 computes nothing
   EXPECT_NE(per_row({4, 5}, {0, 3, 2}, {4}).find("window_row_begin[2] = 2"), std::string::npos) << per_row({4, 5}, {0, 3, 2}, {4});
-  EXPECT_NE(per_row({4, 5}, {0, 1, 1}, {4}).find("rise from 0 to n_window_positions (2)"), std::string::npos);
-  EXPECT_NE(per_row({4, 5}, {1, 1, 2}, {4}).find("rise from 0"), std::string::npos);
+  EXPECT_NE(per_row({4, 5}, {0, 1, 1}, {4}).find("runs from 0 to 1; the row offsets must rise from 0 to n_window_positions (2)"),
+            std::string::npos);
+  EXPECT_NE(per_row({4, 5}, {1, 1, 2}, {4}).find("runs from 1 to 2"), std::string::npos);
   EXPECT_NE(per_row({4, 6, 5}, {0, 1, 3}, {4}).find("window_positions[2] = 5 does not ascend"), std::string::npos);
   EXPECT_NE(per_row({4, 7, 1}, {0, 2, 3}, {4}).find("window_positions[2] = 1"), std::string::npos);
   EXPECT_NE(per_row({4, 5}, {0, 1, 2}, {5}).find("not one of the window_positions of its row"), std::string::npos);
@@ -340,8 +341,8 @@ Canvas row_of(const Canvas& k, int64_t b) {
 TEST(KvCache, RowsWithTheirOwnPositionsEachComputeAsAlone) {
   // A list per row (window_row_begin, cache committed in a batch): over steps whose tokens change, each row's
   // hidden rows and cache row equal that row's own forward (B = 1, its list the one list) bit for bit with the
-  // reference kernels, also when the other row computes nothing. With 2+ layers a row that also computed the
-  // other row's positions (their union) would refresh those K/V and differ.
+  // reference kernels, also when the other row computes nothing and as a part after another. With 2+ layers a
+  // row that also computed the other row's positions (their union) would refresh those K/V and differ.
   ThreadPool pool(2);
   Context ctx{Device::kCpu, &pool};
   ctx.reference_kernels = true;
@@ -382,6 +383,14 @@ TEST(KvCache, RowsWithTheirOwnPositionsEachComputeAsAlone) {
       EXPECT_EQ(batch.n_computed(), static_cast<int64_t>(at.size()));
       const std::string what = "fixture " + std::to_string(m) + " step " + std::to_string(s);
       expect_close(hidden_of(*model, ctx, {&batch, 1}), want, 0.0, what);
+      // Again as the second part of a forward over parts (a server's request after another): the same rows (the
+      // repeated store writes the same K/V).
+      const Canvas u = make_canvas(c, 1, 9, 2);
+      const std::vector<int64_t> rows_u = window_rows(u, 0, u.L);
+      const ForwardBatch parts[] = {cache_batch_of(u, rows_u, CacheOp::kNone, nullptr), batch};
+      std::vector<float> with_u = hidden_of(*model, ctx, {&parts[0], 1});
+      with_u.insert(with_u.end(), want.begin(), want.end());
+      expect_close(hidden_of(*model, ctx, parts), with_u, 0.0, what + ", after another part");
       const int64_t row_floats = k.L * cache.kv_dim();
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t il = 0; il < c.n_layer; ++il) {
