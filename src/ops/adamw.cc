@@ -1,6 +1,8 @@
 // AdamW front-end: the step's scalars, and the checks and dispatch of the fused matrix update.
 #include "ops/adamw.h"
 
+#include <cmath>
+
 #include "core/check.h"
 #include "core/profiler.h"
 #include "ops/cpu/kernels.h"
@@ -25,13 +27,13 @@ void adamw_update(const Context& ctx, const AdamWStep& s, float* p, const float*
                   const float* clip_sumsq, float max_norm) {
   const ProfileScope profile(ctx, "adamw_update");
   DC_CHECK(p != nullptr && g != nullptr && m != nullptr && v != nullptr && n > 0, "adamw_update: bad arguments");
-  DC_CHECK(clip_sumsq == nullptr || max_norm > 0, "adamw_update: clipping needs max_norm > 0");
   switch (ctx.device) {
     case Device::kCpu: {
       AdamWStep step = s;
-      if (clip_sumsq != nullptr) {  // train/optimizer.h clip_coefficient
+      if (clip_sumsq != nullptr) {  // train/optimizer.h clip_coefficient, and OptimizerCore's skip
+        if (!std::isfinite(*clip_sumsq)) return;
         const double coef = max_norm / (std::sqrt(static_cast<double>(*clip_sumsq)) + 1e-6);
-        step.grad_scale = coef >= 1.0 ? 1.0f : static_cast<float>(coef);
+        step.grad_scale = max_norm <= 0 || coef >= 1.0 ? 1.0f : static_cast<float>(coef);
       }
       parallel_for(ctx.pool, n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) adamw_value(step, p[i], g[i], m[i], v[i]);
@@ -43,18 +45,39 @@ void adamw_update(const Context& ctx, const AdamWStep& s, float* p, const float*
   }
 }
 
-void squared_norm(const Context& ctx, const float* x, int64_t n, float* out) {
+namespace {
+
+// Σ f(x[i]) over x [n] in double, rounded to f32: the CPU's squared_norm and sum_floats.
+template <typename F>
+float sum_in_double(const float* x, int64_t n, F f) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += f(static_cast<double>(x[i]));
+  return static_cast<float>(sum);
+}
+
+}  // namespace
+
+void squared_norm(const Context& ctx, const float* x, int64_t n, float* out, int64_t out_index) {
   const ProfileScope profile(ctx, "gradient norm");
-  DC_CHECK(x != nullptr && out != nullptr && n > 0, "squared_norm: bad arguments");
+  DC_CHECK(x != nullptr && out != nullptr && n > 0 && out_index >= 0, "squared_norm: bad arguments");
   switch (ctx.device) {
-    case Device::kCpu: {
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-      *out = static_cast<float>(sum);
+    case Device::kCpu:
+      out[out_index] = sum_in_double(x, n, [](double v) { return v * v; });
       return;
-    }
     case Device::kVulkan:
-      return ctx.backend->squared_norm(as_device(x), n, as_device(out));
+      return ctx.backend->reduce(as_device(x), n, /*squares=*/true, as_device(out), out_index);
+  }
+}
+
+void sum_floats(const Context& ctx, const float* x, int64_t n, float* out) {
+  const ProfileScope profile(ctx, "gradient norm");
+  DC_CHECK(x != nullptr && out != nullptr && n > 0, "sum_floats: bad arguments");
+  switch (ctx.device) {
+    case Device::kCpu:
+      *out = sum_in_double(x, n, [](double v) { return v; });
+      return;
+    case Device::kVulkan:
+      return ctx.backend->reduce(as_device(x), n, /*squares=*/false, as_device(out), 0);
   }
 }
 

@@ -38,15 +38,19 @@ inline void adamw_value(const AdamWStep& s, float& p, float g, float& m, float& 
 }
 
 // AdamW over flat f32 buffers p, g, m, v [n] in ctx's memory (a device's on a device), adamw_value per value.
-// With clip_sumsq (ctx's memory, [1]: Σ g² over every gradient), the gradients are first scaled by
-// clip_grad_norm's coefficient max_norm / (√Σ + 1e-6) when below 1 (train/optimizer.h clip_coefficient; it
-// replaces s.grad_scale), so that the norm need not cross to the host. A device's division and square root
-// are not correctly rounded: its values are adamw_value's within 1e-6 relative, not bit for bit.
+// With clip_sumsq (ctx's memory, [1]: Σ g² over every gradient) the step is decided where the values are, so that
+// the norm need not cross to the host before the update: nothing is written when Σ is not finite (OptimizerCore's
+// skip), else the gradients are first scaled by clip_grad_norm's coefficient max_norm / (√Σ + 1e-6) when
+// max_norm > 0 and it is below 1 (train/optimizer.h clip_coefficient; it replaces s.grad_scale). A device's
+// division and square root are not correctly rounded: its values are adamw_value's within 1e-6 relative, not bit
+// for bit.
 void adamw_update(const Context& ctx, const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t n,
                   const float* clip_sumsq = nullptr, float max_norm = 0);
-// out[0] = Σ x² over x [n] in ctx's memory: the global gradient norm's square over a flat gradient buffer.
-// The CPU sums in double (then rounds), a device in f32 in a fixed order.
-void squared_norm(const Context& ctx, const float* x, int64_t n, float* out);
+// out[out_index] = Σ x² over x [n] in ctx's memory: one gradient's part of the global norm's square. The CPU
+// sums in double (then rounds), a device in f32 in a fixed order.
+void squared_norm(const Context& ctx, const float* x, int64_t n, float* out, int64_t out_index = 0);
+// out[0] = Σ x over x [n] in ctx's memory (the per-tensor Σ g² into the global one), as squared_norm sums.
+void sum_floats(const Context& ctx, const float* x, int64_t n, float* out);
 
 // AdamW over the matrix p [rows, cols] (gradient g, moments m and v of the same shape), threaded on
 // ctx.pool, fused with mixed precision's re-layout: the updated p rounded to bf16 (round to nearest

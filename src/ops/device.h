@@ -221,10 +221,10 @@ class DeviceBackend {
   // loss[0] = Σ_r weights[r]·CE_r (f32, a fixed order), ce[n] each row's CE, dlogits (may be logits) its gradient.
   virtual void cross_entropy(DeviceIn logits, DevicePtr<const int32_t> targets, DeviceIn weights, int64_t n, int64_t n_vocab,
                              DeviceOut dlogits, DeviceOut ce, DeviceOut loss) = 0;
-  // out[0] = Σ x² over x [n] (f32, a fixed order).
-  virtual void squared_norm(DeviceIn x, int64_t n, DeviceOut out) = 0;
-  // AdamW over p, g, m, v [n]; with clip_sumsq, the gradients first scaled by clip_grad_norm's coefficient for
-  // max_norm from Σ g² = clip_sumsq[0] (s.grad_scale unused), else by s.grad_scale.
+  // out[out_index] = Σ x² (`squares`) or Σ x over x [n] (f32, a fixed order).
+  virtual void reduce(DeviceIn x, int64_t n, bool squares, DeviceOut out, int64_t out_index) = 0;
+  // AdamW over p, g, m, v [n]; with clip_sumsq: skipped when Σ g² = clip_sumsq[0] is not finite, else the
+  // gradients first scaled by clip_grad_norm's coefficient for max_norm (s.grad_scale unused); else by s.grad_scale.
   virtual void adamw_update(const AdamWStep& s, DeviceOut p, DeviceIn g, DeviceOut m, DeviceOut v, int64_t n, DeviceIn clip_sumsq,
                             float max_norm) = 0;
 };

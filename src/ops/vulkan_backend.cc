@@ -363,9 +363,9 @@ class VulkanBackend final : public DeviceBackend {
     if (recording())
       keep(vk::reduce_sum(*seq_, wce, 0, n, /*squares=*/false, scratch("reduce.partials", vk::reduce_partials(n)), at(loss)));
   }
-  void squared_norm(DeviceIn x, int64_t n, DeviceOut out) override {
+  void reduce(DeviceIn x, int64_t n, bool squares, DeviceOut out, int64_t out_index) override {
     if (recording())
-      keep(vk::reduce_sum(*seq_, at(x), 0, n, /*squares=*/true, scratch("reduce.partials", vk::reduce_partials(n)), at(out)));
+      keep(vk::reduce_sum(*seq_, at(x), 0, n, squares, scratch("reduce.partials", vk::reduce_partials(n)), at(out), out_index));
   }
   void adamw_update(const AdamWStep& s, DeviceOut p, DeviceIn g, DeviceOut m, DeviceOut v, int64_t n, DeviceIn clip_sumsq,
                     float max_norm) override {

@@ -144,44 +144,37 @@ Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx
 Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCore& core, double loss) {
   DC_CHECK(moments_ && !core.sharded(), "DeviceTraining::step: started with the optimizer, one process");
   const std::vector<DeviceParams::Tensor>& grads = grads_.tensors();
-  const size_t n = grads.size();
+  const int64_t n = static_cast<int64_t>(grads.size());
   OptimizerStepStats s;
   s.lr = learning_rate(core.options().lr, core.steps_done());
-  std::vector<float> sums(n);  // each tensor's Σ g² (the metric the norm is made of)
+  float sumsq_host = 0;  // the metric, read back once the step has run
   {
     const std::unique_lock<std::mutex> lock = ctx.backend->lock();
     DC_RETURN_IF_ERROR(ctx.backend->begin());
-    std::vector<std::string> names(n);
-    for (size_t i = 0; i < n; ++i) {
-      names[i] = "optimizer.sumsq." + std::to_string(i);
-      float* part = device_floats(ctx, names[i].c_str(), 1);
-      DC_RETURN_IF_ERROR(device_status(ctx));
-      squared_norm(ctx, grads[i].data.data(), static_cast<int64_t>(grads[i].data.size()), part);
-      ctx.backend->copy_out(names[i].c_str(), as_device(static_cast<const float*>(part)), &sums[i], sizeof(float));
+    float* sums = device_floats(ctx, "optimizer.tensor_sumsq", n);  // [n] each tensor's Σ g²
+    float* sumsq = device_floats(ctx, "optimizer.sumsq", 1);        // [1] Σ over every gradient: the norm's square
+    DC_RETURN_IF_ERROR(device_status(ctx));
+    for (int64_t i = 0; i < n; ++i) squared_norm(ctx, grads[i].data.data(), static_cast<int64_t>(grads[i].data.size()), sums, i);
+    sum_floats(ctx, sums, n, sumsq);
+    if (std::isfinite(loss)) {  // a non-finite norm skips the update on the device itself (adamw_update's clip_sumsq)
+      const AdamWOptions& o = core.options().adam;
+      const auto max_norm = static_cast<float>(core.options().max_grad_norm);
+      size_t i = 0;
+      visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
+                                          std::span<float>* v) {
+        const std::span<float>& p = m != nullptr ? *m : *v;
+        const double wd = m != nullptr || o.decay_vectors ? o.weight_decay : 0.0;  // as adamw_step's
+        const AdamWStep scalars = adamw_scalars(core.steps_done() + 1, s.lr, o.beta1, o.beta2, o.eps, wd);
+        adamw_update(ctx, scalars, p.data(), grads[i].data.data(), m_.tensors()[i].data.data(), v_.tensors()[i].data.data(),
+                     static_cast<int64_t>(p.size()), sumsq, max_norm);
+        ++i;
+      });
     }
+    ctx.backend->copy_out("optimizer.sumsq", as_device(static_cast<const float*>(sumsq)), &sumsq_host, sizeof(float));
     DC_RETURN_IF_ERROR(ctx.backend->finish());
   }
-  double sumsq = 0;
-  for (float x : sums) sumsq += x;
-  s.grad_norm = std::sqrt(sumsq);
-  s.skip_cause = skip_cause(loss, s.grad_norm);
-  if (s.skip_cause.empty()) {
-    const AdamWOptions& o = core.options().adam;
-    const float coefficient = clip_coefficient(s.grad_norm, core.options().max_grad_norm);
-    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
-    DC_RETURN_IF_ERROR(ctx.backend->begin());
-    size_t i = 0;
-    visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
-                                        std::span<float>* v) {
-      const std::span<float>& p = m != nullptr ? *m : *v;
-      const double wd = m != nullptr || o.decay_vectors ? o.weight_decay : 0.0;  // as adamw_step's
-      const AdamWStep scalars = adamw_scalars(core.steps_done() + 1, s.lr, o.beta1, o.beta2, o.eps, wd, coefficient);
-      adamw_update(ctx, scalars, p.data(), grads[i].data.data(), m_.tensors()[i].data.data(), v_.tensors()[i].data.data(),
-                   static_cast<int64_t>(p.size()));
-      ++i;
-    });
-    DC_RETURN_IF_ERROR(ctx.backend->finish());
-  }
+  s.grad_norm = std::sqrt(static_cast<double>(sumsq_host));
+  s.skip_cause = skip_cause(loss, s.grad_norm);  // what the device decided: the same Σ, the same rule
   return core.count_step(std::move(s));
 }
 

@@ -3,8 +3,9 @@
 // (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory); the gradients and both Adam
 // moments are DeviceParams. DeviceLossRows holds the loss rows' hidden states and logits and runs the lm_head and
 // the cross-entropy over them (the SFT loss, the Coupled-GRPO loss and its log-probs). What crosses to the host per
-// step: the metrics — each tensor's Σ g², from which the host takes the global norm and decides clipping and
-// skipping as OptimizerCore::step does. Checkpoints download the weights and moments into the OptimizerCore first.
+// step: the metrics only. The optimizer step is one submission: each tensor's Σ g², their sum, and AdamW, which
+// skips a non-finite sum and clips by it there (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as
+// the gradient norm after the step has run. Checkpoints download the weights and moments into the OptimizerCore first.
 // One process, full fine-tuning, f32 (no LoRA, ranks or mixed precision on a device yet: the trainers refuse them).
 #pragma once
 
@@ -86,9 +87,10 @@ class DeviceTraining {
 
   DeviceParams& grads() { return grads_; }
   DeviceLossRows& rows() { return rows_; }
-  // OptimizerCore::step on the device (an unsharded core in f32): the global norm from each tensor's Σ g²,
-  // a non-finite loss or norm skips the update, else AdamW with clip_coefficient's scale at
-  // learning_rate(core's schedule); the step is counted in `core`.
+  // OptimizerCore::step on the device (an unsharded core in f32), in one submission: the global Σ g² from each
+  // tensor's (f32 sums in a fixed order), then AdamW at learning_rate(core's schedule) scaled by clip_coefficient
+  // of that norm, computed on the device; a non-finite loss (known on the host) or norm (decided on the device)
+  // skips the update. The Σ is read back after the step as the stats' grad_norm; the step is counted in `core`.
   Result<OptimizerStepStats> step(const Context& ctx, OptimizerCore& core, double loss);
   // Downloads the weights into core's master weights and, when started with a core, the moments (before
   // OptimizerCore::save, or a host-side mix of the weights).

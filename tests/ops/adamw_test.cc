@@ -73,9 +73,10 @@ TEST_P(AdamWPanelsTest, MatchesUpdateThenPack) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, AdamWPanelsTest, ::testing::Values(1, 3));
 
-// The flat-buffer front-ends on the CPU (a device's reference): squared_norm is the double sum rounded, and
-// adamw_update with a clip sum is adamw_value at clip_grad_norm's coefficient max_norm / (√Σ + 1e-6) when
-// below 1 (else 1), bit for bit, whatever the thread count.
+// The flat-buffer front-ends on the CPU (a device's reference): squared_norm and sum_floats are the double sums
+// rounded (into the index asked for), and adamw_update with a clip sum is adamw_value at clip_grad_norm's
+// coefficient max_norm / (√Σ + 1e-6) when max_norm > 0 and it is below 1 (else 1), bit for bit, whatever the
+// thread count; a non-finite sum writes nothing (the optimizer's skip).
 TEST(AdamWFlat, ClipsFromTheSumOfSquaresAsClipGradNormDoes) {
   ThreadPool pool(3);
   Context ctx;
@@ -87,12 +88,18 @@ TEST(AdamWFlat, ClipsFromTheSumOfSquaresAsClipGradNormDoes) {
   for (int64_t i = 0; i < n; ++i) g[i] = u(rng) * 0.01f, p0[i] = u(rng), m0[i] = u(rng) * 1e-3f, v0[i] = std::abs(u(rng)) * 1e-6f;
   double sum = 0;
   for (float x : g) sum += static_cast<double>(x) * x;
+  std::vector<float> sums(3, -1.0f);
+  squared_norm(ctx, g.data(), n, sums.data(), 2);
+  EXPECT_EQ(sums[2], static_cast<float>(sum));
+  EXPECT_EQ(sums[0], -1.0f) << "squared_norm wrote outside out[out_index]";
   float sumsq = 0;
+  sum_floats(ctx, sums.data() + 1, 2, &sumsq);  // −1 + Σ
+  EXPECT_EQ(sumsq, static_cast<float>(static_cast<double>(sums[2]) - 1.0));
   squared_norm(ctx, g.data(), n, &sumsq);
-  EXPECT_EQ(sumsq, static_cast<float>(sum));
-  for (const float max_norm : {0.1f, 100.0f}) {  // the norm is ~0.58: clipped, then not
+  for (const float max_norm : {0.1f, 100.0f, 0.0f}) {  // the norm is ~0.58: clipped, then not, then no clipping
     const double coef = max_norm / (std::sqrt(static_cast<double>(sumsq)) + 1e-6);
-    const AdamWStep want_step = adamw_scalars(2, 1e-3, 0.9, 0.999, 1e-8, 0.01, coef < 1 ? static_cast<float>(coef) : 1.0f);
+    const float want_scale = max_norm > 0 && coef < 1 ? static_cast<float>(coef) : 1.0f;
+    const AdamWStep want_step = adamw_scalars(2, 1e-3, 0.9, 0.999, 1e-8, 0.01, want_scale);
     std::vector<float> p = p0, m = m0, v = v0, wp = p0, wm = m0, wv = v0;
     for (int64_t i = 0; i < n; ++i) adamw_value(want_step, wp[i], g[i], wm[i], wv[i]);
     adamw_update(ctx, adamw_scalars(2, 1e-3, 0.9, 0.999, 1e-8, 0.01, /*grad_scale, unused*/ 5.0f), p.data(), g.data(), m.data(), v.data(), n,
@@ -100,6 +107,11 @@ TEST(AdamWFlat, ClipsFromTheSumOfSquaresAsClipGradNormDoes) {
     EXPECT_EQ(p, wp) << "max_norm " << max_norm;
     EXPECT_EQ(m, wm) << "max_norm " << max_norm;
     EXPECT_EQ(v, wv) << "max_norm " << max_norm;
+  }
+  for (const float bad : {NAN, INFINITY}) {
+    std::vector<float> p = p0, m = m0, v = v0;
+    adamw_update(ctx, adamw_scalars(2, 1e-3, 0.9, 0.999, 1e-8, 0.01), p.data(), g.data(), m.data(), v.data(), n, &bad, 1.0f);
+    EXPECT_TRUE(p == p0 && m == m0 && v == v0) << "a step with Σ g² = " << bad << " was applied";
   }
 }
 

@@ -146,18 +146,21 @@ constexpr int64_t kReduceChunk = 64 * 1024;  // values per workgroup of reduce.c
 
 int64_t reduce_partials(int64_t count) { return std::max<int64_t>(1, (count + kReduceChunk - 1) / kReduceChunk); }
 
-Status reduce_sum(Sequence& seq, const Buffer& x, int64_t offset, int64_t count, bool squares, Buffer& partials, Buffer& out) {
+Status reduce_sum(Sequence& seq, const Buffer& x, int64_t offset, int64_t count, bool squares, Buffer& partials, Buffer& out,
+                  int64_t out_index) {
   const char* op = "vulkan reduce_sum";
   DC_RETURN_IF_ERROR(positive(count, op, "count"));
-  if (offset < 0) return invalid_argument(std::string(op) + ": offset must be >= 0");
+  if (offset < 0 || out_index < 0) return invalid_argument(std::string(op) + ": offset and out_index must be >= 0");
   DC_RETURN_IF_ERROR(need(x, (offset + count) * 4, op, "x [offset + count]"));
-  DC_RETURN_IF_ERROR(need(out, 4, op, "out [1]"));
+  DC_RETURN_IF_ERROR(need(out, (out_index + 1) * 4, op, "out [out_index + 1]"));
   const int64_t parts = reduce_partials(count);
   if (parts > kMaxGroups) return invalid_argument(std::string(op) + ": more than 65535 chunks of 64 Ki values");
-  if (parts == 1) return seq.record({"reduce", {squares ? 1 : 0}, {&x, &out}, {u32(count), u32(count), u32(offset)}, 1});
+  const uint32_t at = u32(out_index);
+  if (parts == 1) return seq.record({"reduce", {squares ? 1 : 0}, {&x, &out}, {u32(count), u32(count), u32(offset), at}, 1});
   DC_RETURN_IF_ERROR(need(partials, parts * 4, op, "partials [reduce_partials(count)]"));
-  DC_RETURN_IF_ERROR(seq.record({"reduce", {squares ? 1 : 0}, {&x, &partials}, {u32(count), u32(kReduceChunk), u32(offset)}, u32(parts)}));
-  return seq.record({"reduce", {0}, {&partials, &out}, {u32(parts), u32(parts), 0u}, 1});
+  DC_RETURN_IF_ERROR(seq.record({"reduce", {squares ? 1 : 0}, {&x, &partials}, {u32(count), u32(kReduceChunk), u32(offset), 0u},
+                                 u32(parts)}));
+  return seq.record({"reduce", {0}, {&partials, &out}, {u32(parts), u32(parts), 0u, at}, 1});
 }
 
 Status adamw_update(Sequence& seq, const AdamWScalars& s, Buffer& p, const Buffer& g, Buffer& m, Buffer& v, int64_t n,
@@ -168,10 +171,7 @@ Status adamw_update(Sequence& seq, const AdamWScalars& s, Buffer& p, const Buffe
   DC_RETURN_IF_ERROR(need(g, n * 4, op, "g [n]"));
   DC_RETURN_IF_ERROR(need(m, n * 4, op, "m [n]"));
   DC_RETURN_IF_ERROR(need(v, n * 4, op, "v [n]"));
-  if (sumsq != nullptr) {
-    DC_RETURN_IF_ERROR(need(*sumsq, 4, op, "sumsq [1]"));
-    if (!(max_norm > 0)) return invalid_argument(std::string(op) + ": clipping needs max_norm > 0");
-  }
+  if (sumsq != nullptr) DC_RETURN_IF_ERROR(need(*sumsq, 4, op, "sumsq [1]"));
   return seq.record({"adamw", {}, {&p, &g, &m, &v, sumsq},
                      {u32(n), sumsq != nullptr ? 1u : 0u, push_float(max_norm), push_float(s.decay), push_float(s.b1), push_float(s.b2),
                       push_float(s.one_b1), push_float(s.one_b2), push_float(s.step_size), push_float(s.bc2_sqrt), push_float(s.eps),

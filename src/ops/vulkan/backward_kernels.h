@@ -45,10 +45,11 @@ Status attention_backward(Sequence& seq, const AttentionDims& dims, const Buffer
 Status cross_entropy(Sequence& seq, const Buffer& logits, const Buffer& targets, const Buffer& weights, int64_t n, int64_t n_vocab,
                      Buffer* dlogits, Buffer* ce, Buffer& wce);
 
-// out[0] = Σ x[offset, offset + count) (of squares with `squares`) in a fixed order, through `partials`
-// (scratch of reduce_partials(count) floats): the gradient norm's Σ g², the loss's Σ weights·CE.
+// out[out_index] = Σ x[offset, offset + count) (of squares with `squares`) in a fixed order, through `partials`
+// (scratch of reduce_partials(count) floats): each gradient's Σ g² and their sum, the loss's Σ weights·CE.
 int64_t reduce_partials(int64_t count);
-Status reduce_sum(Sequence& seq, const Buffer& x, int64_t offset, int64_t count, bool squares, Buffer& partials, Buffer& out);
+Status reduce_sum(Sequence& seq, const Buffer& x, int64_t offset, int64_t count, bool squares, Buffer& partials, Buffer& out,
+                  int64_t out_index = 0);
 
 // The scalars of an AdamW step (ops/adamw.h AdamWStep, repeated here: this layer is below ops).
 struct AdamWScalars {
@@ -56,8 +57,9 @@ struct AdamWScalars {
   float grad_scale = 1;
 };
 // AdamW over p, g, m, v [n] (ops/adamw.h adamw_value per value). With `sumsq` (a buffer whose first float is
-// Σ g² over every gradient), the gradients are first scaled by clip_grad_norm's coefficient for max_norm
-// (grad_scale is then unused); without it by grad_scale.
+// Σ g² over every gradient): nothing is written when it is not finite (the step is skipped), else the gradients
+// are first scaled by clip_grad_norm's coefficient for max_norm (1 when max_norm <= 0; grad_scale is then
+// unused); without it by grad_scale.
 Status adamw_update(Sequence& seq, const AdamWScalars& s, Buffer& p, const Buffer& g, Buffer& m, Buffer& v, int64_t n,
                     const Buffer* sumsq, float max_norm);
 

@@ -197,8 +197,9 @@ TEST(VulkanBackwardKernels, CrossEntropyAgainstTheCpu) {
   EXPECT_NEAR(read_floats(d_loss, 1)[0], loss, 1e-5 * std::abs(loss));
 }
 
-// Σ g² over more than one chunk of the first pass (a second pass adds the partials), then AdamW with and
-// without clipping, against adamw_value and the norm's clip_coefficient.
+// Σ g² over more than one chunk of the first pass (a second pass adds the partials) into an index of its output,
+// then AdamW with and without clipping (no sum; a sum with max_norm 0; clipped), against adamw_value and the
+// norm's clip_coefficient, and a non-finite sum's skip (nothing written).
 TEST(VulkanBackwardKernels, GradientNormAndAdamwAgainstTheCpu) {
   vk::Runtime& rt = vulkan_runtime();
   const int64_t n = 150001;  // 3 chunks of 64 Ki, the last partial
@@ -207,9 +208,18 @@ TEST(VulkanBackwardKernels, GradientNormAndAdamwAgainstTheCpu) {
   for (float x : g) sum += static_cast<double>(x) * x;
   const vk::Buffer d_g = floats_on_device(g, "g");
   vk::Buffer partials = ok_or_throw(rt.alloc(vk::reduce_partials(n) * 4, "partials")), sumsq = ok_or_throw(rt.alloc(4, "sumsq"));
+  vk::Buffer sums = floats_on_device({-1.0f, -1.0f, -1.0f}, "sums");
+  run_on_device([&](vk::Sequence& s) { return vk::reduce_sum(s, d_g, 0, n, /*squares=*/true, partials, sums, 2); });
+  const std::vector<float> got_sums = read_floats(sums, 3);
+  EXPECT_NEAR(got_sums[2], sum, 1e-6 * sum);
+  EXPECT_EQ(got_sums[0], -1.0f) << "reduce_sum wrote outside out[out_index]";
+  EXPECT_EQ(got_sums[1], -1.0f) << "reduce_sum wrote outside out[out_index]";
+  run_on_device([&](vk::Sequence& s) { return vk::reduce_sum(s, sums, 1, 2, /*squares=*/false, partials, sumsq); });
+  EXPECT_NEAR(read_floats(sumsq, 1)[0], sum - 1, 1e-6 * sum);
   run_on_device([&](vk::Sequence& s) { return vk::reduce_sum(s, d_g, 0, n, /*squares=*/true, partials, sumsq); });
   EXPECT_NEAR(read_floats(sumsq, 1)[0], sum, 1e-6 * sum);
-  for (const double max_norm : {0.0, 0.1}) {  // 0: no clipping (grad_scale 1); 0.1: clipped (the norm is ~2.2)
+  // -1: no sum (grad_scale 1); 0: the sum without clipping; 0.1: clipped (the norm is ~2.2).
+  for (const double max_norm : {-1.0, 0.0, 0.1}) {
     const double norm = std::sqrt(sum);
     const float coef = max_norm > 0 && max_norm / (norm + 1e-6) < 1 ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
     const AdamWStep step = adamw_scalars(3, 1e-3, 0.9, 0.999, 1e-8, 0.01, coef);
@@ -218,12 +228,22 @@ TEST(VulkanBackwardKernels, GradientNormAndAdamwAgainstTheCpu) {
     for (int64_t i = 0; i < n; ++i) adamw_value(step, p[i], g[i], m[i], v[i]);
     vk::AdamWScalars s{step.decay, step.b1, step.b2, step.one_b1, step.one_b2, step.step_size, step.bc2_sqrt, step.eps, 1.0f};
     run_on_device([&](vk::Sequence& seq) {
-      return vk::adamw_update(seq, s, d_p, d_g, d_m, d_v, n, max_norm > 0 ? &sumsq : nullptr, static_cast<float>(max_norm));
+      return vk::adamw_update(seq, s, d_p, d_g, d_m, d_v, n, max_norm >= 0 ? &sumsq : nullptr, static_cast<float>(max_norm));
     });
-    const std::string what = max_norm > 0 ? " clipped" : "";
+    const std::string what = " max_norm " + std::to_string(max_norm);
     expect_close(p, read_floats(d_p, p.size()), 1e-6, "p" + what);
     expect_close(m, read_floats(d_m, m.size()), 1e-6, "m" + what);
     expect_close(v, read_floats(d_v, v.size()), 1e-6, "v" + what);
+  }
+  for (const float bad : {NAN, INFINITY}) {
+    const std::vector<float> p = random_floats(2, n), m = random_floats(3, n, -0.001f, 0.001f), v = random_floats(4, n, 0, 1e-5f);
+    vk::Buffer d_p = floats_on_device(p, "p"), d_m = floats_on_device(m, "m"), d_v = floats_on_device(v, "v");
+    const vk::Buffer d_bad = floats_on_device({bad}, "sumsq");
+    const AdamWStep step = adamw_scalars(3, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+    vk::AdamWScalars s{step.decay, step.b1, step.b2, step.one_b1, step.one_b2, step.step_size, step.bc2_sqrt, step.eps, 1.0f};
+    run_on_device([&](vk::Sequence& seq) { return vk::adamw_update(seq, s, d_p, d_g, d_m, d_v, n, &d_bad, 0.1f); });
+    EXPECT_TRUE(read_floats(d_p, p.size()) == p && read_floats(d_m, m.size()) == m && read_floats(d_v, v.size()) == v)
+        << "a step with Σ g² = " << bad << " was applied";
   }
 }
 
