@@ -121,6 +121,7 @@ dc::Result<dc::train::GrpoOptions> grpo_options(const GrpoConfig& c) {
   o.adam.beta1 = c.beta1, o.adam.beta2 = c.beta2, o.adam.eps = c.adam_eps, o.adam.weight_decay = c.weight_decay;
   o.max_grad_norm = c.max_grad_norm;
   o.seed = c.seed, o.recompute = c.grad_checkpointing;
+  o.max_prompt_length = c.max_prompt_length, o.max_completion_length = c.max_completion_length, o.rollout_kv_cache = c.fast;
   o.precision = c.precision == "f32" ? dc::MatmulPrecision::kF32 : dc::MatmulPrecision::kBF16;
   DC_ASSIGN_OR_RETURN(o.lora, dc::api::lora_spec(c.lora_r, c.lora_alpha, c.lora_targets, c.lora_dropout));
   o.save_every = c.save_every;

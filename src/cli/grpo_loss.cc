@@ -187,12 +187,17 @@ struct OnDevice {
   std::unique_ptr<DeviceBackend> backend;  // before the state, whose device memory goes first
   std::unique_ptr<train::DeviceTraining> state;
 };
-Result<OnDevice> open_on_device(const DeviceSpec& device, const Model& policy, Context& ctx) {
+// The batch's forward: `rows` (its positions and scored rows), with a reference model's log-probs when `reference`.
+Result<OnDevice> open_on_device(const DeviceSpec& device, const Model& policy, const train::CoupledRows& rows, bool reference,
+                                Context& ctx) {
   OnDevice d;
   if (device.device == Device::kCpu) return d;
   DC_ASSIGN_OR_RETURN(d.backend, open_vulkan_backend(device.index));
   ctx.device = device.device, ctx.backend = d.backend.get();
-  DC_ASSIGN_OR_RETURN(d.state, train::DeviceTraining::start(ctx, policy, nullptr));
+  train::DeviceBatchShape batch;
+  batch.positions = rows.n_batch * rows.n_seq, batch.loss_rows = static_cast<int64_t>(rows.out_rows.size());
+  batch.smaller_batch = "fewer rows in the batch file";
+  DC_ASSIGN_OR_RETURN(d.state, train::DeviceTraining::start(ctx, policy, nullptr, batch, reference));
   return d;
 }
 
@@ -266,7 +271,7 @@ int run_grpo_loss(const GrpoLossArgs& a) {
   if (device->device != Device::kCpu && !a.lora_dir.empty())
     return usage_error(invalid_argument("--device " + a.device + ": --lora (LoRA gradients) runs on the CPU only for "
                                         "now; use --device cpu"));
-  auto opened = open_on_device(*device, *policy->model, ctx);
+  auto opened = open_on_device(*device, *policy->model, *rows, !a.ref_dir.empty(), ctx);
   if (!opened.ok()) return report(opened.status());
   train::DeviceTraining* on_device = opened->state.get();
   train::GrpoLossInputs in;

@@ -46,7 +46,7 @@ Status Activations::resize(const Context& ctx, int64_t n_layer, int64_t T, int64
     }
     return as_operand(device_memory_[i]->data());
   };
-  // x of n_x rows, the rest of n rows.
+  // x of n_x rows, the rest of n rows (layer_floats counts the same).
   auto size = [&](LayerActivations& l, int64_t n_x, int64_t n) {
     l.x = take(n_x * E), l.a1 = take(n * E), l.q = take(n * q_dim), l.k = take(n * kv_dim), l.v = take(n * kv_dim);
     l.attn = take(n * q_dim), l.h_mid = take(n * E), l.a2 = take(n * E);
@@ -57,6 +57,24 @@ Status Activations::resize(const Context& ctx, int64_t n_layer, int64_t T, int64
   size(scratch, recompute ? T : 0, recompute ? T : 0);
   final_x = take(n_out * E), final_norm = take(n_out * E);
   return status;
+}
+
+int64_t Activations::bytes() const {
+  int64_t floats = 0;
+  if (device_ == Device::kCpu)
+    for (const auto& v : host_) floats += static_cast<int64_t>(v.size());
+  else
+    for (int64_t n : device_sizes_) floats += n;
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t Activations::bytes_for(bool recompute, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t F,
+                               int64_t n_out) {
+  // One layer's fields as resize's `size` lays them: x of n_x rows, the rest of n rows.
+  auto layer_floats = [&](int64_t n_x, int64_t n) { return n_x * E + n * (3 * E + 2 * q_dim + 2 * kv_dim + 3 * F); };
+  const int64_t floats = n_layer * layer_floats(T, recompute ? 0 : T) + layer_floats(recompute ? T : 0, recompute ? T : 0) +
+                         2 * n_out * E;
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace dc

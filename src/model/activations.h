@@ -68,6 +68,12 @@ struct Activations {
                 int64_t n_out);
   // The device whose memory holds the fields (kCpu before the first resize).
   Device device() const { return device_; }
+  // Bytes the fields hold now (the last resize's sizes, on its device).
+  int64_t bytes() const;
+  // Bytes resize() holds for these sizes, with or without `recompute`: what a device's training memory plan
+  // counts (train/device_training.h) before the first forward.
+  static int64_t bytes_for(bool recompute, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t F,
+                           int64_t n_out);
 
  private:
   Device device_ = Device::kCpu;

@@ -112,6 +112,10 @@ class Model {
   // Bytes of the buffers a forward holds per computed position (forward_body's h, a, q, attn, k, v, gate and up
   // in f32, its token and RoPE tables): what a device's forward memory grows by per position (a server's budget).
   int64_t forward_bytes_per_position() const;
+  // Bytes of the buffers backward() holds on a device for T positions and n_out loss rows: the activations'
+  // gradients (with recompute two more [T, E] for the recomputed layer), the attention's per-row statistics and
+  // the forward's inputs it uploads. With Activations::bytes_for and the forward's, a device trainer's memory plan.
+  int64_t backward_bytes(int64_t T, int64_t n_out, bool recompute) const;
 
   // The rows the lm_head computes in one product by default (forward(), the engine's HeadSampler): a
   // [kHeadChunkRows, n_vocab] f32 block (39 MB at the 152k vocabulary) instead of [n_out, n_vocab].

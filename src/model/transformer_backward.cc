@@ -85,6 +85,16 @@ BackwardBuffers backward_buffers(const Context& ctx, int64_t T, int64_t n_out, i
 
 }  // namespace
 
+int64_t Model::backward_bytes(int64_t T, int64_t n_out, bool recompute) const {
+  const ModelConfig& c = config_;
+  const int64_t E = c.n_embd, F = c.n_ff, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  // backward_buffers' sizes, then the attention's statistics [T, n_head, 3] and RMSNorm's r [T], then the inputs:
+  // tokens, valid (a byte, counted as a word), cos and sin [T, D/2], out rows.
+  const int64_t buffers = T * (2 * E + 2 * F + 2 * q_dim + 2 * kv_dim) + 2 * n_out * E + (recompute ? 2 * T * E : 0);
+  const int64_t scratch = T * c.n_head * 3 + T, inputs = T * (2 + c.head_dim) + n_out;
+  return (buffers + scratch + inputs) * static_cast<int64_t>(sizeof(float));
+}
+
 Status Model::backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
                             const LoraGrads& grads, const ModelWeights* transposed) const {
   const ProfileScope profile(ctx, "backward");

@@ -121,6 +121,8 @@ struct DeviceCounters {
   double record_ms = 0;             // host time spent recording
   int64_t dispatches_run = 0;       // dispatches submitted (recorded or replayed)
   double collect_ms = 0;            // host CPU time from begin() to the run: the ops collecting their commands
+  int64_t device_bytes = 0;         // device memory held now (the backend's buffers; not the transfers' staging)
+  int64_t device_peak_bytes = 0;    // the most it has been since the backend was opened
 };
 
 // An opened compute device: its copy of the weights, the forward's device memory, and the ops of the

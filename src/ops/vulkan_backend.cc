@@ -86,7 +86,7 @@ class VulkanBackend final : public DeviceBackend {
   DeviceCounters counters() const override {
     const vk::Counters& c = rt_->counters();
     return {runs_, c.recordings, c.dispatches_recorded, c.descriptor_sets, c.submits, c.uploads, c.upload_bytes, c.downloads, c.record_ms,
-            c.dispatches_run, collect_ms_};
+            c.dispatches_run, collect_ms_, c.device_bytes, c.device_peak_bytes};
   }
 
   Status add_matrix(const WeightView& w, const std::string& name) override {

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "core/log.h"
 #include "dist/comm.h"
+#include "model/activations.h"
+#include "model/kv_cache.h"
 #include "ops/adamw.h"
 #include "ops/device.h"
 #include "ops/elementwise.h"
@@ -80,30 +83,74 @@ Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& m
 
 DeviceTraining::~DeviceTraining() = default;
 
+namespace {
+
+// "12.3 MiB" (a tenth below 100 MiB, whole MiB above: a small device's sizes stay apart).
+std::string mib(int64_t bytes) {
+  const double m = static_cast<double>(bytes) / (1 << 20);
+  char text[32];
+  std::snprintf(text, sizeof(text), m < 100 ? "%.1f MiB" : "%.0f MiB", m);
+  return text;
+}
+
+}  // namespace
+
 std::string DeviceTrainingPlan::text() const {
-  auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
-  std::string t = "weights " + mib(weights) + ", gradients " + mib(gradients) + ", Adam moments " + mib(moments);
+  std::string t = "weights " + mib(weights) + ", gradients " + mib(gradients);
+  if (moments > 0) t += ", Adam moments " + mib(moments);
   if (reference > 0) t += ", reference model " + mib(reference);
-  return t + "; " + mib(total()) + " before activations";
+  t += ", activations " + mib(activations) + ", working buffers " + mib(scratch) + ", loss rows " + mib(loss_rows);
+  if (rollouts > 0) t += ", rollouts " + mib(rollouts);
+  return t + "; " + mib(total()) + " in all";
+}
+
+DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch) {
+  const ModelConfig& c = model.config();
+  int64_t values = 0;
+  visit_tensors(c, model.weights(), [&](const std::string&, const std::vector<int64_t>& shape, const WeightView*,
+                                        const VectorView*) { values += shape.size() == 2 ? shape[0] * shape[1] : shape[0]; });
+  constexpr int64_t kFloat = sizeof(float);
+  const int64_t T = batch.positions, n_out = batch.loss_rows, E = c.n_embd, V = c.n_vocab;
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  DeviceTrainingPlan plan;
+  plan.weights = plan.gradients = values * kFloat;
+  plan.moments = optimizer ? 2 * plan.weights : 0;
+  plan.reference = reference ? plan.weights : 0;
+  plan.activations = Activations::bytes_for(batch.recompute, c.n_layer, T, E, q_dim, kv_dim, c.n_ff, n_out);
+  // The forward's named buffers serve the training forward and the rollouts' alike: the larger of the two.
+  plan.scratch = model.forward_bytes_per_position() * std::max(T, batch.rollout_positions) + model.backward_bytes(T, n_out, batch.recompute);
+  plan.loss_rows = std::max<int64_t>(n_out, 1) * (E + V) * kFloat;  // DeviceLossRows: hidden and logits
+  plan.rollouts = batch.rollout_sampled * (E + V) * kFloat;           // the head sampler's hidden and logits rows
+  if (batch.rollout_kv_rows > 0) plan.rollouts += KvCache::bytes_for(c.n_layer, batch.rollout_kv_rows, batch.rollout_kv_seq, kv_dim);
+  return plan;
+}
+
+Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
+                         const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device) {
+  if (plan.total() <= device_bytes) return Status();
+  std::string fixes;
+  if (!batch.recompute) {
+    DeviceBatchShape checkpointed = batch;
+    checkpointed.recompute = true;
+    const DeviceTrainingPlan with = plan_device_training(model, optimizer, reference, checkpointed);
+    fixes += "--grad-checkpointing (activations " + mib(plan.activations) + " -> " + mib(with.activations) + ", " + mib(with.total()) +
+             " in all" + (with.total() <= device_bytes ? ", which fits" : "") + "); ";
+  }
+  fixes += "fewer positions per micro-batch (" + batch.smaller_batch + "; the activations, working buffers and loss rows, " +
+           mib(plan.activations + plan.scratch + plan.loss_rows) + ", shrink with them); ";
+  fixes += "LoRA adapters (--lora-r) or more ranks (mpirun), which a device run does not take yet; or --device cpu";
+  return resource_exhausted("training on " + device + " needs " + plan.text() + ", more than its " + mib(device_bytes) +
+                            ". What would make it fit: " + fixes);
 }
 
 Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx, const Model& model, const OptimizerCore* core,
-                                                              bool reference) {
+                                                              const DeviceBatchShape& batch, bool reference) {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "DeviceTraining::start: a device context");
   std::unique_ptr<DeviceTraining> d(new DeviceTraining());
   d->config_ = model.config();
-  int64_t values = 0;
-  visit_tensors(d->config_, model.weights(), [&](const std::string&, const std::vector<int64_t>& shape, const WeightView*,
-                                                 const VectorView*) { values += shape.size() == 2 ? shape[0] * shape[1] : shape[0]; });
-  DeviceTrainingPlan plan;
-  plan.weights = plan.gradients = values * static_cast<int64_t>(sizeof(float));
-  plan.moments = core != nullptr ? 2 * plan.weights : 0;
-  plan.reference = reference ? plan.weights : 0;
+  const DeviceTrainingPlan plan = plan_device_training(model, core != nullptr, reference, batch);
   dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text());
-  if (plan.total() > ctx.backend->memory_bytes())
-    return resource_exhausted("training on " + ctx.backend->name() + " needs " + plan.text() + ", more than its " +
-                              std::to_string(ctx.backend->memory_bytes() >> 20) + " MiB: use a smaller model, or --device cpu "
-                              "(LoRA and more ranks on a device are not there yet)");
+  DC_RETURN_IF_ERROR(check_device_plan(plan, model, core != nullptr, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
   DC_RETURN_IF_ERROR(model.to_device(ctx));
   std::vector<const void*> hosts;  // each tensor's host data, the key of its device copy (visit_tensors order)
   visit_tensors(d->config_, model.weights(), [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,

@@ -62,14 +62,38 @@ class DeviceLossRows {
   int64_t hidden_floats_ = 0, logits_floats_ = 0;
 };
 
-// What a device run keeps in the device's memory for the whole run, in bytes (f32): the weights (the master
+// The batch-sized parts of a device run, for its memory plan: the largest training micro-batch (its forward
+// and backward) and, for GRPO, one rollout generation. Upper bounds, so that no step runs out of memory midway.
+struct DeviceBatchShape {
+  int64_t positions = 0;          // T of the largest training micro-batch: rows × sequence length
+  int64_t loss_rows = 0;          // its loss rows at most (the lm_head's and the cross-entropy's rows)
+  bool recompute = false;         // gradient checkpointing (--grad-checkpointing)
+  int64_t rollout_positions = 0;  // GRPO: one rollout forward's positions, rows × (prompt + completion); 0: none
+  int64_t rollout_sampled = 0;    // GRPO: the positions its head samples at most, rows × completion
+  int64_t rollout_kv_rows = 0, rollout_kv_seq = 0;  // GRPO: the rollouts' KV cache (the cache modes; 0: none)
+  std::string smaller_batch;      // the flags that make a micro-batch smaller, for the refusal ("--batch-size, --seq-len")
+};
+
+// What a device run needs of the device's memory, in bytes (f32). For the whole run: the weights (the master
 // weights themselves: AdamW updates the device's copy), the gradients, the two Adam moments and a reference model
-// (GRPO's KL). Not counted: the activations and the loss rows' logits, which grow with the batch.
+// (GRPO's KL). For the largest batch (DeviceBatchShape; grown to, then kept): the training activations, the
+// forward's and the backward's working buffers, the loss rows' hidden states and logits, and the rollouts'
+// sampled rows and KV cache. Not counted: kernels' scratch of a fixed size and the transfers' staging buffers.
 struct DeviceTrainingPlan {
   int64_t weights = 0, gradients = 0, moments = 0, reference = 0;
-  int64_t total() const { return weights + gradients + moments + reference; }
-  std::string text() const;  // "weights X MiB, gradients Y MiB, ..."
+  int64_t activations = 0, scratch = 0, loss_rows = 0, rollouts = 0;
+  int64_t total() const { return weights + gradients + moments + reference + activations + scratch + loss_rows + rollouts; }
+  std::string text() const;  // "weights X MiB, gradients Y MiB, ...; Z MiB in all"
 };
+
+// The plan of training `model` on a device: with `optimizer` the moments, with `reference` a second model of the
+// same size, and `batch`'s parts.
+DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch);
+// Ok when `plan` fits `device_bytes`; else kResourceExhausted naming `device`, the sizes and what would make the run
+// fit: --grad-checkpointing (with the activations it would leave), a smaller micro-batch (batch.smaller_batch),
+// LoRA and more ranks (not on a device yet), or --device cpu.
+Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
+                         const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device);
 
 class DeviceTraining {
  public:
@@ -79,10 +103,11 @@ class DeviceTraining {
   // tensor), weights not f32. The backend keys its copies by the host weights' addresses and keeps them while it
   // lives: one trainer per backend (a trainer started after another was destroyed could meet the first's copies
   // at reused addresses).
-  // Before any upload the plan (with `reference`: a second model of the same size to come) is logged and checked
-  // against the device's memory: a run that would not fit is refused (kResourceExhausted) with its sizes.
+  // Before any upload the plan (with `reference`: a second model of the same size to come; `batch`: the largest
+  // micro-batch and rollout to come) is logged and checked against the device's memory: a run that would not
+  // fit is refused (kResourceExhausted, check_device_plan) with its sizes and what would make it fit.
   static Result<std::unique_ptr<DeviceTraining>> start(const Context& ctx, const Model& model, const OptimizerCore* core,
-                                                       bool reference = false);
+                                                       const DeviceBatchShape& batch, bool reference = false);
   ~DeviceTraining();
 
   DeviceParams& grads() { return grads_; }

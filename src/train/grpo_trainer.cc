@@ -298,6 +298,20 @@ Status GrpoTrainer::start_round() {
   return Status();
 }
 
+DeviceBatchShape GrpoTrainer::device_batch_shape() const {
+  // A round: prompts_per_round · G rows of at most max_prompt_length + max_completion_length positions; a
+  // micro-batch: its share of the rows, each in three versions (coupled_rows), a completion position scored twice.
+  const int64_t rows = opt_.prompts_per_round * opt_.group_size / ranks(), micro_rows = rows / (opt_.grad_accum / ranks());
+  const int64_t C = opt_.max_completion_length, S = opt_.max_prompt_length + C;
+  DeviceBatchShape b;
+  b.positions = 3 * micro_rows * S, b.loss_rows = 2 * micro_rows * C, b.recompute = opt_.recompute;
+  b.rollout_positions = rows * S, b.rollout_sampled = rows * C;
+  if (opt_.rollout_kv_cache) b.rollout_kv_rows = rows, b.rollout_kv_seq = S;
+  b.smaller_batch = "fewer --prompts-per-round or --num-generations, a larger --grad-accum, or a smaller --max-prompt-length or "
+                    "--max-completion-length";
+  return b;
+}
+
 Result<GrpoStepStats> GrpoTrainer::step() {
   try {
     const auto t0 = Clock::now();
@@ -306,7 +320,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     const int64_t I = opt_.num_iterations, k = steps_done() % I;
     if (ctx_.device != Device::kCpu && device_ == nullptr) {  // the policy's weights, gradients and moments there
-      DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_, opt_.loss.beta != 0));
+      DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_, device_batch_shape(), opt_.loss.beta != 0));
     }
     if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
     GrpoStepStats s = round_stats_;

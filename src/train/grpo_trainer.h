@@ -74,6 +74,9 @@ struct GrpoOptions {
   double max_grad_norm = 0.2;
   uint64_t seed = 42;
   bool recompute = false;        // gradient checkpointing
+  // The rollouts' canvas at most, and whether they keep a KV cache (--fast): a device run's memory plan.
+  int64_t max_prompt_length = 200, max_completion_length = 256;
+  bool rollout_kv_cache = false;
   MatmulPrecision precision = MatmulPrecision::kBF16;  // as TrainOptions::precision
   // r > 0: train LoRA adapters over the frozen base as stored (as TrainOptions::lora): the policy is the base
   // plus the adapters, the reference model the base plus a reference copy of the adapters (so at the start
@@ -137,6 +140,8 @@ class GrpoTrainer {
   TrainState& state() { return lora() ? lora_core_.state() : core_.state(); }
   int rank() const { return opt_.comm == nullptr ? 0 : opt_.comm->rank(); }
   int ranks() const { return opt_.comm == nullptr ? 1 : opt_.comm->size(); }
+  // The largest micro-batch and rollout of a round, for the device's memory plan (DeviceTraining::start).
+  DeviceBatchShape device_batch_shape() const;
   // values [k] of every rank, in rank order ([ranks · k]); one process: values.
   Result<std::vector<double>> gather(const std::vector<double>& values);
   Status write_metrics_line(const GrpoStepStats& s);

@@ -345,8 +345,12 @@ Result<StepStats> Trainer::step_or_throw() {
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
   const bool device = ctx_.device != Device::kCpu;
-  if (device && device_ == nullptr) {
-    DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *model_, &core_));
+  if (device && device_ == nullptr) {  // a micro-batch: batch_size rows of seq_len, any of them a loss row
+    DeviceBatchShape batch;
+    batch.positions = batch.loss_rows = opt_.batch_size * opt_.seq_len;
+    batch.recompute = opt_.recompute;
+    batch.smaller_batch = "a smaller --batch-size (with a larger --grad-accum for the same batch) or --seq-len";
+    DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *model_, &core_, batch));
   }
   if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
   else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients

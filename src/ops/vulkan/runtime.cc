@@ -5,6 +5,7 @@
 #include <link.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -227,6 +228,25 @@ Runtime::~Runtime() {
 const DeviceInfo& Runtime::info() const { return impl_->info; }
 const Counters& Runtime::counters() const { return impl_->counters; }
 
+namespace {
+
+// The device-local memory to use: the heap's `bytes`, or less under DC_VULKAN_MEMORY_MIB (MiB, a decimal number
+// above 0 and at most the heap): a smaller device seen by every size check, e.g. to test a run's memory plan.
+Result<int64_t> memory_cap(int64_t bytes) {
+  const char* env = std::getenv("DC_VULKAN_MEMORY_MIB");
+  if (env == nullptr || *env == '\0') return bytes;
+  char* end = nullptr;
+  errno = 0;
+  const double mib = std::strtod(env, &end);
+  const double cap = mib * static_cast<double>(1 << 20);
+  if (*end != '\0' || errno != 0 || !(cap >= 1) || cap > static_cast<double>(bytes))
+    return invalid_argument("DC_VULKAN_MEMORY_MIB='" + std::string(env) + "': expected MiB above 0 and at most the device's " +
+                            std::to_string(bytes >> 20) + " MiB (the device memory to use); unset it to use all");
+  return static_cast<int64_t>(cap);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
   auto impl = std::make_unique<Impl>();
   DC_RETURN_IF_ERROR(impl->inst.create(loader));
@@ -240,6 +260,7 @@ Result<std::unique_ptr<Runtime>> Runtime::open(int index, const char* loader) {
   int family = -1;
   impl->info = impl->inst.describe(index, &family);
   if (family < 0) return not_found("Vulkan device " + std::to_string(index) + " (" + impl->info.name + ") has no compute queue with timestamps");
+  DC_ASSIGN_OR_RETURN(impl->info.device_local_bytes, memory_cap(impl->info.device_local_bytes));
   impl->physical = impl->inst.physical[static_cast<size_t>(index)];
   impl->family = static_cast<uint32_t>(family);
   const Api& a = impl->inst.api;
@@ -309,6 +330,7 @@ Buffer::~Buffer() {
 void Runtime::free_buffer(uint32_t slot) {
   Impl& m = *impl_;
   BufferSlot& s = m.buffers[slot];
+  m.counters.device_bytes -= s.device_bytes;
   m.inst.api.vkDestroyBuffer(m.device, s.buffer, nullptr);
   m.inst.api.vkFreeMemory(m.device, s.memory, nullptr);
   s = BufferSlot();
@@ -370,6 +392,11 @@ Result<Buffer> Runtime::alloc_buffer(int64_t bytes, std::string_view what, bool 
     return out_of_range(name + ": " + std::to_string(bytes) + " bytes exceed the largest storage buffer of " + m.info.name + " (maxStorageBufferRange " +
                         std::to_string(m.info.max_buffer_bytes) + " bytes); use smaller shapes");
   DC_ASSIGN_OR_RETURN(BufferSlot s, m.create_buffer(bytes, staging, what));
+  if (!staging) {
+    s.device_bytes = bytes;
+    m.counters.device_bytes += bytes;
+    m.counters.device_peak_bytes = std::max(m.counters.device_peak_bytes, m.counters.device_bytes);
+  }
   uint32_t slot;
   if (!m.free_slots.empty()) {
     slot = m.free_slots.back();

@@ -63,6 +63,8 @@ struct Counters {
   int64_t upload_bytes = 0;
   int64_t downloads = 0;            // device-to-host copies
   double record_ms = 0;             // host time spent recording dispatches (descriptor sets included)
+  int64_t device_bytes = 0;         // device-local buffers held now (their sizes as asked; staging not counted)
+  int64_t device_peak_bytes = 0;    // the most device_bytes has been
 };
 
 // A device-local storage buffer of `bytes()` bytes. Move-only; freed on destruction, which must come

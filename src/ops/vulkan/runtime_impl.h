@@ -35,6 +35,7 @@ struct BufferSlot {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
   void* mapped = nullptr;  // host-visible (staging) buffers only
+  int64_t device_bytes = 0;  // a device-local buffer's size as asked (Counters::device_bytes), 0 for staging
 };
 
 struct Runtime::Impl {

@@ -78,7 +78,7 @@ std::unique_ptr<OnDevice> start_on_device(const ModelConfig& c, const OptimizerO
   d->ctx.pool = &pool, d->ctx.device = Device::kVulkan, d->ctx.backend = d->backend.get();
   d->core = OptimizerCore::start(c, synthetic_params(c), o);
   d->model = Model::from_weights(c, d->core.params().weights(), nullptr);
-  auto device = DeviceTraining::start(d->ctx, *d->model, &d->core);
+  auto device = DeviceTraining::start(d->ctx, *d->model, &d->core, DeviceBatchShape{});
   EXPECT_TRUE(device.ok()) << device.status().to_string();
   if (!device.ok()) return nullptr;
   d->device = std::move(device).value();

@@ -84,13 +84,14 @@ TEST(GrpoVulkan, LossAndGradientsMatchTheCpu) {
   auto ref_params = ModelParams::from_weights(c, ref->weights()).value();
   auto policy_f32 = Model::from_weights(c, params.weights(), nullptr);
   auto ref_f32 = Model::from_weights(c, ref_params.weights(), nullptr);
-  auto device = DeviceTraining::start(d.dev, *policy_f32, nullptr);
-  ASSERT_TRUE(device.ok()) << device.status().to_string();
-  ASSERT_TRUE(ref_f32->to_device(d.dev).ok());
-
   const GrpoBatch batch = random_batch(7);
   auto rows = coupled_rows(batch, draw_coupled_mask(batch.n_batch, batch.n_completion, 11), 298, c.n_vocab, false);
   ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  DeviceBatchShape shape;
+  shape.positions = rows->n_batch * rows->n_seq, shape.loss_rows = static_cast<int64_t>(rows->out_rows.size());
+  auto device = DeviceTraining::start(d.dev, *policy_f32, nullptr, shape, /*reference=*/true);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  ASSERT_TRUE(ref_f32->to_device(d.dev).ok());
   // The reference's log-probs on either device.
   auto ref_cpu = coupled_logps(d.cpu, *ref_f32, *rows, batch.n_completion);
   auto ref_dev = coupled_logps(d.dev, *ref_f32, *rows, batch.n_completion, &(*device)->rows());
