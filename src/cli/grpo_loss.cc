@@ -286,7 +286,7 @@ int run_grpo_loss(const GrpoLossArgs& a) {
     if (rc.n_vocab != cfg.n_vocab || rc.mask_token_id != cfg.mask_token_id)
       return report(invalid_argument("--ref-model " + a.ref_dir + " has another vocabulary or mask id than --model"));
     if (on_device != nullptr)
-      if (const Status up = ref->model->to_device(ctx); !up.ok()) return report(up);
+      if (const Status up = on_device->upload_reference(ctx, *ref->model); !up.ok()) return report(up);
     auto ref_logps = train::coupled_logps(ctx, *ref->model, *rows, p.batch.n_completion,
                                           on_device != nullptr ? &on_device->rows() : nullptr);
     if (!ref_logps.ok()) return report(ref_logps.status());

@@ -154,6 +154,11 @@ class DeviceBackend {
   // pointer, as a writable device operand: what a device optimizer updates in place, and every later op reads.
   // Errors: never uploaded, or stored in another dtype (kInvalidArgument, naming `name`).
   virtual Result<DevicePtr<float>> weight_memory(const void* host, const std::string& name) = 0;
+  // Forgets and frees the copy add_matrix / add_vector made from `host` (nothing when there is none), and its
+  // weight_memory operand: what the owner of a model's weights does when their host memory may be given back,
+  // so that a later upload from the same address (reused by the allocator) is not taken for the old one.
+  // Inside lock(), between forwards.
+  virtual void drop_weight(const void* host) = 0;
   // `bytes` of device memory of the caller's (not reused by later forwards), named `what` in errors
   // (kResourceExhausted when the device has too little). Called inside a forward (lock() held).
   virtual Result<std::unique_ptr<DeviceMemory>> allocate(int64_t bytes, const std::string& what) = 0;

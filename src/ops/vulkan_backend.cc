@@ -137,6 +137,23 @@ class VulkanBackend final : public DeviceBackend {
     return DevicePtr<float>::from_handle(uint64_t{it->second + 1} << kAddressShift);
   }
 
+  void drop_weight(const void* host) override {
+    recorded_.clear();  // no replayed command buffer may bind the freed copy
+    if (auto m = matrices_.find(host); m != matrices_.end()) {
+      weight_bytes_ -= m->second.data.bytes() + m->second.scales.bytes() + m->second.mins.bytes();
+      matrices_.erase(m);
+    } else if (auto v = vectors_.find(static_cast<const float*>(host)); v != vectors_.end()) {
+      weight_bytes_ -= v->second.bytes();
+      vectors_.erase(v);
+    }
+    const std::lock_guard<std::mutex> guard(table_mutex_);
+    if (auto s = weight_slots_.find(host); s != weight_slots_.end()) {
+      table_[s->second] = nullptr;
+      free_slots_.push_back(s->second);
+      weight_slots_.erase(s);
+    }
+  }
+
   Result<std::unique_ptr<DeviceMemory>> allocate(int64_t bytes, const std::string& what) override {
     DC_ASSIGN_OR_RETURN(vk::Buffer b, rt_->alloc((bytes + 3) / 4 * 4, what));
     const std::lock_guard<std::mutex> guard(table_mutex_);

@@ -81,7 +81,44 @@ Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& m
   return ctx.backend->finish();
 }
 
-DeviceTraining::~DeviceTraining() = default;
+DeviceTraining::~DeviceTraining() {
+  if (backend_ == nullptr) return;
+  const std::unique_lock<std::mutex> lock = backend_->lock();
+  for (const void* host : hosts_) backend_->drop_weight(host);
+}
+
+Status DeviceTraining::adopt(const Context& ctx, const Model& model, ModelSpans* spans) {
+  backend_ = ctx.backend;
+  std::vector<const void*> hosts;  // each tensor's host data, the backend's key of its copy (visit_tensors order)
+  visit_tensors(config_, model.weights(), [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
+                                              const VectorView* v) {
+    hosts.push_back(m != nullptr ? m->data : static_cast<const void*>(v->data()));
+  });
+  {
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    for (const void* host : hosts) ctx.backend->drop_weight(host);
+  }
+  hosts_.insert(hosts_.end(), hosts.begin(), hosts.end());  // dropped again on destruction, whatever happens next
+  DC_RETURN_IF_ERROR(model.to_device(ctx));
+  Status status;
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  size_t i = 0;
+  visit_tensors(config_, *spans, [&](const std::string& name, const std::vector<int64_t>& shape, std::span<float>* m,
+                                     std::span<float>* v) {
+    const void* host = hosts[i++];
+    if (!status.ok()) return;
+    auto memory = ctx.backend->weight_memory(host, name);
+    if (!memory.ok()) {
+      status = memory.status();
+      return;
+    }
+    const int64_t n = shape.size() == 2 ? shape[0] * shape[1] : shape[0];
+    *(m != nullptr ? m : v) = std::span<float>(as_operand(*memory), static_cast<size_t>(n));
+  });
+  DC_RETURN_IF_ERROR(status);
+  if (config_.tie_word_embeddings) spans->output = spans->tok_embd;
+  return Status();
+}
 
 namespace {
 
@@ -151,31 +188,7 @@ Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx
   const DeviceTrainingPlan plan = plan_device_training(model, core != nullptr, reference, batch);
   dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text());
   DC_RETURN_IF_ERROR(check_device_plan(plan, model, core != nullptr, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
-  DC_RETURN_IF_ERROR(model.to_device(ctx));
-  std::vector<const void*> hosts;  // each tensor's host data, the key of its device copy (visit_tensors order)
-  visit_tensors(d->config_, model.weights(), [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
-                                                 const VectorView* v) {
-    hosts.push_back(m != nullptr ? m->data : static_cast<const void*>(v->data()));
-  });
-  Status status;
-  {
-    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
-    size_t i = 0;
-    visit_tensors(d->config_, d->params_, [&](const std::string& name, const std::vector<int64_t>& shape,
-                                              std::span<float>* m, std::span<float>* v) {
-      const void* host = hosts[i++];
-      if (!status.ok()) return;
-      auto memory = ctx.backend->weight_memory(host, name);
-      if (!memory.ok()) {
-        status = memory.status();
-        return;
-      }
-      const int64_t n = shape.size() == 2 ? shape[0] * shape[1] : shape[0];
-      *(m != nullptr ? m : v) = std::span<float>(as_operand(*memory), static_cast<size_t>(n));
-    });
-  }
-  DC_RETURN_IF_ERROR(status);
-  if (d->config_.tie_word_embeddings) d->params_.output = d->params_.tok_embd;
+  DC_RETURN_IF_ERROR(d->adopt(ctx, model, &d->params_));
   DC_ASSIGN_OR_RETURN(d->grads_, DeviceParams::zeros(ctx, d->config_));
   if (core == nullptr) return d;
   d->moments_ = true;
@@ -244,14 +257,26 @@ Status DeviceTraining::sync_to_host(const Context& ctx, OptimizerCore& core) con
   return ctx.backend->finish();
 }
 
-Status DeviceTraining::upload_weights(const Context& ctx, const ModelParams& host) {
+Status DeviceTraining::upload_reference(const Context& ctx, const Model& reference) {
+  DC_CHECK(reference.config().n_embd == config_.n_embd && reference.config().n_layer == config_.n_layer,
+           "DeviceTraining::upload_reference: a model of the trainer's config");
+  return adopt(ctx, reference, &reference_);
+}
+
+Status DeviceTraining::refresh_reference(const Context& ctx, const ModelParams& host) const {
+  if (reference_.tok_embd.empty()) return invalid_argument("refresh_reference: the reference model was never uploaded");
+  std::vector<std::span<float>> spans;  // the reference's device copies, index order
+  visit_tensors(config_, reference_, [&](const std::string&, const std::vector<int64_t>&, const std::span<float>* m,
+                                         const std::span<float>* v) { spans.push_back(m != nullptr ? *m : *v); });
+  DC_CHECK(spans.size() == host.tensors().size(), "refresh_reference: a ModelParams of the trainer's config");
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
-  for (const ModelParams::Tensor& t : host.tensors()) {
-    DC_ASSIGN_OR_RETURN(const DevicePtr<float> memory, ctx.backend->weight_memory(t.data, t.name));
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const ModelParams::Tensor& t = host.tensors()[i];
+    DC_CHECK(static_cast<int64_t>(spans[i].size()) == t.size, "refresh_reference: a ModelParams of the trainer's config");
     DC_RETURN_IF_ERROR(ctx.backend->begin());
     const float* staged = device_copy(ctx, "params.upload", static_cast<const float*>(t.data), t.size);
     DC_RETURN_IF_ERROR(device_status(ctx));
-    copy_floats(ctx, staged, t.size, as_operand(memory));
+    copy_floats(ctx, staged, t.size, spans[i].data());
     DC_RETURN_IF_ERROR(ctx.backend->finish());
   }
   return Status();

@@ -1,7 +1,7 @@
 // DeviceTraining: the state a trainer keeps on a device (a Trainer or GrpoTrainer created with a device Context)
 // and the steps both run there. The f32 master weights are the device's copy of the model's weights
-// (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory); the gradients and both Adam
-// moments are DeviceParams. DeviceLossRows holds the loss rows' hidden states and logits and runs the lm_head and
+// (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory; owned by the trainer and found
+// by tensor index, not host address); the gradients and both Adam moments are DeviceParams. DeviceLossRows holds the loss rows' hidden states and logits and runs the lm_head and
 // the cross-entropy over them (the SFT loss, the Coupled-GRPO loss and its log-probs). What crosses to the host per
 // step: the metrics only. The optimizer step is one submission: each tensor's Σ g², their sum, and AdamW, which
 // skips a non-finite sum and clips by it there (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as
@@ -100,9 +100,10 @@ class DeviceTraining {
   // Uploads `model`'s weights (f32: a model over the master weights) to ctx's device (a device context) and
   // allocates zero gradients; with `core`, also its moments (the saved ones when it has resumed), else
   // gradients only (step() is then refused: grpo-loss). Errors: the device's out of memory (naming the
-  // tensor), weights not f32. The backend keys its copies by the host weights' addresses and keeps them while it
-  // lives: one trainer per backend (a trainer started after another was destroyed could meet the first's copies
-  // at reused addresses).
+  // tensor), weights not f32. The trainer owns its weights' device copies and finds them by tensor index (visit_tensors
+  // order): whatever copy the backend held from the same host addresses (e.g. a destroyed trainer's, whose host
+  // memory the allocator handed out again) is dropped first and the model's values uploaded, and the copies are
+  // dropped again when the trainer is destroyed (which must come before the backend's destruction).
   // Before any upload the plan (with `reference`: a second model of the same size to come; `batch`: the largest
   // micro-batch and rollout to come) is logged and checked against the device's memory: a run that would not
   // fit is refused (kResourceExhausted, check_device_plan) with its sizes and what would make it fit.
@@ -121,15 +122,24 @@ class DeviceTraining {
   // OptimizerCore::save, or a host-side mix of the weights).
   Status sync_to_host(const Context& ctx, OptimizerCore& core) const;
 
-  // Copies host's values into the device copy of the model over `host` (Model::to_device of a model over
-  // host.weights() already ran): a second model kept on the device, e.g. GRPO's reference model after its
-  // sync mixed it on the host. Errors: a tensor never uploaded (kInvalidArgument, naming it).
-  static Status upload_weights(const Context& ctx, const ModelParams& host);
+  // A second model on the device (GRPO's reference model, of this model's config), owned as the first: stale
+  // copies at its host addresses dropped, its weights uploaded (Model::to_device) and found by tensor index.
+  Status upload_reference(const Context& ctx, const Model& reference);
+  // Copies host's values (a ModelParams of the config; e.g. the reference after its sync mixed it on the host)
+  // into the reference's device copy, tensor by tensor in index order. Errors: no upload_reference before, or
+  // the device's (kInvalidArgument / the backend's).
+  Status refresh_reference(const Context& ctx, const ModelParams& host) const;
 
  private:
   DeviceTraining() = default;
+  // Makes `model`'s weights this trainer's on ctx's device: drops the copies the backend holds at their host
+  // addresses, uploads them and sets *spans to their device copies (visit_tensors order).
+  Status adopt(const Context& ctx, const Model& model, ModelSpans* spans);
   ModelConfig config_;
-  ModelSpans params_;  // the device's weights, writable device operands (visit_tensors order)
+  DeviceBackend* backend_ = nullptr;  // whose copies hosts_ names, dropped on destruction
+  std::vector<const void*> hosts_;    // the host addresses of the adopted weights: the backend's keys, never read
+  ModelSpans params_;     // the device's weights, writable device operands (visit_tensors order)
+  ModelSpans reference_;  // upload_reference's (empty before)
   DeviceParams grads_, m_, v_;
   bool moments_ = false;
   DeviceLossRows rows_;

@@ -261,8 +261,8 @@ Status GrpoTrainer::start_round() {
   } else if (opt_.loss.beta != 0) {
     if (mixed) DC_RETURN_IF_ERROR(ref_mixed.refresh(ctx_, ref_.weights()));
     ref_model = Model::from_weights(config, mixed ? ref_mixed.forward() : ref_.weights(), nullptr);
-    if (device_ != nullptr) {  // uploaded once (a second upload of the same weights is a no-op)
-      DC_RETURN_IF_ERROR(ref_model->to_device(ctx_));
+    if (device_ != nullptr && !ref_on_device_) {  // uploaded once, then refreshed after each sync
+      DC_RETURN_IF_ERROR(device_->upload_reference(ctx_, *ref_model));
       ref_on_device_ = true;
     }
   }
@@ -378,7 +378,7 @@ Result<GrpoStepStats> GrpoTrainer::step() {
       } else {  // on a device: mixed on the host (the CPU's arithmetic), the reference's device copy refreshed
         DC_RETURN_IF_ERROR(sync_to_host());
         DC_RETURN_IF_ERROR(core_.mix_into(ref_, static_cast<float>(opt_.ref_mixup_alpha)));
-        if (ref_on_device_) DC_RETURN_IF_ERROR(DeviceTraining::upload_weights(ctx_, ref_));
+        if (ref_on_device_) DC_RETURN_IF_ERROR(device_->refresh_reference(ctx_, ref_));
       }
     }
     s.train_seconds = since(t1);

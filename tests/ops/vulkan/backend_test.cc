@@ -6,6 +6,7 @@
 // their results come back in the same submission.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -69,6 +70,36 @@ TEST(VulkanBackend, AllocatedMemoryIsKeptUntilFreed) {
   kept->reset();
   ASSERT_TRUE(b.begin().ok());  // frees it
   EXPECT_EQ(read_back(b, freed, got.data(), 16).code(), StatusCode::kInvalidArgument);
+}
+
+// A weight's copy is keyed by its host data's address: drop_weight forgets it (and frees its weight_memory
+// operand), so an upload from the same address with other values (the allocator's reuse) is the new values,
+// where without the drop it would be a no-op that keeps the old copy.
+TEST(VulkanBackend, ADroppedWeightIsUploadedAfreshFromTheSameAddress) {
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  DeviceBackend& b = **backend;
+  std::vector<float> host(6, 1.0f);
+  const WeightView w{DType::kF32, host.data(), 2, 3};
+  const auto lock = b.lock();
+  ASSERT_TRUE(b.add_matrix(w, "w").ok());
+  auto first = b.weight_memory(host.data(), "w");
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  std::fill(host.begin(), host.end(), 2.0f);  // the same address, other values
+  ASSERT_TRUE(b.add_matrix(w, "w").ok());      // a no-op: the copy at that address is kept
+  std::vector<float> got(6);
+  ASSERT_TRUE(read_back(b, *first, got.data(), 24).ok());
+  EXPECT_EQ(got[0], 1.0f);
+  b.drop_weight(host.data());
+  EXPECT_EQ(read_back(b, *first, got.data(), 24).code(), StatusCode::kInvalidArgument) << "the dropped copy's operand";
+  EXPECT_EQ(b.weight_memory(host.data(), "w").status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(b.add_matrix(w, "w").ok());
+  auto second = b.weight_memory(host.data(), "w");
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  ASSERT_TRUE(read_back(b, *second, got.data(), 24).ok());
+  EXPECT_EQ(got, host);
+  b.drop_weight(host.data());
+  b.drop_weight(host.data());  // nothing there: nothing to do
 }
 
 // copy_out beyond its buffer, or twice under one name in a forward, is refused by name; the host memory is

@@ -154,5 +154,41 @@ TEST(DeviceOptimizerStep, SkipsANonFiniteNormOnTheDevice) {
   EXPECT_NE(p1[0], dev->core.params().data()[0]) << "a finite step after the skips applies";
 }
 
+// A trainer's weights on the device are its own, found by tensor index: a trainer over host buffers whose
+// addresses hold an older copy (as a new trainer meets addresses the allocator handed out again) starts from
+// their values, and so does a second trainer after a first one updated its copies, which go with it.
+TEST(DeviceTrainingWeights, StartsFromItsHostValuesNotAStaleCopy) {
+  ThreadPool pool(2);
+  const ModelConfig c = testing::vulkan_test_config(4, 2, 16, 96);
+  auto backend = open_vulkan_backend(0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  Context dev;
+  dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+  OptimizerCore core = OptimizerCore::start(c, synthetic_params(c), step_options(0.5));
+  const auto model = Model::from_weights(c, core.params().weights(), nullptr);
+  // A copy left at the same addresses with other values (an earlier model's, e.g. an engine's upload).
+  ASSERT_TRUE(model->to_device(dev).ok());
+  ModelParams& host = core.host_state().params;
+  for (int64_t i = 0; i < host.n_values(); ++i) host.data()[i] += 0.5f;
+  const std::vector<float> initial(host.data(), host.data() + host.n_values());
+  {
+    auto first = DeviceTraining::start(dev, *model, &core, DeviceBatchShape{});
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    ASSERT_TRUE((*first)->sync_to_host(dev, core).ok());
+    EXPECT_TRUE(std::equal(initial.begin(), initial.end(), core.params().data())) << "the trainer started from a stale copy";
+    ModelParams g = ModelParams::zeros(c);
+    fill_gradients(g, 5);
+    ASSERT_TRUE((*first)->grads().upload(dev, g).ok());
+    auto s = (*first)->step(dev, core, 1.0);  // the device's weights move; the host's stay (no sync)
+    ASSERT_TRUE(s.ok() && !s->skipped) << s.status().to_string();
+  }
+  EXPECT_EQ((*backend)->weight_bytes(), 0) << "the first trainer's weight copies outlived it";
+  auto second = DeviceTraining::start(dev, *model, &core, DeviceBatchShape{});
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  ASSERT_TRUE((*second)->sync_to_host(dev, core).ok());
+  EXPECT_TRUE(std::equal(initial.begin(), initial.end(), core.params().data()))
+      << "the second trainer started from the first one's updated device copies";
+}
+
 }  // namespace
 }  // namespace dc::train

@@ -91,7 +91,7 @@ TEST(GrpoVulkan, LossAndGradientsMatchTheCpu) {
   shape.positions = rows->n_batch * rows->n_seq, shape.loss_rows = static_cast<int64_t>(rows->out_rows.size());
   auto device = DeviceTraining::start(d.dev, *policy_f32, nullptr, shape, /*reference=*/true);
   ASSERT_TRUE(device.ok()) << device.status().to_string();
-  ASSERT_TRUE(ref_f32->to_device(d.dev).ok());
+  ASSERT_TRUE((*device)->upload_reference(d.dev, *ref_f32).ok());
   // The reference's log-probs on either device.
   auto ref_cpu = coupled_logps(d.cpu, *ref_f32, *rows, batch.n_completion);
   auto ref_dev = coupled_logps(d.dev, *ref_f32, *rows, batch.n_completion, &(*device)->rows());
