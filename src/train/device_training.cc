@@ -155,7 +155,8 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
   plan.reference = reference ? plan.weights : 0;
   plan.activations = Activations::bytes_for(batch.recompute, c.n_layer, T, E, q_dim, kv_dim, c.n_ff, n_out);
   // The forward's named buffers serve the training forward and the rollouts' alike: the larger of the two.
-  plan.scratch = model.forward_bytes_per_position() * std::max(T, batch.rollout_positions) + model.backward_bytes(T, n_out, batch.recompute);
+  plan.scratch = model.forward_bytes_per_position() * std::max(T, batch.rollout_positions) +
+                 model.backward_bytes(T, n_out, batch.recompute);
   plan.loss_rows = std::max<int64_t>(n_out, 1) * (E + V) * kFloat;  // DeviceLossRows: hidden and logits
   plan.rollouts = batch.rollout_sampled * (E + V) * kFloat;           // the head sampler's hidden and logits rows
   if (batch.rollout_kv_rows > 0) plan.rollouts += KvCache::bytes_for(c.n_layer, batch.rollout_kv_rows, batch.rollout_kv_seq, kv_dim);
@@ -170,8 +171,8 @@ Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, boo
     DeviceBatchShape checkpointed = batch;
     checkpointed.recompute = true;
     const DeviceTrainingPlan with = plan_device_training(model, optimizer, reference, checkpointed);
-    fixes += "--grad-checkpointing (activations " + mib(plan.activations) + " -> " + mib(with.activations) + ", " + mib(with.total()) +
-             " in all" + (with.total() <= device_bytes ? ", which fits" : "") + "); ";
+    fixes += "--grad-checkpointing (activations " + mib(plan.activations) + " -> " + mib(with.activations) + ", " +
+             mib(with.total()) + " in all" + (with.total() <= device_bytes ? ", which fits" : "") + "); ";
   }
   fixes += "fewer positions per micro-batch (" + batch.smaller_batch + "; the activations, working buffers and loss rows, " +
            mib(plan.activations + plan.scratch + plan.loss_rows) + ", shrink with them); ";
@@ -187,7 +188,8 @@ Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx
   d->config_ = model.config();
   const DeviceTrainingPlan plan = plan_device_training(model, core != nullptr, reference, batch);
   dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text());
-  DC_RETURN_IF_ERROR(check_device_plan(plan, model, core != nullptr, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
+  DC_RETURN_IF_ERROR(
+      check_device_plan(plan, model, core != nullptr, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
   DC_RETURN_IF_ERROR(d->adopt(ctx, model, &d->params_));
   DC_ASSIGN_OR_RETURN(d->grads_, DeviceParams::zeros(ctx, d->config_));
   if (core == nullptr) return d;

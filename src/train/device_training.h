@@ -1,12 +1,13 @@
 // DeviceTraining: the state a trainer keeps on a device (a Trainer or GrpoTrainer created with a device Context)
 // and the steps both run there. The f32 master weights are the device's copy of the model's weights
 // (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory; owned by the trainer and found
-// by tensor index, not host address); the gradients and both Adam moments are DeviceParams. DeviceLossRows holds the loss rows' hidden states and logits and runs the lm_head and
-// the cross-entropy over them (the SFT loss, the Coupled-GRPO loss and its log-probs). What crosses to the host per
-// step: the metrics only. The optimizer step is one submission: each tensor's Σ g², their sum, and AdamW, which
-// skips a non-finite sum and clips by it there (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as
-// the gradient norm after the step has run. Checkpoints download the weights and moments into the OptimizerCore first.
-// One process, full fine-tuning, f32 (no LoRA, ranks or mixed precision on a device yet: the trainers refuse them).
+// by tensor index, not host address); the gradients and both Adam moments are DeviceParams. DeviceLossRows holds
+// the loss rows' hidden states and logits and runs the lm_head and the cross-entropy over them (the SFT loss, the
+// Coupled-GRPO loss and its log-probs). What crosses to the host per step: the metrics only. The optimizer step
+// is one submission: each tensor's Σ g², their sum, and AdamW, which skips a non-finite sum and clips by it there
+// (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as the gradient norm after the step has run.
+// Checkpoints download the weights and moments into the OptimizerCore first. One process, full fine-tuning, f32
+// (no LoRA, ranks or mixed precision on a device yet: the trainers refuse them).
 #pragma once
 
 #include <cstdint>
