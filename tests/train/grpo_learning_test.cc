@@ -30,8 +30,9 @@ constexpr int kSeqLen = 33 + kNewTokens;  // the longest chat prompt of the task
 // Writes the three data files. Twelve phrasings of "return x plus one"; SFT sees, for each, the right
 // answer `return x + 1` and a wrong one, `return x - 1` (the same format, one token apart), so the
 // fine-tuned model writes each about half of the time. GRPO trains on 8 phrasings and is evaluated on
-// the 4 others (held out from GRPO). The tests check values: the right answer scores 2.5 (code 2.0 +
-// format 0.5), the wrong one 0.5, and a broken format less.
+// the 4 others (held out from GRPO). One test a prompt, checking two values (one sandboxed run a
+// completion: the runs are most of the test's time): the right answer scores 2.5 (code 2.0 + format 0.5),
+// the wrong one 0.5, a constant that passes one of the values 0.5 too, and a broken format less.
 void write_task_files(const fs::path& dir) {
   const char* phrasings[] = {"returns x plus one", "adds one to x", "increments x", "returns the successor of x",
                              "returns one more than x", "returns x increased by one", "returns the next integer after x",
@@ -40,7 +41,7 @@ void write_task_files(const fs::path& dir) {
   for (int i = 0; i < 12; ++i) {
     const std::string question = std::string("Write a Python function f(x) that ") + phrasings[i] + ".";
     (i % 3 == 2 ? held : train) << "{\"prompt\": \"" << question
-                                << "\", \"tests\": [\"assert f(1) == 2\", \"assert f(5) == 6\"]}\n";
+                                << "\", \"tests\": [\"assert f(1) == 2 and f(5) == 6\"]}\n";
     for (const char op : {'+', '-'})
       sft << "{\"messages\": [{\"role\": \"user\", \"content\": \"" << question
           << "\"}, {\"role\": \"assistant\", \"content\": \"```python\\ndef f(x):\\n    return x " << op
@@ -52,7 +53,7 @@ struct HeldOut {
   double reward = 0, pass_rate = 0, format_rate = 0;
 };
 
-// The mean reward (code 2.0 + code_format 0.5, as `grpo` scores) of 16 completions per held-out prompt
+// The mean reward (code 2.0 + code_format 0.5, as `grpo` scores) of 8 completions per held-out prompt
 // from the checkpoint in `model_dir`, decoded as the rollouts are, with a seed training never used.
 HeldOut held_out_reward(const fs::path& model_dir, const fs::path& data) {
   HeldOut h;
@@ -68,7 +69,7 @@ HeldOut held_out_reward(const fs::path& model_dir, const fs::path& data) {
   std::vector<const GrpoExample*> examples;
   for (const GrpoExample& e : ds->examples) prompts.push_back(e.prompt_ids), examples.push_back(&e);
   RolloutOptions ro;
-  ro.group_size = 16;
+  ro.group_size = 8;
   ro.sampling = recipe_rollout_params((*model)->config());
   ro.sampling.max_new_tokens = kNewTokens;
   ro.sampling.steps = kDiffusionSteps;
@@ -92,11 +93,12 @@ HeldOut held_out_reward(const fs::path& model_dir, const fs::path& data) {
 }
 
 // GRPO on the 8 training phrasings must raise the mean reward on the 4 held-out ones by more than 0.5
-// (measured: 1.44 -> 2.50), and so must GRPO of LoRA adapters over the frozen SFT model (measured at this
-// seed 1.69 -> 2.50 at --lr 1e-3; at 1e-2 the first Adam step moves every adapter value by the rate and the
-// policy collapses, 1.69 -> 0.12). With the sign of the advantage term flipped on purpose the held-out reward
-// falls (1.44 -> 0.35, BENCHMARKS.md); advantages that are all 0 leave only the KL term, which holds the
-// policy at the SFT checkpoint (reasoned, not run).
+// (measured 2026-11-29: 1.63 -> 2.50; 1.69 -> 2.50 with 16 completions a held-out prompt and two tests a
+// prompt, twice the sandboxed runs), and so must GRPO of LoRA adapters over the frozen SFT model (1.63 ->
+// 2.50 at --lr 1e-3). Measured with the settings of then: at --lr 1e-2 the first Adam step moves every
+// adapter value by the rate and the policy collapses (1.69 -> 0.12); with the sign of the advantage term
+// flipped on purpose the held-out reward falls (1.44 -> 0.35, BENCHMARKS.md); advantages that are all 0
+// leave only the KL term, which holds the policy at the SFT checkpoint (reasoned, not run).
 TEST(GrpoLearningTest, SftThenGrpoRaisesHeldOutRewardOfCodeTask) {
   const fs::path base = fs::path(testing::fixtures_dir()) / "tiny-vocab";
   ASSERT_TRUE(fs::exists(base / "tokenizer.json")) << "run `ctest -R reference_fixtures` first";
