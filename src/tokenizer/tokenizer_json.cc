@@ -42,7 +42,7 @@ class Handler {
 
   bool key(std::string& k) {
     if (in(Kind::kVocab)) {
-      vocab_key_ = std::move(k);
+      vocab_key_.assign(k);  // a copy: the lexer keeps its buffer's capacity for the next key
     } else {
       stack_.back().key = std::move(k);
     }
