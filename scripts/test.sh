@@ -53,7 +53,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # -O1 -g1: the sanitizers need no more, and it halves the compile time of CI
   dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDC_SANITIZE=ON -DDC_BUILD_BENCH=OFF)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  # Seventeen long tests run in the Release stage only, to keep CI within its 45 minutes: GRPO's learning test
+  # Nineteen long tests run in the Release stage only, to keep CI within its 45 minutes: GRPO's learning test
   # (SFT then GRPO as processes, ~75 s of CPU in Release), GRPO's 2-ranks-equal-1 numbers (~60 s under
   # ASan; GrpoCliOnTwoRanks and the SFT TrainDist tests drive the same MPI and GRPO code under the
   # sanitizers), SFT's 2-ranks-equal-1 numbers in f32 (~140 s under ASan; the mixed-precision and the
@@ -67,6 +67,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   # HumanEval+ canonical solution on its 124k inputs, ~250 s, and every MBPP reference solution, ~150 s, under
   # load): their work is the sandboxed Python's, which ASan does not instrument; the other EvalPlusCli tests
   # (known-wrong programs, the cache, the model mode) drive the same runner and cache under the sanitizers.
+  # Likewise HumanEval's 164 canonical solutions through `diffucoder eval` (~46 s under ASan, ~50 s in Release:
+  # the sandboxed Python's work); EvalCli's broken solutions, killed run and model mode drive the same eval
+  # runner under them.
   # And GRPO on a GGUF file against the same model as a directory (~43 s under ASan; GrpoLossAndBenchTrainReadTheFile
   # and the other ModelSource tests read the file's tensors under them, ApiGrpo's run the same GRPO step), and the
   # docs' check (~124 s under ASan: it runs the docs' demo blocks; it checks the docs, which no sanitizer changes).
@@ -77,7 +80,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # And `grpo --device vulkan` against the CPU as processes (~66 s under ASan; test_train_vulkan's GRPO tests
   # run the same device trainer in-process under them) and the GPU session script's plumbing on lavapipe (~73 s
   # under ASan: a shell script driving bench and the server, whose code the bench and server tests cover).
-  exclude=(-E '^(EvalPlusCli[.](CanonicalSolutionsPassBaseAndPlus|MbppReferenceSolutionsPassTheirTests)$|GrpoLearningTest[.]|TrainDist[.](GrpoOnTwoRanksEqualsOneProcess|TwoRanksEqualOneRankWithHalfTheOptimizerStateEach|GradAccumReducedOncePerStepEqualsPerMicroBatch|LoraOnTwoRanksEqualsOneProcess)$|FiniteFlags[.]EveryFloatFlagRefusesNanAndInfinity$|DeviceCli[.]GrpoOnVulkanEqualsTheCpu$|gpu_session_plumbing$|Connections[.]StalledStreamReaderDoesNotDelayOthers$|GrpoTrainerTest[.]CliKilledRunResumesBitIdentical$|BlockParity[.](RefreshForwardsAreFullPassesBitForBit|PrefixAndDualDriftFromCacheNone)$|Trainer[.]LossFallsWellBelowItsStartOnACodeCorpus$|ModelSource[.]GrpoOnTheFileEqualsGrpoOnTheDirectory$|check_docs(_selftest)?$)')
+  exclude=(-E '^(EvalPlusCli[.](CanonicalSolutionsPassBaseAndPlus|MbppReferenceSolutionsPassTheirTests)$|EvalCli[.]AllCanonicalSolutionsPass$|GrpoLearningTest[.]|TrainDist[.](GrpoOnTwoRanksEqualsOneProcess|TwoRanksEqualOneRankWithHalfTheOptimizerStateEach|GradAccumReducedOncePerStepEqualsPerMicroBatch|LoraOnTwoRanksEqualsOneProcess)$|FiniteFlags[.]EveryFloatFlagRefusesNanAndInfinity$|DeviceCli[.]GrpoOnVulkanEqualsTheCpu$|gpu_session_plumbing$|Connections[.]StalledStreamReaderDoesNotDelayOthers$|GrpoTrainerTest[.]CliKilledRunResumesBitIdentical$|BlockParity[.](RefreshForwardsAreFullPassesBitForBit|PrefixAndDualDriftFromCacheNone)$|Trainer[.]LossFallsWellBelowItsStartOnACodeCorpus$|ModelSource[.]GrpoOnTheFileEqualsGrpoOnTheDirectory$|check_docs(_selftest)?$)')
   reuse_fixtures build-asan
 fi
 cmake -S . -B "$dir" $(generator "$dir") "${flags[@]}" >/dev/null
