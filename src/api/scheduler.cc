@@ -1,12 +1,14 @@
 // Scheduler: the engine thread. Each step admits queued jobs that fit, prepares every active Decoder, runs ONE
-// forward over the rows of all decoders that need logits (left-padded to the longest canvas), scatters the
-// logits back, steps every decoder, publishes snapshots and retires finished, stopped or cancelled jobs.
+// forward over the rows of all decoders that need logits (left-padded to the longest canvas), samples the rows
+// of the decoders that share a forward in one call, steps every decoder, publishes snapshots and retires
+// finished, stopped or cancelled jobs.
 #include "api/scheduler.h"
 
 #include <malloc.h>
 
 #include <algorithm>
 #include <new>
+#include <optional>
 
 #include "core/thread_pool.h"
 #include "model/kv_cache.h"
@@ -176,6 +178,7 @@ struct Scheduler::Active {
   Clock::time_point started;
   HeadFn cached_fn;  // jobs with a KV cache without make_parts_fn: their own model function (own cache)
   std::unique_ptr<KvCache> cache;  // jobs with a KV cache with make_parts_fn: their cache in the forward of parts
+  HeadSampler* head = nullptr;     // the head of this step's forward (run_head), null without one
 };
 
 Scheduler::Scheduler(HeadFn head_fn, int64_t n_vocab, HeadMemory head, ThreadPool* pool, SchedulerOptions options,
@@ -340,6 +343,7 @@ void Scheduler::run() {
         if (h.head != nullptr) h.head->release();
       for (CachedHead& h : cached_heads_)
         if (h.head != nullptr) h.head->release();
+      std::vector<TokenSample>().swap(merged_samples_);
       malloc_trim(0);
     }
   }
@@ -415,7 +419,7 @@ bool Scheduler::run_head(std::vector<Active>& active, const std::function<Result
   *forward_s += s;
   for (size_t k = 0; k < jobs.size(); ++k) {
     Decoder& d = active[jobs[k]].decoder;
-    if (head.ok()) d.set_head(*head, first_rows[k]);
+    if (head.ok()) d.set_head(*head, first_rows[k]), active[jobs[k]].head = *head;
     d.record_forward(s * 1000.0, computed[k]);
   }
   if (head.ok()) return true;
@@ -505,6 +509,7 @@ void Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   };
   for (size_t i = 0; i < active.size(); ++i) {
     Active& a = active[i];
+    a.head = nullptr;
     if (!a.decoder.needs_forward()) continue;
     if (a.cached_fn) {
       ForwardBatch fb = a.decoder.forward_batch();
@@ -522,20 +527,72 @@ void Scheduler::forward(std::vector<Active>& active, double* forward_s) {
   }
 }
 
-// Steps every decoder, one after another: each step's lm_head and sampling run on the head's pool (they
-// dominate; the selection after them is cheap). statuses[i] and unmasked[i] (positions committed) are
-// active[i]'s.
+// Steps every decoder: those that read one head with others (a batched forward's, a forward of parts') draw
+// their tokens in ONE call over all their positions (step_merged), the rest one after another. The lm_head and
+// the sampling run on the head's pool (they dominate; the selection after them is cheap). statuses[i] and
+// unmasked[i] (positions committed) are active[i]'s.
 void Scheduler::step_decoders(std::vector<Active>& active, std::vector<Status>& statuses,
                               std::vector<int64_t>& unmasked) {
   statuses.assign(active.size(), Status());
   unmasked.assign(active.size(), 0);
+  const auto masked = [&](size_t i) {
+    const Decoder& d = active[i].decoder;
+    return std::count(d.canvas().begin(), d.canvas().end(), active[i].job->params().mask_token_id);
+  };
+  std::vector<int64_t> before(active.size());
   for (size_t i = 0; i < active.size(); ++i) {
-    Decoder& d = active[i].decoder;
-    const int32_t mask = active[i].job->params().mask_token_id;
-    const int64_t before = std::count(d.canvas().begin(), d.canvas().end(), mask);
-    d.set_pool(pool_);
-    statuses[i] = d.step();
-    unmasked[i] = before - std::count(d.canvas().begin(), d.canvas().end(), mask);
+    before[i] = masked(i);
+    active[i].decoder.set_pool(pool_);
+  }
+  std::vector<uint8_t> stepped(active.size(), 0);
+  step_merged(active, statuses, stepped);
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (!stepped[i]) statuses[i] = active[i].decoder.step();
+    unmasked[i] = before[i] - masked(i);
+  }
+}
+
+// The decoders that draw from one head with others: their head samplings (each its own rows, filters, kind,
+// seed and step) in ascending hidden rows, sampled by one HeadSampler::sample_parts (one lm_head pass; on a
+// device one submission), each decoder then stepped with its share; stepped[i] set for each (statuses[i] its
+// step's, or the error of its part or of the whole call).
+void Scheduler::step_merged(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<uint8_t>& stepped) {
+  struct Part {
+    size_t job;
+    HeadSampling args;
+  };
+  std::vector<std::pair<HeadSampler*, std::vector<Part>>> heads;
+  for (size_t i = 0; i < active.size(); ++i) {
+    Active& a = active[i];
+    if (a.head == nullptr || !a.decoder.needs_forward()) continue;
+    std::optional<HeadSampling> args = a.decoder.head_sampling();
+    if (!args) continue;  // a logits_hook: step() samples whole rows
+    size_t h = 0;
+    while (h < heads.size() && heads[h].first != a.head) ++h;
+    if (h == heads.size()) heads.emplace_back(a.head, std::vector<Part>{});
+    heads[h].second.push_back(Part{i, *args});
+  }
+  for (auto& [head, parts] : heads) {
+    if (parts.size() < 2) continue;  // alone: step() draws its own
+    std::sort(parts.begin(), parts.end(),
+              [](const Part& x, const Part& y) { return x.args.rows.front().hidden_row < y.args.rows.front().hidden_row; });
+    std::vector<HeadSampling> args;
+    size_t total = 0;
+    for (const Part& p : parts) args.push_back(p.args), total += p.args.rows.size();
+    merged_samples_.resize(total);
+    std::vector<Status> part_status(parts.size());
+    const Clock::time_point t0 = Clock::now();
+    const Status all = head->sample_parts(args, merged_samples_, part_status);
+    const double ms = ms_between(t0, Clock::now());
+    size_t at = 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const size_t i = parts[k].job, n = parts[k].args.rows.size();
+      stepped[i] = 1;
+      statuses[i] = !all.ok()              ? all
+                    : !part_status[k].ok() ? part_status[k]
+                                           : active[i].decoder.step(std::span<const TokenSample>(merged_samples_).subspan(at, n), ms);
+      at += n;
+    }
   }
 }
 

@@ -2,8 +2,9 @@
 // prompt × n rows, own SamplingParams) wait in a bounded queue, join the running batch at step boundaries, are
 // advanced together by ONE forward per step over all their rows (left-padded to the longest canvas; one
 // forward per LoRA adapter when jobs pick adapters; the jobs with a KV cache in one forward of parts per
-// adapter, each over its own cache, where the engine makes one: the CPU's or a device's), and leave when done,
-// cancelled or stopped.
+// adapter, each over its own cache, where the engine makes one: the CPU's or a device's) whose rows are then
+// sampled in ONE call (HeadSampler::sample_parts: one lm_head pass, one submission on a device; each job with
+// its own settings), and leave when done, cancelled or stopped.
 #pragma once
 
 #include <chrono>
@@ -163,6 +164,7 @@ class Scheduler {
                 const std::vector<size_t>& jobs, const std::vector<int64_t>& first_rows,
                 const std::vector<int64_t>& computed, double* forward_s, Failures* failed);
   void step_decoders(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<int64_t>& unmasked);
+  void step_merged(std::vector<Active>& active, std::vector<Status>& statuses, std::vector<uint8_t>& stepped);
   void publish_and_retire(std::vector<Active>& active, const std::vector<Status>& statuses,
                           const std::vector<int64_t>& unmasked, std::chrono::steady_clock::time_point t0,
                           double forward_s);
@@ -194,6 +196,7 @@ class Scheduler {
   };
   std::deque<CachedHead> cached_heads_;
   std::function<PartsHeadFn()> make_parts_fn_;
+  std::vector<TokenSample> merged_samples_;  // a merged step's samples, every decoder's (step_merged), reused
   const int64_t n_vocab_;
   const HeadMemory head_;
   ThreadPool* pool_;

@@ -126,45 +126,72 @@ Status DeviceHeadSampler::logits(int64_t first, int64_t n, float* out) {
 }
 
 Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> out) {
-  const std::span<const HeadRow> rows = args.rows;
-  DC_CHECK(out.size() == rows.size(), "DeviceHeadSampler::sample: out and rows differ in size");
-  if (rows.empty()) return Status::ok_status();
-  DC_CHECK(rows.front().hidden_row >= 0 && rows.back().hidden_row < n_rows_, "DeviceHeadSampler::sample: rows outside the forward's");
-  const int64_t n = static_cast<int64_t>(rows.size()), V = model_.config().n_vocab;
-  std::vector<int32_t> index(rows.size());
-  std::vector<float> uniforms(rows.size(), 0.0f);  // the CPU's one draw per entry (sample_categorical's)
-  for (size_t e = 0; e < rows.size(); ++e) {
-    index[e] = static_cast<int32_t>(rows[e].hidden_row);
-    if (args.filter.temperature > 0.0f) {
-      Rng rng = Rng::for_stream(args.seed, RngPurpose::kToken, args.step, rows[e].row, rows[e].position);
-      uniforms[e] = std::min(static_cast<float>(rng.uniform_double()), std::nextafter(1.0f, 0.0f));  // [0, 1) in f32
+  DC_CHECK(out.size() == args.rows.size(), "DeviceHeadSampler::sample: out and rows differ in size");
+  Status entries;
+  DC_RETURN_IF_ERROR(sample_parts({&args, 1}, out, {&entries, 1}));
+  return entries;
+}
+
+Status DeviceHeadSampler::sample_parts(std::span<const HeadSampling> parts, std::span<TokenSample> out,
+                                       std::span<Status> status) {
+  DC_CHECK(status.size() == parts.size(), "DeviceHeadSampler::sample_parts: a status per part");
+  std::vector<int32_t> index;     // [n] every entry's hidden row, the parts one after the other
+  std::vector<float> uniforms;    // [n] the CPU's one draw per entry (sample_categorical's)
+  std::vector<int64_t> begin{0};  // [parts + 1] part p's entries are [begin[p], begin[p + 1])
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const HeadSampling& args = parts[p];
+    status[p] = Status::ok_status();
+    for (const HeadRow& r : args.rows) {
+      DC_CHECK(r.hidden_row >= 0 && r.hidden_row < n_rows_, "DeviceHeadSampler::sample_parts: rows outside the forward's");
+      index.push_back(static_cast<int32_t>(r.hidden_row));
+      float u = 0.0f;
+      if (args.filter.temperature > 0.0f) {
+        Rng rng = Rng::for_stream(args.seed, RngPurpose::kToken, args.step, r.row, r.position);
+        u = std::min(static_cast<float>(rng.uniform_double()), std::nextafter(1.0f, 0.0f));  // [0, 1) in f32
+      }
+      uniforms.push_back(u);
     }
+    begin.push_back(static_cast<int64_t>(index.size()));
   }
-  std::vector<int32_t> ids(rows.size());
-  std::vector<float> conf(rows.size() * 3);
+  DC_CHECK(out.size() == index.size(), "DeviceHeadSampler::sample_parts: out and the parts' rows differ in size");
+  if (index.empty()) return Status::ok_status();
+  const int64_t n = static_cast<int64_t>(index.size()), V = model_.config().n_vocab;
+  std::vector<int32_t> ids(index.size());
+  std::vector<float> conf(index.size() * 3);
   {
     const std::unique_lock<std::mutex> lock = ctx_.backend->lock();
     DC_RETURN_IF_ERROR(reserve_logits(n));
     DC_RETURN_IF_ERROR(ctx_.backend->begin());
     DC_RETURN_IF_ERROR(record_pending());  // the step's forward, lm_head and sampling: one submission
-    const DeviceIn logits = record_logits(std::move(index));
+    const DeviceIn logits = record_logits(std::move(index));  // one product over every part's rows
     const DeviceIn u = device_cast<const float>(ctx_.backend->copy_in("head.uniforms", uniforms.data(), n * 4));
     const DevicePtr<int32_t> ids_at = device_cast<int32_t>(ctx_.backend->alloc("head.ids", n * 4));
     const DeviceOut conf_at = device_cast<float>(ctx_.backend->alloc("head.conf", n * 12));
     if (logits && device_status(ctx_).ok()) {
-      ctx_.backend->sample_rows(logits, n, V, args.filter, u, ids_at, conf_at);
+      for (size_t p = 0; p < parts.size(); ++p) {  // each part's rows with its own filters (operands at its offset)
+        const int64_t at = begin[p], rows = begin[p + 1] - begin[p];
+        if (rows == 0) continue;
+        ctx_.backend->sample_rows(as_device(as_operand(logits) + at * V), rows, V, parts[p].filter, as_device(as_operand(u) + at),
+                                  as_device(as_operand(ids_at) + at), as_device(as_operand(conf_at) + at * 3));
+      }
       ctx_.backend->copy_out("head.ids", ids_at, ids.data(), n * 4);  // one submission with the step's kernels
       ctx_.backend->copy_out("head.conf", conf_at, conf.data(), n * 12);
     }
     DC_RETURN_IF_ERROR(finish_step());
   }
-  const int kind = args.kind == ConfidenceKind::kProbability ? 0 : args.kind == ConfidenceKind::kMargin ? 1 : 2;
-  for (size_t e = 0; e < rows.size(); ++e) {
-    if (!std::isfinite(conf[e * 3 + kind]))
-      return invalid_argument("step " + std::to_string(args.step) + ", row " + std::to_string(rows[e].row) + ", position " +
-                              std::to_string(rows[e].position) + ": the logits are not finite (or all −inf)" +
-                              (args.filter.temperature > 0.0f ? " after dividing by temperature" : ""));
-    out[e] = TokenSample{ids[e], conf[e * 3 + kind]};
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const HeadSampling& args = parts[p];
+    const int kind = args.kind == ConfidenceKind::kProbability ? 0 : args.kind == ConfidenceKind::kMargin ? 1 : 2;
+    for (int64_t e = begin[p]; e < begin[p + 1]; ++e) {
+      const HeadRow& r = args.rows[static_cast<size_t>(e - begin[p])];
+      if (!std::isfinite(conf[e * 3 + kind])) {
+        status[p] = invalid_argument("step " + std::to_string(args.step) + ", row " + std::to_string(r.row) + ", position " +
+                                     std::to_string(r.position) + ": the logits are not finite (or all −inf)" +
+                                     (args.filter.temperature > 0.0f ? " after dividing by temperature" : ""));
+        break;
+      }
+      out[static_cast<size_t>(e)] = TokenSample{ids[e], conf[e * 3 + kind]};
+    }
   }
   return Status::ok_status();
 }

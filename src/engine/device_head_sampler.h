@@ -4,9 +4,10 @@
 // confidence on the device (DeviceBackend::sample_rows), downloading 16 bytes per position (a token and
 // three confidences) instead of the [rows, n_vocab] logits. The random draws are the CPU's: each position's
 // uniform comes from its own stream (ops/head_sampler.h HeadRow) on the host and is uploaded (4 bytes).
-// A step is one submission (issue 35): forward() checks the batch and keeps a copy of its host inputs; the
-// body is recorded with the step's lm_head and sampling by the sample() (or logits()) that follows, and the
-// device runs all three at once. A forward that no step reads runs alone at the next forward() or release().
+// A step is one submission (issue 35), a server's merged step of several requests too (sample_parts):
+// forward() checks the batch and keeps a copy of its host inputs; the body is recorded with the step's lm_head
+// and sampling by the sample() (or logits()) that follows, and the device runs all three at once. A forward
+// that no step reads runs alone at the next forward() or release().
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,10 @@ class DeviceHeadSampler final : public HeadSampler {
   // tokens as the CPU's sample_token on logits()'s rows but where a draw or the top-p mass falls within
   // rounding of a boundary; confidences within 2e-5: the device's exp and summation order).
   Status sample(const HeadSampling& args, std::span<TokenSample> out) override;
+  // The same over several requests' parts in one submission: the lm_head of every part's rows in one product
+  // (a row's logits do not depend on the rows with it), then each part's sampling with its own filters over its
+  // rows of the block, and one download of all the tokens and confidences.
+  Status sample_parts(std::span<const HeadSampling> parts, std::span<TokenSample> out, std::span<Status> status) override;
   // Frees the device memory of the hidden rows and of the logits block (the next forward grows them again),
   // after running a forward still pending (it may refresh the KV cache).
   void release() override;

@@ -153,7 +153,8 @@ class Engine {
   // head_fn() over several parts in one forward (PartsHeadFn: a server's requests with a KV cache, each part
   // bringing its own cache; a refresh larger than max_kv_cache_bytes is refused with out_of_range naming the
   // part), its own scratch and chunk block; on a device the forward of parts runs there, recorded into the
-  // submission of the first sample() that follows (DeviceHeadSampler).
+  // submission of the sample() or sample_parts() that follows (DeviceHeadSampler: a server's merged step is one
+  // submission).
   PartsHeadFn parts_head_fn();
   // What head_fn()'s steps hold: the hidden row per out row, and the chunk block once per function.
   HeadMemory head_memory() const;

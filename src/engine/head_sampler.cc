@@ -50,26 +50,56 @@ Status CpuHeadSampler::logits(int64_t first, int64_t n, float* out) {
 }
 
 Status CpuHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> out) {
-  const std::span<const HeadRow> rows = args.rows;
-  DC_CHECK(out.size() == rows.size(), "CpuHeadSampler::sample: out and rows differ in size");
-  if (rows.empty()) return Status::ok_status();
+  DC_CHECK(out.size() == args.rows.size(), "CpuHeadSampler::sample: out and rows differ in size");
+  Status entries;
+  DC_RETURN_IF_ERROR(sample_parts({&args, 1}, out, {&entries, 1}));
+  return entries;
+}
+
+Status CpuHeadSampler::sample_parts(std::span<const HeadSampling> parts, std::span<TokenSample> out,
+                                    std::span<Status> status) {
+  DC_CHECK(status.size() == parts.size(), "CpuHeadSampler::sample_parts: a status per part");
+  std::vector<std::span<TokenSample>> outs;  // part p's share of out
+  int64_t first = -1, last = -1;             // the hidden rows of the first and the last entry
+  size_t total = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const std::span<const HeadRow> rows = parts[p].rows;
+    status[p] = Status::ok_status();
+    DC_CHECK(total + rows.size() <= out.size(), "CpuHeadSampler::sample_parts: out is smaller than the parts' rows");
+    outs.push_back(out.subspan(total, rows.size()));
+    total += rows.size();
+    if (rows.empty()) continue;
+    DC_CHECK(rows.front().hidden_row > last, "CpuHeadSampler::sample_parts: the parts' rows are not in ascending hidden rows");
+    if (first < 0) first = rows.front().hidden_row;
+    last = rows.back().hidden_row;
+  }
+  DC_CHECK(total == out.size(), "CpuHeadSampler::sample_parts: out and the parts' rows differ in size");
+  if (first < 0) return Status::ok_status();
+  DC_CHECK(last < n_rows_, "CpuHeadSampler::sample_parts: rows outside the forward's");
   const int64_t E = model_.config().n_embd, V = model_.config().n_vocab;
-  const int64_t first = rows.front().hidden_row, last = rows.back().hidden_row;
-  DC_CHECK(first >= 0 && last < n_rows_, "CpuHeadSampler::sample: rows outside the forward's");
+  size_t p = 0;   // the next entry to sample: parts[p].rows[e]
+  int64_t e = 0;
+  const auto skip_finished_parts = [&] {
+    while (p < parts.size() && e == static_cast<int64_t>(parts[p].rows.size())) ++p, e = 0;
+  };
+  skip_finished_parts();
   try {
     float* block = workspace_.floats("head.logits", std::min(chunk_rows_, last + 1 - first) * V);  // [chunk, V]
-    int64_t e = 0;
-    for (int64_t c0 = first; c0 <= last; c0 += chunk_rows_) {
+    for (int64_t c0 = first; c0 <= last && p < parts.size(); c0 += chunk_rows_) {
       const int64_t c1 = std::min(c0 + chunk_rows_, last + 1);
-      const int64_t e_begin = e;
-      while (e < static_cast<int64_t>(rows.size()) && rows[e].hidden_row < c1) ++e;
-      if (e == e_begin) continue;  // no position reads this chunk
+      if (parts[p].rows[e].hidden_row >= c1) continue;  // no position reads this chunk
       {
         const ProfileScope profile(ctx_, "lm_head");
         model_.lm_head(ctx_, hidden_.data() + c0 * E, c1 - c0, block, chunk_rows_);
       }
       const ProfileScope profile(ctx_, "sampling");
-      DC_RETURN_IF_ERROR(sample_head_rows(args, e_begin, e, block, c0, V, ctx_.pool, out));
+      while (p < parts.size() && parts[p].rows[e].hidden_row < c1) {  // each part's entries of this chunk
+        const std::span<const HeadRow> rows = parts[p].rows;
+        const int64_t e_begin = e;
+        while (e < static_cast<int64_t>(rows.size()) && rows[e].hidden_row < c1) ++e;
+        if (status[p].ok()) status[p] = sample_head_rows(parts[p], e_begin, e, block, c0, V, ctx_.pool, outs[p]);
+        skip_finished_parts();
+      }
     }
   } catch (const std::bad_alloc&) {
     return resource_exhausted("lm_head: out of memory for the [" + std::to_string(chunk_rows_) + " × " +

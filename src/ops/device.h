@@ -1,9 +1,10 @@
 // Devices under the one forward: the CPU (operands in host memory) or a DeviceBackend — the Vulkan
 // backend today — whose memory is named by DevicePtr, a handle of its own type that the host cannot
 // dereference (no *, ->, [] or arithmetic, no conversion to or from a host pointer: such code does not
-// compile). An operand the forward offset by rows (a part's rows in a forward of parts) carries the offset in
-// its handle; only the per-part ops take one (rope_kv, attention), for every other op an operand that is not
-// the start of one of the backend's buffers is an error of the forward, not undefined behaviour. The ops'
+// compile). An operand the forward offset by rows (a part's rows in a forward of parts, a request's rows in a
+// merged step's sampling) carries the offset in its handle; only the per-part ops take one (rope_kv, attention,
+// sample_rows), for every other op an operand that is not the start of one of the backend's buffers is an error
+// of the forward, not undefined behaviour. The ops'
 // front-ends switch on Context::device and call the backend's op exactly as they call the CPU kernels; the
 // helpers below are how the forward (model/transformer.cc) gets its buffers and host inputs on either device.
 #pragma once
@@ -208,7 +209,8 @@ class DeviceBackend {
   // ids[n] the token (the argmax, lowest id on ties, at temperature 0; else the categorical draw of
   // uniforms[n], f32 in [0, 1), in sampler/filters.h's order) and conf[n, 3] of the filtered softmax: the
   // token's probability, the top-1 − top-2 margin and Σ p·log(p + 1e-10) (NaN for a row with a NaN or +inf
-  // logit or every logit −inf), sampler/filters.h's rules throughout.
+  // logit or every logit −inf), sampler/filters.h's rules throughout. The four operands may start at an offset
+  // into their buffers (a merged step samples each request's rows of one logits block with its own filter).
   virtual void sample_rows(DeviceIn logits, int64_t n, int64_t n_vocab, const FilterConfig& filter, DeviceIn uniforms,
                            DevicePtr<int32_t> ids, DeviceOut conf) = 0;
 

@@ -72,6 +72,24 @@ class HeadSampler {
   // the first failing entry in the message.
   virtual Status sample(const HeadSampling& args, std::span<TokenSample> out) = 0;
 
+  // Several requests' steps in one call (a server's merged step: one lm_head pass over all their rows, on a
+  // device one submission): parts[p] as sample(parts[p], out_p), where out is out_0, out_1, ... one after the
+  // other and the parts' rows, taken in order, have ascending hidden rows (part p's below part p + 1's). Each
+  // part keeps its own filter, kind, seed and step, so its entries draw from the same streams as alone; the
+  // lm_head of a row is the one sample() computes where the backend's product is row-wise (the CPU's reference
+  // kernels, a device's), else within rounding (the CPU's fast kernels: chunks counted from the first part's
+  // first row). status[p] (status.size() == parts.size()): part p's errors, those of sample() for its rows, the
+  // other parts' results unaffected; the return: a failure of the whole call (memory, the device), after which
+  // out holds nothing. The default samples the parts one after the other.
+  virtual Status sample_parts(std::span<const HeadSampling> parts, std::span<TokenSample> out, std::span<Status> status) {
+    size_t at = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      status[p] = sample(parts[p], out.subspan(at, parts[p].rows.size()));
+      at += parts[p].rows.size();
+    }
+    return Status::ok_status();
+  }
+
   // Frees the scratch of the last forward (its rows: n_rows() becomes 0); the next forward grows it again.
   // For an owner going idle (the server between batches).
   virtual void release() {}

@@ -15,8 +15,9 @@
 // whose number changes every step while the canvas does not; the head's masked rows). A device pointer
 // (ops/device.h DevicePtr) is the handle (slot + 1) << 40 of a named forward buffer or of caller-owned memory
 // (allocate: the KV cache) plus a byte offset below bit 40: an operand is the start of one, except for the
-// per-part ops of a forward of parts (rope_kv, attention), whose operands may start at a part's rows inside
-// buffers that stack several parts (the offset goes to the shader as a push constant).
+// per-part ops of a forward of parts (rope_kv, attention) and sample_rows (a merged step's request), whose
+// operands may start at a part's rows inside buffers that stack several parts (the offset goes to the shader as
+// a push constant).
 #include <algorithm>
 #include <ctime>
 #include <cstdint>
@@ -342,7 +343,10 @@ class VulkanBackend final : public DeviceBackend {
                    DevicePtr<int32_t> ids, DeviceOut conf) override {
     if (!recording()) return;
     const vk::RowFilter f{filter.temperature, filter.top_p, filter.top_k};
-    keep(vk::sample_rows(*seq_, at(logits), n, n_vocab, f, at(uniforms), at(ids), at(conf)));
+    vk::SampleRowsOffsets offsets;
+    vk::Buffer &logits_at = at(logits, 4, &offsets.logits), &uniforms_at = at(uniforms, 4, &offsets.uniforms);
+    vk::Buffer &ids_at = at(ids, 4, &offsets.ids), &conf_at = at(conf, 4, &offsets.conf);
+    keep(vk::sample_rows(*seq_, logits_at, n, n_vocab, f, uniforms_at, ids_at, conf_at, offsets));
   }
 
   void matmul_nt_backward(DeviceIn x, int64_t n, const WeightView& w, DeviceIn dy, DeviceOut dx, DeviceOut dw, DeviceOut dbias,

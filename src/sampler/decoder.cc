@@ -366,8 +366,11 @@ struct Decoder::State {
     }
   }
 
-  // The parts of Decoder::step, in order (`step` is still the step being done until after_step).
-  Status sample_step();
+  // The parts of Decoder::step, in order (`step` is still the step being done until after_step). `drawn`: the
+  // head's samples of head_args()'s rows, drawn by the caller (null: sample_step draws them).
+  HeadSampling head_args();
+  Status sample_step(std::span<const TokenSample> const* drawn);
+  Status run_step(std::span<const TokenSample> const* drawn, double drawn_ms);
   Status choose();
   void commit();
   Status after_step(int at_step);
@@ -510,39 +513,59 @@ void Decoder::record_forward(double ms, int64_t positions_computed) {
   t.positions_computed += positions_computed;
 }
 
-Status Decoder::step() {
-  DC_CHECK(s_->prepared && !s_->finished, "Decoder::step: call prepare() first, and not after done()");
-  State& s = *s_;
-  const int step = s.step;
-  const Clock::time_point t_smp = Clock::now();
-  if (s.sample) DC_RETURN_IF_ERROR(s.sample_step());
-  DC_RETURN_IF_ERROR(s.choose());
-  s.commit();
-  s.out.timings.sampling_ms += ms_since(t_smp);
-  s.prepared = false;
-  ++s.i;
-  ++s.step;
-  return s.after_step(step);
+std::optional<HeadSampling> Decoder::head_sampling() {
+  DC_CHECK(s_->prepared && !s_->finished, "Decoder::head_sampling: call prepare() first, and not after done()");
+  if (!s_->sample || s_->hooks.logits_hook) return std::nullopt;
+  return s_->head_args();
 }
 
-// The proposed tokens and confidences of every position to sample: from the head's chunks, or, with a
-// logits_hook, from whole rows (expanded where positions share a row) that the hook may edit first.
-Status Decoder::State::sample_step() {
+Status Decoder::step() { return s_->run_step(nullptr, 0.0); }
+
+Status Decoder::step(std::span<const TokenSample> samples, double sample_ms) {
+  DC_CHECK(s_->sample && !s_->hooks.logits_hook && samples.size() == s_->to_sample.positions.size(),
+           "Decoder::step: the samples of head_sampling()'s rows, one each");
+  return s_->run_step(&samples, sample_ms);
+}
+
+Status Decoder::State::run_step(std::span<const TokenSample> const* drawn, double drawn_ms) {
+  DC_CHECK(prepared && !finished, "Decoder::step: call prepare() first, and not after done()");
+  const int at_step = step;
+  const Clock::time_point t_smp = Clock::now();
+  if (sample) DC_RETURN_IF_ERROR(sample_step(drawn));
+  DC_RETURN_IF_ERROR(choose());
+  commit();
+  out.timings.sampling_ms += ms_since(t_smp) + drawn_ms;
+  prepared = false;
+  ++i;
+  ++step;
+  return after_step(at_step);
+}
+
+// The head sampling of the step's positions: each reads its out row's hidden row, with the request's settings.
+HeadSampling Decoder::State::head_args() {
   DC_CHECK(buf.head != nullptr, "Decoder::step: the step needs a forward; call set_head() first");
   const size_t n = to_sample.positions.size();
-  const size_t v = static_cast<size_t>(n_vocab);
-  refresh_pending = false;
-  ++block_forwards;
-  if (params.cache == CacheMode::kCommitted) note_computed_tokens();
-  HeadSampling args{FilterConfig{params.temperature, params.top_p, params.top_k}, kind, params.seed, step, {}};
   buf.head_rows.resize(n);
   for (size_t e = 0; e < n; ++e) {
     const MaskedPosition& mp = to_sample.positions[e];
     buf.head_rows[e] = HeadRow{buf.first_row + buf.out_of[e], mp.row, mp.position};
   }
+  return HeadSampling{FilterConfig{params.temperature, params.top_p, params.top_k}, kind, params.seed, step, buf.head_rows};
+}
+
+// The proposed tokens and confidences of every position to sample: from the head's chunks, or, with a
+// logits_hook, from whole rows (expanded where positions share a row) that the hook may edit first.
+Status Decoder::State::sample_step(std::span<const TokenSample> const* drawn) {
+  const size_t n = to_sample.positions.size();
+  const size_t v = static_cast<size_t>(n_vocab);
+  HeadSampling args = head_args();
+  refresh_pending = false;
+  ++block_forwards;
+  if (params.cache == CacheMode::kCommitted) note_computed_tokens();
   buf.samples.resize(n);
-  if (!hooks.logits_hook) {
-    args.rows = buf.head_rows;
+  if (drawn != nullptr) {
+    std::copy(drawn->begin(), drawn->end(), buf.samples.begin());
+  } else if (!hooks.logits_hook) {
     DC_RETURN_IF_ERROR(buf.head->sample(args, buf.samples));
   } else {
     // The full path: one row per position in our own buffer, which the hook may write.
@@ -562,7 +585,6 @@ Status Decoder::State::sample_step() {
                                      std::span<const MaskedPosition>(to_sample.positions),
                                      std::span<float>(buf.logits.data(), n * v)});
     for (size_t e = 0; e < n; ++e) buf.head_rows[e].hidden_row = static_cast<int64_t>(e);
-    args.rows = buf.head_rows;
     DC_RETURN_IF_ERROR(sample_head_rows(args, 0, static_cast<int64_t>(n), buf.logits.data(), 0, n_vocab, hooks.pool,
                                         buf.samples));
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -57,6 +58,15 @@ class Decoder {
   // calls tokens_hook and on_step. Errors: non-finite logits, a bad unmask_policy answer or tokens_hook
   // write, and cancellation by on_step (is_cancelled()). After an error the decoder must not be stepped.
   Status step();
+  // For a caller that draws several decoders' tokens in one call (a server's merged step:
+  // HeadSampler::sample_parts): the head sampling the prepared step asks of set_head()'s head (its positions'
+  // hidden rows, ascending, and this generation's filters, confidence kind, seed and step; the rows valid until
+  // step()), or nullopt when the step draws no tokens that way (it needs no forward, or a logits_hook samples
+  // whole rows): then step() as above. Precondition: prepare(), and set_head() when needs_forward().
+  std::optional<HeadSampling> head_sampling();
+  // step() with the head's samples already drawn: samples[i] for head_sampling()'s rows[i] (what step() would
+  // draw itself from the same head). `sample_ms`, the time they took, goes into timings().sampling_ms.
+  Status step(std::span<const TokenSample> samples, double sample_ms);
 
   // The live canvas [n_rows, n_seq] (left pads, prompt, generated / masks).
   std::span<const int32_t> canvas() const;

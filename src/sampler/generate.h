@@ -165,8 +165,8 @@ struct HeadMemory {
 };
 
 // What the Decoder keeps per sampled position besides the head's rows (out row, HeadRow, sample,
-// proposal, confidence, its canvas entry in the merged batch).
-inline constexpr int64_t kSamplerBytesPerPosition = 64;
+// proposal, confidence, its canvas entry in the merged batch, the merged step's copy of its sample).
+inline constexpr int64_t kSamplerBytesPerPosition = 72;
 
 // A HeadFn over a LogitsFn (the full path: each forward fills one [n_out, n_vocab] buffer of the
 // function's own, and sample() reads it, parallel over `pool` when not null). Same results as the

@@ -1,7 +1,8 @@
 // Issue 20: the CPU HeadSampler (forward to hidden rows, then the lm_head and the sampling chunk by
 // chunk) against the full path (the whole [n_out, n_vocab] logits of Model::forward) on the fixture
 // models, at both matmul precisions (bf16 goes through the fast kernels whose summation order depends on
-// a product's row count): the same tokens bit for bit, with steps of more rows than a chunk.
+// a product's row count): the same tokens bit for bit, with steps of more rows than a chunk; several requests'
+// parts sampled in one pass (sample_parts) as each alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,6 +143,62 @@ TEST(CpuHeadSampler, HoldsOneChunkOfLogits) {
   std::vector<TokenSample> again(rows.size());
   ASSERT_TRUE(head.sample(args, again).ok());
   EXPECT_EQ(again[100].token, samples[100].token);
+}
+
+// A merged step (HeadSampler::sample_parts): several requests' parts, each with its own filters, confidence
+// kind, seed and step, sampled in one pass over chunks that straddle the parts (7 rows: parts of 12, 0, 19 and
+// 7 rows, one with two positions on one row) give each part exactly what sample() gives it alone (the
+// reference kernels: a row's logits do not depend on its chunk), tokens and confidences bit for bit.
+TEST(CpuHeadSampler, SamplePartsEqualsEachPartAlone) {
+  auto engine = testing::load_engine(dc::testing::fixtures_dir() + "/tiny-gqa2", 2);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  const int64_t n_seq = 20;
+  std::vector<int32_t> tokens(2 * n_seq);
+  std::vector<int64_t> out_rows(2 * n_seq);
+  for (int64_t i = 0; i < 2 * n_seq; ++i) tokens[i] = static_cast<int32_t>((i * 53 + 7) % 200 + 1), out_rows[i] = i;
+  ForwardBatch batch;
+  batch.n_batch = 2, batch.n_seq = n_seq, batch.tokens = tokens.data();
+  batch.out_rows = out_rows.data(), batch.n_out = 2 * n_seq;
+  Context ctx;
+  ctx.pool = &e.pool();
+  ctx.reference_kernels = true;
+  CpuHeadSampler head(e.model(), ctx, 7);
+  ASSERT_TRUE(head.forward(batch).ok());
+  const auto rows_of = [&](int64_t first, int64_t last) {
+    std::vector<HeadRow> rows;
+    for (int64_t r = first; r < last; ++r) {
+      rows.push_back({r, r / n_seq, r % n_seq + 1});
+      if (r == first + 3) rows.push_back({r, r / n_seq, r % n_seq + 2});  // two positions on one row
+    }
+    return rows;
+  };
+  const std::vector<HeadRow> a = rows_of(0, 11), none, c = rows_of(12, 30), d = rows_of(33, 40);
+  const std::vector<HeadSampling> parts = {
+      {FilterConfig{0.0f, 1.0f, 5}, ConfidenceKind::kMargin, 1, 2, a},
+      {FilterConfig{0.5f, 1.0f, 0}, ConfidenceKind::kProbability, 2, 2, none},
+      {FilterConfig{0.8f, 0.9f, 0}, ConfidenceKind::kNegEntropy, 7, 5, c},
+      {FilterConfig{1.0f, 1.0f, 20}, ConfidenceKind::kProbability, 3, 0, d}};
+  std::vector<TokenSample> merged(a.size() + c.size() + d.size());
+  std::vector<Status> status(parts.size(), internal_error("not written"));
+  ASSERT_TRUE(head.sample_parts(parts, merged, status).ok());
+  size_t at = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    EXPECT_TRUE(status[p].ok()) << "part " << p << ": " << status[p].to_string();
+    std::vector<TokenSample> alone(parts[p].rows.size());
+    ASSERT_TRUE(head.sample(parts[p], alone).ok());
+    for (size_t e = 0; e < alone.size(); ++e, ++at) {
+      EXPECT_EQ(merged[at].token, alone[e].token) << "part " << p << " entry " << e;
+      EXPECT_EQ(merged[at].confidence, alone[e].confidence) << "part " << p << " entry " << e;
+    }
+  }
+  EXPECT_EQ(at, merged.size());
+  // The temperature draws differ from a greedy part's: the parts kept their own settings.
+  std::vector<TokenSample> greedy(c.size());
+  ASSERT_TRUE(head.sample({FilterConfig{0.0f, 1.0f, 0}, ConfidenceKind::kNegEntropy, 7, 5, c}, greedy).ok());
+  bool differs = false;
+  for (size_t e = 0; e < c.size(); ++e) differs |= greedy[e].token != merged[a.size() + e].token;
+  EXPECT_TRUE(differs) << "part 2 sampled as if greedy";
 }
 
 }  // namespace

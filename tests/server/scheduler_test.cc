@@ -429,6 +429,121 @@ TEST(Scheduler, CachedJobsShareOneForwardOfPartsAndEqualAlone) {
 namespace dc::server {
 namespace {
 
+// A HeadSampler that counts how its steps are drawn: sample() calls, and the parts of each sample_parts call.
+class CountingHead final : public HeadSampler {
+ public:
+  HeadSampler* inner = nullptr;
+  int64_t singles = 0;
+  std::vector<size_t> merged;  // parts per sample_parts call
+  int64_t n_rows() const override { return inner->n_rows(); }
+  Status logits(int64_t first, int64_t n, float* out) override { return inner->logits(first, n, out); }
+  Status sample(const HeadSampling& args, std::span<TokenSample> out) override {
+    ++singles;
+    return inner->sample(args, out);
+  }
+  Status sample_parts(std::span<const HeadSampling> parts, std::span<TokenSample> out, std::span<Status> status) override {
+    merged.push_back(parts.size());
+    return inner->sample_parts(parts, out, status);
+  }
+  void release() override { inner->release(); }
+};
+
+// Issue 35 item 5: the jobs of one forward (the batched one, the forward of parts) draw their step's tokens in
+// ONE HeadSampler::sample_parts call over all their positions, each with its own settings (algorithm,
+// temperature, top-p / top-k, seed), and give exactly the tokens each gives alone.
+TEST(Scheduler, JobsOfOneForwardSampleInOneCallWithTheirOwnSettings) {
+  const auto engine = first_fixture_engine();
+  ASSERT_NE(engine, nullptr);
+  Engine& e = *engine;
+  std::vector<Case> cases;
+  const Algorithm algs[] = {Algorithm::kEntropy, Algorithm::kMaskgitPlus, Algorithm::kTopkMargin};
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = i == 0 ? 16 : 8 + (i % 3) * 2;  // job 0 (uncached, the gate) runs longest
+    p.steps = p.max_new_tokens.value();
+    p.alg = algs[i % 3];
+    p.temperature = i % 3 == 0 ? 0.0f : 0.3f * static_cast<float>(i % 3 + 1);
+    p.top_p = i % 2 == 0 ? 1.0f : 0.9f;
+    p.top_k = i == 4 ? 5 : 0;
+    p.seed = static_cast<uint64_t>(7 * i + 1);
+    if (i >= 3) apply_fast_mode(p), p.block_length = 4;  // dual: the forward of parts
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 2 + 3 * i; ++j) prompt.push_back(static_cast<int32_t>((29 * j + 13 * i) % 200 + 1));
+    cases.push_back({prompt, p});
+  }
+  CountingHead batched, parts_head;  // the engine thread's: read after run_gated stopped it
+  const auto count = [](CountingHead& counter, Result<HeadSampler*> head) -> Result<HeadSampler*> {
+    DC_RETURN_IF_ERROR(head.status());
+    counter.inner = *head;
+    return static_cast<HeadSampler*>(&counter);
+  };
+  Gate gate([&, inner = e.head_fn()](const ForwardBatch& b) { return count(batched, inner(b)); });
+  const auto make_parts_fn = [&]() -> PartsHeadFn {
+    return [&, inner = e.parts_head_fn()](std::span<const ForwardBatch> parts) { return count(parts_head, inner(parts)); };
+  };
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); }, make_parts_fn);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  ASSERT_EQ(results.size(), cases.size());
+  int64_t forwards = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.to_string();
+    auto alone = e.generate({cases[i].prompt}, cases[i].params);
+    ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+    EXPECT_EQ(results[i].generated, alone->generated) << "case " << i;
+    forwards += results[i].timings.forwards;
+  }
+  for (const CountingHead* h : {&batched, &parts_head}) {
+    ASSERT_FALSE(h->merged.empty()) << (h == &batched ? "batched" : "parts") << ": no merged step";
+    EXPECT_EQ(*std::max_element(h->merged.begin(), h->merged.end()), 3u) << "three jobs never sampled in one call";
+    EXPECT_GE(*std::min_element(h->merged.begin(), h->merged.end()), 2u) << "a job alone went through sample_parts";
+  }
+  // Every job's step was drawn once: alone by sample(), or as a part of one merged call.
+  int64_t drawn = batched.singles + parts_head.singles;
+  for (const CountingHead* h : {&batched, &parts_head})
+    for (size_t n : h->merged) drawn += static_cast<int64_t>(n);
+  EXPECT_EQ(drawn, forwards);
+}
+
+// A merged step where one job's logits are not finite fails that job alone (a model error naming its step, row
+// and position); the jobs sampled in the same call get the tokens they get alone.
+TEST(Scheduler, NonFiniteLogitsInAMergedStepFailOnlyTheirJob) {
+  constexpr int32_t kPoison = 40;  // the first prompt token of the job whose logits are NaN
+  dc::testing::FakeModel model(kVocab, fake_row);
+  const LogitsFn good = model.logits_fn();
+  const LogitsFn poisoned = [&](const ForwardBatch& batch, float* logits) -> Status {
+    DC_RETURN_IF_ERROR(good(batch, logits));
+    for (int64_t r = 0; r < batch.n_out; ++r) {
+      const int64_t b = batch.out_rows[r] / batch.n_seq;
+      int64_t first = 0;  // the row's first real token
+      while (batch.valid != nullptr && batch.valid[b * batch.n_seq + first] == 0) ++first;
+      if (batch.tokens[b * batch.n_seq + first] == kPoison) std::fill(logits + r * kVocab, logits + (r + 1) * kVocab, std::nanf(""));
+    }
+    return Status::ok_status();
+  };
+  Gate gate(head_fn_from_logits(poisoned, kVocab, nullptr));
+  Scheduler scheduler(gate.fn(), kVocab, logits_head_memory(kVocab), nullptr, SchedulerOptions{}, nullptr);
+  std::vector<Case> cases = mixed_cases();
+  cases.resize(3);
+  cases[1].prompt.insert(cases[1].prompt.begin(), kPoison);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[1].model_error) << results[1].status.to_string();
+  EXPECT_NE(results[1].status.to_string().find("step 0 row 0 position"), std::string::npos) << results[1].status.to_string();
+  for (size_t i : {0u, 2u}) {
+    ASSERT_TRUE(results[i].status.ok()) << "case " << i << ": " << results[i].status.to_string();
+    auto alone = generate(good, kVocab, {cases[i].prompt}, cases[i].params);
+    ASSERT_TRUE(alone.ok());
+    EXPECT_EQ(results[i].generated, alone->generated) << "case " << i;
+  }
+  const std::vector<int64_t> rows = gate.rows();
+  EXPECT_EQ(*std::max_element(rows.begin(), rows.end()), 4) << "the jobs never shared a step";
+}
+
 // Issue 23, items 1 and 14: memory running out on the engine thread fails that batch's jobs as
 // `unavailable` (503) and the thread serves the next job; NaN logits fail a job as a model error (500).
 TEST(Scheduler, OutOfMemoryAndModelErrorsFailTheJobNotTheThread) {

@@ -376,21 +376,23 @@ Result<int32_t> sample_threads(const DeviceInfo& device, int64_t n_vocab) {
 }  // namespace
 
 Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,
-                   const Buffer& uniforms, Buffer& ids, Buffer& conf) {
+                   const Buffer& uniforms, Buffer& ids, Buffer& conf, const SampleRowsOffsets& at) {
   const char* op = "vulkan sample_rows";
   DC_RETURN_IF_ERROR(positive(n, op, "n"));
   DC_RETURN_IF_ERROR(positive(n_vocab, op, "n_vocab"));
   if (!(filter.temperature >= 0)) return invalid_argument(std::string(op) + ": temperature must be >= 0 (0: greedy)");
   if (!(filter.top_p > 0)) return invalid_argument(std::string(op) + ": top_p must be in (0, 1] (1: off)");
-  DC_RETURN_IF_ERROR(need(logits, n * n_vocab * 4, op, "logits [n, n_vocab]"));
-  DC_RETURN_IF_ERROR(need(uniforms, n * 4, op, "uniforms [n]"));
-  DC_RETURN_IF_ERROR(need(ids, n * 4, op, "ids [n]"));
-  DC_RETURN_IF_ERROR(need(conf, n * 3 * 4, op, "conf [n, 3]"));
+  DC_RETURN_IF_ERROR(offsets({at.logits, at.uniforms, at.ids, at.conf}, op));
+  DC_RETURN_IF_ERROR(need(logits, (at.logits + n * n_vocab) * 4, op, "logits [n, n_vocab]"));
+  DC_RETURN_IF_ERROR(need(uniforms, (at.uniforms + n) * 4, op, "uniforms [n]"));
+  DC_RETURN_IF_ERROR(need(ids, (at.ids + n) * 4, op, "ids [n]"));
+  DC_RETURN_IF_ERROR(need(conf, (at.conf + n * 3) * 4, op, "conf [n, 3]"));
   const int64_t top_k = filter.top_k > 0 && filter.top_k < n_vocab ? filter.top_k : 0;  // sampler/filters.h's "on"
   const Result<int32_t> threads = sample_threads(seq.device(), n_vocab);
   if (!threads.ok()) return threads.status();
   Dispatch d{"sample_rows", {*threads}, {&logits, &uniforms, &ids, &conf},
-             {u32(n), u32(n_vocab), push_float(filter.temperature), push_float(std::min(filter.top_p, 1.0f)), u32(top_k)}};
+             {u32(n), u32(n_vocab), push_float(filter.temperature), push_float(std::min(filter.top_p, 1.0f)), u32(top_k),
+              u32(at.logits), u32(at.uniforms), u32(at.ids), u32(at.conf)}};
   row_groups(n, d);
   return seq.record(d);
 }

@@ -153,7 +153,11 @@ struct RowFilter {
 // the CPU's order — into ids[n] (uint32), and conf[n, 3] of the filtered p: the chosen token's probability,
 // the top-1 − top-2 margin and Σ p·log(p + 1e-10); NaN for a row with a NaN or +inf logit or every logit −inf.
 // Only the n ids and 3n confidences are written: the rows are never sorted or copied.
+// Each operand may start at an offset into its buffer (elements; a part's rows of a merged step).
+struct SampleRowsOffsets {
+  int64_t logits = 0, uniforms = 0, ids = 0, conf = 0;
+};
 Status sample_rows(Sequence& seq, const Buffer& logits, int64_t n, int64_t n_vocab, const RowFilter& filter,
-                   const Buffer& uniforms, Buffer& ids, Buffer& conf);
+                   const Buffer& uniforms, Buffer& ids, Buffer& conf, const SampleRowsOffsets& at = {});
 
 }  // namespace dc::vk

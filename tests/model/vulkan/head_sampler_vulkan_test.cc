@@ -3,7 +3,7 @@
 // steps with and without top-k / top-p, all on the device (the same tokens, the draws being the CPU's
 // streams; confidences within 2e-5: the device's exp and summation order), logits() within 1e-4 of the
 // largest logit, and release() freeing the device memory that the next forward grows again; a step (the forward
-// and its sampling) is one submission.
+// and its sampling) is one submission, a merged step of several requests' parts too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,6 +142,52 @@ TEST(DeviceHeadSampler, AStepIsOneSubmission) {
     std::vector<int32_t> bad_tokens(tokens.size(), 300);  // outside the vocabulary
     bad.tokens = bad_tokens.data();
     EXPECT_EQ(head.forward(bad).code(), StatusCode::kInvalidArgument);
+  }  // the sampler's device memory goes before the backend
+}
+
+// A merged step (sample_parts): three requests' parts with their own filters, kinds, seeds and steps, one
+// after a forward, are ONE submission (the forward, one lm_head product over every part's rows, a sampling
+// dispatch per part at its offset, one download) and give each part exactly what sample() gives it alone.
+TEST(DeviceHeadSampler, SamplePartsIsOneSubmissionAndEqualsEachPartAlone) {
+  const auto pair = testing::synthetic_pair(head_test_config(), 7);
+  ASSERT_NE(pair, nullptr);
+  DeviceBackend& backend = *pair->backend;
+  const int64_t B = 2, L = 10;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> out_rows;
+  for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * 41 + 3) % 298)), out_rows.push_back(i);
+  ForwardBatch batch;
+  batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
+  const auto rows_of = [&](int64_t first, int64_t last) {
+    std::vector<HeadRow> rows;
+    for (int64_t r = first; r < last; ++r) rows.push_back({r, r / L, r % L});
+    return rows;
+  };
+  const std::vector<HeadRow> a = rows_of(0, 3), b = rows_of(3, 12), none, c = rows_of(14, 20);
+  const std::vector<HeadSampling> parts = {{FilterConfig{0.0f, 1.0f, 5}, ConfidenceKind::kMargin, 1, 2, a},
+                                           {FilterConfig{0.8f, 0.9f, 0}, ConfidenceKind::kNegEntropy, 7, 5, b},
+                                           {FilterConfig{0.5f, 1.0f, 0}, ConfidenceKind::kProbability, 2, 2, none},
+                                           {FilterConfig{1.0f, 1.0f, 20}, ConfidenceKind::kProbability, 3, 0, c}};
+  {
+    DeviceHeadSampler head(*pair->device_model, pair->device);
+    std::vector<TokenSample> merged(a.size() + b.size() + c.size());
+    std::vector<Status> status(parts.size(), internal_error("not written"));
+    const int64_t before = backend.counters().submits;
+    ASSERT_TRUE(head.forward(batch).ok());
+    const Status s = head.sample_parts(parts, merged, status);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(backend.counters().submits - before, 1) << "a merged step took more than one submission";
+    size_t at = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      EXPECT_TRUE(status[p].ok()) << "part " << p << ": " << status[p].to_string();
+      std::vector<TokenSample> alone(parts[p].rows.size());
+      ASSERT_TRUE(head.sample(parts[p], alone).ok());
+      for (size_t e = 0; e < alone.size(); ++e, ++at) {
+        EXPECT_EQ(merged[at].token, alone[e].token) << "part " << p << " entry " << e;
+        EXPECT_EQ(merged[at].confidence, alone[e].confidence) << "part " << p << " entry " << e;
+      }
+    }
+    EXPECT_EQ(at, merged.size());
   }  // the sampler's device memory goes before the backend
 }
 

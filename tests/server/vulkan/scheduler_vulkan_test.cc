@@ -2,10 +2,12 @@
 // `serve --device vulkan`'s scheduler — the jobs without a KV cache in one forward per step, those with a cache
 // (dual, --fast's dual + threshold) in one forward of parts per step, each part over its own cache
 // (Engine::parts_head_fn) — give the tokens each gives alone on the device and on the CPU (f32; the sampling on
-// the device); the memory budget weighs the device's memory (the KV cache counted).
+// the device); a merged step of jobs with their own sampling settings is one submission; the memory budget
+// weighs the device's memory (the KV cache counted).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -104,6 +106,84 @@ TEST(SchedulerVulkan, ConcurrentJobsOnTheDeviceEqualEachAloneThereAndOnTheCpu) {
       EXPECT_EQ(results[i].generated[0], cpu_want) << "case " << i << ": concurrent on the device against the CPU";
     }
   }
+}
+
+// Issue 35 item 5: cached jobs with different sampling settings (greedy and sampled, top-k / top-p, the three
+// confidences, their own seeds) merged on the device step in ONE submission each step (their forward of parts,
+// one lm_head over all their rows, each job's sampling with its own filters), and each gives the tokens it gives
+// alone there.
+TEST(SchedulerVulkan, AMergedStepIsOneSubmissionWithEachJobsOwnSettings) {
+  ThreadPool pool(2);
+  auto device = engine_on(Device::kVulkan, 23, &pool);
+  ASSERT_NE(device, nullptr);
+  Engine& e = *device;
+  const DeviceBackend& backend = *e.backend();
+  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> cases;
+  for (int i = 0; i < 3; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = 8;
+    p.steps = 8;
+    p.cache = CacheMode::kDual, p.block_length = 4;
+    p.alg = i == 0 ? Algorithm::kMaskgitPlus : i == 1 ? Algorithm::kEntropy : Algorithm::kTopkMargin;
+    p.temperature = i == 0 ? 0.0f : 0.6f + 0.3f * static_cast<float>(i);
+    p.top_k = i == 0 ? 20 : 0;
+    p.top_p = i == 1 ? 0.9f : 1.0f;
+    p.seed = static_cast<uint64_t>(5 * i + 2);
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 4 + 3 * i; ++j) prompt.push_back(static_cast<int32_t>((41 * j + 7 * i + 3) % 290 + 1));
+    cases.emplace_back(std::move(prompt), p);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false, entered = false;
+  std::vector<std::pair<size_t, int64_t>> calls;  // per forward of parts: its parts, the device's submits before it
+  const auto make_parts_fn = [&]() -> PartsHeadFn {
+    return [&, inner = e.parts_head_fn()](std::span<const ForwardBatch> parts) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        entered = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return open; });  // the first forward waits until every job is queued
+        calls.emplace_back(parts.size(), backend.counters().submits);
+      }
+      return inner(parts);
+    };
+  };
+  Scheduler scheduler(e.head_fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); }, make_parts_fn);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const auto& [prompt, params] : cases) {
+    jobs.push_back(std::make_shared<Job>(prompt, params, std::vector<int32_t>{}, false));
+    ASSERT_EQ(scheduler.submit(jobs.back()), SubmitResult::kOk);
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  std::vector<JobResult> results;
+  for (const auto& j : jobs) results.push_back(wait_result(*j));
+  scheduler.stop();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << "case " << i << ": " << results[i].status.to_string();
+    const auto alone = e.generate({cases[i].first}, cases[i].second);
+    ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+    const std::vector<int32_t> want(alone->sequences[0].end() - 8, alone->sequences[0].end());
+    EXPECT_EQ(results[i].generated[0], want) << "case " << i << ": merged against alone on the device";
+  }
+  // From a merged step's forward to the next forward: that step's one submission (nothing else runs on the
+  // device; a step where no job needs a forward runs nothing).
+  int64_t merged_steps = 0, all_three = 0;
+  for (size_t k = 0; k + 1 < calls.size(); ++k) {
+    if (calls[k].first < 2) continue;
+    ++merged_steps;
+    all_three += calls[k].first == 3 ? 1 : 0;
+    EXPECT_EQ(calls[k + 1].second - calls[k].second, 1) << "the merged step of forward " << k << " (" << calls[k].first << " jobs)";
+  }
+  EXPECT_GT(merged_steps, 2) << "the jobs rarely shared a step: nothing was tested";
+  EXPECT_GT(all_three, 0) << "the three jobs never shared a step";
 }
 
 // The budget on a device weighs its memory: a job with a KV cache needs its cache's bytes more than the same

@@ -19,8 +19,9 @@ layout(std430, binding = 0) readonly buffer Z { float logits[]; };
 layout(std430, binding = 1) readonly buffer U { float uniforms[]; };  // [n]: the draw's u in [0, 1)
 layout(std430, binding = 2) writeonly buffer I { uint ids[]; };       // [n]
 layout(std430, binding = 3) writeonly buffer C { float conf[]; };     // [n, 3]: max prob, margin, −entropy
-// top_k: 0 = off (the host passes 0 for top_k >= V); top_p >= 1 or V == 1: off.
-layout(push_constant) uniform Push { uint n; uint V; float temperature; float top_p; uint top_k; } p;
+// top_k: 0 = off (the host passes 0 for top_k >= V); top_p >= 1 or V == 1: off. at_*: where row 0 of each
+// operand starts in its buffer, in elements (a part's rows of a merged step; 0 otherwise).
+layout(push_constant) uniform Push { uint n; uint V; float temperature; float top_p; uint top_k; uint at_z; uint at_u; uint at_ids; uint at_conf; } p;
 
 const float kNegInf = -1.0 / 0.0;
 const uint kAll = 0xffffffffu;
@@ -126,7 +127,7 @@ void main() {
   const uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
   if (row >= p.n) return;
   t = gl_LocalInvocationID.x;
-  base = row * p.V;
+  base = p.at_z + row * p.V;
 
   // Top-1 (its id), top-2 (with multiplicity) and a NaN / +inf check.
   float top1 = kNegInf, top2 = kNegInf;
@@ -161,10 +162,10 @@ void main() {
   if (count_all(bad) != 0u || z_max == kNegInf) {
     if (t == 0u) {
       const float nan = uintBitsToFloat(0x7fc00000u);
-      ids[row] = 0u;
-      conf[row * 3u] = nan;
-      conf[row * 3u + 1u] = nan;
-      conf[row * 3u + 2u] = nan;
+      ids[p.at_ids + row] = 0u;
+      conf[p.at_conf + row * 3u] = nan;
+      conf[p.at_conf + row * 3u + 1u] = nan;
+      conf[p.at_conf + row * 3u + 2u] = nan;
     }
     return;
   }
@@ -192,7 +193,7 @@ void main() {
   if (p.temperature > 0.0) {
     const float total = mass(0u, kAll, kAll, z_max, z_sum);
     // u < 1 (the host clamps it) keeps the target below total, so some token crosses it.
-    const float target = uniforms[row] * total;
+    const float target = uniforms[p.at_u + row] * total;
     if (p.top_k > 0u || (p.top_p < 1.0 && p.V > 1u)) {
       uint ck, ci;
       sorted_cut(target, z_max, z_sum, ck, ci);
@@ -217,10 +218,10 @@ void main() {
   }
   ent = sum_all(ent);
   if (t == 0u) {
-    ids[row] = chosen;
+    ids[p.at_ids + row] = chosen;
     const float p1 = 1.0 / z_sum, p2 = n_surv >= 2u ? e_of(z_2, z_max) / z_sum : 0.0;
-    conf[row * 3u] = e_of(z_at(chosen), z_max) / z_sum;
-    conf[row * 3u + 1u] = p1 - p2;
-    conf[row * 3u + 2u] = ent;
+    conf[p.at_conf + row * 3u] = e_of(z_at(chosen), z_max) / z_sum;
+    conf[p.at_conf + row * 3u + 1u] = p1 - p2;
+    conf[p.at_conf + row * 3u + 2u] = ent;
   }
 }
