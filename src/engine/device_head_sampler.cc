@@ -125,13 +125,6 @@ Status DeviceHeadSampler::logits(int64_t first, int64_t n, float* out) {
   return finish_step();
 }
 
-Status DeviceHeadSampler::sample(const HeadSampling& args, std::span<TokenSample> out) {
-  DC_CHECK(out.size() == args.rows.size(), "DeviceHeadSampler::sample: out and rows differ in size");
-  Status entries;
-  DC_RETURN_IF_ERROR(sample_parts({&args, 1}, out, {&entries, 1}));
-  return entries;
-}
-
 Status DeviceHeadSampler::sample_parts(std::span<const HeadSampling> parts, std::span<TokenSample> out,
                                        std::span<Status> status) {
   DC_CHECK(status.size() == parts.size(), "DeviceHeadSampler::sample_parts: a status per part");

@@ -45,7 +45,7 @@ class DeviceHeadSampler final : public HeadSampler {
   // Each entry's token and confidence computed on the device with sampler/filters.h's rules (the same
   // tokens as the CPU's sample_token on logits()'s rows but where a draw or the top-p mass falls within
   // rounding of a boundary; confidences within 2e-5: the device's exp and summation order).
-  Status sample(const HeadSampling& args, std::span<TokenSample> out) override;
+  Status sample(const HeadSampling& args, std::span<TokenSample> out) override { return sample_as_one_part(args, out); }
   // The same over several requests' parts in one submission: the lm_head of every part's rows in one product
   // (a row's logits do not depend on the rows with it), then each part's sampling with its own filters over its
   // rows of the block, and one download of all the tokens and confidences.

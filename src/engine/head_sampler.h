@@ -31,7 +31,7 @@ class CpuHeadSampler final : public HeadSampler {
   Status logits(int64_t first, int64_t n, float* out) override;
   // Per chunk of chunk_rows hidden rows counted from args.rows' first hidden row (up to its last one): the
   // chunk's logits into the block, then its positions sampled from it, parallel over ctx's pool.
-  Status sample(const HeadSampling& args, std::span<TokenSample> out) override;
+  Status sample(const HeadSampling& args, std::span<TokenSample> out) override { return sample_as_one_part(args, out); }
   // The same over several requests' parts in one pass: the chunks counted from the first part's first hidden
   // row up to the last part's last one, each chunk's logits computed once and each part's entries in it
   // sampled with that part's settings (the lm_head weights read once per chunk, not once per part's chunk).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/check.h"
 #include "core/status.h"
 
 namespace dc {
@@ -93,6 +94,15 @@ class HeadSampler {
   // Frees the scratch of the last forward (its rows: n_rows() becomes 0); the next forward grows it again.
   // For an owner going idle (the server between batches).
   virtual void release() {}
+
+ protected:
+  // sample() as sample_parts() of one part: for a backend whose sample_parts is its one implementation.
+  Status sample_as_one_part(const HeadSampling& args, std::span<TokenSample> out) {
+    DC_CHECK(out.size() == args.rows.size(), "HeadSampler::sample: out and rows differ in size");
+    Status entries;
+    DC_RETURN_IF_ERROR(sample_parts({&args, 1}, out, {&entries, 1}));
+    return entries;
+  }
 };
 
 }  // namespace dc

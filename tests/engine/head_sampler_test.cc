@@ -12,6 +12,7 @@
 #include "engine/head_sampler.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
+#include "head_sampling_check.h"
 
 namespace dc {
 namespace {
@@ -182,17 +183,7 @@ TEST(CpuHeadSampler, SamplePartsEqualsEachPartAlone) {
   std::vector<TokenSample> merged(a.size() + c.size() + d.size());
   std::vector<Status> status(parts.size(), internal_error("not written"));
   ASSERT_TRUE(head.sample_parts(parts, merged, status).ok());
-  size_t at = 0;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    EXPECT_TRUE(status[p].ok()) << "part " << p << ": " << status[p].to_string();
-    std::vector<TokenSample> alone(parts[p].rows.size());
-    ASSERT_TRUE(head.sample(parts[p], alone).ok());
-    for (size_t e = 0; e < alone.size(); ++e, ++at) {
-      EXPECT_EQ(merged[at].token, alone[e].token) << "part " << p << " entry " << e;
-      EXPECT_EQ(merged[at].confidence, alone[e].confidence) << "part " << p << " entry " << e;
-    }
-  }
-  EXPECT_EQ(at, merged.size());
+  testing::expect_parts_equal_alone(head, parts, merged, status);
   // The temperature draws differ from a greedy part's: the parts kept their own settings.
   std::vector<TokenSample> greedy(c.size());
   ASSERT_TRUE(head.sample({FilterConfig{0.0f, 1.0f, 0}, ConfidenceKind::kNegEntropy, 7, 5, c}, greedy).ok());

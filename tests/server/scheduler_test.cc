@@ -248,6 +248,17 @@ std::unique_ptr<Engine> first_fixture_engine() {
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
+// `cases` on a scheduler over `e` whose batched forward is `gate`'s and whose cached jobs run through
+// make_parts_fn's forwards of parts, the first job holding the gate (run_gated).
+std::vector<JobResult> run_cases_gated(Engine& e, Gate& gate, const std::function<PartsHeadFn()>& make_parts_fn,
+                                       const std::vector<Case>& cases) {
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); }, make_parts_fn);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
+  return run_gated(scheduler, gate, jobs);
+}
+
 TEST(Scheduler, TinyModelBatchedEqualsAlone) {
   const auto engine = first_fixture_engine();
   ASSERT_NE(engine, nullptr);
@@ -397,11 +408,7 @@ TEST(Scheduler, CachedJobsShareOneForwardOfPartsAndEqualAlone) {
     };
   };
   Gate gate(e.head_fn());
-  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
-                      [&e] { return e.head_fn(); }, make_parts_fn);
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
-  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  const std::vector<JobResult> results = run_cases_gated(e, gate, make_parts_fn, cases);
   ASSERT_EQ(results.size(), cases.size());
   int64_t cached_forwards = 0;  // what the cached jobs ran alone: a forward each per step
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -481,11 +488,7 @@ TEST(Scheduler, JobsOfOneForwardSampleInOneCallWithTheirOwnSettings) {
   const auto make_parts_fn = [&]() -> PartsHeadFn {
     return [&, inner = e.parts_head_fn()](std::span<const ForwardBatch> parts) { return count(parts_head, inner(parts)); };
   };
-  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
-                      [&e] { return e.head_fn(); }, make_parts_fn);
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (const Case& c : cases) jobs.push_back(std::make_shared<Job>(c.prompt, c.params, std::vector<int32_t>{}, false));
-  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  const std::vector<JobResult> results = run_cases_gated(e, gate, make_parts_fn, cases);
   ASSERT_EQ(results.size(), cases.size());
   int64_t forwards = 0;
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -13,6 +13,7 @@
 
 #include "engine/device_head_sampler.h"
 #include "engine/head_sampler.h"
+#include "head_sampling_check.h"
 #include "kernel_test_util.h"
 #include "model/synthetic.h"
 #include "synthetic_pair.h"
@@ -26,6 +27,19 @@ ModelConfig head_test_config() {
   return testing::vulkan_test_config(2, 1, 32, 160);
 }
 
+// A forward over every position of a [B, L] canvas of tokens (i·mul + add) mod 298: all its rows out.
+struct AllRowsBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> out_rows;
+  ForwardBatch batch;
+  AllRowsBatch(int64_t B, int64_t L, int64_t mul, int64_t add) {
+    for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * mul + add) % 298)), out_rows.push_back(i);
+    batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
+  }
+  AllRowsBatch(const AllRowsBatch&) = delete;  // batch points into the vectors
+  AllRowsBatch& operator=(const AllRowsBatch&) = delete;
+};
+
 TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
   const ModelConfig c = head_test_config();
   const auto pair = testing::synthetic_pair(c, 5);
@@ -34,11 +48,8 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
   const Context &cpu = pair->cpu, &device = pair->device;
 
   const int64_t B = 2, L = 9;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> out_rows;
-  for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % 298)), out_rows.push_back(i);
-  ForwardBatch batch;
-  batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
+  const AllRowsBatch canvas(B, L, 37, 11);
+  const ForwardBatch& batch = canvas.batch;
   {
     DeviceHeadSampler on_device(device_model, device);
     CpuHeadSampler on_cpu(cpu_model, cpu);
@@ -152,12 +163,8 @@ TEST(DeviceHeadSampler, SamplePartsIsOneSubmissionAndEqualsEachPartAlone) {
   const auto pair = testing::synthetic_pair(head_test_config(), 7);
   ASSERT_NE(pair, nullptr);
   DeviceBackend& backend = *pair->backend;
-  const int64_t B = 2, L = 10;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> out_rows;
-  for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * 41 + 3) % 298)), out_rows.push_back(i);
-  ForwardBatch batch;
-  batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
+  const int64_t L = 10;
+  const AllRowsBatch canvas(2, L, 41, 3);
   const auto rows_of = [&](int64_t first, int64_t last) {
     std::vector<HeadRow> rows;
     for (int64_t r = first; r < last; ++r) rows.push_back({r, r / L, r % L});
@@ -173,21 +180,11 @@ TEST(DeviceHeadSampler, SamplePartsIsOneSubmissionAndEqualsEachPartAlone) {
     std::vector<TokenSample> merged(a.size() + b.size() + c.size());
     std::vector<Status> status(parts.size(), internal_error("not written"));
     const int64_t before = backend.counters().submits;
-    ASSERT_TRUE(head.forward(batch).ok());
+    ASSERT_TRUE(head.forward(canvas.batch).ok());
     const Status s = head.sample_parts(parts, merged, status);
     ASSERT_TRUE(s.ok()) << s.to_string();
     EXPECT_EQ(backend.counters().submits - before, 1) << "a merged step took more than one submission";
-    size_t at = 0;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      EXPECT_TRUE(status[p].ok()) << "part " << p << ": " << status[p].to_string();
-      std::vector<TokenSample> alone(parts[p].rows.size());
-      ASSERT_TRUE(head.sample(parts[p], alone).ok());
-      for (size_t e = 0; e < alone.size(); ++e, ++at) {
-        EXPECT_EQ(merged[at].token, alone[e].token) << "part " << p << " entry " << e;
-        EXPECT_EQ(merged[at].confidence, alone[e].confidence) << "part " << p << " entry " << e;
-      }
-    }
-    EXPECT_EQ(at, merged.size());
+    testing::expect_parts_equal_alone(head, parts, merged, status);
   }  // the sampler's device memory goes before the backend
 }
 
