@@ -566,7 +566,7 @@ void Scheduler::step_merged(std::vector<Active>& active, std::vector<Status>& st
     Active& a = active[i];
     if (a.head == nullptr || !a.decoder.needs_forward()) continue;
     std::optional<HeadSampling> args = a.decoder.head_sampling();
-    if (!args) continue;  // a logits_hook: step() samples whole rows
+    if (!args || args->rows.empty()) continue;  // a logits_hook: step() samples whole rows
     size_t h = 0;
     while (h < heads.size() && heads[h].first != a.head) ++h;
     if (h == heads.size()) heads.emplace_back(a.head, std::vector<Part>{});
