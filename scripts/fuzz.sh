@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (safetensors + config parsers, the GGUF reader, tokenizer encode, tokenizer.json structure,
 # the OpenAI request parser) with clang and runs each for SECONDS (default 30), seeded from
-# tests/fuzz/seeds/<target>/ when that exists. Usage: scripts/fuzz.sh [SECONDS]
+# tests/fuzz/seeds/<target>/ when that exists. Usage: scripts/fuzz.sh [SECONDS | --build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
@@ -16,6 +16,7 @@ cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($16 + $17) / hz }' "/p
 t0=$SECONDS c0=$(cpu_s)
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}" -j"$(nproc)"
 echo "fuzz: the build took $((SECONDS - t0)) s ($(($(cpu_s) - c0)) s of CPU)" >&2
+[ "$seconds" = --build-only ] && exit 0
 for f in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus-$f"
   seeds=(); [ -d "tests/fuzz/seeds/$f" ] && seeds=("tests/fuzz/seeds/$f")

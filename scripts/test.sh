@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite with ctest (unit tests, PyTorch-reference parity, tokenizer
-# goldens, CLI). Usage: scripts/test.sh [--sanitize | --tsan]   (--sanitize: ASan + UBSan build in
-# build-asan/; --tsan: ThreadSanitizer build in build-tsan/ of only the concurrency tests: the thread pool,
+# goldens, CLI). Usage: scripts/test.sh [--sanitize | --tsan] [--build-only]   (--sanitize: ASan + UBSan build in
+# build-asan/; --build-only: configure and build, no test (CI builds the next stage while this one's tests run);
+# --tsan: ThreadSanitizer build in build-tsan/ of only the concurrency tests: the thread pool,
 # generations on one and on two engines from two threads, set_matmul_precision against a generation on
 # another thread (Concurrency.*), and the server's streams, which its connection hub
 # writes while the engine thread wakes it)
@@ -33,12 +34,21 @@ reuse_fixtures() {
     mkdir -p "$1" && cp -a build/fixtures "$1/"
   fi
 }
+stage="" build_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize|--tsan) stage="$arg" ;;
+    --build-only) build_only=1 ;;
+    *) echo "test.sh: unknown option '$arg' (scripts/test.sh [--sanitize | --tsan] [--build-only])" >&2; exit 2 ;;
+  esac
+done
 scripts/setup.sh --no-build
 dir=build; flags=(-DCMAKE_BUILD_TYPE=Release); exclude=()
-if [ "${1:-}" = "--tsan" ]; then
+if [ "$stage" = "--tsan" ]; then
   cmake -S . -B build-tsan $(generator build-tsan) -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDC_SANITIZE_THREAD=ON \
     -DDC_BUILD_BENCH=OFF >/dev/null
   timed "tsan build" cmake --build build-tsan -j"$(nproc)" --target test_core test_engine test_server
+  [ "$build_only" = 1 ] && exit 0
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   # (a pool that lets two callers overwrite each other's job deadlocks: the timeout turns that into a failure)
   timed "tsan ThreadPool tests" timeout 600 build-tsan/tests/test_core --gtest_filter='ThreadPool.*'
@@ -49,7 +59,7 @@ if [ "${1:-}" = "--tsan" ]; then
   timed "tsan server tests" timeout 600 build-tsan/tests/test_server --gtest_filter='Scheduler.Listener*:Scheduler.Cancel*:Connections.KeepAlive*:Connections.ConnectionIsKeptAliveAfterAStream:Connections.QueuedStreamTimesOutWith503:HttpTest.Stream*:HttpTest.ChatStream*:HttpTest.Disconnects*:HostileHttp.StopEndsOpenStreamsCleanly:HostileHttp.HalfClosedClientGetsItsAnswer'
   exit 0
 fi
-if [ "${1:-}" = "--sanitize" ]; then
+if [ "$stage" = "--sanitize" ]; then
   # -O1 -g1: the sanitizers need no more, and it halves the compile time of CI
   dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDC_SANITIZE=ON -DDC_BUILD_BENCH=OFF)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -90,9 +100,10 @@ if [ "${1:-}" = "--sanitize" ]; then
   # with dual on a trained tiny model); BlockParity's committed-equals-dual and per-row tests and KvCache's per-row
   # forward drive the same code under them.
   exclude=(-E '^(EvalPlusCli[.](CanonicalSolutionsPassBaseAndPlus|MbppReferenceSolutionsPassTheirTests)$|EvalCli[.]AllCanonicalSolutionsPass$|GrpoLearningTest[.]|TrainDist[.](GrpoOnTwoRanksEqualsOneProcess|TwoRanksEqualOneRankWithHalfTheOptimizerStateEach|GradAccumReducedOncePerStepEqualsPerMicroBatch|LoraOnTwoRanksEqualsOneProcess)$|FiniteFlags[.]EveryFloatFlagRefusesNanAndInfinity$|DeviceCli[.]GrpoOnVulkanEqualsTheCpu$|gpu_session_plumbing$|Connections[.]StalledStreamReaderDoesNotDelayOthers$|GrpoTrainerTest[.]CliKilledRunResumesBitIdentical$|BlockParity[.](RefreshForwardsAreFullPassesBitForBit|PrefixAndDualDriftFromCacheNone)$|Trainer[.]LossFallsWellBelowItsStartOnACodeCorpus$|ModelSource[.]GrpoOnTheFileEqualsGrpoOnTheDirectory$|check_docs(_selftest)?$|ApiGrpo[.]RunEqualsTheCliAndResumes$|DeviceCli[.]TrainOnVulkanEqualsTheCpuOrRefusesByName$|install_consumer$|BlockParity[.]CommittedComputesTheMaskedAndNewlyCommittedRowsAndDriftsFromDual$|CommittedCache[.]AgreesWithDualOnATinyTrainedModel$)')
-  reuse_fixtures build-asan
 fi
 cmake -S . -B "$dir" $(generator "$dir") "${flags[@]}" >/dev/null
 timed "build ($dir)" cmake --build "$dir" -j"$(nproc)"
+[ "$build_only" = 1 ] && exit 0
+[ "$dir" = build ] || reuse_fixtures "$dir"
 # One job more than cores: many tests wait (MPI ranks, server deadlines, subprocesses), and their waits overlap.
 cd "$dir" && timed "ctest ($dir)" ctest --output-on-failure -j"$(($(nproc) + 1))" "${exclude[@]}"
