@@ -10,27 +10,18 @@
 #include <cstdint>
 #include <vector>
 
-#include "types/forward_batch.h"
+#include "batch_case.h"
 
 namespace dc {
 
-struct GradCase {
-  std::vector<int32_t> noisy, positions;
-  std::vector<uint8_t> valid;
-  std::vector<int64_t> rows;
+// tokens: the noised tokens; rows: the loss rows, one a target.
+struct GradCase : BatchCase {
   std::vector<int32_t> targets;
   std::vector<float> weights;
-  int64_t n_batch = 0, n_seq = 0;
   // The forward of the case (with unmerged adapters `lora`, or none).
   ForwardBatch batch(const LoraWeights* lora = nullptr) const {
-    ForwardBatch b;
-    b.n_batch = n_batch, b.n_seq = n_seq;
+    ForwardBatch b = view();
     b.lora = lora;
-    b.tokens = noisy.data();
-    b.positions = positions.empty() ? nullptr : positions.data();
-    b.valid = valid.empty() ? nullptr : valid.data();
-    b.out_rows = rows.data();
-    b.n_out = static_cast<int64_t>(rows.size());
     return b;
   }
 };
@@ -38,8 +29,8 @@ struct GradCase {
 // The loss terms written out from the fixture's mask and t (independently of src/train).
 inline GradCase make_grad_case(const nlohmann::json& c, int32_t mask_id) {
   GradCase k;
-  k.n_batch = c["n_batch"], k.n_seq = c["n_seq"];
-  const int64_t B = k.n_batch, L = k.n_seq;
+  k.B = c["n_batch"], k.L = c["n_seq"];
+  const int64_t B = k.B, L = k.L;
   const auto tokens = c["tokens"].get<std::vector<int32_t>>();
   const auto loss_mask = c["loss_mask"].get<std::vector<int>>();
   const auto mask = c["mask"].get<std::vector<int>>();
@@ -55,7 +46,7 @@ inline GradCase make_grad_case(const nlohmann::json& c, int32_t mask_id) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < L; ++j) {
       const bool m = mask[b * L + j] != 0;
-      k.noisy.push_back(m ? mask_id : tokens[b * L + j]);
+      k.tokens.push_back(m ? mask_id : tokens[b * L + j]);
       if (!m) continue;
       k.rows.push_back(b * L + (j > 0 ? j - 1 : 0));
       k.targets.push_back(tokens[b * L + j]);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "batch_case.h"
 #include "engine/engine.h"
 #include "engine/head_sampler.h"
 #include "engine_fixtures.h"
@@ -109,12 +110,8 @@ TEST(CpuHeadSampler, HoldsOneChunkOfLogits) {
   const HeadMemory m = e.head_memory();
   EXPECT_EQ(m.fixed_bytes, Model::kHeadChunkRows * V * 4);
   EXPECT_LT(m.bytes_per_row, V * 4 / 100);  // a hidden row, not a vocabulary row
-  std::vector<int32_t> tokens(2 * n_seq);
-  std::vector<int64_t> out_rows(2 * n_seq);
-  for (int64_t i = 0; i < 2 * n_seq; ++i) tokens[i] = static_cast<int32_t>(i * 37 % 1000), out_rows[i] = i;
-  ForwardBatch batch;
-  batch.n_batch = 2, batch.n_seq = n_seq, batch.tokens = tokens.data();
-  batch.out_rows = out_rows.data(), batch.n_out = 2 * n_seq;
+  const BatchCase canvas = every_position(2, n_seq, [](int64_t i) { return i * 37 % 1000; });
+  const ForwardBatch batch = canvas.view();
   Context ctx;
   ctx.pool = &e.pool();
   ctx.matmul_precision = e.matmul_precision();
@@ -155,12 +152,8 @@ TEST(CpuHeadSampler, SamplePartsEqualsEachPartAlone) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   Engine& e = **engine;
   const int64_t n_seq = 20;
-  std::vector<int32_t> tokens(2 * n_seq);
-  std::vector<int64_t> out_rows(2 * n_seq);
-  for (int64_t i = 0; i < 2 * n_seq; ++i) tokens[i] = static_cast<int32_t>((i * 53 + 7) % 200 + 1), out_rows[i] = i;
-  ForwardBatch batch;
-  batch.n_batch = 2, batch.n_seq = n_seq, batch.tokens = tokens.data();
-  batch.out_rows = out_rows.data(), batch.n_out = 2 * n_seq;
+  const BatchCase canvas = every_position(2, n_seq, [](int64_t i) { return (i * 53 + 7) % 200 + 1; });
+  const ForwardBatch batch = canvas.view();
   Context ctx;
   ctx.pool = &e.pool();
   ctx.reference_kernels = true;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 
+#include "batch_case.h"
 #include "engine/engine.h"
 #include "engine_fixtures.h"
 #include "fixtures.h"
@@ -47,18 +48,9 @@ std::unique_ptr<Engine> load(const std::string& dir, std::optional<MatmulPrecisi
 // Logits of every position of a fixed 2 × 7 batch.
 std::vector<float> logits_of(Engine& e) {
   const int64_t B = 2, L = 7, V = e.config().n_vocab;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 5) % std::min<int64_t>(V, 200)));
-  std::vector<int64_t> rows(B * L);
-  for (int64_t i = 0; i < B * L; ++i) rows[i] = i;
-  ForwardBatch b;
-  b.n_batch = B;
-  b.n_seq = L;
-  b.tokens = tokens.data();
-  b.out_rows = rows.data();
-  b.n_out = B * L;
+  const BatchCase k = every_position(B, L, [&](int64_t i) { return (i * 37 + 5) % std::min<int64_t>(V, 200); });
   std::vector<float> out(static_cast<size_t>(B * L * V));
-  const Status s = e.logits_fn()(b, out.data());
+  const Status s = e.logits_fn()(k.view(), out.data());
   EXPECT_TRUE(s.ok()) << s.to_string();
   return out;
 }

@@ -18,6 +18,7 @@
 #include "core/context.h"
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
+#include "../batch_case.h"
 #include "../fixtures.h"
 #include "gguf/dream.h"
 #include "gguf/writer.h"
@@ -64,22 +65,13 @@ inline std::string tiny_vocab_gguf(GgufWeights weights, const std::string& dir) 
 // kernels when asked).
 inline std::vector<float> logits_of(const Model& m, bool reference_kernels = false) {
   const int64_t n_vocab = m.config().n_vocab;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < 7; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 5) % n_vocab));
-  tokens[3] = static_cast<int32_t>(m.config().mask_token_id);
-  std::vector<int64_t> rows(tokens.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  ForwardBatch b;
-  b.n_batch = 1;
-  b.n_seq = static_cast<int64_t>(tokens.size());
-  b.tokens = tokens.data();
-  b.out_rows = rows.data();
-  b.n_out = static_cast<int64_t>(rows.size());
+  BatchCase k = every_position(1, 7, [&](int64_t i) { return (i * 37 + 5) % n_vocab; });
+  k.tokens[3] = static_cast<int32_t>(m.config().mask_token_id);
   Context ctx{Device::kCpu, &pool()};
   ctx.matmul_precision = MatmulPrecision::kF32;
   ctx.reference_kernels = reference_kernels;
-  std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
-  const Status s = m.forward(ctx, b, logits.data());
+  std::vector<float> logits(k.rows.size() * static_cast<size_t>(n_vocab));
+  const Status s = m.forward(ctx, k.view(), logits.data());
   EXPECT_TRUE(s.ok()) << s.to_string();
   return logits;
 }

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "batch_case.h"
 #include "core/dtype.h"
 #include "engine/engine.h"
 #include "fixtures.h"
@@ -52,14 +53,10 @@ Result<std::vector<float>> adapted_logits(const std::string& model_dir, const st
   o.weight_cache = "off";
   DC_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::load(o));
   const std::vector<int32_t> tokens = testing::flatten<int32_t>(ids);
-  const int64_t n_batch = static_cast<int64_t>(ids.size()), n_seq = static_cast<int64_t>(ids[0].size());
-  std::vector<int64_t> rows(static_cast<size_t>(n_batch * n_seq));
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  ForwardBatch b;
-  b.n_batch = n_batch, b.n_seq = n_seq, b.tokens = tokens.data();
-  b.out_rows = rows.data(), b.n_out = static_cast<int64_t>(rows.size());
-  std::vector<float> logits(rows.size() * static_cast<size_t>(engine->config().n_vocab));
-  DC_RETURN_IF_ERROR(engine->logits_fn()(b, logits.data()));
+  const BatchCase k = every_position(static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids[0].size()),
+                                     [&](int64_t i) { return tokens[i]; });
+  std::vector<float> logits(k.rows.size() * static_cast<size_t>(engine->config().n_vocab));
+  DC_RETURN_IF_ERROR(engine->logits_fn()(k.view(), logits.data()));
   return logits;
 }
 

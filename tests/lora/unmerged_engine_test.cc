@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_case.h"
 #include "engine/engine.h"
 #include "fixtures.h"
 
@@ -42,13 +43,10 @@ TEST(LoraUnmerged, EqualsMergedInEveryCacheMode) {
   EXPECT_NE((*unmerged)->lora_note().find("unmerged"), std::string::npos) << (*unmerged)->lora_note();
   // The logits of one full forward (logits_fn: the adapter added although the batch names none).
   const std::vector<int32_t> ids = {3, 17, 101, 5, 250, 42, 7};
-  ForwardBatch b;
-  b.n_batch = 1, b.n_seq = static_cast<int64_t>(ids.size()), b.tokens = ids.data();
-  std::vector<int64_t> rows(ids.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  b.out_rows = rows.data(), b.n_out = b.n_seq;
+  const BatchCase k = every_position(1, static_cast<int64_t>(ids.size()), [&](int64_t i) { return ids[i]; });
+  const ForwardBatch b = k.view();
   const int64_t V = (*merged)->config().n_vocab;
-  std::vector<float> lm(rows.size() * V), lu(lm.size()), lb(lm.size());
+  std::vector<float> lm(k.rows.size() * V), lu(lm.size()), lb(lm.size());
   ASSERT_TRUE((*merged)->logits_fn()(b, lm.data()).ok());
   ASSERT_TRUE((*unmerged)->logits_fn()(b, lu.data()).ok());
   ASSERT_TRUE((*base)->logits_fn()(b, lb.data()).ok());

@@ -4,41 +4,12 @@
 
 #include <cmath>
 
+#include "batch_case.h"
 #include "fixtures.h"
 #include "model/transformer.h"
 
 namespace dc {
 namespace {
-
-using dc::testing::flatten;
-
-struct ForwardCase {
-  std::vector<int32_t> tokens, positions;
-  std::vector<uint8_t> valid;
-  int64_t B = 0, L = 0;
-};
-
-ForwardCase make_forward_case(const nlohmann::json& c) {
-  ForwardCase k;
-  k.B = c["shape"][0].get<int64_t>();
-  k.L = c["shape"][1].get<int64_t>();
-  k.tokens = flatten<int32_t>(c["input_ids"]);
-  if (!c["position_ids"].is_null()) k.positions = flatten<int32_t>(c["position_ids"]);
-  if (!c["attention_mask"].is_null()) k.valid = flatten<uint8_t>(c["attention_mask"]);
-  return k;
-}
-
-ForwardBatch batch_of(const ForwardCase& k, const std::vector<int64_t>& rows) {
-  ForwardBatch b;
-  b.n_batch = k.B;
-  b.n_seq = k.L;
-  b.tokens = k.tokens.data();
-  b.positions = k.positions.empty() ? nullptr : k.positions.data();
-  b.valid = k.valid.empty() ? nullptr : k.valid.data();
-  b.out_rows = rows.data();
-  b.n_out = static_cast<int64_t>(rows.size());
-  return b;
-}
 
 // Runs every fixture case through Model::forward with `ctx` (with `packed`, on weights re-laid by
 // Model::pack_weights, their mapped pages released) and expects the relative L2 error of the logits
@@ -58,12 +29,10 @@ double check_all_fixtures(const Context& ctx, double tol, const char* label, boo
     const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
     const int64_t V = (*model)->config().n_vocab;
     for (const auto& c : fwd["cases"]) {
-      const ForwardCase k = make_forward_case(c);
-      std::vector<int64_t> rows;  // real rows only: pad rows may hold any finite value
-      for (int64_t r = 0; r < k.B * k.L; ++r)
-        if (k.valid.empty() || k.valid[r]) rows.push_back(r);
+      const BatchCase k = forward_fixture_case(c);
+      const std::vector<int64_t>& rows = k.rows;  // real rows only: pad rows may hold any finite value
       std::vector<float> logits(rows.size() * V);
-      EXPECT_TRUE((*model)->forward(ctx, batch_of(k, rows), logits.data()).ok());
+      EXPECT_TRUE((*model)->forward(ctx, k.view(), logits.data()).ok());
       const auto ref = dc::testing::load_f32(dir + "/reference/" + c["logits_file"].get<std::string>());
       EXPECT_EQ(ref.size(), static_cast<size_t>(k.B * k.L * V));
       if (ref.size() != static_cast<size_t>(k.B * k.L * V)) return worst;
@@ -133,14 +102,14 @@ TEST(ForwardParity, PadRowsAreFiniteAndThreadCountDoesNotChangeLogits) {
   const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
   for (const auto& c : fwd["cases"]) {
     if (c["attention_mask"].is_null()) continue;
-    const ForwardCase k = make_forward_case(c);
+    const BatchCase k = forward_fixture_case(c);
     std::vector<int64_t> rows(k.B * k.L);
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
     const int64_t V = (*model)->config().n_vocab;
     std::vector<float> one(rows.size() * V), three(rows.size() * V);
     ThreadPool p1(1), p3(3);
-    ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &p1}, batch_of(k, rows), one.data()).ok());
-    ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &p3}, batch_of(k, rows), three.data()).ok());
+    ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &p1}, k.view(rows), one.data()).ok());
+    ASSERT_TRUE((*model)->forward(Context{Device::kCpu, &p3}, k.view(rows), three.data()).ok());
     for (size_t i = 0; i < one.size(); ++i) {
       ASSERT_TRUE(std::isfinite(one[i])) << "index " << i;
       ASSERT_EQ(one[i], three[i]) << "index " << i;

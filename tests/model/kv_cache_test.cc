@@ -15,10 +15,10 @@
 #include <memory>
 #include <span>
 
+#include "batch_case.h"
 #include "fixtures.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
-#include "parts_canvas.h"
 
 namespace dc {
 namespace {
@@ -71,16 +71,16 @@ TEST(KvCache, RefreshAndFullWindowUseEqualThePlainForwardBitForBit) {
   for (const auto& model : fixture_models()) {
     const ModelConfig& c = model->config();
     for (int64_t B : {1, 2}) {
-      const Canvas k = make_canvas(c, B, 11, 3);
+      const BatchCase k = make_canvas(c, B, 11, 3);
       const std::vector<int64_t> rows = window_rows(k, 0, k.L);
       const size_t n = rows.size() * static_cast<size_t>(c.n_vocab);
       std::vector<float> plain(n), refreshed(n), used(n);
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), plain.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, k.view(rows, CacheOp::kNone, nullptr), plain.data()).ok());
       KvCache cache;
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kRefresh, &cache), refreshed.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, k.view(rows, CacheOp::kRefresh, &cache), refreshed.data()).ok());
       EXPECT_TRUE(cache.filled());
       EXPECT_EQ(cache.bytes(), KvCache::bytes_for(c.n_layer, B, k.L, c.n_head_kv * c.head_dim));
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, 0, k.L), used.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, k.view(rows, CacheOp::kUse, &cache, 0, k.L), used.data()).ok());
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(refreshed[i], plain[i]) << "refresh, B " << B << " index " << i;
         ASSERT_EQ(used[i], plain[i]) << "kUse over the whole sequence, B " << B << " index " << i;
@@ -90,16 +90,16 @@ TEST(KvCache, RefreshAndFullWindowUseEqualThePlainForwardBitForBit) {
 }
 
 // A scattered window: positions `at` of [wb, we) computed, every other position's K/V from the cache.
-ForwardBatch scattered_batch_of(const Canvas& k, const std::vector<int64_t>& rows, KvCache* cache, int64_t wb, int64_t we,
+ForwardBatch scattered_batch_of(const BatchCase& k, const std::vector<int64_t>& rows, KvCache* cache, int64_t wb, int64_t we,
                                 const std::vector<int64_t>& at) {
-  ForwardBatch b = cache_batch_of(k, rows, CacheOp::kUse, cache, wb, we);
+  ForwardBatch b = k.view(rows, CacheOp::kUse, cache, wb, we);
   b.window_positions = at.data();
   b.n_window_positions = static_cast<int64_t>(at.size());
   return b;
 }
 
 // The real rows of the positions `at` of every batch row.
-std::vector<int64_t> rows_at(const Canvas& k, const std::vector<int64_t>& at) {
+std::vector<int64_t> rows_at(const BatchCase& k, const std::vector<int64_t>& at) {
   std::vector<int64_t> rows;
   for (int64_t b = 0; b < k.B; ++b)
     for (int64_t i : at)
@@ -115,11 +115,11 @@ TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
   for (const auto& model : fixture_models()) {
     const ModelConfig& c = model->config();
     for (int64_t B : {1, 2}) {
-      const Canvas k = make_canvas(c, B, 12, 5);
+      const BatchCase k = make_canvas(c, B, 12, 5);
       const std::vector<int64_t> all = window_rows(k, 0, k.L);
       std::vector<float> full(all.size() * c.n_vocab);
       KvCache cache;
-      ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), full.data()).ok());
+      ASSERT_TRUE(model->forward(ctx, k.view(all, CacheOp::kRefresh, &cache), full.data()).ok());
       // Same tokens → the computed positions' fresh K/V equal the cached ones, so the cache stays valid.
       auto expect_full_rows = [&](const ForwardBatch& batch, const std::vector<int64_t>& rows, const std::string& what) {
         std::vector<float> got(rows.size() * c.n_vocab), want;
@@ -132,7 +132,7 @@ TEST(KvCache, WindowWithFreshCacheReproducesTheFullForwardRows) {
       };
       for (auto [wb, we] : {std::pair<int64_t, int64_t>{4, 9}, {0, 3}, {7, 12}, {5, 6}}) {
         const std::vector<int64_t> rows = window_rows(k, wb, we);
-        expect_full_rows(cache_batch_of(k, rows, CacheOp::kUse, &cache, wb, we), rows,
+        expect_full_rows(k.view(rows, CacheOp::kUse, &cache, wb, we), rows,
                          "window [" + std::to_string(wb) + ", " + std::to_string(we) + ")");
       }
       for (const std::vector<int64_t>& at : scattered) {
@@ -150,27 +150,27 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   auto models = fixture_models();
   ASSERT_FALSE(models.empty());
   const Model& model = *models[0];
-  const Canvas k = make_canvas(model.config(), 1, 8, 1);
+  const BatchCase k = make_canvas(model.config(), 1, 8, 1);
   std::vector<int64_t> rows = {4};
   std::vector<float> logits(model.config().n_vocab * 8);
   auto message = [&](const ForwardBatch& b) { return model.forward(ctx, b, logits.data()).message(); };
   KvCache cache;
-  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("kRefresh"), std::string::npos);
-  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kNone, nullptr, 2, 6)).find("kUse"), std::string::npos);
-  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kRefresh, nullptr)).find("cache"), std::string::npos);
-  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kNone, nullptr, 3, 3)).find("window"), std::string::npos);
-  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kNone, nullptr, 0, 9)).find("window"), std::string::npos);
-  ASSERT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kRefresh, &cache), logits.data()).ok());
+  EXPECT_NE(message(k.view(rows, CacheOp::kUse, &cache, 2, 6)).find("kRefresh"), std::string::npos);
+  EXPECT_NE(message(k.view(rows, CacheOp::kNone, nullptr, 2, 6)).find("kUse"), std::string::npos);
+  EXPECT_NE(message(k.view(rows, CacheOp::kRefresh, nullptr)).find("cache"), std::string::npos);
+  EXPECT_NE(message(k.view(rows, CacheOp::kNone, nullptr, 3, 3)).find("window"), std::string::npos);
+  EXPECT_NE(message(k.view(rows, CacheOp::kNone, nullptr, 0, 9)).find("window"), std::string::npos);
+  ASSERT_TRUE(model.forward(ctx, k.view(rows, CacheOp::kRefresh, &cache), logits.data()).ok());
   rows = {1};
-  EXPECT_NE(message(cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6)).find("outside the window"), std::string::npos);
-  const Canvas longer = make_canvas(model.config(), 1, 9, 1);
+  EXPECT_NE(message(k.view(rows, CacheOp::kUse, &cache, 2, 6)).find("outside the window"), std::string::npos);
+  const BatchCase longer = make_canvas(model.config(), 1, 9, 1);
   rows = {4};
-  EXPECT_NE(message(cache_batch_of(longer, rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
-  EXPECT_TRUE(model.forward(ctx, cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
+  EXPECT_NE(message(longer.view(rows, CacheOp::kUse, &cache, 2, 6)).find("same batch shape"), std::string::npos);
+  EXPECT_TRUE(model.forward(ctx, k.view(rows, CacheOp::kUse, &cache, 2, 6), logits.data()).ok());
 
   // Scattered windows (window_positions): ascending, inside the window, holding the out rows, with kUse.
   auto scattered = [&](const std::vector<int64_t>& at, int64_t wb, CacheOp op = CacheOp::kUse) {
-    ForwardBatch b = cache_batch_of(k, rows, op, &cache, wb, -1);
+    ForwardBatch b = k.view(rows, op, &cache, wb, -1);
     b.window_positions = at.data();
     b.n_window_positions = static_cast<int64_t>(at.size());
     return message(b);
@@ -182,7 +182,7 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   EXPECT_NE(scattered({3, 5}, 2).find("not one of the window_positions"), std::string::npos);
   EXPECT_NE(scattered({4}, 2, CacheOp::kNone).find("need cache_op kUse"), std::string::npos);
   const std::vector<int64_t> one = {4};
-  ForwardBatch none_at = cache_batch_of(k, rows, CacheOp::kUse, &cache, 2, -1);
+  ForwardBatch none_at = k.view(rows, CacheOp::kUse, &cache, 2, -1);
   none_at.window_positions = one.data();  // n_window_positions 0
   EXPECT_NE(message(none_at).find("at least one position"), std::string::npos);
   const std::vector<int64_t> fine = {3, 4};
@@ -191,11 +191,11 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
 
   // A list per row (window_row_begin): offsets rising from 0 to n_window_positions, each row's list ascending
   // inside the window (row 1's may start below row 0's end), each out row one of its own row's positions.
-  const Canvas two = make_canvas(model.config(), 2, 8, 1);  // row 1: 3 left pads
+  const BatchCase two = make_canvas(model.config(), 2, 8, 1);  // row 1: 3 left pads
   KvCache two_cache;
   const std::vector<int64_t> two_rows = window_rows(two, 0, two.L);
   std::vector<float> two_logits(two_rows.size() * model.config().n_vocab);
-  ASSERT_TRUE(model.forward(ctx, cache_batch_of(two, two_rows, CacheOp::kRefresh, &two_cache), two_logits.data()).ok());
+  ASSERT_TRUE(model.forward(ctx, two.view(two_rows, CacheOp::kRefresh, &two_cache), two_logits.data()).ok());
   auto per_row = [&](const std::vector<int64_t>& at, const std::vector<int64_t>& row_begin, const std::vector<int64_t>& out) {
     ForwardBatch b = scattered_batch_of(two, out, &two_cache, 2, -1, at);
     b.window_row_begin = row_begin.data();
@@ -210,7 +210,8 @@ TEST(KvCache, BadWindowsAndCachesAreRejected) {
   EXPECT_NE(per_row({4, 6, 5}, {0, 1, 3}, {4}).find("window_positions[2] = 5 does not ascend"), std::string::npos);
   EXPECT_NE(per_row({4, 7, 1}, {0, 2, 3}, {4}).find("window_positions[2] = 1"), std::string::npos);
   EXPECT_NE(per_row({4, 5}, {0, 1, 2}, {5}).find("not one of the window_positions of its row"), std::string::npos);
-  ForwardBatch offsets_alone = cache_batch_of(two, {4}, CacheOp::kUse, &two_cache, 2, -1);
+  const std::vector<int64_t> row_4 = {4};
+  ForwardBatch offsets_alone = two.view(row_4, CacheOp::kUse, &two_cache, 2, -1);
   const std::vector<int64_t> offsets = {0, 1, 1};
   offsets_alone.window_row_begin = offsets.data();
   EXPECT_NE(message(offsets_alone).find("window_row_begin needs window_positions"), std::string::npos);
@@ -232,11 +233,11 @@ TEST(KvCache, OneLayerModelIsExactWhenOnlyTheComputedPositionsChange) {
     const ModelConfig& config = model->config();
     for (int64_t B : {1, 2}) {
       for (const std::vector<int64_t>* changed : {&window, &scattered}) {
-        Canvas k = make_canvas(config, B, 12, 9);
+        BatchCase k = make_canvas(config, B, 12, 9);
         const std::vector<int64_t> all = window_rows(k, 0, k.L);
         KvCache cache;
         std::vector<float> scratch(all.size() * config.n_vocab);
-        ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, all, CacheOp::kRefresh, &cache), scratch.data()).ok());
+        ASSERT_TRUE(model->forward(ctx, k.view(all, CacheOp::kRefresh, &cache), scratch.data()).ok());
         for (int64_t b = 0; b < B; ++b)
           for (int64_t i : *changed) k.tokens[b * k.L + i] = static_cast<int32_t>((k.tokens[b * k.L + i] + 101) % 300);
         const bool contiguous = changed == &window;
@@ -244,10 +245,10 @@ TEST(KvCache, OneLayerModelIsExactWhenOnlyTheComputedPositionsChange) {
           if (contiguous && computed == &other) continue;
           const std::vector<int64_t> rows = rows_at(k, *computed);
           std::vector<float> got(rows.size() * config.n_vocab), want(rows.size() * config.n_vocab);
-          const ForwardBatch batch = contiguous ? cache_batch_of(k, rows, CacheOp::kUse, &cache, 5, 9)
+          const ForwardBatch batch = contiguous ? k.view(rows, CacheOp::kUse, &cache, 5, 9)
                                                 : scattered_batch_of(k, rows, &cache, 4, k.L, *computed);
           ASSERT_TRUE(model->forward(ctx, batch, got.data()).ok());
-          ASSERT_TRUE(model->forward(ctx, cache_batch_of(k, rows, CacheOp::kNone, nullptr), want.data()).ok());
+          ASSERT_TRUE(model->forward(ctx, k.view(rows, CacheOp::kNone, nullptr), want.data()).ok());
           const std::string what = "B " + std::to_string(B) + (contiguous ? ", window [5, 9)" : ", scattered: ") +
                                    (contiguous ? "" : computed == changed ? "the changed positions" : "another position, afterwards");
           expect_exact_on_one_layer(rel_max_diff(got, want), n_layer, what, computed == changed);
@@ -295,16 +296,16 @@ void expect_same_cache(const KvCache& merged, const KvCache& alone, int64_t n_la
 // Refresh, kUse and uncached parts of their own shapes in one forward against each alone, within `tol`.
 void expect_parts_equal_alone(const Model& model, const Context& ctx, double tol) {
   const ModelConfig& c = model.config();
-  Canvas a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
+  BatchCase a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
   const std::vector<int64_t> rows_a = window_rows(a, 0, a.L), rows_b = window_rows(b, 0, b.L);
   const std::vector<int64_t> rows_u = window_rows(u, 0, u.L);
   KvCache alone_a, alone_b, merged_a, merged_b;
   // Refresh parts (a block's first step), with an uncached part between them.
-  const ForwardBatch refresh_alone[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &alone_a),
-                                        cache_batch_of(u, rows_u, CacheOp::kNone, nullptr),
-                                        cache_batch_of(b, rows_b, CacheOp::kRefresh, &alone_b)};
-  const ForwardBatch refresh_merged[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &merged_a), refresh_alone[1],
-                                         cache_batch_of(b, rows_b, CacheOp::kRefresh, &merged_b)};
+  const ForwardBatch refresh_alone[] = {a.view(rows_a, CacheOp::kRefresh, &alone_a),
+                                        u.view(rows_u, CacheOp::kNone, nullptr),
+                                        b.view(rows_b, CacheOp::kRefresh, &alone_b)};
+  const ForwardBatch refresh_merged[] = {a.view(rows_a, CacheOp::kRefresh, &merged_a), refresh_alone[1],
+                                         b.view(rows_b, CacheOp::kRefresh, &merged_b)};
   std::vector<float> want;
   for (const ForwardBatch& part : refresh_alone) {
     const std::vector<float> h = hidden_of(model, ctx, {&part, 1});
@@ -316,10 +317,10 @@ void expect_parts_equal_alone(const Model& model, const Context& ctx, double tol
   // kUse parts over windows of their own after their tokens changed (the next steps of a block).
   for (int64_t i = 6; i < 10; ++i) a.tokens[i] = b.tokens[b.L + i + 3] = 17;
   const std::vector<int64_t> use_a = window_rows(a, 6, 10), use_b = window_rows(b, 8, 16);
-  const ForwardBatch use_alone[] = {cache_batch_of(a, use_a, CacheOp::kUse, &alone_a, 6, 10),
-                                    cache_batch_of(b, use_b, CacheOp::kUse, &alone_b, 8, 16)};
-  const ForwardBatch use_merged[] = {cache_batch_of(a, use_a, CacheOp::kUse, &merged_a, 6, 10),
-                                     cache_batch_of(b, use_b, CacheOp::kUse, &merged_b, 8, 16)};
+  const ForwardBatch use_alone[] = {a.view(use_a, CacheOp::kUse, &alone_a, 6, 10),
+                                    b.view(use_b, CacheOp::kUse, &alone_b, 8, 16)};
+  const ForwardBatch use_merged[] = {a.view(use_a, CacheOp::kUse, &merged_a, 6, 10),
+                                     b.view(use_b, CacheOp::kUse, &merged_b, 8, 16)};
   want = hidden_of(model, ctx, {&use_alone[0], 1});
   const std::vector<float> h_b = hidden_of(model, ctx, {&use_alone[1], 1});
   want.insert(want.end(), h_b.begin(), h_b.end());
@@ -329,8 +330,8 @@ void expect_parts_equal_alone(const Model& model, const Context& ctx, double tol
 }
 
 // Row b of a canvas as a canvas of its own (its padding and positions kept).
-Canvas row_of(const Canvas& k, int64_t b) {
-  Canvas r;
+BatchCase row_of(const BatchCase& k, int64_t b) {
+  BatchCase r;
   r.B = 1, r.L = k.L;
   const auto row = [&](const auto& v) { return std::vector(v.begin() + b * k.L, v.begin() + (b + 1) * k.L); };
   r.tokens = row(k.tokens);
@@ -356,12 +357,15 @@ TEST(KvCache, RowsWithTheirOwnPositionsEachComputeAsAlone) {
   for (const auto& model : fixture_models()) {
     const ModelConfig& c = model->config();
     ++m;
-    Canvas k = make_canvas(c, 2, 12, 7);  // row 1: 3 left pads
-    Canvas alone[2] = {row_of(k, 0), row_of(k, 1)};
+    BatchCase k = make_canvas(c, 2, 12, 7);  // row 1: 3 left pads
+    BatchCase alone[2] = {row_of(k, 0), row_of(k, 1)};
     KvCache cache, own[2];
-    hidden_of(*model, ctx, std::vector{cache_batch_of(k, window_rows(k, 0, k.L), CacheOp::kRefresh, &cache)});
-    for (int64_t b = 0; b < 2; ++b)
-      hidden_of(*model, ctx, std::vector{cache_batch_of(alone[b], window_rows(alone[b], 0, k.L), CacheOp::kRefresh, &own[b])});
+    const std::vector<int64_t> all = window_rows(k, 0, k.L);
+    hidden_of(*model, ctx, std::vector{k.view(all, CacheOp::kRefresh, &cache)});
+    for (int64_t b = 0; b < 2; ++b) {
+      const std::vector<int64_t> own_rows = window_rows(alone[b], 0, k.L);
+      hidden_of(*model, ctx, std::vector{alone[b].view(own_rows, CacheOp::kRefresh, &own[b])});
+    }
     for (size_t s = 0; s < steps.size(); ++s) {
       std::vector<int64_t> at, row_begin = {0};
       std::vector<float> want;
@@ -385,9 +389,9 @@ TEST(KvCache, RowsWithTheirOwnPositionsEachComputeAsAlone) {
       expect_close(hidden_of(*model, ctx, {&batch, 1}), want, 0.0, what);
       // Again as the second part of a forward over parts (a server's request after another): the same rows (the
       // repeated store writes the same K/V).
-      const Canvas u = make_canvas(c, 1, 9, 2);
+      const BatchCase u = make_canvas(c, 1, 9, 2);
       const std::vector<int64_t> rows_u = window_rows(u, 0, u.L);
-      const ForwardBatch parts[] = {cache_batch_of(u, rows_u, CacheOp::kNone, nullptr), batch};
+      const ForwardBatch parts[] = {u.view(rows_u, CacheOp::kNone, nullptr), batch};
       std::vector<float> with_u = hidden_of(*model, ctx, {&parts[0], 1});
       with_u.insert(with_u.end(), want.begin(), want.end());
       expect_close(hidden_of(*model, ctx, parts), with_u, 0.0, what + ", after another part");
@@ -419,17 +423,17 @@ TEST(KvCache, BadPartsAreRejectedNamingThePart) {
   const auto models = fixture_models();
   ASSERT_FALSE(models.empty());
   const Model& model = *models[0];
-  const Canvas a = make_canvas(model.config(), 1, 8, 1);
+  const BatchCase a = make_canvas(model.config(), 1, 8, 1);
   const std::vector<int64_t> rows = window_rows(a, 0, a.L);
   std::vector<float> hidden(rows.size() * 2 * static_cast<size_t>(model.config().n_embd));
   KvCache shared, empty;
-  const ForwardBatch same_cache[] = {cache_batch_of(a, rows, CacheOp::kRefresh, &shared),
-                                     cache_batch_of(a, rows, CacheOp::kRefresh, &shared)};
+  const ForwardBatch same_cache[] = {a.view(rows, CacheOp::kRefresh, &shared),
+                                     a.view(rows, CacheOp::kRefresh, &shared)};
   Status s = model.forward_hidden_parts(ctx, same_cache, hidden.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("share a KV cache"), std::string::npos) << s.to_string();
-  const ForwardBatch unfilled[] = {cache_batch_of(a, rows, CacheOp::kNone, nullptr),
-                                   cache_batch_of(a, window_rows(a, 2, 4), CacheOp::kUse, &empty, 2, 4)};
+  const std::vector<int64_t> window = window_rows(a, 2, 4);
+  const ForwardBatch unfilled[] = {a.view(rows, CacheOp::kNone, nullptr), a.view(window, CacheOp::kUse, &empty, 2, 4)};
   s = model.forward_hidden_parts(ctx, unfilled, hidden.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.to_string().find("part 1"), std::string::npos) << s.to_string();

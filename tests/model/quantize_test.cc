@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "batch_case.h"
 #include "fixtures.h"
 #include "io/config_json.h"
 #include "io/safetensors.h"
@@ -23,7 +24,6 @@ namespace dc {
 namespace {
 
 namespace fs = std::filesystem;
-using dc::testing::flatten;
 
 std::string fixture(const std::string& name) { return dc::testing::fixtures_dir() + "/" + name; }
 
@@ -170,44 +170,16 @@ TEST(Quantize, ConfigBlock) {
 
 // ---- convert + load + forward ------------------------------------------------------------------------
 
-struct QuantCase {
-  std::vector<int32_t> tokens, positions;
-  std::vector<uint8_t> valid;
-  std::vector<int64_t> rows;
-  int64_t B = 0, L = 0;
-  ForwardBatch batch() const {
-    ForwardBatch b;
-    b.n_batch = B;
-    b.n_seq = L;
-    b.tokens = tokens.data();
-    b.positions = positions.empty() ? nullptr : positions.data();
-    b.valid = valid.empty() ? nullptr : valid.data();
-    b.out_rows = rows.data();
-    b.n_out = static_cast<int64_t>(rows.size());
-    return b;
-  }
-};
-
-std::vector<QuantCase> fixture_cases(const std::string& dir) {
-  std::vector<QuantCase> cases;
+std::vector<BatchCase> fixture_cases(const std::string& dir) {
+  std::vector<BatchCase> cases;
   const auto forward = dc::testing::load_json(dir + "/reference/forward.json");
-  for (const auto& c : forward["cases"]) {
-    QuantCase k;
-    k.B = c["shape"][0].get<int64_t>();
-    k.L = c["shape"][1].get<int64_t>();
-    k.tokens = flatten<int32_t>(c["input_ids"]);
-    if (!c["position_ids"].is_null()) k.positions = flatten<int32_t>(c["position_ids"]);
-    if (!c["attention_mask"].is_null()) k.valid = flatten<uint8_t>(c["attention_mask"]);
-    for (int64_t r = 0; r < k.B * k.L; ++r)
-      if (k.valid.empty() || k.valid[r]) k.rows.push_back(r);
-    cases.push_back(std::move(k));
-  }
+  for (const auto& c : forward["cases"]) cases.push_back(forward_fixture_case(c));
   return cases;
 }
 
-std::vector<float> logits_of(const Model& model, const QuantCase& k, const Context& ctx) {
+std::vector<float> logits_of(const Model& model, const BatchCase& k, const Context& ctx) {
   std::vector<float> out(k.rows.size() * model.config().n_vocab);
-  const Status s = model.forward(ctx, k.batch(), out.data());
+  const Status s = model.forward(ctx, k.view(), out.data());
   EXPECT_TRUE(s.ok()) << s.to_string();
   return out;
 }
@@ -263,7 +235,7 @@ TEST(QuantizedCheckpoint, ConvertLoadAndForwardEveryFixture) {
       EXPECT_EQ((*q)->weights().tok_embd.quant, format);
       EXPECT_TRUE(fs::exists(out / "generation_config.json") == fs::exists(fs::path(src) / "generation_config.json"));
       double worst = 0;
-      for (const QuantCase& k : cases) {
+      for (const BatchCase& k : cases) {
         ++n_cases;
         const auto want = logits_of(**dense, k, ctx), got = logits_of(**q, k, ctx);
         for (float v : got) ASSERT_TRUE(std::isfinite(v));
@@ -297,7 +269,7 @@ TEST(QuantizedCheckpoint, ShardsInMemoryAndFileAgree) {
   ASSERT_TRUE(in_memory.ok());
   auto mem = Model::from_weights((*dense)->config(), in_memory->weights, in_memory->storage);
   const Context ctx{Device::kCpu, &pool};
-  for (const QuantCase& k : fixture_cases(src)) {
+  for (const BatchCase& k : fixture_cases(src)) {
     const auto a = logits_of(**one, k, ctx);
     EXPECT_EQ(a, logits_of(**many, k, ctx));
     EXPECT_EQ(a, logits_of(*mem, k, ctx));
@@ -315,7 +287,7 @@ TEST(QuantizedCheckpoint, FastKernelsMatchReferenceKernels) {
     ASSERT_TRUE(q.ok());
     Context fast{Device::kCpu, &pool}, ref{Device::kCpu, &pool};
     ref.reference_kernels = true;
-    for (const QuantCase& k : fixture_cases(src)) {
+    for (const BatchCase& k : fixture_cases(src)) {
       const double e = relative_error(logits_of(**q, k, fast), logits_of(**q, k, ref));
       EXPECT_LT(e, 2e-2) << quant_format_name(format);  // the int8 rounding of the activations
     }

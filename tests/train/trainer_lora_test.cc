@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "batch_case.h"
 #include "engine/engine.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
@@ -70,12 +71,10 @@ TEST(TrainerLora, LossFallsAndTheCheckpointIsAPeftAdapterOfTheSameModel) {
   // Merged into the weights (the engine's default --lora), the same logits as the unmerged forward.
   const Context ctx = make_ctx(pool);
   const int64_t L = 32, V = (*base)->config().n_vocab;
-  std::vector<int32_t> tokens(L);
-  std::vector<int64_t> rows(L);
-  for (int64_t i = 0; i < L; ++i) tokens[i] = code_corpus(32).sequences[3].tokens[i], rows[i] = i;
-  tokens[20] = tokens[21] = static_cast<int32_t>((*base)->config().mask_token_id);
-  ForwardBatch fb;
-  fb.n_batch = 1, fb.n_seq = L, fb.tokens = tokens.data(), fb.out_rows = rows.data(), fb.n_out = L;
+  const std::vector<int32_t> corpus = code_corpus(32).sequences[3].tokens;
+  BatchCase k = every_position(1, L, [&](int64_t i) { return corpus[i]; });
+  k.tokens[20] = k.tokens[21] = static_cast<int32_t>((*base)->config().mask_token_id);
+  ForwardBatch fb = k.view();
   std::vector<float> unmerged(L * V), merged_logits(L * V), plain(L * V);
   fb.lora = &trained.weights();
   ASSERT_TRUE((*base)->forward(ctx, fb, unmerged.data()).ok());
@@ -103,7 +102,7 @@ TEST(TrainerLora, LossFallsAndTheCheckpointIsAPeftAdapterOfTheSameModel) {
     ASSERT_TRUE(engine.ok()) << engine.status().message();
     SamplingParams sp = (*engine)->default_params();
     sp.max_new_tokens = 12, sp.steps = 12, sp.temperature = 0.0f;
-    auto out = (*engine)->generate({{tokens[0], tokens[1], tokens[2], tokens[3]}}, sp);
+    auto out = (*engine)->generate({{k.tokens[0], k.tokens[1], k.tokens[2], k.tokens[3]}}, sp);
     ASSERT_TRUE(out.ok()) << out.status().message();
     generated.push_back(out->generated[0]);
   }

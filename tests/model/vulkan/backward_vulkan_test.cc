@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_case.h"
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
 #include "model/device_params.h"
@@ -21,7 +22,6 @@
 #include "model/transformer.h"
 #include "ops/device.h"
 #include "ops/loss.h"
-#include "padded_batch.h"
 #include "vulkan_test_config.h"
 
 namespace dc {
@@ -32,7 +32,7 @@ constexpr double kGradTolerance = 1e-5;
 // left_padded's batch with a loss row at every third of its rows plus the last once more (rows may repeat),
 // random targets and weights.
 struct TrainBatch {
-  Batch batch;
+  BatchCase batch;
   std::vector<int32_t> targets;
   std::vector<float> weights;
   ForwardBatch view() const { return batch.view(); }

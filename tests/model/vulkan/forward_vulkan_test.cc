@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_case.h"
 #include "engine/device_head_sampler.h"
 #include "engine/engine.h"
 #include "engine_fixtures.h"
@@ -19,7 +20,6 @@
 #include "model/kv_cache.h"
 #include "model/synthetic.h"
 #include "model/transformer.h"
-#include "padded_batch.h"
 #include "random_adapter.h"
 #include "sampler/generate.h"
 #include "temp_dir.h"
@@ -106,7 +106,7 @@ TEST(ForwardVulkan, SyntheticShapesMatchTheCpu) {
     auto cpu_model = make_synthetic_model(c, 7, &pool, std::string(s.weights) == "bf16" ? nullptr : &quantize);
     auto device = on_vulkan(std::move(*model));
     ASSERT_NE(device, nullptr);
-    const Batch batch = left_padded(3, 21, c.n_vocab, static_cast<uint32_t>(s.head_dim));
+    const BatchCase batch = left_padded(3, 21, c.n_vocab, static_cast<uint32_t>(s.head_dim));
     compare(**cpu_model, *device, batch.view(),
             "H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " D " + std::to_string(s.head_dim) + " " + s.weights);
   }
@@ -135,17 +135,8 @@ TEST(ForwardVulkan, FixtureCheckpointsMatchTheCpuOrAreRefused) {
     ASSERT_NE(device, nullptr);
     const auto fwd = dc::testing::load_json(dir + "/reference/forward.json");
     for (const auto& c : fwd["cases"]) {
-      Batch k;
-      k.B = c["shape"][0].get<int64_t>(), k.L = c["shape"][1].get<int64_t>();
-      k.tokens = dc::testing::flatten<int32_t>(c["input_ids"]);
-      if (!c["position_ids"].is_null()) k.positions = dc::testing::flatten<int32_t>(c["position_ids"]);
-      if (!c["attention_mask"].is_null()) k.valid = dc::testing::flatten<uint8_t>(c["attention_mask"]);
-      for (int64_t r = 0; r < k.B * k.L; ++r)
-        if (k.valid.empty() || k.valid[r]) k.rows.push_back(r);
-      ForwardBatch b = k.view();
-      if (k.positions.empty()) b.positions = nullptr;
-      if (k.valid.empty()) b.valid = nullptr;
-      compare(**cpu_model, *device, b, m["name"].get<std::string>() + "/" + c["name"].get<std::string>());
+      const BatchCase k = forward_fixture_case(c);
+      compare(**cpu_model, *device, k.view(), m["name"].get<std::string>() + "/" + c["name"].get<std::string>());
       ++n_cases;
     }
   }
@@ -202,7 +193,7 @@ TEST(ForwardVulkan, MergedLoraAdapterMatchesTheCpu) {
   options.device = DeviceSpec{};
   auto cpu = Engine::load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-  const Batch batch = left_padded(3, 12, (*base)->config().n_vocab, 11);
+  const BatchCase batch = left_padded(3, 12, (*base)->config().n_vocab, 11);
   compare((*cpu)->model(), **device, batch.view(), "tiny-gqa2 + merged LoRA");
   // The adapter changed the model the device runs.
   ThreadPool pool(2);
@@ -236,7 +227,7 @@ TEST(ForwardVulkan, CachedForwardMatchesTheCpu) {
     cpu.reference_kernels = true;
     KvCache cpu_cache;
     auto device_fn = device->logits_fn();  // one generation: its cache persists across the calls
-    Batch k = left_padded(3, 21, c.n_vocab, static_cast<uint32_t>(s.head_dim));
+    BatchCase k = left_padded(3, 21, c.n_vocab, static_cast<uint32_t>(s.head_dim));
     struct Step { CacheOp op; int64_t begin, end; };
     for (const Step step : {Step{CacheOp::kRefresh, 0, 21}, Step{CacheOp::kUse, 5, 21}, Step{CacheOp::kUse, 5, 14}}) {
       const std::string label = "H " + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " D " +
@@ -244,12 +235,8 @@ TEST(ForwardVulkan, CachedForwardMatchesTheCpu) {
       if (step.op == CacheOp::kUse)  // new tokens in the window; the rows asked for: the window's real positions
         for (int64_t r = 0; r < k.B; ++r)
           for (int64_t i = step.begin; i < step.end; ++i) k.tokens[r * k.L + i] = static_cast<int32_t>((k.tokens[r * k.L + i] * 7 + i) % 298);
-      k.rows.clear();
-      for (int64_t r = 0; r < k.B; ++r)
-        for (int64_t i = step.begin; i < step.end; ++i)
-          if (k.valid[r * k.L + i]) k.rows.push_back(r * k.L + i);
-      ForwardBatch b = k.view();
-      b.cache_op = step.op, b.window_begin = step.begin, b.window_end = step.end;
+      k.rows = window_rows(k, step.begin, step.end);
+      ForwardBatch b = k.view(k.rows, step.op, nullptr, step.begin, step.end);
       std::vector<float> want(b.n_out * c.n_vocab), got(b.n_out * c.n_vocab, NAN);
       b.cache = &cpu_cache;
       ASSERT_TRUE(cpu_model->forward(cpu, b, want.data()).ok()) << label;

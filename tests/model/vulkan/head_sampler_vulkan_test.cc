@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_case.h"
 #include "engine/device_head_sampler.h"
 #include "engine/head_sampler.h"
 #include "head_sampling_check.h"
@@ -27,18 +28,10 @@ ModelConfig head_test_config() {
   return testing::vulkan_test_config(2, 1, 32, 160);
 }
 
-// A forward over every position of a [B, L] canvas of tokens (i·mul + add) mod 298: all its rows out.
-struct AllRowsBatch {
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> out_rows;
-  ForwardBatch batch;
-  AllRowsBatch(int64_t B, int64_t L, int64_t mul, int64_t add) {
-    for (int64_t i = 0; i < B * L; ++i) tokens.push_back(static_cast<int32_t>((i * mul + add) % 298)), out_rows.push_back(i);
-    batch.n_batch = B, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = B * L;
-  }
-  AllRowsBatch(const AllRowsBatch&) = delete;  // batch points into the vectors
-  AllRowsBatch& operator=(const AllRowsBatch&) = delete;
-};
+// A [B, L] canvas of tokens (i·mul + add) mod 298, every position's row out.
+BatchCase canvas_of(int64_t B, int64_t L, int64_t mul, int64_t add) {
+  return every_position(B, L, [&](int64_t i) { return (i * mul + add) % 298; });
+}
 
 TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
   const ModelConfig c = head_test_config();
@@ -48,8 +41,8 @@ TEST(DeviceHeadSampler, EqualsTheCpuSampler) {
   const Context &cpu = pair->cpu, &device = pair->device;
 
   const int64_t B = 2, L = 9;
-  const AllRowsBatch canvas(B, L, 37, 11);
-  const ForwardBatch& batch = canvas.batch;
+  const BatchCase canvas = canvas_of(B, L, 37, 11);
+  const ForwardBatch batch = canvas.view();
   {
     DeviceHeadSampler on_device(device_model, device);
     CpuHeadSampler on_cpu(cpu_model, cpu);
@@ -120,11 +113,9 @@ TEST(DeviceHeadSampler, AStepIsOneSubmission) {
   ASSERT_NE(pair, nullptr);
   DeviceBackend& backend = *pair->backend;
   const int64_t L = 12;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> out_rows;
-  for (int64_t i = 0; i < L; ++i) tokens.push_back(static_cast<int32_t>((i * 53 + 7) % 298)), out_rows.push_back(i);
-  ForwardBatch batch;
-  batch.n_batch = 1, batch.n_seq = L, batch.tokens = tokens.data(), batch.out_rows = out_rows.data(), batch.n_out = L;
+  BatchCase canvas = canvas_of(1, L, 53, 7);
+  std::vector<int32_t>& tokens = canvas.tokens;  // overwritten below: the view points into it
+  const ForwardBatch batch = canvas.view();
   std::vector<HeadRow> rows;
   for (int64_t r = 0; r < L; ++r) rows.push_back({r, 0, r});
   const HeadSampling args{FilterConfig{0.0f, 1.0f, 0}, ConfidenceKind::kProbability, 1, 0, rows};
@@ -164,7 +155,7 @@ TEST(DeviceHeadSampler, SamplePartsIsOneSubmissionAndEqualsEachPartAlone) {
   ASSERT_NE(pair, nullptr);
   DeviceBackend& backend = *pair->backend;
   const int64_t L = 10;
-  const AllRowsBatch canvas(2, L, 41, 3);
+  const BatchCase canvas = canvas_of(2, L, 41, 3);
   const auto rows_of = [&](int64_t first, int64_t last) {
     std::vector<HeadRow> rows;
     for (int64_t r = first; r < last; ++r) rows.push_back({r, r / L, r % L});
@@ -180,7 +171,7 @@ TEST(DeviceHeadSampler, SamplePartsIsOneSubmissionAndEqualsEachPartAlone) {
     std::vector<TokenSample> merged(a.size() + b.size() + c.size());
     std::vector<Status> status(parts.size(), internal_error("not written"));
     const int64_t before = backend.counters().submits;
-    ASSERT_TRUE(head.forward(canvas.batch).ok());
+    ASSERT_TRUE(head.forward(canvas.view()).ok());
     const Status s = head.sample_parts(parts, merged, status);
     ASSERT_TRUE(s.ok()) << s.to_string();
     EXPECT_EQ(backend.counters().submits - before, 1) << "a merged step took more than one submission";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_case.h"
 #include "model/kv_cache.h"
 #include "model/synthetic.h"
 #include "synthetic_pair.h"
@@ -23,11 +24,8 @@ TEST(KvCacheVulkan, ACacheOfAnotherDeviceIsRefusedByNameOnBothSides) {
   const Context &cpu = pair->cpu, &device = pair->device;
 
   const int64_t L = 6;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < L; ++i) tokens.push_back(static_cast<int32_t>(i * 5 % 62)), rows.push_back(i);
-  ForwardBatch b;
-  b.n_batch = 1, b.n_seq = L, b.tokens = tokens.data(), b.out_rows = rows.data(), b.n_out = L;
+  const BatchCase k = every_position(1, L, [](int64_t i) { return i * 5 % 62; });
+  ForwardBatch b = k.view();
   std::vector<float> logits(L * c.n_vocab);
   KvCache on_device, on_host;
   b.cache_op = CacheOp::kRefresh;
@@ -39,7 +37,7 @@ TEST(KvCacheVulkan, ACacheOfAnotherDeviceIsRefusedByNameOnBothSides) {
   ASSERT_EQ(on_host.backend(), nullptr);
 
   b.cache_op = CacheOp::kUse, b.window_begin = 2, b.window_end = L;
-  b.out_rows = rows.data() + 2, b.n_out = L - 2;
+  b.out_rows = k.rows.data() + 2, b.n_out = L - 2;
   b.cache = &on_device;  // device memory, read by the CPU
   Status st = cpu_model.forward(cpu, b, logits.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();

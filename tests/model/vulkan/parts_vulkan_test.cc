@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "batch_case.h"
 #include "engine/device_head_sampler.h"
 #include "model/kv_cache.h"
-#include "parts_canvas.h"
 #include "synthetic_pair.h"
 #include "vulkan_test_config.h"
 
@@ -88,13 +88,13 @@ TEST(PartsVulkan, OneForwardOfPartsEqualsEachPartAloneAndTheCpu) {
   const Model &cpu_model = *pair->cpu_model, &device_model = *pair->device_model;
   const Context &cpu = pair->cpu, &device = pair->device;
   // 12, 17 (two rows, the second left-padded) and 9 positions: none a multiple of the attention's tile.
-  Canvas a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
+  BatchCase a = make_canvas(c, 1, 12, 5), b = make_canvas(c, 2, 17, 9), u = make_canvas(c, 1, 9, 2);
   const std::vector<int64_t> rows_a = window_rows(a, 0, a.L), rows_b = window_rows(b, 0, b.L), rows_u = window_rows(u, 0, u.L);
   // Per cache: the merged forward's on the device, each part alone on the device, the CPU's merged forward's.
   KvCache merged_a, merged_b, alone_a, alone_b, cpu_a, cpu_b;
   const auto refresh = [&](KvCache& ca, KvCache& cb) {
-    return std::vector<ForwardBatch>{cache_batch_of(a, rows_a, CacheOp::kRefresh, &ca), cache_batch_of(u, rows_u, CacheOp::kNone, nullptr),
-                                     cache_batch_of(b, rows_b, CacheOp::kRefresh, &cb)};
+    return std::vector<ForwardBatch>{a.view(rows_a, CacheOp::kRefresh, &ca), u.view(rows_u, CacheOp::kNone, nullptr),
+                                     b.view(rows_b, CacheOp::kRefresh, &cb)};
   };
   Status s;
   int64_t submits = 0;
@@ -115,8 +115,8 @@ TEST(PartsVulkan, OneForwardOfPartsEqualsEachPartAloneAndTheCpu) {
   for (int64_t i = 6; i < 10; ++i) a.tokens[i] = b.tokens[b.L + i + 3] = 17;
   const std::vector<int64_t> use_a = window_rows(a, 6, 10), use_b = window_rows(b, 8, 15);
   const auto use = [&](KvCache& ca, KvCache& cb) {
-    return std::vector<ForwardBatch>{cache_batch_of(a, use_a, CacheOp::kUse, &ca, 6, 10), cache_batch_of(u, rows_u, CacheOp::kNone, nullptr),
-                                     cache_batch_of(b, use_b, CacheOp::kUse, &cb, 8, 15)};
+    return std::vector<ForwardBatch>{a.view(use_a, CacheOp::kUse, &ca, 6, 10), u.view(rows_u, CacheOp::kNone, nullptr),
+                                     b.view(use_b, CacheOp::kUse, &cb, 8, 15)};
   };
   const std::vector<float> merged_use = hidden_of(device_model, device, use(merged_a, merged_b), &s, &submits);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -134,7 +134,7 @@ TEST(PartsVulkan, AStepOfPartsIsOneSubmissionWithEachPartsTokens) {
   const ModelConfig c = parts_config();
   const auto pair = testing::synthetic_pair(c, 11);
   ASSERT_NE(pair, nullptr);
-  const Canvas a = make_canvas(c, 1, 11, 4), b = make_canvas(c, 2, 13, 6);
+  const BatchCase a = make_canvas(c, 1, 11, 4), b = make_canvas(c, 2, 13, 6);
   const std::vector<int64_t> rows_a = window_rows(a, 0, a.L), rows_b = window_rows(b, 0, b.L);
   const auto greedy = [](DeviceHeadSampler& head, int64_t n) {
     std::vector<HeadRow> rows;
@@ -148,14 +148,14 @@ TEST(PartsVulkan, AStepOfPartsIsOneSubmissionWithEachPartsTokens) {
   };
   KvCache merged_a, merged_b, alone_a, alone_b;
   std::vector<int32_t> want;
-  for (const ForwardBatch& part : {cache_batch_of(a, rows_a, CacheOp::kRefresh, &alone_a), cache_batch_of(b, rows_b, CacheOp::kRefresh, &alone_b)}) {
+  for (const ForwardBatch& part : {a.view(rows_a, CacheOp::kRefresh, &alone_a), b.view(rows_b, CacheOp::kRefresh, &alone_b)}) {
     DeviceHeadSampler alone(*pair->device_model, pair->device);
     ASSERT_TRUE(alone.forward(part).ok());
     const std::vector<int32_t> t = greedy(alone, part.n_out);
     want.insert(want.end(), t.begin(), t.end());
   }
   DeviceHeadSampler head(*pair->device_model, pair->device);
-  const ForwardBatch parts[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &merged_a), cache_batch_of(b, rows_b, CacheOp::kRefresh, &merged_b)};
+  const ForwardBatch parts[] = {a.view(rows_a, CacheOp::kRefresh, &merged_a), b.view(rows_b, CacheOp::kRefresh, &merged_b)};
   const int64_t before = pair->backend->counters().submits;
   ASSERT_TRUE(head.forward(parts).ok());
   EXPECT_EQ(head.n_rows(), static_cast<int64_t>(want.size()));
@@ -163,7 +163,7 @@ TEST(PartsVulkan, AStepOfPartsIsOneSubmissionWithEachPartsTokens) {
   EXPECT_EQ(pair->backend->counters().submits - before, 1) << "the step of parts took more than one submission";
   EXPECT_TRUE(merged_a.filled() && merged_b.filled());
   KvCache shared;
-  const ForwardBatch same_cache[] = {cache_batch_of(a, rows_a, CacheOp::kRefresh, &shared), cache_batch_of(b, rows_b, CacheOp::kRefresh, &shared)};
+  const ForwardBatch same_cache[] = {a.view(rows_a, CacheOp::kRefresh, &shared), b.view(rows_b, CacheOp::kRefresh, &shared)};
   EXPECT_EQ(head.forward(same_cache).code(), StatusCode::kInvalidArgument);
 }
 
@@ -172,31 +172,31 @@ TEST(PartsVulkan, BadPartsAreRefusedNamingThePart) {
   const auto pair = testing::synthetic_pair(c, 3);
   ASSERT_NE(pair, nullptr);
   const Context& device = pair->device;
-  const Canvas a = make_canvas(c, 1, 8, 1);
+  const BatchCase a = make_canvas(c, 1, 8, 1);
   const std::vector<int64_t> rows = window_rows(a, 0, a.L), window = window_rows(a, 2, 4);
   Status s;
   KvCache shared, unfilled, on_host;
-  const ForwardBatch same_cache[] = {cache_batch_of(a, rows, CacheOp::kRefresh, &shared), cache_batch_of(a, rows, CacheOp::kRefresh, &shared)};
+  const ForwardBatch same_cache[] = {a.view(rows, CacheOp::kRefresh, &shared), a.view(rows, CacheOp::kRefresh, &shared)};
   hidden_of(*pair->device_model, device, same_cache, &s);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("parts 0 and 1 share a KV cache"), std::string::npos) << s.to_string();
-  const ForwardBatch not_filled[] = {cache_batch_of(a, rows, CacheOp::kNone, nullptr), cache_batch_of(a, window, CacheOp::kUse, &unfilled, 2, 4)};
+  const ForwardBatch not_filled[] = {a.view(rows, CacheOp::kNone, nullptr), a.view(window, CacheOp::kUse, &unfilled, 2, 4)};
   hidden_of(*pair->device_model, device, not_filled, &s);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.to_string().find("part 1"), std::string::npos) << s.to_string();
   // A cache the CPU filled, read by part 2 of a device forward.
-  const ForwardBatch fill = cache_batch_of(a, rows, CacheOp::kRefresh, &on_host);
+  const ForwardBatch fill = a.view(rows, CacheOp::kRefresh, &on_host);
   hidden_of(*pair->cpu_model, pair->cpu, {&fill, 1}, &s);
   ASSERT_TRUE(s.ok()) << s.to_string();
-  const ForwardBatch cpu_cache[] = {cache_batch_of(a, rows, CacheOp::kNone, nullptr), cache_batch_of(a, rows, CacheOp::kNone, nullptr),
-                                    cache_batch_of(a, window, CacheOp::kUse, &on_host, 2, 4)};
+  const ForwardBatch cpu_cache[] = {a.view(rows, CacheOp::kNone, nullptr), a.view(rows, CacheOp::kNone, nullptr),
+                                    a.view(window, CacheOp::kUse, &on_host, 2, 4)};
   hidden_of(*pair->device_model, device, cpu_cache, &s);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.to_string().find("part 2"), std::string::npos) << s.to_string();
   EXPECT_NE(s.to_string().find("filled on the CPU"), std::string::npos) << s.to_string();
   EXPECT_EQ(pair->device_model->forward_hidden_parts(device, {}, nullptr).code(), StatusCode::kInvalidArgument);
   // The device still runs good parts after the refusals.
-  const ForwardBatch good[] = {cache_batch_of(a, rows, CacheOp::kNone, nullptr), cache_batch_of(a, rows, CacheOp::kRefresh, &shared)};
+  const ForwardBatch good[] = {a.view(rows, CacheOp::kNone, nullptr), a.view(rows, CacheOp::kRefresh, &shared)};
   hidden_of(*pair->device_model, device, good, &s);
   EXPECT_TRUE(s.ok()) << s.to_string();
 }
