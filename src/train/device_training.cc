@@ -158,7 +158,10 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
   plan.scratch = model.forward_bytes_per_position() * std::max(T, batch.rollout_positions) +
                  model.backward_bytes(T, n_out, batch.recompute);
   plan.loss_rows = std::max<int64_t>(n_out, 1) * (E + V) * kFloat;  // DeviceLossRows: hidden and logits
-  plan.rollouts = batch.rollout_sampled * (E + V) * kFloat;           // the head sampler's hidden and logits rows
+  // A rollout step's rows on the device (engine/device_head_sampler.cc), per sampled position: the forward's output
+  // row and its gathered copy [E] each, its logits [V], and 7 words (the forward's out-row index; the head's row
+  // index, uniform draw and id; 3 confidences).
+  plan.rollouts = batch.rollout_sampled * ((2 * E + V) * kFloat + 7 * 4);
   if (batch.rollout_kv_rows > 0) plan.rollouts += KvCache::bytes_for(c.n_layer, batch.rollout_kv_rows, batch.rollout_kv_seq, kv_dim);
   return plan;
 }

@@ -1,22 +1,29 @@
 // The device memory plan of a training run (train/device_training.h plan_device_training, check_device_plan) on
 // device 0 (lavapipe in CI): it covers what an SFT step really holds on the device (the backend's count of its
-// buffers), with and without gradient checkpointing, and under a small device (DC_VULKAN_MEMORY_MIB) a run that
-// would not fit is refused before its first step, naming the sizes and the fix that makes it fit.
+// buffers), with and without gradient checkpointing, and what a GRPO round and its rollout hold, with and without
+// --fast's KV cache; under a small device (DC_VULKAN_MEMORY_MIB) a run that would not fit is refused before its
+// first step, naming the sizes and the fix that makes it fit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
+#include "gguf/model_source.h"
+#include "head_dim_16_policy.h"
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "model/transformer.h"
 #include "ops/device.h"
+#include "temp_dir.h"
 #include "train/device_training.h"
+#include "train/grpo_trainer.h"
+#include "train/tiny_grpo.h"
 #include "train/trainer.h"
 #include "vulkan_test_config.h"
 
@@ -65,6 +72,13 @@ DeviceTrainingPlan sft_plan(const ModelConfig& c, const TrainOptions& o) {
   return plan_device_training(*model, /*optimizer=*/true, /*reference=*/false, batch);
 }
 
+// A context computing on `backend` with `pool`.
+Context on_device(DeviceBackend* backend, ThreadPool* pool) {
+  Context dev;
+  dev.pool = pool, dev.device = Device::kVulkan, dev.backend = backend;
+  return dev;
+}
+
 // Sets DC_VULKAN_MEMORY_MIB for its lifetime.
 class MemoryCap {
  public:
@@ -78,8 +92,7 @@ TEST(DevicePlan, CoversWhatAStepHoldsOnTheDevice) {
   for (const bool recompute : {false, true}) {
     auto backend = open_vulkan_backend(0);
     ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-    Context dev;
-    dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+    const Context dev = on_device(backend->get(), &pool);
     const TrainOptions o = plan_options(recompute);
     auto t = plan_trainer(c, o, dev);
     ASSERT_TRUE(t != nullptr);
@@ -97,6 +110,84 @@ TEST(DevicePlan, CoversWhatAStepHoldsOnTheDevice) {
   EXPECT_LT(sft_plan(c, plan_options(true)).activations, sft_plan(c, plan_options(false)).activations);
 }
 
+// The shape `grpo` plans a round by (prompts_per_round · G rows of max_prompt_length + max_completion_length
+// positions; a micro-batch's rows in three coupled versions, a completion position scored twice), written out here
+// from the options rather than read from the trainer, so that a trainer planning another shape fails the test.
+DeviceBatchShape grpo_shape(const GrpoOptions& o) {
+  const int64_t rows = o.prompts_per_round * o.group_size, micro_rows = rows / o.grad_accum;
+  const int64_t C = o.max_completion_length, S = o.max_prompt_length + C;
+  DeviceBatchShape b;
+  b.positions = 3 * micro_rows * S, b.loss_rows = 2 * micro_rows * C, b.recompute = o.recompute;
+  b.rollout_positions = rows * S, b.rollout_sampled = rows * C;
+  if (o.rollout_kv_cache) b.rollout_kv_rows = rows, b.rollout_kv_seq = S;
+  return b;
+}
+
+// `rollout` with the device memory its first call took on top of what was held when it began (the rollout's own
+// buffers: the forward's, the head sampler's rows, with --fast the KV cache) into *grown.
+RolloutFn measured(RolloutFn rollout, const DeviceBackend* backend, int64_t* grown) {
+  return [=](const Context& ctx, const Model& policy, int64_t round, const std::vector<int64_t>& prompts) {
+    const int64_t at_start = backend->counters().device_bytes;
+    auto r = rollout(ctx, policy, round, prompts);
+    if (*grown < 0) *grown = backend->counters().device_peak_bytes - at_start;
+    return r;
+  };
+}
+
+// One GRPO round on the device, its rollouts generated as `grpo` generates them (generate_on_model: the head samples
+// on the device; with --fast, blocks over a dual KV cache on the device) and its two optimizer steps with the
+// reference model there. Two counts against the plan (the backend's buffers before the first step, its kernels'
+// fixed scratch, left out as the plan leaves them out; the transfers' staging buffers are host memory, not in
+// device_bytes):
+// - the round's peak is at most the plan's total and at least 70 % of it less the rollouts' part (the plan adds
+//   the rollouts' sampled rows and KV cache to the training's although a round holds them at different times);
+// - the first rollout's own buffers (the first, so the forward's named buffers are new) are at most the plan's
+//   rollout part with the forward's buffers at the rollout's positions, and at least half of it (the plan is above
+//   the need where --fast's blocks are shorter than the completion, each step sampling one block's rows, and where
+//   the KV cache holds the keys and values the forward's buffers are also counted for). Here --fast decodes one
+//   block of the completion, so that a plan without the KV cache falls short of the rollout's need.
+TEST(DevicePlan, CoversWhatAGrpoRoundHoldsOnTheDevice) {
+  ASSERT_TRUE(std::filesystem::exists(kGrpoDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
+  test::TempDir dir("device_plan_grpo");
+  const std::string model_dir = head_dim_16_policy(dir.path());
+  ModelConfig config;
+  auto params = load_trainable_params(model_dir, &config);
+  ASSERT_TRUE(params.ok()) << params.status().to_string();
+  const auto model = Model::from_weights(config, params->weights(), nullptr);
+  constexpr int64_t kCompletion = 8, kGroup = 8;
+  ThreadPool pool(2);
+  for (const bool fast : {false, true}) {
+    auto backend = open_vulkan_backend(0);
+    ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+    const Context dev = on_device(backend->get(), &pool);
+    GrpoOptions o = tiny_grpo_options(2);  // one round of two iterations
+    o.model_dir = model_dir;
+    o.group_size = kGroup, o.max_prompt_length = 3, o.max_completion_length = kCompletion;  // tiny_prompts: 3 ids
+    o.rollout_kv_cache = fast;
+    ASSERT_GT(o.loss.beta, 0) << "the test wants the reference model on the device";
+    int64_t rollout_grown = -1;
+    auto t = GrpoTrainer::create(o, dev, measured(engine_rollout(kGroup, kCompletion, 7, fast), backend->get(), &rollout_grown));
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    const int64_t before = (*backend)->counters().device_bytes;
+    while ((*t)->steps_done() < o.steps) {
+      auto s = (*t)->step();
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+    }
+    const int64_t held = (*backend)->counters().device_peak_bytes - before;
+    const DeviceBatchShape shape = grpo_shape(o);
+    const DeviceTrainingPlan plan = plan_device_training(*model, /*optimizer=*/true, /*reference=*/true, shape);
+    const int64_t rollout_plan = model->forward_bytes_per_position() * shape.rollout_positions + plan.rollouts;
+    std::printf("  fast %d: the round held at most %lld bytes, the plan %lld (%s); the rollout took %lld, its part of the "
+                "plan %lld\n", fast, static_cast<long long>(held), static_cast<long long>(plan.total()), plan.text().c_str(),
+                static_cast<long long>(rollout_grown), static_cast<long long>(rollout_plan));
+    EXPECT_LE(held, plan.total()) << "fast " << fast << ": the plan misses part of the device's need";
+    EXPECT_GE(held, (plan.total() - plan.rollouts) * 7 / 10) << "fast " << fast << ": the plan is far above the need";
+    EXPECT_LE(rollout_grown, rollout_plan) << "fast " << fast << ": the plan misses part of the rollout's need";
+    EXPECT_GE(rollout_grown, rollout_plan / 2) << "fast " << fast << ": the plan is far above the rollout's need";
+    t->reset();
+  }
+}
+
 // A device between the checkpointed run's plan and the full one's: the full run is refused at start, naming the
 // sizes and --grad-checkpointing as the fix that fits; the checkpointed run trains there.
 TEST(DevicePlan, RefusesARunThatDoesNotFitNamingTheFix) {
@@ -109,8 +200,7 @@ TEST(DevicePlan, RefusesARunThatDoesNotFitNamingTheFix) {
     auto backend = open_vulkan_backend(0);
     ASSERT_TRUE(backend.ok()) << backend.status().to_string();
     ASSERT_LT((*backend)->memory_bytes(), full);
-    Context dev;
-    dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+    const Context dev = on_device(backend->get(), &pool);
     auto t = plan_trainer(c, plan_options(recompute), dev);
     ASSERT_TRUE(t != nullptr);
     auto s = t->step();

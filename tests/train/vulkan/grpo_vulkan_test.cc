@@ -6,13 +6,11 @@
 // gradient norm, the updated policy and reference weights), a resumed device run equal to the uninterrupted one
 // bit for bit, and what the device does not support refused by name.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -21,6 +19,7 @@
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
 #include "gguf/model_source.h"
+#include "head_dim_16_policy.h"
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "ops/device.h"
@@ -131,19 +130,6 @@ TEST(GrpoVulkan, LossAndGradientsMatchTheCpu) {
   }
   std::printf("  loss %.8f (CPU %.8f), kl %.8f (CPU %.8f), clip %.3f; gradients: worst max |Δ| / max |g| %.2e\n", g->loss,
               w->loss, g->kl, w->kl, w->clip_fraction, worst);
-}
-
-// The grpo fixtures' policy (hidden 32) read as 2 heads of 16 and 1 KV head: the same tensors, a head size the
-// device's attention takes. Returns the directory.
-std::string head_dim_16_policy(const std::string& dir) {
-  const fs::path from = kGrpoDir / "policy";
-  for (const char* name : {"model.safetensors", "generation_config.json"}) fs::create_symlink(from / name, fs::path(dir) / name);
-  std::ifstream in(from / "config.json");
-  nlohmann::json config = nlohmann::json::parse(in);
-  EXPECT_EQ(config["hidden_size"].get<int>(), 32);
-  config["num_attention_heads"] = 2, config["num_key_value_heads"] = 1;
-  std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
-  return dir;
 }
 
 // Two rounds of two iterations, clipped, the reference synced every step (its second round's log-probs read
