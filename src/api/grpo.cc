@@ -264,11 +264,7 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoConfig& c) {
     impl->pool = std::make_unique<dc::ThreadPool>(c.threads);
     dc::Context ctx;
     ctx.pool = impl->pool.get();
-    DC_ASSIGN_OR_RETURN(const dc::DeviceSpec device, dc::parse_device(c.device));
-    if (device.device != dc::Device::kCpu) {
-      DC_ASSIGN_OR_RETURN(impl->backend, dc::open_vulkan_backend(device.index));
-      ctx.device = device.device, ctx.backend = impl->backend.get();
-    }
+    DC_RETURN_IF_ERROR(dc::api::open_rank_device(c.device, impl->comm, &impl->backend, &ctx));
     DC_ASSIGN_OR_RETURN(impl->trainer, dc::train::GrpoTrainer::create(
                                            o, ctx, make_rollout_fn(impl->data, *impl->tokenizer, ro, seed, rewards,
                                                                 &impl->round_rewards)));

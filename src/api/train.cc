@@ -156,11 +156,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Impl::create(const TrainConfig& c, dc:
     dc::Context ctx;
     ctx.pool = impl->pool.get();
     ctx.profiler = profiler;
-    DC_ASSIGN_OR_RETURN(const dc::DeviceSpec device, dc::parse_device(c.device));
-    if (device.device != dc::Device::kCpu) {
-      DC_ASSIGN_OR_RETURN(impl->backend, dc::open_vulkan_backend(device.index));
-      ctx.device = device.device, ctx.backend = impl->backend.get();
-    }
+    DC_RETURN_IF_ERROR(dc::api::open_rank_device(c.device, impl->comm, &impl->backend, &ctx));
     DC_ASSIGN_OR_RETURN(impl->trainer, make_trainer(c, o, ctx));
     const dc::ModelConfig& config = impl->trainer->config();
     impl->info = dc::api::model_info(config);

@@ -59,4 +59,22 @@ Result<std::vector<diffucoder::TrainRankStats>> gather_rank_stats(dist::Comm* co
   return out;
 }
 
+Status open_rank_device(const std::string& spec, const dist::Comm* comm, std::unique_ptr<DeviceBackend>* backend,
+                        Context* ctx) {
+  const int local_rank = comm != nullptr ? comm->local_rank() : 0;
+  DC_ASSIGN_OR_RETURN(const DeviceSpec device, parse_rank_device(spec, local_rank));
+  if (device.device == Device::kCpu) return Status();
+  auto opened = open_vulkan_backend(device.index);
+  if (!opened.ok()) {
+    const std::string who = comm != nullptr && comm->size() > 1
+                                ? "rank " + std::to_string(comm->rank()) + " (local rank " + std::to_string(local_rank) + "): "
+                                : "";
+    return Status(opened.status().code(), who + "--device " + spec + " is vulkan:" + std::to_string(device.index) +
+                                              " here, which cannot be opened: " + opened.status().message());
+  }
+  *backend = std::move(*opened);
+  ctx->device = device.device, ctx->backend = backend->get();
+  return Status();
+}
+
 }  // namespace dc::api

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "core/context.h"
 #include "core/status.h"
 #include "dist/comm.h"
 #include "lora/trainable.h"
+#include "ops/device.h"
 #include "train/optimizer_core.h"
 
 namespace dc::api {
@@ -31,5 +33,12 @@ Result<LoraSpec> lora_spec(int64_t r, double alpha, const std::string& targets, 
 // `comm` (null: this process alone), every rank's, in rank order.
 Result<std::vector<diffucoder::TrainRankStats>> gather_rank_stats(dist::Comm* comm, const train::TrainFootprint& held,
                                                                    int64_t steps_here);
+
+// Opens this rank's device of --device `spec` (parse_rank_device: `vulkan` is the device of the rank's index on
+// its host, `vulkan:N` every rank's, `vulkan:A,B,...` a map) into *backend and sets ctx's device to it; "cpu"
+// leaves both. `comm`: the ranks (null: one process). A device that does not exist is refused naming the rank,
+// its local rank and the device.
+Status open_rank_device(const std::string& spec, const dist::Comm* comm, std::unique_ptr<DeviceBackend>* backend,
+                        Context* ctx);
 
 }  // namespace dc::api

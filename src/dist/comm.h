@@ -34,6 +34,9 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "single", "mpi"
+  // This rank's index among the ranks on its host (MPI's shared-memory split of the world, whatever the
+  // launcher): 0 in one process. A trainer on a device picks the device of this index by default.
+  int local_rank() const { return local_rank_; }
 
   virtual Status barrier() = 0;
   // `bytes` bytes at data, from rank `root` to every rank.
@@ -76,6 +79,7 @@ class Comm {
 
  protected:
   int64_t bytes_sent_ = 0;
+  int local_rank_ = 0;
 };
 
 // One process: size 1, every operation a copy or nothing.

@@ -94,6 +94,7 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
+  void set_local_rank(int local_rank) { local_rank_ = local_rank; }
 
   Status barrier() override {
     Busy busy(this, "barrier");
@@ -423,8 +424,16 @@ Result<std::unique_ptr<Comm>> world_comm(double timeout_s) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int local_rank = 0;  // among the ranks that share this host's memory
+  MPI_Comm host = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host) != MPI_SUCCESS ||
+      MPI_Comm_rank(host, &local_rank) != MPI_SUCCESS)
+    return io_error("MPI_Comm_split_type failed: this rank's index on its host is unknown");
+  MPI_Comm_free(&host);
   // Below SERIALIZED, no progress thread: started reduce-scatters move only inside start and finish.
-  return std::unique_ptr<Comm>(new MpiComm(rank, size, timeout_s, provided >= MPI_THREAD_SERIALIZED));
+  auto comm = std::make_unique<MpiComm>(rank, size, timeout_s, provided >= MPI_THREAD_SERIALIZED);
+  comm->set_local_rank(local_rank);
+  return std::unique_ptr<Comm>(std::move(comm));
 }
 
 #else

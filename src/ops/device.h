@@ -33,6 +33,11 @@ struct DeviceSpec {
 };
 // "cpu", "vulkan" (device 0) or "vulkan:N". Errors (kInvalidArgument) name --device's accepted forms.
 Result<DeviceSpec> parse_device(std::string_view spec);
+// The device of the rank with index `local_rank` on its host (training under mpirun, one device per rank):
+// "cpu"; "vulkan": device `local_rank` (device 0 in one process); "vulkan:N": device N on every rank (several
+// ranks may share it); "vulkan:A,B,...": the local_rank-th index of the list. Errors (kInvalidArgument) name
+// --device and, for a list without an entry for this rank, the local rank.
+Result<DeviceSpec> parse_rank_device(std::string_view spec, int local_rank);
 
 // The address of device memory holding T's: a DeviceBackend's handle (the Vulkan backend's: a buffer's
 // slot), never a host pointer. Null by default; DevicePtr<T> converts to DevicePtr<const T> (and to

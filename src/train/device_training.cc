@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/log.h"
-#include "dist/comm.h"
+#include "core/profiler.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
 #include "ops/adamw.h"
@@ -20,12 +20,10 @@
 
 namespace dc::train {
 
-Status check_device_training(const Context& ctx, int64_t lora_r, const dist::Comm* comm, MatmulPrecision* precision) {
+Status check_device_training(const Context& ctx, int64_t lora_r, MatmulPrecision* precision) {
   const std::string where = "--device (" + ctx.backend->name() + ")";
   if (lora_r > 0)
     return invalid_argument(where + ": LoRA adapters (--lora-r) train on the CPU only for now; use --device cpu");
-  if (comm != nullptr && comm->size() > 1)
-    return invalid_argument(where + ": data-parallel ranks (mpirun) train on the CPU only for now; run one process");
   if (*precision == MatmulPrecision::kBF16)
     dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": f32 throughout (the device's backward has no "
                              "bf16 matrix-unit path yet)");
@@ -179,7 +177,8 @@ Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, boo
   }
   fixes += "fewer positions per micro-batch (" + batch.smaller_batch + "; the activations, working buffers and loss rows, " +
            mib(plan.activations + plan.scratch + plan.loss_rows) + ", shrink with them); ";
-  fixes += "LoRA adapters (--lora-r) or more ranks (mpirun), which a device run does not take yet; or --device cpu";
+  if (optimizer) fixes += "more ranks (mpirun: each keeps its shard's Adam moments on the host, " + mib(plan.moments) + " less here); ";
+  fixes += "LoRA adapters (--lora-r), which a device run does not take yet; or --device cpu";
   return resource_exhausted("training on " + device + " needs " + plan.text() + ", more than its " + mib(device_bytes) +
                             ". What would make it fit: " + fixes);
 }
@@ -189,13 +188,16 @@ Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "DeviceTraining::start: a device context");
   std::unique_ptr<DeviceTraining> d(new DeviceTraining());
   d->config_ = model.config();
-  const DeviceTrainingPlan plan = plan_device_training(model, core != nullptr, reference, batch);
-  dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text());
-  DC_RETURN_IF_ERROR(
-      check_device_plan(plan, model, core != nullptr, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
+  d->sharded_ = core != nullptr && core->sharded();
+  const bool moments = core != nullptr && !d->sharded_;  // sharded: the moments of the shard on the host
+  const DeviceTrainingPlan plan = plan_device_training(model, moments, reference, batch);
+  dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text() +
+                               (d->sharded_ ? " (the Adam moments of this rank's shard on the host)" : ""));
+  DC_RETURN_IF_ERROR(check_device_plan(plan, model, moments, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
   DC_RETURN_IF_ERROR(d->adopt(ctx, model, &d->params_));
   DC_ASSIGN_OR_RETURN(d->grads_, DeviceParams::zeros(ctx, d->config_));
-  if (core == nullptr) return d;
+  if (d->sharded_) d->staging_ = ModelParams::zeros(d->config_);
+  if (!moments) return d;
   d->moments_ = true;
   DC_ASSIGN_OR_RETURN(d->m_, DeviceParams::zeros(ctx, d->config_));
   DC_ASSIGN_OR_RETURN(d->v_, DeviceParams::zeros(ctx, d->config_));
@@ -206,8 +208,21 @@ Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx
   return d;
 }
 
+Result<OptimizerStepStats> DeviceTraining::step_sharded(const Context& ctx, OptimizerCore& core, double loss) {
+  {
+    const ProfileScope profile(ctx, "gradients to the host");
+    DC_RETURN_IF_ERROR(grads_.download(ctx, staging_));
+  }
+  OptimizerStepStats s = core.step_local_grads(ctx, staging_.data(), loss);
+  if (s.skipped) return s;  // the weights stay: nothing to upload
+  const ProfileScope profile(ctx, "weights to the device");
+  DC_RETURN_IF_ERROR(upload_into(ctx, params_, core.params()));
+  return s;
+}
+
 Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCore& core, double loss) {
-  DC_CHECK(moments_ && !core.sharded(), "DeviceTraining::step: started with the optimizer, one process");
+  DC_CHECK(core.sharded() == sharded_ && (moments_ || sharded_), "DeviceTraining::step: started with this optimizer");
+  if (sharded_) return step_sharded(ctx, core, loss);
   const std::vector<DeviceParams::Tensor>& grads = grads_.tensors();
   const int64_t n = static_cast<int64_t>(grads.size());
   OptimizerStepStats s;
@@ -244,6 +259,7 @@ Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCor
 }
 
 Status DeviceTraining::sync_to_host(const Context& ctx, OptimizerCore& core) const {
+  if (sharded_) return Status();  // the core's weights were uploaded by the last step; its moments never left
   if (moments_) {
     DC_RETURN_IF_ERROR(m_.download(ctx, core.host_state().m));
     DC_RETURN_IF_ERROR(v_.download(ctx, core.host_state().v));
@@ -270,14 +286,18 @@ Status DeviceTraining::upload_reference(const Context& ctx, const Model& referen
 
 Status DeviceTraining::refresh_reference(const Context& ctx, const ModelParams& host) const {
   if (reference_.tok_embd.empty()) return invalid_argument("refresh_reference: the reference model was never uploaded");
-  std::vector<std::span<float>> spans;  // the reference's device copies, index order
-  visit_tensors(config_, reference_, [&](const std::string&, const std::vector<int64_t>&, const std::span<float>* m,
-                                         const std::span<float>* v) { spans.push_back(m != nullptr ? *m : *v); });
-  DC_CHECK(spans.size() == host.tensors().size(), "refresh_reference: a ModelParams of the trainer's config");
+  return upload_into(ctx, reference_, host);
+}
+
+Status DeviceTraining::upload_into(const Context& ctx, const ModelSpans& device, const ModelParams& host) const {
+  std::vector<std::span<float>> spans;  // the device copies, index order
+  visit_tensors(config_, device, [&](const std::string&, const std::vector<int64_t>&, const std::span<float>* m,
+                                     const std::span<float>* v) { spans.push_back(m != nullptr ? *m : *v); });
+  DC_CHECK(spans.size() == host.tensors().size(), "DeviceTraining::upload_into: a ModelParams of the trainer's config");
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   for (size_t i = 0; i < spans.size(); ++i) {
     const ModelParams::Tensor& t = host.tensors()[i];
-    DC_CHECK(static_cast<int64_t>(spans[i].size()) == t.size, "refresh_reference: a ModelParams of the trainer's config");
+    DC_CHECK(static_cast<int64_t>(spans[i].size()) == t.size, "DeviceTraining::upload_into: a ModelParams of the trainer's config");
     DC_RETURN_IF_ERROR(ctx.backend->begin());
     const float* staged = device_copy(ctx, "params.upload", static_cast<const float*>(t.data), t.size);
     DC_RETURN_IF_ERROR(device_status(ctx));

@@ -6,8 +6,13 @@
 // Coupled-GRPO loss and its log-probs). What crosses to the host per step: the metrics only. The optimizer step
 // is one submission: each tensor's Σ g², their sum, and AdamW, which skips a non-finite sum and clips by it there
 // (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as the gradient norm after the step has run.
-// Checkpoints download the weights and moments into the OptimizerCore first. One process, full fine-tuning, f32
-// (no LoRA, ranks or mixed precision on a device yet: the trainers refuse them).
+// Checkpoints download the weights and moments into the OptimizerCore first. Full fine-tuning, f32 (no LoRA or
+// mixed precision on a device yet: the trainers refuse them).
+// Data parallel (a sharded OptimizerCore, one device per rank: api/train_shared.h open_rank_device): each rank
+// accumulates its micro-batches' gradients on its device; the step downloads them once into a host staging
+// buffer, reduce-scatters them over the ranks (OptimizerCore::step_local_grads: ZeRO-2's rank order), runs
+// AdamW of the rank's shard on the host (its moments live there, sharded: none on the device), all-gathers the
+// f32 weights and uploads them once. Per step and rank: 4·N bytes down and 4·N up (N parameters).
 #pragma once
 
 #include <cstdint>
@@ -25,16 +30,12 @@ namespace dc {
 class DeviceMemory;
 }
 
-namespace dc::dist {
-class Comm;
-}
-
 namespace dc::train {
 
 // What a trainer on a device refuses (it never runs on the CPU instead: the error names the flag) and what it
 // changes: the precision to f32 (the device's backward has no bf16 matrix-unit path yet; said in a note).
-// `lora_r` > 0 and more than one rank are refused.
-Status check_device_training(const Context& ctx, int64_t lora_r, const dist::Comm* comm, MatmulPrecision* precision);
+// `lora_r` > 0 is refused.
+Status check_device_training(const Context& ctx, int64_t lora_r, MatmulPrecision* precision);
 
 // The loss rows' device memory: hidden [n_out, n_embd] (what Model::forward_hidden writes) and logits
 // [n_out, n_vocab] (the lm_head's, then their gradient), grown to the largest batch so far, never shrunk.
@@ -92,15 +93,17 @@ struct DeviceTrainingPlan {
 DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch);
 // Ok when `plan` fits `device_bytes`; else kResourceExhausted naming `device`, the sizes and what would make the run
 // fit: --grad-checkpointing (with the activations it would leave), a smaller micro-batch (batch.smaller_batch),
-// LoRA and more ranks (not on a device yet), or --device cpu.
+// more ranks when the moments are on the device (mpirun: each rank keeps its shard's on the host), LoRA (not on
+// a device yet), or --device cpu.
 Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
                          const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device);
 
 class DeviceTraining {
  public:
   // Uploads `model`'s weights (f32: a model over the master weights) to ctx's device (a device context) and
-  // allocates zero gradients; with `core`, also its moments (the saved ones when it has resumed), else
-  // gradients only (step() is then refused: grpo-loss). Errors: the device's out of memory (naming the
+  // allocates zero gradients; with `core`, also its moments (the saved ones when it has resumed) unless the core
+  // is sharded (then a host staging buffer of the gradients instead), else gradients only (step() is then
+  // refused: grpo-loss). Errors: the device's out of memory (naming the
   // tensor), weights not f32. The trainer owns its weights' device copies and finds them by tensor index (visit_tensors
   // order): whatever copy the backend held from the same host addresses (e.g. a destroyed trainer's, whose host
   // memory the allocator handed out again) is dropped first and the model's values uploaded, and the copies are
@@ -118,9 +121,11 @@ class DeviceTraining {
   // tensor's (f32 sums in a fixed order), then AdamW at learning_rate(core's schedule) scaled by clip_coefficient
   // of that norm, computed on the device; a non-finite loss (known on the host) or norm (decided on the device)
   // skips the update. The Σ is read back after the step as the stats' grad_norm; the step is counted in `core`.
+  // A sharded core (every rank calls it): the gradients downloaded, OptimizerCore::step_local_grads, and the
+  // all-gathered weights uploaded (not after a skipped step).
   Result<OptimizerStepStats> step(const Context& ctx, OptimizerCore& core, double loss);
   // Downloads the weights into core's master weights and, when started with a core, the moments (before
-  // OptimizerCore::save, or a host-side mix of the weights).
+  // OptimizerCore::save, or a host-side mix of the weights). Sharded: nothing (the core's are the device's).
   Status sync_to_host(const Context& ctx, OptimizerCore& core) const;
 
   // A second model on the device (GRPO's reference model, of this model's config), owned as the first: stale
@@ -136,13 +141,18 @@ class DeviceTraining {
   // Makes `model`'s weights this trainer's on ctx's device: drops the copies the backend holds at their host
   // addresses, uploads them and sets *spans to their device copies (visit_tensors order).
   Status adopt(const Context& ctx, const Model& model, ModelSpans* spans);
+  // Copies host's tensors (a ModelParams of the config) into the device copies `spans` (visit_tensors order).
+  Status upload_into(const Context& ctx, const ModelSpans& spans, const ModelParams& host) const;
+  Result<OptimizerStepStats> step_sharded(const Context& ctx, OptimizerCore& core, double loss);
   ModelConfig config_;
   DeviceBackend* backend_ = nullptr;  // whose copies hosts_ names, dropped on destruction
   std::vector<const void*> hosts_;    // the host addresses of the adopted weights: the backend's keys, never read
   ModelSpans params_;     // the device's weights, writable device operands (visit_tensors order)
   ModelSpans reference_;  // upload_reference's (empty before)
   DeviceParams grads_, m_, v_;
-  bool moments_ = false;
+  bool moments_ = false;  // the Adam moments on the device (an unsharded core)
+  bool sharded_ = false;  // a sharded core: the moments on the host, staging_ the gradients' way there
+  ModelParams staging_;   // sharded: [n values] this rank's gradients, downloaded once per step
   DeviceLossRows rows_;
 };
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/dtype.h"
 #include "core/profiler.h"
 #include "io/atomic_dir.h"
@@ -280,24 +281,11 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
   if (sharded()) {  // ZeRO: the norm of all shards (reduced by the micro-batches), AdamW on this shard, all-gather
-    const int64_t n = params_.n_values();
-    float* g_shard = g_shard_.data();
     if (!in_flight_.empty() || (once_per_step_ && micro_ != options_.micro_batches))
       comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": internal error: " +
                           std::to_string(micro_) + " micro-batches ended of the " + std::to_string(options_.micro_batches) +
                           " the gradients are reduced over, " + std::to_string(in_flight_.size()) + " reductions in flight");
-    Result<std::vector<double>> sum = comm_->sum_doubles({sum_of_squares(g_shard, shard_.size(), ctx.pool)});
-    Status st = sum.status();
-    if (st.ok()) {
-      s.grad_norm = std::sqrt((*sum)[0]);
-      s.skip_cause = skip_cause(loss, s.grad_norm);  // the same on every rank: the reduced norm and loss
-      if (s.skip_cause.empty()) {
-        adamw_shard(params_, shard_, g_shard, m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
-                    options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
-        st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), n);
-      }
-    }
-    if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
+    sharded_update(ctx, mixed, loss, s);
   } else if (mixed != nullptr) {  // clipping and the next step's bf16 copies fused into AdamW: one pass over the state
     {
       const ProfileScope profile(ctx, "gradient norm");
@@ -315,6 +303,35 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
   // The bf16 copies still hold the unchanged weights after a skip: the next refresh keeps them (sharded, the
   // masters outside this rank's shard may already be given back and must not be re-laid from).
   if (!s.skip_cause.empty() && mixed != nullptr) mixed->mark_written();
+  return count_step(std::move(s));
+}
+
+void OptimizerCore::sharded_update(const Context& ctx, MixedPrecisionWeights* mixed, double loss, OptimizerStepStats& s) {
+  Result<std::vector<double>> sum = comm_->sum_doubles({sum_of_squares(g_shard_.data(), shard_.size(), ctx.pool)});
+  Status st = sum.status();
+  if (st.ok()) {
+    s.grad_norm = std::sqrt((*sum)[0]);
+    s.skip_cause = skip_cause(loss, s.grad_norm);  // the same on every rank: the reduced norm and loss
+    if (s.skip_cause.empty()) {
+      adamw_shard(params_, shard_, g_shard_.data(), m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
+                  options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
+      st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), params_.n_values());
+    }
+  }
+  if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
+}
+
+OptimizerStepStats OptimizerCore::step_local_grads(const Context& ctx, const float* local, double loss) {
+  DC_CHECK(sharded() && in_flight_.empty(), "OptimizerCore::step_local_grads: a sharded core, nothing in flight");
+  const int64_t n = params_.n_values();
+  std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
+  const Status reduced = comm_->reduce_scatter_add(local, {0, n}, n, g_shard_.data());
+  if (!reduced.ok())
+    comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": reduce-scatter of the gradients: " +
+                        reduced.message());
+  OptimizerStepStats s;
+  s.lr = learning_rate(options_.lr, state_.step);
+  sharded_update(ctx, nullptr, loss, s);
   return count_step(std::move(s));
 }
 

@@ -184,6 +184,12 @@ class OptimizerCore {
   };
   HostState host_state() { return {params_, m_, v_}; }
   OptimizerStepStats count_step(OptimizerStepStats s);
+  // Sharded, for a trainer whose gradients live on a device (one per rank): `local` [n_values()] is this rank's
+  // whole gradient of the step (its micro-batches accumulated there, downloaded once); it is reduce-scattered in
+  // one blocking call (rank order, Comm::reduce_scatter_add) into the shard's sums, then step()'s ZeRO step
+  // runs: the norm of all shards, AdamW of this rank's shard on the host, the all-gather of params() in f32.
+  // A failed collective ends the job on every rank (Comm::abort).
+  OptimizerStepStats step_local_grads(const Context& ctx, const float* local, double loss);
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
   // source_model_dir's config and small files, and what `extra` writes) and returns its path.
@@ -231,6 +237,9 @@ class OptimizerCore {
   Status reduce_layer(int64_t il);        // layer il's slot
   // start(): whether to reduce once per step, the whole buffer costing extra_bytes more than the slots.
   bool choose_once_per_step(int64_t extra_bytes) const;
+  // The ZeRO step over the reduced g_shard_ (s.lr set): the global norm, AdamW of the shard, the all-gather
+  // (into `mixed` when given); aborts the job on a failed collective.
+  void sharded_update(const Context& ctx, MixedPrecisionWeights* mixed, double loss, OptimizerStepStats& s);
   bool masters_whole_ = true;
   int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
   // The sharded mixed-precision all-gather after AdamW (see the top).

@@ -8,6 +8,8 @@
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
 // In bf16 mixed precision each rank keeps the f32 masters of its shard only (counted), with the same
 // results and resumes, tied embeddings too (two runs of a tied copy of the checkpoint).
+// `train --device vulkan` the same way, one device per rank (device 0 shared on lavapipe) against one process on
+// the device and the CPU's ranks.
 // Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, a rerun of
 // the first round resumed for the second is bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "dist/comm.h"
 #include "fixtures.h"
 #include "io/safetensors.h"
@@ -548,6 +551,105 @@ TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
   const auto r = train(2, "bad", "", 3);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("--grad-accum 3 is not a multiple of the 2 ranks"), std::string::npos) << r.out;
+}
+
+// `train --device vulkan` on 2 ranks, each on device 0 (lavapipe exposes one: the map vulkan:0,0, then
+// vulkan:0), 2 steps of one 16-token micro-batch per rank, clipped: the losses, gradient norms and final weights
+// equal one process on the device and the CPU's 2 ranks within the device tests' f32 bounds (AdamW's eps 1e-3, as
+// there); the run resumed from its step-1 checkpoint is bit-identical; a map naming a device a rank cannot open
+// is refused naming the rank and device. The checkpoint: tiny-vocab read with head_dim 16 (the device's
+// attention) and its first 4096 vocabulary rows (the data's ids are below 2100; the special ids moved below 4096):
+// the 152k-row lm_head takes seconds per pass on lavapipe.
+TEST_F(TrainDist, VulkanRanksEqualOneProcessOnTheDevice) {
+  if (testing::run_binary("devices").out.find("vulkan:0") == std::string::npos) GTEST_SKIP() << "no Vulkan device";
+  constexpr int64_t kVocab = 4096;
+  const fs::path model = path("small_vocab"), from = testing::fixtures_dir() + "/tiny-vocab";
+  fs::create_directories(model);
+  fs::create_symlink(from / "tokenizer.json", model / "tokenizer.json");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(from / "config.json"));
+  config["num_attention_heads"] = 2, config["num_key_value_heads"] = 1, config["vocab_size"] = kVocab;
+  config["mask_token_id"] = kVocab - 1, config["pad_token_id"] = kVocab - 2;
+  config["bos_token_id"] = config["eos_token_id"] = kVocab - 3;
+  std::ofstream(model / "config.json") << config.dump(2);
+  auto base = SafetensorsFile::open((from / "model.safetensors").string());
+  ASSERT_TRUE(base.ok());
+  std::vector<TensorToWrite> sliced;
+  for (const auto& [name, t] : base->tensors()) {
+    std::vector<int64_t> shape = t.shape;
+    if (shape[0] == 152064) shape[0] = kVocab;  // the embedding table's and lm_head's first rows
+    sliced.push_back({name, t.dtype, shape, t.data});
+  }
+  ASSERT_TRUE(write_safetensors((model / "model.safetensors").string(), sliced).ok());
+  const auto run = [&](int ranks, const std::string& out, const std::string& device, const std::string& extra = "") {
+    testing::RunResult r = testing::run_command(
+        launcher(ranks) + DC_BINARY_PATH + " train --model " + model.string() + " --data " + path("sft.jsonl").string() +
+        " --steps 2 --save-every 1 --precision f32 --seq-len 16 --batch-size 1 --grad-accum 2 --lr 2e-3 --warmup-steps 0"
+        " --adam-eps 1e-3 --weight-decay 0.1 --max-grad-norm 1 --pad-id 4094 --threads 1 --quiet --out " + path(out).string() +
+        " --device " + device + " " + extra);
+    r.out += r.err;
+    return r;
+  };
+  const auto one = run(1, "vk_one", "vulkan");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = run(2, "vk_two", "vulkan:0,0");
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  const auto cpu = run(2, "vk_cpu", "cpu");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  const auto metrics = [&](const std::string& out) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(path(out) / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  };
+  const auto m_two = metrics("vk_two");
+  ASSERT_EQ(m_two.size(), 2u);
+  for (const char* other : {"vk_one", "vk_cpu"}) {
+    const auto m = metrics(other);
+    ASSERT_EQ(m.size(), 2u) << other;
+    for (size_t k = 0; k < 2; ++k)
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double want = m[k][key], got = m_two[k][key];
+        EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << key << " of step " << k + 1 << " against " << other;
+      }
+    EXPECT_GT(m[0]["grad_norm"].get<double>(), 1.0) << "the test wants clipping on";
+    // Every tensor's distance from the other run's weights, against its update (the device tests' bound).
+    const fs::path last = fs::path("checkpoint-000002") / "model.safetensors";
+    auto a = SafetensorsFile::open((path(other) / last).string());
+    auto b = SafetensorsFile::open((path("vk_two") / last).string());
+    auto p0 = SafetensorsFile::open((model / "model.safetensors").string());
+    ASSERT_TRUE(a.ok() && b.ok() && p0.ok()) << other;
+    for (const auto& [name, ta] : a->tensors()) {
+      if (name.find("k_proj.bias") != std::string::npos) continue;  // its exact gradient is zero (see difference)
+      const TensorInfo* tb = b->find(name);
+      const TensorInfo* t0 = p0->find(name);
+      ASSERT_TRUE(tb != nullptr && t0 != nullptr && tb->n_bytes == ta.n_bytes) << name;
+      const auto* x = reinterpret_cast<const float*>(ta.data);
+      const auto* y = reinterpret_cast<const float*>(tb->data);
+      ASSERT_EQ(t0->dtype, DType::kBF16) << name << ": the fixture's weights are bf16";
+      const auto* w0 = reinterpret_cast<const uint16_t*>(t0->data);
+      double step = 0, diff = 0;
+      for (size_t i = 0; i < ta.n_bytes / sizeof(float); ++i) {
+        step = std::max(step, std::fabs(double(x[i]) - bf16_to_f32(w0[i])));
+        const double d = std::fabs(double(x[i]) - y[i]);
+        diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+      }
+      ASSERT_GT(step, 0) << name << ": not updated";
+      EXPECT_LE(diff, 2e-4 * step) << name << " against " << other;
+    }
+  }
+  // Resumed from the step-1 checkpoint on 2 ranks: the uninterrupted run bit for bit.
+  fs::copy(path("vk_two"), path("vk_resumed"), fs::copy_options::recursive);
+  fs::remove_all(path("vk_resumed") / "checkpoint-000002");
+  const auto resumed = run(2, "vk_resumed", "vulkan:0", "--resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  for (const char* f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
+                        "optimizer-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(read_bytes(path("vk_two") / "checkpoint-000002" / f) == read_bytes(path("vk_resumed") / "checkpoint-000002" / f))
+        << f;
+  // Rank 1 mapped to a device that is not there: refused, naming the rank and the device.
+  const auto bad = run(2, "vk_bad", "vulkan:0,7");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("rank 1 (local rank 1): --device vulkan:0,7 is vulkan:7 here"), std::string::npos) << bad.out;
 }
 
 // Coupled-GRPO with fixed rollouts (tests/dist/grpo_dist_check.cc: the same completions whichever rank

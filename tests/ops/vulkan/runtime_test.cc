@@ -47,6 +47,28 @@ TEST(VulkanRuntime, ParsesDeviceNames) {
   }
 }
 
+// Training under mpirun: `vulkan` is the device of the rank's index on its host, `vulkan:N` every rank's (ranks
+// may share one), `vulkan:A,B,...` a map by local rank; a map without this rank's entry names it.
+TEST(VulkanRuntime, ParsesARanksDevice) {
+  EXPECT_EQ(parse_rank_device("cpu", 1)->device, Device::kCpu);
+  EXPECT_EQ(parse_rank_device("vulkan", 0)->index, 0);
+  EXPECT_EQ(parse_rank_device("vulkan", 3)->index, 3);
+  EXPECT_EQ(parse_rank_device("vulkan:0", 3)->index, 0);
+  EXPECT_EQ(parse_rank_device("vulkan:2,0,1", 0)->index, 2);
+  EXPECT_EQ(parse_rank_device("vulkan:2,0,1", 2)->index, 1);
+  EXPECT_EQ(parse_rank_device("vulkan:0,0", 1)->device, Device::kVulkan);
+  auto short_map = parse_rank_device("vulkan:0,0", 2);
+  ASSERT_FALSE(short_map.ok());
+  EXPECT_EQ(short_map.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(short_map.status().message().find("no device for local rank 2"), std::string::npos) << short_map.status().message();
+  for (const char* bad : {"vulkan:0,", "vulkan:,1", "vulkan:0,x", "vulkan:0,,1", "vulkan:1,12345"}) {
+    auto r = parse_rank_device(bad, 0);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("vulkan:A,B,..."), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(parse_rank_device("vulkan:x", 0).ok());
+}
+
 TEST(VulkanRuntime, IndexOutOfRangeListsTheDevices) {
   auto r = vk::Runtime::open(99);
   ASSERT_FALSE(r.ok());
