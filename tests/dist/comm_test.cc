@@ -29,6 +29,7 @@ TEST(SingleComm, IsOneRankAndAdds) {
   auto c = single_comm();
   EXPECT_EQ(c->rank(), 0);
   EXPECT_EQ(c->size(), 1);
+  EXPECT_EQ(c->local_rank(), 0);
   const std::vector<float> in = {1.5f, -2.0f};
   std::vector<float> out = {1.0f, 1.0f, 1.0f, 1.0f};
   ASSERT_TRUE(c->reduce_scatter_add(in.data(), {1, 3}, 4, out.data()).ok());  // values 1 and 2 of 4

@@ -5,15 +5,19 @@
 // of (round, prompt, completion index), not of the policy or of which rank draws them, so a run on N ranks
 // sees exactly the completions of one process and must end with the same weights within float rounding.
 // --stop-after S: stop after step S (a round boundary), writing its checkpoint, as a stopped job would.
+// --device SPEC: the loss, backward and step on a Vulkan device (SPEC as train's: vulkan:0 every rank on
+// device 0), one per rank (api's open_rank_device's rule, here through ops' parse_rank_device).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
 #include "dist/comm.h"
+#include "ops/device.h"
 #include "train/grpo_trainer.h"
 
 namespace {
@@ -57,9 +61,11 @@ int main(int argc, char** argv) {
   GrpoOptions o;
   o.model_dir = argv[1], o.out_dir = argv[2];
   int64_t stop_after = 0;
+  std::string device = "cpu";
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--resume") == 0) o.resume = true;
     if (std::strcmp(argv[i], "--stop-after") == 0 && i + 1 < argc) stop_after = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
   }
   o.n_prompts = 6, o.steps = 4, o.group_size = 4, o.prompts_per_round = 2, o.grad_accum = 4, o.num_iterations = 2;
   o.ref_sync_steps = 2, o.seed = 7;
@@ -74,8 +80,16 @@ int main(int argc, char** argv) {
   ThreadPool pool(1);
   Context ctx;
   ctx.pool = &pool;
-  auto trainer = GrpoTrainer::create(o, ctx, fixed_rollout);
-  Status st = trainer.status();
+  std::unique_ptr<DeviceBackend> backend;
+  const Result<DeviceSpec> spec = parse_rank_device(device, (*comm)->local_rank());
+  Status st = spec.status();
+  if (st.ok() && spec->device != Device::kCpu) {
+    auto opened = open_vulkan_backend(spec->index);
+    st = opened.status();
+    if (st.ok()) backend = std::move(*opened), ctx.device = spec->device, ctx.backend = backend.get();
+  }
+  auto trainer = st.ok() ? GrpoTrainer::create(o, ctx, fixed_rollout) : Result<std::unique_ptr<GrpoTrainer>>(st);
+  st = trainer.status();
   const int64_t last = stop_after > 0 ? std::min(stop_after, o.steps) : o.steps;
   while (st.ok() && (*trainer)->steps_done() < last) {
     auto s = (*trainer)->step();

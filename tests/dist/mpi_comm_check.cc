@@ -2,6 +2,7 @@
 // from the same seeds, so each can compute the expected results itself. The reduce-scatter must add, bit
 // for bit, the contributions summed in rank order (its determinism contract) for sizes that split unevenly
 // and span several messages' worth of chunks, over the whole buffer and over a region of it; all-gather, broadcast and the metric sums must be exact.
+// Every rank runs on this host: its local rank (the device a rank trains on by default) is its rank.
 // The non-blocking reduce-scatter (start / finish) with several buckets in flight must give the same bits;
 // the all-gather (one MPI_Allgatherv) every rank's shard, in f32 and bf16, for shards of unequal sizes
 // (n % size != 0) and regions that cut them.
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--truncated") == 0) return truncated(comm);
   expect(size > 1, "launched as more than one rank", rank);
   expect(std::strcmp(comm.backend(), "mpi") == 0, "the MPI backend", rank);
+  expect(comm.local_rank() == rank, "the local rank is the rank (one host)", rank);  // every rank on this host
   for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000}, int64_t{3000001}}) {  // the last: several chunks per shard
     std::vector<float> in(n);
     for (int64_t i = 0; i < n; ++i) in[i] = value(rank, i);

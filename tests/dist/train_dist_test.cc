@@ -553,17 +553,15 @@ TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
   EXPECT_NE(r.out.find("--grad-accum 3 is not a multiple of the 2 ranks"), std::string::npos) << r.out;
 }
 
-// `train --device vulkan` on 2 ranks, each on device 0 (lavapipe exposes one: the map vulkan:0,0, then
-// vulkan:0), 2 steps of one 16-token micro-batch per rank, clipped: the losses, gradient norms and final weights
-// equal one process on the device and the CPU's 2 ranks within the device tests' f32 bounds (AdamW's eps 1e-3, as
-// there); the run resumed from its step-1 checkpoint is bit-identical; a map naming a device a rank cannot open
-// is refused naming the rank and device. The checkpoint: tiny-vocab read with head_dim 16 (the device's
-// attention) and its first 4096 vocabulary rows (the data's ids are below 2100; the special ids moved below 4096):
-// the 152k-row lm_head takes seconds per pass on lavapipe.
-TEST_F(TrainDist, VulkanRanksEqualOneProcessOnTheDevice) {
-  if (testing::run_binary("devices").out.find("vulkan:0") == std::string::npos) GTEST_SKIP() << "no Vulkan device";
+bool have_vulkan() { return testing::run_binary("devices").out.find("vulkan:0") != std::string::npos; }
+
+// A checkpoint for the device tests in dir/small_vocab (made once): tiny-vocab read with head_dim 16 (the
+// device's attention) and its first 4096 vocabulary rows (the data's ids are below 2100; the special ids moved
+// below 4096, the pad id 4094): the 152k-row lm_head takes seconds per pass on lavapipe.
+fs::path small_vocab_model(const fs::path& dir) {
   constexpr int64_t kVocab = 4096;
-  const fs::path model = path("small_vocab"), from = testing::fixtures_dir() + "/tiny-vocab";
+  const fs::path model = dir / "small_vocab", from = testing::fixtures_dir() + "/tiny-vocab";
+  if (fs::exists(model / "model.safetensors")) return model;
   fs::create_directories(model);
   fs::create_symlink(from / "tokenizer.json", model / "tokenizer.json");
   nlohmann::json config = nlohmann::json::parse(std::ifstream(from / "config.json"));
@@ -572,14 +570,25 @@ TEST_F(TrainDist, VulkanRanksEqualOneProcessOnTheDevice) {
   config["bos_token_id"] = config["eos_token_id"] = kVocab - 3;
   std::ofstream(model / "config.json") << config.dump(2);
   auto base = SafetensorsFile::open((from / "model.safetensors").string());
-  ASSERT_TRUE(base.ok());
+  EXPECT_TRUE(base.ok());
   std::vector<TensorToWrite> sliced;
   for (const auto& [name, t] : base->tensors()) {
     std::vector<int64_t> shape = t.shape;
     if (shape[0] == 152064) shape[0] = kVocab;  // the embedding table's and lm_head's first rows
     sliced.push_back({name, t.dtype, shape, t.data});
   }
-  ASSERT_TRUE(write_safetensors((model / "model.safetensors").string(), sliced).ok());
+  EXPECT_TRUE(write_safetensors((model / "model.safetensors").string(), sliced).ok());
+  return model;
+}
+
+// `train --device vulkan` on 2 ranks, each on device 0 (lavapipe exposes one: the map vulkan:0,0, then
+// vulkan:0), 2 steps of one 16-token micro-batch per rank on small_vocab_model, clipped: the losses, gradient
+// norms and final weights equal one process on the device and the CPU's 2 ranks within the device tests' f32
+// bounds (AdamW's eps 1e-3, as there); the run resumed from its step-1 checkpoint is bit-identical; a map naming
+// a device a rank cannot open is refused naming the rank and device.
+TEST_F(TrainDist, VulkanRanksEqualOneProcessOnTheDevice) {
+  if (!have_vulkan()) GTEST_SKIP() << "no Vulkan device";
+  const fs::path model = small_vocab_model(dir_);
   const auto run = [&](int ranks, const std::string& out, const std::string& device, const std::string& extra = "") {
     testing::RunResult r = testing::run_command(
         launcher(ranks) + DC_BINARY_PATH + " train --model " + model.string() + " --data " + path("sft.jsonl").string() +
@@ -690,6 +699,40 @@ TEST_F(TrainDist, GrpoOnTwoRanksEqualsOneProcess) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   for (const char* f : kFiles)
     EXPECT_TRUE(read_bytes(path("g2") / kLast / f) == read_bytes(path("g2_resumed") / kLast / f)) << f;
+}
+
+// Coupled-GRPO on a device per rank (grpo_dist_check --device vulkan:0, both ranks on lavapipe's device 0, on
+// small_vocab_model): 2 ranks end with the weights and the reference model of one process on the device and of
+// the CPU's 2 ranks within f32 bounds, and the same loss curve.
+TEST_F(TrainDist, GrpoVulkanRanksEqualOneProcessOnTheDevice) {
+  if (!have_vulkan()) GTEST_SKIP() << "no Vulkan device";
+  const fs::path model = small_vocab_model(dir_);
+  const auto grpo = [&](int ranks, const std::string& out, const std::string& device) {
+    testing::RunResult r = testing::run_command(launcher(ranks) + DC_GRPO_DIST_CHECK + " " + model.string() + " " +
+                                                path(out).string() + " --device " + device);
+    r.out += r.err;
+    return r;
+  };
+  const char* kLast = "checkpoint-000004";
+  const auto one = grpo(1, "gv1", "vulkan:0");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto two = grpo(2, "gv2", "vulkan:0");
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  const auto cpu = grpo(2, "gv_cpu", "cpu");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  const auto l2 = losses(path("gv2/metrics.jsonl"));
+  ASSERT_EQ(l2.size(), 4u);
+  for (const char* other : {"gv1", "gv_cpu"}) {
+    for (const char* f : {"model.safetensors", "ref_model.safetensors"}) {
+      const Difference d = difference(path(other) / kLast / f, path("gv2") / kLast / f);
+      std::printf("  %s vs 2 ranks on the device, %s: norm %.2e, max %.2e\n", other, f, d.norm_relative, d.max_relative);
+      EXPECT_LT(d.norm_relative, 1e-5) << other << " " << f;
+      EXPECT_LT(d.max_relative, 1e-5) << other << " " << f;
+    }
+    const auto l = losses(path(other) / "metrics.jsonl");
+    ASSERT_EQ(l.size(), 4u) << other;
+    for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l2[i], l[i], 1e-4 * std::fabs(l[i]) + 1e-9) << other << " step " << i + 1;
+  }
 }
 
 // `mpirun -np 2 diffucoder grpo` end to end on the tiny real-vocabulary checkpoint with its own rollouts and
