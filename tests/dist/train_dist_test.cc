@@ -581,6 +581,17 @@ fs::path small_vocab_model(const fs::path& dir) {
   return model;
 }
 
+// The three runs the device tests compare, `run(ranks, out, device)` each: one process on the device (`one`,
+// into PREFIX_one), 2 ranks on it (`two`, PREFIX_two) and the CPU's 2 ranks (PREFIX_cpu); each must succeed.
+template <class Run>
+std::vector<testing::RunResult> device_runs(const Run& run, const std::string& prefix, const std::string& one,
+                                            const std::string& two) {
+  std::vector<testing::RunResult> r = {run(1, prefix + "_one", one), run(2, prefix + "_two", two),
+                                       run(2, prefix + "_cpu", "cpu")};
+  for (const testing::RunResult& x : r) EXPECT_EQ(x.exit_code, 0) << x.out;
+  return r;
+}
+
 // `train --device vulkan` on 2 ranks, each on device 0 (lavapipe exposes one: the map vulkan:0,0, then
 // vulkan:0), 2 steps of one 16-token micro-batch per rank on small_vocab_model, clipped: the losses, gradient
 // norms and final weights equal one process on the device and the CPU's 2 ranks within the device tests' f32
@@ -598,12 +609,13 @@ TEST_F(TrainDist, VulkanRanksEqualOneProcessOnTheDevice) {
     r.out += r.err;
     return r;
   };
-  const auto one = run(1, "vk_one", "vulkan");
-  ASSERT_EQ(one.exit_code, 0) << one.out;
-  const auto two = run(2, "vk_two", "vulkan:0,0");
-  ASSERT_EQ(two.exit_code, 0) << two.out;
-  const auto cpu = run(2, "vk_cpu", "cpu");
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  const auto runs = device_runs(run, "vk", "vulkan", "vulkan:0,0");
+  if (HasFailure()) return;
+  const testing::RunResult &one = runs[0], &two = runs[1];
+  // The memory plan counts what a rank holds on its device: the moments of its shard are on the host.
+  EXPECT_NE(one.out.find(", Adam moments "), std::string::npos) << one.out;
+  EXPECT_EQ(two.out.find(", Adam moments "), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("(the Adam moments of this rank's shard on the host)"), std::string::npos) << two.out;
   const auto metrics = [&](const std::string& out) {
     std::vector<nlohmann::json> lines;
     std::ifstream in(path(out) / "metrics.jsonl");
@@ -714,17 +726,13 @@ TEST_F(TrainDist, GrpoVulkanRanksEqualOneProcessOnTheDevice) {
     return r;
   };
   const char* kLast = "checkpoint-000004";
-  const auto one = grpo(1, "gv1", "vulkan:0");
-  ASSERT_EQ(one.exit_code, 0) << one.out;
-  const auto two = grpo(2, "gv2", "vulkan:0");
-  ASSERT_EQ(two.exit_code, 0) << two.out;
-  const auto cpu = grpo(2, "gv_cpu", "cpu");
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
-  const auto l2 = losses(path("gv2/metrics.jsonl"));
+  device_runs(grpo, "gv", "vulkan:0", "vulkan:0");
+  if (HasFailure()) return;
+  const auto l2 = losses(path("gv_two/metrics.jsonl"));
   ASSERT_EQ(l2.size(), 4u);
-  for (const char* other : {"gv1", "gv_cpu"}) {
+  for (const char* other : {"gv_one", "gv_cpu"}) {
     for (const char* f : {"model.safetensors", "ref_model.safetensors"}) {
-      const Difference d = difference(path(other) / kLast / f, path("gv2") / kLast / f);
+      const Difference d = difference(path(other) / kLast / f, path("gv_two") / kLast / f);
       std::printf("  %s vs 2 ranks on the device, %s: norm %.2e, max %.2e\n", other, f, d.norm_relative, d.max_relative);
       EXPECT_LT(d.norm_relative, 1e-5) << other << " " << f;
       EXPECT_LT(d.max_relative, 1e-5) << other << " " << f;
