@@ -461,7 +461,10 @@ struct TrainConfig {
   bool grad_checkpointing = false;
   // Where the steps run: "cpu", "vulkan" (device 0) or "vulkan:N". On a device the weights, gradients, Adam
   // moments and activations stay in its memory (only the batch goes in and the loss and gradient norm come
-  // back), in f32; one process, full fine-tuning (LoRA and ranks are refused there for now).
+  // back), in f32, full fine-tuning (LoRA is refused there for now). Over ranks (`ranks`): "vulkan" is the
+  // device of the rank's index on its host, "vulkan:N" every rank's, "vulkan:A,B,..." a map by that index;
+  // each step then moves the gradients to the host and the weights back once, AdamW of the rank's shard on the
+  // host (docs/train.md "One device per rank").
   std::string device = "cpu";
   // LoRA (lora_r > 0): train adapters over the frozen base as it is stored (bf16, or a q8 / q4 conversion for a
   // QLoRA-style run); only their A and B are trained and checkpoints are PEFT adapters (docs/lora.md).
@@ -610,7 +613,8 @@ struct GrpoConfig {
   bool grad_checkpointing = false;
   // Where the rollouts and steps run: "cpu", "vulkan" (device 0) or "vulkan:N". On a device the policy's and the
   // reference model's weights, the gradients, Adam moments and activations stay in its memory (the rewards stay on
-  // the CPU), in f32; one process, full fine-tuning (LoRA and ranks are refused there for now).
+  // the CPU), in f32, full fine-tuning (LoRA is refused there for now). Over ranks: one device per rank, chosen
+  // and reduced as TrainConfig::device's.
   std::string device = "cpu";
   // LoRA (lora_r > 0), as TrainConfig's: the policy is the frozen base plus the adapters, the reference model the
   // base plus a reference copy of the adapters; checkpoints are PEFT adapters.
