@@ -2,6 +2,8 @@
 // saved tensor, reused across steps while large enough.
 #include "model/activations.h"
 
+#include <algorithm>
+
 #include "ops/device.h"
 
 namespace dc {
@@ -12,7 +14,7 @@ Activations::Activations(Activations&&) noexcept = default;
 Activations& Activations::operator=(Activations&&) noexcept = default;
 
 Status Activations::resize(const Context& ctx, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim,
-                           int64_t F, int64_t n_out) {
+                           int64_t F, int64_t n_out, const LoraWeights* lora) {
   if (ctx.device != device_) {  // the other device's buffers go
     host_.clear(), device_memory_.clear(), device_sizes_.clear();
     device_ = ctx.device;
@@ -56,6 +58,19 @@ Status Activations::resize(const Context& ctx, int64_t n_layer, int64_t T, int64
   for (LayerActivations& l : layers) size(l, T, recompute ? 0 : T);
   size(scratch, recompute ? T : 0, recompute ? T : 0);
   final_x = take(n_out * E), final_norm = take(n_out * E);
+  // Each adapter's u [n, r] (after every other field: runs with and without adapters share the rest).
+  auto size_lora = [&](LayerActivations& l, const std::array<int64_t, kLoraTargets>& ranks, int64_t n) {
+    for (int t = 0; t < kLoraTargets; ++t) l.lora_u[t] = take(n * ranks[t]);
+  };
+  std::array<int64_t, kLoraTargets> widest{};  // the scratch layer is any layer's: each target's largest r
+  for (int64_t il = 0; il < n_layer; ++il) {
+    std::array<int64_t, kLoraTargets> ranks{};
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (lora != nullptr && !lora->layers[il][t].empty()) ranks[t] = lora->layers[il][t].r;
+    for (int t = 0; t < kLoraTargets; ++t) widest[t] = std::max(widest[t], ranks[t]);
+    size_lora(layers[il], ranks, recompute ? 0 : T);
+  }
+  size_lora(scratch, widest, recompute ? T : 0);
   return status;
 }
 
@@ -69,11 +84,11 @@ int64_t Activations::bytes() const {
 }
 
 int64_t Activations::bytes_for(bool recompute, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t F,
-                               int64_t n_out) {
+                               int64_t n_out, int64_t lora_ranks) {
   // One layer's fields as resize's `size` lays them: x of n_x rows, the rest of n rows.
   auto layer_floats = [&](int64_t n_x, int64_t n) { return n_x * E + n * (3 * E + 2 * q_dim + 2 * kv_dim + 3 * F); };
   const int64_t floats = n_layer * layer_floats(T, recompute ? 0 : T) + layer_floats(recompute ? T : 0, recompute ? T : 0) +
-                         2 * n_out * E;
+                         2 * n_out * E + (recompute ? 1 : n_layer) * T * lora_ranks;  // + the adapters' u (each layer's alike)
   return floats * static_cast<int64_t>(sizeof(float));
 }
 

@@ -31,9 +31,9 @@ struct LayerActivations {
   float* gate = nullptr;   // [T, F]      a2·W_gateᵀ (before SiLU)
   float* up = nullptr;     // [T, F]      a2·W_upᵀ
   float* act = nullptr;    // [T, F]      silu(gate)·up
-  // A forward with unmerged LoRA adapters (the CPU only): u = dropout(x)·Aᵀ [T, r] of each adapted
-  // projection (else empty).
-  std::array<std::vector<float>, kLoraTargets> lora_u;
+  // A forward with unmerged LoRA adapters: u = dropout(x)·Aᵀ [T, r] of each adapted projection (nullptr
+  // for a projection without adapter, or a forward without adapters).
+  std::array<float*, kLoraTargets> lora_u{};
 };
 
 struct Activations {
@@ -63,17 +63,17 @@ struct Activations {
   // vectors that keep their capacity across steps; a device: its memory, kept while large enough; a
   // field not kept gives its memory back). Buffers of the other device are dropped. On a device, call
   // inside a forward (the backend's lock held). Errors: the device's out of memory (kResourceExhausted);
-  // on the CPU std::bad_alloc.
+  // on the CPU std::bad_alloc. `lora` (may be null): the adapters the forward adds, whose u it keeps.
   Status resize(const Context& ctx, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t F,
-                int64_t n_out);
+                int64_t n_out, const LoraWeights* lora = nullptr);
   // The device whose memory holds the fields (kCpu before the first resize).
   Device device() const { return device_; }
   // Bytes the fields hold now (the last resize's sizes, on its device).
   int64_t bytes() const;
   // Bytes resize() holds for these sizes, with or without `recompute`: what a device's training memory plan
-  // counts (train/device_training.h) before the first forward.
+  // counts (train/device_training.h) before the first forward. lora_ranks: Σ r over one layer's adapters.
   static int64_t bytes_for(bool recompute, int64_t n_layer, int64_t T, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t F,
-                           int64_t n_out);
+                           int64_t n_out, int64_t lora_ranks = 0);
 
  private:
   Device device_ = Device::kCpu;

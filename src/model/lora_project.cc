@@ -6,6 +6,8 @@
 #include "core/check.h"
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
+#include "ops/device.h"
+#include "ops/elementwise.h"
 
 namespace dc {
 
@@ -41,34 +43,65 @@ std::vector<float> transposed(const float* m, int64_t rows, int64_t cols) {
   return t;
 }
 
+// The adapter's product on a device: u = x·Aᵀ, y += (scale·u)·Bᵀ (no dropout), scratch in named buffers.
+void lora_project_on_device(const Context& ctx, const float* x, int64_t T, const WeightView& w, float* y,
+                            const LoraMatrix& m, float* u) {
+  const int64_t in = w.cols, out = w.rows, r = m.r;
+  float* uu = u != nullptr ? u : device_floats(ctx, "lora.u", T * r);  // [T, r]
+  float* su = device_floats(ctx, "lora.su", T * r);                    // [T, r] scale·u
+  if (uu == nullptr || su == nullptr) return;                          // the device's error: finish() returns it
+  matmul_nt(ctx, x, T, WeightView{DType::kF32, m.a, r, in}, nullptr, uu);
+  scale_floats(ctx, uu, T * r, m.scale, su);
+  matmul_nt_residual(ctx, su, T, WeightView{DType::kF32, m.b, out, r}, y, nullptr);  // y += su·Bᵀ
+}
+
+// lora_project_backward's adapter part on a device (the base's dx done): sdy = scale·dy [T, out],
+// dB += sdyᵀ·u and du = sdy·B in one product, then dA += duᵀ·x and dx += du·A in another.
+void lora_backward_on_device(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* dy,
+                             float* dx, const LoraMatrix& m, const float* u, const LoraGradMatrix* g) {
+  const int64_t in = w.cols, out = w.rows, r = m.r;
+  float* sdy = device_floats(ctx, "lora.sdy", T * out);
+  float* du = device_floats(ctx, "lora.du", T * r);
+  if (sdy == nullptr || du == nullptr) return;  // the device's error: finish() returns it
+  scale_floats(ctx, dy, T * out, m.scale, sdy);
+  matmul_nt_backward(ctx, u, T, WeightView{DType::kF32, m.b, out, r}, sdy, du, g != nullptr ? g->b : nullptr, nullptr,
+                     nullptr, GradWrite::kAdd, GradWrite::kOverwrite);
+  if (g == nullptr && dx == nullptr) return;
+  matmul_nt_backward(ctx, x, T, WeightView{DType::kF32, m.a, r, in}, du, dx, g != nullptr ? g->a : nullptr, nullptr,
+                     nullptr, GradWrite::kAdd, GradWrite::kAdd);
+}
+
 }  // namespace
 
 void lora_project(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* bias, float* y,
-                  const LoraSite& site, bool training, std::vector<float>* u) {
+                  const LoraSite& site, bool training, float* u) {
   matmul_nt(ctx, x, T, w, bias, y);
   const LoraMatrix* m = site.matrix();
   if (m == nullptr) return;
+  if (ctx.device != Device::kCpu) {
+    DC_CHECK(!training || site.lora->dropout <= 0.0f, "lora_project: the adapters' dropout runs on the CPU only");
+    return lora_project_on_device(ctx, x, T, w, y, *m, u);
+  }
   const int64_t in = w.cols, out = w.rows, r = m->r;
   std::vector<float> x_storage, u_local;
   const float* xd = dropped_input(ctx, x, T, in, site, training, x_storage);
-  std::vector<float>& uu = u != nullptr ? *u : u_local;
-  uu.resize(static_cast<size_t>(T * r));
-  matmul_nt(ctx, xd, T, WeightView{DType::kF32, m->a, r, in}, nullptr, uu.data());  // u [T, r] = x_d·Aᵀ
-  std::vector<float> su(uu.size());                                                   // [T, r] scale·u
-  for (size_t i = 0; i < su.size(); ++i) su[i] = m->scale * uu[i];
-  matmul_nt_add(ctx, su.data(), T, WeightView{DType::kF32, m->b, out, r}, y);         // y += su·Bᵀ
+  if (u == nullptr) u_local.resize(static_cast<size_t>(T * r)), u = u_local.data();
+  matmul_nt(ctx, xd, T, WeightView{DType::kF32, m->a, r, in}, nullptr, u);  // u [T, r] = x_d·Aᵀ
+  std::vector<float> su(static_cast<size_t>(T * r));                        // [T, r] scale·u
+  for (size_t i = 0; i < su.size(); ++i) su[i] = m->scale * u[i];
+  matmul_nt_add(ctx, su.data(), T, WeightView{DType::kF32, m->b, out, r}, y);  // y += su·Bᵀ
 }
 
 void lora_project_backward(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* dy,
                            float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write,
-                           GradWrite dx_write, const LoraSite& site, const std::vector<float>& u,
-                           const LoraGradMatrix* g) {
+                           GradWrite dx_write, const LoraSite& site, const float* u, const LoraGradMatrix* g) {
   matmul_nt_backward(ctx, x, T, w, dy, dx, dw, dbias, wt, write, dx_write);
   const LoraMatrix* m = site.matrix();
   if (m == nullptr || T == 0) return;
+  DC_CHECK(u != nullptr, "lora_project_backward: no u saved by this projection's forward");
+  if (ctx.device != Device::kCpu) return lora_backward_on_device(ctx, x, T, w, dy, dx, *m, u, g);
   const int64_t in = w.cols, out = w.rows, r = m->r;
-  DC_CHECK(static_cast<int64_t>(u.size()) == T * r, "lora_project_backward: u is not this forward's");
-  std::vector<float> su(u.size());  // [T, r]
+  std::vector<float> su(static_cast<size_t>(T * r));  // [T, r]
   for (size_t i = 0; i < su.size(); ++i) su[i] = m->scale * u[i];
   if (g != nullptr) matmul_tn_add(ctx, dy, T, out, su.data(), r, g->b);  // dB [out, r] += dyᵀ·su
   const std::vector<float> bt = transposed(m->b, out, r);                 // Bᵀ [r, out]

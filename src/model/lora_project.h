@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "core/context.h"
 #include "model/lora_weights.h"
@@ -23,16 +22,19 @@ struct LoraSite {
 };
 
 // y[T, out] = x·wᵀ (+ bias) + scale · (x_d·Aᵀ)·Bᵀ, x_d = dropout(x) when `training` (else x).
-// u (may be null): receives u = x_d·Aᵀ [T, r] (resized), what the backward reads.
+// u (may be null): receives u = x_d·Aᵀ [T, r] (Activations' storage), what the backward reads.
+// On a device (ctx.device kVulkan) x, y and u are its memory and A, B are read as uploaded
+// (Model::lora_to_device); the adapters' dropout runs on the CPU only (the forward refuses it on a device).
 void lora_project(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* bias, float* y,
-                  const LoraSite& site, bool training, std::vector<float>* u);
+                  const LoraSite& site, bool training, float* u);
 
 // Backward of lora_project (training mode): the base's matmul_nt_backward (dw and dbias may be null: a
 // frozen base; w may then be quantized), then the adapter's: dB += scale·dyᵀ·u, du = scale·dy·B,
 // dA += duᵀ·x_d, dx += du·A (through the dropout mask). `g` null: no adapter gradients.
+// On a device every operand but the weights is its memory, g's too; the products are f32 (the frozen base's
+// dx as matmul_nt_backward's, then dB += (scale·dy)ᵀ·u, du = (scale·dy)·B, dA += duᵀ·x, dx += du·A).
 void lora_project_backward(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* dy,
                            float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write,
-                           GradWrite dx_write, const LoraSite& site, const std::vector<float>& u,
-                           const LoraGradMatrix* g);
+                           GradWrite dx_write, const LoraSite& site, const float* u, const LoraGradMatrix* g);
 
 }  // namespace dc

@@ -146,9 +146,6 @@ Status Model::check_forward(const Context& ctx, const ForwardBatch& batch) const
   if (b.window_positions != nullptr && ctx.device != Device::kCpu)
     return invalid_argument("forward: scattered window positions (cache \"committed\") run on the CPU only; on " +
                             ctx.backend->name() + " use cache \"dual\" or --device cpu");
-  if (b.lora != nullptr && ctx.device != Device::kCpu)
-    return invalid_argument("forward: unmerged LoRA adapters run on the CPU only; on a device, merge them into the "
-                            "weights at load (--lora-mode merged, the default)");
   return Status();
 }
 
@@ -176,7 +173,12 @@ Status Model::forward_checked(const Context& ctx, std::span<const ForwardBatch> 
   DC_ASSIGN_OR_RETURN(const std::vector<ForwardBatch> parts, checked_parts(ctx, batches));
   int64_t n_out = 0, n_computed = 0, n_rows = 0;
   for (const ForwardBatch& b : parts) n_out += b.n_out, n_computed += b.n_computed(), n_rows += b.n_batch;
-  if (ctx.device != Device::kCpu) return forward_on_device(ctx, parts, hidden, logits, observer, train);
+  if (ctx.device != Device::kCpu) {
+    if (train != nullptr && parts[0].lora != nullptr && parts[0].lora->dropout > 0)
+      return unimplemented("forward: the LoRA adapters' dropout (--lora-dropout) runs on the CPU only; on " +
+                           ctx.backend->name() + " train with --lora-dropout 0 or use --device cpu");
+    return forward_on_device(ctx, parts, hidden, logits, observer, train);
+  }
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
   // faults (~5% of a 0.5B step). Without one, in this call's own (freed on return).
@@ -211,6 +213,7 @@ Status Model::forward_on_device(const Context& ctx, std::span<const ForwardBatch
   int64_t n_out = 0;
   for (const ForwardBatch& b : parts) n_out += b.n_out;
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  if (parts[0].lora != nullptr) DC_RETURN_IF_ERROR(lora_to_device(ctx, *parts[0].lora));
   DC_RETURN_IF_ERROR(ctx.backend->begin());
   // The final-normed rows (in the caller's device memory for forward_hidden) and their logits stay on the
   // device; only the logits come back.
@@ -232,12 +235,7 @@ Status Model::forward_on_device(const Context& ctx, std::span<const ForwardBatch
 Status Model::to_device(const Context& ctx) const {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::to_device: a device context");
   DC_RETURN_IF_ERROR(ctx.backend->check_head_dim(config_.head_dim));
-  int64_t bytes = 0;  // what the weights take on the device (their stored size), checked before any upload
-  visit_tensors(config_, weights_, [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
-                                       const VectorView* v) {
-    if (m != nullptr) bytes += m->rows * m->cols * static_cast<int64_t>(dtype_size(m->dtype)) / (m->quant == WeightQuant::kQ4 ? 2 : 1);
-    if (v != nullptr) bytes += static_cast<int64_t>(v->size() * sizeof(float));
-  });
+  const int64_t bytes = device_weight_bytes();  // checked before any upload
   if (bytes > ctx.backend->memory_bytes())
     return resource_exhausted("the weights need " + std::to_string(bytes >> 20) + " MiB on " + ctx.backend->name() + ", which has " +
                               std::to_string(ctx.backend->memory_bytes() >> 20) + " MiB: use a quantized checkpoint (convert --quantize) or --device cpu");
@@ -248,6 +246,34 @@ Status Model::to_device(const Context& ctx) const {
     status = m != nullptr ? ctx.backend->add_matrix(*m, name) : ctx.backend->add_vector(v->data(), static_cast<int64_t>(v->size()), name);
   });
   return status;
+}
+
+int64_t Model::device_weight_bytes() const {
+  int64_t bytes = 0;
+  visit_tensors(config_, weights_, [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
+                                       const VectorView* v) {
+    if (m != nullptr) bytes += m->rows * m->cols * static_cast<int64_t>(dtype_size(m->dtype)) / (m->quant == WeightQuant::kQ4 ? 2 : 1);
+    if (v != nullptr) bytes += static_cast<int64_t>(v->size() * sizeof(float));
+  });
+  return bytes;
+}
+
+Status Model::lora_to_device(const Context& ctx, const LoraWeights& lora) const {
+  DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "Model::lora_to_device: a device context");
+  if (static_cast<int64_t>(lora.layers.size()) != config_.n_layer)
+    return invalid_argument("lora_to_device: the adapters have " + std::to_string(lora.layers.size()) + " layers, the model " +
+                            std::to_string(config_.n_layer));
+  const LayerWeights& l0 = weights_.layers.front();  // every layer's projections are shaped alike
+  const WeightView* base[kLoraTargets] = {&l0.wq, &l0.wk, &l0.wv, &l0.wo, &l0.w_gate, &l0.w_up, &l0.w_down};
+  for (int64_t il = 0; il < config_.n_layer; ++il)
+    for (int t = 0; t < kLoraTargets; ++t) {
+      const LoraMatrix& m = lora.layers[il][t];
+      if (m.empty()) continue;
+      const std::string name = lora_module_path(il, t);
+      DC_RETURN_IF_ERROR(ctx.backend->add_matrix(WeightView{DType::kF32, m.a, m.r, base[t]->cols}, name + ".lora_A"));
+      DC_RETURN_IF_ERROR(ctx.backend->add_matrix(WeightView{DType::kF32, m.b, base[t]->rows, m.r}, name + ".lora_B"));
+    }
+  return Status();
 }
 
 int64_t Model::forward_bytes_per_position() const {
@@ -331,7 +357,7 @@ Status Model::forward_body(const Context& ctx, std::span<const ForwardBatch> par
   std::vector<float> cos(T * D / 2), sin(T * D / 2);  // [T, D/2]
   rope_tables(positions.data(), T, D, c.rope_theta, cos.data(), sin.data());
   if (train != nullptr) {  // training mode: the forward writes the activations backward needs into *train
-    DC_RETURN_IF_ERROR(train->resize(ctx, c.n_layer, T, E, q_dim, kv_dim, F, b.n_out));
+    DC_RETURN_IF_ERROR(train->resize(ctx, c.n_layer, T, E, q_dim, kv_dim, F, b.n_out, b.lora));
     train->n_batch = b.n_batch, train->n_seq = b.n_seq;
     train->tokens = tokens, train->cos = cos, train->sin = sin;
     if (b.valid != nullptr) train->valid.assign(b.valid, b.valid + T);
@@ -426,7 +452,7 @@ void Model::layer_forward(const Context& ctx, int64_t il, const LayerPass& p) co
   // Each projection with its LoRA adapter, if any (u saved for the backward in training mode).
   auto project = [&](const float* x, const WeightView& w, const float* bias, float* y, int t) {
     lora_project(ctx, x, T, w, bias, y, LoraSite{b.lora, il, t}, p.lora_u != nullptr,
-                 p.lora_u != nullptr ? &(*p.lora_u)[t] : nullptr);
+                 p.lora_u != nullptr ? (*p.lora_u)[t] : nullptr);
   };
   project(p.a1, l.wq, l.bq.data(), p.q, kLoraQ);
   project(p.a1, l.wk, l.bk.data(), p.k, kLoraK);

@@ -91,6 +91,14 @@ class Model {
   // with that context (so before pack_weights, whose kPanels copies are the CPU's layout). Errors: the
   // weights larger than the device's memory, or its out-of-memory (kResourceExhausted), naming the sizes.
   Status to_device(const Context& ctx) const;
+  // What to_device uploads, in bytes: each matrix at its stored size (q4: half a byte a value; scale tables not
+  // counted), the f32 vectors.
+  int64_t device_weight_bytes() const;
+  // Uploads each A and B of unmerged adapters to ctx's device as f32 weights named by their host memory, as
+  // to_device does the weights (a no-op for those already there): a device forward that adds them calls it.
+  // Changes made on the host later are not seen (a device trainer updates the device copies in place,
+  // DeviceBackend::weight_memory; drop_weight forgets a copy). Errors: add_matrix's, naming the tensor.
+  Status lora_to_device(const Context& ctx, const LoraWeights& lora) const;
 
   // Runs the bidirectional transformer over batch.tokens and writes the (unshifted) logits of the rows
   // batch.out_rows to logits[n_out, n_vocab], f32: forward_hidden, then lm_head in chunks of
@@ -179,7 +187,9 @@ class Model {
   // backward() of a training-mode forward that ran with batch.lora = &lora, the base frozen: ADDS the
   // gradients of the adapters' A and B into `grads` (shaped as lora's matrices) and computes none of the
   // base's weights (so the base may be quantized: its dx products read it dequantized). `lora` must be the
-  // forward's, dropout key included (the backward draws the same mask). Errors as backward()'s.
+  // forward's, dropout key included (the backward draws the same mask). On a device (the forward's, which
+  // uploaded the adapters) `grads` are device operands (train/device_lora.h) and the products are f32.
+  // Errors as backward()'s.
   Status backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
                        const LoraGrads& grads, const ModelWeights* transposed = nullptr) const;
 
@@ -249,7 +259,7 @@ class Model {
     bool kv_in_cache = false;   // k and v are the one part's cache layer (its kRefresh): nothing to store
     float* act = nullptr;       // [T, F] silu(gate)·up; may equal gate
     // Training mode: the activations' u of each LoRA-adapted projection (its dropout on); else null.
-    std::array<std::vector<float>, kLoraTargets>* lora_u = nullptr;
+    std::array<float*, kLoraTargets>* lora_u = nullptr;
   };
   // Layer il's pre-norm attention block and SwiGLU MLP (the body of forward, and the recomputation of
   // backward with acts.recompute).

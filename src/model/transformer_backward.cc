@@ -98,10 +98,14 @@ int64_t Model::backward_bytes(int64_t T, int64_t n_out, bool recompute) const {
 Status Model::backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
                             const LoraGrads& grads, const ModelWeights* transposed) const {
   const ProfileScope profile(ctx, "backward");
-  if (ctx.device != Device::kCpu)
-    return invalid_argument("backward_lora: LoRA adapters train on the CPU only (--device cpu)");
   if (lora.layers.size() != weights_.layers.size() || grads.layers.size() != weights_.layers.size())
     return invalid_argument("backward_lora: the adapters or their gradients are not shaped like this model's layers");
+  if (ctx.device != Device::kCpu) {  // grads: device operands (DeviceLora); the adapters uploaded by the forward
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    DC_RETURN_IF_ERROR(backward_body(ctx, acts, dlogits, nullptr, &lora, &grads, nullptr, GradWrite::kAdd));
+    return ctx.backend->finish();
+  }
   Workspace own_workspace;
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
@@ -147,7 +151,6 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   const float* sin = device_copy(ctx, "backward.sin", acts.sin.data(), T * D / 2);
   std::vector<int32_t> out_rows(acts.out_rows.begin(), acts.out_rows.end());  // [n_out] (each < T)
   const int32_t* out_rows_at = device_copy(ctx, "backward.out_rows", out_rows.data(), n_out);
-  std::vector<float> norm_sink(base ? 0 : E);  // a frozen base: the norm weights' gradients, discarded
 
   const auto [dh, dnorm, dfinal, dbig1, dbig2, da, dq, dattn, dk, dv, h_re, tmp_re] =
       backward_buffers(ctx, T, n_out, E, F, q_dim, kv_dim, acts.recompute);
@@ -160,7 +163,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
                        transposed != nullptr && !transposed->output.empty() ? &transposed->output : nullptr, write,
                        GradWrite::kOverwrite);
     rms_norm_backward(ctx, acts.final_x, weights_.output_norm.data(), dnorm, n_out, E, eps, dfinal,
-                      base ? grads.output_norm.data() : norm_sink.data());
+                      at(grads.output_norm));
     // dh[out_rows[r]] += dfinal[r], rows in order (they may repeat): the embedding's scatter-add.
     embedding_backward(ctx, out_rows_at, n_out, dfinal, E, dh);
   } else if (base && write == GradWrite::kOverwrite) {  // no rows: the lm_head's gradient is zero
@@ -203,7 +206,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     swiglu_backward(ctx, a.gate, a.up, dbig1, T * F, dbig1, dbig2);
     proj(a.a2, l.w_gate, &LayerWeights::w_gate, dbig1, da, g.w_gate, {}, kFirst, kLoraGate);
     proj(a.a2, l.w_up, &LayerWeights::w_up, dbig2, da, g.w_up, {}, GradWrite::kAdd, kLoraUp);
-    rms_norm_backward(ctx, a.h_mid, l.ffn_norm.data(), da, T, E, eps, dh, base ? g.ffn_norm.data() : norm_sink.data());
+    rms_norm_backward(ctx, a.h_mid, l.ffn_norm.data(), da, T, E, eps, dh, at(g.ffn_norm));
     // Attention: h_mid = x + attn·W_oᵀ
     proj(a.attn, l.wo, &LayerWeights::wo, dh, dattn, g.wo, {}, kFirst, kLoraO);
     attention_backward(ctx, shape, a.q, a.k, a.v, valid, a.attn, dattn, dq, dk, dv);
@@ -212,7 +215,7 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     proj(a.a1, l.wq, &LayerWeights::wq, dq, da, g.wq, g.bq, kFirst, kLoraQ);
     proj(a.a1, l.wk, &LayerWeights::wk, dk, da, g.wk, g.bk, GradWrite::kAdd, kLoraK);
     proj(a.a1, l.wv, &LayerWeights::wv, dv, da, g.wv, g.bv, GradWrite::kAdd, kLoraV);
-    rms_norm_backward(ctx, a.x, l.attn_norm.data(), da, T, E, eps, dh, base ? g.attn_norm.data() : norm_sink.data());
+    rms_norm_backward(ctx, a.x, l.attn_norm.data(), da, T, E, eps, dh, at(g.attn_norm));
     if (grads.on_layer_done) DC_RETURN_IF_ERROR(grads.on_layer_done(il));
   }
   if (base) embedding_backward(ctx, tokens, T, dh, E, grads.tok_embd.data());

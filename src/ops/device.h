@@ -192,6 +192,7 @@ class DeviceBackend {
   virtual void rope_apply(DeviceOut x, int64_t n, int64_t n_heads, int64_t head_dim, DeviceIn cos, DeviceIn sin) = 0;
   virtual void swiglu(DeviceIn gate, DeviceIn up, int64_t count, DeviceOut out) = 0;
   virtual void add_inplace(DeviceOut y, DeviceIn x, int64_t count) = 0;
+  virtual void scale(DeviceIn x, int64_t count, float s, DeviceOut y) = 0;  // y = s·x (y may be x)
   // ops/elementwise.h copy_floats and zero_fill: y[count] = x[count] (bit for bit), y[count] = 0.
   virtual void copy(DeviceIn x, int64_t count, DeviceOut y) = 0;
   virtual void zero_fill(DeviceOut y, int64_t count) = 0;

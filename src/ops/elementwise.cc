@@ -81,6 +81,17 @@ void add_inplace(const Context& ctx, float* y, const float* x, int64_t count) {
   }
 }
 
+void scale_floats(const Context& ctx, const float* x, int64_t count, float s, float* y) {
+  DC_CHECK(y && x && count >= 0, "scale_floats: bad arguments");
+  if (count == 0) return;
+  switch (ctx.device) {
+    case Device::kCpu:
+      return cpu::scale(ctx.pool, x, count, s, y);
+    case Device::kVulkan:
+      return ctx.backend->scale(as_device(x), count, s, as_device(y));
+  }
+}
+
 void zero_fill(const Context& ctx, float* y, int64_t count) {
   DC_CHECK(y && count >= 0, "zero_fill: bad arguments");
   if (count == 0) return;

@@ -27,6 +27,9 @@ void swiglu(const Context& ctx, const float* gate, const float* up, int64_t coun
 // y[count] += x[count].
 void add_inplace(const Context& ctx, float* y, const float* x, int64_t count);
 
+// y[count] = s · x[count] (y may be x): a LoRA adapter's scale (model/lora_project.h).
+void scale_floats(const Context& ctx, const float* x, int64_t count, float s, float* y);
+
 // y[count] = 0 where ctx's ops write (on the CPU with streaming stores, so y's lines are not read first:
 // for large buffers written now and read much later, a gradient the backward scatters into).
 void zero_fill(const Context& ctx, float* y, int64_t count);

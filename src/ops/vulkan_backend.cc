@@ -294,6 +294,9 @@ class VulkanBackend final : public DeviceBackend {
   void add_inplace(DeviceOut y, DeviceIn x, int64_t count) override {
     if (recording()) keep(vk::add_inplace(*seq_, at(y), at(x), count));
   }
+  void scale(DeviceIn x, int64_t count, float s, DeviceOut y) override {
+    if (recording()) keep(vk::scale(*seq_, at(x), count, s, at(y)));
+  }
   void copy(DeviceIn x, int64_t count, DeviceOut y) override {
     if (recording()) keep(vk::copy(*seq_, at(x), count, at(y)));
   }

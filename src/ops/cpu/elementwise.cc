@@ -1,4 +1,4 @@
-// CPU kernels for RMSNorm, RoPE, SwiGLU, residual add and embedding lookup (threaded over rows).
+// CPU kernels for RMSNorm, RoPE, SwiGLU, residual add, scale and embedding lookup (threaded over rows).
 #include <algorithm>
 #include <cmath>
 
@@ -53,6 +53,12 @@ void swiglu(ThreadPool* pool, const float* gate, const float* up, int64_t count,
 void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count) {
   parallel_for(pool, count, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] += x[i];
+  }, 4096);
+}
+
+void scale(ThreadPool* pool, const float* x, int64_t count, float s, float* y) {
+  parallel_for(pool, count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = s * x[i];
   }, 4096);
 }
 

@@ -27,6 +27,7 @@ void rope_apply(ThreadPool* pool, float* x, int64_t n, int64_t n_heads, int64_t 
                 const float* sin, bool inverse = false);
 void swiglu(ThreadPool* pool, const float* gate, const float* up, int64_t count, float* out);
 void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count);
+void scale(ThreadPool* pool, const float* x, int64_t count, float s, float* y);
 void zero_fill(ThreadPool* pool, float* y, int64_t count);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,

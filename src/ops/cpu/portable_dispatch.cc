@@ -19,6 +19,7 @@ DC_DECLARE_VARIANTS(rms_norm)
 DC_DECLARE_VARIANTS(rope_apply)
 DC_DECLARE_VARIANTS(swiglu)
 DC_DECLARE_VARIANTS(add_inplace)
+DC_DECLARE_VARIANTS(scale)
 DC_DECLARE_VARIANTS(zero_fill)
 DC_DECLARE_VARIANTS(embedding)
 DC_DECLARE_VARIANTS(attention)
@@ -63,6 +64,7 @@ void swiglu(ThreadPool* pool, const float* gate, const float* up, int64_t count,
 void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count) {
   DC_DISPATCH(add_inplace, pool, y, x, count);
 }
+void scale(ThreadPool* pool, const float* x, int64_t count, float s, float* y) { DC_DISPATCH(scale, pool, x, count, s, y); }
 void zero_fill(ThreadPool* pool, float* y, int64_t count) { DC_DISPATCH(zero_fill, pool, y, count); }
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out) {
   DC_DISPATCH(embedding, pool, table, ids, n, out);

@@ -256,6 +256,14 @@ Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count) {
   return seq.record({"elementwise", {1}, {&y, &x, &y}, {u32(count)}, stride_groups(count, 256)});
 }
 
+Status scale(Sequence& seq, const Buffer& x, int64_t count, float s, Buffer& y) {
+  const char* op = "vulkan scale";
+  DC_RETURN_IF_ERROR(positive(count, op, "count"));
+  DC_RETURN_IF_ERROR(need(x, count * 4, op, "x"));
+  DC_RETURN_IF_ERROR(need(y, count * 4, op, "y"));
+  return seq.record({"elementwise", {2}, {&x, &x, &y}, {u32(count), push_float(s)}, stride_groups(count, 256)});
+}
+
 Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y) {
   const char* op = "vulkan copy";
   DC_RETURN_IF_ERROR(positive(count, op, "count"));

@@ -82,6 +82,8 @@ Status rope_apply(Sequence& seq, Buffer& x, int64_t n, int64_t n_heads, int64_t 
 Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count, Buffer& out);
 // y[count] += x[count].
 Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count);
+// y[count] = s · x[count]; y may be x.
+Status scale(Sequence& seq, const Buffer& x, int64_t count, float s, Buffer& y);
 // y[count] = x[count] (f32 words, bit for bit); y must not be x.
 Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y);
 // y[count] = 0.

@@ -22,60 +22,13 @@
 #include "model/transformer.h"
 #include "ops/device.h"
 #include "ops/loss.h"
+#include "train_batch.h"
 #include "vulkan_test_config.h"
 
 namespace dc {
 namespace {
 
 constexpr double kGradTolerance = 1e-5;
-
-// left_padded's batch with a loss row at every third of its rows plus the last once more (rows may repeat),
-// random targets and weights.
-struct TrainBatch {
-  BatchCase batch;
-  std::vector<int32_t> targets;
-  std::vector<float> weights;
-  ForwardBatch view() const { return batch.view(); }
-};
-
-TrainBatch make_train_batch(int64_t B, int64_t L, int64_t n_vocab, uint64_t seed) {
-  TrainBatch k;
-  k.batch = left_padded(B, L, n_vocab, static_cast<uint32_t>(seed));
-  std::vector<int64_t> rows;
-  for (size_t i = 0; i < k.batch.rows.size(); i += 3) rows.push_back(k.batch.rows[i]);
-  rows.push_back(rows.back());
-  k.batch.rows = rows;
-  uint64_t state = seed;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    k.targets.push_back(static_cast<int32_t>(splitmix64_next(state) % static_cast<uint64_t>(n_vocab)));
-    k.weights.push_back(0.25f + static_cast<float>(splitmix64_next(state) % 1000) / 1000.0f);
-  }
-  return k;
-}
-
-// The device's copy of host[n] (a named buffer of the backend: it stays until the next copy of that name).
-const float* upload_floats(DeviceBackend& backend, const char* name, const std::vector<float>& host) {
-  const std::unique_lock<std::mutex> lock = backend.lock();
-  EXPECT_TRUE(backend.begin().ok());
-  const DevicePtr<void> p = backend.copy_in(name, host.data(), static_cast<int64_t>(host.size() * sizeof(float)));
-  const Status s = backend.finish();
-  EXPECT_TRUE(s.ok()) << s.to_string();
-  return as_operand(device_cast<const float>(p));
-}
-
-double l2_norm(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return std::sqrt(s);
-}
-
-// The loss rows' weighted cross-entropy of host logits (overwritten with dlogits) on the CPU.
-double loss_and_dlogits(const TrainBatch& k, int64_t V, std::vector<float>& logits) {
-  Context cpu;
-  cpu.reference_kernels = true;
-  const int64_t n = static_cast<int64_t>(k.batch.rows.size());
-  return cross_entropy(cpu, logits.data(), k.targets.data(), k.weights.data(), n, V, logits.data());
-}
 
 // One case: the CPU's training forward, loss and backward (reference kernels) against the device's.
 void check_backward_case(const ModelConfig& c, const std::string& label) {

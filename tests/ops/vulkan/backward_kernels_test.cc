@@ -133,6 +133,12 @@ TEST(VulkanBackwardKernels, RopeSwigluAndEmbeddingBackwardAgainstTheCpu) {
   run_on_device([&](vk::Sequence& s) { return vk::swiglu_backward(s, d_gate, d_up, d_dout, count, d_dout, d_dup); });
   expect_close(dout, read_floats(d_dout, dout.size()), 1e-6, "swiglu_backward dgate");
   expect_close(dup, read_floats(d_dup, dup.size()), 1e-6, "swiglu_backward dup");
+  // scale_floats in place (a LoRA adapter's scale: model/lora_project.cc), count not a multiple of 256.
+  std::vector<float> scaled = up;
+  scale_floats(cpu_reference(), scaled.data(), count, 0.37f, scaled.data());
+  vk::Buffer d_scaled = floats_on_device(up, "scaled");
+  run_on_device([&](vk::Sequence& s) { return vk::scale(s, d_scaled, count, 0.37f, d_scaled); });
+  expect_close(scaled, read_floats(d_scaled, scaled.size()), 1e-6, "scale");
 
   const int64_t rows = 11, cols = 300, ids_n = 9;  // repeated ids add in order
   const std::vector<int32_t> ids{3, 0, 3, 10, 7, 3, 0, 5, 10};
