@@ -177,7 +177,8 @@ RunFn add_grpo_command(CLI::App& app) {
   add_lora_flags(cmd, {&o.lora_r, &o.lora_alpha, &o.lora_targets, &o.lora_dropout});
   cmd->add_option("--precision", a->precision, "bf16: mixed precision (the default) | f32")->capture_default_str();
   cmd->add_option("--device", o.device, "Where the rollouts and steps run: cpu | vulkan | vulkan:N | vulkan:A,B,... "
-                  "(`diffucoder devices`; f32, no LoRA; the rewards stay on the CPU; under mpirun as train's)")->capture_default_str();
+                  "(`diffucoder devices`; f32; LoRA without dropout, in one process; the rewards stay on the CPU; "
+                  "under mpirun as train's)")->capture_default_str();
   cmd->add_option("--save-every", o.save_every, "Checkpoint every N rounds (0: only at the end)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --out");

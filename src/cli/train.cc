@@ -159,8 +159,9 @@ RunFn add_train_command(CLI::App& app) {
   cmd->add_flag("--instruct-template", o.instruct_template,
                 "Wrap {\"prompt\"} in the DiffuCoder-Instruct chat format and end completions with <|im_end|>");
   cmd->add_option("--device", o.device,
-                  "Where the steps run: cpu | vulkan | vulkan:N | vulkan:A,B,... (`diffucoder devices`; f32, no LoRA; "
-                  "under mpirun vulkan is the rank's local index, vulkan:N every rank's, A,B,... by local rank)")
+                  "Where the steps run: cpu | vulkan | vulkan:N | vulkan:A,B,... (`diffucoder devices`; f32; LoRA "
+                  "without dropout, in one process; under mpirun vulkan is the rank's local index, vulkan:N every "
+                  "rank's, A,B,... by local rank)")
       ->capture_default_str();
   cmd->add_flag("--grad-checkpointing", o.grad_checkpointing,
                 "Keep only each layer's input and recompute the layer in the backward (less memory, ~1/3 more compute)");

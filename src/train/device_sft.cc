@@ -8,8 +8,14 @@
 
 namespace dc::train {
 
-Result<double> device_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
-                                     Activations& acts, GradWrite write, LossTimes* times, DeviceTraining& device) {
+namespace {
+
+// The training forward of `batch` (with `lora`, or null), the lm_head on its loss rows and the weighted
+// cross-entropy there (dlogits scaled by grad_scale), then backward(dlogits); none() instead without loss rows.
+template <typename Backward, typename None>
+Result<double> device_loss(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                           const LoraWeights* lora, Activations& acts, LossTimes* times, DeviceLossRows& rows,
+                           Backward&& backward, None&& none) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_out = static_cast<int64_t>(batch.out_rows.size());
   ForwardBatch fb;
@@ -17,11 +23,11 @@ Result<double> device_loss_and_grads(const Context& ctx, const Model& model, con
   fb.valid = batch.valid.empty() ? nullptr : batch.valid.data();
   fb.positions = batch.positions.empty() ? nullptr : batch.positions.data();
   fb.out_rows = batch.out_rows.data(), fb.n_out = n_out;
-  DeviceLossRows& rows = device.rows();
+  fb.lora = lora;
   DC_RETURN_IF_ERROR(rows.reserve(ctx, model.config(), n_out));
   DC_RETURN_IF_ERROR(model.forward_hidden(ctx, fb, rows.hidden(), &acts));
-  if (n_out == 0) {  // no loss rows: nothing to add, zeros to write
-    if (write == GradWrite::kOverwrite) DC_RETURN_IF_ERROR(device.grads().zero(ctx));
+  if (n_out == 0) {  // no loss rows: nothing to add
+    DC_RETURN_IF_ERROR(none());
     return 0.0;
   }
   std::vector<float> weights(batch.weights);  // the gradients' scale in the loss weights: dlogits come out scaled
@@ -30,12 +36,31 @@ Result<double> device_loss_and_grads(const Context& ctx, const Model& model, con
   DC_RETURN_IF_ERROR(rows.head_and_cross_entropy(ctx, model, n_out, batch.targets.data(), weights.data(), true, true,
                                                  nullptr, &loss));
   const auto t1 = std::chrono::steady_clock::now();
-  DC_RETURN_IF_ERROR(model.backward(ctx, acts, rows.logits(), device.grads().spans(), nullptr, write));
+  DC_RETURN_IF_ERROR(backward(static_cast<const float*>(rows.logits())));
   if (times != nullptr) {
     times->forward_s = std::chrono::duration<double>(t1 - t0).count();
     times->backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   return static_cast<double>(loss) / grad_scale;
+}
+
+}  // namespace
+
+Result<double> device_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
+                                     Activations& acts, GradWrite write, LossTimes* times, DeviceTraining& device) {
+  return device_loss(
+      ctx, model, batch, grad_scale, nullptr, acts, times, device.rows(),
+      [&](const float* dlogits) { return model.backward(ctx, acts, dlogits, device.grads().spans(), nullptr, write); },
+      [&] { return write == GradWrite::kOverwrite ? device.grads().zero(ctx) : Status(); });  // zeros to write
+}
+
+Result<double> device_lora_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch,
+                                          float grad_scale, const LoraWeights& lora, Activations& acts, LossTimes* times,
+                                          DeviceLoraTraining& device) {
+  return device_loss(
+      ctx, model, batch, grad_scale, &lora, acts, times, device.rows(),
+      [&](const float* dlogits) { return model.backward_lora(ctx, acts, dlogits, lora, device.grads().grads()); },
+      [] { return Status(); });
 }
 
 }  // namespace dc::train

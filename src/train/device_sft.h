@@ -1,12 +1,14 @@
 // The SFT Trainer's loss on a device (a Trainer created with a device Context; its state and optimizer step:
 // train/device_training.h). A micro-batch's forward (training mode, its activations in device memory), lm_head
 // on the loss rows, masked cross-entropy and backward run there. What crosses to the host: the batch (tokens,
-// positions, mask, loss rows, targets, weights: inputs) and the micro-batch's loss.
+// positions, mask, loss rows, targets, weights: inputs) and the micro-batch's loss. A LoRA run's the same way
+// (train/device_lora_training.h).
 #pragma once
 
 #include "core/context.h"
 #include "core/status.h"
 #include "model/transformer.h"
+#include "train/device_lora_training.h"
 #include "train/device_training.h"
 #include "train/masked_diffusion.h"
 
@@ -20,5 +22,11 @@ struct LossTimes;
 // loss (unscaled: the device's sum ÷ grad_scale), downloaded.
 Result<double> device_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
                                      Activations& acts, GradWrite write, LossTimes* times, DeviceTraining& device);
+// The same for LoRA adapters over a frozen `model` (loss_and_lora_grads on the device): the forward with
+// batch.lora = &lora (its adapters uploaded by DeviceLoraTraining), Model::backward_lora ADDING into
+// device.grads() (zeroed by the caller at the step's start).
+Result<double> device_lora_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch,
+                                          float grad_scale, const LoraWeights& lora, Activations& acts, LossTimes* times,
+                                          DeviceLoraTraining& device);
 
 }  // namespace dc::train

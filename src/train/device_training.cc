@@ -20,10 +20,14 @@
 
 namespace dc::train {
 
-Status check_device_training(const Context& ctx, int64_t lora_r, MatmulPrecision* precision) {
+Status check_device_training(const Context& ctx, const LoraSpec& lora, const dist::Comm* comm, MatmulPrecision* precision) {
   const std::string where = "--device (" + ctx.backend->name() + ")";
-  if (lora_r > 0)
-    return invalid_argument(where + ": LoRA adapters (--lora-r) train on the CPU only for now; use --device cpu");
+  if (lora.r > 0 && lora.dropout > 0)
+    return invalid_argument(where + ": the LoRA adapters' dropout (--lora-dropout) runs on the CPU only; train with "
+                            "--lora-dropout 0 or use --device cpu");
+  if (lora.r > 0 && comm != nullptr && comm->size() > 1)
+    return invalid_argument(where + ": LoRA adapters over data-parallel ranks (mpirun) train on the CPU only for now; "
+                            "run one process on the device, or use --device cpu");
   if (*precision == MatmulPrecision::kBF16)
     dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": f32 throughout (the device's backward has no "
                              "bf16 matrix-unit path yet)");
@@ -139,7 +143,8 @@ std::string DeviceTrainingPlan::text() const {
   return t + "; " + mib(total()) + " in all";
 }
 
-DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch) {
+DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch,
+                                        const LoraParams* lora) {
   const ModelConfig& c = model.config();
   int64_t values = 0;
   visit_tensors(c, model.weights(), [&](const std::string&, const std::vector<int64_t>& shape, const WeightView*,
@@ -151,10 +156,24 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
   plan.weights = plan.gradients = values * kFloat;
   plan.moments = optimizer ? 2 * plan.weights : 0;
   plan.reference = reference ? plan.weights : 0;
-  plan.activations = Activations::bytes_for(batch.recompute, c.n_layer, T, E, q_dim, kv_dim, c.n_ff, n_out);
+  int64_t lora_ranks = 0, lora_scratch = 0;  // Σ r of a layer's adapters; their products' buffers [T, ·]
+  if (lora != nullptr) {  // a frozen base as stored; the adapters' gradients, moments and reference copy only
+    const int64_t adapters = lora->n_values() * kFloat;
+    plan.weights = model.device_weight_bytes() + adapters;
+    plan.gradients = adapters;
+    plan.moments = optimizer ? 2 * adapters : 0;
+    plan.reference = reference ? adapters : 0;
+    int64_t widest = 0;
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (const LoraMatrix& m = lora->weights().layers[0][t]; !m.empty())
+        lora_ranks += m.r, widest = std::max(widest, m.r);
+    // lora.u, lora.su and lora.du [T, r], lora.sdy [T, out] (model/lora_project.cc)
+    lora_scratch = T * (3 * widest + std::max({E, c.n_ff, q_dim})) * kFloat;
+  }
+  plan.activations = Activations::bytes_for(batch.recompute, c.n_layer, T, E, q_dim, kv_dim, c.n_ff, n_out, lora_ranks);
   // The forward's named buffers serve the training forward and the rollouts' alike: the larger of the two.
   plan.scratch = model.forward_bytes_per_position() * std::max(T, batch.rollout_positions) +
-                 model.backward_bytes(T, n_out, batch.recompute);
+                 model.backward_bytes(T, n_out, batch.recompute) + lora_scratch;
   plan.loss_rows = std::max<int64_t>(n_out, 1) * (E + V) * kFloat;  // DeviceLossRows: hidden and logits
   // A rollout step's rows on the device (engine/device_head_sampler.cc), per sampled position: the forward's output
   // row and its gathered copy [E] each, its logits [V], and 7 words (the forward's out-row index; the head's row
@@ -165,20 +184,23 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
 }
 
 Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
-                         const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device) {
+                         const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device,
+                         const LoraParams* lora) {
   if (plan.total() <= device_bytes) return Status();
   std::string fixes;
   if (!batch.recompute) {
     DeviceBatchShape checkpointed = batch;
     checkpointed.recompute = true;
-    const DeviceTrainingPlan with = plan_device_training(model, optimizer, reference, checkpointed);
+    const DeviceTrainingPlan with = plan_device_training(model, optimizer, reference, checkpointed, lora);
     fixes += "--grad-checkpointing (activations " + mib(plan.activations) + " -> " + mib(with.activations) + ", " +
              mib(with.total()) + " in all" + (with.total() <= device_bytes ? ", which fits" : "") + "); ";
   }
   fixes += "fewer positions per micro-batch (" + batch.smaller_batch + "; the activations, working buffers and loss rows, " +
            mib(plan.activations + plan.scratch + plan.loss_rows) + ", shrink with them); ";
-  if (optimizer) fixes += "more ranks (mpirun: each keeps its shard's Adam moments on the host, " + mib(plan.moments) + " less here); ";
-  fixes += "LoRA adapters (--lora-r), which a device run does not take yet; or --device cpu";
+  if (optimizer && lora == nullptr)
+    fixes += "more ranks (mpirun: each keeps its shard's Adam moments on the host, " + mib(plan.moments) + " less here); ";
+  if (lora == nullptr) fixes += "LoRA adapters (--lora-r: the base frozen, gradients and moments of the adapters only); ";
+  fixes += "or --device cpu";
   return resource_exhausted("training on " + device + " needs " + plan.text() + ", more than its " + mib(device_bytes) +
                             ". What would make it fit: " + fixes);
 }
@@ -220,40 +242,45 @@ Result<OptimizerStepStats> DeviceTraining::step_sharded(const Context& ctx, Opti
   return s;
 }
 
+Result<float> device_adamw_step(const Context& ctx, const std::vector<DeviceAdamwTensor>& tensors, const AdamWOptions& o,
+                                int64_t t, double lr, float max_norm, bool apply) {
+  const int64_t n = static_cast<int64_t>(tensors.size());
+  float sumsq_host = 0;  // the metric, read back once the step has run
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  DC_RETURN_IF_ERROR(ctx.backend->begin());
+  float* sums = device_floats(ctx, "optimizer.tensor_sumsq", n);  // [n] each tensor's Σ g²
+  float* sumsq = device_floats(ctx, "optimizer.sumsq", 1);        // [1] Σ over every gradient: the norm's square
+  DC_RETURN_IF_ERROR(device_status(ctx));
+  for (int64_t i = 0; i < n; ++i) squared_norm(ctx, tensors[i].g, tensors[i].n, sums, i);
+  sum_floats(ctx, sums, n, sumsq);
+  if (apply)  // a non-finite norm skips the update on the device itself (adamw_update's clip_sumsq)
+    for (const DeviceAdamwTensor& x : tensors)
+      adamw_update(ctx, adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, x.weight_decay), x.p, x.g, x.m, x.v, x.n, sumsq, max_norm);
+  ctx.backend->copy_out("optimizer.sumsq", as_device(static_cast<const float*>(sumsq)), &sumsq_host, sizeof(float));
+  DC_RETURN_IF_ERROR(ctx.backend->finish());
+  return sumsq_host;
+}
+
 Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCore& core, double loss) {
   DC_CHECK(core.sharded() == sharded_ && (moments_ || sharded_), "DeviceTraining::step: started with this optimizer");
   if (sharded_) return step_sharded(ctx, core, loss);
   const std::vector<DeviceParams::Tensor>& grads = grads_.tensors();
-  const int64_t n = static_cast<int64_t>(grads.size());
   OptimizerStepStats s;
   s.lr = learning_rate(core.options().lr, core.steps_done());
-  float sumsq_host = 0;  // the metric, read back once the step has run
-  {
-    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
-    DC_RETURN_IF_ERROR(ctx.backend->begin());
-    float* sums = device_floats(ctx, "optimizer.tensor_sumsq", n);  // [n] each tensor's Σ g²
-    float* sumsq = device_floats(ctx, "optimizer.sumsq", 1);        // [1] Σ over every gradient: the norm's square
-    DC_RETURN_IF_ERROR(device_status(ctx));
-    for (int64_t i = 0; i < n; ++i) squared_norm(ctx, grads[i].data.data(), static_cast<int64_t>(grads[i].data.size()), sums, i);
-    sum_floats(ctx, sums, n, sumsq);
-    if (std::isfinite(loss)) {  // a non-finite norm skips the update on the device itself (adamw_update's clip_sumsq)
-      const AdamWOptions& o = core.options().adam;
-      const auto max_norm = static_cast<float>(core.options().max_grad_norm);
-      size_t i = 0;
-      visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
-                                          std::span<float>* v) {
-        const std::span<float>& p = m != nullptr ? *m : *v;
-        const double wd = m != nullptr || o.decay_vectors ? o.weight_decay : 0.0;  // as adamw_step's
-        const AdamWStep scalars = adamw_scalars(core.steps_done() + 1, s.lr, o.beta1, o.beta2, o.eps, wd);
-        adamw_update(ctx, scalars, p.data(), grads[i].data.data(), m_.tensors()[i].data.data(), v_.tensors()[i].data.data(),
-                     static_cast<int64_t>(p.size()), sumsq, max_norm);
-        ++i;
-      });
-    }
-    ctx.backend->copy_out("optimizer.sumsq", as_device(static_cast<const float*>(sumsq)), &sumsq_host, sizeof(float));
-    DC_RETURN_IF_ERROR(ctx.backend->finish());
-  }
-  s.grad_norm = std::sqrt(static_cast<double>(sumsq_host));
+  const AdamWOptions& o = core.options().adam;
+  std::vector<DeviceAdamwTensor> tensors;
+  visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
+                                      std::span<float>* v) {
+    const std::span<float>& p = m != nullptr ? *m : *v;
+    const size_t i = tensors.size();
+    const double wd = m != nullptr || o.decay_vectors ? o.weight_decay : 0.0;  // as adamw_step's
+    tensors.push_back({p.data(), grads[i].data.data(), m_.tensors()[i].data.data(), v_.tensors()[i].data.data(),
+                       static_cast<int64_t>(p.size()), wd});
+  });
+  DC_ASSIGN_OR_RETURN(const float sumsq, device_adamw_step(ctx, tensors, o, core.steps_done() + 1, s.lr,
+                                                           static_cast<float>(core.options().max_grad_norm),
+                                                           std::isfinite(loss)));
+  s.grad_norm = std::sqrt(static_cast<double>(sumsq));
   s.skip_cause = skip_cause(loss, s.grad_norm);  // what the device decided: the same Σ, the same rule
   return core.count_step(std::move(s));
 }

@@ -22,6 +22,7 @@
 
 #include "core/context.h"
 #include "core/status.h"
+#include "lora/trainable.h"
 #include "model/device_params.h"
 #include "model/transformer.h"
 #include "train/optimizer_core.h"
@@ -34,8 +35,8 @@ namespace dc::train {
 
 // What a trainer on a device refuses (it never runs on the CPU instead: the error names the flag) and what it
 // changes: the precision to f32 (the device's backward has no bf16 matrix-unit path yet; said in a note).
-// `lora_r` > 0 is refused.
-Status check_device_training(const Context& ctx, int64_t lora_r, MatmulPrecision* precision);
+// LoRA adapters (lora.r > 0) with dropout, and LoRA adapters over more than one rank, are refused.
+Status check_device_training(const Context& ctx, const LoraSpec& lora, const dist::Comm* comm, MatmulPrecision* precision);
 
 // The loss rows' device memory: hidden [n_out, n_embd] (what Model::forward_hidden writes) and logits
 // [n_out, n_vocab] (the lm_head's, then their gradient), grown to the largest batch so far, never shrunk.
@@ -89,14 +90,35 @@ struct DeviceTrainingPlan {
 };
 
 // The plan of training `model` on a device: with `optimizer` the moments, with `reference` a second model of the
-// same size, and `batch`'s parts.
-DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch);
+// same size, and `batch`'s parts. With `lora` (a LoRA run's adapters) the model is a frozen base: its weights as
+// stored, plus the adapters; the gradients, moments and a reference (GRPO's: the reference adapters over the same
+// base) are the adapters' only; the activations keep each adapter's u and the working buffers its products'.
+DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch,
+                                        const LoraParams* lora = nullptr);
 // Ok when `plan` fits `device_bytes`; else kResourceExhausted naming `device`, the sizes and what would make the run
 // fit: --grad-checkpointing (with the activations it would leave), a smaller micro-batch (batch.smaller_batch),
-// more ranks when the moments are on the device (mpirun: each rank keeps its shard's on the host), LoRA (not on
-// a device yet), or --device cpu.
+// more ranks when the moments are on the device (mpirun: each rank keeps its shard's on the host; a full
+// fine-tune), LoRA adapters (a full fine-tune), or --device cpu.
 Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
-                         const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device);
+                         const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device,
+                         const LoraParams* lora = nullptr);
+
+// One tensor a device optimizer step updates: weights p, gradient g and moments m, v [n] (device operands), and
+// its weight decay.
+struct DeviceAdamwTensor {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+  double weight_decay;
+};
+// A device optimizer step (DeviceTraining's and DeviceLoraTraining's) in one submission: each tensor's Σ g² and
+// their sum (f32, a fixed order), then, when `apply` (a finite loss), AdamW at step t (1-based) and rate lr with
+// the gradients clipped to max_norm by that sum (a non-finite sum skips the update, decided on the device).
+// Returns the sum, read back after the step has run.
+Result<float> device_adamw_step(const Context& ctx, const std::vector<DeviceAdamwTensor>& tensors, const AdamWOptions& o,
+                                int64_t t, double lr, float max_norm, bool apply);
 
 class DeviceTraining {
  public:

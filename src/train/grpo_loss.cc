@@ -340,19 +340,26 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
       });
 }
 
-Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
-                                                  const GrpoLossOptions& o, float grad_scale, DeviceTraining& device,
-                                                  Activations& acts, GradWrite write) {
+namespace {
+
+// grpo_loss_and_device_grads' loss on the device (the forward adds `lora`, null: the model's own), then
+// backward(dlogits) over the rows' device logits; no_rows() instead without scored rows.
+template <class Backward, class NoRows>
+Result<GrpoLossResult> device_grpo_loss_then(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                             const GrpoLossOptions& o, float grad_scale, const LoraWeights* lora,
+                                             DeviceLossRows& scratch, Activations& acts, Backward&& backward,
+                                             NoRows&& no_rows) {
   DC_CHECK(ctx.device != Device::kCpu, "grpo_loss_and_device_grads: a device context");
   const CoupledRows& rows = *in.rows;
   const int64_t n_out = static_cast<int64_t>(rows.out_rows.size());
   DC_RETURN_IF_ERROR(check_loss_inputs(in));
-  DeviceLossRows& scratch = device.rows();
   DC_RETURN_IF_ERROR(scratch.reserve(ctx, model.config(), n_out));
-  DC_RETURN_IF_ERROR(model.forward_hidden(ctx, rows.forward_batch(), scratch.hidden(), &acts));
+  ForwardBatch fb = rows.forward_batch();
+  fb.lora = lora;
+  DC_RETURN_IF_ERROR(model.forward_hidden(ctx, fb, scratch.hidden(), &acts));
   std::vector<float> ce(n_out), w;
-  if (n_out == 0) {  // no scored rows: nothing to add, zeros to write
-    if (write == GradWrite::kOverwrite) DC_RETURN_IF_ERROR(device.grads().zero(ctx));
+  if (n_out == 0) {  // no scored rows: nothing to add
+    DC_RETURN_IF_ERROR(no_rows());
     return coupled_loss(in, o, ce, grad_scale, &w);
   }
   // The rows' CE first (the logits kept), then their gradient weighted by the loss's per-row weights.
@@ -362,8 +369,28 @@ Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Mode
   GrpoLossResult res = coupled_loss(in, o, ce, grad_scale, &w);
   DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), w.data(), false, true,
                                                     nullptr, nullptr));
-  DC_RETURN_IF_ERROR(model.backward(ctx, acts, scratch.logits(), device.grads().spans(), nullptr, write));
+  DC_RETURN_IF_ERROR(backward(static_cast<const float*>(scratch.logits())));
   return res;
+}
+
+}  // namespace
+
+Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                  const GrpoLossOptions& o, float grad_scale, DeviceTraining& device,
+                                                  Activations& acts, GradWrite write) {
+  return device_grpo_loss_then(
+      ctx, model, in, o, grad_scale, nullptr, device.rows(), acts,
+      [&](const float* dlogits) { return model.backward(ctx, acts, dlogits, device.grads().spans(), nullptr, write); },
+      [&] { return write == GradWrite::kOverwrite ? device.grads().zero(ctx) : Status(); });  // zeros to write
+}
+
+Result<GrpoLossResult> grpo_loss_and_device_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                       const GrpoLossOptions& o, float grad_scale, const LoraWeights& lora,
+                                                       DeviceLoraTraining& device, Activations& acts) {
+  return device_grpo_loss_then(
+      ctx, model, in, o, grad_scale, &lora, device.rows(), acts,
+      [&](const float* dlogits) { return model.backward_lora(ctx, acts, dlogits, lora, device.grads().grads()); },
+      [] { return Status(); });
 }
 
 Result<GrpoLossResult> grpo_loss_and_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,

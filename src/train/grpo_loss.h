@@ -15,6 +15,7 @@
 #include "model/activations.h"
 #include "model/params.h"
 #include "model/transformer.h"  // Model, ForwardBatch
+#include "train/device_lora_training.h"
 #include "train/device_training.h"
 
 namespace dc::train {
@@ -144,5 +145,10 @@ Result<GrpoLossResult> grpo_loss_and_lora_grads(const Context& ctx, const Model&
                                                 const GrpoLossOptions& options, float grad_scale, const LoraWeights& lora,
                                                 LoraParams& grads, Activations& acts,
                                                 const ModelWeights* transposed = nullptr);
+// The LoRA variant on a device (grpo --lora-r --device): the forward adds `lora` (uploaded by `device`, no
+// dropout), and the adapters' gradients are ADDED into device.grads() (zeroed by the caller at the step's start).
+Result<GrpoLossResult> grpo_loss_and_device_lora_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
+                                                       const GrpoLossOptions& options, float grad_scale, const LoraWeights& lora,
+                                                       DeviceLoraTraining& device, Activations& acts);
 
 }  // namespace dc::train

@@ -85,8 +85,8 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   t->opt_.lr.warmup_steps = static_cast<int64_t>(std::ceil(o.warmup_ratio * static_cast<double>(o.steps)));
   t->ctx_ = ctx;
   t->ctx_.workspace = &t->workspace_;
-  if (ctx.device != Device::kCpu)  // LoRA refused by name, f32 (train/device_training.h)
-    DC_RETURN_IF_ERROR(check_device_training(ctx, o.lora.r, &t->opt_.precision));
+  if (ctx.device != Device::kCpu)  // LoRA's dropout and LoRA over ranks refused by name, f32 (train/device_training.h)
+    DC_RETURN_IF_ERROR(check_device_training(ctx, o.lora, o.comm, &t->opt_.precision));
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): GRPO in f32");
@@ -266,7 +266,7 @@ Status GrpoTrainer::start_round() {
       ref_on_device_ = true;
     }
   }
-  DeviceLossRows* device_rows = device_ != nullptr ? &device_->rows() : nullptr;
+  DeviceLossRows* device_rows = device_ != nullptr ? &device_->rows() : device_lora_ != nullptr ? &device_lora_->rows() : nullptr;
   const int64_t n_micro = opt_.grad_accum / ranks(), mb = n_local / n_micro, P = r.batch.n_prompt;
   round_.assign(n_micro, Micro{});
   for (int64_t a = 0; a < n_micro; ++a) {
@@ -319,7 +319,10 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     const bool mixed = !lora && ctx_.matmul_precision == MatmulPrecision::kBF16;  // LoRA: the base is read as stored
     if (mixed) DC_RETURN_IF_ERROR(mixed_.refresh(ctx_, core_.params().weights()));
     const int64_t I = opt_.num_iterations, k = steps_done() % I;
-    if (ctx_.device != Device::kCpu && device_ == nullptr) {  // the policy's weights, gradients and moments there
+    if (ctx_.device != Device::kCpu && lora && device_lora_ == nullptr) {  // the base, adapters and their state there
+      DC_ASSIGN_OR_RETURN(device_lora_, DeviceLoraTraining::start(ctx_, *base_, lora_core_, device_batch_shape(),
+                                                                  opt_.loss.beta != 0 ? &ref_lora_ : nullptr));
+    } else if (ctx_.device != Device::kCpu && device_ == nullptr) {  // the policy's weights, gradients and moments there
       DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_, device_batch_shape(), opt_.loss.beta != 0));
     }
     if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
@@ -327,7 +330,8 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
     const auto t1 = Clock::now();
     const std::unique_ptr<Model> model = policy_model();
-    if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
+    if (device_lora_ != nullptr) DC_RETURN_IF_ERROR(device_lora_->grads().zero(ctx_));  // the backwards add
+    else if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
     else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing pass: the first micro-batch writes the gradients
     const double scale = 1.0 / static_cast<double>(opt_.grad_accum);
     for (Micro& m : round_) {
@@ -340,9 +344,14 @@ Result<GrpoStepStats> GrpoTrainer::step() {
         LoraWeights adapters = lora_core_.params().weights();
         adapters.dropout_key = hash_counters(state().seed, 0x6c6f7261, static_cast<uint64_t>(steps_done()),
                                              static_cast<uint64_t>(&m - round_.data()) + 1000 * static_cast<uint64_t>(rank()));
-        DC_ASSIGN_OR_RETURN(r, grpo_loss_and_lora_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), adapters,
-                                                        lora_core_.grads(), acts_,
-                                                        bf16_backward(ctx_) ? &base_transposed_ : nullptr));
+        if (device_lora_ != nullptr) {
+          DC_ASSIGN_OR_RETURN(r, grpo_loss_and_device_lora_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale),
+                                                                 adapters, *device_lora_, acts_));
+        } else {
+          DC_ASSIGN_OR_RETURN(r, grpo_loss_and_lora_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), adapters,
+                                                          lora_core_.grads(), acts_,
+                                                          bf16_backward(ctx_) ? &base_transposed_ : nullptr));
+        }
       } else if (device_ != nullptr) {
         DC_ASSIGN_OR_RETURN(r, grpo_loss_and_device_grads(ctx_, *model, in, opt_.loss, static_cast<float>(scale), *device_,
                                                           acts_, write));
@@ -358,7 +367,9 @@ Result<GrpoStepStats> GrpoTrainer::step() {
       s.loss = sum[0], s.kl = sum[1], s.clip_fraction = sum[2];
     }
     OptimizerStepStats o;
-    if (device_ != nullptr) {
+    if (device_lora_ != nullptr) {
+      DC_ASSIGN_OR_RETURN(o, device_lora_->step(ctx_, lora_core_, s.loss));
+    } else if (device_ != nullptr) {
       DC_ASSIGN_OR_RETURN(o, device_->step(ctx_, core_, s.loss));
     } else {
       o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
@@ -370,11 +381,13 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     // ref ← (1 − α)·ref + α·policy: each rank mixes its shard, then the reference is all-gathered (LoRA: the
     // adapters' reference copy, the same on every rank)
     if (opt_.ref_sync_steps > 0 && s.step % opt_.ref_sync_steps == 0) {
-      if (lora) {
+      if (lora) {  // on a device: the policy's adapters downloaded, mixed on the host, the reference's copy refreshed
+        DC_RETURN_IF_ERROR(sync_to_host());
         const float alpha = static_cast<float>(opt_.ref_mixup_alpha);
         const float* p = lora_core_.params().data();
         float* ref = ref_lora_.data();
         for (int64_t i = 0; i < ref_lora_.n_values(); ++i) ref[i] = (1.0f - alpha) * ref[i] + alpha * p[i];
+        if (device_lora_ != nullptr && opt_.loss.beta != 0) DC_RETURN_IF_ERROR(device_lora_->refresh_reference(ctx_, *base_, ref_lora_));
       } else {  // on a device: mixed on the host (the CPU's arithmetic), the reference's device copy refreshed
         DC_RETURN_IF_ERROR(sync_to_host());
         DC_RETURN_IF_ERROR(core_.mix_into(ref_, static_cast<float>(opt_.ref_mixup_alpha)));
@@ -396,7 +409,10 @@ Result<GrpoStepStats> GrpoTrainer::step() {
   }
 }
 
-Status GrpoTrainer::sync_to_host() { return device_ != nullptr ? device_->sync_to_host(ctx_, core_) : Status(); }
+Status GrpoTrainer::sync_to_host() {
+  if (device_lora_ != nullptr) return device_lora_->sync_to_host(ctx_, lora_core_);
+  return device_ != nullptr ? device_->sync_to_host(ctx_, core_) : Status();
+}
 
 Status GrpoTrainer::write_metrics_line(const GrpoStepStats& s) {
   if (opt_.out_dir.empty()) return Status();

@@ -10,7 +10,8 @@
 // gather) and keeps its own rows; each rank runs grad_accum / N micro-batches of the round, the gradients
 // are reduced in rank order and the optimizer state sharded as SFT's (OptimizerCore); the reference model
 // is mixed from the all-gathered weights, identical on every rank.
-// With a device Context (one process, full fine-tuning, f32: train/device_training.h) the rollouts, the old and
+// With a device Context (one process, f32: train/device_training.h; a LoRA run's state train/device_lora_training.h,
+// the base frozen there as stored and the reference adapters beside the policy's) the rollouts, the old and
 // reference log-probs, the coupled loss's forward and backward, the clipping and AdamW run on the device; the
 // rewards, the advantages and the loss's per-token arithmetic stay on the host (n_out floats each way per
 // micro-batch), and the reference model's sync is mixed on the host and uploaded again.
@@ -165,6 +166,7 @@ class GrpoTrainer {
   // On a device (ctx_.device != kCpu, from the first step): the policy's state and steps there; the reference
   // model's weights are uploaded too once a round's KL needs them (ref_on_device_).
   std::unique_ptr<DeviceTraining> device_;
+  std::unique_ptr<DeviceLoraTraining> device_lora_;  // a LoRA run's instead (the base, adapters and their state)
   bool ref_on_device_ = false;
   MixedPrecisionWeights mixed_;
   // LoRA: the frozen base, its packed weights' wᵀ views, the adapters' state, their reference copy, and the

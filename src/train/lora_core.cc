@@ -108,11 +108,7 @@ OptimizerStepStats LoraCore::step(const Context& ctx, double loss) {
   }
   s.grad_norm = std::sqrt(sum_of_squares(g, n, ctx.pool));
   s.skip_cause = skip_cause(loss, s.grad_norm);
-  s.skipped = !s.skip_cause.empty();
-  if (s.skipped) {
-    ++consecutive_skips_, ++state_.skipped_steps;
-  } else {
-    consecutive_skips_ = 0;
+  if (s.skip_cause.empty()) {
     const float clip = clip_coefficient(s.grad_norm, options_.max_grad_norm);
     if (clip != 1.0f)
       for (int64_t i = 0; i < n; ++i) g[i] *= clip;
@@ -120,6 +116,13 @@ OptimizerStepStats LoraCore::step(const Context& ctx, double loss) {
     adamw_update(params_.data(), g, m_.data(), v_.data(), n, state_.step + 1, s.lr, a.beta1, a.beta2, a.eps,
                  a.weight_decay);
   }
+  return count_step(std::move(s));
+}
+
+OptimizerStepStats LoraCore::count_step(OptimizerStepStats s) {
+  s.skipped = !s.skip_cause.empty();
+  if (s.skipped) ++consecutive_skips_, ++state_.skipped_steps;
+  else consecutive_skips_ = 0;
   s.step = ++state_.step;
   return s;
 }

@@ -73,6 +73,16 @@ class LoraCore {
   // schedule, counts the step; a non-finite loss or norm skips the update (as OptimizerCore::step). A failed
   // collective ends the job on every rank (Comm::abort).
   OptimizerStepStats step(const Context& ctx, double loss);
+  // A LoRA run whose state lives on a device (train/device_lora_training.h; one process): the host buffers it
+  // downloads the adapters and moments into before save(), and the bookkeeping of a step it ran there (s.lr,
+  // grad_norm and skip_cause set), as OptimizerCore's.
+  struct HostState {
+    LoraParams& params;
+    LoraParams& m;
+    LoraParams& v;
+  };
+  HostState host_state() { return {params_, m_, v_}; }
+  OptimizerStepStats count_step(OptimizerStepStats s);
 
   // Writes out_dir/checkpoint-<steps_done> atomically (rank 0; every rank calls it) and returns its path.
   // base_model is recorded as adapter_config.json's base_model_name_or_path.

@@ -257,7 +257,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_model(const TrainOptions& 
 Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> t, Dataset data,
                                                        const std::string& latest) {
   if (t->ctx_.device != Device::kCpu)
-    DC_RETURN_IF_ERROR(check_device_training(t->ctx_, t->opt_.lora.r, &t->opt_.precision));
+    DC_RETURN_IF_ERROR(check_device_training(t->ctx_, t->opt_.lora, t->opt_.comm, &t->opt_.precision));
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): training in f32");
@@ -345,14 +345,19 @@ Result<StepStats> Trainer::step_or_throw() {
   if (model_ == nullptr)
     model_ = Model::from_weights(core_.config(), mixed ? mixed_.forward() : core_.params().weights(), nullptr);
   const bool device = ctx_.device != Device::kCpu;
-  if (device && device_ == nullptr) {  // a micro-batch: batch_size rows of seq_len, any of them a loss row
+  if (device && device_ == nullptr && device_lora_ == nullptr) {  // a micro-batch: batch_size rows of seq_len, any a loss row
     DeviceBatchShape batch;
     batch.positions = batch.loss_rows = opt_.batch_size * opt_.seq_len;
     batch.recompute = opt_.recompute;
     batch.smaller_batch = "a smaller --batch-size (with a larger --grad-accum for the same batch) or --seq-len";
-    DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *model_, &core_, batch));
+    if (lora) {
+      DC_ASSIGN_OR_RETURN(device_lora_, DeviceLoraTraining::start(ctx_, *model_, lora_core_, batch));
+    } else {
+      DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *model_, &core_, batch));
+    }
   }
-  if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
+  if (device && lora) DC_RETURN_IF_ERROR(device_lora_->grads().zero(ctx_));  // the backwards add
+  else if (lora) lora_core_.begin_step();  // zeroes the adapters' gradients; the backwards add
   else core_.begin_step(mixed ? &mixed_ : nullptr);  // no zeroing: the first micro-batch writes the gradients
   TrainState& state = this->state();
   const float scale = 1.0f / static_cast<float>(opt_.grad_accum);
@@ -377,8 +382,12 @@ Result<StepStats> Trainer::step_or_throw() {
     if (lora) {  // the adapters' dropout draws a fresh mask per micro-batch
       LoraWeights adapters = lora_core_.params().weights();
       adapters.dropout_key = hash_counters(state.seed, 0x6c6f7261, static_cast<uint64_t>(state.step * opt_.grad_accum + micro));
-      DC_ASSIGN_OR_RETURN(loss, loss_and_lora_grads(ctx_, *model_, batch, scale, adapters, lora_core_.grads(), acts_,
-                                                    bf16_backward(ctx_) ? &lora_transposed_ : nullptr, &times));
+      if (device) {
+        DC_ASSIGN_OR_RETURN(loss, device_lora_loss_and_grads(ctx_, *model_, batch, scale, adapters, acts_, &times, *device_lora_));
+      } else {
+        DC_ASSIGN_OR_RETURN(loss, loss_and_lora_grads(ctx_, *model_, batch, scale, adapters, lora_core_.grads(), acts_,
+                                                      bf16_backward(ctx_) ? &lora_transposed_ : nullptr, &times));
+      }
     } else if (device) {
       DC_ASSIGN_OR_RETURN(loss, device_loss_and_grads(ctx_, *model_, batch, scale, acts_, write, &times, *device_));
     } else {
@@ -401,7 +410,9 @@ Result<StepStats> Trainer::step_or_throw() {
   }
   const auto t_opt = std::chrono::steady_clock::now();
   OptimizerStepStats o;
-  if (device) {
+  if (device && lora) {
+    DC_ASSIGN_OR_RETURN(o, device_lora_->step(ctx_, lora_core_, s.loss));
+  } else if (device) {
     DC_ASSIGN_OR_RETURN(o, device_->step(ctx_, core_, s.loss));
   } else {
     o = lora ? lora_core_.step(ctx_, s.loss) : core_.step(ctx_, mixed ? &mixed_ : nullptr, s.loss);
@@ -434,7 +445,10 @@ Status Trainer::save() {
   return Status();
 }
 
-Status Trainer::sync_to_host() { return device_ != nullptr ? device_->sync_to_host(ctx_, core_) : Status(); }
+Status Trainer::sync_to_host() {
+  if (device_lora_ != nullptr) return device_lora_->sync_to_host(ctx_, lora_core_);
+  return device_ != nullptr ? device_->sync_to_host(ctx_, core_) : Status();
+}
 
 std::string loss_plot_svg(const std::vector<StepStats>& history) {
   std::vector<double> steps, losses;

@@ -1,7 +1,8 @@
 // Trainer: masked-diffusion fine-tuning of a Dream / DiffuCoder checkpoint in f32 master weights (widened
 // once from the stored dtype): data → noised batches → forward (training mode) → fused cross-entropy →
 // backward → clipping → AdamW, with gradient accumulation, checkpoints and resume; on the CPU, or with a
-// device Context on that device (train/device_sft.h, train/device_training.h: one process, full fine-tuning, f32).
+// device Context on that device (train/device_sft.h, train/device_training.h, train/device_lora_training.h: one
+// process, f32; a full fine-tune or LoRA adapters without dropout).
 #pragma once
 
 #include <cstdint>
@@ -121,8 +122,8 @@ class Trainer {
   // Writes out_dir/checkpoint-<step> and the loss plot out_dir/loss.svg. Errors when out_dir is empty.
   // Data parallel: every rank calls it (and step(), whose loss is that of the global batch).
   Status save();
-  // On a device: downloads the weights and moments into params() / optimizer() (save() does it first; between
-  // steps they are those of the last download). On the CPU: nothing.
+  // On a device: downloads the weights and moments into params() / optimizer(), a LoRA run's adapters and moments
+  // into lora() (save() does it first; between steps they are those of the last download). On the CPU: nothing.
   Status sync_to_host();
 
   // Frees the scratch the steps keep for reuse (the forward's activations and the matmul backward's
@@ -168,6 +169,7 @@ class Trainer {
   std::unique_ptr<Model> model_;  // built at the first step over core_.params() (or mixed_.forward()); LoRA: the base
   LoraCore lora_core_;            // a LoRA run's adapters, gradients and moments
   std::unique_ptr<DeviceTraining> device_;  // on a device (ctx_.device != kCpu): the state and steps there, from the first step
+  std::unique_ptr<DeviceLoraTraining> device_lora_;  // the same for a LoRA run on a device
   ModelWeights lora_transposed_;  // LoRA, mixed precision: the packed bf16 base's wᵀ views (empty where none)
   std::string resume_note_;
   std::vector<StepStats> history_;

@@ -2,7 +2,7 @@
 // device 0 (lavapipe in CI): it covers what an SFT step really holds on the device (the backend's count of its
 // buffers), with and without gradient checkpointing, and what a GRPO round and its rollout hold, with and without
 // --fast's KV cache; under a small device (DC_VULKAN_MEMORY_MIB) a run that would not fit is refused before its
-// first step, naming the sizes and the fix that makes it fit.
+// first step, naming the sizes and the fix that makes it fit. A LoRA run's plan the same way.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -185,6 +185,42 @@ TEST(DevicePlan, CoversWhatAGrpoRoundHoldsOnTheDevice) {
     EXPECT_LE(rollout_grown, rollout_plan) << "fast " << fast << ": the plan misses part of the rollout's need";
     EXPECT_GE(rollout_grown, rollout_plan / 2) << "fast " << fast << ": the plan is far above the rollout's need";
     t->reset();
+
+// A LoRA run (rank 8 on every projection): its plan counts the frozen base as stored and the adapters, gradients
+// and moments of the adapters only, each adapter's u in the activations, and covers what its step holds.
+TEST(DevicePlan, CoversWhatALoraStepHolds) {
+  const ModelConfig c = plan_config();
+  ThreadPool pool(2);
+  for (const bool recompute : {false, true}) {
+    auto backend = open_vulkan_backend(0);
+    ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+    Context dev;
+    dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+    TrainOptions o = plan_options(recompute);
+    o.lora.r = 8;
+    auto t = plan_trainer(c, o, dev);
+    ASSERT_TRUE(t != nullptr);
+    const int64_t before = (*backend)->counters().device_bytes;
+    auto s = t->step();
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    const int64_t held = (*backend)->counters().device_peak_bytes - before;
+    const ModelParams params = plan_params(c);
+    const auto model = Model::from_weights(c, params.weights(), nullptr);
+    DeviceBatchShape batch;
+    batch.positions = batch.loss_rows = o.batch_size * o.seq_len;
+    batch.recompute = recompute;
+    const LoraParams& adapters = t->lora()->params();
+    const DeviceTrainingPlan plan = plan_device_training(*model, true, false, batch, &adapters);
+    const int64_t adapter_bytes = adapters.n_values() * 4;
+    EXPECT_EQ(plan.gradients, adapter_bytes);
+    EXPECT_EQ(plan.moments, 2 * adapter_bytes);
+    EXPECT_EQ(plan.weights, params.n_values() * 4 + adapter_bytes);
+    EXPECT_GT(plan.activations, sft_plan(c, plan_options(recompute)).activations) << "each adapter's u";
+    std::printf("  LoRA, recompute %d: the step held at most %lld bytes, the plan %lld\n", recompute,
+                static_cast<long long>(held), static_cast<long long>(plan.total()));
+    EXPECT_LE(held, plan.total()) << "recompute " << recompute << ": the plan misses part of the device's need";
+    EXPECT_GE(held, plan.total() * 7 / 10) << "recompute " << recompute << ": the plan is far above the need";
+    t.reset();
   }
 }
 

@@ -1,4 +1,5 @@
-// The grpo fixtures' policy as the device GRPO tests train it (grpo_vulkan_test.cc, device_plan_test.cc).
+// The grpo fixtures' policy read with head_dim 16, a checkpoint directory the device trainers' tests
+// (grpo_vulkan_test.cc, trainer_vulkan_test.cc, device_plan_test.cc) load, resume and save with.
 #pragma once
 
 #include <gtest/gtest.h>
