@@ -189,8 +189,9 @@ TEST(DeviceCli, BenchStepIsOneSubmission) {
 }
 
 // `train --device vulkan` (the SFT step on the device, train/device_sft.h): one step of one sequence of 16
-// tokens gives the CPU's loss, and its checkpoint is written (the device's weights downloaded); what a device
-// run does not support is refused naming the flag: LoRA, and `bench --train` (which would time the CPU).
+// tokens gives the CPU's loss, and its checkpoint is written (the device's weights downloaded); the same with
+// LoRA adapters (`--lora-r 4`: a PEFT checkpoint); what a device run does not support is refused naming the
+// flag: the adapters' dropout, and `bench --train` (which would time the CPU).
 TEST(DeviceCli, TrainOnVulkanEqualsTheCpuOrRefusesByName) {
   dc::test::TempDir dir("vulkan_train");
   head_dim_16_copy(dir.path());
@@ -201,19 +202,23 @@ TEST(DeviceCli, TrainOnVulkanEqualsTheCpuOrRefusesByName) {
   }
   const std::string common = "train --model " + dir.path() + " --data " + dir.file("data.jsonl") +
                              " --steps 1 --seq-len 16 --batch-size 1 --lr 1e-3 --precision f32 --threads 2 --quiet";
-  double loss[2] = {0, 0};
-  int i = 0;
-  for (const char* device : {"cpu", "vulkan"}) {
-    const std::string out = dir.file(std::string("out-") + device);
-    const auto r = dc::testing::run_binary(common + " --out " + out + " --device " + device);
-    ASSERT_EQ(r.exit_code, 0) << device << ": " << r.err;
-    loss[i++] = nlohmann::json::parse(r.out)["final_loss"].get<double>();
-    EXPECT_TRUE(fs::exists(fs::path(out) / "checkpoint-000001" / "model.safetensors")) << device;
+  for (const std::string lora : {"", " --lora-r 4"}) {
+    double loss[2] = {0, 0};
+    int i = 0;
+    for (const char* device : {"cpu", "vulkan"}) {
+      const std::string out = dir.file(std::string("out-") + device + (lora.empty() ? "" : "-lora"));
+      const auto r = dc::testing::run_binary(common + lora + " --out " + out + " --device " + device);
+      ASSERT_EQ(r.exit_code, 0) << device << lora << ": " << r.err;
+      loss[i++] = nlohmann::json::parse(r.out)["final_loss"].get<double>();
+      const char* saved = lora.empty() ? "model.safetensors" : "adapter_model.safetensors";
+      EXPECT_TRUE(fs::exists(fs::path(out) / "checkpoint-000001" / saved)) << device << lora;
+    }
+    EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]) << lora;
   }
-  EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);
-  const auto lora = dc::testing::run_binary(common + " --out " + dir.file("out-lora") + " --device vulkan --lora-r 4");
-  EXPECT_NE(lora.exit_code, 0);
-  EXPECT_NE(lora.err.find("--lora-r"), std::string::npos) << lora.err;
+  const auto dropout = dc::testing::run_binary(common + " --out " + dir.file("out-dropout") +
+                                               " --device vulkan --lora-r 4 --lora-dropout 0.1");
+  EXPECT_NE(dropout.exit_code, 0);
+  EXPECT_NE(dropout.err.find("--lora-dropout"), std::string::npos) << dropout.err;
   const auto bench = dc::testing::run_binary("bench --train --shape tiny --steps 1 --device vulkan");
   EXPECT_NE(bench.exit_code, 0);
   EXPECT_NE(bench.err.find("--device"), std::string::npos) << bench.err;
@@ -254,7 +259,8 @@ TEST(DeviceCli, GrpoLossOnVulkanEqualsTheCpu) {
 // `grpo --device vulkan`: one round on tiny-vocab (head_dim 16), rollouts sampled on the device (top-k 50,
 // temperature 1, top-p 0.95: the defaults, over near-uniform 152k-token rows), the reference model's log-probs, the loss and the
 // step there, the reward program on the CPU: the same rewards as the CPU's run, the same loss and gradient norm
-// within f32 bounds, and a checkpoint with the reference model; LoRA is refused naming --lora-r. (The 152k
+// within f32 bounds, and a checkpoint with the reference model; LoRA's dropout is refused naming --lora-dropout
+// (a LoRA run on the device: tests/train/vulkan/grpo_vulkan_test.cc). (The 152k
 // vocabulary's lm_head passes take seconds each on lavapipe: one step, the unit tests cover the rest.)
 TEST(DeviceCli, GrpoOnVulkanEqualsTheCpu) {
   dc::test::TempDir dir("vulkan_grpo");
@@ -288,9 +294,10 @@ TEST(DeviceCli, GrpoOnVulkanEqualsTheCpu) {
       EXPECT_NEAR(got, want, 1e-5 * std::abs(want) + 1e-9) << key << " of step " << k + 1;
     }
   }
-  const auto lora = dc::testing::run_binary(common + " --out " + dir.file("out-lora") + " --device vulkan --lora-r 4");
+  const auto lora = dc::testing::run_binary(common + " --out " + dir.file("out-lora") +
+                                            " --device vulkan --lora-r 4 --lora-dropout 0.1");
   EXPECT_NE(lora.exit_code, 0);
-  EXPECT_NE(lora.err.find("--lora-r"), std::string::npos) << lora.err;
+  EXPECT_NE(lora.err.find("--lora-dropout"), std::string::npos) << lora.err;
 }
 
 // --cache committed computes scattered positions, which the device kernels do not take: refused on a device
