@@ -461,7 +461,8 @@ struct TrainConfig {
   bool grad_checkpointing = false;
   // Where the steps run: "cpu", "vulkan" (device 0) or "vulkan:N". On a device the weights, gradients, Adam
   // moments and activations stay in its memory (only the batch goes in and the loss and gradient norm come
-  // back), in f32, full fine-tuning (LoRA is refused there for now). Over ranks (`ranks`): "vulkan" is the
+  // back), in f32; a full fine-tune, or LoRA without dropout in one process (lora_dropout > 0 and LoRA over
+  // ranks are refused there for now). Over ranks (`ranks`, a full fine-tune): "vulkan" is the
   // device of the rank's index on its host, "vulkan:N" every rank's, "vulkan:A,B,..." a map by that index;
   // each step then moves the gradients to the host and the weights back once, AdamW of the rank's shard on the
   // host (docs/train.md "One device per rank").
@@ -613,8 +614,9 @@ struct GrpoConfig {
   bool grad_checkpointing = false;
   // Where the rollouts and steps run: "cpu", "vulkan" (device 0) or "vulkan:N". On a device the policy's and the
   // reference model's weights, the gradients, Adam moments and activations stay in its memory (the rewards stay on
-  // the CPU), in f32, full fine-tuning (LoRA is refused there for now). Over ranks: one device per rank, chosen
-  // and reduced as TrainConfig::device's.
+  // the CPU), in f32; a full fine-tune, or LoRA without dropout in one process (lora_dropout > 0 and LoRA over
+  // ranks are refused there for now). Over ranks (a full fine-tune): one device per rank, chosen and reduced as
+  // TrainConfig::device's.
   std::string device = "cpu";
   // LoRA (lora_r > 0), as TrainConfig's: the policy is the frozen base plus the adapters, the reference model the
   // base plus a reference copy of the adapters; checkpoints are PEFT adapters.
