@@ -185,6 +185,8 @@ TEST(DevicePlan, CoversWhatAGrpoRoundHoldsOnTheDevice) {
     EXPECT_LE(rollout_grown, rollout_plan) << "fast " << fast << ": the plan misses part of the rollout's need";
     EXPECT_GE(rollout_grown, rollout_plan / 2) << "fast " << fast << ": the plan is far above the rollout's need";
     t->reset();
+  }
+}
 
 // A LoRA run (rank 8 on every projection): its plan counts the frozen base as stored and the adapters, gradients
 // and moments of the adapters only, each adapter's u in the activations, and covers what its step holds.
@@ -194,8 +196,7 @@ TEST(DevicePlan, CoversWhatALoraStepHolds) {
   for (const bool recompute : {false, true}) {
     auto backend = open_vulkan_backend(0);
     ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-    Context dev;
-    dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+    const Context dev = on_device(backend->get(), &pool);
     TrainOptions o = plan_options(recompute);
     o.lora.r = 8;
     auto t = plan_trainer(c, o, dev);
