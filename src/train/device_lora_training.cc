@@ -66,18 +66,11 @@ DeviceLoraTraining::~DeviceLoraTraining() {
 }
 
 Result<OptimizerStepStats> DeviceLoraTraining::step(const Context& ctx, LoraCore& core, double loss) {
-  OptimizerStepStats s;
-  s.lr = learning_rate(core.options().lr, core.steps_done());
-  const AdamWOptions& o = core.options().adam;
   std::vector<DeviceAdamwTensor> tensors;
   for (size_t i = 0; i < params_.size(); ++i)  // every adapter tensor a matrix: decayed, as LoraCore::step's
     tensors.push_back({params_[i], grads_.tensors()[i].data, m_.tensors()[i].data, v_.tensors()[i].data,
-                       grads_.tensors()[i].size, o.weight_decay});
-  DC_ASSIGN_OR_RETURN(const float sumsq, device_adamw_step(ctx, tensors, o, core.steps_done() + 1, s.lr,
-                                                           static_cast<float>(core.options().max_grad_norm),
-                                                           std::isfinite(loss)));
-  s.grad_norm = std::sqrt(static_cast<double>(sumsq));
-  s.skip_cause = skip_cause(loss, s.grad_norm);  // what the device decided: the same Σ, the same rule
+                       grads_.tensors()[i].size, core.options().adam.weight_decay});
+  DC_ASSIGN_OR_RETURN(OptimizerStepStats s, device_adamw_step(ctx, tensors, core.options(), core.steps_done(), loss));
   return core.count_step(std::move(s));
 }
 

@@ -242,31 +242,38 @@ Result<OptimizerStepStats> DeviceTraining::step_sharded(const Context& ctx, Opti
   return s;
 }
 
-Result<float> device_adamw_step(const Context& ctx, const std::vector<DeviceAdamwTensor>& tensors, const AdamWOptions& o,
-                                int64_t t, double lr, float max_norm, bool apply) {
+Result<OptimizerStepStats> device_adamw_step(const Context& ctx, const std::vector<DeviceAdamwTensor>& tensors,
+                                             const OptimizerOptions& options, int64_t steps_done, double loss) {
   const int64_t n = static_cast<int64_t>(tensors.size());
+  const AdamWOptions& o = options.adam;
+  OptimizerStepStats s;
+  s.lr = learning_rate(options.lr, steps_done);
+  const auto max_norm = static_cast<float>(options.max_grad_norm);
   float sumsq_host = 0;  // the metric, read back once the step has run
-  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
-  DC_RETURN_IF_ERROR(ctx.backend->begin());
-  float* sums = device_floats(ctx, "optimizer.tensor_sumsq", n);  // [n] each tensor's Σ g²
-  float* sumsq = device_floats(ctx, "optimizer.sumsq", 1);        // [1] Σ over every gradient: the norm's square
-  DC_RETURN_IF_ERROR(device_status(ctx));
-  for (int64_t i = 0; i < n; ++i) squared_norm(ctx, tensors[i].g, tensors[i].n, sums, i);
-  sum_floats(ctx, sums, n, sumsq);
-  if (apply)  // a non-finite norm skips the update on the device itself (adamw_update's clip_sumsq)
-    for (const DeviceAdamwTensor& x : tensors)
-      adamw_update(ctx, adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, x.weight_decay), x.p, x.g, x.m, x.v, x.n, sumsq, max_norm);
-  ctx.backend->copy_out("optimizer.sumsq", as_device(static_cast<const float*>(sumsq)), &sumsq_host, sizeof(float));
-  DC_RETURN_IF_ERROR(ctx.backend->finish());
-  return sumsq_host;
+  {
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    float* sums = device_floats(ctx, "optimizer.tensor_sumsq", n);  // [n] each tensor's Σ g²
+    float* sumsq = device_floats(ctx, "optimizer.sumsq", 1);        // [1] Σ over every gradient: the norm's square
+    DC_RETURN_IF_ERROR(device_status(ctx));
+    for (int64_t i = 0; i < n; ++i) squared_norm(ctx, tensors[i].g, tensors[i].n, sums, i);
+    sum_floats(ctx, sums, n, sumsq);
+    if (std::isfinite(loss))  // a non-finite norm skips the update on the device itself (adamw_update's clip_sumsq)
+      for (const DeviceAdamwTensor& x : tensors)
+        adamw_update(ctx, adamw_scalars(steps_done + 1, s.lr, o.beta1, o.beta2, o.eps, x.weight_decay), x.p, x.g, x.m,
+                     x.v, x.n, sumsq, max_norm);
+    ctx.backend->copy_out("optimizer.sumsq", as_device(static_cast<const float*>(sumsq)), &sumsq_host, sizeof(float));
+    DC_RETURN_IF_ERROR(ctx.backend->finish());
+  }
+  s.grad_norm = std::sqrt(static_cast<double>(sumsq_host));
+  s.skip_cause = skip_cause(loss, s.grad_norm);  // what the device decided: the same Σ, the same rule
+  return s;
 }
 
 Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCore& core, double loss) {
   DC_CHECK(core.sharded() == sharded_ && (moments_ || sharded_), "DeviceTraining::step: started with this optimizer");
   if (sharded_) return step_sharded(ctx, core, loss);
   const std::vector<DeviceParams::Tensor>& grads = grads_.tensors();
-  OptimizerStepStats s;
-  s.lr = learning_rate(core.options().lr, core.steps_done());
   const AdamWOptions& o = core.options().adam;
   std::vector<DeviceAdamwTensor> tensors;
   visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, std::span<float>* m,
@@ -277,11 +284,7 @@ Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCor
     tensors.push_back({p.data(), grads[i].data.data(), m_.tensors()[i].data.data(), v_.tensors()[i].data.data(),
                        static_cast<int64_t>(p.size()), wd});
   });
-  DC_ASSIGN_OR_RETURN(const float sumsq, device_adamw_step(ctx, tensors, o, core.steps_done() + 1, s.lr,
-                                                           static_cast<float>(core.options().max_grad_norm),
-                                                           std::isfinite(loss)));
-  s.grad_norm = std::sqrt(static_cast<double>(sumsq));
-  s.skip_cause = skip_cause(loss, s.grad_norm);  // what the device decided: the same Σ, the same rule
+  DC_ASSIGN_OR_RETURN(OptimizerStepStats s, device_adamw_step(ctx, tensors, core.options(), core.steps_done(), loss));
   return core.count_step(std::move(s));
 }
 

@@ -114,11 +114,12 @@ struct DeviceAdamwTensor {
   double weight_decay;
 };
 // A device optimizer step (DeviceTraining's and DeviceLoraTraining's) in one submission: each tensor's Σ g² and
-// their sum (f32, a fixed order), then, when `apply` (a finite loss), AdamW at step t (1-based) and rate lr with
-// the gradients clipped to max_norm by that sum (a non-finite sum skips the update, decided on the device).
-// Returns the sum, read back after the step has run.
-Result<float> device_adamw_step(const Context& ctx, const std::vector<DeviceAdamwTensor>& tensors, const AdamWOptions& o,
-                                int64_t t, double lr, float max_norm, bool apply);
+// their sum (f32, a fixed order), then, for a finite `loss`, AdamW at step steps_done + 1 of `options`' schedule
+// with the gradients clipped to its max_grad_norm by that sum (a non-finite sum skips the update, decided on the
+// device). Returns the step's stats for the core's count_step: the rate, the norm (the sum read back after the
+// step has run) and the skip cause (the same Σ, the same rule as the CPU's).
+Result<OptimizerStepStats> device_adamw_step(const Context& ctx, const std::vector<DeviceAdamwTensor>& tensors,
+                                             const OptimizerOptions& options, int64_t steps_done, double loss);
 
 class DeviceTraining {
  public:

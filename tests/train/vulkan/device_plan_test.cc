@@ -62,14 +62,15 @@ std::unique_ptr<Trainer> plan_trainer(const ModelConfig& c, const TrainOptions& 
   return t.ok() ? std::move(t).value() : nullptr;
 }
 
-// The plan Trainer makes for `o` (its micro-batch: batch_size × seq_len positions, every one a loss row at most).
-DeviceTrainingPlan sft_plan(const ModelConfig& c, const TrainOptions& o) {
+// The plan Trainer makes for `o` (its micro-batch: batch_size × seq_len positions, every one a loss row at most),
+// with `lora` a LoRA run's over those adapters.
+DeviceTrainingPlan sft_plan(const ModelConfig& c, const TrainOptions& o, const LoraParams* lora = nullptr) {
   const ModelParams params = plan_params(c);
   const auto model = Model::from_weights(c, params.weights(), nullptr);
   DeviceBatchShape batch;
   batch.positions = batch.loss_rows = o.batch_size * o.seq_len;
   batch.recompute = o.recompute;
-  return plan_device_training(*model, /*optimizer=*/true, /*reference=*/false, batch);
+  return plan_device_training(*model, /*optimizer=*/true, /*reference=*/false, batch, lora);
 }
 
 // A context computing on `backend` with `pool`.
@@ -86,26 +87,42 @@ class MemoryCap {
   ~MemoryCap() { unsetenv("DC_VULKAN_MEMORY_MIB"); }
 };
 
+// A full fine-tune's step and a LoRA run's (rank 8 on every projection), each with and without checkpointing: the
+// step holds at most the plan and at least 70 % of it. A LoRA run's plan counts the frozen base as stored and the
+// adapters, the gradients and moments of the adapters only, and each adapter's u in the activations.
 TEST(DevicePlan, CoversWhatAStepHoldsOnTheDevice) {
   const ModelConfig c = plan_config();
   ThreadPool pool(2);
-  for (const bool recompute : {false, true}) {
-    auto backend = open_vulkan_backend(0);
-    ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-    const Context dev = on_device(backend->get(), &pool);
-    const TrainOptions o = plan_options(recompute);
-    auto t = plan_trainer(c, o, dev);
-    ASSERT_TRUE(t != nullptr);
-    const int64_t before = (*backend)->counters().device_bytes;  // the backend's own (kernels' fixed scratch)
-    auto s = t->step();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    const int64_t held = (*backend)->counters().device_peak_bytes - before;
-    const DeviceTrainingPlan plan = sft_plan(c, o);
-    std::printf("  recompute %d: the step held at most %lld bytes, the plan %lld (activations %lld)\n", recompute,
-                static_cast<long long>(held), static_cast<long long>(plan.total()), static_cast<long long>(plan.activations));
-    EXPECT_LE(held, plan.total()) << "recompute " << recompute << ": the plan misses part of the device's need";
-    EXPECT_GE(held, plan.total() * 7 / 10) << "recompute " << recompute << ": the plan is far above the need";
-    t.reset();
+  for (const int lora_r : {0, 8}) {
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE("lora_r " + std::to_string(lora_r) + ", recompute " + std::to_string(recompute));
+      auto backend = open_vulkan_backend(0);
+      ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+      const Context dev = on_device(backend->get(), &pool);
+      TrainOptions o = plan_options(recompute);
+      o.lora.r = lora_r;
+      auto t = plan_trainer(c, o, dev);
+      ASSERT_TRUE(t != nullptr);
+      const int64_t before = (*backend)->counters().device_bytes;  // the backend's own (kernels' fixed scratch)
+      auto s = t->step();
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      const int64_t held = (*backend)->counters().device_peak_bytes - before;
+      const LoraParams* adapters = lora_r > 0 ? &t->lora()->params() : nullptr;
+      const DeviceTrainingPlan plan = sft_plan(c, o, adapters);
+      if (adapters != nullptr) {
+        const int64_t adapter_bytes = adapters->n_values() * 4;
+        EXPECT_EQ(plan.gradients, adapter_bytes);
+        EXPECT_EQ(plan.moments, 2 * adapter_bytes);
+        EXPECT_EQ(plan.weights, plan_params(c).n_values() * 4 + adapter_bytes);
+        EXPECT_GT(plan.activations, sft_plan(c, plan_options(recompute)).activations) << "each adapter's u";
+      }
+      std::printf("  lora_r %d, recompute %d: the step held at most %lld bytes, the plan %lld (activations %lld)\n",
+                  lora_r, recompute, static_cast<long long>(held), static_cast<long long>(plan.total()),
+                  static_cast<long long>(plan.activations));
+      EXPECT_LE(held, plan.total()) << "the plan misses part of the device's need";
+      EXPECT_GE(held, plan.total() * 7 / 10) << "the plan is far above the need";
+      t.reset();
+    }
   }
   EXPECT_LT(sft_plan(c, plan_options(true)).activations, sft_plan(c, plan_options(false)).activations);
 }
@@ -185,43 +202,6 @@ TEST(DevicePlan, CoversWhatAGrpoRoundHoldsOnTheDevice) {
     EXPECT_LE(rollout_grown, rollout_plan) << "fast " << fast << ": the plan misses part of the rollout's need";
     EXPECT_GE(rollout_grown, rollout_plan / 2) << "fast " << fast << ": the plan is far above the rollout's need";
     t->reset();
-  }
-}
-
-// A LoRA run (rank 8 on every projection): its plan counts the frozen base as stored and the adapters, gradients
-// and moments of the adapters only, each adapter's u in the activations, and covers what its step holds.
-TEST(DevicePlan, CoversWhatALoraStepHolds) {
-  const ModelConfig c = plan_config();
-  ThreadPool pool(2);
-  for (const bool recompute : {false, true}) {
-    auto backend = open_vulkan_backend(0);
-    ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-    const Context dev = on_device(backend->get(), &pool);
-    TrainOptions o = plan_options(recompute);
-    o.lora.r = 8;
-    auto t = plan_trainer(c, o, dev);
-    ASSERT_TRUE(t != nullptr);
-    const int64_t before = (*backend)->counters().device_bytes;
-    auto s = t->step();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    const int64_t held = (*backend)->counters().device_peak_bytes - before;
-    const ModelParams params = plan_params(c);
-    const auto model = Model::from_weights(c, params.weights(), nullptr);
-    DeviceBatchShape batch;
-    batch.positions = batch.loss_rows = o.batch_size * o.seq_len;
-    batch.recompute = recompute;
-    const LoraParams& adapters = t->lora()->params();
-    const DeviceTrainingPlan plan = plan_device_training(*model, true, false, batch, &adapters);
-    const int64_t adapter_bytes = adapters.n_values() * 4;
-    EXPECT_EQ(plan.gradients, adapter_bytes);
-    EXPECT_EQ(plan.moments, 2 * adapter_bytes);
-    EXPECT_EQ(plan.weights, params.n_values() * 4 + adapter_bytes);
-    EXPECT_GT(plan.activations, sft_plan(c, plan_options(recompute)).activations) << "each adapter's u";
-    std::printf("  LoRA, recompute %d: the step held at most %lld bytes, the plan %lld\n", recompute,
-                static_cast<long long>(held), static_cast<long long>(plan.total()));
-    EXPECT_LE(held, plan.total()) << "recompute " << recompute << ": the plan misses part of the device's need";
-    EXPECT_GE(held, plan.total() * 7 / 10) << "recompute " << recompute << ": the plan is far above the need";
-    t.reset();
   }
 }
 

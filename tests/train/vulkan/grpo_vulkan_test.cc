@@ -153,6 +153,25 @@ std::unique_ptr<GrpoTrainer> make_grpo(const GrpoOptions& o, const Context& ctx)
   return t.ok() ? std::move(t).value() : nullptr;
 }
 
+// One GRPO step on the CPU (`want`) and on the device (`got`): the same rewards (the same rollouts), the loss, KL and
+// gradient norm within 1e-5 relative, the KL with an absolute part `kl_abs` (a small KL's error does not scale
+// with it: see the LoRA test), and the CPU's norm above max_grad_norm (clipping on). Printed with `label`.
+void expect_step_matches(GrpoTrainer& want, GrpoTrainer& got, int step, double max_grad_norm, double kl_abs,
+                         const char* label) {
+  auto w = want.step();
+  auto g = got.step();
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_FALSE(g->skipped);
+  EXPECT_EQ(g->reward_mean, w->reward_mean) << "step " << step << ": the device's rollouts differ from the CPU's";
+  EXPECT_NEAR(g->loss, w->loss, 1e-5 * std::abs(w->loss) + 1e-7) << "step " << step;
+  EXPECT_NEAR(g->kl, w->kl, 1e-5 * w->kl + kl_abs) << "step " << step;
+  EXPECT_NEAR(g->grad_norm, w->grad_norm, 1e-5 * w->grad_norm) << "step " << step;
+  EXPECT_GT(w->grad_norm, max_grad_norm) << "the test wants clipping on";
+  std::printf("  %s %d: loss %.8f (CPU %.8f), kl %.3e (CPU %.3e), |g| %.7f (CPU %.7f)\n", label, step, g->loss, w->loss,
+              g->kl, w->kl, g->grad_norm, w->grad_norm);
+}
+
 class GrpoTrainerVulkan : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -170,20 +189,7 @@ TEST_F(GrpoTrainerVulkan, StepsMatchTheCpu) {
   auto want = make_grpo(o, d_.cpu);
   auto got = make_grpo(o, d_.dev);
   ASSERT_TRUE(want && got);
-  for (int step = 1; step <= 4; ++step) {
-    auto w = want->step();
-    auto g = got->step();
-    ASSERT_TRUE(w.ok()) << w.status().to_string();
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    EXPECT_FALSE(g->skipped);
-    EXPECT_EQ(g->reward_mean, w->reward_mean) << "step " << step << ": the device's rollouts differ from the CPU's";
-    EXPECT_NEAR(g->loss, w->loss, 1e-5 * std::abs(w->loss) + 1e-7) << "step " << step;
-    EXPECT_NEAR(g->kl, w->kl, 1e-5 * w->kl + 1e-9) << "step " << step;
-    EXPECT_NEAR(g->grad_norm, w->grad_norm, 1e-5 * w->grad_norm) << "step " << step;
-    EXPECT_GT(w->grad_norm, o.max_grad_norm) << "the test wants clipping on";
-    std::printf("  step %d: loss %.8f (CPU %.8f), kl %.3e (CPU %.3e), |g| %.7f (CPU %.7f)\n", step, g->loss, w->loss, g->kl,
-                w->kl, g->grad_norm, w->grad_norm);
-  }
+  for (int step = 1; step <= 4; ++step) expect_step_matches(*want, *got, step, o.max_grad_norm, 1e-9, "step");
   ASSERT_TRUE(got->sync_to_host().ok());
   ModelConfig config;
   auto initial = load_trainable_params(model_dir_, &config);
@@ -264,19 +270,9 @@ TEST_F(GrpoTrainerVulkan, LoraStepsMatchTheCpuAndResumeBitForBit) {
   const LoraParams& w = want->lora_core()->params();
   const std::vector<float> initial(w.data(), w.data() + w.n_values());
   for (int step = 1; step <= 4; ++step) {
-    auto ws = want->step();
-    auto gs = got->step();
-    ASSERT_TRUE(ws.ok()) << ws.status().to_string();
-    ASSERT_TRUE(gs.ok()) << gs.status().to_string();
-    EXPECT_FALSE(gs->skipped);
-    EXPECT_EQ(gs->reward_mean, ws->reward_mean) << "step " << step << ": the device's rollouts differ from the CPU's";
-    EXPECT_NEAR(gs->loss, ws->loss, 1e-5 * std::abs(ws->loss) + 1e-7) << "step " << step;
     // KL ≈ δ²/2 of the log-prob gaps δ: its error is about |δ| times theirs (1e-6 of log-probs of a few units),
     // so a small KL (2.6e-3 here) has an absolute part; measured 3.4e-8 at step 3.
-    EXPECT_NEAR(gs->kl, ws->kl, 1e-5 * ws->kl + 1e-7) << "step " << step;
-    EXPECT_NEAR(gs->grad_norm, ws->grad_norm, 1e-5 * ws->grad_norm) << "step " << step;
-    std::printf("  LoRA step %d: loss %.8f (CPU %.8f), kl %.3e (CPU %.3e), |g| %.7f (CPU %.7f)\n", step, gs->loss, ws->loss,
-                gs->kl, ws->kl, gs->grad_norm, ws->grad_norm);
+    expect_step_matches(*want, *got, step, /*max_grad_norm=*/0, 1e-7, "LoRA step");  // (clipping not asked)
     if (step == 2) ASSERT_TRUE(got->save().ok());  // a round boundary
   }
   ASSERT_TRUE(got->sync_to_host().ok());

@@ -69,6 +69,21 @@ std::unique_ptr<Trainer> make_trainer(const ModelConfig& c, const TrainOptions& 
   return t.ok() ? std::move(t).value() : nullptr;
 }
 
+// One SFT step on the CPU (`want`) and on the device (`got`): the loss and gradient norm within 1e-5 relative, the
+// same rate, clipping on. Printed with `label`.
+void expect_step_matches(Trainer& want, Trainer& got, int step, double max_grad_norm, const char* label) {
+  auto w = want.step();
+  auto g = got.step();
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_FALSE(g->skipped);
+  EXPECT_NEAR(g->loss, w->loss, 1e-5 * w->loss) << "step " << step;
+  EXPECT_NEAR(g->grad_norm, w->grad_norm, 1e-5 * w->grad_norm) << "step " << step;
+  EXPECT_GT(w->grad_norm, max_grad_norm) << "the test wants clipping on";
+  EXPECT_EQ(g->lr, w->lr);
+  std::printf("  %s %d: loss %.7f (CPU %.7f), |g| %.7f (CPU %.7f)\n", label, step, g->loss, w->loss, g->grad_norm, w->grad_norm);
+}
+
 TEST(TrainerVulkan, TwoStepsMatchTheCpu) {
   const ModelConfig c = device_sized_config();
   ThreadPool pool(2);
@@ -81,18 +96,7 @@ TEST(TrainerVulkan, TwoStepsMatchTheCpu) {
   auto want = make_trainer(c, device_test_options(), cpu);
   auto got = make_trainer(c, device_test_options(), dev);
   ASSERT_TRUE(want && got);
-  for (int step = 1; step <= 2; ++step) {
-    auto w = want->step();
-    auto g = got->step();
-    ASSERT_TRUE(w.ok()) << w.status().to_string();
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    EXPECT_FALSE(g->skipped);
-    EXPECT_NEAR(g->loss, w->loss, 1e-5 * w->loss) << "step " << step;
-    EXPECT_NEAR(g->grad_norm, w->grad_norm, 1e-5 * w->grad_norm) << "step " << step;
-    EXPECT_GT(w->grad_norm, device_test_options().max_grad_norm) << "the test wants clipping on";
-    EXPECT_EQ(g->lr, w->lr);
-    std::printf("  step %d: loss %.7f (CPU %.7f), |g| %.7f (CPU %.7f)\n", step, g->loss, w->loss, g->grad_norm, w->grad_norm);
-  }
+  for (int step = 1; step <= 2; ++step) expect_step_matches(*want, *got, step, device_test_options().max_grad_norm, "step");
   EXPECT_EQ(got->steps_done(), 2);
   ASSERT_TRUE(got->sync_to_host().ok());
   ThreadPool draw_pool(2);
@@ -156,17 +160,7 @@ TEST(TrainerVulkan, LoraStepsMatchTheCpuAndResumeBitForBit) {
   auto got = create(dev, "device", false);
   ASSERT_TRUE(want && got);
   const std::vector<float> initial(want->lora()->params().data(), want->lora()->params().data() + want->lora()->params().n_values());
-  for (int step = 1; step <= 2; ++step) {
-    auto w = want->step();
-    auto g = got->step();
-    ASSERT_TRUE(w.ok()) << w.status().to_string();
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    EXPECT_FALSE(g->skipped);
-    EXPECT_NEAR(g->loss, w->loss, 1e-5 * w->loss) << "step " << step;
-    EXPECT_NEAR(g->grad_norm, w->grad_norm, 1e-5 * w->grad_norm) << "step " << step;
-    EXPECT_GT(w->grad_norm, o.max_grad_norm) << "the test wants clipping on";
-    std::printf("  LoRA step %d: loss %.7f (CPU %.7f), |g| %.7f (CPU %.7f)\n", step, g->loss, w->loss, g->grad_norm, w->grad_norm);
-  }
+  for (int step = 1; step <= 2; ++step) expect_step_matches(*want, *got, step, o.max_grad_norm, "LoRA step");
   ASSERT_TRUE(got->save().ok());  // downloads the adapters and moments first
   const LoraParams& w = want->lora()->params();
   const LoraParams& g = got->lora()->params();
