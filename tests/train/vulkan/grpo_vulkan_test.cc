@@ -20,6 +20,7 @@
 #include "core/splitmix64.h"
 #include "core/thread_pool.h"
 #include "gguf/model_source.h"
+#include "devices.h"
 #include "head_dim_16_policy.h"
 #include "model/params.h"
 #include "model/synthetic.h"
@@ -29,6 +30,7 @@
 #include "train/grpo_loss.h"
 #include "train/grpo_trainer.h"
 #include "train/tiny_grpo.h"
+#include "devices.h"
 #include "head_dim_16_policy.h"
 #include "update_distance.h"
 #include "vulkan_test_config.h"
@@ -48,20 +50,6 @@ double relative_distance(const float* a, const float* b, int64_t n) {
   }
   return scale > 0 ? diff / scale : diff;
 }
-
-struct Devices {
-  ThreadPool pool{2};
-  std::unique_ptr<DeviceBackend> backend;
-  Context cpu, dev;
-  Devices() {
-    cpu.pool = &pool, cpu.reference_kernels = true;
-    auto opened = open_vulkan_backend(0);
-    EXPECT_TRUE(opened.ok()) << opened.status().to_string();
-    if (!opened.ok()) return;
-    backend = std::move(*opened);
-    dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend.get();
-  }
-};
 
 // B = 4 completions of C = 5 tokens after prompts of 3 (the last completion's mask ending early).
 GrpoBatch random_batch(uint64_t seed) {
@@ -172,6 +160,24 @@ void expect_step_matches(GrpoTrainer& want, GrpoTrainer& got, int step, double m
               g->kl, w->kl, g->grad_norm, w->grad_norm);
 }
 
+// The run of `o` resumed from its checkpoint on a fresh backend (`fresh`, as a resumed process has: a backend keys its
+// weight copies by the host weights' addresses, which a destroyed trainer's may share: train/device_training.h),
+// from step 2 to step 4, its state downloaded.
+std::unique_ptr<GrpoTrainer> resume_to_step_4(GrpoOptions o, const Devices& fresh) {
+  o.resume = true;
+  auto rest = make_grpo(o, fresh.dev);
+  EXPECT_NE(rest, nullptr);
+  if (rest == nullptr) return nullptr;
+  EXPECT_EQ(rest->steps_done(), 2);
+  while (rest->steps_done() < 4) {
+    auto s = rest->step();
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (!s.ok()) return nullptr;
+  }
+  EXPECT_TRUE(rest->sync_to_host().ok());
+  return rest;
+}
+
 class GrpoTrainerVulkan : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -233,19 +239,10 @@ TEST_F(GrpoTrainerVulkan, ResumedRunIsBitIdentical) {
     while (first->steps_done() < 2) ASSERT_TRUE(first->step().ok());
     ASSERT_TRUE(first->save().ok());
   }
-  o.resume = true;
-  // A fresh backend, as a resumed process has: a backend keys its weight copies by the host weights' addresses,
-  // which the destroyed trainer's may share with this one's (train/device_training.h).
   Devices fresh;
   ASSERT_NE(fresh.backend, nullptr);
-  auto rest = make_grpo(o, fresh.dev);
+  const auto rest = resume_to_step_4(o, fresh);
   ASSERT_NE(rest, nullptr);
-  EXPECT_EQ(rest->steps_done(), 2);
-  while (rest->steps_done() < 4) {
-    auto s = rest->step();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-  }
-  ASSERT_TRUE(rest->sync_to_host().ok());
   for (size_t t = 0; t < whole->params().tensors().size(); ++t) {
     const ModelParams::Tensor& a = whole->params().tensors()[t];
     EXPECT_EQ(std::memcmp(a.data, rest->params().tensors()[t].data, a.size * sizeof(float)), 0) << a.name;
@@ -283,17 +280,10 @@ TEST_F(GrpoTrainerVulkan, LoraStepsMatchTheCpuAndResumeBitForBit) {
   EXPECT_LE(reference, 2e-4) << "the device's reference adapters are off the CPU's";
   std::printf("  adapters: max |Δ| / the largest update %.2e (policy), %.2e (reference)\n", policy, reference);
 
-  o.resume = true;
   Devices fresh;  // a resumed process's backend
   ASSERT_NE(fresh.backend, nullptr);
-  auto rest = make_grpo(o, fresh.dev);
+  const auto rest = resume_to_step_4(o, fresh);
   ASSERT_NE(rest, nullptr);
-  EXPECT_EQ(rest->steps_done(), 2);
-  while (rest->steps_done() < 4) {
-    auto s = rest->step();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-  }
-  ASSERT_TRUE(rest->sync_to_host().ok());
   EXPECT_EQ(0, std::memcmp(rest->lora_core()->params().data(), g.data(), g.n_values() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(rest->ref_adapters()->data(), got->ref_adapters()->data(), g.n_values() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(rest->lora_core()->m().data(), got->lora_core()->m().data(), g.n_values() * sizeof(float)));

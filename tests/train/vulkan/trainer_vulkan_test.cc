@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "model/params.h"
 #include "model/synthetic.h"
+#include "devices.h"
 #include "head_dim_16_policy.h"
 #include "ops/device.h"
 #include "temp_dir.h"
@@ -86,13 +87,10 @@ void expect_step_matches(Trainer& want, Trainer& got, int step, double max_grad_
 
 TEST(TrainerVulkan, TwoStepsMatchTheCpu) {
   const ModelConfig c = device_sized_config();
-  ThreadPool pool(2);
-  Context cpu;
-  cpu.pool = &pool, cpu.reference_kernels = true;
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context dev;
-  dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+  Devices d;
+  ASSERT_NE(d.backend, nullptr);
+  const Context& cpu = d.cpu;
+  const Context& dev = d.dev;
   auto want = make_trainer(c, device_test_options(), cpu);
   auto got = make_trainer(c, device_test_options(), dev);
   ASSERT_TRUE(want && got);
@@ -136,13 +134,10 @@ TEST(TrainerVulkan, TwoStepsMatchTheCpu) {
 TEST(TrainerVulkan, LoraStepsMatchTheCpuAndResumeBitForBit) {
   ASSERT_TRUE(fs::exists(kGrpoDir / ".complete")) << "run `ctest -R grpo_fixtures` first";
   const test::TempDir tmp("trainer_vulkan_lora");
-  ThreadPool pool(2);
-  Context cpu;
-  cpu.pool = &pool, cpu.reference_kernels = true;
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context dev;
-  dev.pool = &pool, dev.device = Device::kVulkan, dev.backend = backend->get();
+  Devices d;
+  ASSERT_NE(d.backend, nullptr);
+  const Context& cpu = d.cpu;
+  const Context& dev = d.dev;
   TrainOptions o = device_test_options();
   fs::create_directories(tmp.file("policy"));
   o.model_dir = head_dim_16_policy(tmp.file("policy"));
