@@ -52,11 +52,9 @@ void check_backward_case(const ModelConfig& c, const std::string& label) {
   ModelParams want = ModelParams::zeros(c);
   ASSERT_TRUE(model->backward(cpu, cpu_acts, want_logits.data(), want.spans(), nullptr, GradWrite::kOverwrite).ok());
 
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context dev{Device::kVulkan, &pool};
-  dev.backend = backend->get();
-  ASSERT_TRUE(model->to_device(dev).ok());
+  std::unique_ptr<DeviceBackend> backend;
+  const Context dev = device_with_weights(*model, &pool, &backend);
+  ASSERT_NE(backend, nullptr);
   auto grads = DeviceParams::zeros(dev, c);
   ASSERT_TRUE(grads.ok()) << grads.status().to_string();
   // Gradient checkpointing off, then on (into the same device gradients, overwritten).
@@ -71,7 +69,7 @@ void check_backward_case(const ModelConfig& c, const std::string& label) {
     EXPECT_EQ(acts.device(), Device::kVulkan);
     const double loss = loss_and_dlogits(k, V, logits);
     EXPECT_NEAR(loss, want_loss, 1e-5 * want_loss);
-    const float* dlogits = upload_floats(**backend, "test.dlogits", logits);
+    const float* dlogits = upload_floats(*backend, "test.dlogits", logits);
     const Status bs = model->backward(dev, acts, dlogits, grads->spans(), nullptr, GradWrite::kOverwrite);
     ASSERT_TRUE(bs.ok()) << bs.to_string();
     ModelParams got = ModelParams::zeros(c);
@@ -122,11 +120,9 @@ TEST(BackwardVulkan, RefusesTheCpuOnlyParts) {
   auto params = ModelParams::from_weights(c, (*synthetic)->weights());
   ASSERT_TRUE(params.ok());
   const auto model = Model::from_weights(c, params->weights(), nullptr);
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context dev{Device::kVulkan, &pool};
-  dev.backend = backend->get();
-  ASSERT_TRUE(model->to_device(dev).ok());
+  std::unique_ptr<DeviceBackend> backend;
+  const Context dev = device_with_weights(*model, &pool, &backend);
+  ASSERT_NE(backend, nullptr);
   const TrainBatch k = make_train_batch(1, 8, c.n_vocab, 3);
   std::vector<float> logits(k.batch.rows.size() * c.n_vocab);
   Activations cpu_acts;  // saved on the CPU: a device backward cannot read them
@@ -134,7 +130,7 @@ TEST(BackwardVulkan, RefusesTheCpuOnlyParts) {
   ASSERT_TRUE(model->forward(cpu, k.view(), logits.data(), nullptr, &cpu_acts).ok());
   auto grads = DeviceParams::zeros(dev, c);
   ASSERT_TRUE(grads.ok());
-  const float* dlogits = upload_floats(**backend, "test.dlogits", logits);
+  const float* dlogits = upload_floats(*backend, "test.dlogits", logits);
   Status s = model->backward(dev, cpu_acts, dlogits, grads->spans());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("another device"), std::string::npos) << s.message();

@@ -160,11 +160,9 @@ TEST(LoraVulkan, ModelBackwardLoraMatchesTheCpu) {
   LoraParams want = LoraParams::zeros_like(lora);
   ASSERT_TRUE(model->backward_lora(cpu, cpu_acts, want_logits.data(), lora.weights(), want.grads()).ok());
 
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context dev{Device::kVulkan, &pool};
-  dev.backend = backend->get();
-  ASSERT_TRUE(model->to_device(dev).ok());
+  std::unique_ptr<DeviceBackend> backend;
+  const Context dev = device_with_weights(*model, &pool, &backend);
+  ASSERT_NE(backend, nullptr);
   auto grads = DeviceLora::zeros_like(dev, lora);
   ASSERT_TRUE(grads.ok()) << grads.status().to_string();
   std::vector<float> plain;
@@ -179,7 +177,7 @@ TEST(LoraVulkan, ModelBackwardLoraMatchesTheCpu) {
     EXPECT_LE(lora_rel_error(forward_logits, logits, "logits"), 1e-4);  // the forward tests' bound
     const double loss = loss_and_dlogits(k, V, logits);
     EXPECT_NEAR(loss, want_loss, 1e-5 * want_loss);
-    const float* dlogits = upload_floats(**backend, "test.dlogits", logits);
+    const float* dlogits = upload_floats(*backend, "test.dlogits", logits);
     const Status bs = model->backward_lora(dev, acts, dlogits, lora.weights(), grads->grads());
     ASSERT_TRUE(bs.ok()) << bs.to_string();
     LoraParams got = LoraParams::zeros_like(lora);
@@ -214,11 +212,9 @@ TEST(LoraVulkan, DropoutIsRefusedOnTheDevice) {
   const auto model = Model::from_weights(c, params->weights(), nullptr);
   LoraParams lora = random_adapters(c);
   lora.set_dropout(0.1f);
-  auto backend = open_vulkan_backend(0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Context dev{Device::kVulkan, &pool};
-  dev.backend = backend->get();
-  ASSERT_TRUE(model->to_device(dev).ok());
+  std::unique_ptr<DeviceBackend> backend;
+  const Context dev = device_with_weights(*model, &pool, &backend);
+  ASSERT_NE(backend, nullptr);
   const TrainBatch k = make_train_batch(1, 8, c.n_vocab, 3);
   ForwardBatch fb = k.view();
   fb.lora = &lora.weights();

@@ -1,14 +1,19 @@
 // The loss batches of the device model training tests (backward_vulkan_test.cc, lora_vulkan_test.cc): a
-// left-padded batch with loss rows, its loss and dlogits on the CPU, and host data copied to the device.
+// left-padded batch with loss rows, its loss and dlogits on the CPU, host data copied to the device, and a device
+// context holding a model's weights.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/context.h"
 #include "core/splitmix64.h"
+#include "core/thread_pool.h"
+#include "model/transformer.h"
 #include "ops/device.h"
 #include "ops/loss.h"
 #include "batch_case.h"
@@ -37,6 +42,19 @@ inline TrainBatch make_train_batch(int64_t B, int64_t L, int64_t n_vocab, uint64
     k.weights.push_back(0.25f + static_cast<float>(splitmix64_next(state) % 1000) / 1000.0f);
   }
   return k;
+}
+
+// Device 0 of a fresh backend (owned by *backend) as a context on `pool`, with `model`'s weights uploaded; *backend
+// stays null when the device cannot be opened (a failure).
+inline Context device_with_weights(const Model& model, ThreadPool* pool, std::unique_ptr<DeviceBackend>* backend) {
+  Context dev{Device::kVulkan, pool};
+  auto opened = open_vulkan_backend(0);
+  EXPECT_TRUE(opened.ok()) << opened.status().to_string();
+  if (!opened.ok()) return dev;
+  *backend = std::move(*opened);
+  dev.backend = backend->get();
+  EXPECT_TRUE(model.to_device(dev).ok());
+  return dev;
 }
 
 // The device's copy of host[n] (a named buffer of the backend: it stays until the next copy of that name).
