@@ -165,10 +165,10 @@ struct LoadOptions {
                                     // speed, no packed-weight cache) or "unmerged" (the base kept as it is,
                                     // cache usable, the adapter added in f32 by every forward: 2·r·(in + out)
                                     // flops per position per adapted projection; no modules_to_save / lm_head
-                                    // target; CPU only)
+                                    // target; on a device uploaded once at load)
   // Named adapters held unmerged beside the base (docs/lora.md): BatchRequest::adapter picks one per request,
   // the base alone otherwise (`serve --lora NAME=DIR`). Each is a PEFT LoRA directory; names unique and
-  // non-empty, lora_dir "" with them, CPU only (Model::adapter_names() lists them).
+  // non-empty, lora_dir "" with them; on a device each uploaded once at load (Model::adapter_names() lists them).
   struct NamedAdapter {
     std::string name, dir;
   };

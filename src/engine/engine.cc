@@ -40,13 +40,8 @@ Result<std::unique_ptr<LoraParams>> load_unmerged(const std::string& dir, const 
   return std::make_unique<LoraParams>(std::move(params));
 }
 
-// The unmerged adapters' options checked before anything loads: the device, the names.
+// The unmerged adapters' options checked before anything loads: the names.
 Status check_lora_options(const EngineOptions& options) {
-  const bool unmerged = !options.lora_dir.empty() && options.lora_mode == LoraMode::kUnmerged;
-  if ((unmerged || !options.lora_adapters.empty()) && options.device.device != Device::kCpu)
-    return invalid_argument("--lora-mode unmerged (and serve's --lora NAME=DIR): unmerged LoRA adapters run on the "
-                            "CPU only, not with --device vulkan; use --lora-mode merged (one adapter merged into the "
-                            "weights at load)");
   if (!options.lora_adapters.empty() && !options.lora_dir.empty())
     return invalid_argument("--lora: a bare adapter directory (" + options.lora_dir +
                             ") cannot be combined with named adapters (NAME=DIR): name every adapter");
@@ -174,6 +169,19 @@ Status Engine::use_device(const DeviceSpec& device) {
   device_ctx.device = device.device, device_ctx.backend = backend_.get();
   backend_->set_matrix_units(ctx_.matmul_precision == MatmulPrecision::kBF16);
   DC_RETURN_IF_ERROR(model_->to_device(device_ctx));
+  // The unmerged adapters, each uploaded once and kept while the engine lives (a forward finds them there).
+  std::vector<const LoraParams*> adapters;
+  if (unmerged_lora_ != nullptr) adapters.push_back(unmerged_lora_.get());
+  for (const auto& a : adapters_) adapters.push_back(a.second.get());
+  int64_t adapter_bytes = 0;
+  for (const LoraParams* p : adapters) adapter_bytes += p->n_values() * static_cast<int64_t>(sizeof(float));
+  if (adapter_bytes > backend_->memory_bytes() - backend_->weight_bytes())
+    return resource_exhausted("the unmerged LoRA adapters need " + std::to_string(adapter_bytes >> 20) + " MiB on " +
+                              backend_->name() + " beside the weights' " + std::to_string(backend_->weight_bytes() >> 20) +
+                              " MiB, more than its " + std::to_string(backend_->memory_bytes() >> 20) +
+                              " MiB: load fewer adapters, merge one (--lora-mode merged) or use --device cpu");
+  const std::unique_lock<std::mutex> lock = backend_->lock();
+  for (const LoraParams* p : adapters) DC_RETURN_IF_ERROR(model_->lora_to_device(device_ctx, p->weights()));
   ctx_ = device_ctx;
   return Status();
 }

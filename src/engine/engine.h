@@ -59,10 +59,12 @@ struct EngineOptions {
   // (packed as usual, the packed-weight cache usable) and holds the adapter in f32 beside them
   // (LoraParams::from_adapter), set as the model's default adapters (Model::set_lora): added by every forward whose
   // ForwardBatch::lora is null: 2·r·(in + out) flops per position per adapted projection. Refused for an
-  // adapter with modules_to_save or an lm_head target, and on a device (CPU only).
+  // adapter with modules_to_save or an lm_head target. On a device the adapter is uploaded at load (f32, beside
+  // the weights: Engine::load_note's weights count it) and the products run there.
   LoraMode lora_mode = LoraMode::kMerged;
   // Adapters held unmerged beside the base and applied to no forward unless its ForwardBatch::lora picks one
-  // (Engine::lora_adapter(name)): `serve`'s per-request adapters. Names unique and non-empty; CPU only.
+  // (Engine::lora_adapter(name)): `serve`'s per-request adapters. Names unique and non-empty; on a device each is
+  // uploaded at load and kept there, as lora_dir's unmerged one.
   std::vector<NamedLora> lora_adapters;
 };
 
@@ -199,8 +201,9 @@ class Engine {
   // function for its lifetime): waits while set_matmul_precision re-packs, then counts as running until the
   // returned token is destroyed (on any thread).
   std::shared_ptr<void> begin_generation();
-  // Opens `device` and uploads the model's weights to it (row-major: before any packing); the CPU: nothing.
-  // Errors: no such device or driver, too little device memory for the weights (Model::to_device).
+  // Opens `device` and uploads the model's weights to it (row-major: before any packing), then the unmerged
+  // adapters (unmerged_lora_, adapters_: Model::lora_to_device, once); the CPU: nothing. Errors: no such device
+  // or driver, too little device memory for the weights (Model::to_device) or for the adapters beside them.
   Status use_device(const DeviceSpec& device);
 
   std::unique_ptr<Model> model_;

@@ -1,6 +1,7 @@
 // EngineOptions::lora_mode kUnmerged (--lora-mode unmerged): the base kept as it is and the adapter added by
 // every forward gives the merged engine's logits and greedy tokens in every cache mode; adapters it cannot hold
-// (modules_to_save, an lm_head target), a device, and bad names of serve's adapters are refused by name.
+// (modules_to_save, an lm_head target) and bad names of serve's adapters are refused by name (on a device:
+// tests/model/vulkan/forward_vulkan_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +21,7 @@ std::string unmerged_fixture(const std::string& rel) {
   return std::string(d != nullptr ? d : "") + "/" + rel;
 }
 
-Result<std::unique_ptr<Engine>> load_with_lora(const std::string& adapter, LoraMode mode,
-                                               DeviceSpec device = DeviceSpec{}) {
+Result<std::unique_ptr<Engine>> load_with_lora(const std::string& adapter, LoraMode mode) {
   EngineOptions o;
   o.model_dir = testing::fixtures_dir() + "/tiny-gqa2";
   o.n_threads = 2;
@@ -29,7 +29,6 @@ Result<std::unique_ptr<Engine>> load_with_lora(const std::string& adapter, LoraM
   o.weight_cache = "off";
   o.lora_dir = adapter;
   o.lora_mode = mode;
-  o.device = device;
   return Engine::load(o);
 }
 
@@ -83,11 +82,6 @@ TEST(LoraUnmerged, RefusesWhatItCannotHoldNamingIt) {
   ASSERT_FALSE(head.ok());
   EXPECT_NE(head.status().message().find("lm_head"), std::string::npos) << head.status().message();
   EXPECT_NE(head.status().message().find("merged"), std::string::npos) << head.status().message();
-  // A device: refused before anything loads, naming the flags (whether or not Vulkan is built).
-  auto device = load_with_lora(unmerged_fixture("list_all/adapter"), LoraMode::kUnmerged, DeviceSpec{Device::kVulkan, 0});
-  ASSERT_FALSE(device.ok());
-  EXPECT_NE(device.status().message().find("--lora-mode unmerged"), std::string::npos) << device.status().message();
-  EXPECT_NE(device.status().message().find("--device vulkan"), std::string::npos) << device.status().message();
   EXPECT_FALSE(parse_lora_mode("fused").ok());
   EXPECT_NE(parse_lora_mode("fused").status().message().find("--lora-mode"), std::string::npos);
   // serve's named adapters: names unique and non-empty, not beside a bare directory.

@@ -3,11 +3,12 @@
 // (dual, --fast's dual + threshold) in one forward of parts per step, each part over its own cache
 // (Engine::parts_head_fn) — give the tokens each gives alone on the device and on the CPU (f32; the sampling on
 // the device); a merged step of jobs with their own sampling settings is one submission; the memory budget
-// weighs the device's memory (the KV cache counted).
+// weighs the device's memory (the KV cache counted); serve's per-request LoRA adapters on the device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -15,8 +16,11 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "fixtures.h"
 #include "model/synthetic.h"
+#include "random_adapter.h"
 #include "server/scheduler_gate.h"
+#include "temp_dir.h"
 #include "vulkan_test_config.h"
 
 namespace dc::server {
@@ -208,6 +212,65 @@ TEST(SchedulerVulkan, TheBudgetCountsTheDevicesKvCache) {
   auto job = std::make_shared<Job>(prompt, p, std::vector<int32_t>{}, false);
   EXPECT_EQ(scheduler.submit(job), SubmitResult::kOverMemory);
   EXPECT_GT(scheduler.memory_needed(*job), options.max_memory_bytes);
+}
+
+// serve --lora NAME=DIR --device vulkan: the named adapters are uploaded once at load (the device's weight bytes,
+// which the budget's auto setting subtracts, count them) and the scheduler's per-adapter forwards (the batched
+// jobs without a cache, the cached ones in a forward of parts) run there: each job gives the tokens of a CPU
+// engine holding only its adapter unmerged (f32; greedy, maskgit_plus and topk_margin: the entropy's device
+// rounding is compared with the device alone above).
+TEST(SchedulerVulkan, PerRequestAdaptersOnTheDeviceEqualEachAloneOnTheCpu) {
+  const dc::test::TempDir tmp("sched_lora_vulkan");
+  const std::string model_dir = dc::testing::fixtures_dir() + "/tiny-gqa2";
+  const auto load = [&](Device device, std::vector<NamedLora> named, const std::string& lora) {
+    EngineOptions o;
+    o.model_dir = model_dir, o.n_threads = 2, o.weight_cache = "off", o.matmul_precision = MatmulPrecision::kF32;
+    o.device = DeviceSpec{device, 0}, o.lora_adapters = std::move(named), o.lora_dir = lora, o.lora_mode = LoraMode::kUnmerged;
+    auto e = Engine::load(o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  const auto plain = load(Device::kVulkan, {}, "");
+  ASSERT_NE(plain, nullptr);
+  const std::vector<NamedLora> named = {{"x", tmp.file("x")}, {"y", tmp.file("y")}};
+  ASSERT_TRUE(dc::testing::write_random_adapter(named[0].dir, plain->config(), 4, (1u << kLoraTargets) - 1, 1, 0.3f).ok());
+  ASSERT_TRUE(dc::testing::write_random_adapter(named[1].dir, plain->config(), 2, (1u << kLoraQ) | (1u << kLoraDown), 2, 0.4f).ok());
+  const auto device = load(Device::kVulkan, named, "");
+  ASSERT_NE(device, nullptr);
+  Engine& e = *device;
+  EXPECT_GT(e.backend()->weight_bytes(), plain->backend()->weight_bytes()) << "the adapters are not on the device";
+  const char* names[] = {"", "x", "y", "x", "y", ""};
+  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> cases;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p = e.default_params();
+    p.max_new_tokens = 8, p.steps = 8, p.temperature = 0.0f, p.seed = static_cast<uint64_t>(i);
+    p.alg = i % 2 == 0 ? Algorithm::kMaskgitPlus : Algorithm::kTopkMargin;
+    if (i >= 3) p.cache = CacheMode::kDual, p.block_length = 4;  // x and y in forwards of parts, the base alone
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 2 * i; ++j) prompt.push_back(static_cast<int32_t>((31 * j + 13 * i) % 300 + 1));
+    jobs.push_back(std::make_shared<Job>(prompt, p, std::vector<int32_t>{}, false, e.lora_adapter(names[i])));
+    cases.emplace_back(std::move(prompt), p);
+  }
+  ASSERT_NE(e.lora_adapter("x"), nullptr);
+  Gate gate(e.head_fn());
+  Scheduler scheduler(gate.fn(), e.config().n_vocab, e.head_memory(), &e.pool(), SchedulerOptions{}, nullptr,
+                      [&e] { return e.head_fn(); }, [&e] { return e.parts_head_fn(); });
+  const std::vector<JobResult> results = run_gated(scheduler, gate, jobs);
+  ASSERT_EQ(results.size(), cases.size());
+  std::map<std::string, std::unique_ptr<Engine>> alone;  // a CPU engine per adapter holding it alone ("": none)
+  for (const char* name : {"", "x", "y"})
+    alone[name] = load(Device::kCpu, {}, *name == '\0' ? "" : named[*name == 'x' ? 0 : 1].dir);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << "case " << i << ": " << results[i].status.to_string();
+    ASSERT_NE(alone[names[i]], nullptr);
+    const auto want = alone[names[i]]->generate({cases[i].first}, cases[i].second);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    EXPECT_EQ(results[i].generated, want->generated) << "case " << i << " (adapter '" << names[i] << "')";
+  }
+  const auto base = alone[""]->generate({cases[1].first}, cases[1].second);  // case 1 without its adapter x
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  EXPECT_NE(results[1].generated, base->generated) << "adapter x changed no token: nothing was tested";
 }
 
 }  // namespace
