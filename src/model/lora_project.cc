@@ -5,34 +5,35 @@
 
 #include "core/check.h"
 #include "core/splitmix64.h"
-#include "core/thread_pool.h"
 #include "ops/device.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 
 namespace dc {
 
-bool lora_dropout_keeps(uint64_t key, int64_t il, int t, int64_t row, int64_t col, float p) {
-  const uint64_t h = splitmix64(splitmix64(splitmix64(key ^ (static_cast<uint64_t>(il) << 8 | static_cast<uint64_t>(t))) ^
-                                           static_cast<uint64_t>(row)) ^ static_cast<uint64_t>(col));
-  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0) >= static_cast<double>(p);
-}
-
 namespace {
 
-// x_d [T, in] = x ⊙ keep / (1 − p) of site's dropout, or x itself (no dropout or not training).
+// The seed of site's dropout mask: the adapter's key mixed with the layer and the target, so that each
+// projection draws its own mask (ops/dropout.h: a function of (seed, row, column)).
+uint64_t dropout_seed(const LoraSite& site) {
+  return splitmix64(site.lora->dropout_key ^ (static_cast<uint64_t>(site.il) << 8 | static_cast<uint64_t>(site.t)));
+}
+
+// x_d [T, in] = dropout(x) with site's mask (x ⊙ keep / (1 − p)), or x itself (no dropout or not training): on
+// the CPU into `storage`, on a device into its buffer `name` (null after a device error, which finish() returns).
 const float* dropped_input(const Context& ctx, const float* x, int64_t T, int64_t in, const LoraSite& site,
-                           bool training, std::vector<float>& storage) {
+                           bool training, std::vector<float>& storage, const char* name) {
   const float p = site.lora->dropout;
   if (!training || p <= 0.0f) return x;
-  storage.resize(static_cast<size_t>(T * in));
-  const float keep_scale = 1.0f / (1.0f - p);
-  parallel_for(ctx.pool, T, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      for (int64_t c = 0; c < in; ++c)
-        storage[i * in + c] =
-            lora_dropout_keeps(site.lora->dropout_key, site.il, site.t, i, c, p) ? x[i * in + c] * keep_scale : 0.0f;
-  });
-  return storage.data();
+  float* xd = nullptr;
+  if (ctx.device == Device::kCpu) {
+    storage.resize(static_cast<size_t>(T * in));
+    xd = storage.data();
+  } else if (xd = device_floats(ctx, name, T * in); xd == nullptr) {
+    return nullptr;
+  }
+  dropout_hashed(ctx, x, T, in, dropout_seed(site), p, xd);
+  return xd;
 }
 
 // m [rows, cols] → its transpose [cols, rows].
@@ -43,22 +44,27 @@ std::vector<float> transposed(const float* m, int64_t rows, int64_t cols) {
   return t;
 }
 
-// The adapter's product on a device: u = x·Aᵀ, y += (scale·u)·Bᵀ (no dropout), scratch in named buffers.
+// The adapter's product on a device: u = x_d·Aᵀ, y += (scale·u)·Bᵀ, scratch in named buffers.
 void lora_project_on_device(const Context& ctx, const float* x, int64_t T, const WeightView& w, float* y,
-                            const LoraMatrix& m, float* u) {
+                            const LoraSite& site, bool training, float* u) {
+  const LoraMatrix& m = *site.matrix();
   const int64_t in = w.cols, out = w.rows, r = m.r;
-  float* uu = u != nullptr ? u : device_floats(ctx, "lora.u", T * r);  // [T, r]
-  float* su = device_floats(ctx, "lora.su", T * r);                    // [T, r] scale·u
-  if (uu == nullptr || su == nullptr) return;                          // the device's error: finish() returns it
-  matmul_nt(ctx, x, T, WeightView{DType::kF32, m.a, r, in}, nullptr, uu);
+  std::vector<float> unused;
+  const float* xd = dropped_input(ctx, x, T, in, site, training, unused, "lora.xd");  // [T, in]
+  float* uu = u != nullptr ? u : device_floats(ctx, "lora.u", T * r);                // [T, r]
+  float* su = device_floats(ctx, "lora.su", T * r);                                  // [T, r] scale·u
+  if (xd == nullptr || uu == nullptr || su == nullptr) return;  // the device's error: finish() returns it
+  matmul_nt(ctx, xd, T, WeightView{DType::kF32, m.a, r, in}, nullptr, uu);
   scale_floats(ctx, uu, T * r, m.scale, su);
   matmul_nt_residual(ctx, su, T, WeightView{DType::kF32, m.b, out, r}, y, nullptr);  // y += su·Bᵀ
 }
 
 // lora_project_backward's adapter part on a device (the base's dx done): sdy = scale·dy [T, out],
-// dB += sdyᵀ·u and du = sdy·B in one product, then dA += duᵀ·x and dx += du·A in another.
+// dB += sdyᵀ·u and du = sdy·B in one product, then dA += duᵀ·x_d and dx += du·A in another (with dropout
+// du·A into lora.dxd [T, in], through the forward's mask, then added to dx).
 void lora_backward_on_device(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* dy,
-                             float* dx, const LoraMatrix& m, const float* u, const LoraGradMatrix* g) {
+                             float* dx, const LoraSite& site, const float* u, const LoraGradMatrix* g) {
+  const LoraMatrix& m = *site.matrix();
   const int64_t in = w.cols, out = w.rows, r = m.r;
   float* sdy = device_floats(ctx, "lora.sdy", T * out);
   float* du = device_floats(ctx, "lora.du", T * r);
@@ -67,8 +73,16 @@ void lora_backward_on_device(const Context& ctx, const float* x, int64_t T, cons
   matmul_nt_backward(ctx, u, T, WeightView{DType::kF32, m.b, out, r}, sdy, du, g != nullptr ? g->b : nullptr, nullptr,
                      nullptr, GradWrite::kAdd, GradWrite::kOverwrite);
   if (g == nullptr && dx == nullptr) return;
-  matmul_nt_backward(ctx, x, T, WeightView{DType::kF32, m.a, r, in}, du, dx, g != nullptr ? g->a : nullptr, nullptr,
-                     nullptr, GradWrite::kAdd, GradWrite::kAdd);
+  std::vector<float> unused;
+  const float* xd = dropped_input(ctx, x, T, in, site, /*training=*/true, unused, "lora.xd");
+  const bool dropping = xd != x;
+  float* dxd = dropping && dx != nullptr ? device_floats(ctx, "lora.dxd", T * in) : dx;  // [T, in]
+  if (xd == nullptr || (dx != nullptr && dxd == nullptr)) return;
+  matmul_nt_backward(ctx, xd, T, WeightView{DType::kF32, m.a, r, in}, du, dxd, g != nullptr ? g->a : nullptr, nullptr,
+                     nullptr, GradWrite::kAdd, dropping ? GradWrite::kOverwrite : GradWrite::kAdd);
+  if (!dropping || dx == nullptr) return;
+  dropout_hashed(ctx, dxd, T, in, dropout_seed(site), site.lora->dropout, dxd);
+  add_inplace(ctx, dx, dxd, T * in);
 }
 
 }  // namespace
@@ -78,13 +92,10 @@ void lora_project(const Context& ctx, const float* x, int64_t T, const WeightVie
   matmul_nt(ctx, x, T, w, bias, y);
   const LoraMatrix* m = site.matrix();
   if (m == nullptr) return;
-  if (ctx.device != Device::kCpu) {
-    DC_CHECK(!training || site.lora->dropout <= 0.0f, "lora_project: the adapters' dropout runs on the CPU only");
-    return lora_project_on_device(ctx, x, T, w, y, *m, u);
-  }
+  if (ctx.device != Device::kCpu) return lora_project_on_device(ctx, x, T, w, y, site, training, u);
   const int64_t in = w.cols, out = w.rows, r = m->r;
   std::vector<float> x_storage, u_local;
-  const float* xd = dropped_input(ctx, x, T, in, site, training, x_storage);
+  const float* xd = dropped_input(ctx, x, T, in, site, training, x_storage, nullptr);
   if (u == nullptr) u_local.resize(static_cast<size_t>(T * r)), u = u_local.data();
   matmul_nt(ctx, xd, T, WeightView{DType::kF32, m->a, r, in}, nullptr, u);  // u [T, r] = x_d·Aᵀ
   std::vector<float> su(static_cast<size_t>(T * r));                        // [T, r] scale·u
@@ -99,7 +110,7 @@ void lora_project_backward(const Context& ctx, const float* x, int64_t T, const 
   const LoraMatrix* m = site.matrix();
   if (m == nullptr || T == 0) return;
   DC_CHECK(u != nullptr, "lora_project_backward: no u saved by this projection's forward");
-  if (ctx.device != Device::kCpu) return lora_backward_on_device(ctx, x, T, w, dy, dx, *m, u, g);
+  if (ctx.device != Device::kCpu) return lora_backward_on_device(ctx, x, T, w, dy, dx, site, u, g);
   const int64_t in = w.cols, out = w.rows, r = m->r;
   std::vector<float> su(static_cast<size_t>(T * r));  // [T, r]
   for (size_t i = 0; i < su.size(); ++i) su[i] = m->scale * u[i];
@@ -109,21 +120,16 @@ void lora_project_backward(const Context& ctx, const float* x, int64_t T, const 
   matmul_nt(ctx, dy, T, WeightView{DType::kF32, bt.data(), r, out}, nullptr, du.data());
   for (float& d : du) d *= m->scale;
   std::vector<float> x_storage;
-  const float* xd = dropped_input(ctx, x, T, in, site, /*training=*/true, x_storage);
+  const float* xd = dropped_input(ctx, x, T, in, site, /*training=*/true, x_storage, nullptr);
   if (g != nullptr) matmul_tn_add(ctx, du.data(), T, r, xd, in, g->a);  // dA [r, in] += duᵀ·x_d
   if (dx == nullptr) return;
   const std::vector<float> at = transposed(m->a, r, in);  // Aᵀ [in, r]
   const WeightView a_t{DType::kF32, at.data(), in, r};
-  const float p = site.lora->dropout;
-  if (p <= 0.0f) return matmul_nt_add(ctx, du.data(), T, a_t, dx);  // dx += du·A
-  std::vector<float> dxd(static_cast<size_t>(T * in));              // [T, in] ∂/∂x_d, then through the mask
+  if (xd == x) return matmul_nt_add(ctx, du.data(), T, a_t, dx);  // dx += du·A
+  std::vector<float> dxd(static_cast<size_t>(T * in));           // [T, in] ∂/∂x_d, then through the mask
   matmul_nt(ctx, du.data(), T, a_t, nullptr, dxd.data());
-  const float keep_scale = 1.0f / (1.0f - p);
-  parallel_for(ctx.pool, T, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      for (int64_t c = 0; c < in; ++c)
-        if (lora_dropout_keeps(site.lora->dropout_key, site.il, site.t, i, c, p)) dx[i * in + c] += dxd[i * in + c] * keep_scale;
-  });
+  dropout_hashed(ctx, dxd.data(), T, in, dropout_seed(site), site.lora->dropout, dxd.data());
+  add_inplace(ctx, dx, dxd.data(), T * in);
 }
 
 }  // namespace dc

@@ -24,7 +24,7 @@ struct LoraSite {
 // y[T, out] = x·wᵀ (+ bias) + scale · (x_d·Aᵀ)·Bᵀ, x_d = dropout(x) when `training` (else x).
 // u (may be null): receives u = x_d·Aᵀ [T, r] (Activations' storage), what the backward reads.
 // On a device (ctx.device kVulkan) x, y and u are its memory and A, B are read as uploaded
-// (Model::lora_to_device); the adapters' dropout runs on the CPU only (the forward refuses it on a device).
+// (Model::lora_to_device); the dropout's mask is the CPU's (ops/dropout.h), x_d in the device's buffer lora.xd.
 void lora_project(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* bias, float* y,
                   const LoraSite& site, bool training, float* u);
 
@@ -32,7 +32,8 @@ void lora_project(const Context& ctx, const float* x, int64_t T, const WeightVie
 // frozen base; w may then be quantized), then the adapter's: dB += scale·dyᵀ·u, du = scale·dy·B,
 // dA += duᵀ·x_d, dx += du·A (through the dropout mask). `g` null: no adapter gradients.
 // On a device every operand but the weights is its memory, g's too; the products are f32 (the frozen base's
-// dx as matmul_nt_backward's, then dB += (scale·dy)ᵀ·u, du = (scale·dy)·B, dA += duᵀ·x, dx += du·A).
+// dx as matmul_nt_backward's, then dB += (scale·dy)ᵀ·u, du = (scale·dy)·B, dA += duᵀ·x_d, dx += du·A through
+// the mask: x_d drawn again into lora.xd, du·A masked in lora.dxd).
 void lora_project_backward(const Context& ctx, const float* x, int64_t T, const WeightView& w, const float* dy,
                            float* dx, float* dw, float* dbias, const WeightView* wt, GradWrite write,
                            GradWrite dx_write, const LoraSite& site, const float* u, const LoraGradMatrix* g);

@@ -36,8 +36,9 @@ struct LoraMatrix {
 struct LoraWeights {
   std::vector<std::array<LoraMatrix, kLoraTargets>> layers;  // [n_layer]
   // Dropout on the adapters' input, in a training-mode forward only (PEFT's lora_dropout): x scaled by
-  // 1/(1 − p) where kept, each value kept or dropped by a hash of (dropout_key, layer, target, row, column),
-  // so that the backward draws the same mask again. The trainer sets a fresh key per micro-batch.
+  // 1/(1 − p) where kept, each value kept or dropped by a hash of (dropout_key, layer, target, row, column)
+  // (ops/dropout.h), so that the backward draws the same mask again, and a device the CPU's. The trainer sets a
+  // fresh key per micro-batch.
   float dropout = 0;
   uint64_t dropout_key = 0;
 };
@@ -51,8 +52,5 @@ struct LoraGradMatrix {
 struct LoraGrads {
   std::vector<std::array<LoraGradMatrix, kLoraTargets>> layers;  // [n_layer]
 };
-
-// Whether dropout keeps value (row, col) of target t of layer il (probability 1 − p).
-bool lora_dropout_keeps(uint64_t key, int64_t il, int t, int64_t row, int64_t col, float p);
 
 }  // namespace dc

@@ -173,12 +173,7 @@ Status Model::forward_checked(const Context& ctx, std::span<const ForwardBatch> 
   DC_ASSIGN_OR_RETURN(const std::vector<ForwardBatch> parts, checked_parts(ctx, batches));
   int64_t n_out = 0, n_computed = 0, n_rows = 0;
   for (const ForwardBatch& b : parts) n_out += b.n_out, n_computed += b.n_computed(), n_rows += b.n_batch;
-  if (ctx.device != Device::kCpu) {
-    if (train != nullptr && parts[0].lora != nullptr && parts[0].lora->dropout > 0)
-      return unimplemented("forward: the LoRA adapters' dropout (--lora-dropout) runs on the CPU only; on " +
-                           ctx.backend->name() + " train with --lora-dropout 0 or use --device cpu");
-    return forward_on_device(ctx, parts, hidden, logits, observer, train);
-  }
+  if (ctx.device != Device::kCpu) return forward_on_device(ctx, parts, hidden, logits, observer, train);
   // The activations and the kernels' scratch live in ctx.workspace (an Engine generation's, a Trainer's),
   // grown to the largest forward so far and reused: fresh buffers each forward cost a zero fill and page
   // faults (~5% of a 0.5B step). Without one, in this call's own (freed on return).

@@ -193,6 +193,8 @@ class DeviceBackend {
   virtual void swiglu(DeviceIn gate, DeviceIn up, int64_t count, DeviceOut out) = 0;
   virtual void add_inplace(DeviceOut y, DeviceIn x, int64_t count) = 0;
   virtual void scale(DeviceIn x, int64_t count, float s, DeviceOut y) = 0;  // y = s·x (y may be x)
+  // ops/dropout.h dropout_hashed over x [n, d] with its threshold and 1/(1 − p) (y may be x).
+  virtual void dropout(DeviceIn x, int64_t n, int64_t d, uint64_t seed, uint64_t threshold, float keep_scale, DeviceOut y) = 0;
   // ops/elementwise.h copy_floats and zero_fill: y[count] = x[count] (bit for bit), y[count] = 0.
   virtual void copy(DeviceIn x, int64_t count, DeviceOut y) = 0;
   virtual void zero_fill(DeviceOut y, int64_t count) = 0;

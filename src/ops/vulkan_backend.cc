@@ -297,6 +297,9 @@ class VulkanBackend final : public DeviceBackend {
   void scale(DeviceIn x, int64_t count, float s, DeviceOut y) override {
     if (recording()) keep(vk::scale(*seq_, at(x), count, s, at(y)));
   }
+  void dropout(DeviceIn x, int64_t n, int64_t d, uint64_t seed, uint64_t threshold, float keep_scale, DeviceOut y) override {
+    if (recording()) keep(vk::dropout(*seq_, at(x), n, d, seed, threshold, keep_scale, at(y)));
+  }
   void copy(DeviceIn x, int64_t count, DeviceOut y) override {
     if (recording()) keep(vk::copy(*seq_, at(x), count, at(y)));
   }

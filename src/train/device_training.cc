@@ -22,9 +22,6 @@ namespace dc::train {
 
 Status check_device_training(const Context& ctx, const LoraSpec& lora, const dist::Comm* comm, MatmulPrecision* precision) {
   const std::string where = "--device (" + ctx.backend->name() + ")";
-  if (lora.r > 0 && lora.dropout > 0)
-    return invalid_argument(where + ": the LoRA adapters' dropout (--lora-dropout) runs on the CPU only; train with "
-                            "--lora-dropout 0 or use --device cpu");
   if (lora.r > 0 && comm != nullptr && comm->size() > 1)
     return invalid_argument(where + ": LoRA adapters over data-parallel ranks (mpirun) train on the CPU only for now; "
                             "run one process on the device, or use --device cpu");
@@ -167,8 +164,10 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
     for (int t = 0; t < kLoraTargets; ++t)
       if (const LoraMatrix& m = lora->weights().layers[0][t]; !m.empty())
         lora_ranks += m.r, widest = std::max(widest, m.r);
-    // lora.u, lora.su and lora.du [T, r], lora.sdy [T, out] (model/lora_project.cc)
-    lora_scratch = T * (3 * widest + std::max({E, c.n_ff, q_dim})) * kFloat;
+    // lora.u, lora.su and lora.du [T, r], lora.sdy [T, out], with dropout lora.xd and lora.dxd [T, in]
+    // (model/lora_project.cc)
+    const int64_t widest_io = std::max({E, c.n_ff, q_dim});
+    lora_scratch = T * (3 * widest + (lora->weights().dropout > 0 ? 3 : 1) * widest_io) * kFloat;
   }
   plan.activations = Activations::bytes_for(batch.recompute, c.n_layer, T, E, q_dim, kv_dim, c.n_ff, n_out, lora_ranks);
   // The forward's named buffers serve the training forward and the rollouts' alike: the larger of the two.

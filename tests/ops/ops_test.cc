@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/attention.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "kernel_test_util.h"
 #include "ops/matmul.h"
@@ -173,6 +174,37 @@ TEST_P(OpsTest, AttentionGqaWithPaddingMask) {
         }
     expect_close_to_ref(want, out.data(), 1e-5, mask ? "attention(masked)" : "attention");
   }
+}
+
+// Hashed dropout: its integer threshold keeps exactly the values the defining comparison (h >> 11)·2⁻⁵³ >= p
+// keeps (hashes drawn at random and at the threshold's edges, p tiny to near 1), and the op writes x / (1 − p)
+// where its mask keeps and 0 elsewhere, the same with any thread count.
+TEST_P(OpsTest, DropoutKeepsWhatTheDefiningComparisonKeeps) {
+  uint64_t state = 3;
+  for (const float p : {1e-9f, 0.1f, 0.3333333f, 0.5f, 0.9999f}) {
+    const uint64_t t = dropout_threshold(p);
+    for (int i = 0; i < 4000; ++i) {
+      const uint64_t r = splitmix64_next(state);
+      const uint64_t h = i < 2000 ? r : t + (r % 8192) - 4096;  // near the threshold
+      const bool keeps = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0) >= static_cast<double>(p);
+      ASSERT_EQ(h >= t, keeps) << "p " << p << " h " << h;
+    }
+  }
+  EXPECT_EQ(dropout_threshold(0.0f), 0u);
+  const int64_t n = 19, d = 23;
+  const float p = 0.25f;
+  const std::vector<float> x = random_vec(n * d, 7);
+  std::vector<float> y(n * d, NAN);
+  dropout_hashed(ctx_, x.data(), n, d, 77, p, y.data());
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c) {
+      const bool keep = dropout_keeps(77, i, c, dropout_threshold(p));
+      kept += keep;
+      ASSERT_EQ(y[i * d + c], keep ? x[i * d + c] * (1.0f / (1.0f - p)) : 0.0f) << "row " << i << " col " << c;
+    }
+  EXPECT_GT(kept, n * d / 2) << "a mask that keeps too little";
+  EXPECT_LT(kept, n * d) << "a mask that keeps everything";
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, OpsTest, ::testing::Values(1, 3));

@@ -29,6 +29,9 @@ void swiglu(ThreadPool* pool, const float* gate, const float* up, int64_t count,
 void add_inplace(ThreadPool* pool, float* y, const float* x, int64_t count);
 void scale(ThreadPool* pool, const float* x, int64_t count, float s, float* y);
 void zero_fill(ThreadPool* pool, float* y, int64_t count);
+// ops/dropout.h dropout_hashed with its threshold and 1/(1 − p) (one variant: dropout.cc).
+void dropout(ThreadPool* pool, const float* x, int64_t n, int64_t d, uint64_t seed, uint64_t threshold, float keep_scale,
+             float* y);
 void embedding(ThreadPool* pool, const WeightView& table, const int32_t* ids, int64_t n, float* out);
 void attention(ThreadPool* pool, const AttentionShape& shape, const float* q, const float* k, const float* v,
                const uint8_t* valid, float* out);

@@ -264,6 +264,19 @@ Status scale(Sequence& seq, const Buffer& x, int64_t count, float s, Buffer& y) 
   return seq.record({"elementwise", {2}, {&x, &x, &y}, {u32(count), push_float(s)}, stride_groups(count, 256)});
 }
 
+Status dropout(Sequence& seq, const Buffer& x, int64_t n, int64_t d, uint64_t seed, uint64_t threshold, float keep_scale,
+               Buffer& y) {
+  const char* op = "vulkan dropout";
+  DC_RETURN_IF_ERROR(positive(n * d, op, "n · d"));
+  DC_RETURN_IF_ERROR(need(x, n * d * 4, op, "x"));
+  DC_RETURN_IF_ERROR(need(y, n * d * 4, op, "y"));
+  const auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
+  const auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
+  return seq.record({"dropout", {}, {&x, &y},
+                     {u32(n * d), u32(d), lo(seed), hi(seed), lo(threshold), hi(threshold), push_float(keep_scale)},
+                     stride_groups(n * d, 256)});
+}
+
 Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y) {
   const char* op = "vulkan copy";
   DC_RETURN_IF_ERROR(positive(count, op, "count"));

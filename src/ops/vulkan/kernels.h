@@ -88,6 +88,9 @@ Status scale(Sequence& seq, const Buffer& x, int64_t count, float s, Buffer& y);
 Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y);
 // y[count] = 0.
 Status zero_fill(Sequence& seq, Buffer& y, int64_t count);
+// ops/dropout.h dropout_hashed over x [n, d] with its threshold and 1/(1 − p); y may be x.
+Status dropout(Sequence& seq, const Buffer& x, int64_t n, int64_t d, uint64_t seed, uint64_t threshold, float keep_scale,
+               Buffer& y);
 
 // The attention kernel's tile: `rows` query rows per workgroup, `keys` keys and values per pass.
 struct AttentionTile {

@@ -1,4 +1,5 @@
-// The training ops' front-ends (ops/matmul.h, ops/elementwise.h, ops/attention.h, ops/loss.h, ops/adamw.h) on
+// The training ops' front-ends (ops/matmul.h, ops/elementwise.h, ops/attention.h, ops/loss.h, ops/adamw.h,
+// ops/dropout.h) on
 // a Context of device 0: each dispatches to the Vulkan backend, which records the kernels into the one
 // sequence of a begin() / finish(), and the results equal the same front-ends' on the CPU (the kernels'
 // own tests hold them to the reference on more shapes: backward_kernels_test.cc).
@@ -15,6 +16,7 @@
 #include "ops/adamw.h"
 #include "ops/attention.h"
 #include "ops/device.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
@@ -170,6 +172,42 @@ TEST_F(VulkanTrainingOps, CopyIsBitExactAndZeroFillZeroes) {
     uint32_t bits = 0;
     std::memcpy(&bits, &zeroed[i], 4);
     ASSERT_EQ(bits, i < n - 3 ? 0u : 0x3f800000u) << "index " << i;
+  }
+}
+
+// Hashed dropout on the device draws the CPU's mask and writes the CPU's values bit for bit (the 64-bit hash in
+// 32-bit words, the threshold compare, one multiply), for seeds with their high words set, drop probabilities from
+// 0.05 to 0.9, a row count and a width that are not multiples of the workgroup, in place and not.
+TEST_F(VulkanTrainingOps, DropoutIsTheCpusBitForBit) {
+  DeviceBackend& b = *backend_;
+  const Context& dev = dev_;
+  const int64_t n = 37, d = 301;
+  const std::vector<float> x = random_floats(11, n * d);
+  struct Case { uint64_t seed; float p; };
+  const Case cases[] = {{0, 0.05f}, {0x9E3779B97F4A7C15ull, 0.3f}, {0xFFFFFFFF00000001ull, 0.5f}, {12345, 0.9f}};
+  std::vector<std::vector<float>> want, got;
+  const auto lock = b.lock();
+  ASSERT_TRUE(b.begin().ok());
+  DeviceVectors dv{b, {}};
+  for (const Case& c : cases) {
+    want.emplace_back(n * d), got.emplace_back(n * d), got.emplace_back(n * d);
+    dropout_hashed(Context{}, x.data(), n, d, c.seed, c.p, want.back().data());
+    float* d_x = dv.in(x);
+    float* d_y = device_floats(dev, ("dropout.y" + std::to_string(want.size())).c_str(), n * d);
+    ASSERT_TRUE(device_status(dev).ok()) << device_status(dev).to_string();
+    dropout_hashed(dev, d_x, n, d, c.seed, c.p, d_y);
+    dropout_hashed(dev, d_x, n, d, c.seed, c.p, d_x);  // in place
+    dv.out(d_y, got[got.size() - 2]), dv.out(d_x, got.back());
+  }
+  const Status s = b.finish();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t k = 0; k < want.size(); ++k) {
+    int64_t kept = 0;
+    for (const float v : want[k]) kept += v != 0.0f;
+    const double fraction = static_cast<double>(kept) / static_cast<double>(n * d), p = cases[k].p;
+    EXPECT_NEAR(fraction, 1.0 - p, 4.0 * std::sqrt(p * (1.0 - p) / static_cast<double>(n * d))) << "case " << k;
+    EXPECT_EQ(0, std::memcmp(want[k].data(), got[2 * k].data(), want[k].size() * sizeof(float))) << "case " << k;
+    EXPECT_EQ(0, std::memcmp(want[k].data(), got[2 * k + 1].data(), want[k].size() * sizeof(float))) << "case " << k << " in place";
   }
 }
 
