@@ -141,7 +141,7 @@ std::string DeviceTrainingPlan::text() const {
 }
 
 DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch,
-                                        const LoraParams* lora) {
+                                        const LoraParams* lora, const DeviceShard* shard) {
   const ModelConfig& c = model.config();
   int64_t values = 0;
   visit_tensors(c, model.weights(), [&](const std::string&, const std::vector<int64_t>& shape, const WeightView*,
@@ -153,6 +153,10 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
   plan.weights = plan.gradients = values * kFloat;
   plan.moments = optimizer ? 2 * plan.weights : 0;
   plan.reference = reference ? plan.weights : 0;
+  if (shard != nullptr) {  // a rank's: the moments of its shard, and AdamW's copies of its parts of the edge tensors
+    plan.moments = optimizer ? 2 * shard->values * kFloat : 0;
+    plan.weights += shard->edge_values * kFloat;
+  }
   int64_t lora_ranks = 0, lora_scratch = 0;  // Σ r of a layer's adapters; their products' buffers [T, ·]
   if (lora != nullptr) {  // a frozen base as stored; the adapters' gradients, moments and reference copy only
     const int64_t adapters = lora->n_values() * kFloat;
@@ -184,41 +188,54 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
 
 Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
                          const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device,
-                         const LoraParams* lora) {
+                         const LoraParams* lora, const DeviceShard* shard) {
   if (plan.total() <= device_bytes) return Status();
   std::string fixes;
   if (!batch.recompute) {
     DeviceBatchShape checkpointed = batch;
     checkpointed.recompute = true;
-    const DeviceTrainingPlan with = plan_device_training(model, optimizer, reference, checkpointed, lora);
+    const DeviceTrainingPlan with = plan_device_training(model, optimizer, reference, checkpointed, lora, shard);
     fixes += "--grad-checkpointing (activations " + mib(plan.activations) + " -> " + mib(with.activations) + ", " +
              mib(with.total()) + " in all" + (with.total() <= device_bytes ? ", which fits" : "") + "); ";
   }
   fixes += "fewer positions per micro-batch (" + batch.smaller_batch + "; the activations, working buffers and loss rows, " +
            mib(plan.activations + plan.scratch + plan.loss_rows) + ", shrink with them); ";
   if (optimizer && lora == nullptr)
-    fixes += "more ranks (mpirun: each keeps its shard's Adam moments on the host, " + mib(plan.moments) + " less here); ";
+    fixes += "more ranks (mpirun: each rank's device keeps the Adam moments of its shard only, " + mib(plan.moments) +
+             " over the ranks here); ";
   if (lora == nullptr) fixes += "LoRA adapters (--lora-r: the base frozen, gradients and moments of the adapters only); ";
   fixes += "or --device cpu";
   return resource_exhausted("training on " + device + " needs " + plan.text() + ", more than its " + mib(device_bytes) +
                             ". What would make it fit: " + fixes);
 }
 
-Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx, const Model& model, const OptimizerCore* core,
+Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx, const Model& model, OptimizerCore* core,
                                                               const DeviceBatchShape& batch, bool reference) {
   DC_CHECK(ctx.device != Device::kCpu && ctx.backend != nullptr, "DeviceTraining::start: a device context");
   std::unique_ptr<DeviceTraining> d(new DeviceTraining());
   d->config_ = model.config();
   d->sharded_ = core != nullptr && core->sharded();
-  const bool moments = core != nullptr && !d->sharded_;  // sharded: the moments of the shard on the host
-  const DeviceTrainingPlan plan = plan_device_training(model, moments, reference, batch);
+  DeviceShard shard;
+  if (d->sharded_) {
+    d->parts_ = shard_parts(*core);
+    shard.values = core->shard().size();
+    for (const ShardPart& part : d->parts_) shard.edge_values += part.whole ? 0 : part.end - part.begin;
+  }
+  const bool optimizer = core != nullptr;
+  const DeviceShard* sharded = d->sharded_ ? &shard : nullptr;
+  const DeviceTrainingPlan plan = plan_device_training(model, optimizer, reference, batch, nullptr, sharded);
   dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": device memory " + plan.text() +
-                               (d->sharded_ ? " (the Adam moments of this rank's shard on the host)" : ""));
-  DC_RETURN_IF_ERROR(check_device_plan(plan, model, moments, reference, batch, ctx.backend->memory_bytes(), ctx.backend->name()));
+                               (d->sharded_ ? " (the Adam moments of this rank's shard)" : ""));
+  DC_RETURN_IF_ERROR(check_device_plan(plan, model, optimizer, reference, batch, ctx.backend->memory_bytes(),
+                                       ctx.backend->name(), nullptr, sharded));
   DC_RETURN_IF_ERROR(d->adopt(ctx, model, &d->params_));
   DC_ASSIGN_OR_RETURN(d->grads_, DeviceParams::zeros(ctx, d->config_));
-  if (d->sharded_) d->staging_ = ModelParams::zeros(d->config_);
-  if (!moments) return d;
+  if (d->sharded_) {
+    DC_RETURN_IF_ERROR(d->start_shard(ctx, *core));  // the core's gradient buffers given back first
+    d->staging_ = ModelParams::zeros(d->config_);
+    return d;
+  }
+  if (!optimizer) return d;
   d->moments_ = true;
   DC_ASSIGN_OR_RETURN(d->m_, DeviceParams::zeros(ctx, d->config_));
   DC_ASSIGN_OR_RETURN(d->v_, DeviceParams::zeros(ctx, d->config_));
@@ -229,12 +246,90 @@ Result<std::unique_ptr<DeviceTraining>> DeviceTraining::start(const Context& ctx
   return d;
 }
 
+namespace {
+
+// host[n] into the device operand `dst` through the staging buffer `name`, one submission (ctx.backend's lock held).
+Status upload_floats(const Context& ctx, const char* name, const float* host, int64_t n, float* dst) {
+  DC_RETURN_IF_ERROR(ctx.backend->begin());
+  const float* staged = device_copy(ctx, name, host, n);
+  DC_RETURN_IF_ERROR(device_status(ctx));
+  copy_floats(ctx, staged, n, dst);
+  return ctx.backend->finish();
+}
+
+}  // namespace
+
+std::vector<DeviceTraining::ShardPart> DeviceTraining::shard_parts(const OptimizerCore& core) {
+  const dist::Range shard = core.shard();
+  const AdamWOptions& o = core.options().adam;
+  const std::vector<ModelParams::Tensor>& ts = core.params().tensors();
+  std::vector<ShardPart> parts;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t lo = std::max(shard.begin, ts[i].offset), hi = std::min(shard.end, ts[i].offset + ts[i].size);
+    if (lo >= hi) continue;
+    const double wd = ts[i].is_matrix || o.decay_vectors ? o.weight_decay : 0.0;
+    parts.push_back({i, lo, hi, hi - lo == ts[i].size, nullptr, nullptr, nullptr, wd});
+  }
+  return parts;
+}
+
+Status DeviceTraining::start_shard(const Context& ctx, OptimizerCore& core) {
+  const OptimizerCore::ShardMoments moments = core.hand_state_to_device();  // zeros, or the resumed ones
+  std::vector<std::span<float>> weights;  // the device copies, index order
+  visit_tensors(config_, params_, [&](const std::string&, const std::vector<int64_t>&, const std::span<float>* m,
+                                      const std::span<float>* v) { weights.push_back(m != nullptr ? *m : *v); });
+  const int64_t base = core.shard().begin;
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  auto allocate = [&](int64_t n, const std::string& what) -> Result<float*> {
+    DC_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> memory, ctx.backend->allocate(n * static_cast<int64_t>(sizeof(float)), what));
+    shard_memory_.push_back(std::move(memory));
+    return as_operand(shard_memory_.back()->data());
+  };
+  for (ShardPart& part : parts_) {
+    const int64_t n = part.end - part.begin;
+    const std::string name = core.params().tensors()[part.tensor].name;
+    DC_ASSIGN_OR_RETURN(part.m, allocate(n, "the Adam moments of " + name));
+    DC_ASSIGN_OR_RETURN(part.v, allocate(n, "the Adam moments of " + name));
+    DC_RETURN_IF_ERROR(upload_floats(ctx, "optimizer.shard_upload", moments.m.data() + (part.begin - base), n, part.m));
+    DC_RETURN_IF_ERROR(upload_floats(ctx, "optimizer.shard_upload", moments.v.data() + (part.begin - base), n, part.v));
+    if (part.whole) {
+      part.p = weights[part.tensor].data();
+    } else {
+      DC_ASSIGN_OR_RETURN(part.p, allocate(n, "this rank's part of " + name));
+      DC_RETURN_IF_ERROR(upload_floats(ctx, "optimizer.shard_upload", core.params().data() + part.begin, n, part.p));
+    }
+  }
+  return Status();
+}
+
+Status DeviceTraining::update_shard(const Context& ctx, OptimizerCore& core, const float* g, float grad_scale, double lr) {
+  const AdamWOptions& o = core.options().adam;
+  const int64_t base = core.shard().begin, t = core.steps_done() + 1;
+  float* host = core.host_state().params.data();
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  for (const ShardPart& part : parts_) {
+    const int64_t n = part.end - part.begin;
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    const float* g_part = device_copy(ctx, "optimizer.shard_grads", g + (part.begin - base), n);
+    DC_RETURN_IF_ERROR(device_status(ctx));
+    adamw_update(ctx, adamw_scalars(t, lr, o.beta1, o.beta2, o.eps, part.weight_decay, grad_scale), part.p, g_part,
+                 part.m, part.v, n);
+    ctx.backend->copy_out("optimizer.shard_weights", as_device(static_cast<const float*>(part.p)), host + part.begin,
+                          n * static_cast<int64_t>(sizeof(float)));
+    DC_RETURN_IF_ERROR(ctx.backend->finish());
+  }
+  return Status();
+}
+
 Result<OptimizerStepStats> DeviceTraining::step_sharded(const Context& ctx, OptimizerCore& core, double loss) {
   {
     const ProfileScope profile(ctx, "gradients to the host");
     DC_RETURN_IF_ERROR(grads_.download(ctx, staging_));
   }
-  OptimizerStepStats s = core.step_local_grads(ctx, staging_.data(), loss);
+  OptimizerStepStats s = core.step_local_grads(ctx, staging_.data(), loss, [&](const float* g, float grad_scale, double lr) {
+    const ProfileScope profile(ctx, "AdamW of the shard on the device");
+    return update_shard(ctx, core, g, grad_scale, lr);
+  });
   if (s.skipped) return s;  // the weights stay: nothing to upload
   const ProfileScope profile(ctx, "weights to the device");
   DC_RETURN_IF_ERROR(upload_into(ctx, params_, core.params()));
@@ -288,7 +383,7 @@ Result<OptimizerStepStats> DeviceTraining::step(const Context& ctx, OptimizerCor
 }
 
 Status DeviceTraining::sync_to_host(const Context& ctx, OptimizerCore& core) const {
-  if (sharded_) return Status();  // the core's weights were uploaded by the last step; its moments never left
+  if (sharded_) return download_shard_moments(ctx, core);  // the core's weights are the device's already
   if (moments_) {
     DC_RETURN_IF_ERROR(m_.download(ctx, core.host_state().m));
     DC_RETURN_IF_ERROR(v_.download(ctx, core.host_state().v));
@@ -305,6 +400,23 @@ Status DeviceTraining::sync_to_host(const Context& ctx, OptimizerCore& core) con
                           static_cast<int64_t>(p.size() * sizeof(float)));
   });
   return ctx.backend->finish();
+}
+
+Status DeviceTraining::download_shard_moments(const Context& ctx, OptimizerCore& core) const {
+  const int64_t base = core.shard().begin;
+  OptimizerCore::ShardMoments moments;
+  moments.m.resize(static_cast<size_t>(core.shard().size()));
+  moments.v.resize(moments.m.size());
+  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+  for (const ShardPart& part : parts_) {
+    const int64_t bytes = (part.end - part.begin) * static_cast<int64_t>(sizeof(float));
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    ctx.backend->copy_out("optimizer.shard_m", as_device(static_cast<const float*>(part.m)), moments.m.data() + (part.begin - base), bytes);
+    ctx.backend->copy_out("optimizer.shard_v", as_device(static_cast<const float*>(part.v)), moments.v.data() + (part.begin - base), bytes);
+    DC_RETURN_IF_ERROR(ctx.backend->finish());
+  }
+  core.restore_shard_moments(std::move(moments));
+  return Status();
 }
 
 Status DeviceTraining::upload_reference(const Context& ctx, const Model& reference) {
@@ -327,11 +439,7 @@ Status DeviceTraining::upload_into(const Context& ctx, const ModelSpans& device,
   for (size_t i = 0; i < spans.size(); ++i) {
     const ModelParams::Tensor& t = host.tensors()[i];
     DC_CHECK(static_cast<int64_t>(spans[i].size()) == t.size, "DeviceTraining::upload_into: a ModelParams of the trainer's config");
-    DC_RETURN_IF_ERROR(ctx.backend->begin());
-    const float* staged = device_copy(ctx, "params.upload", static_cast<const float*>(t.data), t.size);
-    DC_RETURN_IF_ERROR(device_status(ctx));
-    copy_floats(ctx, staged, t.size, spans[i].data());
-    DC_RETURN_IF_ERROR(ctx.backend->finish());
+    DC_RETURN_IF_ERROR(upload_floats(ctx, "params.upload", t.data, t.size, spans[i].data()));
   }
   return Status();
 }

@@ -9,10 +9,13 @@
 // Checkpoints download the weights and moments into the OptimizerCore first. Full fine-tuning, f32 (no LoRA or
 // mixed precision on a device yet: the trainers refuse them).
 // Data parallel (a sharded OptimizerCore, one device per rank: api/train_shared.h open_rank_device): each rank
-// accumulates its micro-batches' gradients on its device; the step downloads them once into a host staging
-// buffer, reduce-scatters them over the ranks (OptimizerCore::step_local_grads: ZeRO-2's rank order), runs
-// AdamW of the rank's shard on the host (its moments live there, sharded: none on the device), all-gathers the
-// f32 weights and uploads them once. Per step and rank: 4·N bytes down and 4·N up (N parameters).
+// accumulates its micro-batches' gradients on its device and keeps the Adam moments of its shard there (the core
+// hands them over: OptimizerCore::hand_state_to_device), cut at the tensors' edges into parts. The step downloads
+// the gradients once into a host staging buffer and reduce-scatters them over the ranks (ZeRO-2's rank order,
+// OptimizerCore::step_local_grads); the host computes the global norm over all shards; the rank uploads its
+// reduced shard, the device runs AdamW over it (clipped by that norm), the updated shard comes back for the
+// all-gather of the f32 weights, which go up once. Per step and rank, with N parameters over R ranks: 4·N + 4·N/R
+// bytes down and 4·N + 4·N/R up.
 #pragma once
 
 #include <cstdint>
@@ -89,19 +92,25 @@ struct DeviceTrainingPlan {
   std::string text() const;  // "weights X MiB, gradients Y MiB, ...; Z MiB in all"
 };
 
-// The plan of training `model` on a device: with `optimizer` the moments, with `reference` a second model of the
-// same size, and `batch`'s parts. With `lora` (a LoRA run's adapters) the model is a frozen base: its weights as
+// A rank's shard of a sharded full fine-tune on its device: the values its Adam moments cover, and those of its
+// parts of the tensors it shares with the ranks beside it (AdamW's own f32 copies of those parts).
+struct DeviceShard {
+  int64_t values = 0, edge_values = 0;
+};
+
+// The plan of training `model` on a device: with `optimizer` the moments (with `shard` those of a rank's shard),
+// with `reference` a second model of the same size, and `batch`'s parts. With `lora` (a LoRA run's adapters) the model is a frozen base: its weights as
 // stored, plus the adapters; the gradients, moments and a reference (GRPO's: the reference adapters over the same
 // base) are the adapters' only; the activations keep each adapter's u and the working buffers its products'.
 DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool reference, const DeviceBatchShape& batch,
-                                        const LoraParams* lora = nullptr);
+                                        const LoraParams* lora = nullptr, const DeviceShard* shard = nullptr);
 // Ok when `plan` fits `device_bytes`; else kResourceExhausted naming `device`, the sizes and what would make the run
 // fit: --grad-checkpointing (with the activations it would leave), a smaller micro-batch (batch.smaller_batch),
-// more ranks when the moments are on the device (mpirun: each rank keeps its shard's on the host; a full
-// fine-tune), LoRA adapters (a full fine-tune), or --device cpu.
+// more ranks when the moments are on the device (mpirun: each rank's device keeps its shard's; a full fine-tune),
+// LoRA adapters (a full fine-tune), or --device cpu.
 Status check_device_plan(const DeviceTrainingPlan& plan, const Model& model, bool optimizer, bool reference,
                          const DeviceBatchShape& batch, int64_t device_bytes, const std::string& device,
-                         const LoraParams* lora = nullptr);
+                         const LoraParams* lora = nullptr, const DeviceShard* shard = nullptr);
 
 // One tensor a device optimizer step updates: weights p, gradient g and moments m, v [n] (device operands), and
 // its weight decay.
@@ -124,17 +133,17 @@ Result<OptimizerStepStats> device_adamw_step(const Context& ctx, const std::vect
 class DeviceTraining {
  public:
   // Uploads `model`'s weights (f32: a model over the master weights) to ctx's device (a device context) and
-  // allocates zero gradients; with `core`, also its moments (the saved ones when it has resumed) unless the core
-  // is sharded (then a host staging buffer of the gradients instead), else gradients only (step() is then
-  // refused: grpo-loss). Errors: the device's out of memory (naming the
-  // tensor), weights not f32. The trainer owns its weights' device copies and finds them by tensor index (visit_tensors
+  // allocates zero gradients; with `core`, also its moments (the saved ones when it has resumed; a sharded core's
+  // of its shard, which the core hands over, with its gradient buffers: a host staging buffer of the gradients
+  // instead), else gradients only (step() is then refused: grpo-loss). Errors: the device's out of memory (naming
+  // the tensor), weights not f32. The trainer owns its weights' device copies and finds them by tensor index (visit_tensors
   // order): whatever copy the backend held from the same host addresses (e.g. a destroyed trainer's, whose host
   // memory the allocator handed out again) is dropped first and the model's values uploaded, and the copies are
   // dropped again when the trainer is destroyed (which must come before the backend's destruction).
   // Before any upload the plan (with `reference`: a second model of the same size to come; `batch`: the largest
   // micro-batch and rollout to come) is logged and checked against the device's memory: a run that would not
   // fit is refused (kResourceExhausted, check_device_plan) with its sizes and what would make it fit.
-  static Result<std::unique_ptr<DeviceTraining>> start(const Context& ctx, const Model& model, const OptimizerCore* core,
+  static Result<std::unique_ptr<DeviceTraining>> start(const Context& ctx, const Model& model, OptimizerCore* core,
                                                        const DeviceBatchShape& batch, bool reference = false);
   ~DeviceTraining();
 
@@ -144,11 +153,13 @@ class DeviceTraining {
   // tensor's (f32 sums in a fixed order), then AdamW at learning_rate(core's schedule) scaled by clip_coefficient
   // of that norm, computed on the device; a non-finite loss (known on the host) or norm (decided on the device)
   // skips the update. The Σ is read back after the step as the stats' grad_norm; the step is counted in `core`.
-  // A sharded core (every rank calls it): the gradients downloaded, OptimizerCore::step_local_grads, and the
-  // all-gathered weights uploaded (not after a skipped step).
+  // A sharded core (every rank calls it): the gradients downloaded, OptimizerCore::step_local_grads with AdamW of
+  // the shard on the device (the host's norm and clip: update_shard), and the all-gathered weights uploaded (not
+  // after a skipped step).
   Result<OptimizerStepStats> step(const Context& ctx, OptimizerCore& core, double loss);
   // Downloads the weights into core's master weights and, when started with a core, the moments (before
-  // OptimizerCore::save, or a host-side mix of the weights). Sharded: nothing (the core's are the device's).
+  // OptimizerCore::save, or a host-side mix of the weights). Sharded: the shard's moments
+  // (OptimizerCore::restore_shard_moments; the core's weights are the device's already).
   Status sync_to_host(const Context& ctx, OptimizerCore& core) const;
 
   // A second model on the device (GRPO's reference model, of this model's config), owned as the first: stale
@@ -167,15 +178,36 @@ class DeviceTraining {
   // Copies host's tensors (a ModelParams of the config) into the device copies `spans` (visit_tensors order).
   Status upload_into(const Context& ctx, const ModelSpans& spans, const ModelParams& host) const;
   Result<OptimizerStepStats> step_sharded(const Context& ctx, OptimizerCore& core, double loss);
+  // Sharded: this rank's shard cut at the tensors' edges. Each part's weights are the tensor's device copy when the
+  // part is the whole tensor, else a copy of the part's own (kept equal to the tensor's: AdamW updates it, the
+  // all-gather brings the tensor its values); p, m, v are device operands [end − begin].
+  struct ShardPart {
+    size_t tensor;         // its index (visit_tensors order)
+    int64_t begin, end;    // the flat values it covers
+    bool whole;            // the whole tensor
+    float *p, *m, *v;
+    double weight_decay;   // as adamw_shard's
+  };
+  // The parts of core's shard (ranges and decay; no device memory yet).
+  static std::vector<ShardPart> shard_parts(const OptimizerCore& core);
+  // Allocates the parts' moments and own weight copies and uploads core's handed-over moments and weights.
+  Status start_shard(const Context& ctx, OptimizerCore& core);
+  // AdamW of the shard on the device (OptimizerCore::ShardUpdate): g [shard size] the reduced gradients, uploaded
+  // part by part; the updated values downloaded into core's params() at the shard.
+  Status update_shard(const Context& ctx, OptimizerCore& core, const float* g, float grad_scale, double lr);
+  // The parts' moments downloaded and handed back to core (OptimizerCore::restore_shard_moments), before a save.
+  Status download_shard_moments(const Context& ctx, OptimizerCore& core) const;
   ModelConfig config_;
   DeviceBackend* backend_ = nullptr;  // whose copies hosts_ names, dropped on destruction
   std::vector<const void*> hosts_;    // the host addresses of the adopted weights: the backend's keys, never read
   ModelSpans params_;     // the device's weights, writable device operands (visit_tensors order)
   ModelSpans reference_;  // upload_reference's (empty before)
   DeviceParams grads_, m_, v_;
-  bool moments_ = false;  // the Adam moments on the device (an unsharded core)
-  bool sharded_ = false;  // a sharded core: the moments on the host, staging_ the gradients' way there
+  bool moments_ = false;  // the Adam moments of the whole model on the device (an unsharded core)
+  bool sharded_ = false;  // a sharded core: the shard's moments in parts_, staging_ the gradients' way to the host
   ModelParams staging_;   // sharded: [n values] this rank's gradients, downloaded once per step
+  std::vector<ShardPart> parts_;
+  std::vector<std::unique_ptr<DeviceMemory>> shard_memory_;  // the parts' moments and own weight copies
   DeviceLossRows rows_;
 };
 

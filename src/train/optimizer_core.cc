@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -201,7 +202,7 @@ int64_t OptimizerCore::gradient_bytes() const {
 }
 
 void OptimizerCore::begin_step(const MixedPrecisionWeights* mixed) {
-  if (!sharded()) return;
+  if (!sharded() || state_on_device_) return;
   if (mixed != nullptr && masters_whole_) release_masters(*mixed);  // the copies hold them now
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
   parts_reduced_ = 0, micro_ = 0;
@@ -248,7 +249,7 @@ Status OptimizerCore::reduce_layer(int64_t il) {
 }
 
 Status OptimizerCore::end_micro_batch() {
-  if (!sharded()) return Status();
+  if (!sharded() || state_on_device_) return Status();
   const int64_t parts = config_.n_layer + 1, done = parts_reduced_;  // the head, then the layers
   parts_reduced_ = 0;
   if (done != parts && done != 0)
@@ -306,23 +307,44 @@ OptimizerStepStats OptimizerCore::step(const Context& ctx, MixedPrecisionWeights
   return count_step(std::move(s));
 }
 
-void OptimizerCore::sharded_update(const Context& ctx, MixedPrecisionWeights* mixed, double loss, OptimizerStepStats& s) {
+void OptimizerCore::sharded_update(const Context& ctx, MixedPrecisionWeights* mixed, double loss, OptimizerStepStats& s,
+                                   const ShardUpdate& update) {
   Result<std::vector<double>> sum = comm_->sum_doubles({sum_of_squares(g_shard_.data(), shard_.size(), ctx.pool)});
   Status st = sum.status();
   if (st.ok()) {
     s.grad_norm = std::sqrt((*sum)[0]);
     s.skip_cause = skip_cause(loss, s.grad_norm);  // the same on every rank: the reduced norm and loss
     if (s.skip_cause.empty()) {
-      adamw_shard(params_, shard_, g_shard_.data(), m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
-                  options_.adam, clip_coefficient(s.grad_norm, options_.max_grad_norm), ctx.pool);
-      st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), params_.n_values());
+      const float clip = clip_coefficient(s.grad_norm, options_.max_grad_norm);
+      if (update) {
+        st = update(g_shard_.data(), clip, s.lr);
+      } else {
+        adamw_shard(params_, shard_, g_shard_.data(), m_shard_.data(), v_shard_.data(), state_.step + 1, s.lr,
+                    options_.adam, clip, ctx.pool);
+      }
+      if (st.ok()) st = mixed != nullptr ? gather_mixed(ctx, *mixed) : comm_->all_gather(params_.data(), params_.n_values());
     }
   }
   if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
 }
 
-OptimizerStepStats OptimizerCore::step_local_grads(const Context& ctx, const float* local, double loss) {
-  DC_CHECK(sharded() && in_flight_.empty(), "OptimizerCore::step_local_grads: a sharded core, nothing in flight");
+OptimizerCore::ShardMoments OptimizerCore::hand_state_to_device() {
+  DC_CHECK(sharded() && !state_on_device_, "OptimizerCore::hand_state_to_device: a sharded core, once");
+  state_on_device_ = true;
+  grads_ = ModelParams();
+  return {std::exchange(m_shard_, {}), std::exchange(v_shard_, {})};
+}
+
+void OptimizerCore::restore_shard_moments(ShardMoments moments) {
+  DC_CHECK(state_on_device_ && static_cast<int64_t>(moments.m.size()) == shard_.size() &&
+               static_cast<int64_t>(moments.v.size()) == shard_.size(),
+           "OptimizerCore::restore_shard_moments: the shard's moments of a core that handed them over");
+  m_shard_ = std::move(moments.m), v_shard_ = std::move(moments.v);
+}
+
+OptimizerStepStats OptimizerCore::step_local_grads(const Context& ctx, const float* local, double loss,
+                                                   const ShardUpdate& update) {
+  DC_CHECK(state_on_device_ && in_flight_.empty() && update, "OptimizerCore::step_local_grads: after hand_state_to_device");
   const int64_t n = params_.n_values();
   std::fill(g_shard_.begin(), g_shard_.end(), 0.0f);
   const Status reduced = comm_->reduce_scatter_add(local, {0, n}, n, g_shard_.data());
@@ -331,7 +353,7 @@ OptimizerStepStats OptimizerCore::step_local_grads(const Context& ctx, const flo
                         reduced.message());
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
-  sharded_update(ctx, nullptr, loss, s);
+  sharded_update(ctx, nullptr, loss, s, update);
   return count_step(std::move(s));
 }
 
@@ -361,9 +383,13 @@ Result<std::string> OptimizerCore::save(const std::string& out_dir, const std::s
                                         const ExtraCheckpointFiles& extra) {
   const std::string dir = (fs::path(out_dir) / checkpoint_name(state_.step)).string();
   if (sharded()) {
+    if (state_on_device_ && m_shard_.empty())
+      return internal_error("OptimizerCore::save: the moments are on the device (restore_shard_moments first)");
     DC_RETURN_IF_ERROR(gather_masters_on_rank0());  // rank 0 writes them; it gives them back at its next step
-    DC_RETURN_IF_ERROR(save_sharded_train_checkpoint(*comm_, dir, source_model_dir, params_, m_shard_.data(),
-                                                     v_shard_.data(), state_, extra));
+    const Status saved = save_sharded_train_checkpoint(*comm_, dir, source_model_dir, params_, m_shard_.data(),
+                                                       v_shard_.data(), state_, extra);
+    if (state_on_device_) m_shard_ = std::vector<float>(), v_shard_ = std::vector<float>();  // the device holds them
+    DC_RETURN_IF_ERROR(saved);
     return dir;
   }
   DC_RETURN_IF_ERROR(save_train_checkpoint(dir, source_model_dir, params_, m_, v_, state_, extra));

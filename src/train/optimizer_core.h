@@ -23,10 +23,13 @@
 // rank's shard are given back to the system (release_pages), so that each rank holds the f32 masters of
 // its shard, plus those the forward reads in f32 (norm weights, biases, the embedding table), whole.
 // Checkpoints gather the f32 masters on rank 0, which writes them (the other ranks give each tensor back
-// as soon as it has passed), and hold one moment file per rank.
+// as soon as it has passed), and hold one moment file per rank. A rank training on its own device
+// (train/device_training.h) gives back the gradient buffers and hands the shard's moments to the device
+// (hand_state_to_device), and steps through step_local_grads with AdamW of the shard run there.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -130,7 +133,7 @@ class OptimizerCore {
   const ModelParams& v() const { return v_; }
   // Whether the moments are sharded over ranks (more than one rank).
   bool sharded() const { return comm_ != nullptr && comm_->size() > 1; }
-  // Bytes of the Adam moments this rank holds (of its shard when sharded).
+  // Bytes of the Adam moments this rank holds (of its shard when sharded; on its device after hand_state_to_device).
   int64_t optimizer_state_bytes() const;
   // Bytes of f32 master weights this rank holds through the steps: 4 per value, or sharded in mixed
   // precision those of its shard and of the tensors the forward reads in f32 (whole pages at the shard's
@@ -184,12 +187,28 @@ class OptimizerCore {
   };
   HostState host_state() { return {params_, m_, v_}; }
   OptimizerStepStats count_step(OptimizerStepStats s);
-  // Sharded, for a trainer whose gradients live on a device (one per rank): `local` [n_values()] is this rank's
-  // whole gradient of the step (its micro-batches accumulated there, downloaded once); it is reduce-scattered in
-  // one blocking call (rank order, Comm::reduce_scatter_add) into the shard's sums, then step()'s ZeRO step
-  // runs: the norm of all shards, AdamW of this rank's shard on the host, the all-gather of params() in f32.
-  // A failed collective ends the job on every rank (Comm::abort).
-  OptimizerStepStats step_local_grads(const Context& ctx, const float* local, double loss);
+  // This rank's flat range of the values (dist::shard_range; every value when not sharded).
+  dist::Range shard() const { return shard_; }
+  // Sharded, for a trainer whose gradients and the shard's Adam moments live on a device (train/device_training.h,
+  // one device per rank): gives back the host's gradient buffers (grads() is then empty; begin_step and
+  // end_micro_batch do nothing) and hands the shard's moments over (zeros, or the resumed ones: [shard().size()]
+  // each), so that the core keeps only the f32 masters and the shard's reduced gradients. save() then needs them
+  // back first (restore_shard_moments, downloaded from the device), and gives them back again once written.
+  struct ShardMoments {
+    std::vector<float> m, v;
+  };
+  ShardMoments hand_state_to_device();
+  void restore_shard_moments(ShardMoments moments);
+  // Writes the updated values of this rank's shard into params().data()[shard()] (a device's AdamW): given the
+  // shard's reduced gradients g [shard().size()], the clip coefficient to scale them by (clip_coefficient of the
+  // global norm) and the step's rate.
+  using ShardUpdate = std::function<Status(const float* g, float grad_scale, double lr)>;
+  // Sharded, after hand_state_to_device: `local` [n_values()] is this rank's whole gradient of the step (its
+  // micro-batches accumulated on the device, downloaded once); it is reduce-scattered in one blocking call (rank
+  // order, Comm::reduce_scatter_add) into the shard's sums, then step()'s ZeRO step runs with `update` in place of
+  // the host's AdamW (not called for a skipped step): the norm of all shards, the update of this rank's shard,
+  // the all-gather of params() in f32. A failed collective or update ends the job on every rank (Comm::abort).
+  OptimizerStepStats step_local_grads(const Context& ctx, const float* local, double loss, const ShardUpdate& update);
 
   // Writes out_dir/checkpoint-<steps_done> atomically (save_train_checkpoint: weights, moments, state,
   // source_model_dir's config and small files, and what `extra` writes) and returns its path.
@@ -237,9 +256,11 @@ class OptimizerCore {
   Status reduce_layer(int64_t il);        // layer il's slot
   // start(): whether to reduce once per step, the whole buffer costing extra_bytes more than the slots.
   bool choose_once_per_step(int64_t extra_bytes) const;
-  // The ZeRO step over the reduced g_shard_ (s.lr set): the global norm, AdamW of the shard, the all-gather
-  // (into `mixed` when given); aborts the job on a failed collective.
-  void sharded_update(const Context& ctx, MixedPrecisionWeights* mixed, double loss, OptimizerStepStats& s);
+  // The ZeRO step over the reduced g_shard_ (s.lr set): the global norm, AdamW of the shard (the host's, or
+  // `update` when given), the all-gather (into `mixed` when given); aborts the job on a failed collective.
+  void sharded_update(const Context& ctx, MixedPrecisionWeights* mixed, double loss, OptimizerStepStats& s,
+                      const ShardUpdate& update = nullptr);
+  bool state_on_device_ = false;          // hand_state_to_device: no gradient buffers, the moments on the device
   bool masters_whole_ = true;
   int64_t resident_values_ = 0;           // the f32 master values the steps keep (master_weight_bytes)
   // The sharded mixed-precision all-gather after AdamW (see the top).

@@ -8,8 +8,6 @@
 // ranks and correctly on 1 (the moments re-sharded). Seven short runs in all (~50 s on a loaded 2-core CI).
 // In bf16 mixed precision each rank keeps the f32 masters of its shard only (counted), with the same
 // results and resumes, tied embeddings too (two runs of a tied copy of the checkpoint).
-// `train --device vulkan` the same way, one device per rank (device 0 shared on lavapipe) against one process on
-// the device and the CPU's ranks.
 // Coupled-GRPO the same way: with fixed rollouts (grpo_dist_check) 2 ranks equal one process, a rerun of
 // the first round resumed for the second is bit-identical; `mpirun -np 2 diffucoder grpo` runs end to end with rank 0's progress.
 #include <gtest/gtest.h>
@@ -28,119 +26,12 @@
 
 #include "core/dtype.h"
 #include "dist/comm.h"
-#include "fixtures.h"
-#include "io/safetensors.h"
-#include "process.h"
-#include "temp_dir.h"
+#include "train_dist.h"
 
 namespace dc {
 namespace {
-namespace fs = std::filesystem;
 
 constexpr int kSteps = 20;
-
-// Under the sanitizers (ASAN_OPTIONS set, scripts/test.sh --sanitize): the ranks get OpenMPI's leak
-// suppressions and the full unwinder they need (tests/dist/lsan_openmpi.supp); else nothing. Ranks on a Vulkan
-// device (`device`) keep ASan's fast unwinder and no leak check instead: lavapipe's LLVM JIT registers its code's
-// unwind frames while the full unwinder walks them, and both ranks deadlocked in libgcc's _Unwind_Find_FDE (its
-// object mutex, taken again from inside it by an allocation's stack trace); the device code's leaks are checked
-// in-process by test_train_vulkan under the sanitizers.
-std::string sanitizer_options(bool device) {
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  if (asan == nullptr) return " ";
-  if (device) return std::string(" -x ASAN_OPTIONS=") + asan + ":fast_unwind_on_malloc=1:detect_leaks=0 ";
-  return std::string(" -x ASAN_OPTIONS=") + asan + ":fast_unwind_on_malloc=0 -x LSAN_OPTIONS=suppressions=" +
-         DC_LSAN_SUPPRESSIONS + " ";
-}
-
-class TrainDist : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    tmp_ = new test::TempDir("dist");
-    dir_ = tmp_->path();
-    std::ofstream data(dir_ / "sft.jsonl");
-    for (int i = 0; i < 12; ++i)
-      data << R"({"prompt": "def f)" << i << R"((x):", "completion": "\n    return x * )" << i << "\"}\n";
-  }
-  static void TearDownTestSuite() { delete tmp_; }
-
-  // The command prefix that starts a program on `ranks` ranks over loopback ("" for one process); `device`: ranks
-  // that may open a Vulkan device (sanitizer_options).
-  static std::string launcher(int ranks, bool device = false) {
-    if (ranks == 1) return "";
-    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " DC_MPIEXEC " --oversubscribe -np " +
-           std::to_string(ranks) + " --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" +
-           sanitizer_options(device);
-  }
-
-  // `diffucoder train` on `ranks` ranks (1: without mpirun) into dir_/out; stderr folded into out. `run`:
-  // the length, precision and checkpoints (default: kSteps in f32, a checkpoint every 10).
-  // `model`: the checkpoint (default: the fixtures' tiny-vocab).
-  static testing::RunResult train(int ranks, const std::string& out, const std::string& extra = "", int accum = 2,
-                                  const std::string& run = "--steps 20 --precision f32 --save-every 10",
-                                  const std::string& model = testing::fixtures_dir() + "/tiny-vocab") {
-    return train_under(launcher(ranks), out, extra, accum, run, model);
-  }
-  // The same under the command prefix `launch`.
-  static testing::RunResult train_under(const std::string& launch, const std::string& out, const std::string& extra,
-                                        int accum, const std::string& run, const std::string& model) {
-    const std::string args = " train --model " + model + " --data " +
-                             (dir_ / "sft.jsonl").string() + " " + run +
-                             " --seq-len 32 --batch-size 1 --grad-accum " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --threads 1"
-                             " --instruct-template --quiet --out " + (dir_ / out).string() + " " + extra;
-    testing::RunResult r = testing::run_command(launch + DC_BINARY_PATH + args);
-    r.out += r.err;
-    return r;
-  }
-  static fs::path path(const std::string& p) { return dir_ / p; }
-  static inline test::TempDir* tmp_ = nullptr;
-  static inline fs::path dir_;
-};
-
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> l;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) l.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return l;
-}
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Two f32 safetensors files of the same tensors: ‖a − b‖ / ‖a‖ over all values, and the largest over
-// tensors of max |a − b| / max |a| — leaving out the attention's key biases: their exact gradient is zero
-// (a bias on every key shifts a query's scores by a constant, which the softmax removes), so their
-// gradients are rounding noise that AdamW's normalisation turns into lr-sized steps of any sign.
-struct Difference {
-  double norm_relative = 1e9, max_relative = 1e9;
-};
-Difference difference(const fs::path& a_path, const fs::path& b_path) {
-  auto a = SafetensorsFile::open(a_path.string());
-  auto b = SafetensorsFile::open(b_path.string());
-  EXPECT_TRUE(a.ok() && b.ok()) << a_path << " " << b_path;
-  if (!a.ok() || !b.ok()) return {};
-  double diff2 = 0, norm2 = 0, worst = 0;
-  for (const auto& [name, ta] : a->tensors()) {
-    const TensorInfo* tb = b->find(name);
-    EXPECT_NE(tb, nullptr) << name;
-    if (tb == nullptr || tb->shape != ta.shape) return {};
-    const float* x = reinterpret_cast<const float*>(ta.data);
-    const float* y = reinterpret_cast<const float*>(tb->data);
-    const int64_t n = static_cast<int64_t>(ta.n_bytes / sizeof(float));
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double d = std::fabs(double(x[i]) - y[i]);
-      diff = std::max(diff, d), scale = std::max(scale, std::fabs(double(x[i])));
-      diff2 += d * d, norm2 += double(x[i]) * x[i];
-    }
-    if (name.find("k_proj.bias") == std::string::npos) worst = std::max(worst, scale > 0 ? diff / scale : diff);
-  }
-  return {std::sqrt(diff2 / norm2), worst};
-}
 
 void expect_within(const fs::path& a, const fs::path& b, double tolerance) {
   const Difference d = difference(a, b);
@@ -559,126 +450,6 @@ TEST_F(TrainDist, GradAccumMustSplitOverTheRanks) {
   EXPECT_NE(r.out.find("--grad-accum 3 is not a multiple of the 2 ranks"), std::string::npos) << r.out;
 }
 
-bool have_vulkan() { return testing::run_binary("devices").out.find("vulkan:0") != std::string::npos; }
-
-// A checkpoint for the device tests in dir/small_vocab (made once): tiny-vocab read with head_dim 16 (the
-// device's attention) and its first 4096 vocabulary rows (the data's ids are below 2100; the special ids moved
-// below 4096, the pad id 4094): the 152k-row lm_head takes seconds per pass on lavapipe.
-fs::path small_vocab_model(const fs::path& dir) {
-  constexpr int64_t kVocab = 4096;
-  const fs::path model = dir / "small_vocab", from = testing::fixtures_dir() + "/tiny-vocab";
-  if (fs::exists(model / "model.safetensors")) return model;
-  fs::create_directories(model);
-  fs::create_symlink(from / "tokenizer.json", model / "tokenizer.json");
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(from / "config.json"));
-  config["num_attention_heads"] = 2, config["num_key_value_heads"] = 1, config["vocab_size"] = kVocab;
-  config["mask_token_id"] = kVocab - 1, config["pad_token_id"] = kVocab - 2;
-  config["bos_token_id"] = config["eos_token_id"] = kVocab - 3;
-  std::ofstream(model / "config.json") << config.dump(2);
-  auto base = SafetensorsFile::open((from / "model.safetensors").string());
-  EXPECT_TRUE(base.ok());
-  std::vector<TensorToWrite> sliced;
-  for (const auto& [name, t] : base->tensors()) {
-    std::vector<int64_t> shape = t.shape;
-    if (shape[0] == 152064) shape[0] = kVocab;  // the embedding table's and lm_head's first rows
-    sliced.push_back({name, t.dtype, shape, t.data});
-  }
-  EXPECT_TRUE(write_safetensors((model / "model.safetensors").string(), sliced).ok());
-  return model;
-}
-
-// The three runs the device tests compare, `run(ranks, out, device)` each: one process on the device (`one`,
-// into PREFIX_one), 2 ranks on it (`two`, PREFIX_two) and the CPU's 2 ranks (PREFIX_cpu); each must succeed.
-template <class Run>
-std::vector<testing::RunResult> device_runs(const Run& run, const std::string& prefix, const std::string& one,
-                                            const std::string& two) {
-  std::vector<testing::RunResult> r = {run(1, prefix + "_one", one), run(2, prefix + "_two", two),
-                                       run(2, prefix + "_cpu", "cpu")};
-  for (const testing::RunResult& x : r) EXPECT_EQ(x.exit_code, 0) << x.out;
-  return r;
-}
-
-// `train --device vulkan` on 2 ranks, each on device 0 (lavapipe exposes one: the map vulkan:0,0, then
-// vulkan:0), 2 steps of one 16-token micro-batch per rank on small_vocab_model, clipped: the losses, gradient
-// norms and final weights equal one process on the device and the CPU's 2 ranks within the device tests' f32
-// bounds (AdamW's eps 1e-3, as there); the run resumed from its step-1 checkpoint is bit-identical; a map naming
-// a device a rank cannot open is refused naming the rank and device.
-TEST_F(TrainDist, VulkanRanksEqualOneProcessOnTheDevice) {
-  if (!have_vulkan()) GTEST_SKIP() << "no Vulkan device";
-  const fs::path model = small_vocab_model(dir_);
-  const auto run = [&](int ranks, const std::string& out, const std::string& device, const std::string& extra = "") {
-    testing::RunResult r = testing::run_command(
-        launcher(ranks, /*device=*/true) + DC_BINARY_PATH + " train --model " + model.string() + " --data " + path("sft.jsonl").string() +
-        " --steps 2 --save-every 1 --precision f32 --seq-len 16 --batch-size 1 --grad-accum 2 --lr 2e-3 --warmup-steps 0"
-        " --adam-eps 1e-3 --weight-decay 0.1 --max-grad-norm 1 --pad-id 4094 --threads 1 --quiet --out " + path(out).string() +
-        " --device " + device + " " + extra);
-    r.out += r.err;
-    return r;
-  };
-  const auto runs = device_runs(run, "vk", "vulkan", "vulkan:0,0");
-  if (HasFailure()) return;
-  const testing::RunResult &one = runs[0], &two = runs[1];
-  // The memory plan counts what a rank holds on its device: the moments of its shard are on the host.
-  EXPECT_NE(one.out.find(", Adam moments "), std::string::npos) << one.out;
-  EXPECT_EQ(two.out.find(", Adam moments "), std::string::npos) << two.out;
-  EXPECT_NE(two.out.find("(the Adam moments of this rank's shard on the host)"), std::string::npos) << two.out;
-  const auto metrics = [&](const std::string& out) {
-    std::vector<nlohmann::json> lines;
-    std::ifstream in(path(out) / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-    return lines;
-  };
-  const auto m_two = metrics("vk_two");
-  ASSERT_EQ(m_two.size(), 2u);
-  for (const char* other : {"vk_one", "vk_cpu"}) {
-    const auto m = metrics(other);
-    ASSERT_EQ(m.size(), 2u) << other;
-    for (size_t k = 0; k < 2; ++k)
-      for (const char* key : {"loss", "grad_norm"}) {
-        const double want = m[k][key], got = m_two[k][key];
-        EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << key << " of step " << k + 1 << " against " << other;
-      }
-    EXPECT_GT(m[0]["grad_norm"].get<double>(), 1.0) << "the test wants clipping on";
-    // Every tensor's distance from the other run's weights, against its update (the device tests' bound).
-    const fs::path last = fs::path("checkpoint-000002") / "model.safetensors";
-    auto a = SafetensorsFile::open((path(other) / last).string());
-    auto b = SafetensorsFile::open((path("vk_two") / last).string());
-    auto p0 = SafetensorsFile::open((model / "model.safetensors").string());
-    ASSERT_TRUE(a.ok() && b.ok() && p0.ok()) << other;
-    for (const auto& [name, ta] : a->tensors()) {
-      if (name.find("k_proj.bias") != std::string::npos) continue;  // its exact gradient is zero (see difference)
-      const TensorInfo* tb = b->find(name);
-      const TensorInfo* t0 = p0->find(name);
-      ASSERT_TRUE(tb != nullptr && t0 != nullptr && tb->n_bytes == ta.n_bytes) << name;
-      const auto* x = reinterpret_cast<const float*>(ta.data);
-      const auto* y = reinterpret_cast<const float*>(tb->data);
-      ASSERT_EQ(t0->dtype, DType::kBF16) << name << ": the fixture's weights are bf16";
-      const auto* w0 = reinterpret_cast<const uint16_t*>(t0->data);
-      double step = 0, diff = 0;
-      for (size_t i = 0; i < ta.n_bytes / sizeof(float); ++i) {
-        step = std::max(step, std::fabs(double(x[i]) - bf16_to_f32(w0[i])));
-        const double d = std::fabs(double(x[i]) - y[i]);
-        diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-      }
-      ASSERT_GT(step, 0) << name << ": not updated";
-      EXPECT_LE(diff, 2e-4 * step) << name << " against " << other;
-    }
-  }
-  // Resumed from the step-1 checkpoint on 2 ranks: the uninterrupted run bit for bit.
-  fs::copy(path("vk_two"), path("vk_resumed"), fs::copy_options::recursive);
-  fs::remove_all(path("vk_resumed") / "checkpoint-000002");
-  const auto resumed = run(2, "vk_resumed", "vulkan:0", "--resume");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
-  for (const char* f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
-                        "optimizer-rank00001-of-00002.safetensors"})
-    EXPECT_TRUE(read_bytes(path("vk_two") / "checkpoint-000002" / f) == read_bytes(path("vk_resumed") / "checkpoint-000002" / f))
-        << f;
-  // Rank 1 mapped to a device that is not there: refused, naming the rank and the device.
-  const auto bad = run(2, "vk_bad", "vulkan:0,7");
-  EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.out.find("rank 1 (local rank 1): --device vulkan:0,7 is vulkan:7 here"), std::string::npos) << bad.out;
-}
-
 // Coupled-GRPO with fixed rollouts (tests/dist/grpo_dist_check.cc: the same completions whichever rank
 // draws them): 2 ranks, each generating one of the round's 2 groups and running one of its 2 micro-batches,
 // end with the weights and the reference model of one process within 1e-6; a run stopped after its first
@@ -717,36 +488,6 @@ TEST_F(TrainDist, GrpoOnTwoRanksEqualsOneProcess) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   for (const char* f : kFiles)
     EXPECT_TRUE(read_bytes(path("g2") / kLast / f) == read_bytes(path("g2_resumed") / kLast / f)) << f;
-}
-
-// Coupled-GRPO on a device per rank (grpo_dist_check --device vulkan:0, both ranks on lavapipe's device 0, on
-// small_vocab_model): 2 ranks end with the weights and the reference model of one process on the device and of
-// the CPU's 2 ranks within f32 bounds, and the same loss curve.
-TEST_F(TrainDist, GrpoVulkanRanksEqualOneProcessOnTheDevice) {
-  if (!have_vulkan()) GTEST_SKIP() << "no Vulkan device";
-  const fs::path model = small_vocab_model(dir_);
-  const auto grpo = [&](int ranks, const std::string& out, const std::string& device) {
-    testing::RunResult r = testing::run_command(launcher(ranks, /*device=*/true) + DC_GRPO_DIST_CHECK + " " +
-                                                model.string() + " " + path(out).string() + " --device " + device);
-    r.out += r.err;
-    return r;
-  };
-  const char* kLast = "checkpoint-000004";
-  device_runs(grpo, "gv", "vulkan:0", "vulkan:0");
-  if (HasFailure()) return;
-  const auto l2 = losses(path("gv_two/metrics.jsonl"));
-  ASSERT_EQ(l2.size(), 4u);
-  for (const char* other : {"gv_one", "gv_cpu"}) {
-    for (const char* f : {"model.safetensors", "ref_model.safetensors"}) {
-      const Difference d = difference(path(other) / kLast / f, path("gv_two") / kLast / f);
-      std::printf("  %s vs 2 ranks on the device, %s: norm %.2e, max %.2e\n", other, f, d.norm_relative, d.max_relative);
-      EXPECT_LT(d.norm_relative, 1e-5) << other << " " << f;
-      EXPECT_LT(d.max_relative, 1e-5) << other << " " << f;
-    }
-    const auto l = losses(path(other) / "metrics.jsonl");
-    ASSERT_EQ(l.size(), 4u) << other;
-    for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l2[i], l[i], 1e-4 * std::fabs(l[i]) + 1e-9) << other << " step " << i + 1;
-  }
 }
 
 // `mpirun -np 2 diffucoder grpo` end to end on the tiny real-vocabulary checkpoint with its own rollouts and
