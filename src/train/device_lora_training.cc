@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "core/profiler.h"
+#include "ops/adamw.h"
 #include "ops/device.h"
 #include "train/optimizer.h"
 
@@ -70,6 +72,23 @@ Result<OptimizerStepStats> DeviceLoraTraining::step(const Context& ctx, LoraCore
   for (size_t i = 0; i < params_.size(); ++i)  // every adapter tensor a matrix: decayed, as LoraCore::step's
     tensors.push_back({params_[i], grads_.tensors()[i].data, m_.tensors()[i].data, v_.tensors()[i].data,
                        grads_.tensors()[i].size, core.options().adam.weight_decay});
+  if (core.data_parallel()) {
+    {
+      const ProfileScope profile(ctx, "adapters' gradients to the host");
+      DC_RETURN_IF_ERROR(grads_.download(ctx, core.grads()));
+    }
+    return core.step(ctx, loss, [&](float grad_scale, double lr) -> Status {
+      const ProfileScope profile(ctx, "AdamW of the adapters on the device");
+      DC_RETURN_IF_ERROR(grads_.upload(ctx, core.grads()));  // the ranks' sum
+      const AdamWOptions& o = core.options().adam;
+      const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+      DC_RETURN_IF_ERROR(ctx.backend->begin());
+      for (const DeviceAdamwTensor& x : tensors)
+        adamw_update(ctx, adamw_scalars(core.steps_done() + 1, lr, o.beta1, o.beta2, o.eps, x.weight_decay, grad_scale),
+                     x.p, x.g, x.m, x.v, x.n);
+      return ctx.backend->finish();
+    });
+  }
   DC_ASSIGN_OR_RETURN(OptimizerStepStats s, device_adamw_step(ctx, tensors, core.options(), core.steps_done(), loss));
   return core.count_step(std::move(s));
 }

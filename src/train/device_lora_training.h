@@ -4,7 +4,11 @@
 // is DeviceTraining's (device_adamw_step): one submission, the global norm, clip and AdamW there, the norm read
 // back as the metric. Checkpoints download the adapters and moments into the LoraCore first (sync_to_host), which
 // writes them in PEFT's layout. The base's and the adapters' copies are this object's: stale copies at their host
-// addresses are dropped at start and its own on destruction (before the backend's). One process.
+// addresses are dropped at start and its own on destruction (before the backend's).
+// Over data-parallel ranks (one device each) every rank holds the whole state on its device (the adapters are
+// small); the step downloads the adapters' gradients, LoraCore::step sums them over the ranks (rank order) and
+// computes the norm and clip on the host, and each rank uploads the sum and runs the same AdamW on its device:
+// per step and rank 4·A bytes down and 4·A up (A adapter values).
 #pragma once
 
 #include <memory>
@@ -35,7 +39,8 @@ class DeviceLoraTraining {
   DeviceLora& grads() { return grads_; }
   DeviceLossRows& rows() { return rows_; }
   // LoraCore::step on the device: the adapters' global Σ g², clip and AdamW at the schedule's rate in one
-  // submission; a non-finite loss or norm skips the update. The step is counted in `core`.
+  // submission; a non-finite loss or norm skips the update. The step is counted in `core`. Over ranks (every rank
+  // calls it): the gradients summed and the norm computed on the host (LoraCore::step), AdamW on the device.
   Result<OptimizerStepStats> step(const Context& ctx, LoraCore& core, double loss);
   // Downloads the adapters and moments into core's host buffers (before LoraCore::save).
   Status sync_to_host(const Context& ctx, LoraCore& core) const;

@@ -20,16 +20,11 @@
 
 namespace dc::train {
 
-Status check_device_training(const Context& ctx, const LoraSpec& lora, const dist::Comm* comm, MatmulPrecision* precision) {
-  const std::string where = "--device (" + ctx.backend->name() + ")";
-  if (lora.r > 0 && comm != nullptr && comm->size() > 1)
-    return invalid_argument(where + ": LoRA adapters over data-parallel ranks (mpirun) train on the CPU only for now; "
-                            "run one process on the device, or use --device cpu");
+void set_device_training_precision(const Context& ctx, MatmulPrecision* precision) {
   if (*precision == MatmulPrecision::kBF16)
     dc::log(LogLevel::kInfo, "training on " + ctx.backend->name() + ": f32 throughout (the device's backward has no "
                              "bf16 matrix-unit path yet)");
   *precision = MatmulPrecision::kF32;
-  return Status();
 }
 
 DeviceLossRows::DeviceLossRows() = default;

@@ -36,10 +36,9 @@ class DeviceMemory;
 
 namespace dc::train {
 
-// What a trainer on a device refuses (it never runs on the CPU instead: the error names the flag) and what it
-// changes: the precision to f32 (the device's backward has no bf16 matrix-unit path yet; said in a note).
-// LoRA adapters (lora.r > 0) over more than one rank are refused.
-Status check_device_training(const Context& ctx, const LoraSpec& lora, const dist::Comm* comm, MatmulPrecision* precision);
+// What a trainer on a device changes: the precision to f32 (the device's backward has no bf16 matrix-unit path
+// yet; said in a note).
+void set_device_training_precision(const Context& ctx, MatmulPrecision* precision);
 
 // The loss rows' device memory: hidden [n_out, n_embd] (what Model::forward_hidden writes) and logits
 // [n_out, n_vocab] (the lm_head's, then their gradient), grown to the largest batch so far, never shrunk.

@@ -85,8 +85,8 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoOptions& o, c
   t->opt_.lr.warmup_steps = static_cast<int64_t>(std::ceil(o.warmup_ratio * static_cast<double>(o.steps)));
   t->ctx_ = ctx;
   t->ctx_.workspace = &t->workspace_;
-  if (ctx.device != Device::kCpu)  // LoRA's dropout and LoRA over ranks refused by name, f32 (train/device_training.h)
-    DC_RETURN_IF_ERROR(check_device_training(ctx, o.lora, o.comm, &t->opt_.precision));
+  if (ctx.device != Device::kCpu)  // LoRA's dropout refused by name, f32 (train/device_training.h)
+    set_device_training_precision(ctx, &t->opt_.precision);
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): GRPO in f32");

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/check.h"
 #include "io/atomic_dir.h"
 #include "io/safetensors.h"
 #include "ops/matmul.h"
@@ -91,12 +92,14 @@ Result<LoraCore> LoraCore::resume(const std::string& dir, const ModelConfig& con
   return c;
 }
 
-OptimizerStepStats LoraCore::step(const Context& ctx, double loss) {
+OptimizerStepStats LoraCore::step(const Context& ctx, double loss, const AdapterUpdate& update) {
   OptimizerStepStats s;
   s.lr = learning_rate(options_.lr, state_.step);
   const int64_t n = params_.n_values();
   float* g = grads_.data();
-  if (comm_ != nullptr && comm_->size() > 1) {  // the ranks' sum, in rank order, on every rank
+  DC_CHECK(!update || data_parallel(), "LoraCore::step: an update elsewhere over ranks only");
+  auto fail = [&](const Status& st) { comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message()); };
+  if (data_parallel()) {  // the ranks' sum, in rank order, on every rank
     const dist::Range shard = dist::shard_range(n, comm_->rank(), comm_->size());
     std::vector<float> sum(static_cast<size_t>(shard.size()), 0.0f);
     Status st = comm_->reduce_scatter_add(g, {0, n}, n, sum.data());
@@ -104,12 +107,16 @@ OptimizerStepStats LoraCore::step(const Context& ctx, double loss) {
       std::copy(sum.begin(), sum.end(), g + shard.begin);
       st = comm_->all_gather(g, n);
     }
-    if (!st.ok()) comm_->abort(1, "optimizer step " + std::to_string(state_.step + 1) + ": " + st.message());
+    if (!st.ok()) fail(st);
   }
   s.grad_norm = std::sqrt(sum_of_squares(g, n, ctx.pool));
   s.skip_cause = skip_cause(loss, s.grad_norm);
   if (s.skip_cause.empty()) {
     const float clip = clip_coefficient(s.grad_norm, options_.max_grad_norm);
+    if (update) {
+      if (const Status st = update(clip, s.lr); !st.ok()) fail(st);
+      return count_step(std::move(s));
+    }
     if (clip != 1.0f)
       for (int64_t i = 0; i < n; ++i) g[i] *= clip;
     const AdamWOptions& a = options_.adam;

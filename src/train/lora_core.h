@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,11 +70,16 @@ class LoraCore {
   }
 
   void begin_step() { grads_.zero(); }
+  // Writes AdamW's update of the adapters elsewhere (a device's copy: train/device_lora_training.h) from the summed
+  // gradients grads() scaled by grad_scale (the clip coefficient), at rate lr.
+  using AdapterUpdate = std::function<Status(float grad_scale, double lr)>;
   // Sums the gradients over the ranks, clips them to options().max_grad_norm, AdamW at the rate of the
-  // schedule, counts the step; a non-finite loss or norm skips the update (as OptimizerCore::step). A failed
-  // collective ends the job on every rank (Comm::abort).
-  OptimizerStepStats step(const Context& ctx, double loss);
-  // A LoRA run whose state lives on a device (train/device_lora_training.h; one process): the host buffers it
+  // schedule (the host's, or `update` when given), counts the step; a non-finite loss or norm skips the update
+  // (as OptimizerCore::step). A failed collective or update ends the job on every rank (Comm::abort).
+  OptimizerStepStats step(const Context& ctx, double loss, const AdapterUpdate& update = nullptr);
+  // Whether the gradients are summed over more than one rank.
+  bool data_parallel() const { return comm_ != nullptr && comm_->size() > 1; }
+  // A LoRA run whose state lives on a device (train/device_lora_training.h): the host buffers it
   // downloads the adapters and moments into before save(), and the bookkeeping of a step it ran there (s.lr,
   // grad_norm and skip_cause set), as OptimizerCore's.
   struct HostState {

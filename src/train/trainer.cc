@@ -257,7 +257,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create_with_model(const TrainOptions& 
 Result<std::unique_ptr<Trainer>> Trainer::finish_setup(std::unique_ptr<Trainer> t, Dataset data,
                                                        const std::string& latest) {
   if (t->ctx_.device != Device::kCpu)
-    DC_RETURN_IF_ERROR(check_device_training(t->ctx_, t->opt_.lora, t->opt_.comm, &t->opt_.precision));
+    set_device_training_precision(t->ctx_, &t->opt_.precision);
   t->ctx_.matmul_precision = t->opt_.precision;
   if (t->opt_.precision == MatmulPrecision::kBF16 && !bf16_backward(t->ctx_)) {
     dc::log(LogLevel::kWarning, "this CPU has no AVX512_BF16 (or reference kernels are on): training in f32");
