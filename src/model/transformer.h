@@ -40,6 +40,21 @@ struct WeightCacheReport {
   int64_t bytes = 0;           // the packed buffers' total size
 };
 
+// Where Model::backward starts: at the logits (dlogits [n_out, n_vocab] = ∂loss/∂logits of the rows
+// batch.out_rows: the lm_head's backward runs inside), or after the lm_head (dhidden [n_out, n_embd] = ∂loss/∂
+// the lm_head's input, from lm_head_backward: a caller that ran the head in chunks of rows, whose lm_head
+// gradient is then its own, written or added into grads.output by lm_head_backward as `write` says).
+struct BackwardFrom {
+  BackwardFrom(const float* dlogits) : dlogits(dlogits) {}  // NOLINT(google-explicit-constructor): the usual start
+  static BackwardFrom hidden(const float* dhidden) {
+    BackwardFrom b(nullptr);
+    b.dhidden = dhidden;
+    return b;
+  }
+  const float* dlogits = nullptr;  // [n_out, n_vocab]
+  const float* dhidden = nullptr;  // [n_out, n_embd]
+};
+
 class Model {
  public:
   ~Model();  // waits for a packed-weight cache still being written (wait_for_weight_cache)
@@ -121,9 +136,10 @@ class Model {
   // in f32, its token and RoPE tables): what a device's forward memory grows by per position (a server's budget).
   int64_t forward_bytes_per_position() const;
   // Bytes of the buffers backward() holds on a device for T positions and n_out loss rows: the activations'
-  // gradients (with recompute two more [T, E] for the recomputed layer), the attention's per-row statistics and
-  // the forward's inputs it uploads. With Activations::bytes_for and the forward's, a device trainer's memory plan.
-  int64_t backward_bytes(int64_t T, int64_t n_out, bool recompute) const;
+  // gradients (with recompute two more [T, E] for the recomputed layer; `from_hidden`: started after the lm_head,
+  // BackwardFrom::hidden, one [n_out, E] less), the attention's per-row statistics and the forward's inputs it
+  // uploads. With Activations::bytes_for and the forward's, a device trainer's memory plan.
+  int64_t backward_bytes(int64_t T, int64_t n_out, bool recompute, bool from_hidden = false) const;
 
   // The rows the lm_head computes in one product by default (forward(), the engine's HeadSampler): a
   // [kHeadChunkRows, n_vocab] f32 block (39 MB at the 152k vocabulary) instead of [n_out, n_vocab].
@@ -168,9 +184,18 @@ class Model {
   // same chunk_rows from the same first row. Overwrites logits. Throws std::bad_alloc (kernel scratch).
   void lm_head(const Context& ctx, const float* hidden, int64_t n, float* logits,
                int64_t chunk_rows = kHeadChunkRows) const;
+  // The lm_head's backward over n rows (model/transformer_backward.cc): dhidden[n, n_embd] = dlogits[n, n_vocab]
+  // · output (overwritten) and, with dw non-null, dw[n_vocab, n_embd] (+)= dlogitsᵀ · hidden[n, n_embd] (added,
+  // or overwritten with `write` kOverwrite; tied embeddings: dw is the embedding table's gradient). One product
+  // each; on a device every operand is the device's and each must start a buffer. What backward() runs on its
+  // dlogits; a caller that runs the head in chunks of rows calls it per chunk, then backward(BackwardFrom::hidden).
+  // `wt`: the mixed-precision wᵀ of the output matrix as backward()'s `transposed` holds it (may be null).
+  void lm_head_backward(const Context& ctx, const float* hidden, int64_t n, const float* dlogits, float* dhidden,
+                        float* dw, GradWrite write, const WeightView* wt = nullptr) const;
 
   // Backward of a training-mode forward (model/transformer_backward.cc): given dlogits[n_out, n_vocab]
-  // = ∂loss/∂logits of the rows batch.out_rows, ADDS ∂loss/∂w of every weight into `grads` (the caller
+  // = ∂loss/∂logits of the rows batch.out_rows (or, BackwardFrom::hidden, the gradient after the lm_head: the
+  // lm_head's own gradient is then the caller's, every other one as below), ADDS ∂loss/∂w of every weight into `grads` (the caller
   // zeroes it; writable f32 spans shaped like the weights, e.g. ModelParams::spans(), see model/params.h),
   // or with `write` kOverwrite writes them (grads may hold anything before; the same values bit for bit:
   // the dW products overwrite, the rest is zeroed first — the norm weights and an untied embedding table,
@@ -182,7 +207,7 @@ class Model {
   // (their errors returned). Not thread-safe against other calls writing the same grads. Mixed
   // precision (bf16_backward(ctx)): `transposed` (may be null) holds every matrix's wᵀ in bf16
   // (MixedPrecisionWeights::transposed()) for the dx products; an empty view there: made per call.
-  Status backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
+  Status backward(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
                   const ModelWeights* transposed = nullptr, GradWrite write = GradWrite::kAdd) const;
   // backward() of a training-mode forward that ran with batch.lora = &lora, the base frozen: ADDS the
   // gradients of the adapters' A and B into `grads` (shaped as lora's matrices) and computes none of the
@@ -190,7 +215,7 @@ class Model {
   // forward's, dropout key included (the backward draws the same mask). On a device (the forward's, which
   // uploaded the adapters) `grads` are device operands (train/device_lora.h) and the products are f32.
   // Errors as backward()'s.
-  Status backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
+  Status backward_lora(const Context& ctx, Activations& acts, BackwardFrom from, const LoraWeights& lora,
                        const LoraGrads& grads, const ModelWeights* transposed = nullptr) const;
 
  private:
@@ -230,10 +255,10 @@ class Model {
   Status forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
                       const ForwardObserver* observer, Activations* train) const;
   // backward() on a device (ctx.device != kCpu): records backward_body into ctx.backend and runs it.
-  Status backward_on_device(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
+  Status backward_on_device(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
                             GradWrite write) const;
   // grads null: a frozen base (backward_lora); lora / lora_grads: the adapters and their gradients, or null.
-  Status backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans* grads,
+  Status backward_body(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans* grads,
                        const LoraWeights* lora, const LoraGrads* lora_grads, const ModelWeights* transposed,
                        GradWrite write) const;
 

@@ -15,15 +15,15 @@
 
 namespace dc {
 
-Status Model::backward(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
+Status Model::backward(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
                        const ModelWeights* transposed, GradWrite write) const {
   const ProfileScope profile(ctx, "backward");
-  if (ctx.device != Device::kCpu) return backward_on_device(ctx, acts, dlogits, grads, write);
+  if (ctx.device != Device::kCpu) return backward_on_device(ctx, acts, from, grads, write);
   Workspace own_workspace;  // without ctx.workspace, this call's scratch (freed on return)
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    return backward_body(with_ws, acts, dlogits, &grads, nullptr, nullptr, transposed, write);
+    return backward_body(with_ws, acts, from, &grads, nullptr, nullptr, transposed, write);
   } catch (const std::bad_alloc&) {  // the workspace or the kernels' scratch (rethrown by the pool)
     return resource_exhausted("backward: out of memory for the gradients' workspace of " +
                               std::to_string(acts.n_batch) + " rows × " + std::to_string(acts.n_seq) +
@@ -31,14 +31,14 @@ Status Model::backward(const Context& ctx, Activations& acts, const float* dlogi
   }
 }
 
-Status Model::backward_on_device(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans& grads,
+Status Model::backward_on_device(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
                                 GradWrite write) const {
   if (grads.on_layer_done || grads.on_head_done)
     return invalid_argument("backward: the per-layer gradient hooks (ZeRO-2 over ranks) run on the CPU only; a device's "
                             "backward writes the whole gradients (one device per process for now)");
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
-  DC_RETURN_IF_ERROR(backward_body(ctx, acts, dlogits, &grads, nullptr, nullptr, nullptr, write));
+  DC_RETURN_IF_ERROR(backward_body(ctx, acts, from, &grads, nullptr, nullptr, nullptr, write));
   return ctx.backend->finish();
 }
 
@@ -60,7 +60,7 @@ void zero_added_grads(const Context& ctx, const ModelConfig& c, const ModelSpans
 // first product into it overwrites it); backward_body zeroes dh and dfinal.
 struct BackwardBuffers {
   float* dh;      // [T, E] ∂loss/∂(residual stream)
-  float* dnorm;   // [n_out, E] ∂loss/∂final_norm
+  float* dnorm;   // [n_out, E] ∂loss/∂final_norm (none when backward starts after the lm_head)
   float* dfinal;  // [n_out, E] ∂loss/∂final_x
   float* dbig1;   // [T, F]
   float* dbig2;   // [T, F]
@@ -74,9 +74,9 @@ struct BackwardBuffers {
 };
 
 BackwardBuffers backward_buffers(const Context& ctx, int64_t T, int64_t n_out, int64_t E, int64_t F, int64_t q_dim,
-                                 int64_t kv_dim, bool recompute) {
+                                 int64_t kv_dim, bool recompute, bool from_hidden) {
   auto get = [&](const char* name, int64_t n) { return device_floats(ctx, name, n); };
-  return {get("backward.dh", T * E),       get("backward.dnorm", n_out * E), get("backward.dfinal", n_out * E),
+  return {get("backward.dh", T * E),       get("backward.dnorm", from_hidden ? 0 : n_out * E), get("backward.dfinal", n_out * E),
           get("backward.dbig1", T * F),    get("backward.dbig2", T * F),     get("backward.da", T * E),
           get("backward.dq", T * q_dim),   get("backward.dattn", T * q_dim), get("backward.dk", T * kv_dim),
           get("backward.dv", T * kv_dim),  get("backward.h_re", recompute ? T * E : 0),
@@ -85,17 +85,18 @@ BackwardBuffers backward_buffers(const Context& ctx, int64_t T, int64_t n_out, i
 
 }  // namespace
 
-int64_t Model::backward_bytes(int64_t T, int64_t n_out, bool recompute) const {
+int64_t Model::backward_bytes(int64_t T, int64_t n_out, bool recompute, bool from_hidden) const {
   const ModelConfig& c = config_;
   const int64_t E = c.n_embd, F = c.n_ff, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   // backward_buffers' sizes, then the attention's statistics [T, n_head, 3] and RMSNorm's r [T], then the inputs:
   // tokens, valid (a byte, counted as a word), cos and sin [T, D/2], out rows.
-  const int64_t buffers = T * (2 * E + 2 * F + 2 * q_dim + 2 * kv_dim) + 2 * n_out * E + (recompute ? 2 * T * E : 0);
+  const int64_t buffers = T * (2 * E + 2 * F + 2 * q_dim + 2 * kv_dim) + (from_hidden ? 1 : 2) * n_out * E +
+                          (recompute ? 2 * T * E : 0);
   const int64_t scratch = T * c.n_head * 3 + T, inputs = T * (2 + c.head_dim) + n_out;
   return (buffers + scratch + inputs) * static_cast<int64_t>(sizeof(float));
 }
 
-Status Model::backward_lora(const Context& ctx, Activations& acts, const float* dlogits, const LoraWeights& lora,
+Status Model::backward_lora(const Context& ctx, Activations& acts, BackwardFrom from, const LoraWeights& lora,
                             const LoraGrads& grads, const ModelWeights* transposed) const {
   const ProfileScope profile(ctx, "backward");
   if (lora.layers.size() != weights_.layers.size() || grads.layers.size() != weights_.layers.size())
@@ -103,14 +104,14 @@ Status Model::backward_lora(const Context& ctx, Activations& acts, const float* 
   if (ctx.device != Device::kCpu) {  // grads: device operands (DeviceLora); the adapters uploaded by the forward
     const std::unique_lock<std::mutex> lock = ctx.backend->lock();
     DC_RETURN_IF_ERROR(ctx.backend->begin());
-    DC_RETURN_IF_ERROR(backward_body(ctx, acts, dlogits, nullptr, &lora, &grads, nullptr, GradWrite::kAdd));
+    DC_RETURN_IF_ERROR(backward_body(ctx, acts, from, nullptr, &lora, &grads, nullptr, GradWrite::kAdd));
     return ctx.backend->finish();
   }
   Workspace own_workspace;
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
   try {
-    return backward_body(with_ws, acts, dlogits, nullptr, &lora, &grads, transposed, GradWrite::kAdd);
+    return backward_body(with_ws, acts, from, nullptr, &lora, &grads, transposed, GradWrite::kAdd);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("backward: out of memory for the gradients' workspace of " +
                               std::to_string(acts.n_batch) + " rows × " + std::to_string(acts.n_seq) +
@@ -118,7 +119,12 @@ Status Model::backward_lora(const Context& ctx, Activations& acts, const float* 
   }
 }
 
-Status Model::backward_body(const Context& ctx, Activations& acts, const float* dlogits, const ModelSpans* grads_in,
+void Model::lm_head_backward(const Context& ctx, const float* hidden, int64_t n, const float* dlogits, float* dhidden,
+                             float* dw, GradWrite write, const WeightView* wt) const {
+  matmul_nt_backward(ctx, hidden, n, weights_.output, dlogits, dhidden, dw, nullptr, wt, write, GradWrite::kOverwrite);
+}
+
+Status Model::backward_body(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans* grads_in,
                             const LoraWeights* lora, const LoraGrads* lora_grads, const ModelWeights* transposed,
                             GradWrite write) const {
   // grads_in null: the base is frozen (LoRA): no weight gradients, only dx through it and the adapters'.
@@ -142,6 +148,8 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
     visit_tensors(config_, weights_, [&](const std::string&, const std::vector<int64_t>&, const WeightView* m,
                                          const VectorView*) { quantized = quantized || (m != nullptr && m->quantized()); });
   if (quantized) return invalid_argument("backward: quantized weights cannot be trained (train LoRA adapters over them)");
+  DC_CHECK(n_out == 0 || (from.dlogits != nullptr) != (from.dhidden != nullptr),
+           "Model::backward: start from dlogits or from dhidden, one of them");
   if (acts.device() != ctx.device)
     return invalid_argument("backward: the activations were saved on another device than this backward's");
   // The forward's inputs where the ops read them (uploaded on a device).
@@ -153,20 +161,20 @@ Status Model::backward_body(const Context& ctx, Activations& acts, const float* 
   const int32_t* out_rows_at = device_copy(ctx, "backward.out_rows", out_rows.data(), n_out);
 
   const auto [dh, dnorm, dfinal, dbig1, dbig2, da, dq, dattn, dk, dv, h_re, tmp_re] =
-      backward_buffers(ctx, T, n_out, E, F, q_dim, kv_dim, acts.recompute);
+      backward_buffers(ctx, T, n_out, E, F, q_dim, kv_dim, acts.recompute, from.dhidden != nullptr);
   DC_RETURN_IF_ERROR(device_status(ctx));
   if (base && write == GradWrite::kOverwrite) zero_added_grads(ctx, c, grads);
   zero_fill(ctx, dh, T * E);
-  if (n_out > 0) {  // lm_head and the final norm, on the n_out rows only
+  if (n_out > 0) {  // lm_head (unless the caller ran its backward) and the final norm, on the n_out rows only
     zero_fill(ctx, dfinal, n_out * E);
-    matmul_nt_backward(ctx, acts.final_norm, n_out, weights_.output, dlogits, dnorm, at(grads.output), nullptr,
-                       transposed != nullptr && !transposed->output.empty() ? &transposed->output : nullptr, write,
-                       GradWrite::kOverwrite);
-    rms_norm_backward(ctx, acts.final_x, weights_.output_norm.data(), dnorm, n_out, E, eps, dfinal,
-                      at(grads.output_norm));
+    if (from.dlogits != nullptr)
+      lm_head_backward(ctx, acts.final_norm, n_out, from.dlogits, dnorm, at(grads.output), write,
+                       transposed != nullptr && !transposed->output.empty() ? &transposed->output : nullptr);
+    rms_norm_backward(ctx, acts.final_x, weights_.output_norm.data(), from.dlogits != nullptr ? dnorm : from.dhidden, n_out,
+                      E, eps, dfinal, at(grads.output_norm));
     // dh[out_rows[r]] += dfinal[r], rows in order (they may repeat): the embedding's scatter-add.
     embedding_backward(ctx, out_rows_at, n_out, dfinal, E, dh);
-  } else if (base && write == GradWrite::kOverwrite) {  // no rows: the lm_head's gradient is zero
+  } else if (base && write == GradWrite::kOverwrite && from.dhidden == nullptr) {  // no rows: a zero lm_head gradient
     zero_fill(ctx, grads.output.data(), static_cast<int64_t>(grads.output.size()));
   }
   if (grads.on_head_done) DC_RETURN_IF_ERROR(grads.on_head_done());

@@ -2,8 +2,8 @@
 // backend today — whose memory is named by DevicePtr, a handle of its own type that the host cannot
 // dereference (no *, ->, [] or arithmetic, no conversion to or from a host pointer: such code does not
 // compile). An operand the forward offset by rows (a part's rows in a forward of parts, a request's rows in a
-// merged step's sampling) carries the offset in its handle; only the per-part ops take one (rope_kv, attention,
-// sample_rows), for every other op an operand that is not the start of one of the backend's buffers is an error
+// merged step's sampling, a chunk of a trainer's loss rows) carries the offset in its handle; only the per-part ops
+// take one (rope_kv, attention, sample_rows) and copy, for every other op an operand that is not the start of one of the backend's buffers is an error
 // of the forward, not undefined behaviour. The ops'
 // front-ends switch on Context::device and call the backend's op exactly as they call the CPU kernels; the
 // helpers below are how the forward (model/transformer.cc) gets its buffers and host inputs on either device.
@@ -195,7 +195,8 @@ class DeviceBackend {
   virtual void scale(DeviceIn x, int64_t count, float s, DeviceOut y) = 0;  // y = s·x (y may be x)
   // ops/dropout.h dropout_hashed over x [n, d] with its threshold and 1/(1 − p) (y may be x).
   virtual void dropout(DeviceIn x, int64_t n, int64_t d, uint64_t seed, uint64_t threshold, float keep_scale, DeviceOut y) = 0;
-  // ops/elementwise.h copy_floats and zero_fill: y[count] = x[count] (bit for bit), y[count] = 0.
+  // ops/elementwise.h copy_floats and zero_fill: y[count] = x[count] (bit for bit; x and y may start inside their
+  // buffers, on a word: a chunk of rows), y[count] = 0.
   virtual void copy(DeviceIn x, int64_t count, DeviceOut y) = 0;
   virtual void zero_fill(DeviceOut y, int64_t count) = 0;
   // matmul_nt with the element-wise pass after it in the product's store (ops/matmul.h matmul_nt_residual,

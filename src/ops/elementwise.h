@@ -34,7 +34,8 @@ void scale_floats(const Context& ctx, const float* x, int64_t count, float s, fl
 // for large buffers written now and read much later, a gradient the backward scatters into).
 void zero_fill(const Context& ctx, float* y, int64_t count);
 
-// y[count] = x[count], bit for bit (the training forward's saved activations); y must not overlap x.
+// y[count] = x[count], bit for bit (the training forward's saved activations); y must not overlap x. On a device
+// x and y may start at an offset into their buffers (a chunk of rows: x + r·cols), not in the same buffer.
 void copy_floats(const Context& ctx, const float* x, int64_t count, float* y);
 
 // out[n, table.cols] = table[ids[i]] as f32. Precondition: 0 <= ids[i] < table.rows.

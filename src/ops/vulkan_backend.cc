@@ -15,9 +15,9 @@
 // whose number changes every step while the canvas does not; the head's masked rows). A device pointer
 // (ops/device.h DevicePtr) is the handle (slot + 1) << 40 of a named forward buffer or of caller-owned memory
 // (allocate: the KV cache) plus a byte offset below bit 40: an operand is the start of one, except for the
-// per-part ops of a forward of parts (rope_kv, attention) and sample_rows (a merged step's request), whose
-// operands may start at a part's rows inside buffers that stack several parts (the offset goes to the shader as
-// a push constant).
+// per-part ops of a forward of parts (rope_kv, attention), sample_rows (a merged step's request) and copy (a
+// chunk of the loss rows), whose operands may start at a part's rows inside buffers that stack several parts (the
+// offset goes to the shader as a push constant).
 #include <algorithm>
 #include <ctime>
 #include <cstdint>
@@ -301,7 +301,9 @@ class VulkanBackend final : public DeviceBackend {
     if (recording()) keep(vk::dropout(*seq_, at(x), n, d, seed, threshold, keep_scale, at(y)));
   }
   void copy(DeviceIn x, int64_t count, DeviceOut y) override {
-    if (recording()) keep(vk::copy(*seq_, at(x), count, at(y)));
+    int64_t x_offset = 0, y_offset = 0;  // rows of a buffer: the loss rows' chunks (train/device_training.cc)
+    vk::Buffer &x_at = at(x, 4, &x_offset), &y_at = at(y, 4, &y_offset);
+    if (recording()) keep(vk::copy(*seq_, x_at, x_offset, count, y_at, y_offset));
   }
   void zero_fill(DeviceOut y, int64_t count) override {
     if (recording()) keep(vk::zero_fill(*seq_, at(y), count));

@@ -10,12 +10,13 @@ namespace dc::train {
 
 namespace {
 
-// The training forward of `batch` (with `lora`, or null), the lm_head on its loss rows and the weighted
-// cross-entropy there (dlogits scaled by grad_scale), then backward(dlogits); none() instead without loss rows.
+// The training forward of `batch` (with `lora`, or null), the lm_head on its loss rows, the weighted
+// cross-entropy there (dlogits scaled by grad_scale) and the head's backward (`head`'s gradient), chunk by chunk
+// (DeviceLossRows), then backward(from the hidden rows' gradient); none() instead without loss rows.
 template <typename Backward, typename None>
 Result<double> device_loss(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
                            const LoraWeights* lora, Activations& acts, LossTimes* times, DeviceLossRows& rows,
-                           Backward&& backward, None&& none) {
+                           const DeviceLossRows::HeadGrad& head, Backward&& backward, None&& none) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_out = static_cast<int64_t>(batch.out_rows.size());
   ForwardBatch fb;
@@ -33,10 +34,10 @@ Result<double> device_loss(const Context& ctx, const Model& model, const MaskedB
   std::vector<float> weights(batch.weights);  // the gradients' scale in the loss weights: dlogits come out scaled
   for (float& w : weights) w *= grad_scale;
   float loss = 0;
-  DC_RETURN_IF_ERROR(rows.head_and_cross_entropy(ctx, model, n_out, batch.targets.data(), weights.data(), true, true,
-                                                 nullptr, &loss));
+  DC_RETURN_IF_ERROR(rows.head_and_cross_entropy(ctx, model, n_out, batch.targets.data(), weights.data(), &head, nullptr,
+                                                 &loss));
   const auto t1 = std::chrono::steady_clock::now();
-  DC_RETURN_IF_ERROR(backward(static_cast<const float*>(rows.logits())));
+  DC_RETURN_IF_ERROR(backward(BackwardFrom::hidden(rows.hidden())));
   if (times != nullptr) {
     times->forward_s = std::chrono::duration<double>(t1 - t0).count();
     times->backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -49,8 +50,8 @@ Result<double> device_loss(const Context& ctx, const Model& model, const MaskedB
 Result<double> device_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
                                      Activations& acts, GradWrite write, LossTimes* times, DeviceTraining& device) {
   return device_loss(
-      ctx, model, batch, grad_scale, nullptr, acts, times, device.rows(),
-      [&](const float* dlogits) { return model.backward(ctx, acts, dlogits, device.grads().spans(), nullptr, write); },
+      ctx, model, batch, grad_scale, nullptr, acts, times, device.rows(), {device.grads().spans().output.data(), write},
+      [&](BackwardFrom from) { return model.backward(ctx, acts, from, device.grads().spans(), nullptr, write); },
       [&] { return write == GradWrite::kOverwrite ? device.grads().zero(ctx) : Status(); });  // zeros to write
 }
 
@@ -58,8 +59,8 @@ Result<double> device_lora_loss_and_grads(const Context& ctx, const Model& model
                                           float grad_scale, const LoraWeights& lora, Activations& acts, LossTimes* times,
                                           DeviceLoraTraining& device) {
   return device_loss(
-      ctx, model, batch, grad_scale, &lora, acts, times, device.rows(),
-      [&](const float* dlogits) { return model.backward_lora(ctx, acts, dlogits, lora, device.grads().grads()); },
+      ctx, model, batch, grad_scale, &lora, acts, times, device.rows(), {},  // the head frozen
+      [&](BackwardFrom from) { return model.backward_lora(ctx, acts, from, lora, device.grads().grads()); },
       [] { return Status(); });
 }
 

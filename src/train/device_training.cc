@@ -46,29 +46,65 @@ Status ensure(const Context& ctx, std::unique_ptr<DeviceMemory>& memory, int64_t
 
 }  // namespace
 
+int64_t DeviceLossRows::default_chunk_rows(int64_t n_vocab) {
+  const int64_t rows = kChunkLogitsBytes / (n_vocab * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(64, rows / 64 * 64);
+}
+
+int64_t DeviceLossRows::chunk_rows(const ModelConfig& config) const {
+  return forced_chunk_rows_ > 0 ? forced_chunk_rows_ : default_chunk_rows(config.n_vocab);
+}
+
 Status DeviceLossRows::reserve(const Context& ctx, const ModelConfig& config, int64_t n_out) {
-  const int64_t rows = std::max<int64_t>(n_out, 1);
-  DC_RETURN_IF_ERROR(ensure(ctx, hidden_, hidden_floats_, rows * config.n_embd, "the loss rows' hidden states"));
-  return ensure(ctx, logits_, logits_floats_, rows * config.n_vocab, "the loss rows' logits");
+  const int64_t rows = std::max<int64_t>(n_out, 1), chunk = std::min(rows, chunk_rows(config)), E = config.n_embd;
+  DC_RETURN_IF_ERROR(ensure(ctx, hidden_, hidden_floats_, rows * E, "the loss rows' hidden states"));
+  DC_RETURN_IF_ERROR(ensure(ctx, chunk_hidden_, chunk_hidden_floats_, chunk * E, "a chunk of the loss rows' hidden states"));
+  DC_RETURN_IF_ERROR(ensure(ctx, chunk_dhidden_, chunk_dhidden_floats_, chunk * E, "a chunk of the loss rows' gradient"));
+  return ensure(ctx, logits_, logits_floats_, chunk * config.n_vocab, "a chunk of the loss rows' logits");
 }
 
 float* DeviceLossRows::hidden() const { return as_operand(hidden_->data()); }
-float* DeviceLossRows::logits() const { return as_operand(logits_->data()); }
 
 Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& model, int64_t n_out, const int32_t* targets,
-                                              const float* weights, bool lm_head, bool write_dlogits, float* ce_host,
+                                              const float* weights, const HeadGrad* backward, float* ce_host,
                                               float* loss_host) {
-  DC_CHECK(n_out > 0 && hidden_floats_ >= n_out * model.config().n_embd, "DeviceLossRows: reserve() the rows first");
-  const int64_t V = model.config().n_vocab;
+  const ModelConfig& c = model.config();
+  const int64_t E = c.n_embd, V = c.n_vocab, chunk = std::min(n_out, chunk_rows(c));
+  DC_CHECK(ctx.device != Device::kCpu, "DeviceLossRows: a device context");
+  DC_CHECK(n_out > 0 && hidden_floats_ >= n_out * E && logits_floats_ >= chunk * V, "DeviceLossRows: reserve() the rows first");
+  const int64_t n_chunks = (n_out + chunk - 1) / chunk;
+  float* const rows = as_operand(chunk_hidden_->data());    // [chunk, E] the chunk's hidden rows
+  float* const drows = as_operand(chunk_dhidden_->data());  // [chunk, E] their gradient
+  float* const logits = as_operand(logits_->data());        // [chunk, V] the chunk's logits, then dlogits
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
-  const int32_t* dev_targets = device_copy(ctx, "train.targets", targets, n_out);
-  const float* dev_weights = device_copy(ctx, "train.loss_weights", weights, n_out);
+  // The rows' inputs (uploaded whole) and what the chunks' own operands are copied from and into: every op but the
+  // copies takes operands that start a buffer (ops/device.h).
+  const auto* all_targets = reinterpret_cast<const float*>(device_copy(ctx, "train.targets", targets, n_out));  // int32 words
+  const float* all_weights = device_copy(ctx, "train.loss_weights", weights, n_out);
+  float* chunk_targets = device_floats(ctx, "train.chunk_targets", chunk);  // [chunk] int32 words
+  float* chunk_weights = device_floats(ctx, "train.chunk_weights", chunk);
+  float* chunk_loss = device_floats(ctx, "train.chunk_loss", 1);
+  float* losses = device_floats(ctx, "train.chunk_losses", n_chunks);  // [n_chunks] each chunk's Σ weights·CE
   float* sum = device_floats(ctx, "train.loss", 1);
+  float* chunk_ce = ce_host != nullptr ? device_floats(ctx, "train.chunk_ce", chunk) : nullptr;
   float* ce = ce_host != nullptr ? device_floats(ctx, "train.ce", n_out) : nullptr;
   DC_RETURN_IF_ERROR(device_status(ctx));
-  if (lm_head) model.lm_head(ctx, hidden(), n_out, logits(), n_out);
-  cross_entropy_rows(ctx, logits(), dev_targets, dev_weights, n_out, V, write_dlogits ? logits() : nullptr, ce, sum);
+  for (int64_t i = 0; i < n_chunks; ++i) {
+    const int64_t r0 = i * chunk, k = std::min(chunk, n_out - r0);
+    copy_floats(ctx, hidden() + r0 * E, k * E, rows);
+    copy_floats(ctx, all_targets + r0, k, chunk_targets);
+    copy_floats(ctx, all_weights + r0, k, chunk_weights);
+    model.lm_head(ctx, rows, k, logits, k);
+    cross_entropy_rows(ctx, logits, reinterpret_cast<const int32_t*>(chunk_targets), chunk_weights, k, V,
+                       backward != nullptr ? logits : nullptr, chunk_ce, chunk_loss);
+    copy_floats(ctx, chunk_loss, 1, losses + i);
+    if (ce != nullptr) copy_floats(ctx, chunk_ce, k, ce + r0);
+    if (backward == nullptr) continue;
+    model.lm_head_backward(ctx, rows, k, logits, drows, backward->dw, i == 0 ? backward->write : GradWrite::kAdd);
+    copy_floats(ctx, drows, k * E, hidden() + r0 * E);  // the chunk's rows of hidden() are not read again
+  }
+  sum_floats(ctx, losses, n_chunks, sum);
   if (loss_host != nullptr) ctx.backend->copy_out("train.loss", as_device(static_cast<const float*>(sum)), loss_host, sizeof(float));
   if (ce_host != nullptr)
     ctx.backend->copy_out("train.ce", as_device(static_cast<const float*>(ce)), ce_host, n_out * static_cast<int64_t>(sizeof(float)));
@@ -171,8 +207,11 @@ DeviceTrainingPlan plan_device_training(const Model& model, bool optimizer, bool
   plan.activations = Activations::bytes_for(batch.recompute, c.n_layer, T, E, q_dim, kv_dim, c.n_ff, n_out, lora_ranks);
   // The forward's named buffers serve the training forward and the rollouts' alike: the larger of the two.
   plan.scratch = model.forward_bytes_per_position() * std::max(T, batch.rollout_positions) +
-                 model.backward_bytes(T, n_out, batch.recompute) + lora_scratch;
-  plan.loss_rows = std::max<int64_t>(n_out, 1) * (E + V) * kFloat;  // DeviceLossRows: hidden and logits
+                 model.backward_bytes(T, n_out, batch.recompute, /*from_hidden=*/true) + lora_scratch;
+  // DeviceLossRows: the rows' hidden states, one chunk's rows, their gradient and logits, and the words of the rows
+  // (targets, weights, CE: 3 · n_out; a chunk's and the cross-entropy's per-row sums: 4 · chunk; one per chunk).
+  const int64_t rows = std::max<int64_t>(n_out, 1), chunk = std::min(rows, DeviceLossRows::default_chunk_rows(V));
+  plan.loss_rows = (rows * E + chunk * (2 * E + V) + 3 * rows + 4 * chunk + (rows + chunk - 1) / chunk + 2) * kFloat;
   // A rollout step's rows on the device (engine/device_head_sampler.cc), per sampled position: the forward's output
   // row and its gathered copy [E] each, its logits [V], and 7 words (the forward's out-row index; the head's row
   // index, uniform draw and id; 3 confidences).

@@ -2,8 +2,8 @@
 // and the steps both run there. The f32 master weights are the device's copy of the model's weights
 // (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory; owned by the trainer and found
 // by tensor index, not host address); the gradients and both Adam moments are DeviceParams. DeviceLossRows holds
-// the loss rows' hidden states and logits and runs the lm_head and the cross-entropy over them (the SFT loss, the
-// Coupled-GRPO loss and its log-probs). What crosses to the host per step: the metrics only. The optimizer step
+// the loss rows' hidden states and runs the lm_head, the cross-entropy and the head's backward over them in chunks
+// of rows, one chunk's logits on the device at a time (the SFT loss, the Coupled-GRPO loss and its log-probs). What crosses to the host per step: the metrics only. The optimizer step
 // is one submission: each tensor's Σ g², their sum, and AdamW, which skips a non-finite sum and clips by it there
 // (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as the gradient norm after the step has run.
 // Checkpoints download the weights and moments into the OptimizerCore first. Full fine-tuning, f32 (no LoRA or
@@ -40,31 +40,54 @@ namespace dc::train {
 // yet; said in a note).
 void set_device_training_precision(const Context& ctx, MatmulPrecision* precision);
 
-// The loss rows' device memory: hidden [n_out, n_embd] (what Model::forward_hidden writes) and logits
-// [n_out, n_vocab] (the lm_head's, then their gradient), grown to the largest batch so far, never shrunk.
+// The loss rows' device memory, grown to the largest batch so far, never shrunk: hidden [n_out, n_embd] (what
+// Model::forward_hidden writes; after a backward pass, its gradient) and one chunk's buffers: its hidden rows and
+// their gradient [chunk, n_embd] and its logits [chunk, n_vocab] (then their gradient). A chunk is chunk_rows()
+// rows (the last one fewer): the device holds one chunk's logits, not the n_out rows' (5 GB at 8192 rows of the
+// 152k vocabulary; 223 MiB in a chunk of 384).
 class DeviceLossRows {
  public:
+  // The lm_head's logits of one chunk in bytes at most (the default chunk: as many rows as fit, a multiple of 64).
+  static constexpr int64_t kChunkLogitsBytes = int64_t{256} << 20;
+  // The default rows of a chunk for a vocabulary of n_vocab: kChunkLogitsBytes of f32 logits rounded down to a
+  // multiple of 64 rows (the GEMMs' tile), at least 64: 384 rows at 152,064 (the dW product's K of 384 keeps the
+  // matrix units busy), 16384 at 4096.
+  static int64_t default_chunk_rows(int64_t n_vocab);
+
   DeviceLossRows();
   ~DeviceLossRows();
   DeviceLossRows(DeviceLossRows&&) noexcept;
   DeviceLossRows& operator=(DeviceLossRows&&) noexcept;
 
-  // Room for n_out rows (at least 1) of `config`. Errors: the device's out of memory (kResourceExhausted).
+  // The rows of a chunk from now on (the tests' few rows, so that a tiny batch runs several chunks and a tail);
+  // 0: default_chunk_rows of the model's vocabulary.
+  void set_chunk_rows(int64_t rows) { forced_chunk_rows_ = rows; }
+  int64_t chunk_rows(const ModelConfig& config) const;
+  // Room for n_out rows (at least 1) of `config` and one chunk. Errors: the device's out of memory
+  // (kResourceExhausted).
   Status reserve(const Context& ctx, const ModelConfig& config, int64_t n_out);
   float* hidden() const;  // [n_out, E] device operand
-  float* logits() const;  // [n_out, V] device operand
 
-  // One submission over the n_out rows of hidden(): with `lm_head`, logits() = hidden()·outputᵀ first; then
-  // cross_entropy_rows(logits(), targets, weights) with dlogits written into logits() in place when
-  // `write_dlogits` (else the logits are kept). Downloads each row's unweighted CE into ce_host[n_out] (may be
-  // null) and Σ weights·CE into *loss_host (may be null). targets and weights are host arrays [n_out].
+  // The head's backward in head_and_cross_entropy: the lm_head's gradient dw [n_vocab, n_embd] (a device operand;
+  // null: the head frozen, a LoRA run), written with `write` kOverwrite by the first chunk, added by the others.
+  struct HeadGrad {
+    float* dw = nullptr;
+    GradWrite write = GradWrite::kAdd;
+  };
+  // One submission over the n_out rows of hidden() (reserve()d), chunk by chunk of chunk_rows(): the chunk's
+  // logits = hidden·outputᵀ (Model::lm_head), cross_entropy_rows against targets weighted by weights, and with
+  // `backward` (may be null) dlogits in place and the head's backward (Model::lm_head_backward): the chunk's rows
+  // of hidden() overwritten by ∂loss/∂hidden (the start of Model::backward(BackwardFrom::hidden(hidden()))) and the
+  // lm_head's gradient as backward->dw says. Downloads each row's unweighted CE into ce_host[n_out] (may be null)
+  // and Σ weights·CE into *loss_host (may be null): the chunks' f32 sums added in order on the device. targets and
+  // weights are host arrays [n_out]. A device context.
   Status head_and_cross_entropy(const Context& ctx, const Model& model, int64_t n_out, const int32_t* targets,
-                                const float* weights, bool lm_head, bool write_dlogits, float* ce_host,
-                                float* loss_host);
+                                const float* weights, const HeadGrad* backward, float* ce_host, float* loss_host);
 
  private:
-  std::unique_ptr<DeviceMemory> hidden_, logits_;
-  int64_t hidden_floats_ = 0, logits_floats_ = 0;
+  std::unique_ptr<DeviceMemory> hidden_, chunk_hidden_, chunk_dhidden_, logits_;
+  int64_t hidden_floats_ = 0, chunk_hidden_floats_ = 0, chunk_dhidden_floats_ = 0, logits_floats_ = 0;
+  int64_t forced_chunk_rows_ = 0;  // set_chunk_rows's; 0: the default
 };
 
 // The batch-sized parts of a device run, for its memory plan: the largest training micro-batch (its forward
@@ -82,8 +105,8 @@ struct DeviceBatchShape {
 // What a device run needs of the device's memory, in bytes (f32). For the whole run: the weights (the master
 // weights themselves: AdamW updates the device's copy), the gradients, the two Adam moments and a reference model
 // (GRPO's KL). For the largest batch (DeviceBatchShape; grown to, then kept): the training activations, the
-// forward's and the backward's working buffers, the loss rows' hidden states and logits, and the rollouts'
-// sampled rows and KV cache. Not counted: kernels' scratch of a fixed size and the transfers' staging buffers.
+// forward's and the backward's working buffers, the loss rows' hidden states and one chunk's logits
+// (DeviceLossRows), and the rollouts' sampled rows and KV cache. Not counted: kernels' scratch of a fixed size and the transfers' staging buffers.
 struct DeviceTrainingPlan {
   int64_t weights = 0, gradients = 0, moments = 0, reference = 0;
   int64_t activations = 0, scratch = 0, loss_rows = 0, rollouts = 0;

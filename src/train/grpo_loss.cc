@@ -210,7 +210,7 @@ Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model,
     DC_RETURN_IF_ERROR(model.forward_hidden(ctx, rows.forward_batch(), scratch.hidden()));
     if (n_out == 0) return combine(rows, ce, n);
     const std::vector<float> ones(n_out, 1.0f);
-    DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), true, false,
+    DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), nullptr,
                                                       ce.data(), nullptr));
     return combine(rows, ce, n);
   }
@@ -343,12 +343,13 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
 namespace {
 
 // grpo_loss_and_device_grads' loss on the device (the forward adds `lora`, null: the model's own), then
-// backward(dlogits) over the rows' device logits; no_rows() instead without scored rows.
+// backward(from the rows' hidden gradient) after the head's (`head`'s gradient); no_rows() instead without scored
+// rows.
 template <class Backward, class NoRows>
 Result<GrpoLossResult> device_grpo_loss_then(const Context& ctx, const Model& model, const GrpoLossInputs& in,
                                              const GrpoLossOptions& o, float grad_scale, const LoraWeights* lora,
-                                             DeviceLossRows& scratch, Activations& acts, Backward&& backward,
-                                             NoRows&& no_rows) {
+                                             DeviceLossRows& scratch, const DeviceLossRows::HeadGrad& head,
+                                             Activations& acts, Backward&& backward, NoRows&& no_rows) {
   DC_CHECK(ctx.device != Device::kCpu, "grpo_loss_and_device_grads: a device context");
   const CoupledRows& rows = *in.rows;
   const int64_t n_out = static_cast<int64_t>(rows.out_rows.size());
@@ -362,14 +363,15 @@ Result<GrpoLossResult> device_grpo_loss_then(const Context& ctx, const Model& mo
     DC_RETURN_IF_ERROR(no_rows());
     return coupled_loss(in, o, ce, grad_scale, &w);
   }
-  // The rows' CE first (the logits kept), then their gradient weighted by the loss's per-row weights.
+  // The rows' CE first, then, the lm_head run again chunk by chunk (one chunk's logits on the device at a time),
+  // their gradient weighted by the loss's per-row weights and the head's backward.
   const std::vector<float> ones(n_out, 1.0f);
-  DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), true, false,
+  DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), nullptr,
                                                     ce.data(), nullptr));
   GrpoLossResult res = coupled_loss(in, o, ce, grad_scale, &w);
-  DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), w.data(), false, true,
-                                                    nullptr, nullptr));
-  DC_RETURN_IF_ERROR(backward(static_cast<const float*>(scratch.logits())));
+  DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), w.data(), &head, nullptr,
+                                                    nullptr));
+  DC_RETURN_IF_ERROR(backward(BackwardFrom::hidden(scratch.hidden())));
   return res;
 }
 
@@ -379,8 +381,8 @@ Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Mode
                                                   const GrpoLossOptions& o, float grad_scale, DeviceTraining& device,
                                                   Activations& acts, GradWrite write) {
   return device_grpo_loss_then(
-      ctx, model, in, o, grad_scale, nullptr, device.rows(), acts,
-      [&](const float* dlogits) { return model.backward(ctx, acts, dlogits, device.grads().spans(), nullptr, write); },
+      ctx, model, in, o, grad_scale, nullptr, device.rows(), {device.grads().spans().output.data(), write}, acts,
+      [&](BackwardFrom from) { return model.backward(ctx, acts, from, device.grads().spans(), nullptr, write); },
       [&] { return write == GradWrite::kOverwrite ? device.grads().zero(ctx) : Status(); });  // zeros to write
 }
 
@@ -388,8 +390,8 @@ Result<GrpoLossResult> grpo_loss_and_device_lora_grads(const Context& ctx, const
                                                        const GrpoLossOptions& o, float grad_scale, const LoraWeights& lora,
                                                        DeviceLoraTraining& device, Activations& acts) {
   return device_grpo_loss_then(
-      ctx, model, in, o, grad_scale, &lora, device.rows(), acts,
-      [&](const float* dlogits) { return model.backward_lora(ctx, acts, dlogits, lora, device.grads().grads()); },
+      ctx, model, in, o, grad_scale, &lora, device.rows(), {}, acts,  // the head frozen
+      [&](BackwardFrom from) { return model.backward_lora(ctx, acts, from, lora, device.grads().grads()); },
       [] { return Status(); });
 }
 

@@ -92,8 +92,9 @@ Result<CoupledRows> coupled_rows(const GrpoBatch& batch, const CoupledMask& mask
 
 // The coupled log-probabilities [B, C] of `rows` under `model` without gradients (the old log-probs of a
 // rollout, the reference model's); positions without rows are 0.
-// On a device (a model uploaded with Model::to_device) the lm_head and the cross-entropy run there and only
-// each row's CE comes back; `device_rows` (may be null: this call's own) holds the rows' device memory.
+// On a device (a model uploaded with Model::to_device) the lm_head and the cross-entropy run there, chunk by chunk
+// of rows (DeviceLossRows: one chunk's logits there at a time), and only each row's CE comes back; `device_rows`
+// (may be null: this call's own) holds the rows' device memory.
 Result<std::vector<float>> coupled_logps(const Context& ctx, const Model& model, const CoupledRows& rows,
                                          int64_t n_completion, DeviceLossRows* device_rows = nullptr);
 
@@ -132,9 +133,11 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
                                            Activations& acts, const ModelWeights* transposed = nullptr,
                                            GradWrite write = GradWrite::kAdd);
 // grpo_loss_and_grads on ctx's device (train/device_training.h): the training forward, the scored rows' lm_head
-// and cross-entropy there; their CE comes to the host, which computes the loss and each row's gradient weight
-// (n_out floats each way); a second cross-entropy pass over the kept logits writes the weighted dlogits, and
-// Model::backward adds (kAdd) or writes (kOverwrite) device.grads(). The same errors.
+// and cross-entropy there, chunk by chunk of rows (DeviceLossRows); their CE comes to the host, which computes
+// the loss and each row's gradient weight (n_out floats each way); a second pass over the chunks runs the lm_head
+// again (the logits are not kept: one chunk's on the device at a time), writes the weighted dlogits and runs the
+// head's backward, and Model::backward from the rows' gradient adds (kAdd) or writes (kOverwrite) device.grads().
+// The same errors.
 Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Model& model, const GrpoLossInputs& in,
                                                   const GrpoLossOptions& options, float grad_scale,
                                                   DeviceTraining& device, Activations& acts,

@@ -277,20 +277,21 @@ Status dropout(Sequence& seq, const Buffer& x, int64_t n, int64_t d, uint64_t se
                      stride_groups(n * d, 256)});
 }
 
-Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y) {
+Status copy(Sequence& seq, const Buffer& x, int64_t x_offset, int64_t count, Buffer& y, int64_t y_offset) {
   const char* op = "vulkan copy";
   DC_RETURN_IF_ERROR(positive(count, op, "count"));
-  DC_RETURN_IF_ERROR(need(x, count * 4, op, "x"));
-  DC_RETURN_IF_ERROR(need(y, count * 4, op, "y"));
+  if (x_offset < 0 || y_offset < 0) return invalid_argument(std::string(op) + ": offsets must be >= 0");
+  DC_RETURN_IF_ERROR(need(x, (x_offset + count) * 4, op, "x [x_offset + count]"));
+  DC_RETURN_IF_ERROR(need(y, (y_offset + count) * 4, op, "y [y_offset + count]"));
   if (&x == &y) return invalid_argument(std::string(op) + ": y is x");
-  return seq.record({"fill", {0}, {&x, &y}, {u32(count)}, stride_groups(count, 256)});
+  return seq.record({"fill", {0}, {&x, &y}, {u32(count), u32(x_offset), u32(y_offset)}, stride_groups(count, 256)});
 }
 
 Status zero_fill(Sequence& seq, Buffer& y, int64_t count) {
   const char* op = "vulkan zero_fill";
   DC_RETURN_IF_ERROR(positive(count, op, "count"));
   DC_RETURN_IF_ERROR(need(y, count * 4, op, "y"));
-  return seq.record({"fill", {1}, {&y, &y}, {u32(count)}, stride_groups(count, 256)});
+  return seq.record({"fill", {1}, {&y, &y}, {u32(count), 0u, 0u}, stride_groups(count, 256)});
 }
 
 Status kv_store(Sequence& seq, const Buffer& src, int64_t n_batch, int64_t n_seq, int64_t window_begin, int64_t window_len,

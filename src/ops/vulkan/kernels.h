@@ -84,8 +84,8 @@ Status swiglu(Sequence& seq, const Buffer& gate, const Buffer& up, int64_t count
 Status add_inplace(Sequence& seq, Buffer& y, const Buffer& x, int64_t count);
 // y[count] = s · x[count]; y may be x.
 Status scale(Sequence& seq, const Buffer& x, int64_t count, float s, Buffer& y);
-// y[count] = x[count] (f32 words, bit for bit); y must not be x.
-Status copy(Sequence& seq, const Buffer& x, int64_t count, Buffer& y);
+// y[y_offset + i] = x[x_offset + i] for i < count (f32 words, bit for bit); y must not be x.
+Status copy(Sequence& seq, const Buffer& x, int64_t x_offset, int64_t count, Buffer& y, int64_t y_offset);
 // y[count] = 0.
 Status zero_fill(Sequence& seq, Buffer& y, int64_t count);
 // ops/dropout.h dropout_hashed over x [n, d] with its threshold and 1/(1 − p); y may be x.

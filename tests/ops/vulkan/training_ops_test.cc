@@ -211,5 +211,39 @@ TEST_F(VulkanTrainingOps, DropoutIsTheCpusBitForBit) {
   }
 }
 
+// copy_floats between rows inside buffers (a chunk of a trainer's loss rows: its operands offset into the rows'
+// buffers): x[100, 400) lands at y[50, 350), bit for bit, and the rest of y stays; a copy past the end of a buffer
+// is refused with its sizes.
+TEST_F(VulkanTrainingOps, CopyTakesOperandsInsideBuffers) {
+  DeviceBackend& b = *backend_;
+  const Context& dev = dev_;
+  const int64_t n = 1000;
+  const std::vector<float> x = random_floats(10, n), ones(n, 1.0f);
+  std::vector<float> got(n);
+  {
+    const auto lock = b.lock();
+    ASSERT_TRUE(b.begin().ok());
+    DeviceVectors d{b, {}};
+    float* d_x = d.in(x);
+    float* d_y = d.in(ones);
+    copy_floats(dev, d_x + 100, 300, d_y + 50);
+    d.out(d_y, got);
+    const Status s = b.finish();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  EXPECT_EQ(0, std::memcmp(x.data() + 100, got.data() + 50, 300 * sizeof(float)));
+  for (int64_t i = 0; i < n; ++i)
+    if (i < 50 || i >= 350) ASSERT_EQ(got[i], 1.0f) << "index " << i << " outside the copy was written";
+  const auto lock = b.lock();
+  ASSERT_TRUE(b.begin().ok());
+  DeviceVectors d{b, {}};
+  float* d_x = d.in(x);
+  float* d_y = d.in(ones);
+  copy_floats(dev, d_x + 900, 200, d_y);
+  const Status s = b.finish();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("x [x_offset + count]"), std::string::npos) << s.to_string();
+}
+
 }  // namespace
 }  // namespace dc

@@ -2,7 +2,8 @@
 // device 0 (lavapipe in CI): it covers what an SFT step really holds on the device (the backend's count of its
 // buffers), with and without gradient checkpointing, and what a GRPO round and its rollout hold, with and without
 // --fast's KV cache; under a small device (DC_VULKAN_MEMORY_MIB) a run that would not fit is refused before its
-// first step, naming the sizes and the fix that makes it fit. A LoRA run's plan the same way.
+// first step, naming the sizes and the fix that makes it fit. A LoRA run's plan the same way. The 7B shape's plan
+// holds one chunk of the loss rows' logits.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -233,6 +234,45 @@ TEST(DevicePlan, RefusesARunThatDoesNotFitNamingTheFix) {
                              "--batch-size", "--lora-r", "--device cpu"})
       EXPECT_NE(m.find(part), std::string::npos) << "the refusal does not say '" << part << "': " << m;
     EXPECT_EQ(t->steps_done(), 0);
+  }
+}
+
+// A model of `config` with its shapes only (bf16 matrices as a checkpoint stores them, without data; f32 vectors in
+// `store`): what plan_device_training reads, for a shape too large to build (the 7B one).
+std::unique_ptr<Model> shape_only_model(const ModelConfig& config, VectorStore& store) {
+  ModelWeights w;
+  visit_weights(config, w, [&](const WeightSlot& slot) {
+    if (slot.matrix != nullptr) *slot.matrix = WeightView{DType::kBF16, nullptr, slot.shape[0], slot.shape[1]};
+    if (slot.vector != nullptr) *slot.vector = store.take(slot.shape[0]);
+  });
+  return Model::from_weights(config, std::move(w), nullptr);
+}
+
+// The 7B shape's plan at 8 sequences of 2048 positions, half of them loss rows (8192): the loss rows hold their
+// hidden states and one chunk of 384 rows' logits (DeviceLossRows::default_chunk_rows), not the 8192 rows' 5 GB.
+// Printed before (every row's logits, the plan of the unchunked head) and after, for docs/train.md.
+TEST(DevicePlan, TheSevenBShapeHoldsOneChunkOfLogits) {
+  const ModelConfig c = synthetic_config("diffucoder-7b").value();
+  VectorStore store(c);
+  const auto model = shape_only_model(c, store);
+  DeviceBatchShape batch;
+  batch.positions = 8 * 2048, batch.loss_rows = 8192, batch.recompute = true;
+  const int64_t chunk = DeviceLossRows::default_chunk_rows(c.n_vocab);
+  EXPECT_EQ(chunk, 384);
+  const int64_t all_logits = batch.loss_rows * c.n_vocab * 4;
+  LoraSpec spec;
+  spec.r = 16;
+  const LoraParams adapters = LoraParams::zeros(c, spec);
+  for (const LoraParams* lora : {static_cast<const LoraParams*>(nullptr), &adapters}) {
+    const DeviceTrainingPlan plan = plan_device_training(*model, /*optimizer=*/true, /*reference=*/false, batch, lora);
+    const int64_t rows = batch.loss_rows * c.n_embd * 4, one_chunk = chunk * c.n_vocab * 4;
+    EXPECT_GE(plan.loss_rows, rows + one_chunk);
+    EXPECT_LE(plan.loss_rows, rows + one_chunk + chunk * 2 * c.n_embd * 4 + (int64_t{1} << 20)) << "one chunk's logits, not more";
+    const double gib = 1 << 30;
+    std::printf("  7B %s, 8 x 2048 positions, 8192 loss rows, --grad-checkpointing: %s\n    loss rows %.2f GiB (all rows' logits "
+                "at once: %.2f GiB); %.1f GiB in all (at once: %.1f GiB)\n",
+                lora != nullptr ? "LoRA r 16 (all projections)" : "full fine-tune", plan.text().c_str(), plan.loss_rows / gib,
+                (rows + all_logits) / gib, plan.total() / gib, (plan.total() - plan.loss_rows + rows + all_logits) / gib);
   }
 }
 

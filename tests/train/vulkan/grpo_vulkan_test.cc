@@ -25,6 +25,7 @@
 #include "model/params.h"
 #include "model/synthetic.h"
 #include "ops/device.h"
+#include "relative_distance.h"
 #include "temp_dir.h"
 #include "train/device_training.h"
 #include "train/grpo_loss.h"
@@ -39,17 +40,6 @@ namespace dc::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// max |a − b| over max |b|, the two tensors' relative distance.
-double relative_distance(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
-    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
 // B = 4 completions of C = 5 tokens after prompts of 3 (the last completion's mask ending early).
 GrpoBatch random_batch(uint64_t seed) {
