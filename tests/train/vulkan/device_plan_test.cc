@@ -268,11 +268,15 @@ TEST(DevicePlan, TheSevenBShapeHoldsOneChunkOfLogits) {
     const int64_t rows = batch.loss_rows * c.n_embd * 4, one_chunk = chunk * c.n_vocab * 4;
     EXPECT_GE(plan.loss_rows, rows + one_chunk);
     EXPECT_LE(plan.loss_rows, rows + one_chunk + chunk * 2 * c.n_embd * 4 + (int64_t{1} << 20)) << "one chunk's logits, not more";
+    // The unchunked head's plan: every row's logits, and the backward's dnorm [n_out, E] (backward_bytes' from dlogits).
+    const int64_t unchunked = plan.total() - plan.loss_rows + rows + all_logits +
+                              model->backward_bytes(batch.positions, batch.loss_rows, true) -
+                              model->backward_bytes(batch.positions, batch.loss_rows, true, /*from_hidden=*/true);
     const double gib = 1 << 30;
-    std::printf("  7B %s, 8 x 2048 positions, 8192 loss rows, --grad-checkpointing: %s\n    loss rows %.2f GiB (all rows' logits "
-                "at once: %.2f GiB); %.1f GiB in all (at once: %.1f GiB)\n",
+    std::printf("  7B %s, 8 x 2048 positions, 8192 loss rows, --grad-checkpointing: %s\n    loss rows %.2f GiB, %.2f GiB in all; "
+                "unchunked (every row's logits at once): loss rows %.2f GiB, %.2f GiB in all\n",
                 lora != nullptr ? "LoRA r 16 (all projections)" : "full fine-tune", plan.text().c_str(), plan.loss_rows / gib,
-                (rows + all_logits) / gib, plan.total() / gib, (plan.total() - plan.loss_rows + rows + all_logits) / gib);
+                plan.total() / gib, (rows + all_logits) / gib, unchunked / gib);
   }
 }
 
