@@ -195,8 +195,9 @@ class Model {
 
   // Backward of a training-mode forward (model/transformer_backward.cc): given dlogits[n_out, n_vocab]
   // = ∂loss/∂logits of the rows batch.out_rows (or, BackwardFrom::hidden, the gradient after the lm_head: the
-  // lm_head's own gradient is then the caller's, every other one as below), ADDS ∂loss/∂w of every weight into `grads` (the caller
-  // zeroes it; writable f32 spans shaped like the weights, e.g. ModelParams::spans(), see model/params.h),
+  // lm_head's own gradient is then the caller's, every other one as below), ADDS ∂loss/∂w of every weight into
+  // `grads` (the caller zeroes it; writable f32 spans shaped like the weights, e.g. ModelParams::spans(), see
+  // model/params.h),
   // or with `write` kOverwrite writes them (grads may hold anything before; the same values bit for bit:
   // the dW products overwrite, the rest is zeroed first — the norm weights and an untied embedding table,
   // whose gradient is a scatter). Needs dense weights. With tied embeddings the lm_head

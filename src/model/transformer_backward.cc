@@ -76,7 +76,8 @@ struct BackwardBuffers {
 BackwardBuffers backward_buffers(const Context& ctx, int64_t T, int64_t n_out, int64_t E, int64_t F, int64_t q_dim,
                                  int64_t kv_dim, bool recompute, bool from_hidden) {
   auto get = [&](const char* name, int64_t n) { return device_floats(ctx, name, n); };
-  return {get("backward.dh", T * E),       get("backward.dnorm", from_hidden ? 0 : n_out * E), get("backward.dfinal", n_out * E),
+  return {get("backward.dh", T * E),       get("backward.dnorm", from_hidden ? 0 : n_out * E),
+          get("backward.dfinal", n_out * E),
           get("backward.dbig1", T * F),    get("backward.dbig2", T * F),     get("backward.da", T * E),
           get("backward.dq", T * q_dim),   get("backward.dattn", T * q_dim), get("backward.dk", T * kv_dim),
           get("backward.dv", T * kv_dim),  get("backward.h_re", recompute ? T * E : 0),
@@ -170,8 +171,8 @@ Status Model::backward_body(const Context& ctx, Activations& acts, BackwardFrom 
     if (from.dlogits != nullptr)
       lm_head_backward(ctx, acts.final_norm, n_out, from.dlogits, dnorm, at(grads.output), write,
                        transposed != nullptr && !transposed->output.empty() ? &transposed->output : nullptr);
-    rms_norm_backward(ctx, acts.final_x, weights_.output_norm.data(), from.dlogits != nullptr ? dnorm : from.dhidden, n_out,
-                      E, eps, dfinal, at(grads.output_norm));
+    const float* dhead = from.dlogits != nullptr ? dnorm : from.dhidden;  // [n_out, E] ∂loss/∂final_norm
+    rms_norm_backward(ctx, acts.final_x, weights_.output_norm.data(), dhead, n_out, E, eps, dfinal, at(grads.output_norm));
     // dh[out_rows[r]] += dfinal[r], rows in order (they may repeat): the embedding's scatter-add.
     embedding_backward(ctx, out_rows_at, n_out, dfinal, E, dh);
   } else if (base && write == GradWrite::kOverwrite && from.dhidden == nullptr) {  // no rows: a zero lm_head gradient

@@ -3,8 +3,8 @@
 // dereference (no *, ->, [] or arithmetic, no conversion to or from a host pointer: such code does not
 // compile). An operand the forward offset by rows (a part's rows in a forward of parts, a request's rows in a
 // merged step's sampling, a chunk of a trainer's loss rows) carries the offset in its handle; only the per-part ops
-// take one (rope_kv, attention, sample_rows) and copy, for every other op an operand that is not the start of one of the backend's buffers is an error
-// of the forward, not undefined behaviour. The ops'
+// (rope_kv, attention, sample_rows) and copy take one, for every other op an operand that is not the start of one
+// of the backend's buffers is an error of the forward, not undefined behaviour. The ops'
 // front-ends switch on Context::device and call the backend's op exactly as they call the CPU kernels; the
 // helpers below are how the forward (model/transformer.cc) gets its buffers and host inputs on either device.
 #pragma once

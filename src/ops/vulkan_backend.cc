@@ -301,9 +301,10 @@ class VulkanBackend final : public DeviceBackend {
     if (recording()) keep(vk::dropout(*seq_, at(x), n, d, seed, threshold, keep_scale, at(y)));
   }
   void copy(DeviceIn x, int64_t count, DeviceOut y) override {
+    if (!recording()) return;
     int64_t x_offset = 0, y_offset = 0;  // rows of a buffer: the loss rows' chunks (train/device_training.cc)
     vk::Buffer &x_at = at(x, 4, &x_offset), &y_at = at(y, 4, &y_offset);
-    if (recording()) keep(vk::copy(*seq_, x_at, x_offset, count, y_at, y_offset));
+    keep(vk::copy(*seq_, x_at, x_offset, count, y_at, y_offset));
   }
   void zero_fill(DeviceOut y, int64_t count) override {
     if (recording()) keep(vk::zero_fill(*seq_, at(y), count));

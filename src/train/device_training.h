@@ -3,7 +3,8 @@
 // (Model::to_device, updated in place by AdamW through DeviceBackend::weight_memory; owned by the trainer and found
 // by tensor index, not host address); the gradients and both Adam moments are DeviceParams. DeviceLossRows holds
 // the loss rows' hidden states and runs the lm_head, the cross-entropy and the head's backward over them in chunks
-// of rows, one chunk's logits on the device at a time (the SFT loss, the Coupled-GRPO loss and its log-probs). What crosses to the host per step: the metrics only. The optimizer step
+// of rows, one chunk's logits on the device at a time (the SFT loss, the Coupled-GRPO loss and its log-probs).
+// What crosses to the host per step: the metrics only. The optimizer step
 // is one submission: each tensor's Σ g², their sum, and AdamW, which skips a non-finite sum and clips by it there
 // (ops/adamw.h adamw_update's clip_sumsq); the sum comes back as the gradient norm after the step has run.
 // Checkpoints download the weights and moments into the OptimizerCore first. Full fine-tuning, f32 (no LoRA or
@@ -106,7 +107,8 @@ struct DeviceBatchShape {
 // weights themselves: AdamW updates the device's copy), the gradients, the two Adam moments and a reference model
 // (GRPO's KL). For the largest batch (DeviceBatchShape; grown to, then kept): the training activations, the
 // forward's and the backward's working buffers, the loss rows' hidden states and one chunk's logits
-// (DeviceLossRows), and the rollouts' sampled rows and KV cache. Not counted: kernels' scratch of a fixed size and the transfers' staging buffers.
+// (DeviceLossRows), and the rollouts' sampled rows and KV cache. Not counted: kernels' scratch of a fixed size and
+// the transfers' staging buffers.
 struct DeviceTrainingPlan {
   int64_t weights = 0, gradients = 0, moments = 0, reference = 0;
   int64_t activations = 0, scratch = 0, loss_rows = 0, rollouts = 0;

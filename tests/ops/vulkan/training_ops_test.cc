@@ -232,8 +232,11 @@ TEST_F(VulkanTrainingOps, CopyTakesOperandsInsideBuffers) {
     ASSERT_TRUE(s.ok()) << s.to_string();
   }
   EXPECT_EQ(0, std::memcmp(x.data() + 100, got.data() + 50, 300 * sizeof(float)));
-  for (int64_t i = 0; i < n; ++i)
-    if (i < 50 || i >= 350) ASSERT_EQ(got[i], 1.0f) << "index " << i << " outside the copy was written";
+  for (int64_t i = 0; i < n; ++i) {
+    if (i < 50 || i >= 350) {
+      ASSERT_EQ(got[i], 1.0f) << "index " << i << " outside the copy was written";
+    }
+  }
   const auto lock = b.lock();
   ASSERT_TRUE(b.begin().ok());
   DeviceVectors d{b, {}};

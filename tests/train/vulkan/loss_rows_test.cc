@@ -86,6 +86,27 @@ ModelParams stale_gradients(const ModelConfig& c) {
   return g;
 }
 
+// reserve() holds the n_out rows' hidden states and one chunk's rows, their gradient and logits (what the plan
+// counts), not the n_out rows' logits; the default chunk is 256 MiB of logits in rows of 64.
+TEST(DeviceLossRows, ReserveHoldsOneChunkOfLogits) {
+  EXPECT_EQ(DeviceLossRows::default_chunk_rows(152064), 384);
+  EXPECT_EQ(DeviceLossRows::default_chunk_rows(4096), 16384);
+  EXPECT_EQ(DeviceLossRows::default_chunk_rows(int64_t{1} << 24), 64) << "at least 64 rows";
+  Devices d;
+  ASSERT_NE(d.backend, nullptr);
+  const ModelConfig c = testing::vulkan_test_config(4, 2, 16, 96);
+  const int64_t n_out = 100, E = c.n_embd, V = c.n_vocab;
+  DeviceLossRows rows;
+  rows.set_chunk_rows(kForcedChunk);
+  const int64_t before = d.backend->counters().device_bytes;
+  ASSERT_TRUE(rows.reserve(d.dev, c, n_out).ok());
+  const int64_t held = d.backend->counters().device_bytes - before;
+  const int64_t want = (n_out * E + kForcedChunk * (2 * E + V)) * 4;
+  EXPECT_GE(held, want);
+  EXPECT_LE(held, want + 4 * 256) << "more than one chunk's buffers (a few words of alignment each)";
+  EXPECT_LT(held, n_out * V * 4) << "the rows' logits";
+}
+
 // Two micro-batches (the first written over stale gradients, the second added, scaled by 1/2) on the CPU and on the
 // device with one chunk and with 3-row chunks: the losses and every gradient. The chunks change only the order of
 // the lm_head gradient's sums over rows (and which GEMM kernel a chunk of <= 8 rows takes), so against one chunk
