@@ -1,6 +1,7 @@
 // Model::backward against PyTorch autograd on tests/reference/dream_ref.py (fixtures from
 // make_grad_fixtures.py): the masked-diffusion loss and every parameter gradient of a tiny random
-// checkpoint, for a plain and a left-padded batch; plus training mode leaving the forward unchanged.
+// checkpoint, for a plain and a left-padded batch; plus training mode leaving the forward unchanged, and the
+// backward started after the lm_head (BackwardFrom::hidden) equal to the one started at the logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <tuple>
 
 #include "fixtures.h"
 #include "grad_case.h"
@@ -216,6 +218,51 @@ TEST_P(GradParity, OverwriteEqualsAddIntoZeros) {
         const auto& want = added.tensors()[i];
         ASSERT_EQ(0, std::memcmp(want.data, written.tensors()[i].data, want.size * sizeof(float))) << want.name;
       }
+    }
+  }
+}
+
+// Backward started after the head (BackwardFrom::hidden: the caller ran Model::lm_head_backward, as a device trainer
+// does chunk by chunk) gives backward(dlogits)'s gradients bit for bit when the head's backward runs over every row,
+// tied and untied, written over NaNs; over two chunks of rows (the lm_head's dW written, then added) within f32
+// rounding.
+TEST_P(GradParity, StartedAfterTheHeadEqualsStartedAtTheLogits) {
+  const auto cases = testing::load_json((kDir / "grad_cases.json").string());
+  const auto& c = cases[1];  // left-padded
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelConfig cfg = cfg_;
+    cfg.tie_word_embeddings = tied;
+    auto params = ModelParams::from_weights(cfg, params_.weights());
+    ASSERT_TRUE(params.ok()) << params.status().message();
+    const auto model = Model::from_weights(cfg, params->weights(), nullptr);
+    const GradCase k = make_grad_case(c, static_cast<int32_t>(cfg.mask_token_id));
+    const ForwardBatch fb = k.batch();
+    const int64_t n_out = fb.n_out, V = cfg.n_vocab, E = cfg.n_embd;
+    ASSERT_GE(n_out, 3);
+    std::vector<float> dlogits(n_out * V), dhidden(n_out * E);
+    Activations acts;
+    ASSERT_TRUE(model->forward(ctx_, fb, dlogits.data(), nullptr, &acts).ok());
+    cross_entropy(ctx_, dlogits.data(), k.targets.data(), k.weights.data(), n_out, V, dlogits.data());
+    ModelParams want = ModelParams::zeros(cfg), whole = ModelParams::zeros(cfg), chunked = ModelParams::zeros(cfg);
+    for (ModelParams* g : {&want, &whole, &chunked}) std::fill(g->data(), g->data() + g->n_values(), std::nanf(""));
+    ASSERT_TRUE(model->backward(ctx_, acts, dlogits.data(), want.spans(), nullptr, GradWrite::kOverwrite).ok());
+    model->lm_head_backward(ctx_, acts.final_norm, n_out, dlogits.data(), dhidden.data(), whole.spans().output.data(),
+                            GradWrite::kOverwrite);
+    ASSERT_TRUE(model->backward(ctx_, acts, BackwardFrom::hidden(dhidden.data()), whole.spans(), nullptr,
+                                GradWrite::kOverwrite).ok());
+    const int64_t first = n_out / 2;  // rows [0, first), then [first, n_out)
+    for (const auto& [r0, n, write] : {std::tuple{int64_t{0}, first, GradWrite::kOverwrite},
+                                       std::tuple{first, n_out - first, GradWrite::kAdd}})
+      model->lm_head_backward(ctx_, acts.final_norm + r0 * E, n, dlogits.data() + r0 * V, dhidden.data() + r0 * E,
+                              chunked.spans().output.data(), write);
+    ASSERT_TRUE(model->backward(ctx_, acts, BackwardFrom::hidden(dhidden.data()), chunked.spans(), nullptr,
+                                GradWrite::kOverwrite).ok());
+    for (size_t i = 0; i < want.tensors().size(); ++i) {
+      const auto& w = want.tensors()[i];
+      ASSERT_EQ(0, std::memcmp(w.data, whole.tensors()[i].data, w.size * sizeof(float))) << w.name;
+      const double d = grad_rel_diff(chunked.tensors()[i].data, w.data, w.size);
+      EXPECT_LE(d, 1e-6) << w.name << ": two chunks of the head's rows, |Δ|/|g| = " << d;
     }
   }
 }
