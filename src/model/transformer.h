@@ -218,6 +218,14 @@ class Model {
   // Errors as backward()'s.
   Status backward_lora(const Context& ctx, Activations& acts, BackwardFrom from, const LoraWeights& lora,
                        const LoraGrads& grads, const ModelWeights* transposed = nullptr) const;
+  // backward() and backward_lora() of a device step whose caller runs them together with what it recorded before
+  // (a device trainer's chunked head: train/device_training.h DeviceLossRows): records the backward into
+  // ctx.backend's open submission — the caller holds its lock() and has called begin(); its finish() runs it.
+  // Same checks and errors (a device context only).
+  Status record_backward(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
+                         GradWrite write) const;
+  Status record_backward_lora(const Context& ctx, Activations& acts, BackwardFrom from, const LoraWeights& lora,
+                              const LoraGrads& grads) const;
 
  private:
   Model(std::shared_ptr<const Checkpoint> checkpoint, std::shared_ptr<const void> storage, ModelConfig config,
@@ -255,9 +263,6 @@ class Model {
   // Over parts stacked (forward_hidden_parts, on either device); training mode: one part.
   Status forward_body(const Context& ctx, std::span<const ForwardBatch> parts, float* hidden,
                       const ForwardObserver* observer, Activations* train) const;
-  // backward() on a device (ctx.device != kCpu): records backward_body into ctx.backend and runs it.
-  Status backward_on_device(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
-                            GradWrite write) const;
   // grads null: a frozen base (backward_lora); lora / lora_grads: the adapters and their gradients, or null.
   Status backward_body(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans* grads,
                        const LoraWeights* lora, const LoraGrads* lora_grads, const ModelWeights* transposed,

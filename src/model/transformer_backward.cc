@@ -18,7 +18,12 @@ namespace dc {
 Status Model::backward(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
                        const ModelWeights* transposed, GradWrite write) const {
   const ProfileScope profile(ctx, "backward");
-  if (ctx.device != Device::kCpu) return backward_on_device(ctx, acts, from, grads, write);
+  if (ctx.device != Device::kCpu) {
+    const std::unique_lock<std::mutex> lock = ctx.backend->lock();
+    DC_RETURN_IF_ERROR(ctx.backend->begin());
+    DC_RETURN_IF_ERROR(record_backward(ctx, acts, from, grads, write));
+    return ctx.backend->finish();
+  }
   Workspace own_workspace;  // without ctx.workspace, this call's scratch (freed on return)
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;
@@ -31,15 +36,21 @@ Status Model::backward(const Context& ctx, Activations& acts, BackwardFrom from,
   }
 }
 
-Status Model::backward_on_device(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
-                                GradWrite write) const {
+Status Model::record_backward(const Context& ctx, Activations& acts, BackwardFrom from, const ModelSpans& grads,
+                              GradWrite write) const {
+  DC_CHECK(ctx.device != Device::kCpu, "Model::record_backward: a device context");
   if (grads.on_layer_done || grads.on_head_done)
     return invalid_argument("backward: the per-layer gradient hooks (ZeRO-2 over ranks) run on the CPU only; a device's "
                             "backward writes the whole gradients (one device per process for now)");
-  const std::unique_lock<std::mutex> lock = ctx.backend->lock();
-  DC_RETURN_IF_ERROR(ctx.backend->begin());
-  DC_RETURN_IF_ERROR(backward_body(ctx, acts, from, &grads, nullptr, nullptr, nullptr, write));
-  return ctx.backend->finish();
+  return backward_body(ctx, acts, from, &grads, nullptr, nullptr, nullptr, write);
+}
+
+Status Model::record_backward_lora(const Context& ctx, Activations& acts, BackwardFrom from, const LoraWeights& lora,
+                                   const LoraGrads& grads) const {
+  DC_CHECK(ctx.device != Device::kCpu, "Model::record_backward_lora: a device context");
+  if (lora.layers.size() != weights_.layers.size() || grads.layers.size() != weights_.layers.size())
+    return invalid_argument("backward_lora: the adapters or their gradients are not shaped like this model's layers");
+  return backward_body(ctx, acts, from, nullptr, &lora, &grads, nullptr, GradWrite::kAdd);  // the adapters uploaded
 }
 
 namespace {
@@ -100,14 +111,14 @@ int64_t Model::backward_bytes(int64_t T, int64_t n_out, bool recompute, bool fro
 Status Model::backward_lora(const Context& ctx, Activations& acts, BackwardFrom from, const LoraWeights& lora,
                             const LoraGrads& grads, const ModelWeights* transposed) const {
   const ProfileScope profile(ctx, "backward");
-  if (lora.layers.size() != weights_.layers.size() || grads.layers.size() != weights_.layers.size())
-    return invalid_argument("backward_lora: the adapters or their gradients are not shaped like this model's layers");
   if (ctx.device != Device::kCpu) {  // grads: device operands (DeviceLora); the adapters uploaded by the forward
     const std::unique_lock<std::mutex> lock = ctx.backend->lock();
     DC_RETURN_IF_ERROR(ctx.backend->begin());
-    DC_RETURN_IF_ERROR(backward_body(ctx, acts, from, nullptr, &lora, &grads, nullptr, GradWrite::kAdd));
+    DC_RETURN_IF_ERROR(record_backward_lora(ctx, acts, from, lora, grads));
     return ctx.backend->finish();
   }
+  if (lora.layers.size() != weights_.layers.size() || grads.layers.size() != weights_.layers.size())
+    return invalid_argument("backward_lora: the adapters or their gradients are not shaped like this model's layers");
   Workspace own_workspace;
   Context with_ws = ctx;
   if (with_ws.workspace == nullptr) with_ws.workspace = &own_workspace;

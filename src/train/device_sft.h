@@ -19,7 +19,8 @@ struct LossTimes;
 // loss_and_grads (train/trainer.h) on the device: the training forward of `batch`, the lm_head on its loss
 // rows, the weighted cross-entropy with weights·grad_scale (so dlogits are scaled: within rounding of the
 // CPU's scaling after) and the head's backward in chunks of rows (DeviceLossRows: one chunk's logits on the device
-// at a time), and Model::backward from the rows' gradient, adding (kAdd) or writing (kOverwrite) device.grads().
+// at a time), and Model::backward from the rows' gradient (one submission with the head: Model::record_backward),
+// adding (kAdd) or writing (kOverwrite) device.grads().
 // Returns the loss (unscaled: the device's sum ÷ grad_scale), downloaded.
 Result<double> device_loss_and_grads(const Context& ctx, const Model& model, const MaskedBatch& batch, float grad_scale,
                                      Activations& acts, GradWrite write, LossTimes* times, DeviceTraining& device);

@@ -67,7 +67,7 @@ float* DeviceLossRows::hidden() const { return as_operand(hidden_->data()); }
 
 Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& model, int64_t n_out, const int32_t* targets,
                                               const float* weights, const HeadGrad* backward, float* ce_host,
-                                              float* loss_host) {
+                                              float* loss_host, const std::function<Status()>& then) {
   const ModelConfig& c = model.config();
   const int64_t E = c.n_embd, V = c.n_vocab, chunk = std::min(n_out, chunk_rows(c));
   DC_CHECK(ctx.device != Device::kCpu, "DeviceLossRows: a device context");
@@ -105,6 +105,7 @@ Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& m
     copy_floats(ctx, drows, k * E, hidden() + r0 * E);  // the chunk's rows of hidden() are not read again
   }
   sum_floats(ctx, losses, n_chunks, sum);
+  if (then) DC_RETURN_IF_ERROR(then());
   if (loss_host != nullptr) ctx.backend->copy_out("train.loss", as_device(static_cast<const float*>(sum)), loss_host, sizeof(float));
   if (ce_host != nullptr)
     ctx.backend->copy_out("train.ce", as_device(static_cast<const float*>(ce)), ce_host, n_out * static_cast<int64_t>(sizeof(float)));

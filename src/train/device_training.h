@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,9 +82,12 @@ class DeviceLossRows {
   // of hidden() overwritten by ∂loss/∂hidden (the start of Model::backward(BackwardFrom::hidden(hidden()))) and the
   // lm_head's gradient as backward->dw says. Downloads each row's unweighted CE into ce_host[n_out] (may be null)
   // and Σ weights·CE into *loss_host (may be null): the chunks' f32 sums added in order on the device. targets and
-  // weights are host arrays [n_out]. A device context.
+  // weights are host arrays [n_out]. `then` (may be empty) records more work into the same submission after the
+  // chunks (Model::record_backward from the rows' gradient: the head and the backward one submission); its error
+  // is returned. A device context.
   Status head_and_cross_entropy(const Context& ctx, const Model& model, int64_t n_out, const int32_t* targets,
-                                const float* weights, const HeadGrad* backward, float* ce_host, float* loss_host);
+                                const float* weights, const HeadGrad* backward, float* ce_host, float* loss_host,
+                                const std::function<Status()>& then = {});
 
  private:
   std::unique_ptr<DeviceMemory> hidden_, chunk_hidden_, chunk_dhidden_, logits_;

@@ -343,8 +343,8 @@ Result<GrpoLossResult> grpo_loss_and_grads(const Context& ctx, const Model& mode
 namespace {
 
 // grpo_loss_and_device_grads' loss on the device (the forward adds `lora`, null: the model's own), then
-// backward(from the rows' hidden gradient) after the head's (`head`'s gradient); no_rows() instead without scored
-// rows.
+// backward(from the rows' hidden gradient), recorded in the submission of the head's second pass (`head`'s
+// gradient); no_rows() instead without scored rows.
 template <class Backward, class NoRows>
 Result<GrpoLossResult> device_grpo_loss_then(const Context& ctx, const Model& model, const GrpoLossInputs& in,
                                              const GrpoLossOptions& o, float grad_scale, const LoraWeights* lora,
@@ -370,8 +370,7 @@ Result<GrpoLossResult> device_grpo_loss_then(const Context& ctx, const Model& mo
                                                     ce.data(), nullptr));
   GrpoLossResult res = coupled_loss(in, o, ce, grad_scale, &w);
   DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), w.data(), &head, nullptr,
-                                                    nullptr));
-  DC_RETURN_IF_ERROR(backward(BackwardFrom::hidden(scratch.hidden())));
+                                                    nullptr, [&] { return backward(BackwardFrom::hidden(scratch.hidden())); }));
   return res;
 }
 
@@ -382,7 +381,7 @@ Result<GrpoLossResult> grpo_loss_and_device_grads(const Context& ctx, const Mode
                                                   Activations& acts, GradWrite write) {
   return device_grpo_loss_then(
       ctx, model, in, o, grad_scale, nullptr, device.rows(), {device.grads().spans().output.data(), write}, acts,
-      [&](BackwardFrom from) { return model.backward(ctx, acts, from, device.grads().spans(), nullptr, write); },
+      [&](BackwardFrom from) { return model.record_backward(ctx, acts, from, device.grads().spans(), write); },
       [&] { return write == GradWrite::kOverwrite ? device.grads().zero(ctx) : Status(); });  // zeros to write
 }
 
@@ -391,7 +390,7 @@ Result<GrpoLossResult> grpo_loss_and_device_lora_grads(const Context& ctx, const
                                                        DeviceLoraTraining& device, Activations& acts) {
   return device_grpo_loss_then(
       ctx, model, in, o, grad_scale, &lora, device.rows(), {}, acts,  // the head frozen
-      [&](BackwardFrom from) { return model.backward_lora(ctx, acts, from, lora, device.grads().grads()); },
+      [&](BackwardFrom from) { return model.record_backward_lora(ctx, acts, from, lora, device.grads().grads()); },
       [] { return Status(); });
 }
 
