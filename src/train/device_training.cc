@@ -58,7 +58,7 @@ int64_t DeviceLossRows::chunk_rows(const ModelConfig& config) const {
 Status DeviceLossRows::reserve(const Context& ctx, const ModelConfig& config, int64_t n_out) {
   const int64_t rows = std::max<int64_t>(n_out, 1), chunk = std::min(rows, chunk_rows(config)), E = config.n_embd;
   DC_RETURN_IF_ERROR(ensure(ctx, hidden_, hidden_floats_, rows * E, "the loss rows' hidden states"));
-  DC_RETURN_IF_ERROR(ensure(ctx, chunk_hidden_, chunk_hidden_floats_, chunk * E, "a chunk of the loss rows' hidden states"));
+  DC_RETURN_IF_ERROR(ensure(ctx, chunk_hidden_, chunk_hidden_floats_, chunk * E, "a chunk of the loss rows' hidden"));
   DC_RETURN_IF_ERROR(ensure(ctx, chunk_dhidden_, chunk_dhidden_floats_, chunk * E, "a chunk of the loss rows' gradient"));
   return ensure(ctx, logits_, logits_floats_, chunk * config.n_vocab, "a chunk of the loss rows' logits");
 }
@@ -71,16 +71,17 @@ Status DeviceLossRows::head_and_cross_entropy(const Context& ctx, const Model& m
   const ModelConfig& c = model.config();
   const int64_t E = c.n_embd, V = c.n_vocab, chunk = std::min(n_out, chunk_rows(c));
   DC_CHECK(ctx.device != Device::kCpu, "DeviceLossRows: a device context");
-  DC_CHECK(n_out > 0 && hidden_floats_ >= n_out * E && logits_floats_ >= chunk * V, "DeviceLossRows: reserve() the rows first");
+  DC_CHECK(n_out > 0 && hidden_floats_ >= n_out * E && logits_floats_ >= chunk * V,
+           "DeviceLossRows: reserve() the rows first");
   const int64_t n_chunks = (n_out + chunk - 1) / chunk;
   float* const rows = as_operand(chunk_hidden_->data());    // [chunk, E] the chunk's hidden rows
   float* const drows = as_operand(chunk_dhidden_->data());  // [chunk, E] their gradient
   float* const logits = as_operand(logits_->data());        // [chunk, V] the chunk's logits, then dlogits
   const std::unique_lock<std::mutex> lock = ctx.backend->lock();
   DC_RETURN_IF_ERROR(ctx.backend->begin());
-  // The rows' inputs (uploaded whole) and what the chunks' own operands are copied from and into: every op but the
-  // copies takes operands that start a buffer (ops/device.h).
-  const auto* all_targets = reinterpret_cast<const float*>(device_copy(ctx, "train.targets", targets, n_out));  // int32 words
+  // The rows' inputs (uploaded whole; the targets' int32 words copied as words) and what the chunks' own operands
+  // are copied from and into: every op but the copies takes operands that start a buffer (ops/device.h).
+  const auto* all_targets = reinterpret_cast<const float*>(device_copy(ctx, "train.targets", targets, n_out));
   const float* all_weights = device_copy(ctx, "train.loss_weights", weights, n_out);
   float* chunk_targets = device_floats(ctx, "train.chunk_targets", chunk);  // [chunk] int32 words
   float* chunk_weights = device_floats(ctx, "train.chunk_weights", chunk);

@@ -369,8 +369,9 @@ Result<GrpoLossResult> device_grpo_loss_then(const Context& ctx, const Model& mo
   DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), ones.data(), nullptr,
                                                     ce.data(), nullptr));
   GrpoLossResult res = coupled_loss(in, o, ce, grad_scale, &w);
+  const auto then = [&] { return backward(BackwardFrom::hidden(scratch.hidden())); };
   DC_RETURN_IF_ERROR(scratch.head_and_cross_entropy(ctx, model, n_out, rows.targets.data(), w.data(), &head, nullptr,
-                                                    nullptr, [&] { return backward(BackwardFrom::hidden(scratch.hidden())); }));
+                                                    nullptr, then));
   return res;
 }
 

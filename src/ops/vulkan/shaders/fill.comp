@@ -10,5 +10,6 @@ layout(std430, binding = 1) writeonly buffer O { uint o[]; };
 layout(push_constant) uniform Push { uint count; uint a_offset; uint o_offset; } p;
 
 void main() {
-  for (uint e = gl_GlobalInvocationID.x; e < p.count; e += gl_NumWorkGroups.x * 256u) o[p.o_offset + e] = OP == 0 ? a[p.a_offset + e] : 0u;
+  for (uint e = gl_GlobalInvocationID.x; e < p.count; e += gl_NumWorkGroups.x * 256u)
+    o[p.o_offset + e] = OP == 0 ? a[p.a_offset + e] : 0u;
 }
