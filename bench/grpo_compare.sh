@@ -32,10 +32,11 @@ if [[ " ${SIDES:-dc torch} " == *" dc "* ]]; then
 echo "== diffucoder grpo [$(uptime | sed 's/.*load average/load average/')]" >&2
 rm -rf "$out/dc-run"
 # Two optimizer steps = one round; --exit-after-step 2 ends the process right after the second step's
-# metrics line, before the final checkpoint (GBs of disk writes that are no part of a step).
+# metrics line, before the final checkpoint (GBs of disk writes that are no part of a step). The rewards are
+# scored before the log-probs (--no-overlap-rewards), so that each part's seconds are its own.
 /usr/bin/time -v "$bin" grpo --model "$model" --data "$out/data.jsonl" --out "$out/dc-run" --num-generations "$G" \
   --max-completion-length "$new" --diffusion-steps "$k" --grad-accum "$acc" --steps 2 --threads "$threads" \
-  --exit-after-step 2 2> "$out/dc.log" || true
+  --no-overlap-rewards --exit-after-step 2 2> "$out/dc.log" || true
 if [[ $(wc -l < "$out/dc-run/metrics.jsonl" 2>/dev/null || echo 0) != 2 ]]; then
   echo "diffucoder grpo did not finish its two steps (killed? out of memory?):" >&2; tail -n 30 "$out/dc.log" >&2; exit 1
 fi

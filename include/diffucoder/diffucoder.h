@@ -589,6 +589,13 @@ struct GrpoConfig {
   float temperature = 1.0f;            // [0, 100]
   float top_p = 0.95f;                 // [0, 1]
   bool fast = false;
+  // A round's rollouts are generated generation_batch_size completions at a time (the recipe's
+  // generation_batch_size: a multiple of num_generations, in [0, 1048576]; 0: all of a rank's round in one
+  // generation), and with overlap_rewards each chunk's rewards are scored on a worker thread while the next chunk
+  // is generated and the round's old and reference log-probs are computed; false scores each chunk before going
+  // on. The same results either way (bit for bit); only the wall time differs.
+  int64_t generation_batch_size = 0;
+  bool overlap_rewards = true;
   // The optimizer (AdamW) and its schedule; warmup steps = ceil(warmup_ratio · steps) (Hugging Face's rule).
   double lr = 1e-6, min_lr_ratio = 0.1, warmup_ratio = 1e-4, weight_decay = 0.1, max_grad_norm = 0.2;
   std::string lr_schedule = "cosine";  // "constant" | "linear" | "cosine"

@@ -4,7 +4,9 @@
 // sandbox) that `diffucoder grpo` ran before it was built on this facade, the ranks from Ranks (api/ranks.h).
 #include <diffucoder/diffucoder.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -19,6 +21,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_data.h"
 #include "train/grpo_trainer.h"
+#include "train/reward_scorer.h"
 #include "train/rewards.h"
 #include "train/rng.h"
 #include "train/rollout.h"
@@ -65,6 +68,10 @@ dc::Status check_grpo_rollout_fields(const GrpoConfig& c) {
                                       static_cast<double>(c.test_memory_bytes)));
   DC_RETURN_IF_ERROR(check_grpo_range(c.test_max_processes >= 1, "test_max_processes", "at least 1",
                                       static_cast<double>(c.test_max_processes)));
+  DC_RETURN_IF_ERROR(check_grpo_range(c.generation_batch_size >= 0 && c.generation_batch_size <= (int64_t{1} << 20) &&
+                                          c.generation_batch_size % std::max<int64_t>(c.num_generations, 1) == 0,
+                                      "generation_batch_size", "a multiple of num_generations in [0, 1048576] (0: a round at once)",
+                                      static_cast<double>(c.generation_batch_size)));
   if (c.reward_program.size() > 64 || (!c.reward_program.empty() && c.reward_program[0].empty()))
     return dc::invalid_argument("reward_program: an executable's path and at most 63 arguments, got " +
                                 std::to_string(c.reward_program.size()) + " entries" +
@@ -180,37 +187,62 @@ std::vector<GrpoRewardStats> rewards_of(const dc::train::RewardBatch& rw) {
   return out;
 }
 
-// One round's rollouts of this rank's prompts: generated from the policy (seeded by `seed` and the round),
-// scored in the sandbox, laid out as the trainer's batch (with the prompts' padding mask); each reward's
-// statistics into *round_rewards.
+// How a round's rollouts are cut and scored: prompts per generation (0: all of the rank's at once) and whether
+// the rewards of a chunk are scored on a worker thread while the next chunk is generated and the trainer
+// computes the round's log-probs (the same scores either way).
+struct RolloutPlan {
+  int64_t chunk_prompts = 0;
+  bool overlap = true;
+};
+
+// One round's rollouts of this rank's prompts: generated from the policy chunk by chunk (chunk c of round r
+// seeded by (seed, r, c)), each chunk's completions handed to a RewardScorer as soon as they exist, laid out
+// as the trainer's batch (with the prompts' padding mask); the scores come through Rollout::await_rewards,
+// with each reward's statistics into *round_rewards.
 dc::train::RolloutFn make_rollout_fn(const dc::train::GrpoDataset& ds, const dc::Tokenizer& tok,
                                      const dc::train::RolloutOptions& ro, uint64_t seed,
-                                     const dc::train::RewardOptions& rewards,
+                                     const dc::train::RewardOptions& rewards, RolloutPlan plan,
                                      std::vector<GrpoRewardStats>* round_rewards) {
-  return [&ds, &tok, ro, seed, rewards, round_rewards](
+  return [&ds, &tok, ro, seed, rewards, plan, round_rewards](
              const dc::Context& ctx, const dc::Model& policy, int64_t round,
              const std::vector<int64_t>& prompts) -> dc::Result<dc::train::Rollout> {
-    std::vector<std::vector<int32_t>> ids;
-    std::vector<const dc::train::GrpoExample*> examples;
-    for (int64_t p : prompts) ids.push_back(ds.examples[p].prompt_ids), examples.push_back(&ds.examples[p]);
-    DC_ASSIGN_OR_RETURN(dc::train::RolloutBatch rb,
-                        dc::train::generate_rollouts(ctx, policy, tok, ids, ro,
-                                                     dc::train::hash_counters(seed, 0x726f6c6c, round)));
-    DC_ASSIGN_OR_RETURN(std::vector<dc::train::RewardInput> inputs, dc::train::reward_inputs(rb, examples));
-    DC_ASSIGN_OR_RETURN(dc::train::RewardBatch rw, dc::train::score_completions(inputs, rewards));
-    *round_rewards = rewards_of(rw);
+    auto scorer = std::make_shared<dc::train::RewardScorer>(rewards, plan.overlap);
+    const size_t n = prompts.size();
+    const size_t per = plan.chunk_prompts > 0 ? std::min(n, static_cast<size_t>(plan.chunk_prompts)) : n;
+    dc::train::RolloutBatch rb;
+    for (size_t begin = 0; begin < n; begin += per) {
+      const size_t end = std::min(n, begin + per);
+      std::vector<std::vector<int32_t>> ids;
+      std::vector<const dc::train::GrpoExample*> examples;
+      for (size_t i = begin; i < end; ++i)
+        ids.push_back(ds.examples[prompts[i]].prompt_ids), examples.push_back(&ds.examples[prompts[i]]);
+      DC_ASSIGN_OR_RETURN(dc::train::RolloutBatch chunk,
+                          dc::train::generate_rollouts(ctx, policy, tok, ids, ro,
+                                                       dc::train::hash_counters(seed, 0x726f6c6c, round, begin / per)));
+      DC_ASSIGN_OR_RETURN(std::vector<dc::train::RewardInput> inputs, dc::train::reward_inputs(chunk, examples));
+      DC_RETURN_IF_ERROR(scorer->submit(std::move(inputs), "round " + std::to_string(round) + "'s completions of its prompts " +
+                                                               std::to_string(begin) + "-" + std::to_string(end - 1)));
+      DC_RETURN_IF_ERROR(dc::train::append_rollouts(rb, std::move(chunk), ro.sampling.pad_token_id));
+    }
     dc::train::Rollout r;
     r.batch.n_batch = rb.n_rows, r.batch.n_prompt = rb.prompt_width, r.batch.n_completion = rb.completion_length;
     r.batch.prompt_ids = std::move(rb.prompt_ids);
     r.batch.prompt_mask = std::move(rb.prompt_mask);  // the scoring forward masks the pads as the rollout did
     r.batch.completion_ids = std::move(rb.completion_ids);
     r.batch.completion_mask = std::move(rb.completion_mask);
-    r.rewards = rw.total;
-    r.metrics = {{"pass_rate", rw.pass_rate()},
-                 {"format_rate", rw.format_rate()},
-                 {"rollout_tokens_per_s", rb.tokens_per_second()},
-                 {"generate_seconds", rb.seconds},
-                 {"reward_seconds", rw.seconds}};
+    r.await_rewards = [scorer, round_rewards, tokens_per_second = rb.tokens_per_second(),
+                       generate_seconds = rb.seconds](dc::train::Rollout& r) -> dc::Status {
+      DC_ASSIGN_OR_RETURN(dc::train::RewardBatch rw, scorer->finish());
+      *round_rewards = rewards_of(rw);
+      r.rewards = rw.total;
+      r.metrics = {{"pass_rate", rw.pass_rate()},
+                   {"format_rate", rw.format_rate()},
+                   {"rollout_tokens_per_s", tokens_per_second},
+                   {"generate_seconds", generate_seconds},
+                   {"reward_seconds", rw.seconds},
+                   {"reward_wait_seconds", scorer->wait_seconds()}};
+      return dc::Status();
+    };
     return r;
   };
 }
@@ -267,6 +299,7 @@ Result<std::unique_ptr<GrpoTrainer>> GrpoTrainer::create(const GrpoConfig& c) {
     DC_RETURN_IF_ERROR(dc::api::open_rank_device(c.device, impl->comm, &impl->backend, &ctx));
     DC_ASSIGN_OR_RETURN(impl->trainer, dc::train::GrpoTrainer::create(
                                            o, ctx, make_rollout_fn(impl->data, *impl->tokenizer, ro, seed, rewards,
+                                                                {c.generation_batch_size / c.num_generations, c.overlap_rewards},
                                                                 &impl->round_rewards)));
     return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(std::move(impl)));
   }());

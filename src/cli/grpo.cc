@@ -26,7 +26,7 @@ namespace {
 struct GrpoArgs {
   diffucoder::GrpoConfig config;
   std::string precision = "bf16";  // also "auto" (= bf16), as the other commands' --precision
-  bool no_random_masking = false, quiet = false;
+  bool no_random_masking = false, no_overlap_rewards = false, quiet = false;
   int64_t exit_after = 0;  // tests: _exit(137) right after this step, as a kill would
   double dist_timeout = 600;
 };
@@ -68,10 +68,11 @@ diffucoder::Status run_steps(const GrpoArgs& a, diffucoder::GrpoTrainer& t, int 
       const double eta = *seconds / static_cast<double>(*done_here) * static_cast<double>(t.steps() - s->step);
       std::fprintf(stderr,
                    "step %5lld/%lld  reward %.3f ± %.3f  pass %s  format %s  kl %.4f  clip %.3f  loss %.4f  |g| %.3e  "
-                   "lr %.2e  rollout %s tok/s  ETA %.0f s\n",
+                   "lr %.2e  rollout %s tok/s  rewards %s s (%s s waited)  ETA %.0f s\n",
                    (long long)s->step, (long long)t.steps(), s->reward_mean, s->reward_std,
                    metric(*s, "pass_rate").c_str(), metric(*s, "format_rate").c_str(), s->kl, s->clip_fraction, s->loss,
-                   s->grad_norm, s->lr, metric(*s, "rollout_tokens_per_s").c_str(), eta);
+                   s->grad_norm, s->lr, metric(*s, "rollout_tokens_per_s").c_str(), metric(*s, "reward_seconds").c_str(),
+                   metric(*s, "reward_wait_seconds").c_str(), eta);
     }
     if (a.exit_after > 0 && s->step == a.exit_after) std::_Exit(137);
   }
@@ -99,7 +100,7 @@ int finish_run(const GrpoArgs& a, diffucoder::GrpoTrainer& t, const diffucoder::
 int run_grpo(GrpoArgs& a, diffucoder::Ranks& ranks) {
   diffucoder::GrpoConfig& c = a.config;
   c.ranks = &ranks;
-  c.random_masking = !a.no_random_masking;
+  c.random_masking = !a.no_random_masking, c.overlap_rewards = !a.no_overlap_rewards;
   if (ranks.rank() != 0) a.quiet = true;  // progress from rank 0 only
   auto precision = parse_matmul_precision(a.precision);
   if (!precision.ok()) return usage_error(precision.status());
@@ -147,6 +148,11 @@ RunFn add_grpo_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--fast", o.fast, "Faster, APPROXIMATE rollouts: block decoding with a dual KV cache and threshold "
                                    "commits (not the policy's own distribution; the loss still scores exactly)");
+  cmd->add_option("--generation-batch-size", o.generation_batch_size,
+                  "Completions per generation, a multiple of --num-generations (0: a rank's round at once)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_flag("--no-overlap-rewards", a->no_overlap_rewards, "Score each chunk's rewards before generating the next and "
+                "before the round's log-probs (the same results, slower; default: on a worker thread meanwhile)");
   add_optimizer_flags(cmd, {&o.lr, &o.lr_schedule, &o.min_lr_ratio, &o.beta1, &o.beta2, &o.adam_eps, &o.weight_decay,
                             &o.max_grad_norm});
   cmd->add_option("--warmup-ratio", o.warmup_ratio, "Warmup steps / steps")->capture_default_str()->check(CLI::Range(0.0, 1.0));

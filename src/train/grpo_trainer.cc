@@ -209,45 +209,13 @@ Status GrpoTrainer::start_round() {
   DC_ASSIGN_OR_RETURN(Rollout r, rollout_(ctx_, *policy, round, prompts));
   round_stats_ = GrpoStepStats{};
   round_stats_.rollout_seconds = since(t0);
-  const int64_t n_local = per_rank * G, N = opt_.prompts_per_round * G, C = r.batch.n_completion;
-  if (r.batch.n_batch != n_local || static_cast<int64_t>(r.rewards.size()) != n_local)
-    return internal_error("GRPO rollout: " + std::to_string(r.batch.n_batch) + " completions and " +
-                          std::to_string(r.rewards.size()) + " rewards for " + std::to_string(n_local));
+  const int64_t n_local = per_rank * G, C = r.batch.n_completion;
+  if (r.batch.n_batch != n_local)
+    return internal_error("GRPO rollout: " + std::to_string(r.batch.n_batch) + " completions for " + std::to_string(n_local));
   if (!r.batch.prompt_mask.empty() && static_cast<int64_t>(r.batch.prompt_mask.size()) != n_local * r.batch.n_prompt)
     return internal_error("GRPO rollout: a prompt_mask of " + std::to_string(r.batch.prompt_mask.size()) +
                           " entries for " + std::to_string(n_local) + " prompts of " + std::to_string(r.batch.n_prompt));
   const auto t1 = Clock::now();
-  // The round's rewards, every rank's in rank order (the reference gathers them before grouping), the
-  // rollout metrics' means over ranks and the tokens generated; the metric count checked first, so that
-  // ranks whose rollouts disagree on it fail together instead of mismatching the gather.
-  DC_ASSIGN_OR_RETURN(const std::vector<double> rewards, gather(r.rewards));
-  const size_t n_metrics = r.metrics.size();
-  DC_ASSIGN_OR_RETURN(const std::vector<double> counts, gather({static_cast<double>(n_metrics)}));
-  for (double c : counts)
-    if (c != static_cast<double>(n_metrics))
-      return internal_error("GRPO rollout: the ranks' rollouts return different numbers of metrics");
-  std::vector<double> mine = {static_cast<double>(n_local * C)};
-  for (const auto& m : r.metrics) mine.push_back(m.second);
-  DC_ASSIGN_OR_RETURN(const std::vector<double> all, gather(mine));
-  round_stats_.metrics = r.metrics;
-  for (size_t j = 0; j < n_metrics; ++j) {
-    double total = 0;
-    for (int q = 0; q < ranks(); ++q) total += all[q * mine.size() + 1 + j];
-    round_stats_.metrics[j].second = total / ranks();
-  }
-  for (int q = 0; q < ranks(); ++q) round_stats_.rollout_tokens += static_cast<int64_t>(all[q * mine.size()]);
-  Result<std::vector<double>> advantages = leave_one_out_advantages(rewards, G, opt_.scale_rewards);
-  if (!advantages.ok())  // e.g. a reward beyond kMaxAbsReward: the round is not trained on
-    return invalid_argument("GRPO step " + std::to_string(state.step + 1) + " (round " + std::to_string(round) +
-                            "): " + advantages.status().message());
-  const std::vector<double>& all_adv = *advantages;
-  const std::vector<double> adv = slice(all_adv, rank() * n_local, n_local, 1);  // this rank's rows
-  double sum = 0, sq = 0;
-  for (double x : rewards) sum += std::isnan(x) ? 0 : x;
-  for (double x : rewards) sq += std::pow((std::isnan(x) ? 0 : x) - sum / N, 2);
-  round_stats_.reward_mean = sum / N;
-  round_stats_.reward_std = std::sqrt(sq / static_cast<double>(N - 1));
-
   // Mask seeds (spec §4.5 step 7): one per iteration, in [0, 4096), or 42 without random masking.
   std::vector<uint64_t> seeds(I, 42);
   if (opt_.random_masking)
@@ -276,7 +244,6 @@ Status GrpoTrainer::start_round() {
     m.batch.completion_ids = slice(r.batch.completion_ids, a * mb, mb, C);
     m.batch.completion_mask = slice(r.batch.completion_mask, a * mb, mb, C);
     if (!r.batch.prompt_mask.empty()) m.batch.prompt_mask = slice(r.batch.prompt_mask, a * mb, mb, P);  // the rollout's pads
-    m.advantages = slice(adv, a * mb, mb, 1);
     for (int64_t k = 0; k < I; ++k) {
       DC_ASSIGN_OR_RETURN(CoupledRows rows, coupled_rows(m.batch, draw_coupled_mask(mb, C, seeds[k]),
                                                          static_cast<int32_t>(config.mask_token_id), config.n_vocab,
@@ -294,7 +261,51 @@ Status GrpoTrainer::start_round() {
       m.ref_logps.push_back(std::move(ref));
     }
   }
+  // The rewards last: their scoring (Rollout::await_rewards) overlaps the passes above.
+  if (r.await_rewards) DC_RETURN_IF_ERROR(r.await_rewards(r));
+  DC_RETURN_IF_ERROR(round_advantages(r, round));
   round_stats_.score_seconds = since(t1);
+  return Status();
+}
+
+Status GrpoTrainer::round_advantages(const Rollout& r, int64_t round) {
+  const int64_t G = opt_.group_size, n_local = r.batch.n_batch, N = n_local * ranks(), C = r.batch.n_completion;
+  if (static_cast<int64_t>(r.rewards.size()) != n_local)
+    return internal_error("GRPO rollout: " + std::to_string(r.rewards.size()) + " rewards for " + std::to_string(n_local) +
+                          " completions");
+  // The round's rewards, every rank's in rank order (the reference gathers them before grouping), the
+  // rollout metrics' means over ranks and the tokens generated; the metric count checked first, so that
+  // ranks whose rollouts disagree on it fail together instead of mismatching the gather.
+  DC_ASSIGN_OR_RETURN(const std::vector<double> rewards, gather(r.rewards));
+  const size_t n_metrics = r.metrics.size();
+  DC_ASSIGN_OR_RETURN(const std::vector<double> counts, gather({static_cast<double>(n_metrics)}));
+  for (double c : counts)
+    if (c != static_cast<double>(n_metrics))
+      return internal_error("GRPO rollout: the ranks' rollouts return different numbers of metrics");
+  std::vector<double> mine = {static_cast<double>(n_local * C)};
+  for (const auto& m : r.metrics) mine.push_back(m.second);
+  DC_ASSIGN_OR_RETURN(const std::vector<double> all, gather(mine));
+  round_stats_.metrics = r.metrics;
+  for (size_t j = 0; j < n_metrics; ++j) {
+    double total = 0;
+    for (int q = 0; q < ranks(); ++q) total += all[q * mine.size() + 1 + j];
+    round_stats_.metrics[j].second = total / ranks();
+  }
+  for (int q = 0; q < ranks(); ++q) round_stats_.rollout_tokens += static_cast<int64_t>(all[q * mine.size()]);
+  Result<std::vector<double>> advantages = leave_one_out_advantages(rewards, G, opt_.scale_rewards);
+  if (!advantages.ok())  // e.g. a reward beyond kMaxAbsReward: the round is not trained on
+    return invalid_argument("GRPO step " + std::to_string(state().step + 1) + " (round " + std::to_string(round) +
+                            "): " + advantages.status().message());
+  const std::vector<double>& all_adv = *advantages;
+  const std::vector<double> adv = slice(all_adv, rank() * n_local, n_local, 1);  // this rank's rows
+  double sum = 0, sq = 0;
+  for (double x : rewards) sum += std::isnan(x) ? 0 : x;
+  for (double x : rewards) sq += std::pow((std::isnan(x) ? 0 : x) - sum / N, 2);
+  round_stats_.reward_mean = sum / N;
+  round_stats_.reward_std = std::sqrt(sq / static_cast<double>(N - 1));
+
+  const int64_t mb = n_local / static_cast<int64_t>(round_.size());
+  for (size_t a = 0; a < round_.size(); ++a) round_[a].advantages = slice(adv, static_cast<int64_t>(a) * mb, mb, 1);
   return Status();
 }
 
@@ -325,7 +336,11 @@ Result<GrpoStepStats> GrpoTrainer::step() {
     } else if (ctx_.device != Device::kCpu && device_ == nullptr) {  // the policy's weights, gradients and moments there
       DC_ASSIGN_OR_RETURN(device_, DeviceTraining::start(ctx_, *policy_model(), &core_, device_batch_shape(), opt_.loss.beta != 0));
     }
-    if (k == 0 || round_.empty()) DC_RETURN_IF_ERROR(start_round());
+    if (k == 0 || round_.empty()) {
+      const Status started = start_round();
+      if (!started.ok()) round_.clear();  // a round half prepared is not trained on
+      DC_RETURN_IF_ERROR(started);
+    }
     GrpoStepStats s = round_stats_;
     if (k != 0) s.rollout_tokens = 0, s.rollout_seconds = 0, s.score_seconds = 0;
     const auto t1 = Clock::now();

@@ -47,8 +47,14 @@ struct Rollout {
   std::vector<double> rewards;  // [N] total reward (NaN counts as 0)
   // Means over the round worth logging, e.g. {"pass_rate", 0.4}, {"format_rate", 0.9}.
   std::vector<std::pair<std::string, double>> metrics;
+  // Set when the rewards are still being scored (e.g. on a worker thread: RewardScorer): the trainer calls it
+  // once, after the round's old and reference log-probs (which need only the completions), and it waits for
+  // the scores and fills `rewards` and `metrics`. Destroying it uncalled (an error before) must wait for the
+  // scoring too, so that nothing outlives the round.
+  std::function<Status(Rollout&)> await_rewards;
 };
-// Generates and scores round `round`'s completions of `prompts` with `policy`. Must be a function of
+// Generates and scores (or starts scoring: Rollout::await_rewards) round `round`'s completions of `prompts`
+// with `policy`. Must be a function of
 // (its inputs, the seed it was made with): a resumed run calls it again for the round it restarts.
 // Data parallel: each rank calls its own with its share of the prompts; every rank's must return the same
 // metric names in the same order.
@@ -136,7 +142,10 @@ class GrpoTrainer {
 
  private:
   GrpoTrainer() = default;
-  Status start_round();  // rollout, advantages, rows, old and reference log-probs of round state_.step / I
+  Status start_round();  // rollout, rows, old and reference log-probs, then rewards and advantages of round state_.step / I
+  // The round's rewards gathered over the ranks, their statistics and the rollout metrics into round_stats_,
+  // the leave-one-out advantages into round_'s micro-batches.
+  Status round_advantages(const Rollout& r, int64_t round);
   bool lora() const { return opt_.lora.r > 0; }
   TrainState& state() { return lora() ? lora_core_.state() : core_.state(); }
   int rank() const { return opt_.comm == nullptr ? 0 : opt_.comm->rank(); }

@@ -2,7 +2,9 @@
 // views (ids, completion mask, text).
 #include "train/rollout.h"
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 
 #include "engine/engine.h"
 
@@ -89,6 +91,49 @@ Result<RolloutBatch> generate_rollouts(const Context& ctx, const Model& policy, 
   b.timings = out.timings;
   b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return b;
+}
+
+namespace {
+
+// [rows, width] → [rows, new_width] (new_width >= width), `pad` added on the left of each row.
+template <typename T>
+void widen_left(std::vector<T>& v, int64_t rows, int64_t width, int64_t new_width, T pad) {
+  if (new_width == width) return;
+  std::vector<T> out(static_cast<size_t>(rows * new_width), pad);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(v.begin() + r * width, v.begin() + (r + 1) * width, out.begin() + r * new_width + (new_width - width));
+  v = std::move(out);
+}
+
+}  // namespace
+
+Status append_rollouts(RolloutBatch& into, RolloutBatch chunk, int32_t pad_id) {
+  if (into.n_rows == 0) {
+    into = std::move(chunk);
+    return Status();
+  }
+  if (chunk.group_size != into.group_size || chunk.completion_length != into.completion_length)
+    return invalid_argument("append_rollouts: a chunk of " + std::to_string(chunk.group_size) + " completions of " +
+                            std::to_string(chunk.completion_length) + " tokens after " + std::to_string(into.group_size) +
+                            " of " + std::to_string(into.completion_length));
+  const int64_t width = std::max(into.prompt_width, chunk.prompt_width);
+  widen_left(into.prompt_ids, into.n_rows, into.prompt_width, width, pad_id);
+  widen_left(into.prompt_mask, into.n_rows, into.prompt_width, width, uint8_t{0});
+  widen_left(chunk.prompt_ids, chunk.n_rows, chunk.prompt_width, width, pad_id);
+  widen_left(chunk.prompt_mask, chunk.n_rows, chunk.prompt_width, width, uint8_t{0});
+  auto append = [](auto& a, auto& b) { a.insert(a.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end())); };
+  append(into.prompt_ids, chunk.prompt_ids);
+  append(into.prompt_mask, chunk.prompt_mask);
+  append(into.completion_ids, chunk.completion_ids);
+  append(into.completion_mask, chunk.completion_mask);
+  append(into.texts, chunk.texts);
+  into.n_prompts += chunk.n_prompts, into.n_rows += chunk.n_rows, into.prompt_width = width;
+  GenerateTimings& t = into.timings;
+  const GenerateTimings& c = chunk.timings;
+  t.total_ms += c.total_ms, t.forward_ms += c.forward_ms, t.sampling_ms += c.sampling_ms, t.steps_run += c.steps_run;
+  t.forwards += c.forwards, t.cache_refreshes += c.cache_refreshes, t.positions_computed += c.positions_computed;
+  into.seconds += chunk.seconds;
+  return Status();
 }
 
 }  // namespace dc::train

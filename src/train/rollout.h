@@ -78,4 +78,10 @@ Result<RolloutBatch> generate_rollouts(const Context& ctx, const Model& policy, 
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        const RolloutOptions& options, uint64_t seed, const GenerateHooks& hooks = {});
 
+// Appends `chunk`'s rows after `into`'s, for a round generated in chunks of prompts: the prompts of both
+// left-padded with `pad_id` to the wider of the two (prompt_mask 0 on the pads added, so each completion
+// scores as it was generated), the rest concatenated, the timings and seconds added. An empty `into` (no rows)
+// becomes `chunk`. invalid_argument when their group sizes or completion lengths differ.
+Status append_rollouts(RolloutBatch& into, RolloutBatch chunk, int32_t pad_id);
+
 }  // namespace dc::train

@@ -60,7 +60,7 @@ std::vector<std::string> untimed_metrics(const fs::path& out) {
   for (std::string line; std::getline(in, line);) {
     nlohmann::json j = nlohmann::json::parse(line);
     for (const char* timing : {"rollout_seconds", "score_seconds", "train_seconds", "seconds", "rollout_tokens_per_s",
-                               "generate_seconds", "reward_seconds"})
+                               "generate_seconds", "reward_seconds", "reward_wait_seconds"})
       j.erase(timing);
     lines.push_back(j.dump());
   }
@@ -116,6 +116,8 @@ TEST(ApiGrpo, BadFieldsRefusedNamingTheField) {
       {"precision:", [](auto& g) { g.precision = "fp8"; }},
       {"--lora-targets:", [](auto& g) { g.lora_r = 4, g.lora_targets = "q_proj,attn"; }},
       {"reward_program", [](auto& g) { g.reward_program.clear(); }},  // and code_weight, format_weight 0
+      {"generation_batch_size:", [](auto& g) { g.generation_batch_size = 6; }},  // not whole groups of 4
+      {"generation_batch_size:", [](auto& g) { g.generation_batch_size = -4; }},
   };
   for (const auto& [field, change] : cases) {
     diffucoder::GrpoConfig bad = c;
@@ -201,6 +203,43 @@ TEST(ApiGrpo, RunEqualsTheCliAndResumes) {
   }
   EXPECT_NE(grpo_file_bytes(dir / "api" / "checkpoint-000004" / "model.safetensors"),
             grpo_file_bytes(fs::path(c.model_dir) / "model.safetensors")) << "the policy did not move";
+}
+
+// A round generated in chunks of one prompt (generation_batch_size = num_generations) with each chunk's rewards
+// scored on a worker thread (overlap_rewards, the default) ends as `diffucoder grpo --no-overlap-rewards`, which
+// scores each chunk before going on: the same rewards in the same order, so the same metrics (but the timings)
+// and the same checkpoint bytes after two rounds. The code and format rewards are on beside the program's.
+TEST(ApiGrpo, OverlappedRewardsEqualTheSequentialOnes) {
+  const dc::test::TempDir tmp("api_grpo_overlap");
+  const fs::path dir = tmp.path();
+  diffucoder::GrpoConfig c = tiny_grpo_config(dir);
+  c.prompts_per_round = 2, c.generation_batch_size = 4, c.code_weight = 2.0, c.format_weight = 0.5, c.reward_workers = 2;
+  c.save_every = 0;
+  c.out_dir = (dir / "cli").string();
+  std::string flags = tiny_grpo_flags(c);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"--code-weight 0 --format-weight 0", "--code-weight 2 --format-weight 0.5"},
+                                 {"--save-every 1", "--save-every 0"}})
+    flags.replace(flags.find(from), from.size(), to);
+  const dc::testing::RunResult cli = dc::testing::run_binary(
+      flags + " --prompts-per-round 2 --generation-batch-size 4 --reward-workers 2 --no-overlap-rewards");
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  c.out_dir = (dir / "api").string();
+  auto t = diffucoder::GrpoTrainer::create(c);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const std::vector<diffucoder::GrpoStepStats> stats = grpo_steps(**t, 4);
+  ASSERT_EQ(stats.size(), 4u);
+  EXPECT_TRUE(stats[0].metric("reward_wait_seconds").has_value());
+  ASSERT_EQ(stats[0].rewards.size(), 3u);  // code, code_format, the program's: each over the round's 8 completions
+  EXPECT_EQ(stats[0].rewards[2].n, 8);
+  ASSERT_TRUE((*t)->save().ok());
+  for (const char* file : {"model.safetensors", "ref_model.safetensors", "optimizer.safetensors"}) {
+    const std::string expected = grpo_file_bytes(dir / "cli" / "checkpoint-000004" / file);
+    ASSERT_FALSE(expected.empty()) << file;
+    EXPECT_TRUE(expected == grpo_file_bytes(dir / "api" / "checkpoint-000004" / file)) << file << " differs";
+  }
+  const std::vector<std::string> cli_metrics = untimed_metrics(dir / "cli");
+  ASSERT_EQ(cli_metrics.size(), 4u);
+  EXPECT_EQ(untimed_metrics(dir / "api"), cli_metrics);
 }
 
 }  // namespace

@@ -82,6 +82,52 @@ TEST_F(GrpoTrainerTest, ReferenceModelIsMixedIntoEverySyncStep) {
 // A run stopped after its first round and resumed from the checkpoint gives the weights, reference
 // model and metrics of the uninterrupted run, bit for bit (with a sync every step, so the saved
 // reference model matters).
+// A rollout whose rewards come later (Rollout::await_rewards, as `grpo`'s overlapped scoring) trains exactly as
+// one that returns them: the trainer awaits them once a round, after the round's log-probs; an error of the
+// awaited scoring stops the step with its message.
+TEST_F(GrpoTrainerTest, RewardsAwaitedAfterTheLogProbsEqualRewardsGiven) {
+  int awaited = 0;
+  const RolloutFn given = sampler_rollout(8, 4, 5, false);
+  const RolloutFn later = [&](const Context& ctx, const Model& policy, int64_t round,
+                              const std::vector<int64_t>& prompts) -> Result<Rollout> {
+    DC_ASSIGN_OR_RETURN(Rollout r, given(ctx, policy, round, prompts));
+    r.await_rewards = [&awaited, rewards = std::move(r.rewards), metrics = std::move(r.metrics)](Rollout& out) {
+      ++awaited;
+      out.rewards = rewards, out.metrics = metrics;
+      return Status();
+    };
+    return r;
+  };
+  auto a = GrpoTrainer::create(tiny_grpo_options(4), ctx_, given);
+  auto b = GrpoTrainer::create(tiny_grpo_options(4), ctx_, later);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int step = 0; step < 4; ++step) {
+    auto sa = (*a)->step();
+    auto sb = (*b)->step();
+    ASSERT_TRUE(sa.ok() && sb.ok()) << sb.status().message();
+    EXPECT_EQ(sa->reward_mean, sb->reward_mean);
+    EXPECT_EQ(sa->loss, sb->loss);
+  }
+  EXPECT_EQ(awaited, 2) << "once a round";
+  for (size_t i = 0; i < (*a)->params().tensors().size(); ++i) {
+    const ModelParams::Tensor &x = (*a)->params().tensors()[i], &y = (*b)->params().tensors()[i];
+    ASSERT_EQ(std::memcmp(x.data, y.data, x.size * sizeof(float)), 0) << x.name;
+  }
+
+  const RolloutFn failing = [&](const Context& ctx, const Model& policy, int64_t round,
+                                const std::vector<int64_t>& prompts) -> Result<Rollout> {
+    DC_ASSIGN_OR_RETURN(Rollout r, given(ctx, policy, round, prompts));
+    r.rewards.clear();
+    r.await_rewards = [](Rollout&) { return invalid_argument("reward program /x: exited with code 3"); };
+    return r;
+  };
+  auto c = GrpoTrainer::create(tiny_grpo_options(4), ctx_, failing);
+  ASSERT_TRUE(c.ok());
+  auto sc = (*c)->step();
+  ASSERT_FALSE(sc.ok());
+  EXPECT_NE(sc.status().message().find("reward program /x: exited with code 3"), std::string::npos) << sc.status().message();
+}
+
 TEST_F(GrpoTrainerTest, ResumedRunIsBitIdentical) {
   GrpoOptions o = tiny_grpo_options(4);
   o.ref_sync_steps = 1;
