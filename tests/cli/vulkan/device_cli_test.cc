@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fixtures.h"
+#include "head_dim_16.h"
 #include "loopback.h"
 #include "process.h"
 #include "temp_dir.h"
@@ -35,13 +36,7 @@ namespace fs = std::filesystem;
 // tiny-vocab's files (or those of the checkpoint `from`) in `dir`, its config read as 2 attention heads
 // (head_dim 16) and 1 KV head.
 void head_dim_16_copy(const std::string& dir, const fs::path& from = dc::testing::fixtures_dir() + "/tiny-vocab") {
-  for (const char* name : {"model.safetensors", "tokenizer.json", "generation_config.json"})
-    if (fs::exists(from / name)) fs::create_symlink(from / name, fs::path(dir) / name);
-  std::ifstream in(from / "config.json");
-  nlohmann::json config = nlohmann::json::parse(in);
-  ASSERT_EQ(config["hidden_size"].get<int>(), 32);
-  config["num_attention_heads"] = 2, config["num_key_value_heads"] = 1;
-  std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
+  dc::testing::head_dim_16_copy(from, dir);
 }
 
 // `diffucoder serve ARGS --port 0` on its own process, its stderr in a file; the port read from it.
