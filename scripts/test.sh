@@ -63,8 +63,9 @@ if [ "$stage" = "--sanitize" ]; then
   # -O1 -g1: the sanitizers need no more, and it halves the compile time of CI
   dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDC_SANITIZE=ON -DDC_BUILD_BENCH=OFF)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  # Twenty-four long tests run in the Release stage only, to keep CI within its 45 minutes: GRPO's learning test
-  # (SFT then GRPO as processes, ~150 s of CPU in Release), GRPO's 2-ranks-equal-1 numbers (~60 s under
+  # Twenty-four long tests run in the Release stage only, to keep CI within its 45 minutes: GRPO's learning tests
+  # (`GrpoLearningTest[.]`: an SFT fixture, then GRPO, LoRA GRPO and `grpo --device vulkan` from it as processes,
+  # counted as one, the device's DISABLED; ~160 s of CPU in Release), GRPO's 2-ranks-equal-1 numbers (~60 s under
   # ASan; GrpoCliOnTwoRanks and the SFT TrainDist tests drive the same MPI and GRPO code under the
   # sanitizers), SFT's 2-ranks-equal-1 numbers in f32 (~140 s under ASan; the mixed-precision and the
   # two-hosts tests drive the same sharded optimizer under them), a 512-step stream against a stalled
