@@ -76,6 +76,38 @@ TEST(RolloutMask, OnesThroughTheFirstImEnd) {
   EXPECT_TRUE(completion_mask(std::vector<int32_t>{}, 151645).empty());
 }
 
+// A round generated in chunks: the narrower chunk's prompts are left-padded to the wider one's (mask 0 on the
+// pads added), rows, texts and seconds follow in order; an empty batch takes the chunk; other group sizes or
+// completion lengths are refused.
+TEST(AppendRollouts, RepadsTheNarrowerPromptsAndKeepsTheOrder) {
+  auto batch = [](int64_t width, int32_t first_id, const std::string& text) {
+    RolloutBatch b;
+    b.n_prompts = 1, b.group_size = 2, b.n_rows = 2, b.prompt_width = width, b.completion_length = 1;
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t i = 0; i < width; ++i) b.prompt_ids.push_back(first_id + static_cast<int32_t>(i));
+      b.prompt_mask.insert(b.prompt_mask.end(), static_cast<size_t>(width), 1);
+      b.completion_ids.push_back(first_id + 100), b.completion_mask.push_back(1), b.texts.push_back(text);
+    }
+    b.seconds = 1.5, b.timings.forwards = 3;
+    return b;
+  };
+  RolloutBatch all;
+  ASSERT_TRUE(append_rollouts(all, batch(1, 10, "a"), /*pad_id=*/0).ok());
+  ASSERT_TRUE(append_rollouts(all, batch(3, 20, "b"), 0).ok());
+  EXPECT_EQ(all.n_prompts, 2);
+  EXPECT_EQ(all.n_rows, 4);
+  EXPECT_EQ(all.prompt_width, 3);
+  EXPECT_EQ(all.prompt_ids, (std::vector<int32_t>{0, 0, 10, 0, 0, 10, 20, 21, 22, 20, 21, 22}));
+  EXPECT_EQ(all.prompt_mask, (std::vector<uint8_t>{0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(all.completion_ids, (std::vector<int32_t>{110, 110, 120, 120}));
+  EXPECT_EQ(all.texts, (std::vector<std::string>{"a", "a", "b", "b"}));
+  EXPECT_EQ(all.seconds, 3.0);
+  EXPECT_EQ(all.timings.forwards, 6);
+  RolloutBatch other = batch(1, 30, "c");
+  other.completion_length = 2;
+  EXPECT_EQ(append_rollouts(all, other, 0).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(RolloutTest, TextSkipsSpecialTokensAndUnknownIds) {
   const Tokenizer& tok = *engine_->tokenizer();
   std::vector<int32_t> ids = *tok.encode("return 1");
