@@ -109,7 +109,7 @@ TEST(CliLora, UnmergedGeneratesTheMergedTokensInEveryCacheMode) {
 }
 
 // Bad --lora / --lora-mode values are named: usage errors (exit 2) before anything loads; what only the load
-// can tell (a device, an adapter unmerged cannot hold) exit 1.
+// can tell (an adapter unmerged cannot hold, a name given twice) exit 1.
 TEST(CliLora, BadLoraFlagsAreNamed) {
   const std::string adapter = lora_fixture("list_all/adapter");
   struct Case {
@@ -128,8 +128,6 @@ TEST(CliLora, BadLoraFlagsAreNamed) {
       {serve + " --lora a=" + adapter + " --lora-mode merged", 2, {"--lora-mode merged", "unmerged"}},
       {serve + " --lora a=" + adapter + " --lora a=" + adapter, 1, {"'a' is given twice"}},
       {serve + " --lora a=" + lora_fixture("regex_patterns/adapter"), 1, {"modules_to_save", "merged"}},
-      {gen + " --lora " + adapter + " --lora-mode unmerged --device vulkan", 1, {"--lora-mode unmerged", "--device vulkan"}},
-      {serve + " --lora a=" + adapter + " --device vulkan", 1, {"--lora NAME=DIR", "--device vulkan"}},
   };
   for (const Case& c : cases) {
     auto r = run_binary(c.args);
